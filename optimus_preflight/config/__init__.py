@@ -1,0 +1,3 @@
+from optimus_preflight.config.compose import compose
+
+__all__ = ["compose"]

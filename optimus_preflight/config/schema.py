@@ -1,0 +1,161 @@
+"""Typed schemas, one dataclass per concern; every default lives here.
+
+Each dataclass is registered in Hydra's ConfigStore (see ``store.py``) as the schema of
+its YAML group, so a misspelled key or a wrong type fails at composition time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")
+DEVICES = ("auto", "cpu", "cuda")
+FAIL_ON = ("error", "warning", "never")
+PROGRESS_MODES = ("auto", "bar", "lines", "none")
+
+
+@dataclass
+class RecipeConfig:
+    # Import path of the TrainRecipe subclass to run.
+    _target_: str = "optimus_preflight.recipes.char_lm.CharLMRecipe"
+
+
+@dataclass
+class GradScalerConfig:
+    # torch.amp.GradScaler settings; used only when the resolved precision is fp16.
+    init_scale: float = 2.0**16
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    growth_interval: int = 2000
+
+
+@dataclass
+class TrainerConfig:
+    max_steps: int = 400
+    accumulation_steps: int = 1
+    precision: str = "auto"
+    device: str = "auto"
+    seed: int = 0
+    clip_grad_norm: Optional[float] = 1.0
+    eval_every_n_steps: int = 100
+    # Validation batches per evaluation; null evaluates the whole validation loader.
+    eval_max_batches: Optional[int] = 20
+    skip_nonfinite: bool = True
+    max_consecutive_skips: int = 20
+    # Opt-in because deterministic kernels are slower and some ops have none.
+    deterministic: bool = False
+    grad_scaler: GradScalerConfig = field(default_factory=GradScalerConfig)
+
+
+@dataclass
+class DataConfig:
+    batch_size: int = 32
+    num_workers: int = 0
+    pin_memory: bool = False
+    # Batches prefetched per worker; null keeps torch's default (2) when workers > 0.
+    prefetch_factor: Optional[int] = None
+    persistent_workers: bool = False
+    drop_last: bool = False
+    shuffle: bool = True
+    # Defaults to batch_size.
+    eval_batch_size: Optional[int] = None
+    # Dataset nodes instantiated through Hydra (`_target_` plus arguments).
+    train: Any = None
+    val: Any = None
+
+
+@dataclass
+class AdamWConfig:
+    _target_: str = "torch.optim.AdamW"
+    lr: float = 3e-3
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    # Biases and normalisation weights have no capacity to overfit; decaying them hurts (O6).
+    decay_bias_and_norm: bool = False
+
+
+@dataclass
+class SGDConfig:
+    _target_: str = "torch.optim.SGD"
+    lr: float = 0.1
+    momentum: float = 0.9
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    decay_bias_and_norm: bool = False
+
+
+@dataclass
+class WarmupCosineConfig:
+    _target_: str = "optimus_preflight.optim.warmup_cosine"
+    warmup_steps: int = 40
+    # LR at the end of the schedule, as a fraction of the peak LR.
+    min_lr_ratio: float = 0.1
+    # Length of the schedule in optimizer steps; null follows trainer.max_steps.
+    total_steps: Optional[int] = None
+
+
+@dataclass
+class ConstantLRConfig:
+    _target_: str = "optimus_preflight.optim.constant"
+    warmup_steps: int = 0
+
+
+@dataclass
+class LoggingConfig:
+    every_n_steps: int = 10
+    tensorboard: bool = False
+    # auto: a tqdm bar on a terminal, plain log lines otherwise (CI, SLURM logs).
+    progress: str = "auto"
+    # Seconds between flushes of metrics.jsonl; flushing every record costs time per step.
+    flush_every_s: float = 5.0
+
+
+@dataclass
+class MemoryPreflightConfig:
+    # Check the step against a GPU of this many GiB instead of the local device.
+    target_gib: Optional[float] = None
+    # Usable share of a GPU's total memory, and what to leave free for other processes.
+    usable_fraction: float = 0.95
+    reserve_gib: float = 0.5
+
+
+@dataclass
+class PreflightConfig:
+    enabled: bool = True
+    only: bool = False
+    fail_on: str = "error"
+    # Check names or issue codes to skip.
+    disable: list[str] = field(default_factory=list)
+    first_batch_timeout_s: float = 300.0
+    # Steps of the overfit-one-batch smoke test; 0 disables it.
+    overfit_steps: int = 0
+    oom_observer: bool = False
+    memory: MemoryPreflightConfig = field(default_factory=MemoryPreflightConfig)
+
+
+@dataclass
+class CheckpointConfig:
+    # 0 disables periodic saves; a final checkpoint is still written at the end.
+    every_n_steps: int = 200
+    keep_last: int = 3
+    # auto: newest valid checkpoint in the run dir; none: start fresh; or a path.
+    resume: str = "auto"
+    # Besides SIGINT and SIGTERM; SLURM sends SIGUSR1 ahead of its time limit.
+    extra_signal: Optional[str] = "SIGUSR1"
+
+
+@dataclass
+class Config:
+    recipe: RecipeConfig = field(default_factory=RecipeConfig)
+    model: Any = MISSING
+    data: DataConfig = field(default_factory=DataConfig)
+    optimizer: Any = MISSING
+    scheduler: Any = None
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    preflight: PreflightConfig = field(default_factory=PreflightConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)

@@ -1,0 +1,56 @@
+"""Exceptions that carry an exit code, and the exit codes of DESIGN.md."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USER_ERROR = 2
+EXIT_PREFLIGHT_FAILED = 3
+
+
+class UserError(Exception):
+    """A problem the user fixes in config or input: shown as one message, exit 2.
+
+    ``str()`` gives: what is wrong, the config key involved, and the fix.
+    """
+
+    exit_code = EXIT_USER_ERROR
+
+    def __init__(self, message: str, *, key: str | None = None, fix: str | None = None):
+        self.message = message
+        self.key = key
+        self.fix = fix
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        text = self.message
+        if self.key and self.key not in text:
+            text = f"{self.key}: {text}"
+        if self.fix:
+            text = f"{text.rstrip('.')}. {self.fix}"
+        return text
+
+
+class TrainingDiverged(UserError):
+    """Too many consecutive optimizer steps had non-finite gradients."""
+
+
+class PreflightFailed(Exception):
+    """The preflight verdict is 'failed' under the configured policy: exit 3."""
+
+    exit_code = EXIT_PREFLIGHT_FAILED
+
+    def __init__(self, report):
+        self.report = report
+        super().__init__("preflight failed; see the report above and preflight.json")
+
+
+class TrainingInterrupted(Exception):
+    """A stop signal was handled: a checkpoint was saved, exit 128 + signal number."""
+
+    def __init__(self, signum: int, step: int, checkpoint: str | None):
+        self.signum = signum
+        self.step = step
+        self.checkpoint = checkpoint
+        self.exit_code = 128 + signum
+        super().__init__(f"interrupted by signal {signum} at step {step}; checkpoint: {checkpoint}")

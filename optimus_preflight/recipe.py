@@ -1,0 +1,251 @@
+"""TrainRecipe: the lifecycle setup -> preflight -> train (with eval) -> finalize.
+
+Subclass it and override a builder (``build_model``, ``build_optimizer``,
+``build_scheduler``, ``build_dataloaders``) or ``compute_loss``; the defaults build
+from the config's ``_target_`` entries.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+from torch.optim import Optimizer
+from torch.utils.data import DataLoader
+
+from optimus_preflight.config.validate import validate_config
+from optimus_preflight.context import resolve_plan
+from optimus_preflight.data import build_loader
+from optimus_preflight.errors import PreflightFailed
+from optimus_preflight.evaluation import evaluate
+from optimus_preflight.instantiate import instantiate_node, node_target
+from optimus_preflight.metrics import JsonlSink, MetricsLogger, make_tensorboard_sink
+from optimus_preflight.mixins import (
+    PreflightMixin,
+    TrainingContextMixin,
+    TrainingInterruptionMixin,
+    TrainingIterationMixin,
+)
+from optimus_preflight.optim import build_optimizer, group_names
+from optimus_preflight.progress import Progress
+from optimus_preflight.state import RunState
+from optimus_preflight.step_log import StepLogger
+from optimus_preflight.summary import params_sha256, peak_memory_bytes, write_json_atomic
+
+log = logging.getLogger("optimus_preflight")
+
+
+def default_run_dir() -> Path:
+    """Hydra's job dir inside the app; outputs/<date>/<time> from a notebook or script."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir)
+    return Path("outputs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
+
+
+def _ensure_logging() -> None:
+    # Under Hydra the root logger is configured; elsewhere INFO lines would vanish.
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+    log.setLevel(logging.INFO)
+
+
+class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, TrainingInterruptionMixin):
+    model: nn.Module
+    optimizer: Optimizer
+    scheduler: Any
+    train_loader: DataLoader
+    val_loader: DataLoader | None
+
+    def __init__(self, cfg: DictConfig, run_dir: str | Path | None = None):
+        validate_config(cfg)
+        resolve_plan(cfg.trainer)  # impossible device/precision pairs fail before any work
+        self.cfg = cfg
+        self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir()
+        self.state = RunState()
+        self.final_loss: float | None = None
+        self.final_val_loss: float | None = None
+        self._is_set_up = False
+
+    @classmethod
+    def main(cls) -> None:
+        """Run the Hydra app with this class as the recipe (``MyRecipe.main()``)."""
+        from optimus_preflight.cli import run_app
+
+        run_app(cls)
+
+    # ------------------------------------------------------------------ builders
+    def build_model(self) -> nn.Module:
+        return instantiate_node(self.cfg.model, "model")
+
+    def build_optimizer(self, model: nn.Module) -> Optimizer:
+        node_target(self.cfg.optimizer, "optimizer")
+        return build_optimizer(OmegaConf.to_container(self.cfg.optimizer, resolve=True), model)
+
+    def build_scheduler(self, optimizer: Optimizer) -> Any:
+        node = self.cfg.scheduler
+        if node is None or len(node) == 0:
+            return None
+        extra: dict[str, Any] = {"optimizer": optimizer}
+        if "total_steps" in node and node.total_steps is None:
+            extra["total_steps"] = self.cfg.trainer.max_steps
+        return instantiate_node(node, "scheduler", **extra)
+
+    def build_dataloaders(self) -> tuple[DataLoader, DataLoader | None]:
+        data = self.cfg.data
+        dist = self.training_context.dist
+        options = dict(seed=self.cfg.trainer.seed, rank=dist.rank, world_size=dist.world_size)
+        train = build_loader(instantiate_node(data.train, "data.train"), data, train=True, **options)
+        val = None
+        if data.val is not None:
+            val = build_loader(instantiate_node(data.val, "data.val"), data, train=False, **options)
+        return train, val
+
+    def compute_loss(self, model: nn.Module, batch: Any) -> torch.Tensor | tuple[torch.Tensor, Any]:
+        """Cross-entropy for ``(inputs, targets)`` batches; targets equal to -100 are ignored.
+
+        Returns the mean loss and the number of targets it averages, so accumulation
+        weights micro-batches by targets (token-level losses stay exact).
+        """
+        inputs, targets = batch
+        logits = model(inputs)
+        loss = F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=-100)
+        return loss, (targets != -100).sum()
+
+    # ----------------------------------------------------------------- lifecycle
+    def setup(self) -> None:
+        if self._is_set_up:
+            return
+        _ensure_logging()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        context = self.setup_training_context()
+        # The optimizer is built after .to(device) so it holds the tensors the model uses (O2).
+        self.model = self.build_model().to(context.device)
+        self.optimizer = self.build_optimizer(self.model)
+        self.scheduler = self.build_scheduler(self.optimizer)
+        self.train_loader, self.val_loader = self.build_dataloaders()
+        self.setup_training_iteration(self.train_loader, self.stop_requested)
+        self._is_set_up = True
+        log.info(
+            "run dir %s | device %s | precision %s | %d trainable parameters",
+            self.run_dir,
+            context.device,
+            context.precision,
+            sum(p.numel() for p in self.model.parameters() if p.requires_grad),
+        )
+
+    def run(self) -> dict[str, Any]:
+        """setup -> preflight -> train -> finalize; returns the summary."""
+        started = time.monotonic()
+        status = "failed"
+        try:
+            self.setup()
+            if self.cfg.preflight.enabled:
+                report = self.preflight()
+                if report.failed:
+                    status = "preflight_failed"
+                    raise PreflightFailed(report)
+                if self.cfg.preflight.only:
+                    status = "preflight_only"
+                    return {"status": report.status, "preflight": report.to_dict()}
+            self.train()
+            status = "completed"
+        finally:
+            if status != "preflight_only":
+                summary = self.finalize(status, time.monotonic() - started)
+        return summary
+
+    def train(self) -> None:
+        trainer = self.cfg.trainer
+        step_logger = self._open_step_logger()
+        self.model.train()
+        try:
+            while self.state.step < trainer.max_steps:
+                result = self.run_training_iteration()
+                if result is None:
+                    break
+                self.state.record_step(result.stepped, result.samples)
+                done = self.state.step >= trainer.max_steps
+                record = step_logger.on_step(self.state.step, result, self.state.skipped_steps, force=done)
+                if record is not None:
+                    self.final_loss = record["loss"]
+                if not result.stepped:
+                    self.state.check_divergence(trainer.max_consecutive_skips, self.training_context.precision, result.loss.item())
+                every = trainer.eval_every_n_steps
+                if done or (every and self.state.step % every == 0):
+                    self._evaluate(step_logger)
+        finally:
+            step_logger.progress.close()
+            step_logger.metrics.close()
+
+    def _evaluate(self, step_logger: StepLogger) -> None:
+        if self.val_loader is None:
+            return
+        val_loss = evaluate(
+            self.model,
+            self.val_loader,
+            self.compute_loss,
+            self.training_context.plan,
+            max_batches=self.cfg.trainer.eval_max_batches,
+            should_stop=self.stop_requested,
+        )
+        if val_loss is not None:
+            self.final_val_loss = val_loss
+            step_logger.on_eval(self.state.step, val_loss)
+
+    def _open_step_logger(self) -> StepLogger:
+        logging_cfg = self.cfg.logging
+        sinks: list[Any] = [JsonlSink(self.run_dir / "metrics.jsonl", logging_cfg.flush_every_s)]
+        if logging_cfg.tensorboard:
+            sink = make_tensorboard_sink(self.run_dir / "tensorboard")
+            if sink is not None:
+                sinks.append(sink)
+        context = self.training_context
+        return StepLogger(
+            MetricsLogger(sinks),
+            Progress(logging_cfg.progress, self.cfg.trainer.max_steps, self.state.step),
+            every_n_steps=logging_cfg.every_n_steps,
+            device=context.device,
+            scaler=context.scaler,
+            group_names=group_names(self.optimizer),
+            world_size=context.dist.world_size,
+        )
+
+    def finalize(self, status: str, wall_time_s: float) -> dict[str, Any]:
+        model = getattr(self, "model", None)
+        context = getattr(self, "training_context", None)
+        summary = {
+            "status": status,
+            "steps": self.state.step,
+            "final_loss": self.final_loss,
+            "final_val_loss": self.final_val_loss,
+            "wall_time_s": round(wall_time_s, 3),
+            "peak_memory_bytes": peak_memory_bytes(context.device) if context else None,
+            "resumed_from": None,
+            "params_sha256": params_sha256(model) if model is not None else None,
+            "skipped_steps": self.state.skipped_steps,
+        }
+        # Nothing is written for a run that failed before its directory existed.
+        if self.run_dir.is_dir():
+            write_json_atomic(self.run_dir / "summary.json", summary)
+            log.info(
+                "%s after %d steps | final loss %s | val loss %s | %.1f s",
+                status,
+                self.state.step,
+                _fmt(self.final_loss),
+                _fmt(self.final_val_loss),
+                wall_time_s,
+            )
+        return summary
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"

@@ -1,0 +1,76 @@
+"""Turns StepResults into metric records on logged steps only.
+
+Between logged steps nothing is read back from the device: the results' tensors
+are only converted (one host sync) when a record is built.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from optimus_preflight.metrics import MetricsLogger, lr_metrics, memory_metrics
+from optimus_preflight.progress import Progress
+from optimus_preflight.step import PhaseTimes, StepResult
+
+
+class StepLogger:
+    def __init__(
+        self,
+        metrics: MetricsLogger,
+        progress: Progress,
+        *,
+        every_n_steps: int,
+        device: torch.device,
+        scaler: torch.amp.GradScaler,
+        group_names: list[str],
+        world_size: int = 1,
+    ):
+        self.metrics = metrics
+        self.progress = progress
+        self.every_n_steps = every_n_steps
+        self.device = device
+        self.scaler = scaler
+        self.group_names = group_names
+        self.world_size = world_size
+        self._reset()
+
+    def _reset(self) -> None:
+        self._times = PhaseTimes()
+        self._steps = 0
+        self._samples = 0
+        self._since = time.perf_counter()
+
+    def on_step(self, step: int, result: StepResult, skipped_steps: int, *, force: bool = False) -> dict[str, Any] | None:
+        self._steps += 1
+        self._samples += result.samples
+        for name in ("data_s", "forward_s", "backward_s", "optimizer_s"):
+            setattr(self._times, name, getattr(self._times, name) + getattr(result.times, name))
+        self.progress.advance()
+        if not force and step % self.every_n_steps:
+            return None
+        record: dict[str, Any] = {
+            "step": step,
+            "loss": result.loss.item(),
+            **lr_metrics(result.lrs, self.group_names),
+            "grad_norm": result.grad_norm.item(),
+            "skipped_steps": skipped_steps,
+        }
+        if self.scaler.is_enabled():
+            record["grad_scale"] = self.scaler.get_scale()
+        elapsed = time.perf_counter() - self._since  # after .item(): the device is in sync
+        record["samples_per_s"] = self._samples * self.world_size / max(elapsed, 1e-9)
+        for name, key in (("data_s", "data"), ("forward_s", "forward"), ("backward_s", "backward"), ("optimizer_s", "optimizer")):
+            record[f"time/{key}_ms"] = 1000.0 * getattr(self._times, name) / self._steps
+        record.update(memory_metrics(self.device))
+        self.metrics.log(record)
+        self.progress.report(record)
+        self._reset()
+        return record
+
+    def on_eval(self, step: int, val_loss: float) -> None:
+        record = {"step": step, "val_loss": val_loss}
+        self.metrics.log(record)
+        self.progress.write(f"step {step} | val_loss {val_loss:.4f}")
