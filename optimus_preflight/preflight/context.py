@@ -1,0 +1,57 @@
+"""What a check may look at: the recipe's built objects, and artifacts earlier checks left.
+
+Conventions between checks:
+- ``artifacts["first_batch"]``: the real first training batch (as the loader yields it,
+  on the CPU), stored by the ``data.first_batch`` check. Checks that need a batch list
+  ``"data.first_batch"`` in ``requires``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from omegaconf import DictConfig
+from torch import nn
+from torch.optim import Optimizer
+from torch.utils.data import DataLoader
+
+from optimus_preflight.context import TrainingContext
+
+
+@dataclass
+class PreflightContext:
+    cfg: DictConfig
+    # The recipe: its builders (build_model, build_optimizer, ...) make fresh copies
+    # for checks that must not touch the real objects.
+    recipe: Any
+    model: nn.Module
+    optimizer: Optimizer
+    scheduler: Any
+    train_loader: DataLoader
+    val_loader: DataLoader | None
+    compute_loss: Callable[[nn.Module, Any], Any]
+    training: TrainingContext
+    run_dir: Path
+    artifacts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def device(self) -> torch.device:
+        return self.training.device
+
+    @classmethod
+    def from_recipe(cls, recipe: Any) -> "PreflightContext":
+        return cls(
+            cfg=recipe.cfg,
+            recipe=recipe,
+            model=recipe.model,
+            optimizer=recipe.optimizer,
+            scheduler=recipe.scheduler,
+            train_loader=recipe.train_loader,
+            val_loader=recipe.val_loader,
+            compute_loss=recipe.compute_loss,
+            training=recipe.training_context,
+            run_dir=recipe.run_dir,
+        )
