@@ -7,21 +7,41 @@ keeps its traceback.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Any
 
 from hydra.errors import InstantiationException
-from hydra.utils import get_object, instantiate
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from optimus_preflight.errors import UserError
 
 
+def _import_object(path: str) -> Any:
+    """Import ``pkg.module.Name`` (or a nested attribute) from its dotted path."""
+    parts = path.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:split])
+        try:
+            obj = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            # Only a missing *this* module means "try a shorter prefix"; a missing
+            # dependency inside an existing module is a real error to report.
+            if error.name and module_name.startswith(error.name):
+                continue
+            raise
+        for attribute in parts[split:]:
+            obj = getattr(obj, attribute)
+        return obj
+    raise ModuleNotFoundError(f"No module named {parts[0]!r}")
+
+
 def locate(path: str, key: str) -> Any:
     try:
-        return get_object(path)
+        return _import_object(path)
     except Exception as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        reason = f"{type(error).__name__}: {error}"
         raise UserError(
             f"{key}={path!r} cannot be imported ({reason})",
             key=key,

@@ -11,7 +11,7 @@ from hydra import initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from optimus_preflight.config.store import register_configs
 from optimus_preflight.config.validate import validate_config
@@ -62,15 +62,26 @@ def _offending_override(error: Exception, overrides: Sequence[str]) -> str | Non
     return None
 
 
+def _missing_option_error(error: MissingConfigException, key: str | None) -> UserError:
+    text = str(error)
+    head = text.split("Available options")[0].strip()
+    options: list[str] = []
+    if "Available options" in text:
+        listing = text.split("Available options", 1)[1].split("Config search path")[0]
+        # Schemas are registered beside the YAML options; they are not meant to be picked.
+        options = [line.strip() for line in listing.splitlines()[1:] if line.strip() and not line.strip().endswith("_schema")]
+    fix = f"Available options: {', '.join(options)}." if options else "Check the group and option names."
+    return UserError(" ".join(head.split()), key=key, fix=fix)
+
+
 def config_error(error: Exception, overrides: Sequence[str]) -> UserError:
     """One readable message naming the key and the fix, for any composition error."""
     cause = error if isinstance(error, OmegaConfBaseException) else error.__cause__
     override = _offending_override(error, overrides)
     key = getattr(cause, "full_key", None) or (_override_key(override) if override else None)
     if isinstance(error, MissingConfigException):
-        text = " ".join(str(error).split())
-        return UserError(text, key=key, fix="Pick one of the available options listed above.")
-    if isinstance(cause, ConfigKeyError) or "not in struct" in str(error) or "is not in" in str(cause or ""):
+        return _missing_option_error(error, key)
+    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):
         suggestion = ""
         if key:
             with contextlib.suppress(Exception):
