@@ -18,7 +18,6 @@ from omegaconf import DictConfig
 
 from optimus_preflight.config.compose import compose
 from optimus_preflight.config.store import register_configs
-from optimus_preflight.context import resolve_plan
 from optimus_preflight.errors import (
     EXIT_OK,
     EXIT_USER_ERROR,
@@ -27,6 +26,7 @@ from optimus_preflight.errors import (
     UserError,
 )
 from optimus_preflight.instantiate import locate
+from optimus_preflight.recipe import check_before_work
 
 log = logging.getLogger("optimus_preflight")
 
@@ -76,7 +76,15 @@ def check_overrides(overrides: list[str], multirun: bool, recipe_class: type | N
         cfg = compose(job)
         if recipe_class is None:
             resolve_recipe_class(cfg)
-        resolve_plan(cfg.trainer)
+        check_before_work(cfg)
+
+
+class SweepInterrupted(BaseException):
+    """Stops Hydra's launcher: a BaseException passes through its per-job error capture."""
+
+    def __init__(self, exit_code: int):
+        self.exit_code = exit_code
+        super().__init__(exit_code)
 
 
 def run_recipe(recipe_class: type, cfg: DictConfig) -> int:
@@ -117,9 +125,19 @@ def run_app(recipe_class: type | None = None) -> None:
         cls = recipe_class or resolve_recipe_class(cfg)
         code = run_recipe(cls, cfg)
         exit_codes.append(code)
+        if code >= 128 and args.multirun:
+            # Ctrl+C/SIGTERM in a sweep: this job saved its checkpoint; start no other.
+            raise SweepInterrupted(code)
         return code
 
-    _task()
+    try:
+        _task()
+    except SweepInterrupted as stop:
+        log.warning("sweep stopped by a signal; re-run the same command with checkpoint.resume=auto to continue")
+        sys.exit(stop.exit_code)
+    except KeyboardInterrupt:
+        print("optimus-train: interrupted twice: stopped at once; the last checkpoint on disk is intact.", file=sys.stderr)
+        sys.exit(130)
     sys.exit(max(exit_codes, default=EXIT_OK))
 
 

@@ -20,10 +20,11 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
+from optimus_preflight.checkpoint.resume import check_resume_value
 from optimus_preflight.config.validate import validate_config
 from optimus_preflight.context import resolve_plan
 from optimus_preflight.data import build_loader
-from optimus_preflight.errors import PreflightFailed
+from optimus_preflight.errors import PreflightFailed, TrainingInterrupted
 from optimus_preflight.evaluation import evaluate
 from optimus_preflight.instantiate import instantiate_node, node_target
 from optimus_preflight.metrics import JsonlSink, MetricsLogger, make_tensorboard_sink
@@ -35,6 +36,7 @@ from optimus_preflight.mixins import (
 )
 from optimus_preflight.optim import build_optimizer, group_names
 from optimus_preflight.progress import Progress
+from optimus_preflight.signals import StopRequested, signal_number
 from optimus_preflight.state import RunState
 from optimus_preflight.step_log import StepLogger
 from optimus_preflight.summary import params_sha256, peak_memory_bytes, write_json_atomic
@@ -49,6 +51,15 @@ def default_run_dir() -> Path:
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
     return Path("outputs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
+
+
+def check_before_work(cfg: DictConfig) -> None:
+    """Everything about a config that can be checked before a model, data or file is touched."""
+    validate_config(cfg)
+    resolve_plan(cfg.trainer)  # impossible device/precision pairs
+    check_resume_value(cfg.checkpoint.resume)  # an explicit path must exist
+    if cfg.checkpoint.extra_signal:
+        signal_number(cfg.checkpoint.extra_signal)
 
 
 def _ensure_logging() -> None:
@@ -66,13 +77,14 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
     val_loader: DataLoader | None
 
     def __init__(self, cfg: DictConfig, run_dir: str | Path | None = None):
-        validate_config(cfg)
-        resolve_plan(cfg.trainer)  # impossible device/precision pairs fail before any work
+        check_before_work(cfg)
         self.cfg = cfg
         self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir()
         self.state = RunState()
         self.final_loss: float | None = None
         self.final_val_loss: float | None = None
+        # An evaluation cut short by a stop signal is redone first on resume.
+        self.eval_pending = False
         self._is_set_up = False
 
     @classmethod
@@ -132,8 +144,16 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self.optimizer = self.build_optimizer(self.model)
         self.scheduler = self.build_scheduler(self.optimizer)
         self.train_loader, self.val_loader = self.build_dataloaders()
-        self.setup_training_iteration(self.train_loader, self.stop_requested)
+        interruption = self.setup_interruption()
+        # Under DDP a rank cannot abandon a window alone; ranks agree at step boundaries.
+        interruptible = None if context.dist.is_distributed else interruption.signals.interruptible
+        self.setup_training_iteration(self.train_loader, self.stop_requested, *filter(None, [interruptible]))
         self._is_set_up = True
+        progress = self.start_interruption_handling()
+        if progress:
+            self.final_loss = progress.get("final_loss")
+            self.final_val_loss = progress.get("final_val_loss")
+            self.eval_pending = bool(progress.get("eval_pending"))
         log.info(
             "run dir %s | device %s | precision %s | %d trainable parameters",
             self.run_dir,
@@ -145,7 +165,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
     def run(self) -> dict[str, Any]:
         """setup -> preflight -> train -> finalize; returns the summary."""
         started = time.monotonic()
-        status = "failed"
+        status: str | None = "failed"
         try:
             self.setup()
             if self.cfg.preflight.enabled:
@@ -154,25 +174,43 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                     status = "preflight_failed"
                     raise PreflightFailed(report)
                 if self.cfg.preflight.only:
-                    status = "preflight_only"
+                    status = None
                     return {"status": report.status, "preflight": report.to_dict()}
             self.train()
             status = "completed"
+        except TrainingInterrupted:
+            status = "interrupted"
+            raise
+        except KeyboardInterrupt:
+            status = None  # a second Ctrl+C: leave at once, write nothing more
+            raise
         finally:
-            if status != "preflight_only":
+            if self.interruption is not None:
+                self.interruption.close()
+            if status is not None:
                 summary = self.finalize(status, time.monotonic() - started)
         return summary
 
     def train(self) -> None:
         trainer = self.cfg.trainer
+        interruption = self.interruption
         step_logger = self._open_step_logger()
         self.model.train()
         try:
+            if self.eval_pending:
+                self._evaluate(step_logger)
             while self.state.step < trainer.max_steps:
-                result = self.run_training_iteration()
-                if result is None:
-                    break
+                if interruption.stop_agreed():
+                    self.handle_training_interruption(self._progress())
+                try:
+                    result = self.run_training_iteration()
+                except StopRequested:
+                    result = None
+                if result is None:  # stopped mid-window: roll back to the last boundary
+                    self.optimizer.zero_grad(set_to_none=True)
+                    self.handle_training_interruption(self._progress())
                 self.state.record_step(result.stepped, result.samples)
+                interruption.mark_boundary()
                 done = self.state.step >= trainer.max_steps
                 record = step_logger.on_step(self.state.step, result, self.state.skipped_steps, force=done)
                 if record is not None:
@@ -181,13 +219,24 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                     self.state.check_divergence(trainer.max_consecutive_skips, self.training_context.precision, result.loss.item())
                 every = trainer.eval_every_n_steps
                 if done or (every and self.state.step % every == 0):
+                    self.eval_pending = True
                     self._evaluate(step_logger)
+                    if self.eval_pending:
+                        self.handle_training_interruption(self._progress())
+                    interruption.mark_boundary()
+                if interruption.due(self.state.step):
+                    interruption.save(self._progress())
+            interruption.save(self._progress())  # the final checkpoint
         finally:
             step_logger.progress.close()
             step_logger.metrics.close()
 
+    def _progress(self) -> dict[str, Any]:
+        return {"final_loss": self.final_loss, "final_val_loss": self.final_val_loss, "eval_pending": self.eval_pending}
+
     def _evaluate(self, step_logger: StepLogger) -> None:
         if self.val_loader is None:
+            self.eval_pending = False
             return
         val_loss = evaluate(
             self.model,
@@ -197,6 +246,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             max_batches=self.cfg.trainer.eval_max_batches,
             should_stop=self.stop_requested,
         )
+        if val_loss is not None or not self.stop_requested():
+            self.eval_pending = False
         if val_loss is not None:
             self.final_val_loss = val_loss
             step_logger.on_eval(self.state.step, val_loss)
@@ -229,7 +280,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             "final_val_loss": self.final_val_loss,
             "wall_time_s": round(wall_time_s, 3),
             "peak_memory_bytes": peak_memory_bytes(context.device) if context else None,
-            "resumed_from": None,
+            "resumed_from": str(self.interruption.resumed_from) if self.interruption and self.interruption.resumed_from else None,
             "params_sha256": params_sha256(model) if model is not None else None,
             "skipped_steps": self.state.skipped_steps,
         }

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, ContextManager, Iterator
 
 from torch.utils.data import DataLoader
 
@@ -13,8 +14,9 @@ from optimus_preflight.errors import UserError
 @dataclass
 class DataPosition:
     epoch: int = 0
-    # Batches of this epoch that belong to completed optimizer steps.
-    batches_consumed: int = 0
+    # Samples of this epoch that belong to completed optimizer steps (this rank's
+    # shard). Counted in samples, not batches, so a resume may change the batch size.
+    samples_consumed: int = 0
 
 
 class BatchStream:
@@ -26,37 +28,57 @@ class BatchStream:
     so an interrupted window is replayed on resume, never counted as done.
     """
 
-    def __init__(self, loader: DataLoader, accumulation_steps: int):
+    def __init__(
+        self,
+        loader: DataLoader,
+        accumulation_steps: int,
+        interruptible: Callable[[], ContextManager] = contextlib.nullcontext,
+    ):
         self.loader = loader
         self.accumulation_steps = accumulation_steps
+        # Wraps each blocking fetch so a stop signal can end a wait on a stuck loader.
+        self.interruptible = interruptible
         self.position = DataPosition()
         self._iterator: Iterator[Any] | None = None
+        self._start = 0
         self._fetched = 0
+        generator = getattr(loader, "generator", None)
+        self._generator_seed = generator.initial_seed() if generator is not None else None
+
+    @property
+    def batch_size(self) -> int:
+        return self.loader.batch_size or 1
 
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.position.epoch, "batches_consumed": self.position.batches_consumed}
+        return {"epoch": self.position.epoch, "samples_consumed": self.position.samples_consumed}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        self.position = DataPosition(int(state["epoch"]), int(state["batches_consumed"]))
+        self.position = DataPosition(int(state["epoch"]), int(state["samples_consumed"]))
         self._iterator = None
 
     def _start_epoch(self) -> None:
         sampler = self.loader.sampler
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(self.position.epoch)
-        skip = self.position.batches_consumed
+        if self._generator_seed is not None:
+            # Worker seeds are drawn from this generator when an iterator starts; tying
+            # them to the epoch makes them the same in a resumed run.
+            self.loader.generator.manual_seed(self._generator_seed + self.position.epoch)
+        offset = self.position.samples_consumed
+        skip_batches = 0
         if hasattr(sampler, "set_start"):
-            sampler.set_start(skip * (self.loader.batch_size or 1))
-            skip = 0
+            sampler.set_start(offset)
+        else:  # a sampler that cannot seek is fast-forwarded by reading its batches
+            skip_batches = offset // self.batch_size
         self._iterator = iter(self.loader)
-        self._fetched = self.position.batches_consumed
-        # A sampler that cannot seek is fast-forwarded by reading the batches.
-        for _ in range(skip):
+        self._start, self._fetched = offset, 0
+        for _ in range(skip_batches):
             next(self._iterator)
 
     def _fetch(self) -> Any | None:
         try:
-            batch = next(self._iterator)
+            with self.interruptible():
+                batch = next(self._iterator)
         except StopIteration:
             return None
         self._fetched += 1
@@ -87,5 +109,6 @@ class BatchStream:
             pending = upcoming
 
     def commit(self) -> None:
-        """Mark every batch handed out so far as consumed by a completed step."""
-        self.position.batches_consumed = self._fetched
+        """Mark every batch handed out so far as consumed by a completed step. (The
+        epoch's short last batch may overcount; the next fetch then ends the epoch.)"""
+        self.position.samples_consumed = self._start + self._fetched * self.batch_size

@@ -59,7 +59,8 @@ class CliResult:
 def run_cli(run_dir: Path, *overrides: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None) -> CliResult:
     """Run `optimus-train` in a subprocess with a fixed run dir."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    command = [*CLI, f"hydra.run.dir={run_dir}", *overrides]
+    flags = [o for o in overrides if o.startswith("-")]
+    command = [*CLI, *flags, f"hydra.run.dir={run_dir}", *[o for o in overrides if not o.startswith("-")]]
     completed = subprocess.run(command, cwd=cwd or run_dir.parent, capture_output=True, text=True, timeout=timeout, env=full_env)
     return CliResult(completed.returncode, completed.stdout, completed.stderr, run_dir)
 

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ContextManager
 
 from torch.utils.data import DataLoader
 
@@ -23,7 +24,12 @@ class TrainingIterationMixin:
 
     training_iteration: TrainingIteration
 
-    def setup_training_iteration(self, train_loader: DataLoader, should_stop: Callable[[], bool]) -> None:
+    def setup_training_iteration(
+        self,
+        train_loader: DataLoader,
+        should_stop: Callable[[], bool],
+        interruptible: Callable[[], ContextManager] = contextlib.nullcontext,
+    ) -> None:
         trainer = self.cfg.trainer
         context = self.training_context
         runner = StepRunner(
@@ -38,7 +44,8 @@ class TrainingIterationMixin:
             accumulation_steps=trainer.accumulation_steps,
             should_stop=should_stop,
         )
-        self.training_iteration = TrainingIteration(runner, BatchStream(train_loader, trainer.accumulation_steps))
+        stream = BatchStream(train_loader, trainer.accumulation_steps, interruptible)
+        self.training_iteration = TrainingIteration(runner, stream)
 
     def run_training_iteration(self) -> StepResult | None:
         """None when a stop request abandoned the window; the data position is then

@@ -1,0 +1,82 @@
+"""Stops, resume choices and checkpoint problems, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from optimus_preflight.checkpoint.store import MANIFEST_FILE, STATE_FILE
+from tests.conftest import REPO, run_cli
+
+SIGNALLING = ("recipe=char_lm_tiny", "logging.progress=none", "recipe._target_=tests.signal_recipe.SelfSignalRecipe", "trainer.max_steps=12", "checkpoint.every_n_steps=4")
+
+
+def _checkpoints(run_dir):
+    return sorted(p.name for p in (run_dir / "checkpoints").glob("step_*"))
+
+
+@pytest.mark.slow
+def test_second_ctrl_c_exits_at_once_and_keeps_the_last_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    env = {"SIGNAL_NAME": "SIGINT", "SIGNAL_PHASE": "train", "SIGNAL_AT": "6", "SIGNAL_REPEAT": "2"}
+    result = run_cli(run_dir, *SIGNALLING, cwd=REPO, env=env)
+    assert result.returncode == 130, result.output
+    assert "interrupted twice" in result.stderr and "Traceback" not in result.output
+    assert _checkpoints(run_dir) == ["step_00000004"]  # no new checkpoint, the old one intact
+    resumed = run_cli(run_dir, *SIGNALLING, cwd=REPO)
+    assert resumed.returncode == 0 and resumed.summary()["resumed_from"].endswith("step_00000004")
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_sweep_checkpoints_the_job_and_stops_the_sweep(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    env = {"SIGNAL_NAME": "SIGINT", "SIGNAL_PHASE": "train", "SIGNAL_AT": "6"}
+    result = run_cli(tmp_path / "unused", "-m", *SIGNALLING, "trainer.seed=0,1", f"hydra.sweep.dir={sweep_dir}", cwd=REPO, env=env)
+    assert result.returncode == 130, result.output
+    assert _checkpoints(sweep_dir / "0") == ["step_00000004", "step_00000006"]
+    assert json.loads((sweep_dir / "0" / "summary.json").read_text())["status"] == "interrupted"
+    assert not (sweep_dir / "1").exists()
+
+
+@pytest.mark.slow
+def test_truncated_newest_checkpoint_is_skipped_for_the_previous_one(tmp_path):
+    run_dir = tmp_path / "run"
+    first = run_cli(run_dir, *SIGNALLING, "trainer.max_steps=8", cwd=REPO)
+    assert first.returncode == 0, first.output
+    state = run_dir / "checkpoints" / "step_00000008" / STATE_FILE
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
+    resumed = run_cli(run_dir, *SIGNALLING, cwd=REPO)
+    assert resumed.returncode == 0, resumed.output
+    assert "skipping checkpoint" in resumed.output and "truncated" in resumed.output
+    assert resumed.summary()["resumed_from"].endswith("step_00000004")
+
+
+def test_missing_explicit_checkpoint_is_a_user_error(tmp_path):
+    result = run_cli(tmp_path / "run", *SIGNALLING, f"checkpoint.resume={tmp_path / 'nope'}", cwd=REPO)
+    assert result.returncode == 2 and "Traceback" not in result.output
+    assert "checkpoint.resume" in result.stderr and "does not exist" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_corrupt_explicit_checkpoint_and_changed_model_are_user_errors(tmp_path):
+    source = tmp_path / "source"
+    assert run_cli(source, *SIGNALLING, "trainer.max_steps=4", cwd=REPO).returncode == 0
+    checkpoint = source / "checkpoints" / "step_00000004"
+
+    wider = run_cli(tmp_path / "wider", *SIGNALLING, "model.d_model=48", f"checkpoint.resume={checkpoint}", cwd=REPO)
+    assert wider.returncode == 2, wider.output
+    assert "does not fit the model" in wider.output and "Traceback" not in wider.output
+
+    changed = run_cli(tmp_path / "changed", *SIGNALLING, "optimizer.lr=1e-3", "trainer.max_steps=6", f"checkpoint.resume={checkpoint}", cwd=REPO)
+    assert changed.returncode == 0, changed.output
+    assert "optimizer.lr 0.003 -> 0.001" in changed.output and "trainer.max_steps 4 -> 6" in changed.output
+    # Step 5 is the last warmup step (factor 1.0): the new LR applies from the resume on.
+    step5 = next(r for r in changed.metrics() if r["step"] == 5 and "lr" in r)
+    assert step5["lr"] == pytest.approx(1e-3)
+
+    manifest = checkpoint / MANIFEST_FILE
+    manifest.write_text(manifest.read_text().replace('"sha256": "', '"sha256": "0'))
+    corrupt = run_cli(tmp_path / "corrupt", *SIGNALLING, f"checkpoint.resume={checkpoint}", cwd=REPO)
+    assert corrupt.returncode == 2 and "not a usable checkpoint" in corrupt.output
