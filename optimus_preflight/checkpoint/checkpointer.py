@@ -38,10 +38,13 @@ def resume_command(run_dir: Path) -> str:
     except Exception:  # not launched through the Hydra app
         overrides = []
     keep = [o for o in overrides if not o.startswith(("hydra.run.dir=", "checkpoint.resume="))]
-    words = ["optimus-train", *keep, f"hydra.run.dir={run_dir.resolve()}", "checkpoint.resume=auto"]
-    if sys.argv and sys.argv[0].endswith(".py"):
-        words[0] = f"python {sys.argv[0]}"
-    return " ".join(shlex.quote(word) if " " in word else word for word in words)
+    program = ["optimus-train"]
+    script = sys.argv[0] if sys.argv else ""
+    # A user script calling MyRecipe.main() is resumed through that script.
+    if script.endswith(".py") and Path(script).resolve() != Path(__file__).resolve().parents[1] / "cli.py":
+        program = ["python", script]
+    words = [*program, *keep, f"hydra.run.dir={run_dir.resolve()}", "checkpoint.resume=auto"]
+    return " ".join(shlex.quote(word) for word in words)
 
 
 class RunCheckpointer:

@@ -15,6 +15,7 @@ atomicity cannot: a copy or a full disk that truncated a file afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -23,9 +24,10 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Iterator
 
 import torch
+from torch.serialization import get_crc32_options, set_crc32_options
 
 log = logging.getLogger("optimus_preflight")
 
@@ -62,6 +64,18 @@ class _HashingWriter:
 
     def flush(self) -> None:
         self.handle.flush()
+
+
+@contextlib.contextmanager
+def _without_zip_crc32() -> Iterator[None]:
+    """The manifest's SHA-256 already covers every byte; torch's per-record CRC32 on
+    top costs about a fifth of torch.save's time."""
+    previous = get_crc32_options()
+    set_crc32_options(False)
+    try:
+        yield
+    finally:
+        set_crc32_options(previous)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -159,7 +173,7 @@ class CheckpointStore:
         tmp = self.directory / f"{TMP_PREFIX}{final.name}-{os.getpid()}"
         tmp.mkdir()
         started = time.perf_counter()
-        with open(tmp / STATE_FILE, "wb") as handle:
+        with open(tmp / STATE_FILE, "wb") as handle, _without_zip_crc32():
             writer = _HashingWriter(handle)
             torch.save(state, writer)
             handle.flush()
@@ -181,10 +195,13 @@ class CheckpointStore:
         return final
 
     def load(self, path: Path) -> dict[str, Any]:
-        """Verify, then load with ``weights_only=True``: loading executes no pickled code."""
+        """Verify, then load with ``weights_only=True``: loading executes no pickled code.
+
+        Tensors are memory-mapped, so a large checkpoint is not held twice in RAM while
+        it is copied into the model and optimizer.
+        """
         verify(path)
-        with open(path / STATE_FILE, "rb") as handle:
-            return torch.load(handle, map_location="cpu", weights_only=True)
+        return torch.load(path / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
 
     def _remove_partial_writes(self) -> None:
         # Only this process writes here (rank 0 of one run), so any temporary directory
