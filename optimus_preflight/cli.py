@@ -9,16 +9,21 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import hydra
 from hydra._internal.utils import get_args_parser
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig
 
 from optimus_preflight.config.compose import compose
 from optimus_preflight.config.store import register_configs
+from optimus_preflight.distributed import DistEnv, broadcast_object, destroy_process_group, init_process_group
 from optimus_preflight.errors import (
+    EXIT_INTERNAL,
     EXIT_OK,
     EXIT_USER_ERROR,
     PreflightFailed,
@@ -27,6 +32,7 @@ from optimus_preflight.errors import (
 )
 from optimus_preflight.instantiate import locate
 from optimus_preflight.recipe import check_before_work
+from optimus_preflight.sweep import already_completed, write_sweep_summary
 
 log = logging.getLogger("optimus_preflight")
 
@@ -87,8 +93,12 @@ class SweepInterrupted(BaseException):
         super().__init__(exit_code)
 
 
-def run_recipe(recipe_class: type, cfg: DictConfig) -> int:
-    """Run one job and map its outcome to an exit code (a bug propagates: traceback, 1)."""
+def run_recipe(recipe_class: type, cfg: DictConfig, *, contain_bugs: bool = False) -> int:
+    """Run one job and map its outcome to an exit code.
+
+    A bug propagates (Hydra prints the traceback, exit 1), except inside a sweep,
+    where it is logged with its traceback and the sweep goes on (``contain_bugs``).
+    """
     try:
         recipe_class(cfg).run()
     except UserError as error:
@@ -98,8 +108,44 @@ def run_recipe(recipe_class: type, cfg: DictConfig) -> int:
         log.error("%s", error)
         return error.exit_code
     except TrainingInterrupted as error:
+        if error.chained_handler is not None:
+            # e.g. submitit: its handler requeues the job (and exits) now that the
+            # checkpoint it will resume from is on disk.
+            error.chained_handler(error.signum, None)
         return error.exit_code
+    except Exception:
+        if not contain_bugs:
+            raise
+        log.exception("job failed with an unexpected error (a bug: please report it)")
+        return EXIT_INTERNAL
     return EXIT_OK
+
+
+def _with_default(argv: list[str], key: str, value: str) -> None:
+    if not any(arg.lstrip("+").startswith(f"{key}=") for arg in argv):
+        argv.append(f"{key}={value}")
+
+
+def _prepare_distributed(argv: list[str]) -> DistEnv:
+    """Under torchrun every rank must use the same run dir, and only rank 0 writes files:
+    rank 0 picks the timestamped dir and the others follow it."""
+    env = DistEnv.from_environment()
+    if not env.is_distributed:
+        return env
+    init_process_group(env)
+    stamp = broadcast_object(datetime.now().strftime("%Y-%m-%d/%H-%M-%S"))
+    _with_default(argv, "hydra.run.dir", f"outputs/{stamp}")
+    _with_default(argv, "hydra.sweep.dir", f"multirun/{stamp}")
+    if not env.is_main:
+        argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
+    return env
+
+
+def _extra_signal_name(overrides: list[str]) -> str:
+    for override in reversed(overrides):
+        if override.startswith("checkpoint.extra_signal="):
+            return override.split("=", 1)[1].removeprefix("SIG") or "USR1"
+    return "USR1"
 
 
 def run_app(recipe_class: type | None = None) -> None:
@@ -108,8 +154,8 @@ def run_app(recipe_class: type | None = None) -> None:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     register_configs()
-    if recipe_class is not None and not any(a.startswith("recipe._target_=") for a in sys.argv[1:]):
-        sys.argv.append(f"recipe._target_={recipe_class.__module__}.{recipe_class.__qualname__}")
+    if recipe_class is not None:
+        _with_default(sys.argv, "recipe._target_", f"{recipe_class.__module__}.{recipe_class.__qualname__}")
     args = get_args_parser().parse_args(sys.argv[1:])
     if not (args.help or args.hydra_help or args.info or args.shell_completion):
         try:
@@ -117,27 +163,45 @@ def run_app(recipe_class: type | None = None) -> None:
         except UserError as error:
             print(f"optimus-train: error: {error}", file=sys.stderr)
             sys.exit(EXIT_USER_ERROR)
+    _prepare_distributed(sys.argv)
+    # submitit sends its pre-timeout signal (USR2 unless told) and reads this at import:
+    # make it the signal our handler saves a checkpoint on.
+    os.environ.setdefault("SUBMITIT_PREEMPT_SIGNAL", _extra_signal_name(args.overrides))
 
     exit_codes: list[int] = []
+    sweep_dirs: list[Path] = []
 
     @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base="1.3")
     def _task(cfg: DictConfig) -> Any:
+        hydra_cfg = HydraConfig.get()
+        run_dir = Path(hydra_cfg.runtime.output_dir)
+        if already_completed(run_dir, cfg):
+            log.info("%s already completed %d steps: skipping (checkpoint.resume=auto)", run_dir, cfg.trainer.max_steps)
+            exit_codes.append(EXIT_OK)
+            return EXIT_OK
         cls = recipe_class or resolve_recipe_class(cfg)
-        code = run_recipe(cls, cfg)
+        code = run_recipe(cls, cfg, contain_bugs=args.multirun)
         exit_codes.append(code)
-        if code >= 128 and args.multirun:
-            # Ctrl+C/SIGTERM in a sweep: this job saved its checkpoint; start no other.
-            raise SweepInterrupted(code)
+        if args.multirun:
+            sweep_dirs.append(Path(hydra_cfg.sweep.dir))
+            if code >= 128:
+                # Ctrl+C/SIGTERM in a sweep: this job saved its checkpoint; start no other.
+                raise SweepInterrupted(code)
+            if code and cfg.sweep.fail_fast:
+                raise SweepInterrupted(code)
         return code
 
     try:
         _task()
     except SweepInterrupted as stop:
-        log.warning("sweep stopped by a signal; re-run the same command with checkpoint.resume=auto to continue")
+        write_sweep_summary(sweep_dirs[-1])
+        log.warning("sweep stopped early; re-run the same command with the same hydra.sweep.dir and checkpoint.resume=auto to continue")
         sys.exit(stop.exit_code)
     except KeyboardInterrupt:
         print("optimus-train: interrupted twice: stopped at once; the last checkpoint on disk is intact.", file=sys.stderr)
         sys.exit(130)
+    finally:
+        destroy_process_group()
     sys.exit(max(exit_codes, default=EXIT_OK))
 
 

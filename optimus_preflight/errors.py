@@ -48,9 +48,12 @@ class PreflightFailed(Exception):
 class TrainingInterrupted(Exception):
     """A stop signal was handled: a checkpoint was saved, exit 128 + signal number."""
 
-    def __init__(self, signum: int, step: int, checkpoint: str | None):
+    def __init__(self, signum: int, step: int, checkpoint: str | None, chained_handler=None):
         self.signum = signum
         self.step = step
         self.checkpoint = checkpoint
         self.exit_code = 128 + signum
+        # A handler that owned the signal before us (a scheduler's requeue logic), to be
+        # called once the run has shut down cleanly.
+        self.chained_handler = chained_handler
         super().__init__(f"interrupted by signal {signum} at step {step}; checkpoint: {checkpoint}")

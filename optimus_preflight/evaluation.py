@@ -21,6 +21,7 @@ def evaluate(
     *,
     max_batches: int | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    reduce_sum: Callable[[Any], torch.Tensor] | None = None,
 ) -> float | None:
     """Mean validation loss over up to ``max_batches`` batches; None if stopped early or empty.
 
@@ -44,6 +45,8 @@ def evaluate(
                 count_sum = count_sum + count
     finally:
         model.train(was_training)
-    if isinstance(count_sum, int) and count_sum == 0:
+    if reduce_sum is not None:  # every rank evaluated its shard of the validation set
+        loss_sum, count_sum = reduce_sum(loss_sum), reduce_sum(count_sum)
+    if float(count_sum) == 0:
         return None
     return float(loss_sum / count_sum)

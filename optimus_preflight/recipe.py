@@ -23,7 +23,9 @@ from torch.utils.data import DataLoader
 from optimus_preflight.checkpoint.resume import check_resume_value
 from optimus_preflight.config.validate import validate_config
 from optimus_preflight.context import resolve_plan
+from optimus_preflight.checkpoint.state import unwrap
 from optimus_preflight.data import build_loader
+from optimus_preflight.distributed import all_reduce_sum, wrap_model
 from optimus_preflight.errors import PreflightFailed, TrainingInterrupted
 from optimus_preflight.evaluation import evaluate
 from optimus_preflight.instantiate import instantiate_node, node_target
@@ -137,12 +139,15 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         if self._is_set_up:
             return
         _ensure_logging()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         context = self.setup_training_context()
+        if not context.dist.is_main:
+            log.setLevel(logging.WARNING)  # one rank speaks for the job
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         # The optimizer is built after .to(device) so it holds the tensors the model uses (O2).
-        self.model = self.build_model().to(context.device)
-        self.optimizer = self.build_optimizer(self.model)
+        model = self.build_model().to(context.device)
+        self.optimizer = self.build_optimizer(model)
         self.scheduler = self.build_scheduler(self.optimizer)
+        self.model = wrap_model(model, context.device, self.cfg.trainer.ddp_find_unused_parameters)
         self.train_loader, self.val_loader = self.build_dataloaders()
         interruption = self.setup_interruption()
         # Under DDP a rank cannot abandon a window alone; ranks agree at step boundaries.
@@ -245,6 +250,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             self.training_context.plan,
             max_batches=self.cfg.trainer.eval_max_batches,
             should_stop=self.stop_requested,
+            reduce_sum=all_reduce_sum if self.training_context.dist.is_distributed else None,
         )
         if val_loss is not None or not self.stop_requested():
             self.eval_pending = False
@@ -254,20 +260,22 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
 
     def _open_step_logger(self) -> StepLogger:
         logging_cfg = self.cfg.logging
-        sinks: list[Any] = [JsonlSink(self.run_dir / "metrics.jsonl", logging_cfg.flush_every_s)]
-        if logging_cfg.tensorboard:
-            sink = make_tensorboard_sink(self.run_dir / "tensorboard")
-            if sink is not None:
-                sinks.append(sink)
         context = self.training_context
+        sinks: list[Any] = []
+        if context.dist.is_main:
+            sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", logging_cfg.flush_every_s))
+            if logging_cfg.tensorboard and (sink := make_tensorboard_sink(self.run_dir / "tensorboard")):
+                sinks.append(sink)
+        progress_mode = logging_cfg.progress if context.dist.is_main else "none"
         return StepLogger(
             MetricsLogger(sinks),
-            Progress(logging_cfg.progress, self.cfg.trainer.max_steps, self.state.step),
+            Progress(progress_mode, self.cfg.trainer.max_steps, self.state.step),
             every_n_steps=logging_cfg.every_n_steps,
             device=context.device,
             scaler=context.scaler,
             group_names=group_names(self.optimizer),
             world_size=context.dist.world_size,
+            reduce_sum=all_reduce_sum if context.dist.is_distributed else None,
         )
 
     def finalize(self, status: str, wall_time_s: float) -> dict[str, Any]:
@@ -281,11 +289,11 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             "wall_time_s": round(wall_time_s, 3),
             "peak_memory_bytes": peak_memory_bytes(context.device) if context else None,
             "resumed_from": str(self.interruption.resumed_from) if self.interruption and self.interruption.resumed_from else None,
-            "params_sha256": params_sha256(model) if model is not None else None,
+            "params_sha256": params_sha256(unwrap(model)) if model is not None else None,
             "skipped_steps": self.state.skipped_steps,
         }
         # Nothing is written for a run that failed before its directory existed.
-        if self.run_dir.is_dir():
+        if self.run_dir.is_dir() and (context is None or context.dist.is_main):
             write_json_atomic(self.run_dir / "summary.json", summary)
             log.info(
                 "%s after %d steps | final loss %s | val loss %s | %.1f s",

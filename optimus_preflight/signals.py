@@ -14,7 +14,7 @@ import logging
 import signal
 import threading
 from types import FrameType
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from optimus_preflight.errors import UserError
 
@@ -63,7 +63,14 @@ class StopSignals:
     def uninstall(self) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
-        self._previous.clear()
+
+    def chained_handler(self) -> Callable[[int, Any], Any] | None:
+        """The handler the received signal had before ours, when it is Python code that
+        expects to run (e.g. submitit's requeue-on-timeout); called after the checkpoint."""
+        handler = self._previous.get(self.received) if self.received else None
+        if callable(handler) and handler is not signal.default_int_handler:
+            return handler
+        return None
 
     def request(self, signum: int) -> None:
         """Record a stop as if ``signum`` had arrived (other ranks' requests, tests)."""

@@ -37,6 +37,8 @@ class StepResult:
     samples: int
     micro_batches: int
     times: PhaseTimes = field(default_factory=PhaseTimes)
+    # Targets the loss averages over (this rank): weights the loss when ranks are combined.
+    count: Count = 1
 
 
 def split_loss_output(output: Any, batch: Any) -> tuple[torch.Tensor, Count]:
@@ -76,6 +78,8 @@ class StepRunner:
         skip_nonfinite: bool,
         accumulation_steps: int,
         should_stop: Callable[[], bool] = lambda: False,
+        reduce_sum: Callable[[Count], torch.Tensor] | None = None,
+        world_size: int = 1,
     ):
         self.model = model
         self.optimizer = optimizer
@@ -87,7 +91,24 @@ class StepRunner:
         self.skip_nonfinite = skip_nonfinite
         self.accumulation_steps = accumulation_steps
         self.should_stop = should_stop
+        # Under DDP counts are summed over ranks: the gradient is averaged over every
+        # rank's targets, and DDP's own mean over ranks is undone by ``world_size``.
+        self.reduce_sum = reduce_sum
+        self.world_size = world_size
+        self._global_reference: torch.Tensor | None = None
         self.non_blocking = plan.device.type == "cuda"
+
+    def _reference(self, first_count: Count) -> Count:
+        if self.reduce_sum is None:
+            return first_count * self.accumulation_steps
+        if self._global_reference is None:  # one collective, on the first window only
+            self._global_reference = self.reduce_sum(first_count) * self.accumulation_steps
+        return self._global_reference
+
+    def _correction(self, reference: Count, count_sum: Count) -> Count:
+        if self.reduce_sum is None:
+            return reference / count_sum
+        return self.world_size * reference / self.reduce_sum(count_sum)
 
     def _sync_context(self, is_last: bool) -> contextlib.AbstractContextManager:
         # DDP all-reduces on every backward unless told not to; only the last counts.
@@ -112,9 +133,12 @@ class StepRunner:
                 with self.plan.autocast():
                     loss, count = split_loss_output(self.compute_loss(self.model, batch), batch)
                 if micro_batches == 0:
-                    reference = count * self.accumulation_steps
+                    reference = self._reference(count)
                 forward_done = time.perf_counter()
-                self.scaler.scale(loss * (count / reference)).backward()
+                weight = count / reference
+                if isinstance(weight, torch.Tensor):
+                    weight = weight.to(loss.device, loss.dtype)
+                self.scaler.scale(loss * weight).backward()
             clock = time.perf_counter()
             times.forward_s += forward_done - started
             times.backward_s += clock - forward_done
@@ -129,7 +153,10 @@ class StepRunner:
         lrs = [group["lr"] for group in self.optimizer.param_groups]
         params = params_with_grads(self.optimizer)
         self.scaler.unscale_(self.optimizer)
-        scale_grads_(params, reference / count_sum)
+        correction = self._correction(reference, count_sum)
+        if isinstance(correction, torch.Tensor):
+            correction = correction.to(torch.float32)
+        scale_grads_(params, correction)
         grad_norm = total_norm(params)
         if self.clip_grad_norm is not None:
             clip_grads_(params, self.clip_grad_norm, grad_norm)
@@ -146,6 +173,7 @@ class StepRunner:
             samples=samples,
             micro_batches=micro_batches,
             times=times,
+            count=count_sum,
         )
 
     def _optimizer_step(self, grad_norm: torch.Tensor) -> bool:

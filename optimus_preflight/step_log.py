@@ -7,7 +7,7 @@ are only converted (one host sync) when a record is built.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -27,6 +27,7 @@ class StepLogger:
         scaler: torch.amp.GradScaler,
         group_names: list[str],
         world_size: int = 1,
+        reduce_sum: Callable[[Any], torch.Tensor] | None = None,
     ):
         self.metrics = metrics
         self.progress = progress
@@ -35,6 +36,9 @@ class StepLogger:
         self.scaler = scaler
         self.group_names = group_names
         self.world_size = world_size
+        # Under DDP every rank builds the record (the loss is a collective); only the
+        # main rank has sinks.
+        self.reduce_sum = reduce_sum
         self._reset()
 
     def _reset(self) -> None:
@@ -51,9 +55,12 @@ class StepLogger:
         self.progress.advance()
         if not force and step % self.every_n_steps:
             return None
+        loss = result.loss
+        if self.reduce_sum is not None:  # the global mean over every rank's targets
+            loss = self.reduce_sum(result.loss.detach().double() * result.count) / self.reduce_sum(result.count)
         record: dict[str, Any] = {
             "step": step,
-            "loss": result.loss.item(),
+            "loss": loss.item(),
             **lr_metrics(result.lrs, self.group_names),
             "grad_norm": result.grad_norm.item(),
             "skipped_steps": skipped_steps,

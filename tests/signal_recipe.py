@@ -2,7 +2,8 @@
 
 Environment: SIGNAL_NAME (e.g. SIGTERM), SIGNAL_PHASE (train|eval|data), SIGNAL_AT
 (1-based count of compute_loss calls in that phase, or of training samples read) and
-SIGNAL_REPEAT (how many times to send it; 2 x SIGINT is an impatient user).
+SIGNAL_REPEAT (how many times to send it; 2 x SIGINT is an impatient user) and
+SIGNAL_RANK (under torchrun, the only rank that sends it).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 def _plan():
     name = os.environ.get("SIGNAL_NAME")
-    if not name:
+    if not name or os.environ.get("SIGNAL_RANK", os.environ.get("RANK", "0")) != os.environ.get("RANK", "0"):
         return None
     return getattr(signal, name), os.environ["SIGNAL_PHASE"], int(os.environ["SIGNAL_AT"])
 

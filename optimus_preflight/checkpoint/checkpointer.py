@@ -98,15 +98,18 @@ class RunCheckpointer:
     def save(self, progress: dict[str, Any]) -> Path | None:
         """Rank 0 writes; every rank waits for it, so no rank runs ahead of a checkpoint."""
         assert self.parts is not None
+        step = self.parts.run_state.step
+        if self.last_saved is not None and self.last_saved.name == f"step_{step:08d}":
+            return self.last_saved  # e.g. the final checkpoint at a periodic step
         path = None
         if self.dist.is_main:
             started = time.perf_counter()
             state = build_state(self.parts, rng=self.boundary_rng or capture_rng(), config=self.config, progress=progress)
-            path = self.store.save(state, self.parts.run_state.step)
+            path = self.store.save(state, step)
             log.info("checkpoint %s (%.2f s)", path.relative_to(self.run_dir), time.perf_counter() - started)
         if self.dist.is_distributed and torch_dist.is_initialized():
             torch_dist.barrier()
-        self.last_saved = path or self.store.directory / f"step_{self.parts.run_state.step:08d}"
+        self.last_saved = path or self.store.directory / f"step_{step:08d}"
         return self.last_saved
 
     # ------------------------------------------------------------------ resuming

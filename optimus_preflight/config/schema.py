@@ -47,6 +47,8 @@ class TrainerConfig:
     max_consecutive_skips: int = 20
     # Opt-in because deterministic kernels are slower and some ops have none.
     deterministic: bool = False
+    # DDP: needed when some parameters get no gradient in a step; costs a graph walk per step.
+    ddp_find_unused_parameters: bool = False
     grad_scaler: GradScalerConfig = field(default_factory=GradScalerConfig)
 
 
@@ -149,6 +151,12 @@ class CheckpointConfig:
 
 
 @dataclass
+class SweepConfig:
+    # In a multirun (-m), stop at the first failed job instead of running the rest.
+    fail_fast: bool = False
+
+
+@dataclass
 class Config:
     recipe: RecipeConfig = field(default_factory=RecipeConfig)
     model: Any = MISSING
@@ -159,3 +167,4 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)

@@ -17,6 +17,7 @@ _GROUP_SCHEMAS = {
     ("logging", "logging_schema"): schema.LoggingConfig,
     ("preflight", "preflight_schema"): schema.PreflightConfig,
     ("checkpoint", "checkpoint_schema"): schema.CheckpointConfig,
+    ("sweep", "sweep_schema"): schema.SweepConfig,
     ("optimizer", "adamw_schema"): schema.AdamWConfig,
     ("optimizer", "sgd_schema"): schema.SGDConfig,
     ("scheduler", "warmup_cosine_schema"): schema.WarmupCosineConfig,

@@ -49,4 +49,4 @@ class TrainingInterruptionMixin:
             "stopped by %s at step %d; checkpoint %s. Resume with:\n  %s",
             signal.Signals(signum).name, self.state.step, path, resume_command(self.run_dir),
         )
-        raise TrainingInterrupted(signum, self.state.step, str(path))
+        raise TrainingInterrupted(signum, self.state.step, str(path), self.interruption.signals.chained_handler())

@@ -6,6 +6,7 @@ from typing import Callable, ContextManager
 
 from torch.utils.data import DataLoader
 
+from optimus_preflight.distributed import all_reduce_sum
 from optimus_preflight.step import StepResult, StepRunner
 from optimus_preflight.stream import BatchStream
 
@@ -43,6 +44,8 @@ class TrainingIterationMixin:
             skip_nonfinite=trainer.skip_nonfinite,
             accumulation_steps=trainer.accumulation_steps,
             should_stop=should_stop,
+            reduce_sum=all_reduce_sum if context.dist.is_distributed else None,
+            world_size=context.dist.world_size,
         )
         stream = BatchStream(train_loader, trainer.accumulation_steps, interruptible)
         self.training_iteration = TrainingIteration(runner, stream)

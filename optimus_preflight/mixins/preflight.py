@@ -21,6 +21,7 @@ class PreflightMixin:
         started = time.perf_counter()
         results = run_checks(self.preflight_checks(), PreflightContext.from_recipe(self), self.cfg.preflight.disable)
         report = PreflightReport(results, time.perf_counter() - started, self.cfg.preflight.fail_on)
-        write_json_atomic(self.run_dir / "preflight.json", report.to_dict())
+        if self.training_context.dist.is_main:
+            write_json_atomic(self.run_dir / "preflight.json", report.to_dict())
         self.preflight_report = report
         return report
