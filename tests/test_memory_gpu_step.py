@@ -12,8 +12,9 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from optimus_preflight.memory import check_model_gpu_memory, estimate_step_memory, gpu_step_report
-from optimus_preflight.memory.gpu_step import restored_training_state
+from optimus_preflight.memory.gpu_step import restored_training_state, run_synthetic_steps
 from optimus_preflight.memory.steps import run_training_steps
+from optimus_preflight.memory.tracker import StorageTracker
 
 CONF = OmegaConf.create({"trainer": {"precision": "fp32", "accumulation_steps": 1}})
 
@@ -83,3 +84,37 @@ def test_gpu_step_measures_the_peak_and_restores_the_model():
     assert abs(report.error) < 0.10, report.describe()
     assert all(torch.equal(model.state_dict()[k], v) for k, v in before.items())
     assert not optimizer.state
+
+
+class TrackerMeter:
+    """Stands in for CudaPeakMeter on the CPU: live storage bytes of the real steps."""
+
+    def __init__(self, model):
+        self.tracker = StorageTracker()
+        self.tracker.track(list(model.parameters()), "params")
+
+    def __enter__(self):
+        self.tracker.__enter__()
+        self.tracker.reset_peak()
+        return self
+
+    def __exit__(self, *exc):
+        self.tracker.__exit__(*exc)
+
+    def peak(self):
+        return self.tracker.peak
+
+
+def test_the_synthetic_steps_measure_what_the_estimate_predicts_and_restore_the_model():
+    model_fn, batch, loss_fn = cases()["transformer"]
+    torch.manual_seed(0)
+    model = model_fn()
+    optimizer = OPTIMIZERS["adamw"](model.parameters())
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    predicted = estimate_step_memory(model_fn, batch, loss_fn, OPTIMIZERS["adamw"], precision="bf16")
+    meter = TrackerMeter(model)
+    measured = run_synthetic_steps(model, optimizer, batch, loss_fn, precision="bf16", meter=meter)
+    # The estimate also counts one fresh batch per micro-batch; here the batch was made outside.
+    batch_bytes = sum(t.numel() * t.element_size() for t in batch)
+    assert abs(predicted.peak_bytes - batch_bytes - measured) <= 0.02 * measured
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in before.items()) and not optimizer.state

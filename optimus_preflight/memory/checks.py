@@ -4,6 +4,11 @@ Each check estimates two real training steps on fake tensors (the recipe's model
 optimizer, loss and first batch, the configured precision and accumulation), compares
 the peak with the usable memory and, when it does not fit or is within 10% of the
 limit, searches the estimator for the largest micro-batch that fits.
+
+Issue codes: MEM0 not applicable (info), MEM1/MEM2 GPU memory exceeded/within 10%,
+MEM3 the estimate fell back to the formula, MEM4/MEM5 host RAM exceeded/within 10%.
+Artifacts left for later consumers: ``memory.estimate`` (the ``MemoryEstimate``) and
+``memory.largest_micro_batch`` (for the OOM observer's hint).
 """
 
 from __future__ import annotations

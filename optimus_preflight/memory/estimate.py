@@ -36,6 +36,7 @@ CUDA_NOTES = (
     "cannot run fake cuda tensors through backward, so kernels are the CPU ones (kernel-internal "
     "workspaces, e.g. cuDNN's, are not counted); CUDA's autocast op lists are applied on top of CPU autocast",
     "optimizers that default to foreach on CUDA were run with foreach=True, whose temporaries are counted",
+    "context_bytes (CUDA context) and workspace_bytes (cuBLAS workspaces) are allowances, not in peak_bytes",
 )
 
 

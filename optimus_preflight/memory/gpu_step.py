@@ -171,26 +171,66 @@ def gpu_step_report(
     )
     if device.type != "cuda":
         return GpuStepReport(predicted)
+    measured = run_synthetic_steps(
+        model, optimizer, batch, loss_fn, precision=precision, accumulation_steps=accumulation, scaler=scaler
+    )
+    return GpuStepReport(predicted, measured, str(device))
+
+
+class CudaPeakMeter:
+    """``torch.cuda.max_memory_allocated`` over the steps run inside it."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def __enter__(self) -> CudaPeakMeter:
+        torch.cuda.synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        torch.cuda.synchronize(self.device)
+
+    def peak(self) -> int:
+        return int(torch.cuda.max_memory_allocated(self.device))
+
+
+def run_synthetic_steps(
+    model: nn.Module,
+    optimizer: Optimizer,
+    batch: Any,
+    loss_fn: Callable[[nn.Module, Any], Any],
+    *,
+    precision: str,
+    accumulation_steps: int = 1,
+    scaler: Any = None,
+    meter: Any = None,
+) -> int:
+    """Two real training steps of ``batch`` on the model's device; everything restored after.
+
+    Calls the module inside a DDP wrapper under ``no_sync``: no collective is issued.
+    Returns the meter's peak (``CudaPeakMeter`` on the model's device by default).
+    """
+    module = unwrap_model(model)
+    device = next(module.parameters()).device
+    meter = meter or CudaPeakMeter(device)
     on_device = move_to_device(batch, device)
     no_sync = model.no_sync() if hasattr(model, "no_sync") else contextlib.nullcontext()
     with restored_training_state(module, optimizer, scaler), no_sync:
         module.train()
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        run_training_steps(
-            module,
-            optimizer,
-            lambda: on_device,
-            loss_fn,
-            None,
-            precision=precision,
-            accumulation_steps=accumulation,
-            device_type="cuda",
-            scaler=scaler if scaler is not None and scaler.is_enabled() else None,
-        )
-        torch.cuda.synchronize(device)
-        measured = torch.cuda.max_memory_allocated(device)
-    return GpuStepReport(predicted, measured, str(device))
+        with meter:
+            run_training_steps(
+                module,
+                optimizer,
+                lambda: on_device,
+                loss_fn,
+                None,
+                precision=precision,
+                accumulation_steps=accumulation_steps,
+                device_type=device.type,
+                scaler=scaler if scaler is not None and scaler.is_enabled() else None,
+            )
+        return meter.peak()
 
 
 def check_model_gpu_memory(
