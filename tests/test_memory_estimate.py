@@ -177,3 +177,14 @@ def test_a_factory_returning_a_live_model_is_traced_on_a_fake_copy():
     from_factory = estimate_step_memory(with_buffer, batch, loss_fn, OPTIMIZERS["adamw"])
     assert from_live.method == "fake" and from_live.peak_bytes == from_factory.peak_bytes
     assert all(torch.equal(live.state_dict()[k], v) for k, v in weights.items())  # untouched
+
+
+def test_a_model_that_cannot_be_built_raises_with_both_reasons():
+    from optimus_preflight.memory.analytic import EstimateError
+
+    def broken() -> nn.Module:
+        raise ValueError("no such layer size")
+
+    _, batch, loss_fn = CASES["mlp"]
+    with pytest.raises(EstimateError, match="no such layer size.*meta device failed too"):
+        estimate_step_memory(broken, batch, loss_fn, OPTIMIZERS["adamw"])

@@ -74,9 +74,10 @@ def test_synthetic_steps_leave_weights_buffers_optimizer_and_rng_as_they_were():
 def test_gpu_step_measures_the_peak_and_restores_the_model():
     device = torch.device("cuda")
     torch.manual_seed(0)
-    model = TinyTransformer(vocab=512, d=256, layers=4, heads=4, block=128).to(device)
+    # ~120M parameters: large enough that the cuBLAS workspace allowance is a few percent.
+    model = TinyTransformer(vocab=8192, d=1024, layers=8, heads=8, block=256).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    batch = (torch.randint(0, 512, (16, 128)), torch.randint(0, 512, (16, 128)))
+    batch = (torch.randint(0, 8192, (8, 256)), torch.randint(0, 8192, (8, 256)))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     conf = OmegaConf.create({"trainer": {"precision": "bf16", "accumulation_steps": 1}})
     report = gpu_step_report(conf, model, optimizer, batch=batch, loss_fn=lm_loss)

@@ -37,6 +37,10 @@ STATES_PER_PARAM: dict[str, Callable[[dict[str, Any]], int]] = {
 UNKNOWN_OPTIMIZER_STATES = 2
 
 
+class EstimateError(RuntimeError):
+    """Neither the traced step nor the formula could be evaluated."""
+
+
 def optimizer_states_per_param(optimizer: Optimizer) -> tuple[int, bool]:
     """(parameter-sized state tensors per parameter, whether the optimizer is known)."""
     for cls in type(optimizer).__mro__:
@@ -67,13 +71,23 @@ def analytic_estimate(
     partial: StorageTracker | None,
     reason: str,
     started: float,
+    model: nn.Module | None = None,
+    optimizer: Optimizer | None = None,
 ) -> MemoryEstimate:
+    """``model``/``optimizer``: the (fake) ones the failed trace built, if it got that far;
+    otherwise they are built on the meta device."""
     size = cuda_rules.round_size if device == "cuda" else (lambda nbytes: nbytes)
-    with torch.device("meta"):
-        model = model_fn()
+    if model is None or optimizer is None:
+        try:
+            with torch.device("meta"):
+                model = model_fn()
+            optimizer = build_optimizer(model)
+        except Exception as error:
+            raise EstimateError(
+                f"cannot estimate the step's memory: {reason}; building on the meta device failed too ({error})"
+            ) from error
     params = list({id(p): p for p in model.parameters()}.values())
     trainable = [p for p in params if p.requires_grad]
-    optimizer = build_optimizer(model)
     states, known = optimizer_states_per_param(optimizer)
     param_bytes = sum(size(p.numel() * p.element_size()) for p in params)
     grad_bytes = sum(size(p.numel() * p.element_size()) for p in trainable)

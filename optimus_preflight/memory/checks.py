@@ -48,8 +48,7 @@ def gpu_memory_limit(cfg: Any, device: torch.device) -> MemoryLimit | None:
         return MemoryLimit(
             int(usable),
             f"a {memory.target_gib:g} GiB GPU (preflight.memory.target_gib) leaves {gib(usable)} for tensors "
-            f"(min of {fraction:.0%} of it and it less {memory.reserve_gib:g} GiB reserve, "
-            f"less {gib(context)} for the CUDA context)",
+            f"= min({fraction:.0%} of it, it - {memory.reserve_gib:g} GiB reserve) - {gib(context)} CUDA context",
             "preflight.memory.target_gib",
         )
     if device.type != "cuda" or not torch.cuda.is_available():
@@ -61,9 +60,9 @@ def gpu_memory_limit(cfg: Any, device: torch.device) -> MemoryLimit | None:
     usable = min(fraction * total - context, free + held - reserve)
     return MemoryLimit(
         int(usable),
-        f"{torch.cuda.get_device_name(device)} ({gib(total)}) leaves {gib(usable)} for tensors "
-        f"(min of {fraction:.0%} of total less the CUDA context, and {gib(free)} free + {gib(held)} "
-        f"held by this process less {memory.reserve_gib:g} GiB reserve)",
+        f"{torch.cuda.get_device_name(device)} leaves {gib(usable)} for tensors = min({fraction:.0%} of "
+        f"{gib(total)} - {gib(context)} CUDA context, {gib(free)} free + {gib(held)} held by this process "
+        f"- {memory.reserve_gib:g} GiB reserve)",
         "preflight.memory.usable_fraction",
     )
 
@@ -131,8 +130,8 @@ def judge(
     else:
         fit_text = f"The largest micro-batch predicted to fit is {search.largest}{' or more' if search.at_least else ''} (data.batch_size={batch_size} now)."
     message = (
-        f"The training step needs {gib(need)} of {what} memory; {limit.description}. "
-        f"{estimate.describe()}.{extra} {fit_text}"
+        f"The training step needs {gib(need)} of {what} memory ({estimate.describe(overheads=False)}{extra}); "
+        f"{limit.description}. {fit_text}"
     )
     hints = memory_hints(
         estimate.breakdown,
@@ -179,7 +178,11 @@ class VRAMHeadroomCheck(Check):
         need = estimate.required_bytes - estimate.context_bytes + ddp
         ctx.artifacts["memory.estimate"] = estimate
         findings.data.update(limit=asdict(limit), precision=precision, ddp_bucket_bytes=ddp)
-        extra = f" Plus {gib(ddp)} of DDP gradient buckets." if ddp else ""
+        extra = f"; + {gib(estimate.workspace_bytes)} cuBLAS workspaces"
+        if estimate.allocator_peak_bytes and estimate.allocator_peak_bytes > estimate.peak_bytes:
+            extra += f"; + {gib(estimate.allocator_peak_bytes - estimate.peak_bytes)} of allocator blocks not split"
+        if ddp:
+            extra += f"; + {gib(ddp)} DDP gradient buckets"
         judge(
             findings,
             what="GPU",

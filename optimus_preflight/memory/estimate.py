@@ -126,6 +126,8 @@ def estimate_training_step(
                 partial=tracker if progress.get("built") else None,
                 reason=f"tracing failed at {tracker.where} ({reason})",
                 started=started,
+                model=progress.get("model"),
+                optimizer=progress.get("optimizer"),
             )
     finally:
         progress.clear()  # drop the fake model and optimizer

@@ -57,11 +57,11 @@ class MemoryEstimate:
         """What must fit on the device: the peak plus workspaces and the CUDA context."""
         return max(self.peak_bytes, self.allocator_peak_bytes or 0) + self.overhead_bytes
 
-    def describe(self) -> str:
+    def describe(self, overheads: bool = True) -> str:
         parts = ", ".join(f"{key} {gib(value)}" for key, value in self.breakdown.items() if value)
         where = f" at {self.peak_at}" if self.peak_at else ""
-        text = f"peak {gib(self.peak_bytes)}{where} ({parts})"
-        if self.overhead_bytes:
+        text = f"peak {gib(self.peak_bytes)}{where}: {parts}"
+        if overheads and self.overhead_bytes:
             text += f" + {gib(self.overhead_bytes)} CUDA context and workspaces"
         return text
 

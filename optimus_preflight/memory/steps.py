@@ -16,8 +16,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from optimus_preflight.memory.tracker import StorageTracker
-
-AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+from optimus_preflight.precision import AUTOCAST_DTYPES
 
 
 def autocast_dtype(precision: str) -> torch.dtype | None:
