@@ -1,0 +1,48 @@
+"""Memory preflight: predict a training step's peak memory without a GPU, check it, observe OOMs.
+
+- Parameter counts: ``param_count_from_empty_model``, ``estimate_params_from_shape``,
+  ``estimate_base_model_params``, ``bytes_per_base_weight``.
+- ``estimate_step_memory``: two real training steps traced on fake tensors.
+- Preflight checks (``memory_checks()``): GPU headroom (local or
+  ``preflight.memory.target_gib``) and host RAM.
+- ``check_model_gpu_memory``: a real synthetic step on the GPU, state restored.
+- ``OOMObserver``: snapshot, summary and hint on a CUDA OOM.
+"""
+
+from optimus_preflight.memory.advice import memory_hints
+from optimus_preflight.memory.checks import HostMemoryCheck, VRAMHeadroomCheck, memory_checks
+from optimus_preflight.memory.estimate import estimate_step_memory, estimate_training_step, measure_step_memory
+from optimus_preflight.memory.gpu_step import check_model_gpu_memory, gpu_step_report
+from optimus_preflight.memory.oom import OOMObserver, start_oom_observer, summarize_snapshot
+from optimus_preflight.memory.params import (
+    bytes_per_base_weight,
+    count_parameters,
+    estimate_base_model_params,
+    estimate_params_from_shape,
+    param_count_from_empty_model,
+)
+from optimus_preflight.memory.result import MemoryEstimate
+from optimus_preflight.memory.search import largest_fitting_batch, resize_batch
+
+__all__ = [
+    "HostMemoryCheck",
+    "MemoryEstimate",
+    "OOMObserver",
+    "VRAMHeadroomCheck",
+    "bytes_per_base_weight",
+    "check_model_gpu_memory",
+    "count_parameters",
+    "estimate_base_model_params",
+    "estimate_params_from_shape",
+    "estimate_step_memory",
+    "estimate_training_step",
+    "gpu_step_report",
+    "largest_fitting_batch",
+    "measure_step_memory",
+    "memory_checks",
+    "memory_hints",
+    "param_count_from_empty_model",
+    "resize_batch",
+    "start_oom_observer",
+    "summarize_snapshot",
+]

@@ -1,0 +1,91 @@
+"""What the memory checks estimate: the recipe's real builders, loss and first batch.
+
+The model is rebuilt by the recipe's own ``build_model`` under fake mode (no memory),
+so the estimate sees exactly the architecture, dtype and init the run will use; without
+a recipe, a fake copy of the live model stands in.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+from torch.optim import Optimizer
+
+from optimus_preflight.data import batch_size_of
+from optimus_preflight.memory.estimate import estimate_training_step
+from optimus_preflight.memory.fake_copy import fake_copy_factory, unwrap_model
+from optimus_preflight.memory.result import MemoryEstimate
+from optimus_preflight.memory.search import resize_batch
+
+
+def optimizer_factory_like(optimizer: Optimizer, model: nn.Module) -> Callable[[nn.Module], Optimizer]:
+    """A builder of the same optimizer (class, hyperparameters, parameter groups) over a
+    copy of ``model``: groups are matched by parameter name."""
+    source = unwrap_model(model)
+    names = {id(p): name for name, p in source.named_parameters()}
+    accepted = inspect.signature(type(optimizer).__init__).parameters
+    kwargs = {key: value for key, value in optimizer.defaults.items() if key in accepted}
+    groups = [
+        ({key: value for key, value in group.items() if key != "params"}, [names.get(id(p)) for p in group["params"]])
+        for group in optimizer.param_groups
+    ]
+
+    def build(copy_of_model: nn.Module) -> Optimizer:
+        params = dict(copy_of_model.named_parameters())
+        param_groups = [
+            {**options, "params": [params[name] for name in group_names if name in params]}
+            for options, group_names in groups
+        ]
+        return type(optimizer)(param_groups, **kwargs)
+
+    return build
+
+
+def first_batch(ctx: Any) -> Any:
+    """The real first batch left by ``data.first_batch``, or one drawn from the loader."""
+    batch = ctx.artifacts.get("first_batch") if getattr(ctx, "artifacts", None) is not None else None
+    if batch is None:
+        batch = next(iter(ctx.train_loader))
+    return batch
+
+
+@dataclass
+class StepInputs:
+    model_fn: Callable[[], nn.Module]
+    build_optimizer: Callable[[nn.Module], Optimizer]
+    loss_fn: Callable[[nn.Module, Any], Any]
+    batch: Any
+    accumulation_steps: int
+
+    @property
+    def batch_size(self) -> int:
+        return batch_size_of(self.batch)
+
+    def estimate(self, micro_batch: int, *, device: str, precision: str) -> MemoryEstimate:
+        batch = resize_batch(self.batch, micro_batch, self.batch_size)
+        return estimate_training_step(
+            self.model_fn,
+            batch,
+            self.loss_fn,
+            self.build_optimizer,
+            precision=precision,
+            device=device,
+            accumulation_steps=self.accumulation_steps,
+        )
+
+
+def step_inputs(ctx: Any) -> StepInputs:
+    recipe = getattr(ctx, "recipe", None)
+    model_fn = getattr(recipe, "build_model", None) or fake_copy_factory(ctx.model)
+    build_optimizer = getattr(recipe, "build_optimizer", None) or optimizer_factory_like(ctx.optimizer, ctx.model)
+    return StepInputs(
+        model_fn=model_fn,
+        build_optimizer=build_optimizer,
+        loss_fn=ctx.compute_loss,
+        batch=first_batch(ctx),
+        accumulation_steps=int(ctx.cfg.trainer.accumulation_steps),
+    )
