@@ -6,7 +6,7 @@ import copy
 from collections import namedtuple
 
 import pytest
-from conftest import tiny_config
+from tests.conftest import tiny_config
 from omegaconf import OmegaConf
 from optimus_preflight.recipes.char_lm import CharLMRecipe
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from memory_models import MLP, OPTIMIZERS, cases
+from tests.memory_models import MLP, OPTIMIZERS, cases
 from torch import nn
 
 from optimus_preflight.memory import MemoryEstimate, estimate_step_memory, measure_step_memory

@@ -7,7 +7,7 @@ import random
 
 import pytest
 import torch
-from memory_models import OPTIMIZERS, TinyTransformer, cases, lm_loss
+from tests.memory_models import OPTIMIZERS, TinyTransformer, cases, lm_loss
 from omegaconf import OmegaConf
 from torch import nn
 

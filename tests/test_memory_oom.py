@@ -155,7 +155,7 @@ def test_a_real_cuda_oom_leaves_a_snapshot_and_a_summary(tmp_path):
 
 
 def test_the_observer_follows_preflight_oom_observer(tmp_path):
-    from conftest import tiny_config
+    from tests.conftest import tiny_config
 
     from optimus_preflight.memory.oom import start_oom_observer
 
