@@ -14,8 +14,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 log = logging.getLogger("optimus_preflight")
 
@@ -66,7 +67,9 @@ def predicted_peak_bytes(preflight: dict[str, Any] | None) -> int | None:
 
 def job_overrides(job_dir: Path) -> list[str]:
     overrides_file = job_dir / ".hydra" / "overrides.yaml"
-    return [str(o) for o in OmegaConf.load(overrides_file)] if overrides_file.is_file() else []
+    if not overrides_file.is_file():
+        return []
+    return [str(o) for o in yaml.safe_load(overrides_file.read_text(encoding="utf-8")) or []]
 
 
 def job_row(job_dir: Path, job: str, common: set[str] = frozenset()) -> dict[str, Any]:

@@ -40,8 +40,10 @@ def resume_command(run_dir: Path) -> str:
     keep = [o for o in overrides if not o.startswith(("hydra.run.dir=", "checkpoint.resume="))]
     program = ["optimus-train"]
     script = sys.argv[0] if sys.argv else ""
-    # A user script calling MyRecipe.main() is resumed through that script.
-    if script.endswith(".py") and Path(script).resolve() != Path(__file__).resolve().parents[1] / "cli.py":
+    # A user script calling MyRecipe.main() is resumed through that script; launchers'
+    # own entry points (submitit, torchrun) are not something to type.
+    installed = any(part in ("site-packages", "dist-packages") for part in Path(script).parts)
+    if script.endswith(".py") and not installed and Path(script).resolve() != Path(__file__).resolve().parents[1] / "cli.py":
         program = ["python", script]
     words = [*program, *keep, f"hydra.run.dir={run_dir.resolve()}", "checkpoint.resume=auto"]
     return " ".join(shlex.quote(word) for word in words)
