@@ -135,7 +135,7 @@ class RunCheckpointer:
         if self.parts.scheduler is not None:
             refresh_schedule(self.parts.optimizer, self.parts.scheduler)
         restore_rng(state["rng"])
-        self.boundary_rng = state["rng"]
+        self.boundary_rng = capture_rng()
         self.resumed_from = path
         position = state["data_position"]
         log.info(

@@ -31,14 +31,25 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 def capture_rng() -> dict[str, Any]:
-    version, internal, gauss = random.getstate()
-    state: dict[str, Any] = {
-        "python": {"version": version, "internal": list(internal), "gauss": gauss},
+    """Every RNG's state as its library returns it: cheap enough to take every step."""
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state() if np is not None else None,
         "torch_cpu": torch.get_rng_state(),
         "torch_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
-    if np is not None:
-        kind, keys, pos, has_gauss, cached = np.random.get_state()
+
+
+def rng_for_checkpoint(raw: dict[str, Any]) -> dict[str, Any]:
+    """The states in types ``weights_only`` loading accepts (ints, lists, tensors)."""
+    version, internal, gauss = raw["python"]
+    state: dict[str, Any] = {
+        "python": {"version": version, "internal": list(internal), "gauss": gauss},
+        "torch_cpu": raw["torch_cpu"],
+        "torch_cuda": raw["torch_cuda"],
+    }
+    if raw.get("numpy") is not None:
+        kind, keys, pos, has_gauss, cached = raw["numpy"]
         state["numpy"] = {
             "kind": kind,
             "keys": torch.from_numpy(keys.astype(np.int64)),
@@ -50,6 +61,7 @@ def capture_rng() -> dict[str, Any]:
 
 
 def restore_rng(state: dict[str, Any]) -> None:
+    """Restore states saved by ``rng_for_checkpoint``."""
     python = state["python"]
     random.setstate((python["version"], tuple(python["internal"]), python["gauss"]))
     torch.set_rng_state(state["torch_cpu"])
@@ -82,6 +94,7 @@ class Restorable:
 
 
 def build_state(parts: Restorable, *, rng: dict[str, Any], config: dict[str, Any], progress: dict[str, Any]) -> dict[str, Any]:
+    """``rng`` as ``capture_rng`` returned it (at the last step boundary)."""
     return {
         "model": unwrap(parts.model).state_dict(),
         "optimizer": parts.optimizer.state_dict(),
@@ -89,7 +102,7 @@ def build_state(parts: Restorable, *, rng: dict[str, Any], config: dict[str, Any
         "scaler": parts.scaler.state_dict(),
         "run_state": parts.run_state.state_dict(),
         "data_position": parts.stream.state_dict(),
-        "rng": rng,
+        "rng": rng_for_checkpoint(rng),
         "config": config,
         # Values the resumed run reports or acts on first (e.g. an eval cut short).
         "progress": progress,
