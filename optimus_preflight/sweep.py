@@ -57,9 +57,11 @@ def _median_throughput(metrics: Path) -> float | None:
 
 
 def predicted_peak_bytes(preflight: dict[str, Any] | None) -> int | None:
-    """The step-memory prediction a memory check recorded in preflight.json, if any."""
-    for check in (preflight or {}).get("checks", []):
-        value = check.get("data", {}).get("predicted_peak_bytes")
+    """The training step's predicted need from preflight.json: on the GPU (local or
+    preflight.memory.target_gib) when that check applied, else in host RAM."""
+    checks = {check.get("name"): check for check in (preflight or {}).get("checks", [])}
+    for name in ("memory.vram_headroom", "memory.host_ram"):
+        value = checks.get(name, {}).get("data", {}).get("need_bytes")
         if isinstance(value, (int, float)):
             return int(value)
     return None
