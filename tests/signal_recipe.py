@@ -2,8 +2,9 @@
 
 Environment: SIGNAL_NAME (e.g. SIGTERM), SIGNAL_PHASE (train|eval|data), SIGNAL_AT
 (1-based count of compute_loss calls in that phase, or of training samples read) and
-SIGNAL_REPEAT (how many times to send it; 2 x SIGINT is an impatient user) and
-SIGNAL_RANK (under torchrun, the only rank that sends it).
+SIGNAL_REPEAT (how many times to send it; 2 x SIGINT is an impatient user),
+SIGNAL_RANK (under torchrun, the only rank that sends it) and SIGNAL_GROUP=1 (send it
+to the whole process group, DataLoader workers included, as a terminal's Ctrl+C does).
 """
 
 from __future__ import annotations
@@ -59,5 +60,8 @@ class SelfSignalRecipe(CharLMRecipe):
             self.calls[phase] += 1
             if plan[1] == phase and self.calls[phase] == plan[2]:
                 for _ in range(int(os.environ.get("SIGNAL_REPEAT", "1"))):
-                    os.kill(os.getpid(), plan[0])
+                    if os.environ.get("SIGNAL_GROUP") == "1":
+                        os.killpg(os.getpgrp(), plan[0])
+                    else:
+                        os.kill(os.getpid(), plan[0])
         return super().compute_loss(model, batch)

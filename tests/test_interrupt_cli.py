@@ -80,3 +80,24 @@ def test_corrupt_explicit_checkpoint_and_changed_model_are_user_errors(tmp_path)
     manifest.write_text(manifest.read_text().replace('"sha256": "', '"sha256": "0'))
     corrupt = run_cli(tmp_path / "corrupt", *SIGNALLING, f"checkpoint.resume={checkpoint}", cwd=REPO)
     assert corrupt.returncode == 2 and "not a usable checkpoint" in corrupt.output
+
+
+@pytest.mark.slow
+def test_ctrl_c_to_the_process_group_prints_no_worker_tracebacks(tmp_path):
+    """A terminal's Ctrl+C reaches the DataLoader workers too. torch 2.13's worker loop
+    already swallows KeyboardInterrupt; the workers also ignore SIGINT (worker_init_fn), so
+    they keep serving while the main process reaches the step boundary. Either way the
+    user sees one clean stop: exit 130, a checkpoint, no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "SIGNAL_NAME": "SIGINT", "SIGNAL_PHASE": "train", "SIGNAL_AT": "6", "SIGNAL_GROUP": "1"}
+    command = [sys.executable, "-m", "optimus_preflight.cli", f"hydra.run.dir={run_dir}", *SIGNALLING, "data.num_workers=2"]
+    # Its own session, so the group signal does not reach pytest.
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, start_new_session=True)
+    assert result.returncode == 130, result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert "KeyboardInterrupt" not in result.stderr
+    assert (run_dir / "checkpoints" / "step_00000006").is_dir()
