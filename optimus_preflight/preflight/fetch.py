@@ -1,0 +1,304 @@
+"""Fetch the first batches of a DataLoader under a timeout, and explain a hang.
+
+How a hang is bounded, and its stack found, without leaking a thread or a process:
+- ``num_workers > 0``: the loading happens in worker processes. The iterator's own
+  timeout (the mechanism behind ``DataLoader(timeout=)``) bounds the wait in the main
+  process. Each worker registers ``faulthandler`` on SIGUSR2 in a wrapped
+  ``worker_init_fn``; on timeout every worker is sent SIGUSR2 and writes the Python
+  stacks of all its threads to a file (faulthandler dumps from a C signal handler,
+  so it works while the worker sits in ``time.sleep``, a lock or a read). Then the
+  workers are terminated and the iterator is shut down. py-spy would need ptrace
+  rights and an extra binary; /proc only shows native stacks.
+- ``num_workers == 0``: the loading happens in this thread. On the main thread a
+  SIGALRM timer raises an exception inside the hanging frame, so its traceback is the
+  stack of the hang and nothing is left running. Off the main thread, the fetch runs
+  in a daemon thread whose stack is read with ``sys._current_frames()``; that thread
+  cannot be stopped, which the report says.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import linecache
+import os
+import re
+import shutil
+import signal
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+DUMP_SIGNAL = getattr(signal, "SIGUSR2", None)
+_TORCH_DIR = str(Path(torch.__file__).parent)
+_STDLIB_DIRS = tuple({sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
+
+
+class FetchTimeout(BaseException):
+    """Raised inside the hanging frame; a BaseException so ``except Exception`` in
+    dataset code cannot swallow it."""
+
+
+@dataclass
+class FetchResult:
+    batches: list[Any] = field(default_factory=list)
+    latency_s: float | None = None  # to the first batch
+    elapsed_s: float = 0.0
+    timed_out: bool = False
+    error: BaseException | None = None
+    error_text: str | None = None
+    stacks: dict[str, str] = field(default_factory=dict)  # "main", "worker 0 (pid 123)"
+    hang_frame: str | None = None  # 'File "x.py", line 12, in __getitem__: time.sleep(...)'
+    hang_stack: str | None = None  # the stack of the thread (or worker thread) that hangs
+    leaked_thread: bool = False
+
+
+class _DumpStacksOnSignal:
+    """worker_init_fn wrapper: registers faulthandler, then runs the user's init."""
+
+    def __init__(self, inner: Callable[[int], None] | None, directory: str):
+        self.inner = inner
+        self.directory = directory
+
+    def __call__(self, worker_id: int) -> None:
+        if DUMP_SIGNAL is not None:
+            handle = open(os.path.join(self.directory, f"worker-{worker_id}.txt"), "w")
+            _KEEP_OPEN.append(handle)  # faulthandler writes to the fd; keep the file alive
+            faulthandler.register(DUMP_SIGNAL, file=handle, all_threads=True)
+        if self.inner is not None:
+            self.inner(worker_id)
+
+
+_KEEP_OPEN: list[Any] = []
+
+
+def _is_library_file(filename: str) -> bool:
+    return filename.startswith(_TORCH_DIR) or filename.startswith(_STDLIB_DIRS) or filename == __file__
+
+
+def _frame_text(filename: str, lineno: int, name: str) -> str:
+    code = linecache.getline(filename, lineno).strip()
+    return f'File "{filename}", line {lineno}, in {name}' + (f": {code}" if code else "")
+
+
+_FAULTHANDLER_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')
+
+
+def hang_from_faulthandler(dump: str) -> tuple[str | None, str | None]:
+    """(innermost frame outside torch and the standard library, the stack of its thread).
+
+    faulthandler writes one block per thread, most recent call first.
+    """
+    blocks = [block for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump.strip()) if block.strip()]
+    for block in blocks:
+        for match in _FAULTHANDLER_FRAME.finditer(block):
+            if not _is_library_file(match["file"]):
+                return _frame_text(match["file"], int(match["line"]), match["name"]), block
+    first = next((m for m in _FAULTHANDLER_FRAME.finditer(dump)), None)
+    if first is None:
+        return None, None
+    return _frame_text(first["file"], int(first["line"]), first["name"]), blocks[0]
+
+
+def hang_frame_from_stack(stack: traceback.StackSummary) -> str | None:
+    """The innermost user frame of a stack (oldest call first)."""
+    frames = [f for f in stack if f.filename != __file__]
+    for frame in reversed(frames):
+        if not _is_library_file(frame.filename):
+            return _frame_text(frame.filename, frame.lineno, frame.name)
+    return _frame_text(frames[-1].filename, frames[-1].lineno, frames[-1].name) if frames else None
+
+
+def _thread_stacks() -> dict[str, str]:
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    return {
+        f"main process, thread {names.get(ident, ident)}": "".join(traceback.format_stack(frame))
+        for ident, frame in sys._current_frames().items()
+    }
+
+
+def fetch_batches(loader: Any, count: int = 1, timeout_s: float = 300.0) -> FetchResult:
+    """Fetch up to ``count`` batches, each within ``timeout_s``; never raises for data errors."""
+    if getattr(loader, "num_workers", 0) > 0:
+        return _fetch_with_workers(loader, count, timeout_s)
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM"):
+        return _fetch_with_alarm(loader, count, timeout_s)
+    return _fetch_in_thread(loader, count, timeout_s)
+
+
+def _collect(iterator: Any, count: int, result: FetchResult, started: float) -> None:
+    for _ in range(count):
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            break
+        if result.latency_s is None:
+            result.latency_s = time.perf_counter() - started
+        result.batches.append(batch)
+
+
+def _record_error(result: FetchResult, error: BaseException) -> None:
+    result.error = error
+    result.error_text = "".join(traceback.format_exception_only(type(error), error)).strip()
+
+
+def _fetch_with_alarm(loader: Any, count: int, timeout_s: float) -> FetchResult:
+    result = FetchResult()
+
+    def on_alarm(signum, frame):
+        raise FetchTimeout()
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    outer_timer = signal.getitimer(signal.ITIMER_REAL)  # e.g. pytest-timeout's
+    started = time.perf_counter()
+    try:
+        # One budget per batch, as DataLoader's own timeout is per batch.
+        iterator = iter(loader)
+        for _ in range(count):
+            signal.setitimer(signal.ITIMER_REAL, timeout_s)
+            try:
+                before = len(result.batches)
+                _collect(iterator, 1, result, started)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            if len(result.batches) == before:
+                break
+    except FetchTimeout as error:
+        result.timed_out = True
+        stack = traceback.StackSummary.from_list(traceback.extract_tb(error.__traceback__)[:-1])  # drop on_alarm
+        result.stacks["main process"] = result.hang_stack = "".join(stack.format())
+        result.hang_frame = hang_frame_from_stack(stack)
+    except Exception as error:  # a broken dataset or collate: reported, not raised
+        _record_error(result, error)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+        result.elapsed_s = time.perf_counter() - started
+        if outer_timer[0] > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(outer_timer[0] - result.elapsed_s, 0.001), outer_timer[1])
+    return result
+
+
+def _fetch_in_thread(loader: Any, count: int, timeout_s: float) -> FetchResult:
+    result = FetchResult()
+    started = time.perf_counter()
+
+    def target() -> None:
+        try:
+            _collect(iter(loader), count, result, started)
+        except Exception as error:
+            _record_error(result, error)
+
+    thread = threading.Thread(target=target, name="preflight-fetch", daemon=True)
+    thread.start()
+    thread.join(timeout_s * count)
+    if thread.is_alive():
+        frame = sys._current_frames().get(thread.ident)
+        stack = traceback.extract_stack(frame) if frame is not None else traceback.StackSummary()
+        result.timed_out = True
+        result.leaked_thread = True
+        result.stacks["main process, fetch thread"] = result.hang_stack = "".join(stack.format())
+        result.hang_frame = hang_frame_from_stack(stack)
+    result.elapsed_s = time.perf_counter() - started
+    return result
+
+
+def _fetch_with_workers(loader: Any, count: int, timeout_s: float) -> FetchResult:
+    result = FetchResult()
+    directory = tempfile.mkdtemp(prefix="preflight-stacks-")
+    original_init = loader.worker_init_fn
+    started = time.perf_counter()
+    iterator = None
+    try:
+        loader.worker_init_fn = _DumpStacksOnSignal(original_init, directory)
+        try:
+            # Our own iterator even with persistent_workers: it is shut down here, and
+            # the one training creates later starts fresh.
+            iterator = loader._get_iterator() if hasattr(loader, "_get_iterator") else iter(loader)
+        finally:
+            loader.worker_init_fn = original_init
+        iterator._timeout = timeout_s
+        _collect(iterator, count, result, started)
+    except RuntimeError as error:
+        if str(error).startswith("DataLoader timed out after") and iterator is not None:
+            result.timed_out = True
+            result.stacks.update(_dump_worker_stacks(iterator, directory))
+            result.stacks.update(_thread_stacks())
+            for name, text in result.stacks.items():
+                if name.startswith("worker") and result.hang_frame is None:
+                    result.hang_frame, stack = hang_from_faulthandler(text)
+                    result.hang_stack = f"{name}\n{stack}" if stack else None
+        else:
+            _record_error(result, error)
+    except Exception as error:
+        _record_error(result, error)
+    finally:
+        if iterator is not None:
+            stop_workers(iterator, hung=result.timed_out)
+        shutil.rmtree(directory, ignore_errors=True)
+        result.elapsed_s = time.perf_counter() - started
+    return result
+
+
+def _dump_worker_stacks(iterator: Any, directory: str, wait_s: float = 2.0) -> dict[str, str]:
+    workers = [w for w in getattr(iterator, "_workers", []) if w.is_alive()]
+    if DUMP_SIGNAL is None:
+        return {}
+    for worker in workers:
+        try:
+            os.kill(worker.pid, DUMP_SIGNAL)
+        except ProcessLookupError:
+            pass
+    stacks: dict[str, str] = {}
+    deadline = time.monotonic() + wait_s
+    for index, worker in enumerate(getattr(iterator, "_workers", [])):
+        path = Path(directory) / f"worker-{index}.txt"
+        text = ""
+        while time.monotonic() < deadline:
+            text = path.read_text() if path.exists() else ""
+            if text.strip():
+                time.sleep(0.05)  # let faulthandler finish writing every thread
+                text = path.read_text()
+                break
+            time.sleep(0.02)
+        stacks[f"worker {index} (pid {worker.pid})"] = text or "(no stack: the worker did not reach worker_init_fn)"
+    return stacks
+
+
+def stop_workers(iterator: Any, hung: bool, grace_s: float = 1.0) -> None:
+    """Shut a DataLoader iterator's workers down now.
+
+    Healthy workers get torch's own shutdown. For hung ones that shutdown would join
+    each worker for 5 s before killing it, so they are unregistered from torch's
+    SIGCHLD watch first (or their deaths would raise in this process), terminated,
+    and then the iterator's shutdown closes its queues and pin-memory thread.
+    """
+    if not hung:
+        if hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+        return
+    workers = list(getattr(iterator, "_workers", []))
+    if getattr(iterator, "_worker_pids_set", False):
+        from torch.utils.data import _utils
+
+        _utils.signal_handling._remove_worker_pids(id(iterator))
+        iterator._worker_pids_set = False
+    if hasattr(iterator, "_workers_done_event"):
+        iterator._workers_done_event.set()
+    for worker in workers:
+        if worker.is_alive():
+            worker.terminate()
+    deadline = time.monotonic() + grace_s
+    for worker in workers:
+        worker.join(timeout=max(deadline - time.monotonic(), 0.01))
+        if worker.is_alive():
+            worker.kill()
+            worker.join(timeout=1.0)
+    if hasattr(iterator, "_shutdown_workers"):
+        iterator._shutdown_workers()
