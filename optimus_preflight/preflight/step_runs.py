@@ -50,7 +50,7 @@ class GradRecorder(Optimizer):
     """An optimizer whose step() copies the (unscaled, weighted) gradients instead of updating."""
 
     def __init__(self, params: list[torch.Tensor]):
-        super().__init__(params, {})
+        super().__init__(params, {"lr": 0.0})  # StepRunner reads each group's lr
         self.grads: list[torch.Tensor] = []
 
     def step(self, closure: Any = None) -> None:
