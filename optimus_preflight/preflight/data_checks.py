@@ -35,37 +35,43 @@ def is_map_style(dataset: Any) -> bool:
     return not isinstance(dataset, IterableDataset) and hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
 
 
-def _stack_excerpt(stack: str | None, limit: int = 14) -> str:
-    """The hanging stack, trimmed to the end where the hang is: faulthandler dumps
-    (workers) list the innermost frame first, Python tracebacks list it last."""
-    if not stack:
-        return ""
-    lines = [line.rstrip() for line in stack.splitlines() if line.strip()]
-    innermost_first = lines[0].startswith(("worker", "Current thread", "Thread"))
-    if len(lines) > limit:
-        lines = lines[:limit] + ["..."] if innermost_first else ["..."] + lines[-limit:]
-    return "\n".join("    " + line for line in lines)
+def _stack_excerpt(frames: list[str], limit: int = 8) -> str:
+    """The hanging thread's innermost frames, where the hang is."""
+    shown = frames[:limit] + (["..."] if len(frames) > limit else [])
+    return "\n".join("    " + line for line in shown)
 
 
 def describe_hang(result: FetchResult, timeout: float, workers: int) -> tuple[str, str]:
     """(message, fix) for a first batch that did not arrive: where it hangs, and what to do."""
     where = f" Hung at {result.hang_frame}." if result.hang_frame else ""
     leaked = " (the fetch thread could not be stopped)" if result.leaked_thread else ""
-    message = (f"the first batch did not arrive within {timeout:g} s (data.num_workers={workers}){leaked}.{where}\n"
-               + _stack_excerpt(result.hang_stack)).rstrip()
+    stack = f"\n  Stack, innermost call first:\n{_stack_excerpt(result.hang_stack)}" if result.hang_stack else ""
+    message = f"the first batch did not arrive within {timeout:g} s (data.num_workers={workers}){leaked}.{where}{stack}"
     fix = ("Run once with data.num_workers=0 to debug in one process; check that dataset paths and network mounts "
            "respond; try fewer workers; if the first batch is legitimately slow, raise "
            "preflight.first_batch_timeout_s.")
     return message, fix
 
 
-def ragged_shapes(loader: Any) -> list[str]:
-    """Shapes of the samples of the loader's first batch, read one by one."""
+def shape_groups(dataset: Any, indices: list[int]) -> dict[tuple, list[int]]:
+    """Sample indices grouped by the shapes of their tensors."""
+    groups: dict[tuple, list[int]] = {}
+    for index in indices:
+        groups.setdefault(leaf_shapes(dataset[index]), []).append(index)
+    return groups
+
+
+def describe_groups(groups: dict[tuple, list[int]], limit: int = 4) -> str:
+    return "; ".join(f"{len(members)} like sample {members[0]}: {list(shape)}"
+                     for shape, members in list(groups.items())[:limit])
+
+
+def ragged_shapes(loader: Any) -> str:
+    """The shape signatures among the samples of the loader's first batch, read one by one."""
     dataset = loader.dataset
     if not is_map_style(dataset) or loader.batch_sampler is None:
-        return []
-    indices = next(iter(loader.batch_sampler), [])
-    return [f"sample {i}: {describe_shapes(dataset[i])}" for i in list(indices)[:8]]
+        return "shapes unknown"
+    return describe_groups(shape_groups(dataset, list(next(iter(loader.batch_sampler), []))))
 
 
 class FirstBatchCheck(Check):
@@ -109,12 +115,12 @@ class FirstBatchCheck(Check):
     def _report_error(ctx: Any, result: FetchResult, findings: Findings) -> None:
         text = result.error_text or ""
         if any(marker in text for marker in RAGGED_MARKERS):
-            shapes = ragged_shapes(ctx.train_loader)
+            with preserved_data_state(ctx):
+                shapes = ragged_shapes(ctx.train_loader)
             findings.data["sample_shapes"] = shapes
             findings.error(
                 "DP4",
-                "default collate cannot stack the first batch: its samples have different shapes ("
-                + "; ".join(shapes) + ")",
+                f"default collate cannot stack the first batch: its samples have different shapes ({shapes})",
                 "Pass a collate_fn that pads (torch.nn.utils.rnn.pad_sequence plus a mask, and mask the loss) or "
                 "keeps ragged fields as lists; or batch samples of equal length together.",
                 "data.train",
@@ -222,17 +228,13 @@ class CollateCheck(Check):
         size = len(dataset)
         indices = sorted({round(i * (size - 1) / max(COLLATE_SCAN_SAMPLES - 1, 1)) for i in range(min(COLLATE_SCAN_SAMPLES, size))})
         with preserved_data_state(ctx):
-            shapes = {index: leaf_shapes(dataset[index]) for index in indices}
-        distinct: dict[tuple, int] = {}
-        for index, shape in shapes.items():
-            distinct.setdefault(shape, index)
-        findings.data.update(samples_scanned=len(indices), distinct_shapes=len(distinct))
-        findings.data["summary"] = f"{len(indices)} samples scanned, {len(distinct)} shape signature(s)"
-        if len(distinct) > 1:
-            examples = "; ".join(f"sample {index}: {list(shape)}" for shape, index in list(distinct.items())[:4])
+            groups = shape_groups(dataset, indices)
+        findings.data.update(samples_scanned=len(indices), distinct_shapes=len(groups))
+        findings.data["summary"] = f"{len(indices)} samples scanned, {len(groups)} shape signature(s)"
+        if len(groups) > 1:
             findings.error(
                 "DP4",
-                f"samples have {len(distinct)} different shapes ({examples}): default collate raises 'stack expects "
+                f"samples have {len(groups)} different shapes ({describe_groups(groups)}): default collate raises 'stack expects "
                 "each tensor to be equal size' as soon as two of them share a batch",
                 "Pass a collate_fn that pads (torch.nn.utils.rnn.pad_sequence plus a mask, and mask the loss), or "
                 "crop/resize samples to one shape in the dataset.",

@@ -56,7 +56,8 @@ class FetchResult:
     error_text: str | None = None
     stacks: dict[str, str] = field(default_factory=dict)  # "main", "worker 0 (pid 123)"
     hang_frame: str | None = None  # 'File "x.py", line 12, in __getitem__: time.sleep(...)'
-    hang_stack: str | None = None  # the stack of the thread (or worker thread) that hangs
+    # Frames of the hanging thread, innermost first: 'File "x.py", line 12, in __getitem__'.
+    hang_stack: list[str] = field(default_factory=list)
     leaked_thread: bool = False
 
 
@@ -91,20 +92,28 @@ def _frame_text(filename: str, lineno: int, name: str) -> str:
 _FAULTHANDLER_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')
 
 
-def hang_from_faulthandler(dump: str) -> tuple[str | None, str | None]:
-    """(innermost frame outside torch and the standard library, the stack of its thread).
+def hang_from_faulthandler(dump: str) -> tuple[str | None, list[str]]:
+    """(innermost frame outside torch and the standard library, its thread's frames).
 
     faulthandler writes one block per thread, most recent call first.
     """
     blocks = [block for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump.strip()) if block.strip()]
-    for block in blocks:
-        for match in _FAULTHANDLER_FRAME.finditer(block):
+    parsed = [list(_FAULTHANDLER_FRAME.finditer(block)) for block in blocks]
+    for frames in parsed:
+        for match in frames:
             if not _is_library_file(match["file"]):
-                return _frame_text(match["file"], int(match["line"]), match["name"]), block
-    first = next((m for m in _FAULTHANDLER_FRAME.finditer(dump)), None)
-    if first is None:
-        return None, None
-    return _frame_text(first["file"], int(first["line"]), first["name"]), blocks[0]
+                stack = [f'File "{m["file"]}", line {m["line"]}, in {m["name"]}' for m in frames]
+                return _frame_text(match["file"], int(match["line"]), match["name"]), stack
+    frames = next((frames for frames in parsed if frames), [])
+    if not frames:
+        return None, []
+    first = frames[0]
+    stack = [f'File "{m["file"]}", line {m["line"]}, in {m["name"]}' for m in frames]
+    return _frame_text(first["file"], int(first["line"]), first["name"]), stack
+
+
+def _innermost_first(stack: traceback.StackSummary) -> list[str]:
+    return [f'File "{f.filename}", line {f.lineno}, in {f.name}' for f in reversed(stack) if f.filename != __file__]
 
 
 def hang_frame_from_stack(stack: traceback.StackSummary) -> str | None:
@@ -173,7 +182,8 @@ def _fetch_with_alarm(loader: Any, count: int, timeout_s: float) -> FetchResult:
     except FetchTimeout as error:
         result.timed_out = True
         stack = traceback.StackSummary.from_list(traceback.extract_tb(error.__traceback__)[:-1])  # drop on_alarm
-        result.stacks["main process"] = result.hang_stack = "".join(stack.format())
+        result.stacks["main process"] = "".join(stack.format())
+        result.hang_stack = _innermost_first(stack)
         result.hang_frame = hang_frame_from_stack(stack)
     except Exception as error:  # a broken dataset or collate: reported, not raised
         _record_error(result, error)
@@ -203,7 +213,8 @@ def _fetch_in_thread(loader: Any, count: int, timeout_s: float) -> FetchResult:
         stack = traceback.extract_stack(frame) if frame is not None else traceback.StackSummary()
         result.timed_out = True
         result.leaked_thread = True
-        result.stacks["main process, fetch thread"] = result.hang_stack = "".join(stack.format())
+        result.stacks["main process, fetch thread"] = "".join(stack.format())
+        result.hang_stack = _innermost_first(stack)
         result.hang_frame = hang_frame_from_stack(stack)
     result.elapsed_s = time.perf_counter() - started
     return result
@@ -232,8 +243,8 @@ def _fetch_with_workers(loader: Any, count: int, timeout_s: float) -> FetchResul
             result.stacks.update(_thread_stacks())
             for name, text in result.stacks.items():
                 if name.startswith("worker") and result.hang_frame is None:
-                    result.hang_frame, stack = hang_from_faulthandler(text)
-                    result.hang_stack = f"{name}\n{stack}" if stack else None
+                    result.hang_frame, result.hang_stack = hang_from_faulthandler(text)
+                    result.hang_stack = [f"in {name}:"] + result.hang_stack if result.hang_stack else []
         else:
             _record_error(result, error)
     except Exception as error:

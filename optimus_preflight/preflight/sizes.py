@@ -82,12 +82,19 @@ def loader_batches_in_flight(num_workers: int, prefetch_factor: int | None) -> i
     return num_workers * (prefetch_factor if prefetch_factor is not None else 2)
 
 
+def pins_memory(pin_memory: bool) -> bool:
+    """DataLoader pins only when an accelerator is there to copy to (it warns otherwise)."""
+    accelerator = getattr(torch, "accelerator", None)
+    available = accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+    return bool(pin_memory) and available
+
+
 def dataloader_host_bytes(batch_bytes: int, num_workers: int, prefetch_factor: int | None, pin_memory: bool) -> dict[str, int]:
     """Host RAM a DataLoader holds: in-flight batches (in /dev/shm when workers produce
-    them), plus a pinned copy of each when ``pin_memory`` is on."""
+    them), plus a pinned copy of each when memory is really pinned (``pins_memory``)."""
     in_flight = loader_batches_in_flight(num_workers, prefetch_factor)
     batches = in_flight * batch_bytes
-    pinned = batches if pin_memory else 0
+    pinned = batches if pins_memory(pin_memory) else 0
     return {
         "batches_in_flight": in_flight,
         "batch_bytes": batch_bytes,
