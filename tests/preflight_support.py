@@ -37,6 +37,7 @@ def make_recipe(
     *overrides: str,
     model: Callable[[], nn.Module] | None = None,
     optimizer: Callable[[nn.Module], torch.optim.Optimizer] | None = None,
+    scheduler: Callable[[torch.optim.Optimizer], Any] | None = None,
     loss: Callable[[nn.Module, Any], Any] | None = None,
     dataset: Any = None,
     loader: Callable[[Any], DataLoader] | None = None,
@@ -52,6 +53,8 @@ def make_recipe(
         namespace["build_model"] = lambda self: (model or classifier)()
     if optimizer:
         namespace["build_optimizer"] = lambda self, m: optimizer(m)
+    if scheduler:
+        namespace["build_scheduler"] = lambda self, opt: scheduler(opt)
     if loss:
         namespace["compute_loss"] = lambda self, m, batch: loss(m, batch)
     if classification or dataset is not None or loader:

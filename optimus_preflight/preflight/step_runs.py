@@ -299,7 +299,7 @@ class ThroughputCheck(Check):
         eta = per_step * remaining
         bound = "input-bound" if waiting > INPUT_BOUND_FRACTION else "compute-bound"
         findings.data.update(s_per_step=round(per_step, 5), data_wait_fraction=round(waiting, 4), bound=bound,
-                             steps_timed=len(times), eta_s=round(eta, 1), remaining_steps=remaining)
+                             steps_timed=len(times), eta_s=round(eta, 3), remaining_steps=remaining)
         findings.data["summary"] = (f"{per_step:.3f} s/step ({bound}, {100 * waiting:.0f}% waiting for data), "
                                     f"ETA {format_duration(eta)} for {remaining} steps")
         if waiting > INPUT_BOUND_FRACTION:
