@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
+from conftest import tiny_config
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -15,8 +17,6 @@ from optimus_preflight.preflight.data_checks import FirstBatchCheck
 from optimus_preflight.preflight.framework import CheckResult, CheckStatus, run_checks
 from optimus_preflight.preflight.step_checks import FirstStepCheck
 from optimus_preflight.recipe import TrainRecipe
-
-from conftest import tiny_config
 
 CLASSES = 4
 FEATURES = 8

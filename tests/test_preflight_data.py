@@ -10,6 +10,7 @@ from collections import namedtuple
 import psutil
 import pytest
 import torch
+from preflight_support import FEATURES, assert_quiet, classification_data, codes, make_recipe, run
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
@@ -25,8 +26,6 @@ from optimus_preflight.preflight.data_checks import (
     SamplingCheck,
 )
 from optimus_preflight.preflight.framework import CheckStatus
-
-from preflight_support import FEATURES, assert_quiet, classification_data, codes, make_recipe, run
 
 
 class SleepsForever(Dataset):

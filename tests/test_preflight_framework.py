@@ -6,19 +6,21 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
-import os
 
 import pytest
+from preflight_support import make_recipe
 
 from optimus_preflight.preflight import DEFAULT_CHECKS, default_checks, format_report
-from optimus_preflight.preflight.consensus import agree_on_verdict, duplicated_rank_pairs, merge_rank_payloads, rank_payload
+from optimus_preflight.preflight.consensus import (
+    agree_on_verdict,
+    duplicated_rank_pairs,
+    merge_rank_payloads,
+    rank_payload,
+)
 from optimus_preflight.preflight.context import PreflightContext
 from optimus_preflight.preflight.framework import Check, CheckResult, CheckStatus, Issue, Severity, Stage
 from optimus_preflight.preflight.report import PreflightReport
 from optimus_preflight.preflight.runner import run_preflight
-
-from conftest import tiny_config
-from preflight_support import make_recipe
 
 
 class Warns(Check):
@@ -121,8 +123,9 @@ def test_default_checks_follow_the_config(tiny_cfg):
 
 @pytest.mark.parametrize("overrides", [("recipe=char_lm_tiny",), ()], ids=["tiny", "default"])
 def test_shipped_recipes_pass_the_default_preflight_without_warnings(tmp_path, overrides):
-    from optimus_preflight import compose
     from optimus_preflight.recipes.char_lm import CharLMRecipe
+
+    from optimus_preflight import compose
 
     recipe = CharLMRecipe(compose([*overrides, "logging.progress=none"]), run_dir=tmp_path)
     report = recipe.preflight()

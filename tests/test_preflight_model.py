@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from preflight_support import CLASSES, FEATURES, assert_quiet, classifier, codes, make_recipe, run
 from torch import nn
 
 from optimus_preflight.preflight.framework import CheckStatus
-from optimus_preflight.preflight.model_checks import ModesCheck, OptimizerEpsCheck, OptimizerParamsCheck, WeightDecayCheck
-
-from preflight_support import CLASSES, FEATURES, assert_quiet, classifier, codes, make_recipe, run
+from optimus_preflight.preflight.model_checks import (
+    ModesCheck,
+    OptimizerEpsCheck,
+    OptimizerParamsCheck,
+    WeightDecayCheck,
+)
 
 WIRING = (OptimizerParamsCheck, ModesCheck, WeightDecayCheck, OptimizerEpsCheck)
 

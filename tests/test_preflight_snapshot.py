@@ -7,12 +7,11 @@ import random
 
 import numpy as np
 import torch
+from conftest import tiny_config
 from torch import nn
 
 from optimus_preflight.preflight.snapshot import TrainingStateSnapshot
 from optimus_preflight.summary import params_sha256
-
-from conftest import tiny_config
 
 
 def _state_bytes(value):
@@ -129,6 +128,6 @@ def test_snapshot_restores_params_buffers_optimizer_scheduler_scaler_and_rngs():
         [p.grad.clone() for p in model.parameters()],
     )
     assert before[:-1] == after[:-1]
-    assert all(torch.equal(a, b) for a, b in zip(before[-1], after[-1]))
+    assert all(torch.equal(a, b) for a, b in zip(before[-1], after[-1], strict=True))
     # The optimizer still updates the model's own parameter objects.
     assert model.layers[0].weight is optimizer.param_groups[0]["params"][0]

@@ -8,10 +8,10 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
+from preflight_support import CLASSES, FEATURES, assert_quiet, classifier, codes, make_recipe, run
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from optimus_preflight.data import build_loader
 from optimus_preflight.distributed import DistEnv
 from optimus_preflight.preflight.config_checks import LrScheduleCheck, schedule_findings
 from optimus_preflight.preflight.context import PreflightContext
@@ -23,9 +23,12 @@ from optimus_preflight.preflight.step_checks import (
     LossFunctionCheck,
     TargetsCheck,
 )
-from optimus_preflight.preflight.step_runs import AccumulationCheck, CheckpointRoundTripCheck, OverfitCheck, ThroughputCheck
-
-from preflight_support import CLASSES, FEATURES, assert_quiet, classification_data, classifier, codes, make_recipe, run
+from optimus_preflight.preflight.step_runs import (
+    AccumulationCheck,
+    CheckpointRoundTripCheck,
+    OverfitCheck,
+    ThroughputCheck,
+)
 
 PROBE_CHECKS = (FirstStepCheck, GradientsCheck, LossFunctionCheck, TargetsCheck, InitialLossCheck)
 

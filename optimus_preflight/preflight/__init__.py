@@ -16,9 +16,29 @@ from optimus_preflight.preflight.data_checks import (
     SamplingCheck,
 )
 from optimus_preflight.preflight.defaults import DEFAULT_CHECKS, default_checks
-from optimus_preflight.preflight.env_checks import DeviceCheck, DiskSpaceCheck, HostRamCheck, RunDirCheck, SharedMemoryCheck
-from optimus_preflight.preflight.framework import Check, CheckResult, CheckStatus, Findings, Issue, Severity, Stage, run_checks
-from optimus_preflight.preflight.model_checks import ModesCheck, OptimizerEpsCheck, OptimizerParamsCheck, WeightDecayCheck
+from optimus_preflight.preflight.env_checks import (
+    DeviceCheck,
+    DiskSpaceCheck,
+    HostRamCheck,
+    RunDirCheck,
+    SharedMemoryCheck,
+)
+from optimus_preflight.preflight.framework import (
+    Check,
+    CheckResult,
+    CheckStatus,
+    Findings,
+    Issue,
+    Severity,
+    Stage,
+    run_checks,
+)
+from optimus_preflight.preflight.model_checks import (
+    ModesCheck,
+    OptimizerEpsCheck,
+    OptimizerParamsCheck,
+    WeightDecayCheck,
+)
 from optimus_preflight.preflight.report import PreflightReport
 from optimus_preflight.preflight.runner import run_preflight
 from optimus_preflight.preflight.snapshot import TrainingStateSnapshot, preserved_training_state
@@ -29,7 +49,12 @@ from optimus_preflight.preflight.step_checks import (
     LossFunctionCheck,
     TargetsCheck,
 )
-from optimus_preflight.preflight.step_runs import AccumulationCheck, CheckpointRoundTripCheck, OverfitCheck, ThroughputCheck
+from optimus_preflight.preflight.step_runs import (
+    AccumulationCheck,
+    CheckpointRoundTripCheck,
+    OverfitCheck,
+    ThroughputCheck,
+)
 
 __all__ = [
     # seed API (check_model_gpu_memory joins from optimus_preflight.memory at integration)

@@ -49,7 +49,7 @@ def lr_trajectory(scheduler: Any, optimizer: Any, steps: int) -> list[tuple[int,
                 scheduler.step()
     finally:
         scheduler.load_state_dict(saved_scheduler)
-        for group, saved in zip(optimizer.param_groups, saved_groups):
+        for group, saved in zip(optimizer.param_groups, saved_groups, strict=True):
             group.update(saved)
     return points
 

@@ -9,7 +9,6 @@ import shutil
 from typing import Any
 
 import psutil
-import torch
 from torch import nn
 from torch.utils.data import BatchSampler, IterableDataset, SequentialSampler
 from torch.utils.data._utils.collate import default_collate
@@ -252,6 +251,7 @@ class FinalBatchCheck(Check):
         loader = ctx.train_loader
         norms = [m for m in ctx.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
         batch_size = loader.batch_size
+        findings.data["summary"] = "no BatchNorm in the model" if not norms else "drop_last=true"
         if not norms or loader.drop_last or not batch_size or batch_size < 2 or loader.sampler is None:
             return
         try:
@@ -260,6 +260,7 @@ class FinalBatchCheck(Check):
             return
         last = samples % batch_size
         findings.data.update(samples_per_epoch=samples, last_batch_size=last or batch_size)
+        findings.data["summary"] = f"last batch of an epoch: {last or batch_size} sample(s)"
         if last != 1:
             return
         per_epoch = math.ceil(samples / batch_size)

@@ -143,6 +143,7 @@ class RunDirCheck(Check):
     def run(self, ctx: Any, findings: Findings) -> None:
         findings.data["run_dir"] = str(ctx.run_dir)
         problem = probe_writable(Path(ctx.run_dir))
+        findings.data["summary"] = f"{ctx.run_dir} is writable" if problem is None else f"{ctx.run_dir} is not writable"
         if problem:
             findings.error(
                 "ENV_RUN_DIR",

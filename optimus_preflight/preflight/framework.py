@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar, Iterable
+from typing import Any, ClassVar
 
 
 class Severity(str, Enum):

@@ -16,7 +16,7 @@ What the statistics reveal (pure functions below):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch

@@ -118,6 +118,7 @@ class ModesCheck(Check):
             for module, training in saved:
                 module.training = training
         findings.data.update(modules_stuck_in_eval=len(stuck), frozen_batchnorm_in_train=len(drifting))
+        findings.data["summary"] = f"after model.train(): {len(stuck)} module(s) stuck in eval, {len(drifting)} frozen BatchNorm(s) in train"
         if top_in_eval or stuck:
             what = "the model itself" if top_in_eval else f"{len(stuck)} module(s): {_names(stuck)}"
             findings.warning(
@@ -169,6 +170,8 @@ class WeightDecayCheck(Check):
             if param in names and is_bias_or_norm(owner, names[param], param)
         ]
         findings.data["decayed_bias_or_norm"] = len(decayed)
+        findings.data["summary"] = (f"{type(optimizer).__name__}, weight decay {', '.join(f'{d:g}' for d in decays)}; "
+                                    f"{len(decayed)} bias/norm tensor(s) decayed")
         if decayed:
             findings.warning(
                 "O6",

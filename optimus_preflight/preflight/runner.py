@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from optimus_preflight.preflight.consensus import agree_on_verdict
 from optimus_preflight.preflight.console import log_report

@@ -17,8 +17,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import random
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -54,7 +55,7 @@ class _ModuleTensors:
     modes: list[tuple[nn.Module, bool]] = field(default_factory=list)
 
     @classmethod
-    def capture(cls, model: nn.Module) -> "_ModuleTensors":
+    def capture(cls, model: nn.Module) -> _ModuleTensors:
         snap = cls()
         for module in model.modules():
             snap.modes.append((module, module.training))

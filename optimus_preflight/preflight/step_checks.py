@@ -143,6 +143,11 @@ class TargetsCheck(Check):
              "classes": c.n_classes}
             for c in calls if c.target is not None
         ]
+        described = [t for t in findings.data["targets"] if t["min"] is not None]
+        findings.data["summary"] = "; ".join(
+            f"{t['criterion']}: {t['dtype']} targets in [{t['min']:g}, {t['max']:g}]" + (f" for {t['classes']} classes" if t["classes"] else "")
+            for t in described
+        ) or "no known criterion seen"
         for found in target_findings(calls):
             findings.add(found.severity, found.code, found.message, found.fix, "data.train")
 

@@ -8,15 +8,15 @@ import copy
 import math
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
 
 from optimus_preflight.preflight.batches import split_batch
-from optimus_preflight.preflight.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.fetch import stop_workers
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.snapshot import preserved_training_state
@@ -116,7 +116,7 @@ def _tensors_equal(a: Any, b: Any) -> bool:
     if isinstance(a, dict):
         return isinstance(b, dict) and a.keys() == b.keys() and all(_tensors_equal(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
-        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_tensors_equal(x, y) for x, y in zip(a, b))
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_tensors_equal(x, y) for x, y in zip(a, b, strict=True))
     return a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))
 
 
