@@ -8,6 +8,7 @@ import logging
 import multiprocessing
 
 import pytest
+from conftest import tiny_config
 from preflight_support import make_recipe
 
 from optimus_preflight.preflight import DEFAULT_CHECKS, default_checks, format_report
@@ -134,6 +135,15 @@ def test_shipped_recipes_pass_the_default_preflight_without_warnings(tmp_path, o
         (c.name, c.status, c.detail, [i.message for i in c.issues]) for c in report.checks if c.status != "passed"
     ]
     assert recipe.preflight_report is report and (tmp_path / "preflight.json").is_file()
+
+
+def test_preflight_disabled_runs_no_check(tmp_path):
+    from optimus_preflight.recipes.char_lm import CharLMRecipe
+
+    recipe = CharLMRecipe(tiny_config("preflight.enabled=false", "trainer.max_steps=1", "trainer.eval_every_n_steps=0",
+                                      "checkpoint.every_n_steps=0"), run_dir=tmp_path)
+    assert recipe.run()["status"] == "completed"
+    assert recipe.preflight_report is None and not (tmp_path / "preflight.json").exists()
 
 
 # ------------------------------------------------------------------ ranks

@@ -10,6 +10,9 @@ import torch
 from conftest import tiny_config
 from torch import nn
 
+from optimus_preflight.preflight.context import PreflightContext
+from optimus_preflight.preflight.framework import Check, Stage
+from optimus_preflight.preflight.runner import run_preflight
 from optimus_preflight.preflight.snapshot import TrainingStateSnapshot
 from optimus_preflight.summary import params_sha256
 
@@ -116,11 +119,12 @@ def test_snapshot_restores_params_buffers_optimizer_scheduler_scaler_and_rngs():
         [p.grad.clone() for p in model.parameters()],
     )
     snapshot = TrainingStateSnapshot(model, optimizer, scheduler, scaler)
-    model.train()
-    for _ in range(3):
-        step()
-    model.layers[0].weight = nn.Parameter(torch.zeros(8, 4))  # a check that rebinds an attribute
-    snapshot.restore()
+    for _ in range(2):  # a snapshot restores as often as needed
+        model.train()
+        for _ in range(3):
+            step()
+        model.layers[0].weight = nn.Parameter(torch.zeros(8, 4))  # a check that rebinds an attribute
+        snapshot.restore()
     after = (
         _state_bytes(model.state_dict()), _state_bytes(model.calls), _state_bytes(optimizer.state_dict()),
         scheduler.state_dict(), _state_bytes(scaler.state_dict()), random.getstate(),
@@ -131,3 +135,22 @@ def test_snapshot_restores_params_buffers_optimizer_scheduler_scaler_and_rngs():
     assert all(torch.equal(a, b) for a, b in zip(before[-1], after[-1], strict=True))
     # The optimizer still updates the model's own parameter objects.
     assert model.layers[0].weight is optimizer.param_groups[0]["params"][0]
+
+
+class CarelessCheck(Check):
+    """Changes the weights and the RNG without protecting them."""
+
+    name = "test.careless"
+    stage = Stage.STEP
+
+    def run(self, ctx, findings):
+        with torch.no_grad():
+            next(ctx.model.parameters()).add_(1.0)
+        torch.rand(3)
+
+
+def test_run_preflight_restores_the_state_even_after_a_careless_check(tmp_path):
+    recipe = _recipe(tmp_path)
+    before = _everything(recipe)
+    run_preflight([CarelessCheck()], PreflightContext.from_recipe(recipe))
+    assert _everything(recipe) == before

@@ -99,6 +99,16 @@ def test_params_that_get_no_gradient_are_named(tmp_path):
     assert distributed.status == CheckStatus.ERROR and "find_unused_parameters" in distributed.issues[0].fix
 
 
+def test_nonfinite_and_all_zero_gradients(tmp_path):
+    def nan_bias_grad(model, batch):  # d sqrt(0 * b) / db = inf * 0 = nan; the loss stays finite
+        return _ce(model, batch) + (model[0].bias * 0).sqrt().sum()
+
+    result = run(make_recipe(tmp_path, loss=nan_bias_grad), GradientsCheck)["step.gradients"]
+    assert codes(result) == {"GRAD_NONFINITE"} and "0.bias" in result.issues[0].message
+    result = run(make_recipe(tmp_path, loss=lambda m, b: _ce(m, b) * 0), GradientsCheck)["step.gradients"]
+    assert codes(result) == {"GRAD_ZERO"}
+
+
 # -------------------------------------------------------------- loss functions
 def _head(final: nn.Module):
     return lambda: nn.Sequential(classifier(), final)

@@ -78,7 +78,7 @@ class _ModuleTensors:
         for param, requires_grad in self.requires_grad:
             param.requires_grad_(requires_grad)
         for param, grad in self.grads:
-            param.grad = None if grad is None else grad.to(param.device)
+            param.grad = None if grad is None else grad.to(param.device, copy=True)
 
 
 def _rng_state() -> dict[str, Any]:
@@ -126,7 +126,8 @@ def _restore_loader_state(saved: list[tuple[Any, Any]]) -> None:
 
 
 class TrainingStateSnapshot:
-    """Captures the training state at construction; ``restore()`` puts it back exactly."""
+    """Captures the training state at construction; ``restore()`` puts it back exactly,
+    as many times as needed (the saved copies are never handed out)."""
 
     def __init__(
         self,
@@ -166,16 +167,28 @@ class TrainingStateSnapshot:
         _restore_loader_state(self._loaders)
 
 
-@contextlib.contextmanager
-def preserved_training_state(ctx: Any) -> Iterator[TrainingStateSnapshot]:
-    """Snapshot the state a PreflightContext exposes; restore it however the block exits."""
-    snapshot = TrainingStateSnapshot(
+SNAPSHOT_KEY = "training_state_snapshot"
+
+
+def snapshot_of(ctx: Any) -> TrainingStateSnapshot:
+    """A snapshot of the state a PreflightContext exposes."""
+    return TrainingStateSnapshot(
         ctx.model,
         ctx.optimizer,
         ctx.scheduler,
         ctx.training.scaler,
         loaders=(ctx.train_loader, ctx.val_loader),
     )
+
+
+@contextlib.contextmanager
+def preserved_training_state(ctx: Any) -> Iterator[TrainingStateSnapshot]:
+    """Restore the training state however the block exits.
+
+    Reuses the snapshot ``run_preflight`` takes before the first check (one copy of the
+    weights per preflight, not one per check); a check run on its own takes its own.
+    """
+    snapshot = ctx.artifacts.get(SNAPSHOT_KEY) or snapshot_of(ctx)
     try:
         yield snapshot
     finally:
