@@ -16,15 +16,9 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from optimus_preflight.distributed import DistEnv
 from optimus_preflight.preflight import data_checks
+from optimus_preflight.preflight.batch_checks import CollateCheck, FinalBatchCheck, SamplingCheck
 from optimus_preflight.preflight.context import PreflightContext
-from optimus_preflight.preflight.data_checks import (
-    CollateCheck,
-    DuplicateSamplesCheck,
-    FinalBatchCheck,
-    FirstBatchCheck,
-    LoaderMemoryCheck,
-    SamplingCheck,
-)
+from optimus_preflight.preflight.data_checks import DuplicateSamplesCheck, FirstBatchCheck, LoaderMemoryCheck
 from optimus_preflight.preflight.framework import CheckStatus
 
 

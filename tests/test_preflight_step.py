@@ -23,12 +23,8 @@ from optimus_preflight.preflight.step_checks import (
     LossFunctionCheck,
     TargetsCheck,
 )
-from optimus_preflight.preflight.step_runs import (
-    AccumulationCheck,
-    CheckpointRoundTripCheck,
-    OverfitCheck,
-    ThroughputCheck,
-)
+from optimus_preflight.preflight.step_runs import AccumulationCheck, CheckpointRoundTripCheck, OverfitCheck
+from optimus_preflight.preflight.throughput import ThroughputCheck
 
 PROBE_CHECKS = (FirstStepCheck, GradientsCheck, LossFunctionCheck, TargetsCheck, InitialLossCheck)
 

@@ -4,17 +4,11 @@ Public API: the seed functions, the framework, the default checks and the report
 """
 
 from optimus_preflight.preflight.api import check_dataloader_startup, estimate_dataloader_memory_gib
+from optimus_preflight.preflight.batch_checks import CollateCheck, FinalBatchCheck, SamplingCheck
 from optimus_preflight.preflight.config_checks import LrScheduleCheck
 from optimus_preflight.preflight.console import format_report, log_report
 from optimus_preflight.preflight.context import PreflightContext
-from optimus_preflight.preflight.data_checks import (
-    CollateCheck,
-    DuplicateSamplesCheck,
-    FinalBatchCheck,
-    FirstBatchCheck,
-    LoaderMemoryCheck,
-    SamplingCheck,
-)
+from optimus_preflight.preflight.data_checks import DuplicateSamplesCheck, FirstBatchCheck, LoaderMemoryCheck
 from optimus_preflight.preflight.defaults import DEFAULT_CHECKS, default_checks
 from optimus_preflight.preflight.env_checks import (
     DeviceCheck,
@@ -49,12 +43,8 @@ from optimus_preflight.preflight.step_checks import (
     LossFunctionCheck,
     TargetsCheck,
 )
-from optimus_preflight.preflight.step_runs import (
-    AccumulationCheck,
-    CheckpointRoundTripCheck,
-    OverfitCheck,
-    ThroughputCheck,
-)
+from optimus_preflight.preflight.step_runs import AccumulationCheck, CheckpointRoundTripCheck, OverfitCheck
+from optimus_preflight.preflight.throughput import ThroughputCheck
 
 __all__ = [
     # seed API (check_model_gpu_memory joins from optimus_preflight.memory at integration)

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimus_preflight.preflight import config_checks, data_checks, env_checks, model_checks, step_checks, step_runs
+from optimus_preflight.preflight import (
+    batch_checks,
+    config_checks,
+    data_checks,
+    env_checks,
+    model_checks,
+    step_checks,
+    step_runs,
+    throughput,
+)
 from optimus_preflight.preflight.framework import Check
 
 DEFAULT_CHECKS: list[type[Check]] = [
@@ -18,9 +27,9 @@ DEFAULT_CHECKS: list[type[Check]] = [
     data_checks.FirstBatchCheck,
     data_checks.LoaderMemoryCheck,
     data_checks.DuplicateSamplesCheck,
-    data_checks.CollateCheck,
-    data_checks.FinalBatchCheck,
-    data_checks.SamplingCheck,
+    batch_checks.CollateCheck,
+    batch_checks.FinalBatchCheck,
+    batch_checks.SamplingCheck,
     model_checks.OptimizerParamsCheck,
     model_checks.ModesCheck,
     model_checks.WeightDecayCheck,
@@ -33,7 +42,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     step_runs.AccumulationCheck,
     step_runs.CheckpointRoundTripCheck,
     step_runs.OverfitCheck,
-    step_runs.ThroughputCheck,
+    throughput.ThroughputCheck,
 ]
 
 

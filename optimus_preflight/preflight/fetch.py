@@ -3,12 +3,8 @@
 How a hang is bounded, and its stack found, without leaking a thread or a process:
 - ``num_workers > 0``: the loading happens in worker processes. The iterator's own
   timeout (the mechanism behind ``DataLoader(timeout=)``) bounds the wait in the main
-  process. Each worker registers ``faulthandler`` on SIGUSR2 in a wrapped
-  ``worker_init_fn``; on timeout every worker is sent SIGUSR2 and writes the Python
-  stacks of all its threads to a file (faulthandler dumps from a C signal handler,
-  so it works while the worker sits in ``time.sleep``, a lock or a read). Then the
-  workers are terminated and the iterator is shut down. py-spy would need ptrace
-  rights and an extra binary; /proc only shows native stacks.
+  process. On timeout each worker dumps its Python stacks through faulthandler (see
+  ``worker_stacks.py``), then the workers are terminated and the iterator shut down.
 - ``num_workers == 0``: the loading happens in this thread. On the main thread a
   SIGALRM timer raises an exception inside the hanging frame, so its traceback is the
   stack of the hang and nothing is left running. Off the main thread, the fetch runs
@@ -18,9 +14,7 @@ How a hang is bounded, and its stack found, without leaking a thread or a proces
 
 from __future__ import annotations
 
-import faulthandler
 import linecache
-import os
 import re
 import shutil
 import signal
@@ -30,14 +24,14 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-DUMP_SIGNAL = getattr(signal, "SIGUSR2", None)
+from optimus_preflight.preflight.worker_stacks import DumpStacksOnSignal, dump_worker_stacks, stop_workers
+
 _TORCH_DIR = str(Path(torch.__file__).parent)
 _STDLIB_DIRS = tuple({sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
 
@@ -60,25 +54,6 @@ class FetchResult:
     # Frames of the hanging thread, innermost first: 'File "x.py", line 12, in __getitem__'.
     hang_stack: list[str] = field(default_factory=list)
     leaked_thread: bool = False
-
-
-class _DumpStacksOnSignal:
-    """worker_init_fn wrapper: registers faulthandler, then runs the user's init."""
-
-    def __init__(self, inner: Callable[[int], None] | None, directory: str):
-        self.inner = inner
-        self.directory = directory
-
-    def __call__(self, worker_id: int) -> None:
-        if DUMP_SIGNAL is not None:
-            handle = open(os.path.join(self.directory, f"worker-{worker_id}.txt"), "w")
-            _KEEP_OPEN.append(handle)  # faulthandler writes to the fd; keep the file alive
-            faulthandler.register(DUMP_SIGNAL, file=handle, all_threads=True)
-        if self.inner is not None:
-            self.inner(worker_id)
-
-
-_KEEP_OPEN: list[Any] = []
 
 
 def _is_library_file(filename: str) -> bool:
@@ -228,7 +203,7 @@ def _fetch_with_workers(loader: Any, count: int, timeout_s: float) -> FetchResul
     started = time.perf_counter()
     iterator = None
     try:
-        loader.worker_init_fn = _DumpStacksOnSignal(original_init, directory)
+        loader.worker_init_fn = DumpStacksOnSignal(original_init, directory)
         try:
             # Our own iterator even with persistent_workers: it is shut down here, and
             # the one training creates later starts fresh.
@@ -240,7 +215,7 @@ def _fetch_with_workers(loader: Any, count: int, timeout_s: float) -> FetchResul
     except RuntimeError as error:
         if str(error).startswith("DataLoader timed out after") and iterator is not None:
             result.timed_out = True
-            result.stacks.update(_dump_worker_stacks(iterator, directory))
+            result.stacks.update(dump_worker_stacks(iterator, directory))
             result.stacks.update(_thread_stacks())
             for name, text in result.stacks.items():
                 if name.startswith("worker") and result.hang_frame is None:
@@ -258,59 +233,3 @@ def _fetch_with_workers(loader: Any, count: int, timeout_s: float) -> FetchResul
     return result
 
 
-def _dump_worker_stacks(iterator: Any, directory: str, wait_s: float = 2.0) -> dict[str, str]:
-    workers = [w for w in getattr(iterator, "_workers", []) if w.is_alive()]
-    if DUMP_SIGNAL is None:
-        return {}
-    for worker in workers:
-        try:
-            os.kill(worker.pid, DUMP_SIGNAL)
-        except ProcessLookupError:
-            pass
-    stacks: dict[str, str] = {}
-    deadline = time.monotonic() + wait_s
-    for index, worker in enumerate(getattr(iterator, "_workers", [])):
-        path = Path(directory) / f"worker-{index}.txt"
-        text = ""
-        while time.monotonic() < deadline:
-            text = path.read_text() if path.exists() else ""
-            if text.strip():
-                time.sleep(0.05)  # let faulthandler finish writing every thread
-                text = path.read_text()
-                break
-            time.sleep(0.02)
-        stacks[f"worker {index} (pid {worker.pid})"] = text or "(no stack: the worker did not reach worker_init_fn)"
-    return stacks
-
-
-def stop_workers(iterator: Any, hung: bool, grace_s: float = 1.0) -> None:
-    """Shut a DataLoader iterator's workers down now.
-
-    Healthy workers get torch's own shutdown. For hung ones that shutdown would join
-    each worker for 5 s before killing it, so they are unregistered from torch's
-    SIGCHLD watch first (or their deaths would raise in this process), terminated,
-    and then the iterator's shutdown closes its queues and pin-memory thread.
-    """
-    if not hung:
-        if hasattr(iterator, "_shutdown_workers"):
-            iterator._shutdown_workers()
-        return
-    workers = list(getattr(iterator, "_workers", []))
-    if getattr(iterator, "_worker_pids_set", False):
-        from torch.utils.data import _utils
-
-        _utils.signal_handling._remove_worker_pids(id(iterator))
-        iterator._worker_pids_set = False
-    if hasattr(iterator, "_workers_done_event"):
-        iterator._workers_done_event.set()
-    for worker in workers:
-        if worker.is_alive():
-            worker.terminate()
-    deadline = time.monotonic() + grace_s
-    for worker in workers:
-        worker.join(timeout=max(deadline - time.monotonic(), 0.01))
-        if worker.is_alive():
-            worker.kill()
-            worker.join(timeout=1.0)
-    if hasattr(iterator, "_shutdown_workers"):
-        iterator._shutdown_workers()
