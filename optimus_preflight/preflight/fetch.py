@@ -14,6 +14,7 @@ How a hang is bounded, and its stack found, without leaking a thread or a proces
 
 from __future__ import annotations
 
+import contextlib
 import linecache
 import re
 import shutil
@@ -24,6 +25,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,40 +136,54 @@ def _record_error(result: FetchResult, error: BaseException) -> None:
     result.error_text = "".join(traceback.format_exception_only(type(error), error)).strip()
 
 
-def _fetch_with_alarm(loader: Any, count: int, timeout_s: float) -> FetchResult:
-    result = FetchResult()
+@contextlib.contextmanager
+def _alarm(seconds: float) -> Iterator[None]:
+    """Raise FetchTimeout in this (main) thread after ``seconds``; restores any outer
+    timer (e.g. pytest-timeout's). A no-op off the main thread or without SIGALRM."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGALRM"):
+        yield
+        return
 
     def on_alarm(signum, frame):
         raise FetchTimeout()
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
-    outer_timer = signal.getitimer(signal.ITIMER_REAL)  # e.g. pytest-timeout's
+    outer = signal.getitimer(signal.ITIMER_REAL)
+    started = time.perf_counter()
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer[0] > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(outer[0] - (time.perf_counter() - started), 0.001), outer[1])
+
+
+def _record_main_hang(result: FetchResult, error: FetchTimeout) -> None:
+    result.timed_out = True
+    stack = traceback.StackSummary.from_list(traceback.extract_tb(error.__traceback__)[:-1])  # drop on_alarm
+    result.stacks["main process"] = "".join(stack.format())
+    result.hang_stack = _innermost_first(stack)
+    result.hang_frame = hang_frame_from_stack(stack)
+
+
+def _fetch_with_alarm(loader: Any, count: int, timeout_s: float) -> FetchResult:
+    result = FetchResult()
     started = time.perf_counter()
     try:
-        # One budget per batch, as DataLoader's own timeout is per batch.
         iterator = iter(loader)
-        for _ in range(count):
-            signal.setitimer(signal.ITIMER_REAL, timeout_s)
-            try:
-                before = len(result.batches)
+        for _ in range(count):  # one budget per batch, as DataLoader's own timeout
+            before = len(result.batches)
+            with _alarm(timeout_s):
                 _collect(iterator, 1, result, started)
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
             if len(result.batches) == before:
                 break
     except FetchTimeout as error:
-        result.timed_out = True
-        stack = traceback.StackSummary.from_list(traceback.extract_tb(error.__traceback__)[:-1])  # drop on_alarm
-        result.stacks["main process"] = "".join(stack.format())
-        result.hang_stack = _innermost_first(stack)
-        result.hang_frame = hang_frame_from_stack(stack)
+        _record_main_hang(result, error)
     except Exception as error:  # a broken dataset or collate: reported, not raised
         _record_error(result, error)
-    finally:
-        signal.signal(signal.SIGALRM, previous)
-        result.elapsed_s = time.perf_counter() - started
-        if outer_timer[0] > 0:
-            signal.setitimer(signal.ITIMER_REAL, max(outer_timer[0] - result.elapsed_s, 0.001), outer_timer[1])
+    result.elapsed_s = time.perf_counter() - started
     return result
 
 
@@ -203,15 +219,20 @@ def _fetch_with_workers(loader: Any, count: int, timeout_s: float) -> FetchResul
     started = time.perf_counter()
     iterator = None
     try:
-        loader.worker_init_fn = DumpStacksOnSignal(original_init, directory)
-        try:
-            # Our own iterator even with persistent_workers: it is shut down here, and
-            # the one training creates later starts fresh.
-            iterator = loader._get_iterator() if hasattr(loader, "_get_iterator") else iter(loader)
-        finally:
-            loader.worker_init_fn = original_init
-        iterator._timeout = timeout_s
-        _collect(iterator, count, result, started)
+        # Workers are bounded by the iterator's timeout; the alarm is a backstop for a
+        # hang in this process (a sampler, a batch sampler, a pin-memory copy).
+        with _alarm(timeout_s * count + 5.0):
+            loader.worker_init_fn = DumpStacksOnSignal(original_init, directory)
+            try:
+                # Our own iterator even with persistent_workers: it is shut down here,
+                # and the one training creates later starts fresh.
+                iterator = loader._get_iterator() if hasattr(loader, "_get_iterator") else iter(loader)
+            finally:
+                loader.worker_init_fn = original_init
+            iterator._timeout = timeout_s
+            _collect(iterator, count, result, started)
+    except FetchTimeout as error:
+        _record_main_hang(result, error)
     except RuntimeError as error:
         if str(error).startswith("DataLoader timed out after") and iterator is not None:
             result.timed_out = True
