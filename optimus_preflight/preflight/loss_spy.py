@@ -26,6 +26,7 @@ CLASS_CRITERIA = ("cross_entropy", "nll_loss")
 BINARY_CRITERIA = ("binary_cross_entropy", "binary_cross_entropy_with_logits")
 ACTIVATIONS = ("sigmoid", "softmax", "log_softmax")
 _TOL = 1e-2  # half-precision logits round; real logits never come this close by chance
+SAMPLE_ROWS = 1024
 
 
 @dataclass
@@ -57,14 +58,20 @@ class CriterionCall:
 
 
 def _stats(tensor: torch.Tensor, class_dim: int | None) -> TensorStats:
+    """Statistics of the first ``SAMPLE_ROWS`` rows: an LM's logits can be gigabytes,
+    and a float copy of all of them could itself run a GPU out of memory. Integer
+    tensors (class targets) are small and are scanned whole, so no bad label hides."""
     with torch.no_grad():
         values = tensor.detach()
         is_floating = values.is_floating_point()
-        values = values.float() if is_floating or values.dtype == torch.bool else values.long()
+        if is_floating and values.dim() > 0:
+            values = values[:SAMPLE_ROWS].float()
+        elif not is_floating:
+            values = values.long()
         finite = bool(torch.isfinite(values).all()) if is_floating else True
         empty = values.numel() == 0
         stats = TensorStats(
-            shape=tuple(values.shape),
+            shape=tuple(tensor.shape),
             dtype=str(tensor.dtype).replace("torch.", ""),
             is_floating=is_floating,
             finite=finite,
