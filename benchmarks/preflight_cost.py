@@ -58,8 +58,10 @@ def main() -> None:
     for name, seconds in sorted(per_check.items(), key=lambda item: -item[1]):
         print(f"{name:<26} {seconds:9.4f} {seconds / step_s:8.2f}")
     total = statistics.median(totals)
-    print(f"preflight total: {total:.3f} s (runs: {', '.join(f'{t:.3f}' for t in totals)}); "
-          f"one training step: {step_s:.4f} s; preflight = {total / step_s:.1f} training steps")
+    steps = [total_ / step_ for total_, _, step_ in runs]
+    print(f"preflight total: median {total:.3f} s, min {min(totals):.3f} s (runs: {', '.join(f'{t:.3f}' for t in totals)})")
+    print(f"one training step: median {step_s:.4f} s; preflight = {statistics.median(steps):.1f} training steps "
+          f"(per run: {', '.join(f'{r:.1f}' for r in steps)})")
     print(f"preflight_s={total:.3f}")
 
 

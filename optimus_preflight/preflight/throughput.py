@@ -15,8 +15,8 @@ from optimus_preflight.preflight.step_checks import FIRST_STEP
 from optimus_preflight.preflight.step_runs import make_runner
 from optimus_preflight.preflight.worker_stacks import stop_workers
 
-BURST_STEPS = 5  # timed, after one warm-up step
-BURST_BUDGET_S = 3.0
+BURST_STEPS = 3  # timed, after one warm-up step
+BURST_BUDGET_S = 2.0
 INPUT_BOUND_FRACTION = 0.5
 
 
