@@ -25,11 +25,13 @@ def _loader_iterator(loader: Any, timeout_s: float) -> Iterator[Any]:
     iterator = loader._get_iterator() if hasattr(loader, "_get_iterator") else iter(loader)
     if getattr(loader, "num_workers", 0) > 0:
         iterator._timeout = timeout_s
+    hung = True  # unless the burst ends normally: a timed-out worker must be killed, not joined
     try:
         yield iterator
+        hung = False
     finally:
         if getattr(loader, "num_workers", 0) > 0:
-            stop_workers(iterator, hung=False)
+            stop_workers(iterator, hung=hung)
 
 
 def _window(first: Any, iterator: Any, size: int) -> Iterator[tuple[Any, bool]]:
