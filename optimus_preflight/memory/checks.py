@@ -103,6 +103,7 @@ def judge(
         limit_bytes=limit.bytes,
         utilization=round(need / limit.bytes, 4) if limit.bytes > 0 else None,
         estimate=estimate.to_dict(),
+        summary=f"step needs {gib(need)} of {gib(limit.bytes)} usable {what} memory ({estimate.method} estimate)",
     )
     if estimate.method != "fake":
         findings.warning(
@@ -158,7 +159,7 @@ class VRAMHeadroomCheck(Check):
     def run(self, ctx: Any, findings: Findings) -> None:
         limit = gpu_memory_limit(ctx.cfg, ctx.device)
         if limit is None:
-            findings.data["applicable"] = False
+            findings.data.update(applicable=False, summary="no GPU in this job (set preflight.memory.target_gib to check one)")
             findings.info(
                 "MEM0",
                 "No GPU to check: the job trains on the CPU and preflight.memory.target_gib is not set.",
@@ -224,7 +225,7 @@ class HostMemoryCheck(Check):
 
     def run(self, ctx: Any, findings: Findings) -> None:
         if ctx.device.type != "cpu":
-            findings.data["applicable"] = False
+            findings.data.update(applicable=False, summary=f"training on {ctx.device}")
             findings.info("MEM0", f"The job trains on {ctx.device}; host RAM is checked for CPU training only.")
             return
         inputs = step_inputs(ctx)

@@ -3,14 +3,22 @@
 Conventions between checks:
 - ``artifacts["first_batch"]``: the real first training batch (as the loader yields it,
   on the CPU), stored by the ``data.first_batch`` check. Checks that need a batch list
-  ``"data.first_batch"`` in ``requires``.
+  ``"data.first_batch"`` in ``requires``. ``artifacts["first_batches"]``: the batches it
+  fetched (one per worker for an IterableDataset, to compare them).
+- ``artifacts["step_probe"]``: the observed first real step (``probe.get_probe``),
+  computed once by ``step.first_step`` and read by the other step checks.
+- ``artifacts["sample_hashes"]``: per-sample digests of the first batch, compared
+  across ranks at the end of preflight.
+- A check that changes training state (runs a step, moves the model) does it inside
+  ``snapshot.preserved_training_state(ctx)``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from omegaconf import DictConfig
@@ -42,7 +50,7 @@ class PreflightContext:
         return self.training.device
 
     @classmethod
-    def from_recipe(cls, recipe: Any) -> "PreflightContext":
+    def from_recipe(cls, recipe: Any) -> PreflightContext:
         return cls(
             cfg=recipe.cfg,
             recipe=recipe,

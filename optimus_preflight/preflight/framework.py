@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar, Iterable
+from typing import Any, ClassVar
 
 
 class Severity(str, Enum):
@@ -63,8 +64,8 @@ class Findings:
     issues: list[Issue] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
 
-    def add(self, severity: Severity, code: str, message: str, fix: str, key: str | None = None) -> None:
-        self.issues.append(Issue(code, severity, message, fix, key))
+    def add(self, severity: Severity | str, code: str, message: str, fix: str, key: str | None = None) -> None:
+        self.issues.append(Issue(code, Severity(severity), message, fix, key))
 
     def error(self, code: str, message: str, fix: str, key: str | None = None) -> None:
         self.add(Severity.ERROR, code, message, fix, key)
@@ -77,11 +78,21 @@ class Findings:
 
 
 class Check:
-    """Base class. Subclasses set ``name``, ``stage``, ``requires`` and implement ``run``."""
+    """Base class. Subclasses set ``name``, ``stage``, ``requires`` and implement ``run``.
+
+    ``applies(cfg)`` lets a check stay out of a run it has nothing to say about (the
+    overfit smoke when ``preflight.overfit_steps=0``), rather than print a line.
+    A check may put a one-line ``summary`` of its measurements in ``findings.data``;
+    the console shows it next to the check's name.
+    """
 
     name: ClassVar[str]
     stage: ClassVar[Stage]
     requires: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def applies(cls, cfg: Any) -> bool:
+        return True
 
     def run(self, ctx: Any, findings: Findings) -> None:
         raise NotImplementedError

@@ -1,0 +1,101 @@
+"""Preflight: checks that catch hangs, OOMs and silent mistraining before a long run.
+
+Public API: the seed functions, the framework, the default checks and the report.
+"""
+
+from optimus_preflight.preflight.api import check_dataloader_startup, estimate_dataloader_memory_gib
+from optimus_preflight.memory import HostMemoryCheck, VRAMHeadroomCheck, check_model_gpu_memory
+from optimus_preflight.preflight.batch_checks import CollateCheck, FinalBatchCheck, SamplingCheck
+from optimus_preflight.preflight.config_checks import LrScheduleCheck
+from optimus_preflight.preflight.console import format_report, log_report
+from optimus_preflight.preflight.context import PreflightContext
+from optimus_preflight.preflight.data_checks import DuplicateSamplesCheck, FirstBatchCheck, LoaderMemoryCheck
+from optimus_preflight.preflight.defaults import DEFAULT_CHECKS, default_checks
+from optimus_preflight.preflight.env_checks import (
+    DeviceCheck,
+    DiskSpaceCheck,
+    HostRamCheck,
+    RunDirCheck,
+    SharedMemoryCheck,
+)
+from optimus_preflight.preflight.framework import (
+    Check,
+    CheckResult,
+    CheckStatus,
+    Findings,
+    Issue,
+    Severity,
+    Stage,
+    run_checks,
+)
+from optimus_preflight.preflight.model_checks import (
+    ModesCheck,
+    OptimizerEpsCheck,
+    OptimizerParamsCheck,
+    WeightDecayCheck,
+)
+from optimus_preflight.preflight.report import PreflightReport
+from optimus_preflight.preflight.runner import run_preflight
+from optimus_preflight.preflight.snapshot import TrainingStateSnapshot, preserved_training_state
+from optimus_preflight.preflight.step_checks import (
+    FirstStepCheck,
+    GradientsCheck,
+    InitialLossCheck,
+    LossFunctionCheck,
+    TargetsCheck,
+)
+from optimus_preflight.preflight.step_runs import AccumulationCheck, CheckpointRoundTripCheck, OverfitCheck
+from optimus_preflight.preflight.throughput import ThroughputCheck
+
+__all__ = [
+    # seed API (names and roles of the CREDIT reference)
+    "estimate_dataloader_memory_gib",
+    "check_dataloader_startup",
+    "check_model_gpu_memory",
+    # framework and report
+    "Check",
+    "CheckResult",
+    "CheckStatus",
+    "Findings",
+    "Issue",
+    "Severity",
+    "Stage",
+    "run_checks",
+    "run_preflight",
+    "PreflightContext",
+    "PreflightReport",
+    "format_report",
+    "log_report",
+    "TrainingStateSnapshot",
+    "preserved_training_state",
+    "DEFAULT_CHECKS",
+    "default_checks",
+    # checks
+    "DeviceCheck",
+    "SharedMemoryCheck",
+    "HostRamCheck",
+    "RunDirCheck",
+    "DiskSpaceCheck",
+    "LrScheduleCheck",
+    "FirstBatchCheck",
+    "LoaderMemoryCheck",
+    "DuplicateSamplesCheck",
+    "CollateCheck",
+    "FinalBatchCheck",
+    "SamplingCheck",
+    "OptimizerParamsCheck",
+    "ModesCheck",
+    "WeightDecayCheck",
+    "OptimizerEpsCheck",
+    "FirstStepCheck",
+    "GradientsCheck",
+    "LossFunctionCheck",
+    "TargetsCheck",
+    "InitialLossCheck",
+    "AccumulationCheck",
+    "CheckpointRoundTripCheck",
+    "OverfitCheck",
+    "ThroughputCheck",
+    "VRAMHeadroomCheck",
+    "HostMemoryCheck",
+]

@@ -1,0 +1,54 @@
+"""The default check list. Extend it by appending a Check subclass to ``DEFAULT_CHECKS``
+(order within a stage is kept), or override ``preflight_checks()`` in a recipe."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optimus_preflight.preflight import (
+    batch_checks,
+    config_checks,
+    data_checks,
+    env_checks,
+    model_checks,
+    step_checks,
+    step_runs,
+    throughput,
+)
+from optimus_preflight.memory.checks import HostMemoryCheck, VRAMHeadroomCheck
+from optimus_preflight.preflight.framework import Check
+
+DEFAULT_CHECKS: list[type[Check]] = [
+    env_checks.DeviceCheck,
+    env_checks.SharedMemoryCheck,
+    env_checks.HostRamCheck,
+    env_checks.RunDirCheck,
+    env_checks.DiskSpaceCheck,
+    config_checks.LrScheduleCheck,
+    data_checks.FirstBatchCheck,
+    data_checks.LoaderMemoryCheck,
+    data_checks.DuplicateSamplesCheck,
+    batch_checks.CollateCheck,
+    batch_checks.FinalBatchCheck,
+    batch_checks.SamplingCheck,
+    model_checks.OptimizerParamsCheck,
+    model_checks.ModesCheck,
+    model_checks.WeightDecayCheck,
+    model_checks.OptimizerEpsCheck,
+    VRAMHeadroomCheck,
+    HostMemoryCheck,
+    step_checks.FirstStepCheck,
+    step_checks.GradientsCheck,
+    step_checks.LossFunctionCheck,
+    step_checks.TargetsCheck,
+    step_checks.InitialLossCheck,
+    step_runs.AccumulationCheck,
+    step_runs.CheckpointRoundTripCheck,
+    step_runs.OverfitCheck,
+    throughput.ThroughputCheck,
+]
+
+
+def default_checks(cfg: Any) -> list[Check]:
+    """Fresh instances of the default checks that apply to ``cfg``."""
+    return [check_class() for check_class in DEFAULT_CHECKS if check_class.applies(cfg)]

@@ -1,0 +1,276 @@
+"""See what the user's ``compute_loss`` feeds its criterion, without knowing its code.
+
+A ``TorchFunctionMode`` observes every call to a torch function during the loss
+computation. For the criteria (``cross_entropy``, ``nll_loss``, ``binary_cross_entropy``
+and its logits variant; ``nn.*Loss`` modules call them) it records summary statistics
+of the input and target *before* the call, so a criterion that raises (a target out of
+range) is still described; and it counts sigmoid/softmax calls. Only small statistics
+are kept, never the tensors.
+
+What the statistics reveal (pure functions below):
+- softmax probabilities: non-negative rows summing to 1 along the class dimension;
+- log-probabilities: all <= 0 with logsumexp ~ 0 along the class dimension;
+- raw logits: anything else (positive values, rows not normalised).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+CLASS_CRITERIA = ("cross_entropy", "nll_loss")
+BINARY_CRITERIA = ("binary_cross_entropy", "binary_cross_entropy_with_logits")
+ACTIVATIONS = ("sigmoid", "softmax", "log_softmax")
+_TOL = 1e-2  # half-precision logits round; real logits never come this close by chance
+SAMPLE_ROWS = 1024
+
+
+@dataclass
+class TensorStats:
+    shape: tuple[int, ...]
+    dtype: str
+    is_floating: bool
+    finite: bool
+    min: float | None
+    max: float | None
+    # Along the class dimension (criteria over classes only).
+    probability_rows: bool = False
+    log_probability_rows: bool = False
+
+
+@dataclass
+class CriterionCall:
+    function: str
+    input: TensorStats
+    target: TensorStats | None
+    n_classes: int | None
+    ignore_index: int | None
+    loss: float | None = None  # the mean of the criterion's output, when it returned
+    error: str | None = None
+
+    @property
+    def hard_targets(self) -> bool:
+        return self.target is not None and not self.target.is_floating
+
+
+def _stats(tensor: torch.Tensor, class_dim: int | None) -> TensorStats:
+    """Statistics of the first ``SAMPLE_ROWS`` rows: an LM's logits can be gigabytes,
+    and a float copy of all of them could itself run a GPU out of memory. Integer
+    tensors (class targets) are small and are scanned whole, so no bad label hides."""
+    with torch.no_grad():
+        values = tensor.detach()
+        is_floating = values.is_floating_point()
+        if is_floating and values.dim() > 0:
+            values = values[:SAMPLE_ROWS].float()
+        elif not is_floating:
+            values = values.long()
+        finite = bool(torch.isfinite(values).all()) if is_floating else True
+        empty = values.numel() == 0
+        stats = TensorStats(
+            shape=tuple(tensor.shape),
+            dtype=str(tensor.dtype).replace("torch.", ""),
+            is_floating=is_floating,
+            finite=finite,
+            min=None if empty else float(values.min()),
+            max=None if empty else float(values.max()),
+        )
+        if class_dim is not None and is_floating and finite and not empty and values.shape[class_dim] > 1:
+            if stats.min >= 0:
+                sums = values.sum(dim=class_dim)
+                stats.probability_rows = bool(torch.allclose(sums, torch.ones_like(sums), atol=_TOL))
+            if stats.max <= _TOL:
+                lse = torch.logsumexp(values, dim=class_dim)
+                stats.log_probability_rows = bool(torch.allclose(lse, torch.zeros_like(lse), atol=_TOL))
+    return stats
+
+
+def _argument(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
+    if len(args) > index:
+        return args[index]
+    return kwargs.get(name, default)
+
+
+class LossSpy(TorchFunctionMode):
+    """Use as a context manager around ``compute_loss``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[CriterionCall] = []
+        self.activations: dict[str, int] = {name: 0 for name in ACTIVATIONS}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        record = None
+        if name in CLASS_CRITERIA + BINARY_CRITERIA:
+            record = self._describe(name, args, kwargs)
+            self.calls.append(record)
+        elif name in ACTIVATIONS:
+            self.activations[name] += 1
+        try:
+            out = func(*args, **kwargs)
+        except Exception as error:
+            if record is not None:
+                record.error = f"{type(error).__name__}: {error}"
+            raise
+        if record is not None and isinstance(out, torch.Tensor) and out.numel():
+            record.loss = float(out.detach().float().mean())
+        return out
+
+    @staticmethod
+    def _describe(name: str, args: tuple, kwargs: dict) -> CriterionCall:
+        inputs = _argument(args, kwargs, 0, "input")
+        target = _argument(args, kwargs, 1, "target")
+        class_dim = None
+        if name in CLASS_CRITERIA and isinstance(inputs, torch.Tensor):
+            class_dim = 1 if inputs.dim() >= 2 else 0
+        n_classes = int(inputs.shape[class_dim]) if class_dim is not None else None
+        ignore_index = _argument(args, kwargs, 4, "ignore_index", -100) if name in CLASS_CRITERIA else None
+        if isinstance(target, torch.Tensor) and ignore_index is not None and not target.is_floating_point():
+            target = target[target != ignore_index]  # ignored positions may hold any sentinel
+        return CriterionCall(
+            function=name,
+            input=_stats(inputs, class_dim) if isinstance(inputs, torch.Tensor) else None,
+            target=_stats(target, None) if isinstance(target, torch.Tensor) else None,
+            n_classes=n_classes,
+            ignore_index=ignore_index,
+        )
+
+
+# ------------------------------------------------------------------ analysis
+@dataclass
+class Finding:
+    code: str
+    severity: str  # error | warning | info
+    message: str
+    fix: str
+
+
+def loss_input_findings(calls: list[CriterionCall], activations: dict[str, int]) -> list[Finding]:
+    """O12, O13, O16: the wrong kind of values fed to a criterion."""
+    found: list[Finding] = []
+    for call in calls:
+        stats = call.input
+        if stats is None or not stats.finite:
+            continue
+        if call.function == "cross_entropy" and stats.probability_rows:
+            found.append(Finding(
+                "O12", "error",
+                f"cross_entropy receives probabilities (non-negative rows summing to 1 over {call.n_classes} "
+                "classes): a softmax is applied before a loss that applies its own, so gradients are diluted "
+                "and the model learns slowly or not at all",
+                "Feed raw logits to CrossEntropyLoss: remove the nn.Softmax/F.softmax from the model's head "
+                "(apply softmax only at inference).",
+            ))
+        elif call.function == "cross_entropy" and stats.log_probability_rows:
+            found.append(Finding(
+                "O12", "info",
+                "cross_entropy receives log-probabilities (log_softmax output); harmless, since log_softmax "
+                "of log-probabilities changes nothing, but the extra log_softmax is wasted work",
+                "Feed raw logits to CrossEntropyLoss, or keep log_softmax and use NLLLoss.",
+            ))
+        elif call.function == "nll_loss" and not stats.log_probability_rows:
+            kind = "probabilities (softmax output)" if stats.probability_rows else "raw logits (values above 0)"
+            found.append(Finding(
+                "O16", "error",
+                f"nll_loss receives {kind}, not log-probabilities: NLLLoss just picks -input[target], so the "
+                "loss is meaningless",
+                "Apply F.log_softmax(logits, dim=1) before NLLLoss, or drop it and use CrossEntropyLoss on the "
+                "raw logits.",
+            ))
+        elif call.function == "binary_cross_entropy" and activations.get("sigmoid", 0):
+            found.append(Finding(
+                "O13", "warning",
+                "sigmoid followed by binary_cross_entropy (BCELoss): saturated sigmoids give log(0) = -inf "
+                "and NaN losses, and the gradient vanishes",
+                "Remove the sigmoid from the model and use BCEWithLogitsLoss on the raw logits "
+                "(pos_weight= for imbalanced labels).",
+            ))
+        elif (
+            call.function == "binary_cross_entropy_with_logits"
+            and activations.get("sigmoid", 0)
+            and stats.min is not None
+            and stats.min >= 0
+            and stats.max <= 1
+        ):
+            found.append(Finding(
+                "O13", "warning",
+                "binary_cross_entropy_with_logits receives values in [0, 1] after a sigmoid: the sigmoid is "
+                "applied twice, squashing every prediction towards 0.5-0.73",
+                "Remove the sigmoid before BCEWithLogitsLoss; it applies its own.",
+            ))
+    return found
+
+
+def target_findings(calls: list[CriterionCall]) -> list[Finding]:
+    """O14: targets out of range or of the wrong dtype/shape for the criterion."""
+    found: list[Finding] = []
+    for call in calls:
+        target, inputs = call.target, call.input
+        if target is None or inputs is None or target.min is None:
+            continue
+        if call.function in CLASS_CRITERIA:
+            if target.is_floating:
+                if target.shape != inputs.shape:
+                    found.append(Finding(
+                        "O14", "error",
+                        f"{call.function} gets floating-point targets of shape {target.shape} for input "
+                        f"{inputs.shape}: class-index targets must be integers (long), probability targets "
+                        "must have the input's shape",
+                        "Convert class labels with targets.long() (shape (N,)); for soft labels pass an (N, C) "
+                        "distribution.",
+                    ))
+                continue
+            if target.dtype not in ("int64", "uint8"):
+                found.append(Finding(
+                    "O14", "error",
+                    f"{call.function} gets {target.dtype} targets; it needs int64 (long) class indices",
+                    "Return targets as torch.long from the dataset or collate_fn (targets.long()).",
+                ))
+            if target.min < 0 or target.max >= call.n_classes:
+                found.append(Finding(
+                    "O14", "error",
+                    f"{call.function} targets span [{target.min:g}, {target.max:g}] but the input has "
+                    f"{call.n_classes} classes, so valid targets are 0..{call.n_classes - 1}"
+                    + (f" (or ignore_index={call.ignore_index})" if call.ignore_index is not None else "")
+                    + "; on a GPU this is an opaque device-side assert",
+                    "Remap labels to 0..C-1 (subtract 1 if they are 1-indexed), give the model's head as many "
+                    "outputs as there are classes, and mark padding with ignore_index.",
+                ))
+        elif call.function in BINARY_CRITERIA:
+            if not target.is_floating:
+                found.append(Finding(
+                    "O14", "error",
+                    f"{call.function} gets {target.dtype} targets; it needs floating-point targets",
+                    "Pass targets.float() to the binary loss.",
+                ))
+            elif target.min < 0 or target.max > 1:
+                found.append(Finding(
+                    "O14", "error",
+                    f"{call.function} targets span [{target.min:g}, {target.max:g}]; they must lie in [0, 1]",
+                    "Binary targets are 0/1 labels or probabilities; rescale or remap them.",
+                ))
+    return found
+
+
+def init_loss_finding(calls: list[CriterionCall]) -> tuple[Finding | None, dict[str, Any]]:
+    """O1 "verify the loss at init": with hard targets, a fresh classifier scores ~ln(C)."""
+    call = next((c for c in calls if c.function in CLASS_CRITERIA and c.hard_targets and c.loss is not None), None)
+    if call is None or not call.n_classes or call.n_classes < 2 or not math.isfinite(call.loss):
+        return None, {"applicable": False}
+    expected = math.log(call.n_classes)
+    data = {"applicable": True, "loss": round(call.loss, 4), "ln_classes": round(expected, 4), "classes": call.n_classes}
+    if call.loss > 1.5 * expected + 0.5:
+        return Finding(
+            "O1", "warning",
+            f"initial loss {call.loss:.3f} is far above ln({call.n_classes}) = {expected:.3f}, the loss of "
+            "uniform predictions: the freshly initialised model is confidently wrong, which wastes the first "
+            "steps and can destabilise training",
+            "Initialise the output layer small (e.g. std=0.02, zero bias), check the inputs are normalised, "
+            "and check the targets line up with the inputs.",
+        ), data
+    return None, data

@@ -1,0 +1,41 @@
+"""One preflight run: the checks, the policy, the ranks' agreement, the report's outputs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from optimus_preflight.preflight.consensus import agree_on_verdict
+from optimus_preflight.preflight.console import log_report
+from optimus_preflight.preflight.framework import Check, run_checks
+from optimus_preflight.preflight.report import PreflightReport
+from optimus_preflight.preflight.snapshot import SNAPSHOT_KEY, snapshot_of
+from optimus_preflight.summary import write_json_atomic
+
+REPORT_FILE = "preflight.json"
+
+
+def run_preflight(checks: Iterable[Check], ctx: Any) -> PreflightReport:
+    """Run ``checks`` under ``preflight.disable`` and ``preflight.fail_on``; every rank
+    returns the same verdict; rank 0 logs the report and writes ``preflight.json``."""
+    policy = ctx.cfg.preflight
+    started = time.perf_counter()
+    # Taken once, restored by every check that runs steps and once more at the end, so
+    # not even a check that forgets to protect the state can change training.
+    snapshot = ctx.artifacts[SNAPSHOT_KEY] = snapshot_of(ctx)
+    try:
+        results = run_checks(checks, ctx, policy.disable)
+    finally:
+        snapshot.restore()
+        del ctx.artifacts[SNAPSHOT_KEY]
+    report = PreflightReport(results, 0.0, policy.fail_on)
+    rank = ctx.training.dist.rank
+    agree_on_verdict(report, rank, ctx.artifacts.get("sample_hashes", []))
+    report.elapsed_s = time.perf_counter() - started
+    if rank == 0:
+        path = Path(ctx.run_dir) / REPORT_FILE
+        write_json_atomic(path, report.to_dict())
+        log_report(report, path)
+    return report

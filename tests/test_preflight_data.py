@@ -1,0 +1,198 @@
+"""Data-stage checks: each fires on a deliberately broken loader, with the right code."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections import namedtuple
+
+import psutil
+import pytest
+import torch
+from tests.preflight_support import FEATURES, assert_quiet, classification_data, codes, make_recipe, run
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from optimus_preflight.distributed import DistEnv
+from optimus_preflight.preflight import data_checks
+from optimus_preflight.preflight.batch_checks import CollateCheck, FinalBatchCheck, SamplingCheck
+from optimus_preflight.preflight.context import PreflightContext
+from optimus_preflight.preflight.data_checks import DuplicateSamplesCheck, FirstBatchCheck, LoaderMemoryCheck
+from optimus_preflight.preflight.framework import CheckStatus
+
+
+class SleepsForever(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        time.sleep(3600)  # the hang preflight must point at
+        return torch.zeros(FEATURES), 0
+
+
+def _children() -> set[int]:
+    return {child.pid for child in psutil.Process().children(recursive=True)}
+
+
+@pytest.mark.parametrize("workers", [2, 0])
+def test_hung_first_batch_is_caught_with_its_frame_and_nothing_left_running(tmp_path, workers):
+    timeout = 2.0
+    recipe = make_recipe(tmp_path, f"data.num_workers={workers}", f"preflight.first_batch_timeout_s={timeout}",
+                         dataset=SleepsForever())
+    before = _children()
+    started = time.monotonic()
+    result = run(recipe, FirstBatchCheck)["data.first_batch"]
+    elapsed = time.monotonic() - started
+    assert result.status == CheckStatus.ERROR and codes(result) == {"DATA_TIMEOUT"}
+    message = result.issues[0].message
+    assert "in __getitem__: time.sleep(3600)" in message and "test_preflight_data.py" in message
+    assert "num_workers=0" in result.issues[0].fix
+    assert elapsed < timeout + 5
+    assert _children() <= before  # every worker process is gone
+    assert not [t for t in threading.enumerate() if t.name == "preflight-fetch"]
+    if workers:
+        assert any(name.startswith("worker") for name in result.data["stacks"])
+
+
+class Ragged(Dataset):
+    """Windows of 8 values, except the last 16 samples which are shorter."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        return torch.ones(8 if index < 48 else 5), torch.tensor(0)
+
+
+def test_ragged_samples_in_the_first_batch_report_their_shapes(tmp_path):
+    recipe = make_recipe(tmp_path, "data.batch_size=64", dataset=Ragged())
+    result = run(recipe, FirstBatchCheck)["data.first_batch"]
+    assert codes(result) == {"DP4"}
+    assert "[(8,), ()]" in result.issues[0].message and "[(5,), ()]" in result.issues[0].message
+
+
+def test_ragged_samples_later_in_the_dataset_are_found_by_the_collate_scan(tmp_path):
+    recipe = make_recipe(tmp_path, "data.shuffle=false", dataset=Ragged())
+    results = run(recipe, FirstBatchCheck, CollateCheck)
+    assert_quiet(results["data.first_batch"])  # the first 16 samples happen to agree
+    assert codes(results["data.collate"]) == {"DP4"}
+    assert "[(8,), ()]" in results["data.collate"].issues[0].message
+
+
+class Stream(IterableDataset):
+    def __init__(self, sharded: bool):
+        self.sharded = sharded
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        for index in range(200):
+            if self.sharded and info is not None and index % info.num_workers != info.id:
+                continue
+            yield torch.full((FEATURES,), float(index)), index % 4
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_unsharded_iterable_dataset_repeats_samples_across_workers(tmp_path, sharded):
+    recipe = make_recipe(tmp_path, "data.num_workers=2", dataset=Stream(sharded),
+                         loader=lambda data: DataLoader(data, batch_size=8, num_workers=2))
+    result = run(recipe, DuplicateSamplesCheck)["data.duplicates"]
+    if sharded:
+        assert_quiet(result)
+    else:
+        assert codes(result) == {"DP2"} and result.status == CheckStatus.ERROR
+
+
+class WithBatchNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(FEATURES, 8), nn.BatchNorm1d(8), nn.Linear(8, 4))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (("trainer.max_steps=8",), "error"),            # the epoch's size-1 last batch is reached
+    (("trainer.max_steps=1",), "info"),             # the run ends before it
+    (("trainer.max_steps=8", "data.drop_last=true"), None),
+])
+def test_final_batch_of_one_under_batchnorm(tmp_path, overrides, expected):
+    recipe = make_recipe(tmp_path, *overrides, model=WithBatchNorm, dataset=classification_data(33))
+    result = run(recipe, FinalBatchCheck)["data.final_batch"]
+    if expected is None:
+        assert_quiet(result)
+    else:
+        assert codes(result) == {"DP8"} and result.issues[0].severity.value == expected
+
+
+def test_final_batch_is_quiet_without_batchnorm(tmp_path):
+    assert_quiet(run(make_recipe(tmp_path, dataset=classification_data(33)), FinalBatchCheck)["data.final_batch"])
+
+
+def test_unshuffled_training_loader_warns(tmp_path):
+    result = run(make_recipe(tmp_path, "data.shuffle=false"), SamplingCheck)["data.sampling"]
+    assert codes(result) == {"DP14"} and result.status == CheckStatus.WARNING
+    assert result.issues[0].config_key == "data.shuffle"
+
+
+def test_sampler_not_sharded_across_ranks_fails(tmp_path):
+    recipe = make_recipe(tmp_path, loader=lambda data: DataLoader(data, batch_size=16, shuffle=True))
+    ctx = PreflightContext.from_recipe(recipe)
+    ctx.training = dataclasses.replace(ctx.training, dist=DistEnv(rank=0, world_size=2))
+    result = run(ctx, SamplingCheck)["data.sampling"]
+    assert codes(result) == {"DP2"} and result.status == CheckStatus.ERROR
+    assert_quiet(run(make_recipe(tmp_path), SamplingCheck)["data.sampling"])
+
+
+Memory = namedtuple("Memory", "total available")
+
+
+@pytest.mark.parametrize(("available", "status"), [(10**12, CheckStatus.PASSED), (8_000, CheckStatus.WARNING),
+                                                    (6_000, CheckStatus.ERROR)])
+def test_loader_memory_from_the_measured_batch(tmp_path, monkeypatch, available, status):
+    # 16 samples x (8 float32 + 1 int64) = 640 bytes; 2 workers x prefetch 4 = 8 batches in flight.
+    recipe = make_recipe(tmp_path, "data.num_workers=2", "data.prefetch_factor=4")
+    monkeypatch.setattr(data_checks.psutil, "virtual_memory", lambda: Memory(2 * available, available))
+    result = run(recipe, LoaderMemoryCheck)["data.loader_memory"]
+    assert result.data["total_bytes"] == 640 * 8
+    assert result.status == status
+    if status != CheckStatus.PASSED:
+        assert codes(result) == {"DATA_RAM"} and "data.prefetch_factor" in result.issues[0].fix
+
+
+def test_worker_batches_larger_than_dev_shm_fail(tmp_path, monkeypatch):
+    recipe = make_recipe(tmp_path, "data.num_workers=2")
+    ctx = PreflightContext.from_recipe(recipe)
+    run(ctx, FirstBatchCheck)
+    usage = data_checks.shutil.disk_usage
+    monkeypatch.setattr(data_checks.shutil, "disk_usage",
+                        lambda path: usage(path)._replace(free=1000) if path == "/dev/shm" else usage(path))
+    result = run(ctx, LoaderMemoryCheck)["data.loader_memory"]
+    assert codes(result) == {"DP15"} and result.status == CheckStatus.ERROR
+
+
+class Broken(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        raise ValueError(f"cannot read sample {index}")
+
+
+def test_a_dataset_that_raises_is_reported_not_crashed(tmp_path):
+    result = run(make_recipe(tmp_path, dataset=Broken()), FirstBatchCheck)["data.first_batch"]
+    assert codes(result) == {"DATA_ERROR"} and "cannot read sample" in result.issues[0].message
+
+
+def test_an_empty_loader_is_reported(tmp_path):
+    result = run(make_recipe(tmp_path, dataset=classification_data(0)), FirstBatchCheck)["data.first_batch"]
+    assert codes(result) == {"DATA_EMPTY"}
+
+
+def test_healthy_loader_with_workers_is_quiet(tmp_path):
+    results = run(make_recipe(tmp_path, "data.num_workers=2"), FirstBatchCheck, LoaderMemoryCheck,
+                  DuplicateSamplesCheck, CollateCheck, FinalBatchCheck, SamplingCheck)
+    for result in results.values():
+        assert_quiet(result)
+    assert results["data.first_batch"].data["latency_s"] > 0

@@ -1,0 +1,141 @@
+"""Model/optimizer wiring checks: each fires on a deliberately miswired setup."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classifier, codes, make_recipe, run
+from torch import nn
+
+from optimus_preflight.preflight.framework import CheckStatus
+from optimus_preflight.preflight.model_checks import (
+    ModesCheck,
+    OptimizerEpsCheck,
+    OptimizerParamsCheck,
+    WeightDecayCheck,
+)
+
+WIRING = (OptimizerParamsCheck, ModesCheck, WeightDecayCheck, OptimizerEpsCheck)
+
+
+def test_healthy_wiring_is_quiet(tmp_path):
+    for result in run(make_recipe(tmp_path), *WIRING).values():
+        assert_quiet(result)
+
+
+def test_trainable_params_missing_from_the_optimizer(tmp_path):
+    recipe = make_recipe(tmp_path, optimizer=lambda m: torch.optim.AdamW(m[0].parameters()))
+    result = run(recipe, OptimizerParamsCheck)["model.optimizer_params"]
+    assert codes(result) == {"O2"} and result.status == CheckStatus.ERROR
+    assert "2.weight" in result.issues[0].message
+
+
+def test_optimizer_holding_tensors_that_are_not_the_models(tmp_path):
+    recipe = make_recipe(tmp_path, optimizer=lambda m: torch.optim.AdamW(classifier().parameters()))
+    result = run(recipe, OptimizerParamsCheck)["model.optimizer_params"]
+    assert codes(result) == {"O2"} and result.data["foreign"] == 4
+
+
+def test_frozen_params_left_in_the_optimizer(tmp_path):
+    def freeze_after_building(model):
+        optimizer = torch.optim.AdamW(model.parameters())
+        model[0].requires_grad_(False)
+        return optimizer
+
+    result = run(make_recipe(tmp_path, optimizer=freeze_after_building), OptimizerParamsCheck)["model.optimizer_params"]
+    assert codes(result) == {"O17"} and result.status == CheckStatus.WARNING
+    assert "0.weight" in result.issues[0].message
+
+
+def test_a_param_in_two_groups(tmp_path):
+    def two_groups(model):
+        optimizer = torch.optim.AdamW(model.parameters())
+        # torch refuses this in the constructor; appending to param_groups slips past it.
+        optimizer.param_groups.append({**optimizer.defaults, "params": [model[0].weight]})
+        return optimizer
+
+    result = run(make_recipe(tmp_path, optimizer=two_groups), OptimizerParamsCheck)["model.optimizer_params"]
+    assert codes(result) == {"OPT_DUPLICATE_PARAM"}
+
+
+class KeepsDropoutOff(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = classifier()
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.body(self.drop(x))
+
+    def train(self, mode=True):
+        super().train(mode)
+        self.drop.eval()  # the bug: dropout never runs in training
+        return self
+
+
+class AlwaysEval(KeepsDropoutOff):
+    def train(self, mode=True):
+        return super().train(False)
+
+
+@pytest.mark.parametrize("model", [KeepsDropoutOff, AlwaysEval])
+def test_modules_stuck_in_eval_mode(tmp_path, model):
+    result = run(make_recipe(tmp_path, model=model), ModesCheck)["model.modes"]
+    assert codes(result) == {"O5"} and result.status == CheckStatus.WARNING
+
+
+class FrozenBackbone(nn.Module):
+    def __init__(self, keep_frozen_norm_in_eval: bool):
+        super().__init__()
+        self.keep = keep_frozen_norm_in_eval
+        self.backbone = nn.Sequential(nn.Linear(FEATURES, 8), nn.BatchNorm1d(8))
+        self.backbone.requires_grad_(False)
+        self.head = nn.Linear(8, CLASSES)
+
+    def forward(self, x):
+        return self.head(self.backbone(x))
+
+    def train(self, mode=True):
+        super().train(mode)
+        if self.keep:
+            self.backbone[1].eval()  # the O18 fix
+        return self
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_frozen_batchnorm_in_train_mode(tmp_path, fixed):
+    result = run(make_recipe(tmp_path, model=lambda: FrozenBackbone(fixed)), ModesCheck)["model.modes"]
+    if fixed:
+        assert_quiet(result)
+    else:
+        assert codes(result) == {"O18"} and "backbone.1" in result.issues[0].message
+
+
+def test_adam_with_weight_decay_suggests_adamw(tmp_path):
+    recipe = make_recipe(tmp_path, optimizer=lambda m: torch.optim.Adam(m.parameters(), weight_decay=0.01))
+    result = run(recipe, WeightDecayCheck)["model.weight_decay"]
+    # Adam's coupled decay, and (one group for everything) decay on the biases.
+    assert codes(result) == {"O6"} and len(result.issues) == 2
+    assert any("AdamW" in issue.fix for issue in result.issues)
+
+
+def test_weight_decay_on_biases_and_norm_weights(tmp_path):
+    recipe = make_recipe(tmp_path, "optimizer.decay_bias_and_norm=true")
+    result = run(recipe, WeightDecayCheck)["model.weight_decay"]
+    assert codes(result) == {"O6"} and result.issues[0].config_key == "optimizer.decay_bias_and_norm"
+    assert "0.bias" in result.issues[0].message
+
+
+@pytest.mark.parametrize(("dtype", "eps", "fires"), [
+    (torch.float16, 1e-8, True),    # 1e-8 is 0 in fp16: zero gradients give 0/0
+    (torch.float16, 1e-4, False),
+    (torch.bfloat16, 1e-8, False),  # representable in bf16: a trial step stays finite
+    (torch.float32, 1e-8, False),
+])
+def test_adamw_eps_for_half_precision_state(tmp_path, dtype, eps, fires):
+    recipe = make_recipe(tmp_path, f"optimizer.eps={eps}", model=lambda: classifier().to(dtype))
+    result = run(recipe, OptimizerEpsCheck)["model.optimizer_eps"]
+    if fires:
+        assert codes(result) == {"O10"} and result.issues[0].config_key == "optimizer.eps"
+    else:
+        assert_quiet(result)

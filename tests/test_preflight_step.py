@@ -1,0 +1,263 @@
+"""Step-stage checks: one real step (and a few more) on broken setups, each firing its code."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classifier, codes, make_recipe, run
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.distributed import DistEnv
+from optimus_preflight.preflight.config_checks import LrScheduleCheck, schedule_findings
+from optimus_preflight.preflight.context import PreflightContext
+from optimus_preflight.preflight.framework import CheckStatus
+from optimus_preflight.preflight.step_checks import (
+    FirstStepCheck,
+    GradientsCheck,
+    InitialLossCheck,
+    LossFunctionCheck,
+    TargetsCheck,
+)
+from optimus_preflight.preflight.step_runs import AccumulationCheck, CheckpointRoundTripCheck, OverfitCheck
+from optimus_preflight.preflight.throughput import ThroughputCheck
+
+PROBE_CHECKS = (FirstStepCheck, GradientsCheck, LossFunctionCheck, TargetsCheck, InitialLossCheck)
+
+
+def test_probe_checks_are_quiet_on_a_healthy_classifier(tmp_path):
+    results = run(make_recipe(tmp_path), *PROBE_CHECKS)
+    for result in results.values():
+        assert_quiet(result)
+    assert results["step.initial_loss"].data["applicable"]
+
+
+# --------------------------------------------------------------- O3 and errors
+def _ce(model, batch):
+    return F.cross_entropy(model(batch[0]), batch[1])
+
+
+@pytest.mark.parametrize(("loss", "code", "words"), [
+    (lambda m, b: _ce(m, b).detach(), "O3", "detached"),
+    (lambda m, b: F.cross_entropy(m(b[0]), b[1], reduction="none"), "O3", "not a scalar"),
+    (lambda m, b: _ce(m, b).item(), "O3", "float"),
+    (lambda m, b: _ce(m, b) * float("nan"), "LOSS_NONFINITE", "nan"),
+])
+def test_the_loss_must_be_a_finite_scalar_attached_to_the_graph(tmp_path, loss, code, words):
+    result = run(make_recipe(tmp_path, loss=loss), FirstStepCheck)["step.first_step"]
+    assert codes(result) == {code} and result.status == CheckStatus.ERROR
+    assert words in result.issues[0].message
+
+
+def _raises(model, batch):
+    logits = model(batch[0])
+    raise RuntimeError(f"shape mismatch {tuple(logits.shape)}")
+
+
+def test_an_exception_in_compute_loss_names_the_users_frame(tmp_path):
+    result = run(make_recipe(tmp_path, loss=_raises), FirstStepCheck)["step.first_step"]
+    assert codes(result) == {"STEP_ERROR"}
+    assert "test_preflight_step.py" in result.issues[0].message and "_raises" in result.issues[0].message
+
+
+def test_compute_loss_switching_the_model_to_eval(tmp_path):
+    def loss(model, batch):
+        model.eval()
+        return _ce(model, batch)
+
+    result = run(make_recipe(tmp_path, loss=loss), FirstStepCheck)["step.first_step"]
+    assert codes(result) == {"O5"}
+
+
+# ------------------------------------------------------------------ gradients
+class UnusedHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = classifier()
+        self.aux = nn.Linear(FEATURES, 2)  # never called in forward
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def test_params_that_get_no_gradient_are_named(tmp_path):
+    recipe = make_recipe(tmp_path, model=UnusedHead)
+    result = run(recipe, GradientsCheck)["step.gradients"]
+    assert codes(result) == {"GRAD_NONE"} and result.status == CheckStatus.WARNING
+    assert "aux.weight" in result.issues[0].message
+    ctx = PreflightContext.from_recipe(recipe)
+    ctx.training = dataclasses.replace(ctx.training, dist=DistEnv(rank=0, world_size=2))
+    distributed = run(ctx, GradientsCheck)["step.gradients"]
+    assert distributed.status == CheckStatus.ERROR and "find_unused_parameters" in distributed.issues[0].fix
+
+
+def test_nonfinite_and_all_zero_gradients(tmp_path):
+    def nan_bias_grad(model, batch):  # d sqrt(0 * b) / db = inf * 0 = nan; the loss stays finite
+        return _ce(model, batch) + (model[0].bias * 0).sqrt().sum()
+
+    result = run(make_recipe(tmp_path, loss=nan_bias_grad), GradientsCheck)["step.gradients"]
+    assert codes(result) == {"GRAD_NONFINITE"} and "0.bias" in result.issues[0].message
+    result = run(make_recipe(tmp_path, loss=lambda m, b: _ce(m, b) * 0), GradientsCheck)["step.gradients"]
+    assert codes(result) == {"GRAD_ZERO"}
+
+
+# -------------------------------------------------------------- loss functions
+def _head(final: nn.Module):
+    return lambda: nn.Sequential(classifier(), final)
+
+
+def _one_hot(batch):
+    return F.one_hot(batch[1], CLASSES).float()
+
+
+@pytest.mark.parametrize(("model", "loss", "code", "severity"), [
+    (_head(nn.Softmax(dim=1)), None, "O12", "error"),
+    (_head(nn.LogSoftmax(dim=1)), None, "O12", "info"),
+    (classifier, lambda m, b: F.nll_loss(m(b[0]), b[1]), "O16", "error"),
+    (_head(nn.Softmax(dim=1)), lambda m, b: nn.NLLLoss()(m(b[0]), b[1]), "O16", "error"),
+    (_head(nn.Sigmoid()), lambda m, b: nn.BCELoss()(m(b[0]), _one_hot(b)), "O13", "warning"),
+    (_head(nn.Sigmoid()), lambda m, b: F.binary_cross_entropy_with_logits(m(b[0]), _one_hot(b)), "O13", "warning"),
+])
+def test_what_reaches_the_criterion(tmp_path, model, loss, code, severity):
+    result = run(make_recipe(tmp_path, model=model, loss=loss), LossFunctionCheck)["step.loss_function"]
+    assert codes(result) == {code} and result.issues[0].severity.value == severity
+
+
+@pytest.mark.parametrize(("model", "loss"), [
+    (_head(nn.LogSoftmax(dim=1)), lambda m, b: F.nll_loss(m(b[0]), b[1])),
+    (classifier, lambda m, b: F.binary_cross_entropy_with_logits(m(b[0]), _one_hot(b))),
+])
+def test_correct_criterion_pairings_are_quiet(tmp_path, model, loss):
+    assert_quiet(run(make_recipe(tmp_path, model=model, loss=loss), LossFunctionCheck)["step.loss_function"])
+
+
+def _labels(values: torch.Tensor) -> TensorDataset:
+    return TensorDataset(torch.randn(len(values), FEATURES), values)
+
+
+@pytest.mark.parametrize(("targets", "words"), [
+    (torch.arange(64) % (CLASSES + 1), "span [0, 4]"),           # 1-indexed labels: C is out of range
+    ((torch.arange(64) % CLASSES).float(), "floating-point"),
+    ((torch.arange(64) % CLASSES).int(), "int32"),
+])
+def test_targets_out_of_range_or_of_the_wrong_dtype(tmp_path, targets, words):
+    results = run(make_recipe(tmp_path, dataset=_labels(targets)), FirstStepCheck, TargetsCheck)
+    assert codes(results["step.targets"]) == {"O14"} and words in results["step.targets"].issues[0].message
+    assert results["step.first_step"].status == CheckStatus.ERROR  # on the CPU the criterion raises too
+
+
+def test_ignore_index_targets_are_not_out_of_range(tmp_path):
+    targets = torch.where(torch.arange(64) % 5 == 0, -100, torch.arange(64) % CLASSES)
+    assert_quiet(run(make_recipe(tmp_path, dataset=_labels(targets)), TargetsCheck)["step.targets"])
+
+
+class Overconfident(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = classifier()
+        with torch.no_grad():
+            self.body[2].weight.mul_(200)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def test_initial_loss_far_above_ln_classes(tmp_path):
+    result = run(make_recipe(tmp_path, model=Overconfident), InitialLossCheck)["step.initial_loss"]
+    assert codes(result) == {"O1"} and result.status == CheckStatus.WARNING
+
+
+# ---------------------------------------------------------------- accumulation
+def _summed(model, batch):
+    return F.cross_entropy(model(batch[0]), batch[1], reduction="sum")
+
+
+@pytest.mark.parametrize(("loss", "fires"), [(None, False), (_summed, True)])
+def test_accumulation_scaling_is_verified_numerically(tmp_path, loss, fires):
+    result = run(make_recipe(tmp_path, "trainer.accumulation_steps=2", loss=loss), AccumulationCheck)["step.accumulation"]
+    if fires:
+        assert codes(result) == {"O9"} and result.data["norm_ratio"] == pytest.approx(0.5, rel=1e-3)
+    else:
+        assert_quiet(result)
+        assert result.data["norm_ratio"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_accumulation_check_only_runs_when_accumulating(tiny_cfg):
+    assert not AccumulationCheck.applies(tiny_cfg)
+
+
+# --------------------------------------------------------------- LR schedule
+@pytest.mark.parametrize(("overrides", "scheduler", "severity"), [
+    (("scheduler.total_steps=4",), None, "warning"),                 # ends (restarts) halfway
+    (("scheduler.total_steps=40",), None, "warning"),                # counted in micro-batches: never decays
+    ((), lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=2), "warning"),  # ~0 at step 2
+    ((), lambda opt: torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=4), "error"),
+    ((), None, None),
+])
+def test_lr_schedule_length_vs_planned_steps(tmp_path, overrides, scheduler, severity):
+    result = run(make_recipe(tmp_path, *overrides, scheduler=scheduler), LrScheduleCheck)["config.lr_schedule"]
+    if severity is None:
+        assert_quiet(result)
+    else:
+        assert codes(result) == {"O8"} and {i.severity.value for i in result.issues} == {severity}
+
+
+def test_schedule_findings_tolerate_a_warmup_from_zero():
+    points = [(step, min(step / 50, 1.0)) for step in range(100)]
+    assert schedule_findings(points, 100, None) == []
+
+
+# ------------------------------------------------------------------- overfit
+def test_overfit_smoke_passes_when_the_loop_can_memorise(tmp_path):
+    result = run(make_recipe(tmp_path, "preflight.overfit_steps=40", "optimizer.lr=0.01"), OverfitCheck)["step.overfit"]
+    assert_quiet(result)
+    assert result.data["best_loss"] < 0.5 * result.data["first_loss"]
+
+
+def test_overfit_smoke_fails_when_only_a_bias_learns(tmp_path):
+    recipe = make_recipe(tmp_path, "preflight.overfit_steps=40",
+                         optimizer=lambda m: torch.optim.AdamW([m[2].bias], lr=0.05))
+    result = run(recipe, OverfitCheck)["step.overfit"]
+    assert codes(result) == {"O1"} and result.status == CheckStatus.ERROR
+
+
+# ------------------------------------------------------------------ checkpoint
+class Opaque:
+    """Not a type torch.load(weights_only=True) accepts."""
+
+
+class LambdaWithState:
+    def __init__(self):
+        self.note = Opaque()
+
+    def __call__(self, step):
+        return 1.0
+
+
+def test_checkpoint_round_trip(tmp_path):
+    result = run(make_recipe(tmp_path), CheckpointRoundTripCheck)["step.checkpoint"]
+    assert_quiet(result)
+    assert result.data["bytes"] > 0
+    assert not list((tmp_path / "run").glob(".preflight-ckpt-*"))  # the temp dir is gone
+    broken = make_recipe(tmp_path, scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, LambdaWithState()))
+    result = run(broken, CheckpointRoundTripCheck)["step.checkpoint"]
+    assert codes(result) == {"CKPT_LOAD"}
+
+
+# ------------------------------------------------------------------ throughput
+def _slow_collate(samples):
+    time.sleep(0.05)
+    return torch.utils.data.default_collate(samples)
+
+
+def test_input_bound_burst_warns_and_reports_the_eta(tmp_path):
+    recipe = make_recipe(tmp_path, loader=lambda data: DataLoader(data, batch_size=16, collate_fn=_slow_collate))
+    result = run(recipe, ThroughputCheck)["step.throughput"]
+    assert codes(result) == {"DATA_BOUND"} and result.data["bound"] == "input-bound"
+    healthy = run(make_recipe(tmp_path), ThroughputCheck)["step.throughput"]
+    assert_quiet(healthy)
+    assert healthy.data["eta_s"] == pytest.approx(healthy.data["s_per_step"] * 8, abs=0.01)
