@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 import torch
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 from optimus_preflight import compose
 from optimus_preflight.data import move_to_device
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 
 class HandWrittenLoop:

@@ -31,7 +31,7 @@ class DistEnv:
         return self.world_size > 1
 
     @classmethod
-    def from_environment(cls) -> "DistEnv":
+    def from_environment(cls) -> DistEnv:
         return cls(
             rank=int(os.environ.get("RANK", 0)),
             world_size=int(os.environ.get("WORLD_SIZE", 1)),

@@ -82,5 +82,5 @@ def instantiate_node(node: DictConfig, key: str, **extra: Any) -> Any:
         return instantiate(node, **extra, _convert_="all")
     except InstantiationException as error:
         if error.__cause__ is not None:
-            raise error.__cause__
+            raise error.__cause__ from None  # the target's own exception, not Hydra's wrapper
         raise

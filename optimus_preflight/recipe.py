@@ -21,9 +21,9 @@ from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
 from optimus_preflight.checkpoint.resume import check_resume_value
+from optimus_preflight.checkpoint.state import unwrap
 from optimus_preflight.config.validate import validate_config
 from optimus_preflight.context import resolve_plan
-from optimus_preflight.checkpoint.state import unwrap
 from optimus_preflight.data import build_loader
 from optimus_preflight.distributed import all_reduce_sum, wrap_model
 from optimus_preflight.errors import PreflightFailed, TrainingInterrupted
@@ -149,10 +149,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self.scheduler = self.build_scheduler(self.optimizer)
         self.model = wrap_model(model, context.device, self.cfg.trainer.ddp_find_unused_parameters)
         self.train_loader, self.val_loader = self.build_dataloaders()
-        interruption = self.setup_interruption()
-        # Under DDP a rank cannot abandon a window alone; ranks agree at step boundaries.
-        interruptible = None if context.dist.is_distributed else interruption.signals.interruptible
-        self.setup_training_iteration(self.train_loader, self.stop_requested, *filter(None, [interruptible]))
+        self.setup_interruption()
+        self.setup_training_iteration(self.train_loader, self.stop_requested, self.interruptible)
         self._is_set_up = True
         progress = self.start_interruption_handling()
         if progress:
@@ -174,7 +172,10 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         try:
             self.setup()
             if self.cfg.preflight.enabled:
-                report = self.preflight()
+                try:
+                    report = self.preflight()
+                except StopRequested:  # e.g. Ctrl+C while the first batch will not come
+                    self.handle_training_interruption(self._progress())
                 if report.failed:
                     status = "preflight_failed"
                     raise PreflightFailed(report)

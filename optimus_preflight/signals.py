@@ -21,8 +21,9 @@ from optimus_preflight.errors import UserError
 log = logging.getLogger("optimus_preflight")
 
 
-class StopRequested(Exception):
-    """Raised inside an interruptible wait when a stop signal arrives."""
+class StopRequested(BaseException):
+    """Raised inside an interruptible wait when a stop signal arrives. A BaseException,
+    so an ``except Exception`` in dataset or check code cannot swallow the stop."""
 
 
 def signal_number(name: str) -> int:

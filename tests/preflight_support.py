@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tests.conftest import tiny_config
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -17,6 +16,7 @@ from optimus_preflight.preflight.data_checks import FirstBatchCheck
 from optimus_preflight.preflight.framework import CheckResult, CheckStatus, run_checks
 from optimus_preflight.preflight.step_checks import FirstStepCheck
 from optimus_preflight.recipe import TrainRecipe
+from tests.conftest import tiny_config
 
 CLASSES = 4
 FEATURES = 8

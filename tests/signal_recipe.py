@@ -1,6 +1,7 @@
 """A char-LM recipe that sends itself a real signal at a chosen point, for resume tests.
 
-Environment: SIGNAL_NAME (e.g. SIGTERM), SIGNAL_PHASE (train|eval|data), SIGNAL_AT
+Environment: SIGNAL_NAME (e.g. SIGTERM), SIGNAL_PHASE (train|eval|data|preflight, the
+last counting training samples read by the preflight), SIGNAL_AT
 (1-based count of compute_loss calls in that phase, or of training samples read) and
 SIGNAL_REPEAT (how many times to send it; 2 x SIGINT is an impatient user),
 SIGNAL_RANK (under torchrun, the only rank that sends it) and SIGNAL_GROUP=1 (send it
@@ -12,9 +13,8 @@ from __future__ import annotations
 import os
 import signal
 
-from torch.utils.data import Dataset
-
 from optimus_preflight.recipes.char_lm import CharLMRecipe
+from torch.utils.data import Dataset
 
 
 def _plan():
@@ -44,8 +44,9 @@ class SelfSignalRecipe(CharLMRecipe):
     def build_dataloaders(self):
         train, val = super().build_dataloaders()
         plan = _plan()
-        if plan and plan[1] == "data":
-            armed = lambda: self.preflight_report is not None  # noqa: E731
+        if plan and plan[1] in ("data", "preflight"):
+            in_preflight = plan[1] == "preflight"
+            armed = lambda: (self.preflight_report is None) == in_preflight  # noqa: E731
             wrapped = _SignallingDataset(train.dataset, plan[0], plan[2], armed)
             train = type(train)(
                 wrapped, batch_size=train.batch_size, sampler=train.sampler, generator=train.generator

@@ -15,7 +15,14 @@ import pytest
 import torch
 
 from optimus_preflight.checkpoint.state import capture_rng, restore_rng, rng_for_checkpoint
-from optimus_preflight.checkpoint.store import MANIFEST_FILE, POINTER_FILE, STATE_FILE, CheckpointCorrupt, CheckpointStore, verify
+from optimus_preflight.checkpoint.store import (
+    MANIFEST_FILE,
+    POINTER_FILE,
+    STATE_FILE,
+    CheckpointCorrupt,
+    CheckpointStore,
+    verify,
+)
 
 
 def _state(step: int, size: int = 1000) -> dict:

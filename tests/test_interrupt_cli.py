@@ -101,3 +101,18 @@ def test_ctrl_c_to_the_process_group_prints_no_worker_tracebacks(tmp_path):
     assert "Traceback" not in result.stdout + result.stderr
     assert "KeyboardInterrupt" not in result.stderr
     assert (run_dir / "checkpoints" / "step_00000006").is_dir()
+
+
+@pytest.mark.slow
+def test_a_signal_during_preflight_stops_at_once_with_a_checkpoint(tmp_path):
+    """The first-batch wait of the preflight is where a broken loader hangs; a signal there
+    must not wait for preflight.first_batch_timeout_s."""
+    run_dir = tmp_path / "run"
+    env = {"SIGNAL_NAME": "SIGTERM", "SIGNAL_PHASE": "preflight", "SIGNAL_AT": "3"}
+    result = run_cli(run_dir, *SIGNALLING, cwd=REPO, env=env)
+    assert result.returncode == 143, result.output
+    assert "Traceback" not in result.output
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
+    assert _checkpoints(run_dir) == ["step_00000000"]
+    resumed = run_cli(run_dir, *SIGNALLING, cwd=REPO)
+    assert resumed.returncode == 0 and resumed.summary()["steps"] == 12

@@ -6,11 +6,11 @@ import json
 
 import pytest
 import torch
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 from torch import nn
 
 from optimus_preflight.metrics import lr_metrics
 from optimus_preflight.optim import warmup_cosine
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 from tests.conftest import tiny_config
 from tests.step_helpers import GradRecorder, make_runner, mean_squared_error, window
 
@@ -50,7 +50,7 @@ def test_lr_metrics_split_by_group_only_when_groups_differ():
 
 
 def test_recipe_logs_the_lr_each_step_used(tmp_path):
-    cfg = tiny_config("trainer.max_steps=8", "scheduler.warmup_steps=4", "optimizer.lr=0.01")
+    cfg = tiny_config("trainer.max_steps=8", "scheduler.warmup_steps=4", "optimizer.lr=0.01", "preflight.enabled=false")
     recipe = CharLMRecipe(cfg, run_dir=tmp_path)
     used = []
     recipe.setup()

@@ -6,7 +6,6 @@ import copy
 from collections import namedtuple
 
 import pytest
-from tests.conftest import tiny_config
 from omegaconf import OmegaConf
 from optimus_preflight.recipes.char_lm import CharLMRecipe
 
@@ -17,6 +16,7 @@ from optimus_preflight.memory.cuda_rules import CUDA_CONTEXT_BYTES
 from optimus_preflight.memory.step_inputs import step_inputs
 from optimus_preflight.preflight.context import PreflightContext
 from optimus_preflight.preflight.framework import Findings, Stage
+from tests.conftest import tiny_config
 
 GIB = 1 << 30
 BATCH = 256

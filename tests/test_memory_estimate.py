@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from tests.memory_models import MLP, OPTIMIZERS, cases
 from torch import nn
 
 from optimus_preflight.memory import MemoryEstimate, estimate_step_memory, measure_step_memory
 from optimus_preflight.memory.cuda_rules import MIN_BLOCK
 from optimus_preflight.memory.tracker import REPORT_KEYS
+from tests.memory_models import MLP, OPTIMIZERS, cases
 
 CASES = cases()
 

@@ -7,7 +7,6 @@ import random
 
 import pytest
 import torch
-from tests.memory_models import OPTIMIZERS, TinyTransformer, cases, lm_loss
 from omegaconf import OmegaConf
 from torch import nn
 
@@ -15,6 +14,7 @@ from optimus_preflight.memory import check_model_gpu_memory, estimate_step_memor
 from optimus_preflight.memory.gpu_step import restored_training_state, run_synthetic_steps
 from optimus_preflight.memory.steps import run_training_steps
 from optimus_preflight.memory.tracker import StorageTracker
+from tests.memory_models import OPTIMIZERS, TinyTransformer, cases, lm_loss
 
 CONF = OmegaConf.create({"trainer": {"precision": "fp32", "accumulation_steps": 1}})
 

@@ -155,9 +155,8 @@ def test_a_real_cuda_oom_leaves_a_snapshot_and_a_summary(tmp_path):
 
 
 def test_the_observer_follows_preflight_oom_observer(tmp_path):
-    from tests.conftest import tiny_config
-
     from optimus_preflight.memory.oom import start_oom_observer
+    from tests.conftest import tiny_config
 
     assert start_oom_observer(tiny_config("preflight.oom_observer=false"), tmp_path) is None
     observer = start_oom_observer(tiny_config("preflight.oom_observer=true"), tmp_path, largest_batch=4)

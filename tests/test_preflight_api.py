@@ -6,11 +6,11 @@ import time
 
 import pytest
 import torch
-from tests.conftest import tiny_config
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from optimus_preflight.preflight import check_dataloader_startup, estimate_dataloader_memory_gib
 from optimus_preflight.preflight.api import dataloader_memory_estimate
+from tests.conftest import tiny_config
 
 GIB = 1024**3
 

@@ -10,7 +10,6 @@ from collections import namedtuple
 import psutil
 import pytest
 import torch
-from tests.preflight_support import FEATURES, assert_quiet, classification_data, codes, make_recipe, run
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
@@ -20,6 +19,7 @@ from optimus_preflight.preflight.batch_checks import CollateCheck, FinalBatchChe
 from optimus_preflight.preflight.context import PreflightContext
 from optimus_preflight.preflight.data_checks import DuplicateSamplesCheck, FirstBatchCheck, LoaderMemoryCheck
 from optimus_preflight.preflight.framework import CheckStatus
+from tests.preflight_support import FEATURES, assert_quiet, classification_data, codes, make_recipe, run
 
 
 class SleepsForever(Dataset):

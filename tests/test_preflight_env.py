@@ -6,7 +6,6 @@ from collections import namedtuple
 
 import pytest
 import torch
-from tests.preflight_support import assert_quiet, classifier, codes, make_recipe, run
 
 from optimus_preflight.preflight import env_checks
 from optimus_preflight.preflight.context import PreflightContext
@@ -20,6 +19,7 @@ from optimus_preflight.preflight.env_checks import (
 )
 from optimus_preflight.preflight.framework import CheckStatus
 from optimus_preflight.preflight.sizes import checkpoint_bytes_estimate, optimizer_state_bytes, tensor_bytes
+from tests.preflight_support import assert_quiet, classifier, codes, make_recipe, run
 
 ENV = (DeviceCheck, SharedMemoryCheck, HostRamCheck, RunDirCheck, DiskSpaceCheck)
 

@@ -8,8 +8,6 @@ import logging
 import multiprocessing
 
 import pytest
-from tests.conftest import tiny_config
-from tests.preflight_support import make_recipe
 
 from optimus_preflight.preflight import DEFAULT_CHECKS, default_checks, format_report
 from optimus_preflight.preflight.consensus import (
@@ -22,6 +20,8 @@ from optimus_preflight.preflight.context import PreflightContext
 from optimus_preflight.preflight.framework import Check, CheckResult, CheckStatus, Issue, Severity, Stage
 from optimus_preflight.preflight.report import PreflightReport
 from optimus_preflight.preflight.runner import run_preflight
+from tests.conftest import tiny_config
+from tests.preflight_support import make_recipe
 
 
 class Warns(Check):

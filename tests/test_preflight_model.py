@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classifier, codes, make_recipe, run
 from torch import nn
 
 from optimus_preflight.preflight.framework import CheckStatus
@@ -14,6 +13,7 @@ from optimus_preflight.preflight.model_checks import (
     OptimizerParamsCheck,
     WeightDecayCheck,
 )
+from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classifier, codes, make_recipe, run
 
 WIRING = (OptimizerParamsCheck, ModesCheck, WeightDecayCheck, OptimizerEpsCheck)
 

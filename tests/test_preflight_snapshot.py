@@ -7,7 +7,6 @@ import random
 
 import numpy as np
 import torch
-from tests.conftest import tiny_config
 from torch import nn
 
 from optimus_preflight.preflight.context import PreflightContext
@@ -15,6 +14,7 @@ from optimus_preflight.preflight.framework import Check, Stage
 from optimus_preflight.preflight.runner import run_preflight
 from optimus_preflight.preflight.snapshot import TrainingStateSnapshot
 from optimus_preflight.summary import params_sha256
+from tests.conftest import tiny_config
 
 
 def _state_bytes(value):

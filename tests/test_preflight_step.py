@@ -8,7 +8,6 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
-from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classifier, codes, make_recipe, run
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -25,6 +24,7 @@ from optimus_preflight.preflight.step_checks import (
 )
 from optimus_preflight.preflight.step_runs import AccumulationCheck, CheckpointRoundTripCheck, OverfitCheck
 from optimus_preflight.preflight.throughput import ThroughputCheck
+from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classifier, codes, make_recipe, run
 
 PROBE_CHECKS = (FirstStepCheck, GradientsCheck, LossFunctionCheck, TargetsCheck, InitialLossCheck)
 

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
-from typing import Any, NoReturn
+from typing import Any, ContextManager, NoReturn
 
 from omegaconf import OmegaConf
 
@@ -38,6 +39,13 @@ class TrainingInterruptionMixin:
         progress = self.interruption.resume(self.cfg.checkpoint.resume)
         self.interruption.mark_boundary()
         return progress
+
+    def interruptible(self) -> ContextManager:
+        """A block in which a stop signal ends the current wait at once (StopRequested).
+        Under DDP a rank may not leave alone, so there it only sets the flag."""
+        if self.interruption is None or self.training_context.dist.is_distributed:
+            return contextlib.nullcontext()
+        return self.interruption.signals.interruptible()
 
     def stop_requested(self) -> bool:
         return self.interruption is not None and self.interruption.stop_requested_in_window()

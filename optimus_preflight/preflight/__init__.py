@@ -3,8 +3,8 @@
 Public API: the seed functions, the framework, the default checks and the report.
 """
 
-from optimus_preflight.preflight.api import check_dataloader_startup, estimate_dataloader_memory_gib
 from optimus_preflight.memory import HostMemoryCheck, VRAMHeadroomCheck, check_model_gpu_memory
+from optimus_preflight.preflight.api import check_dataloader_startup, estimate_dataloader_memory_gib
 from optimus_preflight.preflight.batch_checks import CollateCheck, FinalBatchCheck, SamplingCheck
 from optimus_preflight.preflight.config_checks import LrScheduleCheck
 from optimus_preflight.preflight.console import format_report, log_report

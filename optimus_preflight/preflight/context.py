@@ -15,10 +15,11 @@ Conventions between checks:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ContextManager
 
 import torch
 from omegaconf import DictConfig
@@ -44,6 +45,9 @@ class PreflightContext:
     training: TrainingContext
     run_dir: Path
     artifacts: dict[str, Any] = field(default_factory=dict)
+    # Checks run inside it: a stop signal then ends preflight at once (a first batch
+    # that never comes must not hold a Ctrl+C hostage).
+    interruptible: Callable[[], ContextManager] = contextlib.nullcontext
 
     @property
     def device(self) -> torch.device:
@@ -62,4 +66,5 @@ class PreflightContext:
             compute_loss=recipe.compute_loss,
             training=recipe.training_context,
             run_dir=recipe.run_dir,
+            interruptible=getattr(recipe, "interruptible", contextlib.nullcontext),
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from optimus_preflight.memory.checks import HostMemoryCheck, VRAMHeadroomCheck
 from optimus_preflight.preflight import (
     batch_checks,
     config_checks,
@@ -15,7 +16,6 @@ from optimus_preflight.preflight import (
     step_runs,
     throughput,
 )
-from optimus_preflight.memory.checks import HostMemoryCheck, VRAMHeadroomCheck
 from optimus_preflight.preflight.framework import Check
 
 DEFAULT_CHECKS: list[type[Check]] = [

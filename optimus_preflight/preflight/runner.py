@@ -26,7 +26,8 @@ def run_preflight(checks: Iterable[Check], ctx: Any) -> PreflightReport:
     # not even a check that forgets to protect the state can change training.
     snapshot = ctx.artifacts[SNAPSHOT_KEY] = snapshot_of(ctx)
     try:
-        results = run_checks(checks, ctx, policy.disable)
+        with ctx.interruptible():
+            results = run_checks(checks, ctx, policy.disable)
     finally:
         snapshot.restore()
         del ctx.artifacts[SNAPSHOT_KEY]
