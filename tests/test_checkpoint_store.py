@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from optimus_preflight.checkpoint.state import capture_rng, restore_rng, rng_for_checkpoint
+from optimus_preflight import rng
 from optimus_preflight.checkpoint.store import (
     MANIFEST_FILE,
     POINTER_FILE,
@@ -99,14 +99,14 @@ def test_rng_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
     random.seed(1)
     np.random.seed(2)
     torch.manual_seed(3)
-    state = rng_for_checkpoint(capture_rng())
+    state = rng.to_checkpoint(rng.capture())
     expected = (random.random(), float(np.random.rand()), torch.rand(3))
     store = CheckpointStore(tmp_path, keep_last=1)
     loaded = store.load(store.save({"rng": state}, 1))["rng"]
     random.seed(99)
     np.random.seed(99)
     torch.manual_seed(99)
-    restore_rng(loaded)
+    rng.restore(rng.from_checkpoint(loaded))
     assert random.random() == expected[0]
     assert float(np.random.rand()) == expected[1]
     assert torch.equal(torch.rand(3), expected[2])

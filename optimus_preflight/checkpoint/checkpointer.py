@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import torch.distributed as torch_dist
 
+from optimus_preflight import rng
 from optimus_preflight.checkpoint.resume import (
     apply_lr_change,
     check_model_fits,
@@ -21,7 +22,7 @@ from optimus_preflight.checkpoint.resume import (
     refresh_schedule,
     set_aside_newer,
 )
-from optimus_preflight.checkpoint.state import Restorable, apply_state, build_state, capture_rng, restore_rng, unwrap
+from optimus_preflight.checkpoint.state import Restorable, apply_state, build_state, unwrap
 from optimus_preflight.checkpoint.store import CheckpointStore
 from optimus_preflight.distributed import DistEnv
 from optimus_preflight.signals import StopSignals
@@ -92,7 +93,7 @@ class RunCheckpointer:
     def mark_boundary(self) -> None:
         """The RNG state at a step boundary: what a resumed run must start from, even
         when the stop comes halfway through the next window."""
-        self.boundary_rng = capture_rng()
+        self.boundary_rng = rng.capture()
 
     def due(self, step: int) -> bool:
         return bool(self.every_n_steps) and step % self.every_n_steps == 0
@@ -106,7 +107,7 @@ class RunCheckpointer:
         path = None
         if self.dist.is_main:
             started = time.perf_counter()
-            state = build_state(self.parts, rng=self.boundary_rng or capture_rng(), config=self.config, progress=progress)
+            state = build_state(self.parts, rng_state=self.boundary_rng or rng.capture(), config=self.config, progress=progress)
             path = self.store.save(state, step)
             log.info("checkpoint %s (%.2f s)", path.relative_to(self.run_dir), time.perf_counter() - started)
         if self.dist.is_distributed and torch_dist.is_initialized():
@@ -134,8 +135,8 @@ class RunCheckpointer:
         apply_lr_change(self.parts.optimizer, self.parts.scheduler, old_lr, new_lr)
         if self.parts.scheduler is not None:
             refresh_schedule(self.parts.optimizer, self.parts.scheduler)
-        restore_rng(state["rng"])
-        self.boundary_rng = capture_rng()
+        self.boundary_rng = rng.from_checkpoint(state["rng"])
+        rng.restore(self.boundary_rng)
         self.resumed_from = path
         position = state["data_position"]
         log.info(

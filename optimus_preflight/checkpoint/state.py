@@ -6,17 +6,13 @@ loading needs no allow-listed globals and cannot execute code.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-try:
-    import numpy as np
-except ImportError:  # numpy is optional for the checkpoint format
-    np = None
+from optimus_preflight import rng
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -28,57 +24,6 @@ def unwrap(model: nn.Module) -> nn.Module:
             model = model._orig_mod
         else:
             return model
-
-
-def capture_rng() -> dict[str, Any]:
-    """Every RNG's state as its library returns it: cheap enough to take every step."""
-    return {
-        "python": random.getstate(),
-        "numpy": np.random.get_state() if np is not None else None,
-        "torch_cpu": torch.get_rng_state(),
-        "torch_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def rng_for_checkpoint(raw: dict[str, Any]) -> dict[str, Any]:
-    """The states in types ``weights_only`` loading accepts (ints, lists, tensors)."""
-    version, internal, gauss = raw["python"]
-    state: dict[str, Any] = {
-        "python": {"version": version, "internal": list(internal), "gauss": gauss},
-        "torch_cpu": raw["torch_cpu"],
-        "torch_cuda": raw["torch_cuda"],
-    }
-    if raw.get("numpy") is not None:
-        kind, keys, pos, has_gauss, cached = raw["numpy"]
-        state["numpy"] = {
-            "kind": kind,
-            "keys": torch.from_numpy(keys.astype(np.int64)),
-            "pos": int(pos),
-            "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached),
-        }
-    return state
-
-
-def restore_rng(state: dict[str, Any]) -> None:
-    """Restore states saved by ``rng_for_checkpoint``."""
-    python = state["python"]
-    random.setstate((python["version"], tuple(python["internal"]), python["gauss"]))
-    torch.set_rng_state(state["torch_cpu"])
-    cuda_states = state.get("torch_cuda") or []
-    if cuda_states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(cuda_states[: torch.cuda.device_count()])
-    numpy_state = state.get("numpy")
-    if numpy_state is not None and np is not None:
-        np.random.set_state(
-            (
-                numpy_state["kind"],
-                numpy_state["keys"].numpy().astype(np.uint32),
-                numpy_state["pos"],
-                numpy_state["has_gauss"],
-                numpy_state["cached_gaussian"],
-            )
-        )
 
 
 @dataclass
@@ -93,8 +38,8 @@ class Restorable:
     stream: Any  # BatchStream
 
 
-def build_state(parts: Restorable, *, rng: dict[str, Any], config: dict[str, Any], progress: dict[str, Any]) -> dict[str, Any]:
-    """``rng`` as ``capture_rng`` returned it (at the last step boundary)."""
+def build_state(parts: Restorable, *, rng_state: dict[str, Any], config: dict[str, Any], progress: dict[str, Any]) -> dict[str, Any]:
+    """``rng_state`` as ``rng.capture`` returned it (at the last step boundary)."""
     return {
         "model": unwrap(parts.model).state_dict(),
         "optimizer": parts.optimizer.state_dict(),
@@ -102,7 +47,7 @@ def build_state(parts: Restorable, *, rng: dict[str, Any], config: dict[str, Any
         "scaler": parts.scaler.state_dict(),
         "run_state": parts.run_state.state_dict(),
         "data_position": parts.stream.state_dict(),
-        "rng": rng_for_checkpoint(rng),
+        "rng": rng.to_checkpoint(rng_state),
         "config": config,
         # Values the resumed run reports or acts on first (e.g. an eval cut short).
         "progress": progress,

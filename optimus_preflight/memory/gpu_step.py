@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,17 +27,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim import Optimizer
 
-try:
-    import numpy as np
-except ImportError:  # numpy is optional for torch
-    np = None
-
 from optimus_preflight.data import move_to_device
 from optimus_preflight.memory.estimate import estimate_training_step
 from optimus_preflight.memory.fake_copy import fake_copy_factory, unwrap_model
 from optimus_preflight.memory.result import MemoryEstimate, gib
 from optimus_preflight.memory.step_inputs import optimizer_factory_like
 from optimus_preflight.memory.steps import run_training_steps
+from optimus_preflight.snapshot import TrainingStateSnapshot
 
 log = logging.getLogger("optimus_preflight")
 
@@ -101,48 +96,15 @@ def _is_fsdp(model: nn.Module) -> bool:
     )
 
 
-def _to_cpu(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
-    if isinstance(value, dict):
-        return {key: _to_cpu(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_cpu(item) for item in value)
-    return value
-
-
 @contextlib.contextmanager
 def restored_training_state(model: nn.Module, optimizer: Optimizer, scaler: Any = None):
     """Everything a synthetic step changes is put back on exit, even after an OOM."""
-    weights = {name: tensor.detach().to("cpu", copy=True) for name, tensor in model.state_dict(keep_vars=True).items()}
-    grads = {
-        name: None if p.grad is None else p.grad.detach().to("cpu", copy=True) for name, p in model.named_parameters()
-    }
-    optimizer_state = _to_cpu(optimizer.state_dict())
-    scaler_state = scaler.state_dict() if scaler is not None else None
-    cpu_rng, py_rng = torch.get_rng_state(), random.getstate()
-    np_rng = np.random.get_state() if np is not None else None
-    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-    was_training = model.training
+    snapshot = TrainingStateSnapshot(model, optimizer, scaler=scaler)
     try:
         yield
     finally:
         optimizer.zero_grad(set_to_none=True)
-        with torch.no_grad():
-            for name, tensor in model.state_dict(keep_vars=True).items():
-                tensor.copy_(weights[name])
-        for name, p in model.named_parameters():
-            p.grad = None if grads[name] is None else grads[name].to(p.device)
-        optimizer.load_state_dict(optimizer_state)
-        if scaler is not None:
-            scaler.load_state_dict(scaler_state)
-        torch.set_rng_state(cpu_rng)
-        random.setstate(py_rng)
-        if np_rng is not None:
-            np.random.set_state(np_rng)
-        if cuda_rng is not None:
-            torch.cuda.set_rng_state_all(cuda_rng)
-        model.train(was_training)
+        snapshot.restore()
 
 
 def gpu_step_report(
