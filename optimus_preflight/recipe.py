@@ -29,6 +29,7 @@ from optimus_preflight.distributed import all_reduce_sum, wrap_model
 from optimus_preflight.errors import PreflightFailed, TrainingInterrupted
 from optimus_preflight.evaluation import evaluate
 from optimus_preflight.instantiate import instantiate_node, node_target
+from optimus_preflight.memory import start_oom_observer
 from optimus_preflight.metrics import JsonlSink, MetricsLogger, make_tensorboard_sink
 from optimus_preflight.mixins import (
     PreflightMixin,
@@ -87,6 +88,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self.final_val_loss: float | None = None
         # An evaluation cut short by a stop signal is redone first on resume.
         self.eval_pending = False
+        self._oom_observer = None
         self._is_set_up = False
 
     @classmethod
@@ -182,6 +184,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                 if self.cfg.preflight.only:
                     status = None
                     return {"status": report.status, "preflight": report.to_dict()}
+            self._oom_observer = self._start_oom_observer()
             self.train()
             status = "completed"
         except TrainingInterrupted:
@@ -191,6 +194,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             status = None  # a second Ctrl+C: leave at once, write nothing more
             raise
         finally:
+            if self._oom_observer is not None:
+                self._oom_observer.stop()
             if self.interruption is not None:
                 self.interruption.close()
             if status is not None:
@@ -236,6 +241,20 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         finally:
             step_logger.progress.close()
             step_logger.metrics.close()
+
+    def _start_oom_observer(self) -> Any:
+        """With preflight.oom_observer=true on CUDA: an allocator history and, on an OOM, a
+        snapshot with a hint that uses the preflight's largest micro-batch that fits."""
+        check = self.preflight_report.check("memory.vram_headroom") if self.preflight_report else None
+        return start_oom_observer(
+            self.cfg,
+            self.run_dir,
+            rank=self.training_context.dist.rank,
+            model=unwrap(self.model),
+            optimizer=self.optimizer,
+            precision=self.training_context.precision,
+            largest_batch=check.data.get("largest_micro_batch") if check else None,
+        )
 
     def _progress(self) -> dict[str, Any]:
         return {"final_loss": self.final_loss, "final_val_loss": self.final_val_loss, "eval_pending": self.eval_pending}

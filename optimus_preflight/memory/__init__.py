@@ -3,14 +3,12 @@
 - Parameter counts: ``param_count_from_empty_model``, ``estimate_params_from_shape``,
   ``estimate_base_model_params``, ``bytes_per_base_weight``.
 - ``estimate_step_memory``: two real training steps traced on fake tensors.
-- Preflight checks (``memory_checks()``): GPU headroom (local or
-  ``preflight.memory.target_gib``) and host RAM.
+- The preflight checks built on it live in ``optimus_preflight.preflight.memory_checks``.
 - ``check_model_gpu_memory``: a real synthetic step on the GPU, state restored.
 - ``OOMObserver``: snapshot, summary and hint on a CUDA OOM.
 """
 
 from optimus_preflight.memory.advice import memory_hints
-from optimus_preflight.memory.checks import HostMemoryCheck, VRAMHeadroomCheck, memory_checks
 from optimus_preflight.memory.estimate import estimate_step_memory, estimate_training_step, measure_step_memory
 from optimus_preflight.memory.gpu_step import check_model_gpu_memory, gpu_step_report
 from optimus_preflight.memory.oom import OOMObserver, start_oom_observer, summarize_snapshot
@@ -25,10 +23,8 @@ from optimus_preflight.memory.result import MemoryEstimate
 from optimus_preflight.memory.search import largest_fitting_batch, resize_batch
 
 __all__ = [
-    "HostMemoryCheck",
     "MemoryEstimate",
     "OOMObserver",
-    "VRAMHeadroomCheck",
     "bytes_per_base_weight",
     "check_model_gpu_memory",
     "count_parameters",
@@ -39,7 +35,6 @@ __all__ = [
     "gpu_step_report",
     "largest_fitting_batch",
     "measure_step_memory",
-    "memory_checks",
     "memory_hints",
     "param_count_from_empty_model",
     "resize_batch",

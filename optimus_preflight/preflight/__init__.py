@@ -3,7 +3,7 @@
 Public API: the seed functions, the framework, the default checks and the report.
 """
 
-from optimus_preflight.memory import HostMemoryCheck, VRAMHeadroomCheck, check_model_gpu_memory
+from optimus_preflight.memory import check_model_gpu_memory
 from optimus_preflight.preflight.api import check_dataloader_startup, estimate_dataloader_memory_gib
 from optimus_preflight.preflight.batch_checks import CollateCheck, FinalBatchCheck, SamplingCheck
 from optimus_preflight.preflight.config_checks import LrScheduleCheck
@@ -28,6 +28,7 @@ from optimus_preflight.preflight.framework import (
     Stage,
     run_checks,
 )
+from optimus_preflight.preflight.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
 from optimus_preflight.preflight.model_checks import (
     ModesCheck,
     OptimizerEpsCheck,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimus_preflight.memory.checks import HostMemoryCheck, VRAMHeadroomCheck
 from optimus_preflight.preflight import (
     batch_checks,
     config_checks,
@@ -17,6 +16,7 @@ from optimus_preflight.preflight import (
     throughput,
 )
 from optimus_preflight.preflight.framework import Check
+from optimus_preflight.preflight.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
 
 DEFAULT_CHECKS: list[type[Check]] = [
     env_checks.DeviceCheck,
