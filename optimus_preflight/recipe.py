@@ -24,6 +24,7 @@ from optimus_preflight.checkpoint.resume import check_resume_value
 from optimus_preflight.config.validate import validate_config
 from optimus_preflight.context import resolve_plan
 from optimus_preflight.data import build_loader
+from optimus_preflight.dynamics import monitor_for_recipe
 from optimus_preflight.errors import PreflightFailed, TrainingInterrupted
 from optimus_preflight.evaluation import evaluate
 from optimus_preflight.instantiate import instantiate_node, node_target
@@ -228,8 +229,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                     interruption.save(self._progress())
             interruption.save(self._progress())  # the final checkpoint
         finally:
-            step_logger.progress.close()
-            step_logger.metrics.close()
+            step_logger.close()
 
     def _progress(self) -> dict[str, Any]:
         return {"final_loss": self.final_loss, "final_val_loss": self.final_val_loss, "eval_pending": self.eval_pending}
@@ -268,6 +268,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             scaler=context.scaler,
             group_names=group_names(self.optimizer),
             world_size=context.dist.world_size,
+            dynamics=monitor_for_recipe(self, sinks),
         )
 
     def finalize(self, status: str, wall_time_s: float) -> dict[str, Any]:

@@ -88,6 +88,9 @@ class StepRunner:
         self.accumulation_steps = accumulation_steps
         self.should_stop = should_stop
         self.non_blocking = plan.device.type == "cuda"
+        # Set only for the steps that need it (dynamics metrics): called after unscaling
+        # and clipping, before the optimizer step, while the final gradients exist.
+        self.before_optimizer_step: Callable[[], None] | None = None
 
     def _sync_context(self, is_last: bool) -> contextlib.AbstractContextManager:
         # DDP all-reduces on every backward unless told not to; only the last counts.
@@ -133,6 +136,8 @@ class StepRunner:
         grad_norm = total_norm(params)
         if self.clip_grad_norm is not None:
             clip_grads_(params, self.clip_grad_norm, grad_norm)
+        if self.before_optimizer_step is not None:
+            self.before_optimizer_step()
         stepped = self._optimizer_step(grad_norm)
         if stepped and self.scheduler is not None:
             self.scheduler.step()
