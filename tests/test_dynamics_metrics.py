@@ -161,3 +161,18 @@ def test_dead_fraction_and_scale_keys_through_the_step_logger():
     assert records[-1]["dead_fraction/1"] == float((hidden == 0).sum()) / hidden.numel()
     assert records[-1]["grad_scale"] == runner.scaler.get_scale()
     assert records[-1]["skip_rate"] == 0.0 and "warnings" not in records[-1]
+
+
+def test_monitor_never_stays_attached_past_a_step_it_missed():
+    model = _relu_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    runner, _ = make_runner(model, mean_squared_error, optimizer=optimizer)
+    monitor = DynamicsMonitor(model, optimizer, runner, runner.scaler, every_n_steps=3, group_names=["all"], start_step=2)
+    assert monitor.measures(3) and runner.before_optimizer_step is not None
+    monitor.prepare(5)  # step 3 was never reported (an interrupted window, say)
+    assert not monitor.measures(3) and runner.before_optimizer_step is None
+    assert not any(module._forward_hooks for module in model.modules())
+    monitor.prepare(6)
+    assert monitor.measures(6)
+    monitor.close()
+    assert runner.before_optimizer_step is None and not any(module._forward_hooks for module in model.modules())

@@ -39,6 +39,12 @@ def test_healthy_tiny_recipe_measures_every_n_steps_and_stays_quiet(tiny_run):
     assert all(1e-5 < r["update_ratio/decay"] < 1e-1 for r in train if r["step"] in measured)
 
 
+def test_measuring_does_not_change_training(tiny_run, tmp_path):
+    cfg = tiny_config("logging.dynamics_every_n_steps=0", "trainer.eval_max_batches=2")
+    summary = CharLMRecipe(cfg, run_dir=tmp_path).run()
+    assert summary["params_sha256"] == json.loads((tiny_run / "summary.json").read_text())["params_sha256"]
+
+
 def test_histograms_and_dynamics_scalars_reach_tensorboard(tiny_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -124,3 +130,14 @@ def test_dynamics_interval_is_validated_and_zero_disables():
         CharLMRecipe(tiny_config("logging.dynamics_every_n_steps=-1"))
     assert tiny_config().logging.dynamics_every_n_steps == 50
     assert tiny_config().preflight.lr_finder is False
+
+
+def test_series_keeps_the_last_value_of_a_relogged_step_and_reads_non_finite_text(tmp_path):
+    from optimus_preflight.plotting.data import load_run
+
+    lines = [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.0}, {"step": 2, "loss": 2.5}, {"step": 3, "loss": "nan"}, {"step": 3, "val_loss": 2.2}]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n{\"step\": 4, \"lo")
+    run = load_run(tmp_path)
+    steps, values = run.series("loss")
+    assert steps == [1, 2, 3] and values[:2] == [3.0, 2.5] and values[2] != values[2]
+    assert run.final("val_loss") == 2.2

@@ -3,11 +3,13 @@ changed, and the preflight check's findings and files."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 
 import pytest
 import torch
+from torch import nn
 
 from optimus_preflight.dynamics.checks import LRFinderCheck, dynamics_checks, report
 from optimus_preflight.dynamics.lr_finder import LRRangeResult, geometric_lrs, lr_range_test
@@ -103,7 +105,9 @@ def test_a_loss_that_never_falls_warns_o7_flat():
 def test_check_writes_json_and_png_and_reports(recipe):
     ctx = PreflightContext.from_recipe(recipe)
     ctx.artifacts["first_batch"] = next(iter(recipe.train_loader))
+    generator_state = recipe.train_loader.generator.get_state()
     [result] = run_checks([LRFinderCheck(num_steps=40, start_lr=1e-4)], ctx)
+    assert torch.equal(recipe.train_loader.generator.get_state(), generator_state)
     assert result.status == CheckStatus.PASSED, result.detail
     assert [issue.code for issue in result.issues] == ["O7"]
     assert result.data["configured_lr"] == 3e-3 and result.data["suggested_lr"] > 0
@@ -119,3 +123,25 @@ def test_check_does_nothing_unless_enabled(tmp_path):
     [result] = run_checks(dynamics_checks(), PreflightContext.from_recipe(recipe))
     assert result.status == CheckStatus.PASSED and result.data == {"enabled": False}
     assert not (tmp_path / "lr_finder.json").exists()
+
+
+def test_fp16_sweep_runs_on_copies_of_model_optimizer_and_scaler():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scaler = torch.amp.GradScaler("cpu", init_scale=256.0)
+    inputs = torch.randn(64, 4)
+    targets = inputs.sum(dim=1, keepdim=True)
+    batches = [(inputs[i : i + 16], targets[i : i + 16]) for i in range(0, 64, 16)]
+    weights = [p.detach().clone() for p in model.parameters()]
+
+    def loss_fn(m, batch):
+        return torch.nn.functional.mse_loss(m(batch[0]).float(), batch[1])
+
+    result = lr_range_test(
+        model, optimizer, loss_fn, itertools.cycle(batches), start_lr=1e-4, end_lr=10.0, num_steps=40,
+        autocast=lambda: torch.autocast("cpu", dtype=torch.float16), scaler=scaler,
+    )
+    assert result.suggested_lr is not None and result.min_loss_lr > 1e-3
+    assert all(torch.equal(w, p) for w, p in zip(weights, model.parameters()))
+    assert optimizer.state_dict()["state"] == {} and scaler.get_scale() == 256.0

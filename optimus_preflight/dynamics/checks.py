@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 from typing import Any, Iterator
 
+import torch
 from omegaconf import OmegaConf
 
 from optimus_preflight.dynamics.lr_finder import LRRangeResult, lr_range_test
@@ -62,7 +63,21 @@ class LRFinderCheck(Check):
         if not OmegaConf.select(ctx.cfg, "preflight.lr_finder", default=False):
             findings.data["enabled"] = False
             return
-        result = lr_range_test(
+        generator = getattr(ctx.train_loader, "generator", None)
+        saved = generator.get_state() if isinstance(generator, torch.Generator) else None
+        try:
+            result = self._sweep(ctx)
+        finally:  # a new loader iterator draws its worker seed from the loader's generator
+            if saved is not None:
+                generator.set_state(saved)
+        lr = configured_lr(ctx)
+        findings.data.update(result.summary() | {"configured_lr": lr})
+        if getattr(ctx.training.dist, "rank", 0) == 0:
+            findings.data["files"] = write_outputs(result, Path(ctx.run_dir), lr)
+        report(result, lr, findings)
+
+    def _sweep(self, ctx: Any) -> LRRangeResult:
+        return lr_range_test(
             ctx.model,
             ctx.optimizer,
             ctx.compute_loss,
@@ -75,9 +90,6 @@ class LRFinderCheck(Check):
             scaler=ctx.training.scaler,
             clip_grad_norm=OmegaConf.select(ctx.cfg, "trainer.clip_grad_norm", default=None),
         )
-        lr = configured_lr(ctx)
-        findings.data.update(result.summary() | {"configured_lr": lr, "files": write_outputs(result, Path(ctx.run_dir), lr)})
-        report(result, lr, findings)
 
 
 def report(result: LRRangeResult, lr: float, findings: Findings) -> None:

@@ -72,6 +72,8 @@ class DynamicsMonitor:
 
     def prepare(self, step: int) -> None:
         """Arm the hooks when ``step`` (the next optimizer step) is a dynamics step."""
+        if self._armed_step is not None and self._armed_step < step:
+            self.close()  # armed for a step that was never reported: do not stay attached
         if self._armed_step is not None or step % self.every_n_steps:
             return
         if self.max_steps is not None and step > self.max_steps:

@@ -15,6 +15,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 from optimus_preflight.plotting.data import Run, label, numeric, swept_parameters  # noqa: E402
 
@@ -73,6 +74,9 @@ def draw_lr(ax: Axes, runs: list[Run], labels: list[str]) -> bool:
     if len(runs) == 1:
         for key, color in zip(runs[0].keys("lr/"), _colors(10)[1:]):
             drawn = _curves(ax, runs, [key], key, style=":", colors=[color]) or drawn
+    values = [v for run in runs for v in run.series("lr")[1] if v > 0]
+    if values and max(values) / min(values) >= 20:  # a sweep over decades, or a long warmup
+        ax.set_yscale("log")
     ax.set_ylabel("learning rate")
     return drawn
 
@@ -172,6 +176,9 @@ def plot_panels(runs: list[Run], labels: list[str], out_dir: Path, *, overview: 
         for ax in list(axes.flat)[len(available) :]:
             ax.set_visible(False)
         fig.tight_layout()
+        if len(runs) > 4:  # too many curves for a legend per panel: one for the figure
+            handles = [Line2D([], [], color=color) for color in _colors(len(runs))]
+            fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(runs), 3), fontsize=8)
         written.append(_save(fig, out_dir / "overview.png"))
     return written
 
@@ -244,8 +251,10 @@ def plot_lr_finder(result: dict[str, Any], path: Path, configured_lr: float | No
     if configured_lr:
         ax.axvline(configured_lr, color="gray", linestyle=":", linewidth=1, label=f"configured {configured_lr:.1e}")
     finite = [v for v in smoothed if math.isfinite(v)]
-    if finite:
-        ax.set_ylim(min(finite) - 0.05 * abs(min(finite)), max(finite[0], min(finite)) * 1.3)
+    if finite:  # from just below the minimum to a bit above the start: the divergence tail is cut
+        low, start = min(finite), finite[0]
+        span = max(start - low, 1e-6)
+        ax.set_ylim(low - 0.1 * span, start + 0.5 * span)
     ax.set_xscale("log")
     ax.set_xlabel("learning rate")
     ax.set_ylabel("training loss")
