@@ -125,7 +125,9 @@ def lr_range_test(
     """Sweep the LR over ``num_steps`` batches on copies; see the module docstring.
 
     Multiple parameter groups keep their LR ratios to the first group. ``scaler`` is
-    copied too (fp16); the copies are dropped at the end.
+    copied too (fp16); the copies are dropped at the end. One batch per step (no
+    accumulation) and no LR scheduler: the sweep itself is the schedule. Memory: one
+    extra copy of the model and of the optimizer state while it runs.
     """
     device = device or next(model.parameters()).device
     lrs_planned = geometric_lrs(start_lr, end_lr, num_steps)
