@@ -64,6 +64,9 @@ class TensorBoardSink:
             if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
                 self._writer.add_scalar(key, value, step)
 
+    def histogram(self, tag: str, values: torch.Tensor, step: int) -> None:
+        self._writer.add_histogram(tag, values.detach().float().cpu(), step)
+
     def close(self) -> None:
         self._writer.close()
 

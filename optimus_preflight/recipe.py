@@ -26,6 +26,7 @@ from optimus_preflight.config.validate import validate_config
 from optimus_preflight.context import resolve_plan
 from optimus_preflight.data import build_loader
 from optimus_preflight.distributed import all_reduce_sum, wrap_model
+from optimus_preflight.dynamics import monitor_for_recipe
 from optimus_preflight.errors import PreflightFailed, TrainingInterrupted
 from optimus_preflight.evaluation import evaluate
 from optimus_preflight.instantiate import instantiate_node, node_target
@@ -239,8 +240,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                     interruption.save(self._progress())
             interruption.save(self._progress())  # the final checkpoint
         finally:
-            step_logger.progress.close()
-            step_logger.metrics.close()
+            step_logger.close()
 
     def _start_oom_observer(self) -> Any:
         """With preflight.oom_observer=true on CUDA: an allocator history and, on an OOM, a
@@ -296,6 +296,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             group_names=group_names(self.optimizer),
             world_size=context.dist.world_size,
             reduce_sum=all_reduce_sum if context.dist.is_distributed else None,
+            dynamics=monitor_for_recipe(self, sinks),
         )
 
     def finalize(self, status: str, wall_time_s: float) -> dict[str, Any]:

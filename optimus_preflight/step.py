@@ -97,6 +97,9 @@ class StepRunner:
         self.world_size = world_size
         self._global_reference: torch.Tensor | None = None
         self.non_blocking = plan.device.type == "cuda"
+        # Set only for the steps that need it (dynamics metrics): called after unscaling
+        # and clipping, before the optimizer step, while the final gradients exist.
+        self.before_optimizer_step: Callable[[], None] | None = None
 
     def _reference(self, first_count: Count) -> Count:
         if self.reduce_sum is None:
@@ -160,6 +163,8 @@ class StepRunner:
         grad_norm = total_norm(params)
         if self.clip_grad_norm is not None:
             clip_grads_(params, self.clip_grad_norm, grad_norm)
+        if self.before_optimizer_step is not None:
+            self.before_optimizer_step()
         stepped = self._optimizer_step(grad_norm)
         if stepped and self.scheduler is not None:
             self.scheduler.step()

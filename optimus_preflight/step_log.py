@@ -28,6 +28,7 @@ class StepLogger:
         group_names: list[str],
         world_size: int = 1,
         reduce_sum: Callable[[Any], torch.Tensor] | None = None,
+        dynamics: Any = None,
     ):
         self.metrics = metrics
         self.progress = progress
@@ -39,6 +40,8 @@ class StepLogger:
         # Under DDP every rank builds the record (the loss is a collective); only the
         # main rank has sinks.
         self.reduce_sum = reduce_sum
+        # A DynamicsMonitor (optimus_preflight.dynamics) or None; its steps are always logged.
+        self.dynamics = dynamics
         self._reset()
 
     def _reset(self) -> None:
@@ -53,20 +56,26 @@ class StepLogger:
         for name in ("data_s", "forward_s", "backward_s", "optimizer_s"):
             setattr(self._times, name, getattr(self._times, name) + getattr(result.times, name))
         self.progress.advance()
-        if not force and step % self.every_n_steps:
+        dynamics = self.dynamics
+        if not force and step % self.every_n_steps and not (dynamics is not None and dynamics.measures(step)):
+            if dynamics is not None:
+                dynamics.prepare(step + 1)
             return None
-        loss = result.loss
+        loss_tensor = result.loss
         if self.reduce_sum is not None:  # the global mean over every rank's targets
-            loss = self.reduce_sum(result.loss.detach().double() * result.count) / self.reduce_sum(result.count)
+            loss_tensor = self.reduce_sum(result.loss.detach().double() * result.count) / self.reduce_sum(result.count)
+        loss = loss_tensor.item()
         record: dict[str, Any] = {
             "step": step,
-            "loss": loss.item(),
+            "loss": loss,
             **lr_metrics(result.lrs, self.group_names),
             "grad_norm": result.grad_norm.item(),
             "skipped_steps": skipped_steps,
         }
         if self.scaler.is_enabled():
             record["grad_scale"] = self.scaler.get_scale()
+        if dynamics is not None:
+            record.update(dynamics.on_logged_step(step, result, skipped_steps, loss))
         elapsed = time.perf_counter() - self._since  # after .item(): the device is in sync
         record["samples_per_s"] = self._samples * self.world_size / max(elapsed, 1e-9)
         for name, key in (("data_s", "data"), ("forward_s", "forward"), ("backward_s", "backward"), ("optimizer_s", "optimizer")):
@@ -76,6 +85,12 @@ class StepLogger:
         self.progress.report(record)
         self._reset()
         return record
+
+    def close(self) -> None:
+        if self.dynamics is not None:
+            self.dynamics.close()
+        self.progress.close()
+        self.metrics.close()
 
     def on_eval(self, step: int, val_loss: float) -> None:
         record = {"step": step, "val_loss": val_loss}

@@ -114,6 +114,10 @@ class LoggingConfig:
     progress: str = "auto"
     # Seconds between flushes of metrics.jsonl; flushing every record costs time per step.
     flush_every_s: float = 5.0
+    # Training-dynamics metrics (update/weight ratio, dead activations, scale, skip rate;
+    # histograms when tensorboard=true) and their warnings, every N steps; 0 disables.
+    # Not every step: they snapshot the weights and read tensors back from the device.
+    dynamics_every_n_steps: int = 50
 
 
 @dataclass
@@ -136,6 +140,9 @@ class PreflightConfig:
     # Steps of the overfit-one-batch smoke test; 0 disables it.
     overfit_steps: int = 0
     oom_observer: bool = False
+    # LR range test (O7) on copies of the model and optimizer: suggests optimizer.lr and
+    # writes lr_finder.json/.png. Off by default: it costs ~100 extra training steps.
+    lr_finder: bool = False
     memory: MemoryPreflightConfig = field(default_factory=MemoryPreflightConfig)
 
 

@@ -43,6 +43,7 @@ RULES = (
     Rule("optimizer.lr", lambda v: v > 0, "must be > 0", "Set optimizer.lr to a positive learning rate, e.g. optimizer.lr=3e-4."),
     Rule("logging.every_n_steps", lambda v: v >= 1, "must be >= 1", "Set logging.every_n_steps=10."),
     Rule("logging.progress", lambda v: v in PROGRESS_MODES, f"must be one of {'|'.join(PROGRESS_MODES)}", "Set logging.progress=auto."),
+    Rule("logging.dynamics_every_n_steps", lambda v: v >= 0, "must be >= 0", "Set logging.dynamics_every_n_steps=50, or 0 to turn the dynamics metrics and warnings off."),
     Rule("logging.flush_every_s", lambda v: v >= 0, "must be >= 0", "Set logging.flush_every_s=5."),
     Rule("checkpoint.every_n_steps", lambda v: v >= 0, "must be >= 0", "Set checkpoint.every_n_steps=0 to save only at the end."),
     Rule("checkpoint.keep_last", lambda v: v >= 1, "must be >= 1", "Set checkpoint.keep_last=3."),

@@ -28,6 +28,7 @@ from optimus_preflight.preflight.framework import (
     Stage,
     run_checks,
 )
+from optimus_preflight.preflight.lr_finder_check import LRFinderCheck
 from optimus_preflight.preflight.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
 from optimus_preflight.preflight.model_checks import (
     ModesCheck,
@@ -99,4 +100,5 @@ __all__ = [
     "ThroughputCheck",
     "VRAMHeadroomCheck",
     "HostMemoryCheck",
+    "LRFinderCheck",
 ]

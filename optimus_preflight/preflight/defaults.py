@@ -16,6 +16,7 @@ from optimus_preflight.preflight import (
     throughput,
 )
 from optimus_preflight.preflight.framework import Check
+from optimus_preflight.preflight.lr_finder_check import LRFinderCheck
 from optimus_preflight.preflight.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
 
 DEFAULT_CHECKS: list[type[Check]] = [
@@ -45,6 +46,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     step_runs.AccumulationCheck,
     step_runs.CheckpointRoundTripCheck,
     step_runs.OverfitCheck,
+    LRFinderCheck,
     throughput.ThroughputCheck,
 ]
 

@@ -1,0 +1,1 @@
+"""Plots of runs, sweeps and LR range tests; matplotlib is an optional extra ([plot])."""
