@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -123,9 +124,11 @@ def test_help_and_cfg_job_work(tmp_path):
 @pytest.mark.slow
 def test_wheel_ships_conf_and_recipes_and_runs_from_any_directory(tmp_path):
     """`pip install .` (not editable) must carry conf/ and recipes/ inside the package."""
-    wheel_dir, target = tmp_path / "wheel", tmp_path / "site"
+    wheel_dir, target, source = tmp_path / "wheel", tmp_path / "site", tmp_path / "source"
+    # A copy, so setuptools' build/ directory does not land in the checkout.
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", "__pycache__", "outputs", "multirun", "results"))
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheel_dir), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheel_dir), str(source)],
         capture_output=True, text=True, timeout=300,
     )
     assert build.returncode == 0, build.stderr
