@@ -196,3 +196,17 @@ def test_healthy_loader_with_workers_is_quiet(tmp_path):
     for result in results.values():
         assert_quiet(result)
     assert results["data.first_batch"].data["latency_s"] > 0
+
+
+def test_a_sampler_that_cannot_seek_is_flagged_for_resume(tmp_path):
+    unseeded = make_recipe(tmp_path / "a", loader=lambda dataset: DataLoader(dataset, batch_size=8, shuffle=True))
+    result = run(unseeded, SamplingCheck)["data.sampling"]
+    assert "RESUME_ORDER" in codes(result) and result.status.value == "warning"
+
+    seeded = make_recipe(
+        tmp_path / "b", loader=lambda dataset: DataLoader(dataset, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(0))
+    )
+    result = run(seeded, SamplingCheck)["data.sampling"]
+    assert "RESUME_ORDER" in codes(result) and result.status.value == "passed"  # an info note only
+
+    assert_quiet(run(make_recipe(tmp_path / "c"), SamplingCheck)["data.sampling"])

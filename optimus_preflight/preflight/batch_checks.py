@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from torch import nn
-from torch.utils.data import BatchSampler, IterableDataset, SequentialSampler
+from torch.utils.data import BatchSampler, IterableDataset, RandomSampler, SequentialSampler
 from torch.utils.data._utils.collate import default_collate
 
 from optimus_preflight.preflight.batches import leaf_shapes
@@ -125,6 +125,21 @@ class SamplingCheck(Check):
                 "the same order, and sorted data gives correlated batches",
                 "Set data.shuffle=true (or pass a shuffling sampler).",
                 "data.shuffle",
+            )
+        if not hasattr(sampler, "set_start"):
+            # BatchStream then fast-forwards a resumed run by reading the consumed batches,
+            # and a sampler drawing its order from the global RNG gives another order.
+            unseeded = isinstance(sampler, RandomSampler) and sampler.generator is None and loader.generator is None
+            findings.add(
+                "warning" if unseeded else "info",
+                "RESUME_ORDER",
+                f"the {type(sampler).__name__} cannot seek: a resumed run re-reads the batches it already consumed "
+                "in the interrupted epoch to skip them"
+                + (", and without a seeded generator the epoch's order after a resume differs, so samples are "
+                   "repeated or skipped" if unseeded else ""),
+                "Build the loader with optimus_preflight.data.build_loader (a ResumableSampler), or pass a "
+                "seeded generator (DataLoader(..., generator=torch.Generator().manual_seed(seed))).",
+                "data.train",
             )
         replicas = getattr(sampler, "num_replicas", getattr(sampler, "world_size", None))
         rank = getattr(sampler, "rank", None)
