@@ -57,7 +57,8 @@ class StepLogger:
             setattr(self._times, name, getattr(self._times, name) + getattr(result.times, name))
         self.progress.advance()
         dynamics = self.dynamics
-        if not force and step % self.every_n_steps and not (dynamics is not None and dynamics.measures(step)):
+        # Step 1 is always logged: the loss at initialisation is the first thing to check.
+        if not force and step != 1 and step % self.every_n_steps and not (dynamics is not None and dynamics.measures(step)):
             if dynamics is not None:
                 dynamics.prepare(step + 1)
             return None
