@@ -84,12 +84,6 @@ def all_reduce_sum(value: torch.Tensor | int | float) -> torch.Tensor:
     return reduced
 
 
-def all_reduce_mean(value: torch.Tensor) -> torch.Tensor:
-    if not is_active():
-        return value
-    return all_reduce_sum(value) / torch_dist.get_world_size()
-
-
 def wrap_model(model: nn.Module, device: torch.device, find_unused_parameters: bool = False) -> nn.Module:
     """DDP under torchrun; the plain module otherwise."""
     if not is_active():

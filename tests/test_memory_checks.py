@@ -83,7 +83,7 @@ def test_vram_check_errors_when_the_step_does_not_fit_and_finds_the_largest_batc
     findings = run(VRAMHeadroomCheck(), ctx)
     assert codes(findings) == [("MEM1", "error")]
     largest = findings.data["largest_micro_batch"]
-    assert 1 <= largest < BATCH
+    assert largest >= 1 and largest < BATCH
     issue = findings.issues[0]
     assert f"largest micro-batch predicted to fit is {largest}" in issue.message
     assert "params" in issue.message and "activations" in issue.message  # the breakdown
