@@ -7,8 +7,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 PYTEST_ARGS ?=
+# Test files run on two processes: most tests start a training process of their own, and
+# two keep both cores busy (also when other jobs compete for them).
+PYTEST_WORKERS ?= 2
 
-.PHONY: install train test bench lint clean
+.PHONY: install train test test-fast bench lint clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,7 +24,11 @@ train: $(STAMP)
 	$(BIN)/optimus-train $(ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The inner loop: everything but the end-to-end runs through subprocesses (@pytest.mark.slow).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py

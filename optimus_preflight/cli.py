@@ -21,7 +21,13 @@ from omegaconf import DictConfig
 
 from optimus_preflight.config.compose import compose
 from optimus_preflight.config.store import register_configs
-from optimus_preflight.distributed import DistEnv, broadcast_object, destroy_process_group, init_process_group
+from optimus_preflight.distributed import (
+    DistEnv,
+    broadcast_object,
+    destroy_process_group,
+    init_process_group,
+    leave_together,
+)
 from optimus_preflight.errors import (
     EXIT_INTERNAL,
     EXIT_OK,
@@ -132,8 +138,15 @@ def _prepare_distributed(argv: list[str]) -> DistEnv:
     env = DistEnv.from_environment()
     if not env.is_distributed:
         return env
-    init_process_group(env)
-    stamp = broadcast_object(datetime.now().strftime("%Y-%m-%d/%H-%M-%S"))
+    args = get_args_parser().parse_args(argv[1:])
+    # One process group serves every job of a sweep: the first job's value sets its bound.
+    first_job = compose(_job_overrides(args.overrides, args.multirun)[0])
+    init_process_group(env, timeout_s=first_job.trainer.dist_timeout_s)
+    try:
+        stamp = broadcast_object(datetime.now().strftime("%Y-%m-%d/%H-%M-%S"))
+    except UserError as error:  # a rank that never came: one message, not a traceback
+        print(f"optimus-train: error: {error}", file=sys.stderr)
+        sys.exit(error.exit_code)
     _with_default(argv, "hydra.run.dir", f"outputs/{stamp}")
     _with_default(argv, "hydra.sweep.dir", f"multirun/{stamp}")
     if not env.is_main:
@@ -170,6 +183,7 @@ def run_app(recipe_class: type | None = None) -> None:
 
     exit_codes: list[int] = []
     sweep_dirs: list[Path] = []
+    stop_timeouts: list[float] = []
 
     @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base="1.3")
     def _task(cfg: DictConfig) -> Any:
@@ -180,6 +194,7 @@ def run_app(recipe_class: type | None = None) -> None:
             exit_codes.append(EXIT_OK)
             return EXIT_OK
         cls = recipe_class or resolve_recipe_class(cfg)
+        stop_timeouts.append(cfg.checkpoint.stop_timeout_s)
         code = run_recipe(cls, cfg, contain_bugs=args.multirun)
         exit_codes.append(code)
         if args.multirun:
@@ -201,6 +216,8 @@ def run_app(recipe_class: type | None = None) -> None:
         print("optimus-train: interrupted twice: stopped at once; the last checkpoint on disk is intact.", file=sys.stderr)
         sys.exit(130)
     finally:
+        if stop_timeouts and all(code == EXIT_OK or code >= 128 for code in exit_codes):  # jobs ran, and ended cleanly
+            leave_together(stop_timeouts[-1])
         destroy_process_group()
     sys.exit(max(exit_codes, default=EXIT_OK))
 

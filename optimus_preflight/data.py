@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import signal
-from typing import Any, Iterator, Sized
+from typing import Any, Callable, Iterator, Sized
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
@@ -71,6 +71,22 @@ def ignore_sigint_in_worker(_worker_id: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+class _WorkerInit:
+    """ignore_sigint_in_worker, then the user's worker_init_fn (picklable for spawn)."""
+
+    def __init__(self, user_init: Callable[[int], None] | None):
+        self.user_init = user_init
+
+    def __call__(self, worker_id: int) -> None:
+        ignore_sigint_in_worker(worker_id)
+        if self.user_init is not None:
+            self.user_init(worker_id)
+
+
+# Decided by build_loader itself: the resumable sampler and the sizes from the config.
+_OWN_OPTIONS = ("sampler", "batch_sampler", "shuffle", "batch_size", "drop_last", "generator")
+
+
 def build_loader(
     dataset: Dataset,
     cfg: DataConfig,
@@ -79,7 +95,15 @@ def build_loader(
     seed: int,
     rank: int = 0,
     world_size: int = 1,
+    **loader_options: Any,
 ) -> DataLoader:
+    """A DataLoader with a ResumableSampler (seeded, sharded, seekable) and the config's
+    sizes. Any other DataLoader option passes through (``collate_fn``, ``timeout``,
+    ``multiprocessing_context``, ``worker_init_fn``: run after the SIGINT guard, ...)."""
+    clashing = sorted(set(loader_options) & set(_OWN_OPTIONS))
+    if clashing:
+        raise TypeError(f"build_loader sets {', '.join(clashing)} itself (from the data config and its resumable "
+                        "sampler); build a DataLoader directly to choose them")
     sampler = ResumableSampler(
         dataset,
         shuffle=cfg.shuffle and train,
@@ -87,20 +111,25 @@ def build_loader(
         rank=rank,
         world_size=world_size,
     )
-    workers = cfg.num_workers
+    workers = loader_options.pop("num_workers", cfg.num_workers)
+    user_init = loader_options.pop("worker_init_fn", None)
+    options: dict[str, Any] = {
+        "pin_memory": cfg.pin_memory,
+        "prefetch_factor": cfg.prefetch_factor if workers > 0 else None,
+        "persistent_workers": cfg.persistent_workers and workers > 0,
+        **loader_options,
+    }
     return DataLoader(
         dataset,
         batch_size=cfg.batch_size if train else (cfg.eval_batch_size or cfg.batch_size),
         sampler=sampler,
         num_workers=workers,
-        pin_memory=cfg.pin_memory,
         drop_last=cfg.drop_last and train,
-        prefetch_factor=cfg.prefetch_factor if workers > 0 else None,
-        persistent_workers=cfg.persistent_workers and workers > 0,
-        worker_init_fn=ignore_sigint_in_worker if workers > 0 else None,
+        worker_init_fn=_WorkerInit(user_init) if workers > 0 else user_init,
         # Worker seeds come from this generator, so they do not depend on how much of
         # the global RNG the model's initialisation consumed.
         generator=torch.Generator().manual_seed(seed),
+        **options,
     )
 
 

@@ -1,12 +1,15 @@
 """torchrun support: where this process sits, the process group, DDP wrapping, reductions.
 
 A single process is rank 0 of 1, and every helper here is then a no-op, so the rest of
-the code calls them unconditionally.
+the code calls them unconditionally. Under torchrun every wait for the other ranks is
+bounded by ``trainer.dist_timeout_s`` and ends with a message naming the ranks that did
+not answer (see optimus_preflight.peers).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -14,6 +17,14 @@ import torch
 import torch.distributed as torch_dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+
+from optimus_preflight.peers import Peers, PeersUnresponsive, is_collective_timeout
+
+# The toolkit's own waits and its watchdog report a silent rank at trainer.dist_timeout_s;
+# the process group's timeout (torch's error, which names no rank) is only a backstop.
+BACKSTOP_S = 30.0
+
+_peers: Peers | None = None
 
 
 @dataclass(frozen=True)
@@ -39,8 +50,10 @@ class DistEnv:
         )
 
 
-def init_process_group(env: DistEnv, timeout_s: float = 1800.0) -> None:
-    """gloo on CPU, nccl on GPUs; torchrun's environment supplies the rendezvous."""
+def init_process_group(env: DistEnv, timeout_s: float) -> None:
+    """gloo on CPU, nccl on GPUs; torchrun's environment supplies the rendezvous.
+    ``timeout_s``: trainer.dist_timeout_s, how long a rank waits for its peers."""
+    global _peers
     if not env.is_distributed or torch_dist.is_initialized():
         return
     if torch.cuda.is_available():
@@ -48,12 +61,57 @@ def init_process_group(env: DistEnv, timeout_s: float = 1800.0) -> None:
         backend = "nccl"
     else:
         backend = "gloo"
-    torch_dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+    torch_dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s + BACKSTOP_S))
+    _peers = Peers(torch_dist.distributed_c10d._get_default_store(), env.rank, env.world_size, timeout_s)
+    _peers.start_heartbeat()
+
+
+def peers() -> Peers | None:
+    """The other ranks as seen through the rendezvous store; None outside torchrun."""
+    global _peers
+    if _peers is None and is_active():
+        # A process group the toolkit did not create: torch's own timeout bounds it.
+        _peers = Peers(
+            torch_dist.distributed_c10d._get_default_store(),
+            torch_dist.get_rank(),
+            torch_dist.get_world_size(),
+            torch_dist.default_pg_timeout.total_seconds(),
+        )
+        _peers.start_heartbeat()
+    return _peers
+
+
+def leave_together(bound_s: float) -> None:
+    """Under torchrun the first rank to exit makes torchrun SIGTERM the others, which can
+    kill a rank still finishing a clean stop (writing its summary): every rank waits here
+    for the others (within ``bound_s``), then stops taking stop signals, so that SIGTERM
+    cannot turn its clean exit into a kill."""
+    group = peers()
+    if group is None:
+        return
+    try:
+        group.gather(0, during="the end of the run", bound=lambda: (bound_s, "checkpoint.stop_timeout_s"))
+    except PeersUnresponsive:
+        return  # a peer is gone: nothing to wait for
+    stop_signals = {signal.SIGTERM, signal.SIGINT} | ({signal.SIGUSR1} if hasattr(signal, "SIGUSR1") else set())
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
 
 
 def destroy_process_group() -> None:
+    global _peers
+    if _peers is not None:
+        _peers.stop()
+        _peers = None
     if torch_dist.is_initialized():
         torch_dist.destroy_process_group()
+
+
+def _unresponsive(during: str, ranks: list[int] | None = None) -> PeersUnresponsive:
+    """torch's timeout of a collective, as one message naming the silent ranks."""
+    group = peers()
+    limit = group.timeout_s + BACKSTOP_S if group else 0.0
+    silent = ranks if ranks is not None else (group.silent_ranks() if group else [])
+    return PeersUnresponsive(silent, waited_s=limit, limit_s=limit, key="trainer.dist_timeout_s", during=during)
 
 
 def is_active() -> bool:
@@ -65,7 +123,12 @@ def broadcast_object(value, src: int = 0):
     if not is_active():
         return value
     holder = [value]
-    torch_dist.broadcast_object_list(holder, src=src)
+    try:
+        torch_dist.broadcast_object_list(holder, src=src)
+    except RuntimeError as error:
+        if not is_collective_timeout(error):
+            raise
+        raise _unresponsive(f"a broadcast from rank {src}", None if torch_dist.get_rank() == src else [src]) from None
     return holder[0]
 
 
@@ -80,7 +143,12 @@ def all_reduce_sum(value: torch.Tensor | int | float) -> torch.Tensor:
         return tensor
     device = _collective_device()
     reduced = tensor.detach().to(device, copy=True)
-    torch_dist.all_reduce(reduced, op=torch_dist.ReduceOp.SUM)
+    try:
+        torch_dist.all_reduce(reduced, op=torch_dist.ReduceOp.SUM)
+    except RuntimeError as error:
+        if not is_collective_timeout(error):
+            raise
+        raise _unresponsive("an all-reduce") from None
     return reduced
 
 

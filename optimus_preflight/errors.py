@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_USER_ERROR = 2
@@ -29,6 +31,21 @@ class UserError(Exception):
         if self.fix:
             text = f"{text.rstrip('.')}. {self.fix}"
         return text
+
+
+class StorageError(UserError):
+    """The disk refused a file the run must write (full, read-only, gone): the run stops
+    with one message instead of a chain of tracebacks."""
+
+    @classmethod
+    def from_os_error(cls, error: OSError, what: str, directory: object, detail: str = "") -> StorageError:
+        cause = errno.errorcode.get(error.errno or 0, type(error).__name__)
+        return cls(
+            f"could not write {what} in {directory}: {error.strerror or error} ({cause}).{' ' + detail if detail else ''}",
+            key="hydra.run.dir",
+            fix="Free space on that disk (df -h) or make the directory writable, then resume with "
+            "checkpoint.resume=auto; or run in a hydra.run.dir on a disk with room.",
+        )
 
 
 class TrainingDiverged(UserError):

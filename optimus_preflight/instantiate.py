@@ -7,8 +7,13 @@ keeps its traceback.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
+import re
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from hydra.errors import InstantiationException
@@ -84,3 +89,84 @@ def instantiate_node(node: DictConfig, key: str, **extra: Any) -> Any:
         if error.__cause__ is not None:
             raise error.__cause__ from None  # the target's own exception, not Hydra's wrapper
         raise
+
+
+# How builders reject a value they alone can judge: nn.Dropout's and the optimizers'
+# range checks raise ValueError, nanoGPT-style models `assert d_model % n_head == 0`,
+# and a head count of 0 divides by zero.
+REJECTIONS = (ValueError, AssertionError, ZeroDivisionError)
+
+
+_REFERENCE = re.compile(r"^\$\{(\.*)([A-Za-z0-9_.]+)\}$")
+
+
+def _source_key(node: DictConfig, key: str, path: str) -> str | None:
+    """The key an interpolated value copies (``${data.train.block_size}``, or relative
+    ``${..train.block_size}``): where the user sets it. None for anything else."""
+    match = _REFERENCE.match(str(node._get_node(key)._value()))
+    if not match:
+        return None
+    dots, target = match.groups()
+    if not dots:
+        return target
+    base = path.split(".")[:-1]  # the node holding this value
+    base = base[: len(base) - (len(dots) - 1)] if len(dots) > 1 else base
+    return ".".join([*base, target])
+
+
+def _leaf_keys(node: Any, prefix: str) -> list[tuple[str, str]]:
+    """(name as the builder sees it, dotted key the user sets) for a node's values."""
+    if not isinstance(node, DictConfig):
+        return []
+    keys: list[tuple[str, str]] = []
+    for key in node:
+        path = f"{prefix}.{key}"
+        if str(key).startswith("_"):
+            continue
+        if OmegaConf.is_interpolation(node, key):
+            source = _source_key(node, key, path)
+            if source:
+                keys.append((str(key), source))
+            continue
+        child = node._get_node(key)._value() if not OmegaConf.is_missing(node, key) else None
+        keys.extend(_leaf_keys(child, path) if isinstance(child, DictConfig) else [(str(key), path)])
+    return keys
+
+
+def _mentions(text: str, name: str) -> int | None:
+    """Where the message names a config key: ``n_head``, or ``beta`` for ``betas``."""
+    candidates = {name, name.rstrip("s")} if len(name) > 3 else {name}
+    found = [match.start() for word in candidates for match in re.finditer(rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])", text)]
+    return min(found) if found else None
+
+
+def rejection_error(group: str, node: Any, error: BaseException) -> UserError:
+    """A UserError naming the keys of ``group`` that the builder's message names."""
+    frames = traceback.extract_tb(error.__traceback__)
+    where = frames[-1] if frames else None
+    text = str(error).strip() or (where.line if where and where.line else type(error).__name__)
+    positions: dict[str, int] = {}
+    for name, key in _leaf_keys(node, group):
+        at = _mentions(text, name)
+        if at is not None:
+            positions[key] = min(at, positions.get(key, at))
+    keys = sorted(positions, key=positions.get)
+    location = f" at {Path(where.filename).name}:{where.lineno}" if where else ""
+    named = " or ".join(keys)
+    return UserError(
+        f"the {group} builder rejected {', '.join(keys) or f'the {group} config'}: {text} "
+        f"({type(error).__name__}{location})",
+        key=keys[0] if keys else group,
+        fix=(f"Change {named} (`optimus-train --cfg job` prints the composed values)." if keys
+             else f"Check the values under {group} (`optimus-train --cfg job` prints them)."),
+    )
+
+
+@contextlib.contextmanager
+def config_rejections(group: str, node: Any) -> Iterator[None]:
+    """Within the block, a builder's rejection of its config is a UserError (exit 2,
+    the key named) instead of a traceback."""
+    try:
+        yield
+    except REJECTIONS as error:
+        raise rejection_error(group, node, error) from None

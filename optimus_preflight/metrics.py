@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Any, Protocol
 
 import psutil
 import torch
+
+from optimus_preflight.errors import StorageError
+from optimus_preflight.json_records import dumps
 
 log = logging.getLogger(__name__)
 
@@ -19,12 +20,6 @@ class MetricSink(Protocol):
     def write(self, record: dict[str, Any]) -> None: ...
 
     def close(self) -> None: ...
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # JSON has no NaN/inf; keep the information as text
-    return value
 
 
 class JsonlSink:
@@ -38,18 +33,29 @@ class JsonlSink:
         self._last_flush = time.monotonic()
 
     def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + "\n")
-        now = time.monotonic()
-        if now - self._last_flush >= self.flush_every_s:
-            self._file.flush()
-            self._last_flush = now
+        try:
+            self._file.write(dumps(record) + "\n")
+            now = time.monotonic()
+            if now - self._last_flush >= self.flush_every_s:
+                self._file.flush()
+                self._last_flush = now
+        except OSError as error:
+            raise StorageError.from_os_error(error, self.path.name, self.path.parent) from None
 
     def flush(self) -> None:
-        self._file.flush()
+        try:
+            self._file.flush()
+        except OSError as error:
+            raise StorageError.from_os_error(error, self.path.name, self.path.parent) from None
 
     def close(self) -> None:
-        if not self._file.closed:
+        """Never raises: it runs while a run is already stopping, maybe for this very disk."""
+        if self._file.closed:
+            return
+        try:
             self._file.close()
+        except OSError as error:
+            log.error("the last records of %s could not be written: %s", self.path, error)
 
 
 class TensorBoardSink:

@@ -7,11 +7,13 @@ from the config's ``_target_`` entries.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.nn.functional as F
@@ -20,8 +22,10 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
-from optimus_preflight.checkpoint.resume import check_resume_value
+from optimus_preflight.checkpoint import resume_command
+from optimus_preflight.checkpoint.resume import check_resume_value, refuse_to_start_over
 from optimus_preflight.checkpoint.state import unwrap
+from optimus_preflight.checkpoint.store import CheckpointStore
 from optimus_preflight.config.validate import validate_config
 from optimus_preflight.context import resolve_plan
 from optimus_preflight.data import build_loader
@@ -29,7 +33,7 @@ from optimus_preflight.distributed import all_reduce_sum, wrap_model
 from optimus_preflight.dynamics import monitor_for_recipe
 from optimus_preflight.errors import PreflightFailed, TrainingInterrupted
 from optimus_preflight.evaluation import evaluate
-from optimus_preflight.instantiate import instantiate_node, node_target
+from optimus_preflight.instantiate import config_rejections, instantiate_node, node_target
 from optimus_preflight.memory import start_oom_observer
 from optimus_preflight.metrics import JsonlSink, MetricsLogger, make_tensorboard_sink
 from optimus_preflight.mixins import (
@@ -40,10 +44,12 @@ from optimus_preflight.mixins import (
 )
 from optimus_preflight.optim import build_optimizer, group_names
 from optimus_preflight.progress import Progress
+from optimus_preflight.run_dir import RunDirectory, open_run_directory
 from optimus_preflight.signals import StopRequested, signal_number
 from optimus_preflight.state import RunState
 from optimus_preflight.step_log import StepLogger
 from optimus_preflight.summary import params_sha256, peak_memory_bytes, write_json_atomic
+from optimus_preflight.worker_deaths import WorkerDeathGuard, WorkerDied
 
 log = logging.getLogger("optimus_preflight")
 
@@ -91,6 +97,13 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self.eval_pending = False
         self._oom_observer = None
         self._is_set_up = False
+        self.started_at = time.monotonic()  # reset by run()
+        # The default builders that ran (a subclass's override may call them): their
+        # config groups are what the run reads, so preflight fixes may name those keys.
+        self.default_builders_used: set[str] = set()
+        self.run_directory: RunDirectory | None = None
+        self.worker_deaths = WorkerDeathGuard()
+        self._running = False  # run(): the run dir is locked
 
     @classmethod
     def main(cls) -> None:
@@ -101,13 +114,16 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
 
     # ------------------------------------------------------------------ builders
     def build_model(self) -> nn.Module:
+        self.default_builders_used.add("build_model")
         return instantiate_node(self.cfg.model, "model")
 
     def build_optimizer(self, model: nn.Module) -> Optimizer:
+        self.default_builders_used.add("build_optimizer")
         node_target(self.cfg.optimizer, "optimizer")
         return build_optimizer(OmegaConf.to_container(self.cfg.optimizer, resolve=True), model)
 
     def build_scheduler(self, optimizer: Optimizer) -> Any:
+        self.default_builders_used.add("build_scheduler")
         node = self.cfg.scheduler
         if node is None or len(node) == 0:
             return None
@@ -117,6 +133,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         return instantiate_node(node, "scheduler", **extra)
 
     def build_dataloaders(self) -> tuple[DataLoader, DataLoader | None]:
+        self.default_builders_used.add("build_dataloaders")
         data = self.cfg.data
         dist = self.training_context.dist
         options = dict(seed=self.cfg.trainer.seed, rank=dist.rank, world_size=dist.world_size)
@@ -139,27 +156,31 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
 
     # ----------------------------------------------------------------- lifecycle
     def setup(self) -> None:
+        """Build everything and resume, writing nothing to the run dir; then commit to it.
+
+        Under ``run()`` the run dir is locked first. Everything that can reject the run
+        (a builder refusing a value, a checkpoint that does not fit) happens before
+        ``commit``, so a bad input leaves an existing run dir untouched.
+        """
         if self._is_set_up:
             return
         _ensure_logging()
         context = self.setup_training_context()
         if not context.dist.is_main:
             log.setLevel(logging.WARNING)  # one rank speaks for the job
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        # The optimizer is built after .to(device) so it holds the tensors the model uses (O2).
-        model = self.build_model().to(context.device)
-        self.optimizer = self.build_optimizer(model)
-        self.scheduler = self.build_scheduler(self.optimizer)
-        self.model = wrap_model(model, context.device, self.cfg.trainer.ddp_find_unused_parameters)
-        self.train_loader, self.val_loader = self.build_dataloaders()
+        self.run_directory = open_run_directory(self.run_dir, context.dist, lock=self._running)
+        refuse_to_start_over(self.cfg.checkpoint.resume, CheckpointStore(self.run_dir / "checkpoints"))
+        self._build_objects(context)
         self.setup_interruption()
-        self.setup_training_iteration(self.train_loader, self.stop_requested, self.interruptible)
+        self.setup_training_iteration(self.train_loader, self.stop_requested, self._guarded_fetch)
         self._is_set_up = True
         progress = self.start_interruption_handling()
         if progress:
             self.final_loss = progress.get("final_loss")
             self.final_val_loss = progress.get("final_val_loss")
             self.eval_pending = bool(progress.get("eval_pending"))
+        self.run_directory.commit(self.cfg)
+        self.interruption.settle()
         log.info(
             "run dir %s | device %s | precision %s | %d trainable parameters",
             self.run_dir,
@@ -168,10 +189,34 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             sum(p.numel() for p in self.model.parameters() if p.requires_grad),
         )
 
+    @contextlib.contextmanager
+    def _guarded_fetch(self) -> Iterator[None]:
+        """Around each training-data fetch: a stop signal ends the wait, and a dead
+        worker is reported there (where the weights are at a step boundary)."""
+        with self.interruptible(), self.worker_deaths.fetching():
+            yield
+
+    def _build_objects(self, context: Any) -> None:
+        """The builders, each of whose rejection of a config value is a UserError
+        naming the key (``config_rejections``)."""
+        cfg = self.cfg
+        # The optimizer is built after .to(device) so it holds the tensors the model uses (O2).
+        with config_rejections("model", cfg.get("model")):
+            model = self.build_model().to(context.device)
+        with config_rejections("optimizer", cfg.get("optimizer")):
+            self.optimizer = self.build_optimizer(model)
+        with config_rejections("scheduler", cfg.get("scheduler")):
+            self.scheduler = self.build_scheduler(self.optimizer)
+        self.model = wrap_model(model, context.device, cfg.trainer.ddp_find_unused_parameters)
+        with config_rejections("data", cfg.get("data")):
+            self.train_loader, self.val_loader = self.build_dataloaders()
+
     def run(self) -> dict[str, Any]:
-        """setup -> preflight -> train -> finalize; returns the summary."""
-        started = time.monotonic()
+        """setup -> preflight -> train -> finalize; returns the summary. The run dir is
+        locked for the whole call."""
+        started = self.started_at = time.monotonic()
         status: str | None = "failed"
+        self._running = True
         try:
             self.setup()
             if self.cfg.preflight.enabled:
@@ -197,50 +242,77 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         finally:
             if self._oom_observer is not None:
                 self._oom_observer.stop()
-            if self.interruption is not None:
-                self.interruption.close()
             if status is not None:
                 summary = self.finalize(status, time.monotonic() - started)
+            self.close()
         return summary
 
+    def close(self) -> None:
+        """Give back what setup took: the signal handlers and the run dir's lock.
+        ``run()`` does this itself; call it after a bare ``setup()`` or ``preflight()``."""
+        self._running = False
+        if self.interruption is not None:
+            self.interruption.close()
+        if self.run_directory is not None:
+            self.run_directory.close()
+
     def train(self) -> None:
-        trainer = self.cfg.trainer
-        interruption = self.interruption
         step_logger = self._open_step_logger()
         self.model.train()
         try:
-            if self.eval_pending:
-                self._evaluate(step_logger)
-            while self.state.step < trainer.max_steps:
-                if interruption.stop_agreed():
-                    self.handle_training_interruption(self._progress())
-                try:
-                    result = self.run_training_iteration()
-                except StopRequested:
-                    result = None
-                if result is None:  # stopped mid-window: roll back to the last boundary
-                    self.optimizer.zero_grad(set_to_none=True)
-                    self.handle_training_interruption(self._progress())
-                self.state.record_step(result.stepped, result.samples)
-                interruption.mark_boundary()
-                done = self.state.step >= trainer.max_steps
-                record = step_logger.on_step(self.state.step, result, self.state.skipped_steps, force=done)
-                if record is not None:
-                    self.final_loss = record["loss"]
-                if not result.stepped:
-                    self.state.check_divergence(trainer.max_consecutive_skips, self.training_context.precision, result.loss.item())
-                every = trainer.eval_every_n_steps
-                if done or (every and self.state.step % every == 0):
-                    self.eval_pending = True
-                    self._evaluate(step_logger)
-                    if self.eval_pending:
-                        self.handle_training_interruption(self._progress())
-                    interruption.mark_boundary()
-                if interruption.due(self.state.step):
-                    interruption.save(self._progress())
-            interruption.save(self._progress())  # the final checkpoint
+            with self.worker_deaths:
+                self._train_loop(step_logger)
+        except WorkerDied as died:
+            self._stop_after_worker_death(died)
         finally:
             step_logger.close()
+
+    def _train_loop(self, step_logger: StepLogger) -> None:
+        trainer = self.cfg.trainer
+        interruption = self.interruption
+        if self.eval_pending:
+            self._evaluate(step_logger)
+        while self.state.step < trainer.max_steps:
+            if interruption.stop_agreed():
+                self.handle_training_interruption(self._progress())
+            try:
+                result = self.run_training_iteration()
+            except StopRequested:
+                result = None
+            if result is None:  # stopped mid-window: roll back to the last boundary
+                self.optimizer.zero_grad(set_to_none=True)
+                self.handle_training_interruption(self._progress())
+            self.state.record_step(result.stepped, result.samples)
+            interruption.mark_boundary()
+            done = self.state.step >= trainer.max_steps
+            record = step_logger.on_step(self.state.step, result, self.state.skipped_steps, force=done)
+            if record is not None:
+                self.final_loss = record["loss"]
+            if not result.stepped:
+                self.state.check_divergence(trainer.max_consecutive_skips, self.training_context.precision, result.loss.item())
+            every = trainer.eval_every_n_steps
+            if done or (every and self.state.step % every == 0):
+                self.eval_pending = True
+                self._evaluate(step_logger)
+                if self.eval_pending:
+                    self.handle_training_interruption(self._progress())
+                interruption.mark_boundary()
+            if interruption.due(self.state.step):
+                interruption.save(self._progress())
+        interruption.save(self._progress())  # the final checkpoint
+
+    def _stop_after_worker_death(self, died: WorkerDied) -> NoReturn:
+        """A worker death surfaces only in a data fetch (WorkerDeathGuard), where the
+        weights are those of the last completed step: save them, then stop."""
+        self.optimizer.zero_grad(set_to_none=True)
+        path = self.interruption.save(self._progress())
+        knobs = ("data.num_workers, data.prefetch_factor or data.batch_size" if "build_dataloaders" in self.default_builders_used
+                 else "the DataLoader options in your build_dataloaders()")
+        raise WorkerDied(
+            f"{died.message}; stopped at step {self.state.step} with checkpoint {path}",
+            key="data.num_workers",
+            fix=f"{died.fix.rstrip('.')} ({knobs}). Then resume with: {resume_command(self.run_dir)}",
+        ) from None
 
     def _start_oom_observer(self) -> Any:
         """With preflight.oom_observer=true on CUDA: an allocator history and, on an OOM, a
@@ -263,15 +335,16 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         if self.val_loader is None:
             self.eval_pending = False
             return
-        val_loss = evaluate(
-            self.model,
-            self.val_loader,
-            self.compute_loss,
-            self.training_context.plan,
-            max_batches=self.cfg.trainer.eval_max_batches,
-            should_stop=self.stop_requested,
-            reduce_sum=all_reduce_sum if self.training_context.dist.is_distributed else None,
-        )
+        with self.worker_deaths.fetching():  # evaluation leaves the weights as they are
+            val_loss = evaluate(
+                self.model,
+                self.val_loader,
+                self.compute_loss,
+                self.training_context.plan,
+                max_batches=self.cfg.trainer.eval_max_batches,
+                should_stop=self.stop_requested,
+                reduce_sum=all_reduce_sum if self.training_context.dist.is_distributed else None,
+            )
         if val_loss is not None or not self.stop_requested():
             self.eval_pending = False
         if val_loss is not None:
@@ -287,8 +360,10 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             if logging_cfg.tensorboard and (sink := make_tensorboard_sink(self.run_dir / "tensorboard")):
                 sinks.append(sink)
         progress_mode = logging_cfg.progress if context.dist.is_main else "none"
+        metrics = MetricsLogger(sinks)
+        self.flush_on_forced_exit(metrics.flush)  # a second Ctrl+C keeps the records logged so far
         return StepLogger(
-            MetricsLogger(sinks),
+            metrics,
             Progress(progress_mode, self.cfg.trainer.max_steps, self.state.step),
             every_n_steps=logging_cfg.every_n_steps,
             device=context.device,
@@ -299,10 +374,12 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             dynamics=monitor_for_recipe(self, sinks),
         )
 
-    def finalize(self, status: str, wall_time_s: float) -> dict[str, Any]:
+    def build_summary(self, status: str, wall_time_s: float, *, hash_params: bool = True) -> dict[str, Any]:
+        """The summary.json payload. ``hash_params=False`` where the weights may be
+        mid-update (a forced quit from another thread): the hash is then null."""
         model = getattr(self, "model", None)
         context = getattr(self, "training_context", None)
-        summary = {
+        return {
             "status": status,
             "steps": self.state.step,
             "final_loss": self.final_loss,
@@ -310,12 +387,31 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             "wall_time_s": round(wall_time_s, 3),
             "peak_memory_bytes": peak_memory_bytes(context.device) if context else None,
             "resumed_from": str(self.interruption.resumed_from) if self.interruption and self.interruption.resumed_from else None,
-            "params_sha256": params_sha256(unwrap(model)) if model is not None else None,
+            "params_sha256": params_sha256(unwrap(model)) if model is not None and hash_params else None,
             "skipped_steps": self.state.skipped_steps,
         }
-        # Nothing is written for a run that failed before its directory existed.
-        if self.run_dir.is_dir() and (context is None or context.dist.is_main):
+
+    def write_summary(self, summary: dict[str, Any]) -> bool:
+        """Write summary.json from the main rank; False when nothing was written: the
+        run failed before its directory existed, or before it was known to be valid in
+        a directory that holds an earlier run, or the disk refused the file."""
+        context = getattr(self, "training_context", None)
+        if context is not None and not context.dist.is_main:
+            return False
+        directory = self.run_directory
+        if directory is None or not directory.may_write:
+            return False
+        directory.commit(self.cfg)  # a new dir keeps the failed run's config and log
+        try:
             write_json_atomic(self.run_dir / "summary.json", summary)
+        except OSError as error:
+            log.error("summary.json could not be written: %s", error)
+            return False
+        return True
+
+    def finalize(self, status: str, wall_time_s: float) -> dict[str, Any]:
+        summary = self.build_summary(status, wall_time_s)
+        if self.write_summary(summary):
             log.info(
                 "%s after %d steps | final loss %s | val loss %s | %.1f s",
                 status,

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterator
 
 from torch.utils.data import DataLoader
 
+from optimus_preflight.epoch_replay import can_skip_by_index, capture_order, order_replayed, seekable_view
 from optimus_preflight.errors import UserError
+
+_END = object()
 
 
 @dataclass
@@ -17,6 +21,9 @@ class DataPosition:
     # Samples of this epoch that belong to completed optimizer steps (this rank's
     # shard). Counted in samples, not batches, so a resume may change the batch size.
     samples_consumed: int = 0
+    # The RNG states that decided this epoch's order (epoch_replay.capture_order),
+    # recorded when its iterator started; None in checkpoints from before they existed.
+    order: dict[str, Any] | None = None
 
 
 class BatchStream:
@@ -40,40 +47,67 @@ class BatchStream:
         self.interruptible = interruptible
         self.position = DataPosition()
         self._iterator: Iterator[Any] | None = None
+        # Set by load_state_dict: the recorded order of the epoch a resume continues.
+        self._replay: dict[str, Any] | None = None
         self._start = 0
         self._fetched = 0
-        generator = getattr(loader, "generator", None)
-        self._generator_seed = generator.initial_seed() if generator is not None else None
 
     @property
     def batch_size(self) -> int:
-        return self.loader.batch_size or 1
+        return getattr(self.loader, "batch_size", None) or 1
 
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.position.epoch, "samples_consumed": self.position.samples_consumed}
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"epoch": self.position.epoch, "samples_consumed": self.position.samples_consumed}
+        if self.position.order is not None:
+            state["order"] = self.position.order
+        return state
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.position = DataPosition(int(state["epoch"]), int(state["samples_consumed"]))
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        order = state.get("order")
+        self.position = DataPosition(int(state["epoch"]), int(state["samples_consumed"]), order)
+        self._replay = order
         self._iterator = None
 
     def _start_epoch(self) -> None:
-        sampler = self.loader.sampler
+        """Start the position's epoch: recorded fresh, or replayed after a resume."""
+        sampler = getattr(self.loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(self.position.epoch)
-        if self._generator_seed is not None:
-            # Worker seeds are drawn from this generator when an iterator starts; tying
-            # them to the epoch makes them the same in a resumed run.
-            self.loader.generator.manual_seed(self._generator_seed + self.position.epoch)
+        replay, self._replay = self._replay, None
+        if replay is None:
+            self.position.order = capture_order(self.loader)
         offset = self.position.samples_consumed
-        skip_batches = 0
+        self._start, self._fetched = offset, 0
+        with order_replayed(self.loader, replay):
+            iterator = self._iterate_from(offset)
+            if replay is not None and offset == 0:
+                # In the recorded run the epoch's first batch was read right after its
+                # iterator started, before anything else drew from the RNGs: read it
+                # under the recorded states too (a dataset may seed itself lazily).
+                with self.interruptible():
+                    first = next(iterator, _END)
+                iterator = iter(()) if first is _END else itertools.chain([first], iterator)
+        self._iterator = iterator
+
+    def _iterate_from(self, offset: int) -> Iterator[Any]:
+        """An iterator over the epoch that skips its first ``offset`` samples: by
+        seeking, by index, or (an IterableDataset, a loader that is not a DataLoader)
+        by reading them."""
+        sampler = getattr(self.loader, "sampler", None)
         if hasattr(sampler, "set_start"):
             sampler.set_start(offset)
-        else:  # a sampler that cannot seek is fast-forwarded by reading its batches
-            skip_batches = offset // self.batch_size
-        self._iterator = iter(self.loader)
-        self._start, self._fetched = offset, 0
-        for _ in range(skip_batches):
-            next(self._iterator)
+            return iter(self.loader)
+        if offset and can_skip_by_index(self.loader):
+            view, index_sampler = seekable_view(self.loader, offset, self.batch_size)
+            iterator = iter(view)
+            index_sampler.prime()  # the sampler's own draw happens now, under the replayed RNGs
+            return iterator
+        iterator = iter(self.loader)
+        with self.interruptible():
+            for _ in range(offset // self.batch_size):
+                if next(iterator, _END) is _END:
+                    break
+        return iterator
 
     def _fetch(self) -> Any | None:
         try:

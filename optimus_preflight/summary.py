@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import json
 import os
 import resource
 from pathlib import Path
@@ -12,6 +11,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from optimus_preflight.json_records import dumps
 
 STATUSES = ("completed", "interrupted", "failed", "preflight_failed")
 
@@ -40,9 +41,12 @@ def peak_memory_bytes(device: torch.device) -> int:
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     """Readers never see a half-written file: write a sibling, then rename over."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(payload, handle, indent=2, default=str)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(dumps(payload, indent=2) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk must not leave a half-written sibling behind
+        raise

@@ -16,7 +16,10 @@ from typing import Any
 
 import yaml
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+
+from optimus_preflight.checkpoint.resume import EXPECTED_CHANGES, config_changes
+from optimus_preflight.json_records import value_of
 
 log = logging.getLogger("optimus_preflight")
 
@@ -92,8 +95,8 @@ def job_row(job_dir: Path, job: str, common: set[str] = frozenset()) -> dict[str
         "overrides": " ".join(overrides),
         "status": status,
         "steps": (summary or {}).get("steps"),
-        "final_loss": (summary or {}).get("final_loss"),
-        "final_val_loss": (summary or {}).get("final_val_loss"),
+        "final_loss": value_of(summary or {}, "final_loss"),
+        "final_val_loss": value_of(summary or {}, "final_val_loss"),
         "samples_per_s": _median_throughput(job_dir / "metrics.jsonl"),
         "peak_memory_gib": peak / gib if peak else None,
         "predicted_peak_gib": predicted / gib if predicted else None,
@@ -143,8 +146,16 @@ class SweepSummaryCallback(Callback):
 
 
 def already_completed(run_dir: Path, cfg: DictConfig) -> bool:
-    """Re-running a sweep with checkpoint.resume=auto skips the jobs that finished."""
+    """Re-running a sweep with checkpoint.resume=auto skips the jobs that finished with
+    this same config; a changed value runs (and is validated) rather than being skipped."""
     if cfg.checkpoint.resume != "auto" or cfg.preflight.only:
         return False
     summary = _read_json(run_dir / "summary.json")
-    return bool(summary) and summary.get("status") == "completed" and (summary.get("steps") or 0) >= cfg.trainer.max_steps
+    if not (summary and summary.get("status") == "completed" and (summary.get("steps") or 0) >= cfg.trainer.max_steps):
+        return False
+    try:
+        saved = OmegaConf.to_container(OmegaConf.load(run_dir / ".hydra" / "config.yaml"), resolve=True)
+    except (OSError, ValueError, yaml.YAMLError):
+        return False
+    current = OmegaConf.to_container(cfg, resolve=True)
+    return not [key for key in config_changes(saved, current) if not key.startswith(EXPECTED_CHANGES)]

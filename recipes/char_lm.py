@@ -66,6 +66,8 @@ class CharWindows(Dataset):
     """Non-overlapping windows of ``block_size + 1`` tokens: input and next-token target."""
 
     def __init__(self, tokens: torch.Tensor, block_size: int):
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.tokens = tokens
         self.block_size = block_size
 
@@ -122,8 +124,12 @@ class Block(nn.Module):
 class CharTransformer(nn.Module):
     def __init__(self, vocab_size: int, block_size: int, n_layer: int, n_head: int, d_model: int, dropout: float):
         super().__init__()
-        if d_model % n_head:
-            raise ValueError(f"d_model ({d_model}) must be divisible by n_head ({n_head})")
+        if n_head < 1 or d_model % n_head:
+            raise ValueError(f"d_model ({d_model}) must be a positive multiple of n_head ({n_head})")
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        if n_layer < 1:
+            raise ValueError(f"n_layer must be >= 1, got {n_layer}")
         self.block_size = block_size
         self.token_embedding = nn.Embedding(vocab_size, d_model)
         self.position_embedding = nn.Embedding(block_size, d_model)

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
+
+# Tests run two at a time (make test) and mostly start training processes of their own:
+# one compute thread each keeps them from fighting over the two cores. Inherited by every
+# subprocess a test starts; the tiny models here gain nothing from a second thread.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -1,16 +1,29 @@
 """torchrun with two CPU processes (gloo): same losses as one process, one run dir,
-and a signal to one rank stops both at the same step with a usable checkpoint."""
+a signal to one rank stops both at the same step with a usable checkpoint, and a rank
+that stops answering (SIGSTOP) is named instead of holding the others."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
+import psutil
 import pytest
+import torch
 
-from tests.conftest import REPO, run_cli
+from optimus_preflight.checkpoint import verify
+from optimus_preflight.config.validate import validate_config
+from optimus_preflight.errors import UserError
+from optimus_preflight.peers import Peers, PeersUnresponsive, StuckWatchdog
+from tests.conftest import REPO, run_cli, tiny_config
 
 TINY = ("recipe=char_lm_tiny", "logging.progress=none", "trainer.max_steps=10", "trainer.eval_every_n_steps=5", "recipe._target_=tests.signal_recipe.SelfSignalRecipe")
 
@@ -68,3 +81,167 @@ def test_sigterm_to_one_rank_stops_both_at_one_step_and_resume_matches(tmp_path,
     assert final["steps"] == 10 and final["params_sha256"] == reference["params_sha256"]
     losses = {(r["step"], "loss" in r): r.get("loss", r.get("val_loss")) for r in metrics(run_dir)}
     assert losses == {(r["step"], "loss" in r): r.get("loss", r.get("val_loss")) for r in metrics(two_process_run)}
+
+
+def _wait_for(condition, timeout_s, what):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stopped", ["mid_training", "at_the_save_barrier"])
+def test_a_stopped_rank_does_not_hold_the_other_and_is_named(tmp_path, stopped):
+    """Rank 1 is SIGSTOPped (by the test mid-training, or by itself as it enters a save,
+    so rank 0 waits for it at the barrier); SIGTERM to rank 0 must end rank 0 within
+    checkpoint.stop_timeout_s plus a generous margin, naming rank 1, with a checkpoint
+    of its last step."""
+    run_dir, pid_dir, log_path = tmp_path / "run", tmp_path / "pids", tmp_path / "torchrun.log"
+    pid_dir.mkdir()
+    stop_timeout_s = 3
+    overrides = [*TINY, "trainer.max_steps=100000", "checkpoint.every_n_steps=5", f"checkpoint.stop_timeout_s={stop_timeout_s}", "preflight.enabled=false"]
+    env = {**os.environ, "PID_DIR": str(pid_dir), **({"STOP_AT_SAVE_RANK": "1"} if stopped == "at_the_save_barrier" else {})}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "optimus_preflight.cli", f"hydra.run.dir={run_dir}", *overrides]
+    with open(log_path, "w") as log:  # a file, not a pipe: a full pipe would block the ranks
+        launcher = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+    ranks: list[psutil.Process] = []
+    try:
+        pid_files = [pid_dir / f"rank{rank}.pid" for rank in (0, 1)]
+        _wait_for(lambda: launcher.poll() is not None or all(p.exists() and p.read_text() for p in pid_files), 120, "both ranks to train")
+        assert launcher.poll() is None, log_path.read_text()[-3000:]
+        ranks = [psutil.Process(int(p.read_text())) for p in pid_files]
+        if stopped == "mid_training":
+            ranks[1].suspend()
+        _wait_for(lambda: ranks[1].status() == psutil.STATUS_STOPPED, 120, "rank 1 to stop")
+        ranks[0].send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        try:
+            ranks[0].wait(timeout=stop_timeout_s + 60)
+        except psutil.TimeoutExpired:
+            pytest.fail(f"rank 0 still running {stop_timeout_s + 60} s after SIGTERM:\n{log_path.read_text()[-3000:]}")
+        elapsed = time.monotonic() - sent
+    finally:
+        for rank in ranks:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                rank.kill()  # SIGKILL ends a stopped process too
+        launcher.wait(timeout=120)
+    output = log_path.read_text()
+    assert elapsed < stop_timeout_s + 60
+    assert "exitcode  : 2" in output, output[-3000:]  # rank 0's own code, in torchrun's report
+    message = next((line for line in output.splitlines() if "rank 1 did not answer" in line), None)
+    assert message is not None, output[-3000:]
+    assert "checkpoint.stop_timeout_s" in message and "checkpoint.resume=auto" in message
+    assert "Timed out waiting" not in output  # gloo's own timeout, which names no rank
+    saved = Path(re.search(r"Rank 0 saved checkpoint (\S+)\.", message).group(1))
+    assert verify(saved)["step"] == json.loads((run_dir / "summary.json").read_text())["steps"] > 0
+
+
+# ------------------------------------------------------------------ components (fast)
+@pytest.fixture
+def store():
+    from datetime import timedelta
+
+    import torch.distributed as torch_dist
+
+    return torch_dist.TCPStore("127.0.0.1", 0, 1, True, timedelta(seconds=10), wait_for_workers=False)
+
+
+def _in_thread(function, *args, **kwargs):
+    result = {}
+
+    def target():
+        try:
+            result["value"] = function(*args, **kwargs)
+        except BaseException as error:  # noqa: BLE001 - handed to the test
+            result["error"] = error
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, result
+
+
+def _forever(seconds=60.0, key="trainer.dist_timeout_s"):
+    return lambda: (seconds, key)
+
+
+def test_gather_collects_every_ranks_value_round_after_round(store):
+    ranks = [Peers(store, rank, 2, timeout_s=60) for rank in (0, 1)]
+    for round_values in ([0, 15], [0, 0]):
+        thread, result = _in_thread(ranks[1].gather, round_values[1], during="test", bound=_forever())
+        assert ranks[0].gather(round_values[0], during="test", bound=_forever()) == round_values
+        thread.join(10)
+        assert result["value"] == round_values
+
+
+def test_gather_names_the_ranks_that_never_post(store):
+    lonely = Peers(store, 0, 3, timeout_s=60)
+    started = time.monotonic()
+    with pytest.raises(PeersUnresponsive) as caught:
+        lonely.gather(0, during="the stop agreement", bound=_forever(0.3, "checkpoint.stop_timeout_s"))
+    assert time.monotonic() - started < 10
+    assert caught.value.ranks == [1, 2]
+    assert "ranks 1, 2 did not answer the stop agreement" in str(caught.value) and "checkpoint.stop_timeout_s" in str(caught.value)
+
+
+def test_a_stop_request_shortens_a_wait_already_under_way(store):
+    stopping = threading.Event()
+    peers = Peers(store, 0, 2, timeout_s=600)
+    bound = lambda: (0.2, "checkpoint.stop_timeout_s") if stopping.is_set() else (600.0, "trainer.dist_timeout_s")  # noqa: E731
+    threading.Timer(0.3, stopping.set).start()
+    with pytest.raises(PeersUnresponsive, match="checkpoint.stop_timeout_s"):
+        peers.gather(0, during="the barrier", bound=bound)
+
+
+def test_heartbeat_tells_a_silent_peer_from_a_live_one(store):
+    observer, live = Peers(store, 0, 3, timeout_s=60), Peers(store, 1, 3, timeout_s=60)
+    live.start_heartbeat(period_s=0.05)
+    try:
+        assert observer.stale_ranks(older_than_s=0.3) == []  # first look: nothing known yet
+        time.sleep(1.0)  # the live peer beats about 20 times meanwhile
+        assert observer.stale_ranks(older_than_s=0.3) == [2]
+    finally:
+        live.stop()
+
+
+class _SilentPeer:
+    def stale_ranks(self, older_than_s):
+        return [1]
+
+
+def test_watchdog_reports_a_main_thread_parked_in_a_cpp_call():
+    done = torch.futures.Future()
+    reports = []
+
+    def on_stuck(ranks, stuck_s):
+        reports.append(ranks)
+        done.set_result(None)
+
+    threading.Timer(30, lambda: done.done() or done.set_result(None)).start()
+    watchdog = StuckWatchdog(_SilentPeer(), lambda: 0.3, on_stuck, period_s=0.05, stale_after_s=0.1)
+    watchdog.start()
+    started = time.monotonic()
+    try:
+        done.wait()  # like DDP's all-reduce waiting for a stopped peer
+    finally:
+        watchdog.stop()
+    assert reports == [[1]] and time.monotonic() - started < 10
+
+
+def test_watchdog_leaves_a_main_thread_that_moves_alone():
+    reports = []
+    watchdog = StuckWatchdog(_SilentPeer(), lambda: 0.5, lambda ranks, s: reports.append(ranks), period_s=0.1, stale_after_s=0.2)
+    watchdog.start()
+    try:
+        until = time.monotonic() + 1.5
+        while time.monotonic() < until:  # computing, or polling the store in Peers.gather
+            sum(range(1000))
+    finally:
+        watchdog.stop()
+    assert reports == []
+
+
+@pytest.mark.parametrize("override", ["trainer.dist_timeout_s=0", "checkpoint.stop_timeout_s=-1", "trainer.dist_timeout_s=inf"])
+def test_timeouts_must_be_positive_and_finite(override):
+    with pytest.raises(UserError, match=override.split("=")[0]):
+        validate_config(tiny_config(override))

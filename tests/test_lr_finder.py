@@ -14,6 +14,7 @@ from torch import nn
 
 from optimus_preflight.dynamics.lr_finder import LRRangeResult, geometric_lrs, lr_range_test
 from optimus_preflight.preflight.context import PreflightContext
+from optimus_preflight.preflight.data_checks import FirstBatchCheck
 from optimus_preflight.preflight.framework import CheckStatus, Findings, run_checks
 from optimus_preflight.preflight.lr_finder_check import LRFinderCheck, dynamics_checks, report
 from tests.conftest import tiny_config
@@ -104,9 +105,9 @@ def test_a_loss_that_never_falls_warns_o7_flat():
 
 def test_check_writes_json_and_png_and_reports(recipe):
     ctx = PreflightContext.from_recipe(recipe)
-    ctx.artifacts["first_batch"] = next(iter(recipe.train_loader))
     generator_state = recipe.train_loader.generator.get_state()
-    [result] = run_checks([LRFinderCheck(num_steps=40, start_lr=1e-4)], ctx)
+    first, result = run_checks([FirstBatchCheck(), LRFinderCheck(num_steps=40, start_lr=1e-4)], ctx)
+    assert first.status == CheckStatus.PASSED
     assert torch.equal(recipe.train_loader.generator.get_state(), generator_state)
     assert result.status == CheckStatus.PASSED, result.detail
     assert [issue.code for issue in result.issues] == ["O7"]
@@ -120,7 +121,7 @@ def test_check_writes_json_and_png_and_reports(recipe):
 def test_check_does_nothing_unless_enabled(tmp_path):
     recipe = CharLMRecipe(tiny_config(), run_dir=tmp_path)
     recipe.setup()
-    [result] = run_checks(dynamics_checks(), PreflightContext.from_recipe(recipe))
+    _, result = run_checks([FirstBatchCheck(), *dynamics_checks()], PreflightContext.from_recipe(recipe))
     assert result.status == CheckStatus.PASSED and result.data == {"enabled": False}
     assert not (tmp_path / "lr_finder.json").exists()
 

@@ -47,7 +47,8 @@ def test_hung_first_batch_is_caught_with_its_frame_and_nothing_left_running(tmp_
     assert result.status == CheckStatus.ERROR and codes(result) == {"DATA_TIMEOUT"}
     message = result.issues[0].message
     assert "in __getitem__: time.sleep(3600)" in message and "test_preflight_data.py" in message
-    assert "num_workers=0" in result.issues[0].fix
+    # Debugging in one process is the advice only where the loader is not in one already.
+    assert ("num_workers=0" in result.issues[0].fix) == (workers > 0)
     assert elapsed < timeout + 5
     assert _children() <= before  # every worker process is gone
     assert not [t for t in threading.enumerate() if t.name == "preflight-fetch"]
@@ -141,7 +142,7 @@ def test_sampler_not_sharded_across_ranks_fails(tmp_path):
     ctx = PreflightContext.from_recipe(recipe)
     ctx.training = dataclasses.replace(ctx.training, dist=DistEnv(rank=0, world_size=2))
     result = run(ctx, SamplingCheck)["data.sampling"]
-    assert "DP2" in codes(result) and result.status == CheckStatus.ERROR  # (+ RESUME_ORDER: unseeded)
+    assert codes(result) == {"DP2"} and result.status == CheckStatus.ERROR
     assert_quiet(run(make_recipe(tmp_path), SamplingCheck)["data.sampling"])
 
 
@@ -158,7 +159,8 @@ def test_loader_memory_from_the_measured_batch(tmp_path, monkeypatch, available,
     assert result.data["total_bytes"] == 640 * 8
     assert result.status == status
     if status != CheckStatus.PASSED:
-        assert codes(result) == {"DATA_RAM"} and "data.prefetch_factor" in result.issues[0].fix
+        # make_recipe overrides build_dataloaders, so the fix names the DataLoader argument, not the key.
+        assert codes(result) == {"DATA_RAM"} and "prefetch_factor" in result.issues[0].fix
 
 
 def test_worker_batches_larger_than_dev_shm_fail(tmp_path, monkeypatch):
@@ -196,17 +198,3 @@ def test_healthy_loader_with_workers_is_quiet(tmp_path):
     for result in results.values():
         assert_quiet(result)
     assert results["data.first_batch"].data["latency_s"] > 0
-
-
-def test_a_sampler_that_cannot_seek_is_flagged_for_resume(tmp_path):
-    unseeded = make_recipe(tmp_path / "a", loader=lambda dataset: DataLoader(dataset, batch_size=8, shuffle=True))
-    result = run(unseeded, SamplingCheck)["data.sampling"]
-    assert "RESUME_ORDER" in codes(result) and result.status.value == "warning"
-
-    seeded = make_recipe(
-        tmp_path / "b", loader=lambda dataset: DataLoader(dataset, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(0))
-    )
-    result = run(seeded, SamplingCheck)["data.sampling"]
-    assert "RESUME_ORDER" in codes(result) and result.status.value == "passed"  # an info note only
-
-    assert_quiet(run(make_recipe(tmp_path / "c"), SamplingCheck)["data.sampling"])

@@ -249,6 +249,10 @@ def test_checkpoint_round_trip(tmp_path):
 
 
 # ------------------------------------------------------------------ throughput
+def _compute_heavy_classifier():
+    return nn.Sequential(nn.Linear(FEATURES, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, CLASSES))
+
+
 def _slow_collate(samples):
     time.sleep(0.05)
     return torch.utils.data.default_collate(samples)
@@ -258,6 +262,8 @@ def test_input_bound_burst_warns_and_reports_the_eta(tmp_path):
     recipe = make_recipe(tmp_path, loader=lambda data: DataLoader(data, batch_size=16, collate_fn=_slow_collate))
     result = run(recipe, ThroughputCheck)["step.throughput"]
     assert codes(result) == {"DATA_BOUND"} and result.data["bound"] == "input-bound"
-    healthy = run(make_recipe(tmp_path), ThroughputCheck)["step.throughput"]
+    # Healthy: a step that computes far longer than its batch takes to load, whatever the
+    # machine's speed (the tiny classifier's step is as short as its data fetch).
+    healthy = run(make_recipe(tmp_path, model=_compute_heavy_classifier), ThroughputCheck)["step.throughput"]
     assert_quiet(healthy)
     assert healthy.data["eta_s"] == pytest.approx(healthy.data["s_per_step"] * 8, abs=0.01)

@@ -66,3 +66,34 @@ def test_interrupt_then_resume_is_bit_identical(tmp_path, reference, name, signa
     assert summary["params_sha256"] == reference.summary()["params_sha256"]
     assert _per_step(resumed.metrics()) == _per_step(reference.metrics())
     assert summary["final_val_loss"] == reference.summary()["final_val_loss"]
+
+
+# A corpus of 11 batches of 8 per epoch: the 24 batches of a run cross two epoch ends.
+PLAIN = (*COMMON, "recipe._target_=tests.plain_loader_recipe.PlainLoaderRecipe", "trainer.max_steps=12",
+         "data.train.max_chars=3000")
+
+
+@pytest.fixture(scope="module")
+def plain_reference(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("plain") / "run"
+    result = run_cli(run_dir, *PLAIN, cwd=REPO)
+    assert result.returncode == 0, result.output
+    preflight = (run_dir / "preflight.json").read_text()
+    assert "RESUME_ORDER" not in preflight and '"status": "passed"' in preflight
+    return result
+
+
+@pytest.mark.slow
+def test_a_plain_shuffled_dataloader_resumes_bit_identical(tmp_path, plain_reference):
+    """DataLoader(shuffle=True) without a generator, with its own collate_fn, stopped in
+    its second epoch: the epoch's order is replayed from the RNG states recorded when it
+    started. (Loaders with workers and other samplers: tests/test_resume_order.py.)"""
+    run_dir = tmp_path / "run"
+    signal = {"SIGNAL_NAME": "SIGINT", "SIGNAL_PHASE": "train", "SIGNAL_AT": "15"}
+    stopped = run_cli(run_dir, *PLAIN, cwd=REPO, env=signal)
+    assert stopped.returncode == 130, stopped.output
+    assert stopped.summary()["steps"] == 7
+    resumed = run_cli(run_dir, *PLAIN, cwd=REPO)
+    assert resumed.returncode == 0, resumed.output
+    assert resumed.summary()["params_sha256"] == plain_reference.summary()["params_sha256"]
+    assert _per_step(resumed.metrics()) == _per_step(plain_reference.metrics())

@@ -34,8 +34,8 @@ def test_signal_before_the_time_limit_requeues_and_resumes(tmp_path):
     sweep_dir = tmp_path / "sweep"
     command = [
         sys.executable, "-m", "optimus_preflight.cli", "-m", "hydra/launcher=local_submitit",
-        "recipe=char_lm_tiny", "logging.progress=none", "trainer.max_steps=1500", "logging.every_n_steps=10",
-        "trainer.eval_every_n_steps=500", f"hydra.sweep.dir={sweep_dir}",
+        "recipe=char_lm_tiny", "logging.progress=none", "trainer.max_steps=400", "logging.every_n_steps=10",
+        "trainer.eval_every_n_steps=200", f"hydra.sweep.dir={sweep_dir}",
     ]
     launcher = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 240
@@ -48,7 +48,7 @@ def test_signal_before_the_time_limit_requeues_and_resumes(tmp_path):
     assert launcher.returncode == 0, output
 
     summary = json.loads((sweep_dir / "0" / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["steps"] == 1500
+    assert summary["status"] == "completed" and summary["steps"] == 400
     assert "/0/checkpoints/step_" in summary["resumed_from"]
     job_logs = "".join(p.read_text() for p in (sweep_dir / ".submitit").rglob("*.out"))
     assert "received SIGUSR1" in job_logs and "Requeued job" in job_logs and "resumed from" in job_logs

@@ -6,25 +6,31 @@ import logging
 import shlex
 import sys
 import time
+import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
-import torch.distributed as torch_dist
 
 from optimus_preflight import rng
 from optimus_preflight.checkpoint.resume import (
+    ResumePoint,
     apply_lr_change,
     check_model_fits,
-    choose_checkpoint,
+    check_optimizer_fits,
     config_changes,
     log_config_changes,
+    pick_resume_point,
     refresh_schedule,
-    set_aside_newer,
+    settle_resume,
 )
 from optimus_preflight.checkpoint.state import Restorable, apply_state, build_state, unwrap
-from optimus_preflight.checkpoint.store import CheckpointStore
+from optimus_preflight.checkpoint.store import CheckpointStore, read_manifest
 from optimus_preflight.distributed import DistEnv
+from optimus_preflight.distributed import peers as active_peers
+from optimus_preflight.errors import EXIT_USER_ERROR, UserError
+from optimus_preflight.forced_exit import ForcedExit, say
+from optimus_preflight.peers import Bound, PeersUnresponsive, StuckWatchdog, main_thread_in
 from optimus_preflight.signals import StopSignals
 
 log = logging.getLogger("optimus_preflight")
@@ -50,25 +56,70 @@ def resume_command(run_dir: Path) -> str:
     return " ".join(shlex.quote(word) for word in words)
 
 
+def _gpu_busy(model: Any, wait_s: float = 5.0) -> bool:
+    """Whether the weights' CUDA stream still has work queued after ``wait_s``: behind
+    a collective a dead peer never joins, it never finishes. Asks without blocking."""
+    device = next((p.device for p in model.parameters() if p.is_cuda), None)
+    if device is None:
+        return False
+    stream = torch.cuda.current_stream(device)
+    deadline = time.monotonic() + wait_s
+    while not stream.query():
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 class RunCheckpointer:
-    def __init__(self, run_dir: Path, *, every_n_steps: int, keep_last: int, extra_signal: str | None, dist: DistEnv, config: dict[str, Any]):
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        every_n_steps: int,
+        keep_last: int,
+        extra_signal: str | None,
+        dist: DistEnv,
+        config: dict[str, Any],
+        stop_timeout_s: float,
+        progress: Callable[[], dict[str, Any]] = dict,
+    ):
         self.run_dir = run_dir
         self.every_n_steps = every_n_steps
         self.dist = dist
         self.config = config
-        self.store = CheckpointStore(run_dir / "checkpoints", keep_last)
+        # A fresh run's identity; a resume adopts the checkpoint's.
+        self.store = CheckpointStore(run_dir / "checkpoints", keep_last, run_id=uuid.uuid4().hex[:16])
+        self._resume_point: ResumePoint | None = None
         self.signals = StopSignals(extra_signal)
         self.parts: Restorable | None = None
         self.boundary_rng: dict[str, Any] | None = None
         self.resumed_from: Path | None = None
         self.last_saved: Path | None = None
+        # Under torchrun: how long a rank with a stop request waits for its peers, and
+        # the progress record of a checkpoint saved when they do not answer.
+        self.stop_timeout_s = stop_timeout_s
+        self.progress = progress
+        self.forced_exit = ForcedExit()
+        self._watchdog: StuckWatchdog | None = None
+        self._training = False  # preflight's steps change the weights: never save those
 
     def start(self, parts: Restorable) -> None:
         self.parts = parts
         self.signals.install()
+        peers = active_peers() if self.dist.is_distributed else None
+        if peers is not None:
+            self._watchdog = StuckWatchdog(peers, lambda: self._bound(stop_shortens=True)()[0], self._abandon)
+            self._watchdog.start()
 
     def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.stop()
         self.signals.uninstall()
+
+    def last_checkpoint(self) -> Path | None:
+        """The newest checkpoint of this run known to be complete on disk."""
+        return self.last_saved or self.resumed_from
 
     # ------------------------------------------------------------------ stopping
     def stop_requested_in_window(self) -> bool:
@@ -77,17 +128,75 @@ class RunCheckpointer:
         return self.signals.requested and not self.dist.is_distributed
 
     def stop_agreed(self) -> bool:
-        """At a step boundary: did any rank receive a stop signal?"""
-        if not self.dist.is_distributed or not torch_dist.is_initialized():
+        """At a step boundary: did any rank receive a stop signal? Under torchrun the
+        ranks agree through the store (optimus_preflight.peers); a rank that does not
+        answer ends the run with its rank named, after rank 0 saved this step."""
+        peers = active_peers() if self.dist.is_distributed else None
+        if peers is None:
             return self.signals.requested
-        flag = torch.tensor([self.signals.received or 0], dtype=torch.int64)
-        if torch_dist.get_backend() == "nccl":
-            flag = flag.cuda()
-        torch_dist.all_reduce(flag, op=torch_dist.ReduceOp.MAX)
-        signum = int(flag.item())
+        self._training = True
+        try:
+            flags = peers.gather(self.signals.received or 0, during="the stop agreement at a step boundary", bound=self._bound(stop_shortens=True))
+        except PeersUnresponsive as error:
+            raise error.with_outcome(self._outcome(self._save_last_step())) from None
+        signum = max(flags)
         if signum:
             self.signals.request(signum)
         return bool(signum)
+
+    def _bound(self, *, stop_shortens: bool) -> Bound:
+        """How long to wait for the peers: the process-group bound, or, once this rank
+        has a stop request, checkpoint.stop_timeout_s: ranks are in lockstep at step
+        boundaries, so a healthy peer answers within about a step."""
+        peers = active_peers()
+        dist_timeout_s = peers.timeout_s if peers is not None else 0.0
+
+        def bound() -> tuple[float, str]:
+            if stop_shortens and self.signals.stop_seen:
+                return min(self.stop_timeout_s, dist_timeout_s), "checkpoint.stop_timeout_s"
+            return dist_timeout_s, "trainer.dist_timeout_s"
+
+        return bound
+
+    def _save_last_step(self, *, from_main_thread: bool = True) -> Path | str:
+        """Rank 0's checkpoint of the last completed step (under DDP its weights are the
+        whole model), or why there is none."""
+        if not self.dist.is_main:
+            return "rank 0 writes the checkpoints"
+        if not self._training or self.parts is None:
+            return "training had not started"
+        # The main thread is parked in a collective (off it) or at a step boundary, so
+        # the state is that of the last boundary, unless it was updating the weights.
+        if not from_main_thread and main_thread_in("/torch/optim/"):
+            return "the main thread was updating the weights"
+        if _gpu_busy(unwrap(self.parts.model)):
+            return "the GPU still waits on the unfinished collective, so copying the weights would hang"
+        step = self.parts.run_state.step
+        if self.last_saved is not None and self.last_saved.name == f"step_{step:08d}":
+            return self.last_saved
+        return self._write(self.progress())
+
+    def _outcome(self, saved: Path | str) -> str:
+        resume = resume_command(self.run_dir)
+        if isinstance(saved, Path):
+            return f"Rank 0 saved checkpoint {saved}. Resume with: {resume}"
+        last = self.last_checkpoint()
+        on_disk = f"the last one on disk is {last}" if last else "there is none on disk yet"
+        return f"No new checkpoint ({saved}); {on_disk}. Resume with: {resume}"
+
+    def _abandon(self, silent: list[int], stuck_s: float) -> None:
+        """From the watchdog thread: the main thread is stuck in a collective that a silent
+        peer will never join. Save what can be saved, say so, exit 2 now."""
+        limit, key = self._bound(stop_shortens=True)()
+        error = PeersUnresponsive(silent, waited_s=stuck_s, limit_s=limit, key=key, during="a collective this rank is stuck in")
+        saved: list[Path | str] = ["saving it failed"]
+
+        def save() -> None:
+            saved[0] = self._save_last_step(from_main_thread=False)
+
+        steps = [("checkpoint", save), ("message", lambda: say(f"optimus-train: error: {error.with_outcome(self._outcome(saved[0]))}"))]
+        # A checkpoint of a big model may take a while; a hung disk still may not hold the exit.
+        self.forced_exit.run(EXIT_USER_ERROR, "failed", steps, grace_s=max(self.forced_exit.grace_s, limit))
 
     # ------------------------------------------------------------------- saving
     def mark_boundary(self) -> None:
@@ -104,31 +213,51 @@ class RunCheckpointer:
         step = self.parts.run_state.step
         if self.last_saved is not None and self.last_saved.name == f"step_{step:08d}":
             return self.last_saved  # e.g. the final checkpoint at a periodic step
-        path = None
-        if self.dist.is_main:
-            started = time.perf_counter()
-            state = build_state(self.parts, rng_state=self.boundary_rng or rng.capture(), config=self.config, progress=progress)
-            path = self.store.save(state, step)
-            log.info("checkpoint %s (%.2f s)", path.relative_to(self.run_dir), time.perf_counter() - started)
-        if self.dist.is_distributed and torch_dist.is_initialized():
-            torch_dist.barrier()
+        path = self._write(progress) if self.dist.is_main else None
+        peers = active_peers() if self.dist.is_distributed else None
+        if peers is not None:
+            # The others wait for rank 0's write, however long it takes (up to the
+            # process-group bound); only rank 0's own wait is cut short by a stop.
+            try:
+                peers.gather(0, during="the barrier after a checkpoint save", bound=self._bound(stop_shortens=self.dist.is_main))
+            except PeersUnresponsive as error:
+                raise error.with_outcome(self._outcome(path or "rank 0 writes the checkpoints")) from None
         self.last_saved = path or self.store.directory / f"step_{step:08d}"
+        return self.last_saved
+
+    def _write(self, progress: dict[str, Any]) -> Path:
+        assert self.parts is not None
+        started = time.perf_counter()
+        state = build_state(self.parts, rng_state=self.boundary_rng or rng.capture(), config=self.config, progress=progress)
+        # Known before any barrier: a forced exit while the others wait names this one.
+        self.last_saved = self.store.save(state, self.parts.run_state.step)
+        log.info("checkpoint %s (%.2f s)", self.last_saved.relative_to(self.run_dir), time.perf_counter() - started)
         return self.last_saved
 
     # ------------------------------------------------------------------ resuming
     def resume(self, resume: str) -> dict[str, Any] | None:
-        """Load the chosen checkpoint into the live objects; return its progress record."""
+        """Load the chosen checkpoint into the live objects; return its progress record.
+
+        Reads only: what the resume changes on disk waits for ``settle`` (called once
+        the run is known to be valid), so a bad resume leaves the run dir as it was.
+        """
         assert self.parts is not None
-        path = choose_checkpoint(resume, self.store)
-        if path is None:
+        point = pick_resume_point(resume, self.store)
+        if point is None:
             if resume == "auto":
                 log.info("no checkpoint in %s: starting fresh", self.store.directory)
             return None
-        if self.dist.is_main and resume not in ("auto", "none"):
-            set_aside_newer(self.store, path)
-        state = self.store.load(path)
+        state, path = point.state, point.path
         check_model_fits(unwrap(self.parts.model), state["model"], path)
-        apply_state(self.parts, state)
+        check_optimizer_fits(self.parts.optimizer, state, path)
+        try:
+            apply_state(self.parts, state)
+        except (KeyError, ValueError, RuntimeError, TypeError) as error:  # e.g. another scheduler's state
+            raise UserError(
+                f"checkpoint {path} does not load into this run's objects ({type(error).__name__}: {error})",
+                key="checkpoint.resume",
+                fix="Resume with the config the checkpoint was trained with, or start a new run in a new hydra.run.dir.",
+            ) from None
         changes = config_changes(state.get("config") or {}, self.config)
         log_config_changes(changes)
         old_lr, new_lr = changes.get("optimizer.lr", (None, None))
@@ -138,6 +267,9 @@ class RunCheckpointer:
         self.boundary_rng = rng.from_checkpoint(state["rng"])
         rng.restore(self.boundary_rng)
         self.resumed_from = path
+        # The resumed run continues that run's checkpoints (retention, same-step reuse).
+        self.store.run_id = read_manifest(path).get("run_id")
+        self._resume_point = point
         position = state["data_position"]
         log.info(
             "resumed from %s: step %d, epoch %d, %d samples into the epoch",
@@ -147,3 +279,11 @@ class RunCheckpointer:
             position["samples_consumed"],
         )
         return state.get("progress") or {}
+
+    def settle(self) -> None:
+        """The disk side of the resume, once the run is valid: newer checkpoints that
+        the resume passed over are set aside (rank 0)."""
+        point, self._resume_point = self._resume_point, None
+        if point is not None and self.dist.is_main:
+            point.state = {"run_state": point.state["run_state"]}  # drop the tensors: only the step is needed
+            settle_resume(self.store, point)

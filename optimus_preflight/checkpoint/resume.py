@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import logging
-import shutil
-import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from optimus_preflight.checkpoint.store import STATE_FILE, CheckpointCorrupt, CheckpointStore, verify
+from optimus_preflight.checkpoint.state import qualified_name
+from optimus_preflight.checkpoint.store import STATE_FILE, CheckpointCorrupt, CheckpointStore, load_state, verify
 from optimus_preflight.errors import UserError
 
 log = logging.getLogger("optimus_preflight")
 
+# What a training checkpoint must hold to be resumed from (see state.build_state).
+RESUME_KEYS = ("model", "optimizer", "run_state", "data_position", "rng")
 # Keys whose change between a checkpoint and its resume is expected, not worth a warning.
-_QUIET_KEYS = ("checkpoint.resume", "preflight.", "logging.")
+EXPECTED_CHANGES = ("checkpoint.resume", "preflight.", "logging.")
 
 
 def explicit_checkpoint_dir(value: str) -> Path:
@@ -50,41 +52,83 @@ def check_resume_value(value: str) -> None:
         explicit_checkpoint_dir(value)
 
 
-def choose_checkpoint(value: str, store: CheckpointStore) -> Path | None:
+@dataclass
+class ResumePoint:
+    """A checkpoint chosen and loaded (nothing on disk changed yet)."""
+
+    path: Path
+    state: dict[str, Any]
+    explicit: bool
+    # Newer checkpoints of the store that failed to verify or load (auto), with why.
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+
+
+def refuse_to_start_over(value: str, store: CheckpointStore) -> None:
+    """``checkpoint.resume=none`` in a run dir that holds checkpoints would interleave two
+    runs' checkpoints (retention, ``latest`` and ``auto`` cannot tell them apart): refused."""
+    refs = store.candidates()
+    if value != "none" or not refs:
+        return
+    raise UserError(
+        f"checkpoint.resume=none, but {store.directory} holds {len(refs)} checkpoint(s) of an earlier run "
+        f"(newest: {refs[0].path.name}); starting over there would mix two runs' checkpoints",
+        key="checkpoint.resume",
+        fix="Continue that run with checkpoint.resume=auto; or start the new run in another directory "
+        "(hydra.run.dir=...); or move that checkpoints directory aside yourself first.",
+    )
+
+
+def pick_resume_point(value: str, store: CheckpointStore) -> ResumePoint | None:
+    """The checkpoint ``checkpoint.resume`` names, verified and loaded; None to start fresh.
+
+    auto: the newest that verifies and loads (newer damaged ones are skipped with a
+    warning); if the run dir has checkpoints and none of them can be used, that is an
+    error, not a silent fresh start over them. A path: it must verify and load (exit 2).
+    """
     if value == "none":
         return None
     if value == "auto":
-        ref, skipped = store.latest_valid()
-        for path, reason in skipped:
-            log.warning("skipping checkpoint %s: %s", path, reason)
-        return ref.path if ref else None
+        skipped: list[tuple[Path, str]] = []
+        for ref in store.candidates():
+            try:
+                state = store.load(ref.path, RESUME_KEYS)
+            except CheckpointCorrupt as error:
+                log.warning("skipping checkpoint %s: %s", ref.path, error)
+                skipped.append((ref.path, str(error)))
+                continue
+            return ResumePoint(ref.path, state, explicit=False, skipped=skipped)
+        if skipped:
+            raise UserError(
+                f"checkpoint.resume=auto: none of the {len(skipped)} checkpoint(s) in {store.directory} can be resumed "
+                f"from ({skipped[0][0].name}: {skipped[0][1]})",
+                key="checkpoint.resume",
+                fix="Resume from a good copy with checkpoint.resume=<path>; or move that checkpoints directory aside to "
+                "start this run over; or use a new hydra.run.dir.",
+            )
+        return None
     path = explicit_checkpoint_dir(value)
     try:
         verify(path)
+        state = load_state(path, RESUME_KEYS)
     except CheckpointCorrupt as error:
         raise UserError(
             f"checkpoint.resume={value!r} is not a usable checkpoint: {error}",
             key="checkpoint.resume",
             fix="Resume from an earlier checkpoint (see checkpoints/ in the run dir), or set checkpoint.resume=none.",
         ) from None
-    return path
+    return ResumePoint(path, state, explicit=True)
 
 
-def set_aside_newer(store: CheckpointStore, resumed: Path) -> None:
-    """Resuming from an older checkpoint of this run starts a new timeline; the newer
-    checkpoints are moved aside (never deleted) so `auto` and pruning do not mix them."""
-    try:
-        resumed_step = next(ref.step for ref in store.candidates() if ref.path.resolve() == resumed.resolve())
-    except StopIteration:
-        return  # resumed from another run's checkpoint
-    newer = [ref for ref in store.candidates() if ref.step > resumed_step]
-    if not newer:
-        return
-    aside = store.directory / f"superseded-{time.strftime('%Y%m%d-%H%M%S')}"
-    aside.mkdir()
-    for ref in newer:
-        shutil.move(str(ref.path), aside / ref.path.name)
-    log.warning("resuming from step %d: moved %d newer checkpoints to %s", resumed_step, len(newer), aside)
+def settle_resume(store: CheckpointStore, point: ResumePoint) -> None:
+    """Once the run is known to be valid: move the store's checkpoints that are newer
+    than the resume point out of the way (never deleted), so ``auto``, ``latest`` and
+    retention follow the resumed timeline. Newer ones an explicit resume passed over
+    start another timeline; newer ones ``auto`` skipped are damaged."""
+    step = int(point.state["run_state"].get("step", 0))
+    newer = [ref.path for ref in store.candidates() if ref.step > step and ref.path.resolve() != point.path.resolve()]
+    aside = store.set_aside(newer, "damaged" if not point.explicit else "superseded")
+    if aside is not None:
+        log.warning("resuming from step %d: moved %d newer checkpoint(s) to %s", step, len(newer), aside)
 
 
 def check_model_fits(model: nn.Module, saved: dict[str, torch.Tensor], checkpoint: Path) -> None:
@@ -103,9 +147,30 @@ def check_model_fits(model: nn.Module, saved: dict[str, torch.Tensor], checkpoin
         f"checkpoint {checkpoint} does not fit the model ({len(mismatched)} shape mismatches, "
         f"{len(missing)} missing, {len(unexpected)} unexpected tensors; " + "; ".join(details) + ")",
         key="model",
-        fix="Resume with the model config the checkpoint was trained with, or set checkpoint.resume=none "
-        "(or a fresh hydra.run.dir) to start a new run.",
+        fix="Resume with the model config the checkpoint was trained with, or start a new run in a new "
+        "hydra.run.dir.",
     )
+
+
+def check_optimizer_fits(optimizer: torch.optim.Optimizer, state: dict[str, Any], checkpoint: Path) -> None:
+    """The checkpoint's optimizer state must be for this optimizer class and these
+    parameter groups; loading AdamW moments into SGD would 'work' and mistrain."""
+    saved_class = state.get("optimizer_class")  # absent in checkpoints from before it was recorded
+    current = qualified_name(type(optimizer))
+    saved_groups = [len(group.get("params", [])) for group in state["optimizer"].get("param_groups", [])]
+    groups = [len(group["params"]) for group in optimizer.param_groups]
+    problem = None
+    if saved_class and saved_class != current:
+        problem = f"it holds {saved_class} state and this run builds {current}"
+    elif saved_groups != groups:
+        problem = f"its parameter groups hold {saved_groups} tensors and this optimizer's hold {groups}"
+    if problem:
+        raise UserError(
+            f"checkpoint {checkpoint} does not fit the optimizer: {problem}",
+            key="optimizer",
+            fix="Resume with the optimizer settings the checkpoint was trained with, or start a new run in a new "
+            "hydra.run.dir.",
+        )
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -124,7 +189,7 @@ def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, 
 
 def log_config_changes(changes: dict[str, tuple[Any, Any]]) -> None:
     for key, (old, new) in changes.items():
-        if key.startswith(_QUIET_KEYS):
+        if key.startswith(EXPECTED_CHANGES):
             continue
         log.info("config changed since the checkpoint: %s %r -> %r", key, old, new)
 

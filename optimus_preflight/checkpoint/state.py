@@ -26,6 +26,10 @@ def unwrap(model: nn.Module) -> nn.Module:
             return model
 
 
+def qualified_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 @dataclass
 class Restorable:
     """The live objects a checkpoint is taken from and restored into."""
@@ -43,6 +47,8 @@ def build_state(parts: Restorable, *, rng_state: dict[str, Any], config: dict[st
     return {
         "model": unwrap(parts.model).state_dict(),
         "optimizer": parts.optimizer.state_dict(),
+        # Checked on resume: another optimizer class would load these moments and mistrain.
+        "optimizer_class": qualified_name(type(parts.optimizer)),
         "scheduler": parts.scheduler.state_dict() if parts.scheduler is not None else None,
         "scaler": parts.scaler.state_dict(),
         "run_state": parts.run_state.state_dict(),

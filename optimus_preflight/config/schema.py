@@ -49,6 +49,9 @@ class TrainerConfig:
     deterministic: bool = False
     # DDP: needed when some parameters get no gradient in a step; costs a graph walk per step.
     ddp_find_unused_parameters: bool = False
+    # torchrun: seconds a rank waits for its peers in any collective before it exits (2)
+    # naming the ranks that did not answer. Must cover the slowest step and checkpoint save.
+    dist_timeout_s: float = 600.0
     grad_scaler: GradScalerConfig = field(default_factory=GradScalerConfig)
 
 
@@ -155,6 +158,9 @@ class CheckpointConfig:
     resume: str = "auto"
     # Besides SIGINT and SIGTERM; SLURM sends SIGUSR1 ahead of its time limit.
     extra_signal: Optional[str] = "SIGUSR1"
+    # torchrun: once a rank has a stop request, seconds it waits for the others to reach
+    # the step boundary (a healthy peer needs about one step) before rank 0 saves alone.
+    stop_timeout_s: float = 60.0
 
 
 @dataclass

@@ -6,6 +6,7 @@ module checks values, and names the key and the fix in every message.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -40,13 +41,17 @@ RULES = (
     Rule("data.num_workers", lambda v: v >= 0, "must be >= 0", "Set data.num_workers=0 to load data in the main process."),
     Rule("data.prefetch_factor", lambda v: v is None or v >= 1, "must be >= 1 or null", "Set data.prefetch_factor=null to keep torch's default of 2."),
     Rule("data.eval_batch_size", lambda v: v is None or v >= 1, "must be >= 1 or null", "Set data.eval_batch_size=null to use data.batch_size."),
-    Rule("optimizer.lr", lambda v: v > 0, "must be > 0", "Set optimizer.lr to a positive learning rate, e.g. optimizer.lr=3e-4."),
+    Rule("optimizer.lr", lambda v: math.isfinite(v) and v > 0, "must be a finite number > 0", "Set optimizer.lr to a positive learning rate, e.g. optimizer.lr=3e-4."),
+    # Our optimizer builder moves weight_decay into the parameter groups, where torch does not check it.
+    Rule("optimizer.weight_decay", lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0", "Set optimizer.weight_decay=0.1 (or 0 for none)."),
     Rule("logging.every_n_steps", lambda v: v >= 1, "must be >= 1", "Set logging.every_n_steps=10."),
     Rule("logging.progress", lambda v: v in PROGRESS_MODES, f"must be one of {'|'.join(PROGRESS_MODES)}", "Set logging.progress=auto."),
     Rule("logging.dynamics_every_n_steps", lambda v: v >= 0, "must be >= 0", "Set logging.dynamics_every_n_steps=50, or 0 to turn the dynamics metrics and warnings off."),
     Rule("logging.flush_every_s", lambda v: v >= 0, "must be >= 0", "Set logging.flush_every_s=5."),
     Rule("checkpoint.every_n_steps", lambda v: v >= 0, "must be >= 0", "Set checkpoint.every_n_steps=0 to save only at the end."),
     Rule("checkpoint.keep_last", lambda v: v >= 1, "must be >= 1", "Set checkpoint.keep_last=3."),
+    Rule("trainer.dist_timeout_s", lambda v: math.isfinite(v) and v > 0, "must be > 0 and finite", "Set trainer.dist_timeout_s=600 (longer than the slowest step or checkpoint save)."),
+    Rule("checkpoint.stop_timeout_s", lambda v: math.isfinite(v) and v > 0, "must be > 0 and finite", "Set checkpoint.stop_timeout_s=60 (longer than one training step)."),
     Rule("preflight.fail_on", lambda v: v in FAIL_ON, f"must be one of {'|'.join(FAIL_ON)}", "Set preflight.fail_on=error."),
     Rule("preflight.first_batch_timeout_s", lambda v: v > 0, "must be > 0", "Set preflight.first_batch_timeout_s=300."),
     Rule("preflight.overfit_steps", lambda v: v >= 0, "must be >= 0", "Set preflight.overfit_steps=0 to skip the overfit smoke test."),

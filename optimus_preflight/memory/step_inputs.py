@@ -46,10 +46,15 @@ def optimizer_factory_like(optimizer: Optimizer, model: nn.Module) -> Callable[[
 
 
 def first_batch(ctx: Any) -> Any:
-    """The real first batch left by ``data.first_batch``, or one drawn from the loader."""
+    """The real first batch left by ``data.first_batch``, or one drawn from the loader
+    under ``preflight.first_batch_timeout_s`` (RuntimeError naming the hang, not a wait
+    without end, when it does not come)."""
     batch = ctx.artifacts.get("first_batch") if getattr(ctx, "artifacts", None) is not None else None
     if batch is None:
-        batch = next(iter(ctx.train_loader))
+        # Imported here: the preflight package imports this module.
+        from optimus_preflight.preflight.guard import fetch_first_batch, preflight_timeout
+
+        batch = fetch_first_batch(ctx.train_loader, preflight_timeout(ctx)).batches[0]
     return batch
 
 

@@ -3,13 +3,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-from typing import Any, ContextManager, NoReturn
+import time
+from typing import Any, Callable, ContextManager, NoReturn
 
 from omegaconf import OmegaConf
 
 from optimus_preflight.checkpoint import RunCheckpointer, resume_command
 from optimus_preflight.checkpoint.state import Restorable
 from optimus_preflight.errors import TrainingInterrupted
+from optimus_preflight.forced_exit import say, second_ctrl_c_message
 
 log = logging.getLogger("optimus_preflight")
 
@@ -29,8 +31,28 @@ class TrainingInterruptionMixin:
             extra_signal=checkpoint.extra_signal,
             dist=self.training_context.dist,
             config=OmegaConf.to_container(self.cfg, resolve=True),
+            stop_timeout_s=checkpoint.stop_timeout_s,
+            progress=self._progress,
         )
+        # A forced exit (second Ctrl+C, silent torchrun peer) runs on another thread
+        # while the main one may be mid-step, so it writes the summary without hashing
+        # weights that may be mid-update.
+        self.interruption.forced_exit.last_words.append(
+            lambda status: self.write_summary(self.build_summary(status, time.monotonic() - self.started_at, hash_params=False))
+        )
+        self.interruption.signals.force_quit = self.quit_at_once
         return self.interruption
+
+    def quit_at_once(self) -> None:
+        """The second Ctrl+C: no new checkpoint, exit 130 now, even from inside a C++ op."""
+        interruption = self.interruption
+        message = lambda: say(second_ctrl_c_message(interruption.last_checkpoint(), resume_command(self.run_dir)))  # noqa: E731
+        interruption.forced_exit.run(128 + signal.SIGINT, "interrupted", [("message", message)])
+
+    def flush_on_forced_exit(self, flush: Callable[[], object]) -> None:
+        """Register a flush (metrics.jsonl's) for a forced exit to run before it ends the process."""
+        if self.interruption is not None:
+            self.interruption.forced_exit.last_words.append(lambda status: flush())
 
     def start_interruption_handling(self) -> dict[str, Any] | None:
         """Install the signal handlers, then resume per ``checkpoint.resume``."""

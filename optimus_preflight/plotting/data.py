@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from optimus_preflight.json_records import to_float, value_of
+
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -31,7 +33,7 @@ class Run:
         by_step: dict[int, float] = {}
         for record in self.records:
             if key in record and "step" in record:
-                value = to_float(record[key])
+                value = value_of(record, key)
                 if value is not None:
                     by_step[int(record["step"])] = value
         steps = sorted(by_step)
@@ -48,25 +50,11 @@ class Run:
 
     def final(self, key: str) -> float | None:
         """``final_<key>`` from summary.json, else the last logged value."""
-        value = to_float(self.summary.get(f"final_{key}"))
+        value = value_of(self.summary, f"final_{key}")
         if value is not None:
             return value
         _, values = self.series(key)
         return values[-1] if values else None
-
-
-def to_float(value: Any) -> float | None:
-    """Metric values are numbers, or text for non-finite values (JSON has no NaN)."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

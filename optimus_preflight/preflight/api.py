@@ -12,8 +12,8 @@ import psutil
 from omegaconf import DictConfig, OmegaConf
 
 from optimus_preflight.preflight.batches import batch_nbytes
-from optimus_preflight.preflight.data_checks import RAM_ERROR_FRACTION, RAM_WARN_FRACTION, describe_hang
-from optimus_preflight.preflight.fetch import fetch_batches
+from optimus_preflight.preflight.data_checks import RAM_ERROR_FRACTION, RAM_WARN_FRACTION
+from optimus_preflight.preflight.guard import fetch_first_batch
 from optimus_preflight.preflight.sizes import dataloader_host_bytes
 
 log = logging.getLogger("optimus_preflight")
@@ -83,16 +83,7 @@ def check_dataloader_startup(conf: Any, loader: Any, rank: int = 0, timeout_s: f
     the hanging frame and the fixes if the batch does not arrive, if fetching raises,
     or if the loader would hold more than 80% of the available host RAM.
     """
-    result = fetch_batches(loader, 1, timeout_s)
-    workers = getattr(loader, "num_workers", 0)
-    if result.timed_out:
-        message, fix = describe_hang(result, timeout_s, workers)
-        raise RuntimeError(f"rank {rank}: {message}\nFix: {fix}")
-    if result.error is not None:
-        raise RuntimeError(f"rank {rank}: fetching the first batch raised {result.error_text}\nFix: run with "
-                           "data.num_workers=0 for the full traceback, and fix the dataset or collate_fn.") from result.error
-    if not result.batches:
-        raise RuntimeError(f"rank {rank}: the DataLoader yields no batches. Fix: check the dataset is not empty.")
+    result = fetch_first_batch(loader, timeout_s, rank)  # iter(loader) included: a blocking __iter__ is a hang too
     estimate = dataloader_memory_estimate(conf, result.batches[0])
     available = psutil.virtual_memory().available
     fraction = estimate["total_bytes"] / max(available, 1)

@@ -4,28 +4,40 @@ size-1 final batch under BatchNorm, and the sampling order across epochs and ran
 from __future__ import annotations
 
 import math
+import operator
+import time
 from typing import Any
 
 from torch import nn
-from torch.utils.data import BatchSampler, IterableDataset, RandomSampler, SequentialSampler
+from torch.utils.data import BatchSampler, IterableDataset, SequentialSampler
 from torch.utils.data._utils.collate import default_collate
 
+from optimus_preflight.epoch_replay import can_skip_by_index, capture_order, custom_samplers, first_index_batches
 from optimus_preflight.preflight.batches import leaf_shapes
 from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.guard import DataGuard
 from optimus_preflight.preflight.snapshot import preserved_data_state
 
 COLLATE_SCAN_SAMPLES = 32
+# A scan of a slow (not hung) dataset stops reading after this long, with what it has.
+COLLATE_SCAN_BUDGET_S = 2.0
 
 
 def is_map_style(dataset: Any) -> bool:
     return not isinstance(dataset, IterableDataset) and hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
 
 
-def shape_groups(dataset: Any, indices: list[int]) -> dict[tuple, list[int]]:
-    """Sample indices grouped by the shapes of their tensors."""
+def shape_groups(dataset: Any, indices: list[int], guard: DataGuard, budget_s: float = math.inf) -> dict[tuple, list[int]]:
+    """Sample indices grouped by the shapes of their tensors. Each sample is read under
+    the guard's timeout (``dataset[i]`` is user code, in this process); the scan stops
+    early once it has taken ``budget_s``."""
     groups: dict[tuple, list[int]] = {}
+    started = time.perf_counter()
     for index in indices:
-        groups.setdefault(leaf_shapes(dataset[index]), []).append(index)
+        if groups and time.perf_counter() - started > budget_s:
+            break
+        sample = guard.call(operator.getitem, dataset, index, what=f"dataset[{index}]")
+        groups.setdefault(leaf_shapes(sample), []).append(index)
     return groups
 
 
@@ -39,6 +51,7 @@ class CollateCheck(Check):
 
     name = "data.collate"
     stage = Stage.DATA
+    requires = ("data.first_batch",)  # a loader that cannot yield one batch has nothing to scan
 
     def run(self, ctx: Any, findings: Findings) -> None:
         loader = ctx.train_loader
@@ -47,20 +60,24 @@ class CollateCheck(Check):
                 and (loader.batch_size or 1) > 1):
             findings.data["summary"] = "not applicable (custom collate/batch sampler, iterable data or batch size 1)"
             return
-        size = len(dataset)
+        guard = DataGuard(ctx, self.name, findings)
+        size = guard.call(len, dataset, what="len(dataset)")
         indices = sorted({round(i * (size - 1) / max(COLLATE_SCAN_SAMPLES - 1, 1)) for i in range(min(COLLATE_SCAN_SAMPLES, size))})
         with preserved_data_state(ctx):
-            groups = shape_groups(dataset, indices)
-        findings.data.update(samples_scanned=len(indices), distinct_shapes=len(groups))
-        findings.data["summary"] = f"{len(indices)} samples scanned, {len(groups)} shape signature(s)"
+            groups = shape_groups(dataset, indices, guard, COLLATE_SCAN_BUDGET_S)
+        scanned = sum(len(members) for members in groups.values())
+        findings.data.update(samples_scanned=scanned, distinct_shapes=len(groups))
+        findings.data["summary"] = f"{scanned} samples scanned, {len(groups)} shape signature(s)"
         if len(groups) > 1:
+            pad = "Pass a collate_fn that pads (torch.nn.utils.rnn.pad_sequence plus a mask, and mask the loss)"
+            crop = "or crop/resize samples to one shape in the dataset."
             findings.error(
                 "DP4",
                 f"samples have {len(groups)} different shapes ({describe_groups(groups)}): default collate raises 'stack expects "
                 "each tensor to be equal size' as soon as two of them share a batch",
-                "Pass a collate_fn that pads (torch.nn.utils.rnn.pad_sequence plus a mask, and mask the loss), or "
-                "crop/resize samples to one shape in the dataset.",
+                f"{pad}, {crop}",
                 "data.train",
+                code_fix=f"{pad} to the DataLoader your build_dataloaders() returns, {crop}",
             )
 
 
@@ -77,8 +94,8 @@ class FinalBatchCheck(Check):
         findings.data["summary"] = "no BatchNorm in the model" if not norms else "drop_last=true"
         if not norms or loader.drop_last or not batch_size or batch_size < 2 or loader.sampler is None:
             return
-        try:
-            samples = len(loader.sampler)
+        try:  # a custom sampler's __len__ is user code
+            samples = DataGuard(ctx, self.name, findings).call(len, loader.sampler, what="len(sampler)")
         except TypeError:
             return
         last = samples % batch_size
@@ -93,13 +110,15 @@ class FinalBatchCheck(Check):
                    f"model has BatchNorm: " + ("BatchNorm1d raises 'Expected more than 1 value per channel when "
                    "training'" if crashes else "its batch statistics over one sample are noise"))
         fix = "Set data.drop_last=true for the training loader (or use GroupNorm/LayerNorm)."
+        code_fix = "Pass drop_last=True to the training DataLoader your build_dataloaders() returns (or use GroupNorm/LayerNorm)."
         if planned < per_epoch:
             findings.info("DP8", message + f"; this run ends before the epoch's last batch ({planned} of {per_epoch})",
-                          fix, "data.drop_last")
+                          fix, "data.drop_last", code_fix=code_fix)
         elif crashes:
-            findings.error("DP8", message + f", at the end of the first epoch (batch {per_epoch})", fix, "data.drop_last")
+            findings.error("DP8", message + f", at the end of the first epoch (batch {per_epoch})", fix, "data.drop_last",
+                           code_fix=code_fix)
         else:
-            findings.warning("DP8", message, fix, "data.drop_last")
+            findings.warning("DP8", message, fix, "data.drop_last", code_fix=code_fix)
 
 
 class SamplingCheck(Check):
@@ -114,6 +133,12 @@ class SamplingCheck(Check):
         world = ctx.training.dist.world_size
         if isinstance(loader.dataset, IterableDataset):
             findings.data["summary"] = "IterableDataset: the dataset decides the order"
+            findings.info(
+                "RESUME_ORDER",
+                "an IterableDataset cannot seek: a mid-epoch resume re-reads the batches the interrupted epoch "
+                "consumed to skip them (under the RNG states that epoch started with, so a stream that depends "
+                "only on them repeats exactly)",
+            )
             return
         findings.data["sampler"] = type(sampler).__name__
         findings.data["summary"] = f"{type(sampler).__name__}"
@@ -125,34 +150,58 @@ class SamplingCheck(Check):
                 "the same order, and sorted data gives correlated batches",
                 "Set data.shuffle=true (or pass a shuffling sampler).",
                 "data.shuffle",
+                code_fix="Pass shuffle=True (or a shuffling sampler such as RandomSampler) to the training DataLoader "
+                         "your build_dataloaders() returns.",
             )
-        if not hasattr(sampler, "set_start"):
-            # BatchStream then fast-forwards a resumed run by reading the consumed batches,
-            # and a sampler drawing its order from the global RNG gives another order.
-            unseeded = isinstance(sampler, RandomSampler) and sampler.generator is None and loader.generator is None
-            findings.add(
-                "warning" if unseeded else "info",
-                "RESUME_ORDER",
-                f"the {type(sampler).__name__} cannot seek: a resumed run re-reads the batches it already consumed "
-                "in the interrupted epoch to skip them"
-                + (", and without a seeded generator the epoch's order after a resume differs, so samples are "
-                   "repeated or skipped" if unseeded else ""),
-                "Build the loader with optimus_preflight.data.build_loader (a ResumableSampler), or pass a "
-                "seeded generator (DataLoader(..., generator=torch.Generator().manual_seed(seed))).",
-                "data.train",
-            )
+        with preserved_data_state(ctx):  # the probe advances the loader's generators
+            check_resume_order(loader, findings, DataGuard(ctx, self.name, findings))
         replicas = getattr(sampler, "num_replicas", getattr(sampler, "world_size", None))
         rank = getattr(sampler, "rank", None)
         if world > 1 and replicas != world:
+            shard_fix = ("Use a DistributedSampler(dataset, num_replicas=world_size, rank=rank) with shuffle=False on "
+                         "the DataLoader, and call set_epoch(epoch) each epoch.")
             findings.error(
                 "DP2",
                 f"{world} ranks but the {type(sampler).__name__} is not sharded across them"
                 + (f" (it splits {replicas} ways)" if replicas else "")
                 + ": every rank trains on the same samples",
-                "Use a DistributedSampler(dataset, num_replicas=world_size, rank=rank) with shuffle=False on the "
-                "DataLoader, and call set_epoch(epoch) each epoch.",
+                shard_fix,
                 "data.train",
+                code_fix=shard_fix,
             )
         elif world > 1 and rank is not None and rank != ctx.training.dist.rank:
+            rank_fix = "Build the sampler with rank=torch.distributed.get_rank()."
             findings.error("DP2", f"the sampler reads shard {rank} but this process is rank {ctx.training.dist.rank}",
-                           "Build the sampler with rank=torch.distributed.get_rank().", "data.train")
+                           rank_fix, "data.train", code_fix=rank_fix)
+
+
+REPLAY_PROBE_BATCHES = 4
+
+
+def check_resume_order(loader: Any, findings: Findings, guard: DataGuard) -> None:
+    """A resume replays the RNG states an epoch started with (epoch_replay); a sampler
+    whose order comes from anything else (time, os.urandom, a NumPy Generator) gives
+    another order after a resume. torch's samplers are known to replay; a custom one
+    is shown to, by drawing its first batches twice from the same recorded states."""
+    if not can_skip_by_index(loader):
+        return
+    suspects = custom_samplers(loader)
+    if not suspects:
+        return
+    order = capture_order(loader)
+    what = "the sampler's first batches"
+    first = guard.call(first_index_batches, loader, order, REPLAY_PROBE_BATCHES, what=what)
+    again = guard.call(first_index_batches, loader, order, REPLAY_PROBE_BATCHES, what=what)
+    names = " and ".join(type(s).__name__ for s in suspects)
+    findings.data["order_replays"] = first == again
+    if first != again:
+        findings.warning(
+            "RESUME_ORDER",
+            f"the {names} draws a different order from the same RNG states (first batches {first[:2]} then "
+            f"{again[:2]}): a checkpoint records torch's, Python's and NumPy's global RNGs and the torch.Generators "
+            "the loader and its samplers hold, so after a mid-epoch resume this sampler continues the epoch in "
+            "another order, repeating some samples and skipping others",
+            "Draw the sampler's order from a torch.Generator it keeps as an attribute (seeded once, e.g. "
+            "self.generator = torch.Generator().manual_seed(seed)) or from torch's global RNG; not from the time, "
+            "os.urandom or a NumPy Generator.",
+        )

@@ -115,3 +115,23 @@ def _take(batch: Any, start: int, stop: int, size: int) -> Any:
             return type(batch)(batch[start:stop])
         return type(batch)(_take(value, start, stop, size) for value in batch)
     return batch
+
+
+def concat_batches(batches: list[Any]) -> Any:
+    """One batch holding the samples of ``batches`` (same structure), in order: the
+    inverse of ``split_batch``. Values without a batch dimension are taken from the first."""
+    first = batches[0]
+    if len(batches) == 1:
+        return first
+    size = batch_size_of(first)
+    if isinstance(first, torch.Tensor):
+        return torch.cat(batches) if first.dim() > 0 and first.shape[0] == size else first
+    if isinstance(first, dict):
+        return type(first)((key, concat_batches([b[key] for b in batches])) for key in first)
+    if isinstance(first, tuple) and hasattr(first, "_fields"):
+        return type(first)(*(concat_batches(list(parts)) for parts in zip(*batches)))
+    if isinstance(first, (list, tuple)):
+        if len(first) == size and not any(isinstance(v, (torch.Tensor, dict, list, tuple)) for v in first):
+            return type(first)(value for batch in batches for value in batch)  # e.g. one string per sample
+        return type(first)(concat_batches(list(parts)) for parts in zip(*batches))
+    return first

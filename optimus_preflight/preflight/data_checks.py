@@ -13,6 +13,7 @@ from optimus_preflight.preflight.batch_checks import describe_groups, is_map_sty
 from optimus_preflight.preflight.batches import batch_nbytes, describe_shapes, sample_hashes
 from optimus_preflight.preflight.fetch import FetchResult, fetch_batches
 from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.guard import DataGuard
 from optimus_preflight.preflight.sizes import dataloader_host_bytes
 from optimus_preflight.preflight.snapshot import preserved_data_state
 
@@ -24,32 +25,18 @@ GIB = 1024**3
 RAM_WARN_FRACTION = 0.5
 RAM_ERROR_FRACTION = 0.8
 DUPLICATE_FRACTION = 0.5
+SHARD_FIX = ("Shard inside __iter__: info = torch.utils.data.get_worker_info(); keep items where "
+             "index % (info.num_workers * world_size) == rank * info.num_workers + info.id.")
 
 
-def _stack_excerpt(frames: list[str], limit: int = 8) -> str:
-    """The hanging thread's innermost frames, where the hang is."""
-    shown = frames[:limit] + (["..."] if len(frames) > limit else [])
-    return "\n".join("    " + line for line in shown)
-
-
-def describe_hang(result: FetchResult, timeout: float, workers: int) -> tuple[str, str]:
-    """(message, fix) for a first batch that did not arrive: where it hangs, and what to do."""
-    where = f" Hung at {result.hang_frame}." if result.hang_frame else ""
-    leaked = " (the fetch thread could not be stopped)" if result.leaked_thread else ""
-    stack = f"\n  Stack, innermost call first:\n{_stack_excerpt(result.hang_stack)}" if result.hang_stack else ""
-    message = f"the first batch did not arrive within {timeout:g} s (data.num_workers={workers}){leaked}.{where}{stack}"
-    fix = ("Run once with data.num_workers=0 to debug in one process; check that dataset paths and network mounts "
-           "respond; try fewer workers; if the first batch is legitimately slow, raise "
-           "preflight.first_batch_timeout_s.")
-    return message, fix
-
-
-def ragged_shapes(loader: Any) -> str:
-    """The shape signatures among the samples of the loader's first batch, read one by one."""
+def ragged_shapes(loader: Any, guard: DataGuard) -> str:
+    """The shape signatures among the samples of the loader's first batch, read one by
+    one under the guard (the batch sampler and ``dataset[i]`` are user code)."""
     dataset = loader.dataset
     if not is_map_style(dataset) or loader.batch_sampler is None:
         return "shapes unknown"
-    return describe_groups(shape_groups(dataset, list(next(iter(loader.batch_sampler), []))))
+    indices = guard.call(lambda: list(next(iter(loader.batch_sampler), [])), what="the batch sampler's first batch")
+    return describe_groups(shape_groups(dataset, indices, guard))
 
 
 class FirstBatchCheck(Check):
@@ -60,57 +47,68 @@ class FirstBatchCheck(Check):
 
     def run(self, ctx: Any, findings: Findings) -> None:
         loader = ctx.train_loader
-        timeout = float(ctx.cfg.preflight.first_batch_timeout_s)
+        guard = DataGuard(ctx, self.name, findings)
+        guard.skip_if_hung()  # a check of the recipe's own that ran earlier
         workers = getattr(loader, "num_workers", 0)
         # One batch per worker (up to 4) lets data.duplicates compare what workers yield.
-        count = min(workers, 4) if workers > 1 and isinstance(loader.dataset, IterableDataset) else 1
+        compared = min(workers, 4) if workers > 1 and isinstance(loader.dataset, IterableDataset) else 1
+        # step.accumulation needs two samples to split; a micro-batch of one needs a second batch.
+        window = 2 if ctx.cfg.trainer.accumulation_steps > 1 and (getattr(loader, "batch_size", None) or 1) < 2 else 1
         with preserved_data_state(ctx):
-            result = fetch_batches(loader, count, timeout)
+            result = fetch_batches(loader, max(compared, window), guard.timeout_s)
         findings.data.update(latency_s=result.latency_s, num_workers=workers, batches_fetched=len(result.batches))
-        if result.timed_out:
-            self._report_hang(result, timeout, workers, findings)
-        elif result.error is not None:
-            self._report_error(ctx, result, findings)
+        if result.hang is not None:
+            guard.fail(result.hang)
+        if result.error is not None:
+            self._report_error(ctx, result, guard, findings)
         elif not result.batches:
             findings.error("DATA_EMPTY", "the training DataLoader yields no batches",
                            "Check the dataset is not empty and data.batch_size <= its size when data.drop_last=true.",
-                           "data.train")
+                           "data.train",
+                           code_fix="Check the dataset your build_dataloaders() returns is not empty, and that the "
+                                    "DataLoader's batch_size <= its size when drop_last=True.")
         else:
             batch = result.batches[0]
             ctx.artifacts["first_batch"] = batch
-            ctx.artifacts["first_batches"] = result.batches
+            ctx.artifacts["first_batches"] = result.batches[:compared]
+            ctx.artifacts["window_batches"] = result.batches
             size = batch_nbytes(batch)
             findings.data.update(batch_bytes=size, shapes=describe_shapes(batch))
             findings.data["summary"] = f"first batch in {result.latency_s:.2f} s, {size / 1024:.1f} KiB"
 
     @staticmethod
-    def _report_hang(result: FetchResult, timeout: float, workers: int, findings: Findings) -> None:
-        findings.data["stacks"] = result.stacks
-        message, fix = describe_hang(result, timeout, workers)
-        findings.error("DATA_TIMEOUT", message, fix, "data.num_workers")
-
-    @staticmethod
-    def _report_error(ctx: Any, result: FetchResult, findings: Findings) -> None:
+    def _report_error(ctx: Any, result: FetchResult, guard: DataGuard, findings: Findings) -> None:
         text = result.error_text or ""
+        findings.data["error"] = result.error_trace or text
         if any(marker in text for marker in RAGGED_MARKERS):
             with preserved_data_state(ctx):
-                shapes = ragged_shapes(ctx.train_loader)
+                shapes = ragged_shapes(ctx.train_loader, guard)
             findings.data["sample_shapes"] = shapes
+            pad = ("Pass a collate_fn that pads (torch.nn.utils.rnn.pad_sequence plus a mask, and mask the loss) or "
+                   "keeps ragged fields as lists")
             findings.error(
                 "DP4",
                 f"default collate cannot stack the first batch: its samples have different shapes ({shapes})",
-                "Pass a collate_fn that pads (torch.nn.utils.rnn.pad_sequence plus a mask, and mask the loss) or "
-                "keeps ragged fields as lists; or batch samples of equal length together.",
+                f"{pad}; or batch samples of equal length together.",
                 "data.train",
+                code_fix=f"{pad} to the DataLoader your build_dataloaders() returns; or batch samples of equal length "
+                         "together.",
             )
+            return
+        first = text.splitlines()[0] if text else "an error"
+        if getattr(ctx.train_loader, "num_workers", 0) == 0:  # the traceback is already this process's own
+            findings.error("DATA_ERROR", f"fetching the first batch raised {first}",
+                           "Fix the dataset or collate_fn where the traceback points (preflight.json: this check's "
+                           "data.error).")
             return
         findings.error(
             "DATA_ERROR",
-            f"fetching the first batch raised {text.splitlines()[0] if text else 'an error'}",
+            f"fetching the first batch raised {first}",
             "Fix the dataset or collate_fn; data.num_workers=0 gives the full traceback in the main process.",
-            "data.train",
+            "data.num_workers",
+            code_fix="Fix the dataset or collate_fn; passing num_workers=0 to the DataLoader your build_dataloaders() "
+                     "returns gives the full traceback in the main process.",
         )
-        findings.data["error"] = text
 
 
 class LoaderMemoryCheck(Check):
@@ -134,14 +132,16 @@ class LoaderMemoryCheck(Check):
         )
         knobs = ("Lower data.num_workers, data.prefetch_factor or data.batch_size; "
                  "data.pin_memory=false drops the pinned copies.")
+        code_knobs = ("Lower num_workers, prefetch_factor or batch_size of the DataLoader your build_dataloaders() "
+                      "returns; pin_memory=False drops the pinned copies.")
         message = (f"the DataLoader will hold ~{usage['total_bytes'] / GIB:.2f} GiB ({workers} workers x "
                    f"prefetch {usage['batches_in_flight'] // max(workers, 1)} x {batch_bytes / MIB:.1f} MiB batches"
                    f"{', pinned copies included' if loader.pin_memory else ''}), {100 * fraction:.0f}% of the "
                    f"{available / GIB:.1f} GiB of available RAM")
         if fraction > RAM_ERROR_FRACTION:
-            findings.error("DATA_RAM", message, knobs, "data.num_workers")
+            findings.error("DATA_RAM", message, knobs, "data.num_workers", code_fix=code_knobs)
         elif fraction > RAM_WARN_FRACTION:
-            findings.warning("DATA_RAM", message, knobs, "data.num_workers")
+            findings.warning("DATA_RAM", message, knobs, "data.num_workers", code_fix=code_knobs)
         shm = usage["shared_memory_bytes"]
         if shm and os.path.isdir("/dev/shm"):
             free = shutil.disk_usage("/dev/shm").free
@@ -149,10 +149,12 @@ class LoaderMemoryCheck(Check):
             shm_message = f"in-flight worker batches need ~{shm / MIB:.0f} MiB of /dev/shm, {free / MIB:.0f} MiB is free"
             shm_fix = ("Enlarge /dev/shm (docker --shm-size=8g or --ipc=host), or use "
                        "torch.multiprocessing.set_sharing_strategy('file_system'), or lower data.num_workers.")
+            shm_code_fix = shm_fix.replace("data.num_workers", "num_workers of the DataLoader your build_dataloaders() returns")
             if shm > free:
-                findings.error("DP15", shm_message + ": workers will die with 'Bus error'", shm_fix, "data.num_workers")
+                findings.error("DP15", shm_message + ": workers will die with 'Bus error'", shm_fix, "data.num_workers",
+                               code_fix=shm_code_fix)
             elif shm > 0.5 * free:
-                findings.warning("DP15", shm_message, shm_fix, "data.num_workers")
+                findings.warning("DP15", shm_message, shm_fix, "data.num_workers", code_fix=shm_code_fix)
 
 
 class DuplicateSamplesCheck(Check):
@@ -184,9 +186,9 @@ class DuplicateSamplesCheck(Check):
                 f"{repeated} of {later} samples in the first batches of workers 2..{len(hashes)} repeat worker 1's: "
                 f"the IterableDataset is not sharded, so each of the {workers} workers yields the whole stream "
                 f"(every sample is seen {workers} times per epoch)",
-                "Shard inside __iter__: info = torch.utils.data.get_worker_info(); keep items where "
-                "index % (info.num_workers * world_size) == rank * info.num_workers + info.id.",
+                SHARD_FIX,
                 "data.train",
+                code_fix=SHARD_FIX,  # a change to the dataset's code either way
             )
 
 

@@ -142,15 +142,19 @@ class RunDirCheck(Check):
 
     def run(self, ctx: Any, findings: Findings) -> None:
         findings.data["run_dir"] = str(ctx.run_dir)
-        problem = probe_writable(Path(ctx.run_dir))
-        findings.data["summary"] = f"{ctx.run_dir} is writable" if problem is None else f"{ctx.run_dir} is not writable"
-        if problem:
-            findings.error(
-                "ENV_RUN_DIR",
-                f"cannot write in the run directory {ctx.run_dir} ({problem}): metrics and checkpoints would be lost",
-                "Point hydra.run.dir at a writable directory with free space.",
-                "hydra.run.dir",
-            )
+        # checkpoints/ too: it may be another mount, a leftover of another user, or a file.
+        for directory in (Path(ctx.run_dir), Path(ctx.run_dir) / "checkpoints"):
+            problem = probe_writable(directory)
+            if problem:
+                findings.data["summary"] = f"{directory} is not writable"
+                findings.error(
+                    "ENV_RUN_DIR",
+                    f"cannot write in {directory} ({problem}): metrics and checkpoints would be lost",
+                    "Point hydra.run.dir at a writable directory with free space.",
+                    "hydra.run.dir",
+                )
+                return
+        findings.data["summary"] = f"{ctx.run_dir} and its checkpoints/ are writable"
 
 
 class DiskSpaceCheck(Check):

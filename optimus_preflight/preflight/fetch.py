@@ -1,41 +1,49 @@
-"""Fetch the first batches of a DataLoader under a timeout, and explain a hang.
+"""Call user data code under a timeout, and name the frame it hangs in.
 
-How a hang is bounded, and its stack found, without leaking a thread or a process:
-- ``num_workers > 0``: the loading happens in worker processes. The iterator's own
-  timeout (the mechanism behind ``DataLoader(timeout=)``) bounds the wait in the main
-  process. On timeout each worker dumps its Python stacks through faulthandler (see
-  ``worker_stacks.py``), then the workers are terminated and the iterator shut down.
-- ``num_workers == 0``: the loading happens in this thread. On the main thread a
-  SIGALRM timer raises an exception inside the hanging frame, so its traceback is the
-  stack of the hang and nothing is left running. Off the main thread, the fetch runs
-  in a daemon thread whose stack is read with ``sys._current_frames()``; that thread
-  cannot be stopped, which the report says.
+Everything the preflight asks of the user's data (a dataset's ``__len__``, a sample, a
+loader's ``iter()`` and each ``next()``) goes through ``bounded_call`` or
+``GuardedBatches``; a call that does not return in time raises ``DataHang``. How a
+hang is bounded, and its stack found, without leaking a thread or a process:
+- In this process, on the main thread: a SIGALRM timer raises ``FetchTimeout`` inside
+  the hanging frame, so its traceback is the stack of the hang and nothing is left
+  running. Off the main thread the call runs in a daemon thread whose stack is read
+  with ``sys._current_frames()``; that thread cannot be stopped, which the report says.
+- In DataLoader workers (``num_workers > 0``): the iterator's own timeout (the
+  mechanism behind ``DataLoader(timeout=)``) bounds the wait. On timeout each worker
+  dumps its Python stacks through faulthandler (``worker_stacks.py``), then the workers
+  are terminated. The alarm stays on, a little longer, as the backstop for a hang in
+  this process (a sampler, a pin-memory copy).
 """
 
 from __future__ import annotations
 
 import contextlib
-import linecache
-import re
 import shutil
 import signal
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import torch
+from optimus_preflight.preflight.worker_stacks import (
+    DumpStacksOnSignal,
+    dump_worker_stacks,
+    hang_frame_from_stack,
+    hang_from_faulthandler,
+    innermost_first,
+    stop_workers,
+)
 
-from optimus_preflight.preflight.worker_stacks import DumpStacksOnSignal, dump_worker_stacks, stop_workers
-
-_TORCH_DIR = str(Path(torch.__file__).parent)
-_STDLIB_DIRS = tuple({sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
+T = TypeVar("T")
+# Extra time the in-process backstop gives a worker-based next() over the iterator's
+# own timeout, so that a worker hang is seen by the path that can dump its stack.
+BACKSTOP_S = 2.0
+_END = object()
+WORKER_TIMEOUT_PREFIX = "DataLoader timed out after"
 
 
 class FetchTimeout(BaseException):
@@ -44,63 +52,93 @@ class FetchTimeout(BaseException):
 
 
 @dataclass
-class FetchResult:
-    batches: list[Any] = field(default_factory=list)
-    latency_s: float | None = None  # to the first batch
-    elapsed_s: float = 0.0
-    timed_out: bool = False
-    error: BaseException | None = None
-    error_text: str | None = None
-    stacks: dict[str, str] = field(default_factory=dict)  # "main", "worker 0 (pid 123)"
-    hang_frame: str | None = None  # 'File "x.py", line 12, in __getitem__: time.sleep(...)'
-    # Frames of the hanging thread, innermost first: 'File "x.py", line 12, in __getitem__'.
-    hang_stack: list[str] = field(default_factory=list)
-    leaked_thread: bool = False
+class Hang:
+    """Where data code blocked: enough to name it in a report."""
+
+    what: str  # "the first batch", "dataset[63]", "iter(loader)"
+    timeout_s: float
+    where: str = "the main process"  # or "worker 0 (pid 123)", "a fetch thread of the main process"
+    frame: str | None = None  # 'File "x.py", line 12, in __getitem__: time.sleep(3600)'
+    stack: list[str] = field(default_factory=list)  # the hanging thread's frames, innermost first
+    stacks: dict[str, str] = field(default_factory=dict)  # every stack seen: "main process", "worker 0 (pid 123)"
+    leaked_thread: bool = False  # a daemon thread still sits in the hang
+    in_worker_init: bool = False  # a worker hangs in worker_init_fn, before it reads any data
+
+    @property
+    def headline(self) -> str:
+        verb = "arrive" if "batch" in self.what else "return"
+        return f"{self.what} did not {verb} within {self.timeout_s:g} s"
 
 
-def _is_library_file(filename: str) -> bool:
-    return filename.startswith(_TORCH_DIR) or filename.startswith(_STDLIB_DIRS) or filename == __file__
+class DataHang(Exception):
+    def __init__(self, hang: Hang):
+        super().__init__(hang.headline + (f" at {hang.frame}" if hang.frame else ""))
+        self.hang = hang
 
 
-def _frame_text(filename: str, lineno: int, name: str) -> str:
-    code = linecache.getline(filename, lineno).strip()
-    return f'File "{filename}", line {lineno}, in {name}' + (f": {code}" if code else "")
+@contextlib.contextmanager
+def _alarm(seconds: float) -> Iterator[None]:
+    """Raise FetchTimeout in this (main) thread after ``seconds``; restores any outer
+    timer (e.g. pytest-timeout's)."""
+    armed = True
+
+    def on_alarm(signum, frame):
+        if armed:  # not once the call has returned
+            raise FetchTimeout()
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    outer = signal.getitimer(signal.ITIMER_REAL)
+    started = time.perf_counter()
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer[0] > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(outer[0] - (time.perf_counter() - started), 0.001), outer[1])
 
 
-_FAULTHANDLER_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')
+def _can_alarm() -> bool:
+    return threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM")
 
 
-def hang_from_faulthandler(dump: str) -> tuple[str | None, list[str]]:
-    """(innermost frame outside torch and the standard library, its thread's frames).
-
-    faulthandler writes one block per thread, most recent call first.
-    """
-    blocks = [block for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump.strip()) if block.strip()]
-    parsed = [list(_FAULTHANDLER_FRAME.finditer(block)) for block in blocks]
-    for frames in parsed:
-        for match in frames:
-            if not _is_library_file(match["file"]):
-                stack = [f'File "{m["file"]}", line {m["line"]}, in {m["name"]}' for m in frames]
-                return _frame_text(match["file"], int(match["line"]), match["name"]), stack
-    frames = next((frames for frames in parsed if frames), [])
-    if not frames:
-        return None, []
-    first = frames[0]
-    stack = [f'File "{m["file"]}", line {m["line"]}, in {m["name"]}' for m in frames]
-    return _frame_text(first["file"], int(first["line"]), first["name"]), stack
+def bounded_call(fn: Callable[[], T], timeout_s: float, what: str) -> T:
+    """``fn()`` if it returns within ``timeout_s``; its exceptions pass through. Else
+    DataHang, naming the frame it hangs in."""
+    if not _can_alarm():
+        return _call_in_thread(fn, timeout_s, what)
+    try:
+        with _alarm(timeout_s):
+            return fn()
+    except FetchTimeout as error:
+        stack = traceback.StackSummary.from_list(traceback.extract_tb(error.__traceback__)[:-1])  # drop on_alarm
+        raise DataHang(Hang(what, timeout_s, frame=hang_frame_from_stack(stack), stack=innermost_first(stack),
+                            stacks={"main process": "".join(stack.format())})) from None
 
 
-def _innermost_first(stack: traceback.StackSummary) -> list[str]:
-    return [f'File "{f.filename}", line {f.lineno}, in {f.name}' for f in reversed(stack) if f.filename != __file__]
+def _call_in_thread(fn: Callable[[], T], timeout_s: float, what: str) -> T:
+    outcome: dict[str, Any] = {}
 
+    def target() -> None:
+        try:
+            outcome["value"] = fn()
+        except BaseException as error:  # handed to the caller's thread
+            outcome["error"] = error
 
-def hang_frame_from_stack(stack: traceback.StackSummary) -> str | None:
-    """The innermost user frame of a stack (oldest call first)."""
-    frames = [f for f in stack if f.filename != __file__]
-    for frame in reversed(frames):
-        if not _is_library_file(frame.filename):
-            return _frame_text(frame.filename, frame.lineno, frame.name)
-    return _frame_text(frames[-1].filename, frames[-1].lineno, frames[-1].name) if frames else None
+    thread = threading.Thread(target=target, name="preflight-fetch", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        frame = sys._current_frames().get(thread.ident)
+        stack = traceback.extract_stack(frame) if frame is not None else traceback.StackSummary()
+        raise DataHang(Hang(what, timeout_s, where="a fetch thread of the main process",
+                            frame=hang_frame_from_stack(stack), stack=innermost_first(stack),
+                            stacks={"main process, fetch thread": "".join(stack.format())}, leaked_thread=True))
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def _thread_stacks() -> dict[str, str]:
@@ -111,146 +149,141 @@ def _thread_stacks() -> dict[str, str]:
     }
 
 
+def _iterator_in_traceback(tb: Any) -> Any:
+    """The DataLoader iterator whose __init__ an exception interrupted (its workers
+    are already running and must be stopped), if any."""
+    while tb is not None:
+        candidate = tb.tb_frame.f_locals.get("self")
+        if hasattr(candidate, "_workers") and hasattr(candidate, "_shutdown_workers"):
+            return candidate
+        tb = tb.tb_next
+    return None
+
+
+class GuardedBatches:
+    """A loader's batches with ``iter()`` and every ``next()`` bounded by ``timeout_s``
+    (one budget per batch, as DataLoader's own timeout); a hang raises DataHang. Use it
+    as a context manager: on exit the workers it started are stopped, at once if it
+    did not end normally. Its own iterator even with persistent_workers: the one
+    training creates later starts fresh."""
+
+    def __init__(self, loader: Any, timeout_s: float, purpose: str = ""):
+        self.loader = loader
+        self.timeout_s = timeout_s
+        self.purpose = purpose  # "the throughput burst": batch 3 of the throughput burst
+        # Worker stacks and the iterator's own timeout need a torch DataLoader; any other
+        # loader object is bounded in this process like a single-process one.
+        self.with_workers = getattr(loader, "num_workers", 0) > 0 and hasattr(loader, "_get_iterator")
+        self.count = 0
+        self._iterator: Any = None
+        self._stacks_dir: str | None = None
+
+    def _name(self, index: int) -> str:
+        if self.purpose:
+            return f"batch {index} of {self.purpose}"
+        return "the first batch" if index == 1 else f"batch {index}"
+
+    def __enter__(self) -> GuardedBatches:
+        try:
+            if self.with_workers:
+                self._stacks_dir = tempfile.mkdtemp(prefix="preflight-stacks-")
+                self._iterator = bounded_call(self._start_workers, self.timeout_s + BACKSTOP_S, "iter(loader)")
+            else:  # an IterableDataset's __iter__, a sampler: user code, in this process
+                self._iterator = bounded_call(lambda: iter(self.loader), self.timeout_s, "iter(loader)")
+        except BaseException:
+            self.close(hung=True)
+            raise
+        return self
+
+    def _start_workers(self) -> Any:
+        original_init = self.loader.worker_init_fn
+        self.loader.worker_init_fn = DumpStacksOnSignal(original_init, self._stacks_dir)
+        try:
+            iterator = self.loader._get_iterator()
+        except BaseException as error:  # e.g. a sampler hung while the iterator primed its workers
+            started = _iterator_in_traceback(error.__traceback__)
+            if started is not None:
+                stop_workers(started, hung=True)
+            raise
+        finally:
+            self.loader.worker_init_fn = original_init
+        if hasattr(iterator, "_timeout"):
+            iterator._timeout = self.timeout_s
+        return iterator
+
+    def __iter__(self) -> GuardedBatches:
+        return self
+
+    def __next__(self) -> Any:
+        self.count += 1
+        what = self._name(self.count)
+        budget = self.timeout_s + (BACKSTOP_S if self.with_workers else 0.0)
+        try:
+            batch = bounded_call(lambda: next(self._iterator, _END), budget, what)
+        except RuntimeError as error:
+            if self.with_workers and str(error).startswith(WORKER_TIMEOUT_PREFIX):
+                raise DataHang(self._worker_hang(what)) from None
+            raise
+        if batch is _END:
+            raise StopIteration
+        return batch
+
+    def _worker_hang(self, what: str) -> Hang:
+        hang = Hang(what, self.timeout_s, where="the DataLoader's workers")
+        hang.stacks.update(dump_worker_stacks(self._iterator, self._stacks_dir or ""))
+        hang.stacks.update(_thread_stacks())
+        for name, text in hang.stacks.items():
+            if not name.startswith("worker"):
+                continue
+            frame, stack, is_user = hang_from_faulthandler(text)
+            if frame is not None and (hang.frame is None or is_user):
+                hang.where, hang.frame, hang.stack = name, frame, [f"in {name}:", *stack]
+                # DumpStacksOnSignal.__call__ runs the user's worker_init_fn.
+                hang.in_worker_init = any("worker_stacks.py" in line and line.endswith("in __call__") for line in stack)
+            if is_user:
+                break
+        return hang
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.close(hung=exc_type is not None)
+
+    def close(self, hung: bool = False) -> None:
+        if self._iterator is not None and self.with_workers:
+            stop_workers(self._iterator, hung=hung)
+        self._iterator = None
+        if self._stacks_dir is not None:
+            shutil.rmtree(self._stacks_dir, ignore_errors=True)
+            self._stacks_dir = None
+
+
+@dataclass
+class FetchResult:
+    batches: list[Any] = field(default_factory=list)
+    latency_s: float | None = None  # to the first batch
+    elapsed_s: float = 0.0
+    hang: Hang | None = None
+    error: BaseException | None = None
+    error_text: str | None = None  # the exception's type and message
+    error_trace: str | None = None  # and its traceback
+
+
 def fetch_batches(loader: Any, count: int = 1, timeout_s: float = 300.0) -> FetchResult:
     """Fetch up to ``count`` batches, each within ``timeout_s``; never raises for data errors."""
-    if getattr(loader, "num_workers", 0) > 0:
-        return _fetch_with_workers(loader, count, timeout_s)
-    if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM"):
-        return _fetch_with_alarm(loader, count, timeout_s)
-    return _fetch_in_thread(loader, count, timeout_s)
-
-
-def _collect(iterator: Any, count: int, result: FetchResult, started: float) -> None:
-    for _ in range(count):
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            break
-        if result.latency_s is None:
-            result.latency_s = time.perf_counter() - started
-        result.batches.append(batch)
-
-
-def _record_error(result: FetchResult, error: BaseException) -> None:
-    result.error = error
-    result.error_text = "".join(traceback.format_exception_only(type(error), error)).strip()
-
-
-@contextlib.contextmanager
-def _alarm(seconds: float) -> Iterator[None]:
-    """Raise FetchTimeout in this (main) thread after ``seconds``; restores any outer
-    timer (e.g. pytest-timeout's). A no-op off the main thread or without SIGALRM."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGALRM"):
-        yield
-        return
-
-    def on_alarm(signum, frame):
-        raise FetchTimeout()
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    outer = signal.getitimer(signal.ITIMER_REAL)
-    started = time.perf_counter()
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        if outer[0] > 0:
-            signal.setitimer(signal.ITIMER_REAL, max(outer[0] - (time.perf_counter() - started), 0.001), outer[1])
-
-
-def _record_main_hang(result: FetchResult, error: FetchTimeout) -> None:
-    result.timed_out = True
-    stack = traceback.StackSummary.from_list(traceback.extract_tb(error.__traceback__)[:-1])  # drop on_alarm
-    result.stacks["main process"] = "".join(stack.format())
-    result.hang_stack = _innermost_first(stack)
-    result.hang_frame = hang_frame_from_stack(stack)
-
-
-def _fetch_with_alarm(loader: Any, count: int, timeout_s: float) -> FetchResult:
     result = FetchResult()
     started = time.perf_counter()
     try:
-        iterator = iter(loader)
-        for _ in range(count):  # one budget per batch, as DataLoader's own timeout
-            before = len(result.batches)
-            with _alarm(timeout_s):
-                _collect(iterator, 1, result, started)
-            if len(result.batches) == before:
-                break
-    except FetchTimeout as error:
-        _record_main_hang(result, error)
+        with GuardedBatches(loader, timeout_s) as batches:
+            for batch in batches:
+                if result.latency_s is None:
+                    result.latency_s = time.perf_counter() - started
+                result.batches.append(batch)
+                if len(result.batches) == count:
+                    break
+    except DataHang as hung:
+        result.hang = hung.hang
     except Exception as error:  # a broken dataset or collate: reported, not raised
-        _record_error(result, error)
+        result.error = error
+        result.error_text = "".join(traceback.format_exception_only(type(error), error)).strip()
+        result.error_trace = "".join(traceback.format_exception(type(error), error, error.__traceback__)).strip()
     result.elapsed_s = time.perf_counter() - started
     return result
-
-
-def _fetch_in_thread(loader: Any, count: int, timeout_s: float) -> FetchResult:
-    result = FetchResult()
-    started = time.perf_counter()
-
-    def target() -> None:
-        try:
-            _collect(iter(loader), count, result, started)
-        except Exception as error:
-            _record_error(result, error)
-
-    thread = threading.Thread(target=target, name="preflight-fetch", daemon=True)
-    thread.start()
-    thread.join(timeout_s * count)
-    if thread.is_alive():
-        frame = sys._current_frames().get(thread.ident)
-        stack = traceback.extract_stack(frame) if frame is not None else traceback.StackSummary()
-        result.timed_out = True
-        result.leaked_thread = True
-        result.stacks["main process, fetch thread"] = "".join(stack.format())
-        result.hang_stack = _innermost_first(stack)
-        result.hang_frame = hang_frame_from_stack(stack)
-    result.elapsed_s = time.perf_counter() - started
-    return result
-
-
-def _fetch_with_workers(loader: Any, count: int, timeout_s: float) -> FetchResult:
-    result = FetchResult()
-    directory = tempfile.mkdtemp(prefix="preflight-stacks-")
-    original_init = loader.worker_init_fn
-    started = time.perf_counter()
-    iterator = None
-    try:
-        # Workers are bounded by the iterator's timeout; the alarm is a backstop for a
-        # hang in this process (a sampler, a batch sampler, a pin-memory copy).
-        with _alarm(timeout_s * count + 5.0):
-            loader.worker_init_fn = DumpStacksOnSignal(original_init, directory)
-            try:
-                # Our own iterator even with persistent_workers: it is shut down here,
-                # and the one training creates later starts fresh.
-                iterator = loader._get_iterator() if hasattr(loader, "_get_iterator") else iter(loader)
-            finally:
-                loader.worker_init_fn = original_init
-            iterator._timeout = timeout_s
-            _collect(iterator, count, result, started)
-    except FetchTimeout as error:
-        _record_main_hang(result, error)
-    except RuntimeError as error:
-        if str(error).startswith("DataLoader timed out after") and iterator is not None:
-            result.timed_out = True
-            result.stacks.update(dump_worker_stacks(iterator, directory))
-            result.stacks.update(_thread_stacks())
-            for name, text in result.stacks.items():
-                if name.startswith("worker") and result.hang_frame is None:
-                    result.hang_frame, result.hang_stack = hang_from_faulthandler(text)
-                    result.hang_stack = [f"in {name}:"] + result.hang_stack if result.hang_stack else []
-        else:
-            _record_error(result, error)
-    except Exception as error:
-        _record_error(result, error)
-    finally:
-        if iterator is not None:
-            stop_workers(iterator, hung=result.timed_out)
-        shutil.rmtree(directory, ignore_errors=True)
-        result.elapsed_s = time.perf_counter() - started
-    return result
-
-

@@ -49,6 +49,9 @@ class Issue:
     message: str
     fix: str
     config_key: str | None = None
+    # The fix as a code change, for a recipe whose own builder ignores ``config_key``
+    # (e.g. ``optimizer.*`` when the recipe overrides ``build_optimizer``).
+    code_fix: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         payload = {"code": self.code, "severity": self.severity.value, "message": self.message, "fix": self.fix}
@@ -64,17 +67,28 @@ class Findings:
     issues: list[Issue] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
 
-    def add(self, severity: Severity | str, code: str, message: str, fix: str, key: str | None = None) -> None:
-        self.issues.append(Issue(code, Severity(severity), message, fix, key))
+    def add(self, severity: Severity | str, code: str, message: str, fix: str, key: str | None = None,
+            code_fix: str | None = None) -> None:
+        self.issues.append(Issue(code, Severity(severity), message, fix, key, code_fix))
 
-    def error(self, code: str, message: str, fix: str, key: str | None = None) -> None:
-        self.add(Severity.ERROR, code, message, fix, key)
+    def error(self, code: str, message: str, fix: str, key: str | None = None, code_fix: str | None = None) -> None:
+        self.add(Severity.ERROR, code, message, fix, key, code_fix)
 
-    def warning(self, code: str, message: str, fix: str, key: str | None = None) -> None:
-        self.add(Severity.WARNING, code, message, fix, key)
+    def warning(self, code: str, message: str, fix: str, key: str | None = None, code_fix: str | None = None) -> None:
+        self.add(Severity.WARNING, code, message, fix, key, code_fix)
 
-    def info(self, code: str, message: str, fix: str = "", key: str | None = None) -> None:
-        self.add(Severity.INFO, code, message, fix, key)
+    def info(self, code: str, message: str, fix: str = "", key: str | None = None, code_fix: str | None = None) -> None:
+        self.add(Severity.INFO, code, message, fix, key, code_fix)
+
+
+class SkipCheck(Exception):
+    """Raised from ``run`` to end the check as ``skipped``, the message saying why
+    (e.g. the data code it would call already hung in an earlier check)."""
+
+
+class StopCheck(Exception):
+    """Raised from ``run`` to end the check now; the issues it reported so far are its
+    result (e.g. after reporting data code that hung, nothing more can be read)."""
 
 
 class Check:
@@ -136,6 +150,33 @@ def _status_of(issues: Iterable[Issue]) -> CheckStatus:
     return CheckStatus.PASSED
 
 
+BUILDER_OF_GROUP = {"model": "build_model", "optimizer": "build_optimizer", "scheduler": "build_scheduler",
+                    "data": "build_dataloaders"}
+
+
+def builder_of(key: str) -> str | None:
+    """The recipe builder that reads a config key's group (``optimizer.lr`` -> build_optimizer)."""
+    return BUILDER_OF_GROUP.get(key.split(".", 1)[0])
+
+
+def fit_fixes_to_recipe(issues: list[Issue], key_applies: Any) -> list[Issue]:
+    """A fix must work where it fires: when the recipe's own builder ignores an issue's
+    config key, the issue names the code change instead (its ``code_fix``, or a pointer
+    to the builder), and no longer claims the key."""
+    if key_applies is None:
+        return issues
+    for issue in issues:
+        if issue.config_key is None or key_applies(issue.config_key):
+            continue
+        builder = builder_of(issue.config_key)
+        issue.fix = issue.code_fix or (
+            f"{issue.fix} (Your recipe overrides {builder}() without calling the default, so {issue.config_key} "
+            "takes effect only if that method reads it: make the equivalent change there.)"
+        )
+        issue.config_key = None
+    return issues
+
+
 def run_check(check: Check, ctx: Any, results: dict[str, CheckResult], disabled: frozenset[str]) -> CheckResult:
     if check.name in disabled:
         return CheckResult(check.name, check.stage, CheckStatus.SKIPPED, 0.0, detail="disabled by preflight.disable")
@@ -145,9 +186,15 @@ def run_check(check: Check, ctx: Any, results: dict[str, CheckResult], disabled:
         why = f"requires {', '.join(blocked + missing)}, which " + ("did not pass" if blocked else "did not run")
         return CheckResult(check.name, check.stage, CheckStatus.SKIPPED, 0.0, detail=why)
     findings = Findings()
+    key_applies = getattr(ctx, "key_applies", None)
     started = time.perf_counter()
     try:
         check.run(ctx, findings)
+    except SkipCheck as skip:
+        return CheckResult(check.name, check.stage, CheckStatus.SKIPPED, time.perf_counter() - started,
+                           data=findings.data, detail=str(skip))
+    except StopCheck:
+        pass  # the findings so far are the result
     except Exception as error:  # isolation: one broken check must not hide the others
         detail = "".join(traceback.format_exception_only(type(error), error)).strip()
         tail = traceback.extract_tb(error.__traceback__)[-1]
@@ -156,11 +203,11 @@ def run_check(check: Check, ctx: Any, results: dict[str, CheckResult], disabled:
             check.stage,
             CheckStatus.CRASHED,
             time.perf_counter() - started,
-            issues=[issue for issue in findings.issues if issue.code not in disabled],
+            issues=fit_fixes_to_recipe([issue for issue in findings.issues if issue.code not in disabled], key_applies),
             data=findings.data,
             detail=f"{detail} (at {tail.filename}:{tail.lineno})",
         )
-    issues = [issue for issue in findings.issues if issue.code not in disabled]
+    issues = fit_fixes_to_recipe([issue for issue in findings.issues if issue.code not in disabled], key_applies)
     return CheckResult(check.name, check.stage, _status_of(issues), time.perf_counter() - started, issues, findings.data)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 from pathlib import Path
 from typing import Any, Iterator
@@ -12,7 +11,9 @@ import torch
 from omegaconf import OmegaConf
 
 from optimus_preflight.dynamics.lr_finder import LRRangeResult, lr_range_test
+from optimus_preflight.json_records import dumps
 from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.guard import DataGuard
 
 log = logging.getLogger("optimus_preflight")
 
@@ -20,12 +21,10 @@ log = logging.getLogger("optimus_preflight")
 TOO_LOW_FACTOR = 30.0
 
 
-def cycled_batches(ctx: Any, limit: int) -> Iterator[Any]:
-    """The stored first batch (when the data checks left one), then the loader's next
-    batches; a loader shorter than ``limit`` is cycled."""
+def cycled_batches(first: Any, source: Iterator[Any], limit: int) -> Iterator[Any]:
+    """``first`` (the stored first batch, when the data checks left one), then the
+    source's next batches; a loader shorter than ``limit`` is cycled."""
     seen: list[Any] = []
-    first = ctx.artifacts.get("first_batch")
-    source = iter(ctx.train_loader)
     if first is not None:
         seen.append(first)
         yield first
@@ -53,6 +52,7 @@ class LRFinderCheck(Check):
 
     name = "step.lr_finder"
     stage = Stage.STEP
+    requires = ("data.first_batch",)
 
     def __init__(self, num_steps: int = 100, start_lr: float = 1e-7, end_lr: float = 10.0):
         self.num_steps = num_steps
@@ -66,7 +66,7 @@ class LRFinderCheck(Check):
         generator = getattr(ctx.train_loader, "generator", None)
         saved = generator.get_state() if isinstance(generator, torch.Generator) else None
         try:
-            result = self._sweep(ctx)
+            result = self._sweep(ctx, DataGuard(ctx, self.name, findings))
         finally:  # a new loader iterator draws its worker seed from the loader's generator
             if saved is not None:
                 generator.set_state(saved)
@@ -76,20 +76,23 @@ class LRFinderCheck(Check):
             findings.data["files"] = write_outputs(result, Path(ctx.run_dir), lr)
         report(result, lr, findings)
 
-    def _sweep(self, ctx: Any) -> LRRangeResult:
-        return lr_range_test(
-            ctx.model,
-            ctx.optimizer,
-            ctx.compute_loss,
-            cycled_batches(ctx, self.num_steps),
-            start_lr=self.start_lr,
-            end_lr=self.end_lr,
-            num_steps=self.num_steps,
-            device=ctx.device,
-            autocast=ctx.training.plan.autocast,
-            scaler=ctx.training.scaler,
-            clip_grad_norm=OmegaConf.select(ctx.cfg, "trainer.clip_grad_norm", default=None),
-        )
+    def _sweep(self, ctx: Any, guard: DataGuard) -> LRRangeResult:
+        # Up to num_steps batches, each under the timeout (a hang is reported here,
+        # naming its frame); the workers stop when the sweep ends.
+        with guard.batches(ctx.train_loader, "the LR range test") as source:
+            return lr_range_test(
+                ctx.model,
+                ctx.optimizer,
+                ctx.compute_loss,
+                cycled_batches(ctx.artifacts.get("first_batch"), source, self.num_steps),
+                start_lr=self.start_lr,
+                end_lr=self.end_lr,
+                num_steps=self.num_steps,
+                device=ctx.device,
+                autocast=ctx.training.plan.autocast,
+                scaler=ctx.training.scaler,
+                clip_grad_norm=OmegaConf.select(ctx.cfg, "trainer.clip_grad_norm", default=None),
+            )
 
 
 def report(result: LRRangeResult, lr: float, findings: Findings) -> None:
@@ -128,7 +131,7 @@ def report(result: LRRangeResult, lr: float, findings: Findings) -> None:
 def write_outputs(result: LRRangeResult, run_dir: Path, configured: float) -> list[str]:
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "lr_finder.json"
-    path.write_text(json.dumps(result.to_dict() | {"configured_lr": configured}, indent=1))
+    path.write_text(dumps(result.to_dict() | {"configured_lr": configured}, indent=1))
     written = [str(path)]
     try:
         from optimus_preflight.plotting.figures import plot_lr_finder

@@ -158,6 +158,8 @@ class WeightDecayCheck(Check):
                 "scaling cancels most of it: it is not the decoupled weight decay AdamW applies",
                 "Use torch.optim.AdamW (optimizer=adamw).",
                 "optimizer._target_",
+                code_fix="In your build_optimizer, construct torch.optim.AdamW instead of torch.optim.Adam "
+                         "(same arguments; its weight decay is decoupled).",
             )
         model = _unwrap(ctx.model)
         owner = {param: module for module in model.modules() for param in module.parameters(recurse=False)}
@@ -180,6 +182,9 @@ class WeightDecayCheck(Check):
                 "Set optimizer.decay_bias_and_norm=false (the default), which puts 1-D parameters in a group with "
                 "weight_decay=0.",
                 "optimizer.decay_bias_and_norm",
+                code_fix="In your build_optimizer, give biases and norm weights their own group with weight_decay=0: "
+                         "pass optimus_preflight.optim.weight_decay_groups(model, weight_decay, "
+                         "decay_bias_and_norm=False) as the optimizer's params.",
             )
 
 

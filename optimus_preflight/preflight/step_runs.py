@@ -14,7 +14,8 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from optimus_preflight.preflight.batches import split_batch
+from optimus_preflight.data import batch_size_of
+from optimus_preflight.preflight.batches import concat_batches, split_batch
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.snapshot import preserved_training_state
 from optimus_preflight.preflight.step_checks import FIRST_STEP
@@ -59,6 +60,24 @@ def compare_gradients(accumulated: list[torch.Tensor], full: list[torch.Tensor])
     return ratio, cosine
 
 
+def accumulation_sample(batches: list[Any], accumulation_steps: int) -> tuple[Any, int]:
+    """(samples, micro-batches) for the accumulation check, never more samples than one
+    configured micro-batch holds (with a floor of two), so the full-batch reference fits
+    wherever a training step fits: the configured split when the first batch has at
+    least ``accumulation_steps`` samples, else one sample per micro-batch."""
+    first = batches[0]
+    size = batch_size_of(first)
+    if size >= accumulation_steps:
+        return first, accumulation_steps
+    wanted = max(size, 2)
+    pool = concat_batches(batches)
+    available = batch_size_of(pool)
+    if available > wanted:
+        pool = split_batch(pool, available)[:wanted]
+        pool = concat_batches(pool)
+    return pool, min(wanted, available)
+
+
 class AccumulationCheck(Check):
     """O9: K accumulated micro-batches must give the gradient of one batch of all of them."""
 
@@ -71,13 +90,12 @@ class AccumulationCheck(Check):
         return cfg.trainer.accumulation_steps > 1
 
     def run(self, ctx: Any, findings: Findings) -> None:
-        steps = ctx.cfg.trainer.accumulation_steps
-        batch = ctx.artifacts["first_batch"]
-        try:
-            micro = split_batch(batch, steps)
-        except ValueError as error:
-            findings.info("O9", f"not verified: {error}")
+        configured = ctx.cfg.trainer.accumulation_steps
+        batch, steps = accumulation_sample(ctx.artifacts.get("window_batches") or [ctx.artifacts["first_batch"]], configured)
+        if steps < 2:
+            findings.info("O9", "not verified: the data checks fetched a single sample (the check needs two)")
             return
+        micro = split_batch(batch, steps)
         params = [p for g in ctx.optimizer.param_groups for p in g["params"] if p.requires_grad]
         with preserved_training_state(ctx):
             ctx.model.eval()  # no dropout, no batch statistics: both passes compute the same function
@@ -91,8 +109,10 @@ class AccumulationCheck(Check):
             findings.info("O9", "not verified: no gradients to compare")
             return
         ratio, cosine = compare_gradients(accumulated, full)
-        findings.data.update(accumulation_steps=steps, norm_ratio=round(ratio, 5), cosine=round(cosine, 6))
-        findings.data["summary"] = f"{steps} micro-batches vs one batch: norm ratio {ratio:.4f}, cosine {cosine:.5f}"
+        size = batch_size_of(batch)
+        findings.data.update(accumulation_steps=steps, samples=size, norm_ratio=round(ratio, 5), cosine=round(cosine, 6))
+        findings.data["summary"] = (f"{steps} micro-batches vs one batch of {size} samples: norm ratio {ratio:.4f}, "
+                                    f"cosine {cosine:.5f}")
         if abs(ratio - 1) > ACCUMULATION_RTOL or cosine < 1 - ACCUMULATION_RTOL:
             findings.error(
                 "O9",

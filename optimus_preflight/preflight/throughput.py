@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -10,28 +9,14 @@ from typing import Any
 import torch
 
 from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.guard import DataGuard
 from optimus_preflight.preflight.snapshot import preserved_training_state
 from optimus_preflight.preflight.step_checks import FIRST_STEP
 from optimus_preflight.preflight.step_runs import make_runner
-from optimus_preflight.preflight.worker_stacks import stop_workers
 
 BURST_STEPS = 3  # timed, after one warm-up step
 BURST_BUDGET_S = 2.0
 INPUT_BOUND_FRACTION = 0.5
-
-
-@contextlib.contextmanager
-def _loader_iterator(loader: Any, timeout_s: float) -> Iterator[Any]:
-    iterator = loader._get_iterator() if hasattr(loader, "_get_iterator") else iter(loader)
-    if getattr(loader, "num_workers", 0) > 0:
-        iterator._timeout = timeout_s
-    hung = True  # unless the burst ends normally: a timed-out worker must be killed, not joined
-    try:
-        yield iterator
-        hung = False
-    finally:
-        if getattr(loader, "num_workers", 0) > 0:
-            stop_workers(iterator, hung=hung)
 
 
 def _window(first: Any, iterator: Any, size: int) -> Iterator[tuple[Any, bool]]:
@@ -68,10 +53,13 @@ class ThroughputCheck(Check):
         steps = ctx.cfg.trainer.accumulation_steps
         times: list[float] = []
         waits: list[float] = []
+        guard = DataGuard(ctx, self.name, findings)
         with preserved_training_state(ctx):
             ctx.model.train()
             runner = make_runner(ctx, ctx.model, ctx.optimizer, scheduler=ctx.scheduler)
-            with _loader_iterator(ctx.train_loader, ctx.cfg.preflight.first_batch_timeout_s) as iterator:
+            # Every batch under the timeout: one that never comes (in a worker or in this
+            # process) is reported here, naming its frame, instead of holding preflight.
+            with guard.batches(ctx.train_loader, "the throughput burst") as iterator:
                 started = time.perf_counter()
                 for index in range(BURST_STEPS + 1):
                     _sync(ctx.device)
@@ -101,9 +89,12 @@ class ThroughputCheck(Check):
         if waiting > INPUT_BOUND_FRACTION:
             findings.warning(
                 "DATA_BOUND",
-                f"{100 * waiting:.0f}% of each step waits for data (data.num_workers={ctx.cfg.data.num_workers}): the "
+                f"{100 * waiting:.0f}% of each step waits for data (num_workers={getattr(ctx.train_loader, 'num_workers', 0)}): the "
                 "model is starved and the run takes longer than it needs",
                 "Raise data.num_workers, set data.persistent_workers=true (and data.pin_memory=true on a GPU), or "
                 "move decoding/augmentation out of the loading path.",
                 "data.num_workers",
+                code_fix="Raise num_workers of the DataLoader your build_dataloaders() returns, pass "
+                         "persistent_workers=True (and pin_memory=True on a GPU), or move decoding/augmentation out of "
+                         "the loading path.",
             )

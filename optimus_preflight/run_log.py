@@ -1,0 +1,70 @@
+"""train.log, written only once the run is known to be valid.
+
+Hydra opens its job log file as the job starts, so a run started with a bad value
+would append to (or create) the train.log of the run directory it was pointed at.
+The file handler in conf/hydra/job_logging/optimus.yaml holds the records instead,
+and writes them, in order, when the run commits to its directory (``RunDirectory``);
+a run that never commits drops them (they were shown on the console).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections import deque
+
+
+class _QuietFileHandler(logging.FileHandler):
+    """A failed write (a full disk) is reported once, in one line: logging's default is
+    a traceback per record, which buries the one message that says what happened."""
+
+    _reported = False
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if not self._reported:
+            self._reported = True
+            error = sys.exc_info()[1]
+            sys.stderr.write(f"optimus-train: {self.baseFilename} stopped taking log lines ({error}); "
+                             "the console still has them\n")
+
+
+class DeferredFileHandler(logging.Handler):
+    """A FileHandler that opens its file on ``open()``; records before that are held."""
+
+    def __init__(self, filename: str, mode: str = "a", encoding: str | None = "utf-8", max_held: int = 10_000):
+        super().__init__()
+        self.filename = filename
+        self.mode = mode
+        self.encoding = encoding
+        self._held: deque[logging.LogRecord] = deque(maxlen=max_held)
+        self._file: logging.FileHandler | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._file is None:
+            self._held.append(record)
+        else:
+            self._file.emit(record)
+
+    def open(self) -> None:
+        if self._file is not None:
+            return
+        self._file = _QuietFileHandler(self.filename, self.mode, self.encoding)
+        self._file.setFormatter(self.formatter)
+        while self._held:
+            self._file.emit(self._held.popleft())
+
+    def flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        self._held.clear()
+        super().close()
+
+
+def open_deferred_logs() -> None:
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, DeferredFileHandler):
+            handler.open()
