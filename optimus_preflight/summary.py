@@ -6,6 +6,7 @@ import ctypes
 import hashlib
 import os
 import resource
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,8 @@ def peak_memory_bytes(device: torch.device) -> int:
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     """Readers never see a half-written file: write a sibling, then rename over."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    # Unique per thread: a forced exit (a second Ctrl+C) may write while the main thread does.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as handle:
             handle.write(dumps(payload, indent=2) + "\n")
