@@ -29,7 +29,7 @@ import torch
 from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 from optimus_preflight import compose
-from optimus_preflight.data import move_to_device
+from optimus_preflight.training.batches import move_to_device
 
 
 class HandWrittenLoop:

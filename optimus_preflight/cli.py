@@ -1,53 +1,17 @@
-"""The Hydra app: `optimus-train [overrides]`, `RecipeClass.main()`, and exit codes.
-
-Overrides are composed and validated before Hydra starts the job, so a bad value
-exits 2 with one message and no run directory is created for it.
-"""
+"""`optimus-train [overrides]` (and `python -m optimus_preflight.cli`, which torchrun
+runs): the recipe class is the one the config's ``recipe._target_`` names."""
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
-from datetime import datetime
-from pathlib import Path
-from typing import Any
-
-import hydra
-from hydra._internal.utils import get_args_parser
-from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig
 
-from optimus_preflight.config.compose import compose
-from optimus_preflight.config.store import register_configs
-from optimus_preflight.distributed import (
-    DistEnv,
-    broadcast_object,
-    destroy_process_group,
-    init_process_group,
-    leave_together,
-)
-from optimus_preflight.errors import (
-    EXIT_INTERNAL,
-    EXIT_OK,
-    EXIT_USER_ERROR,
-    PreflightFailed,
-    TrainingInterrupted,
-    UserError,
-)
-from optimus_preflight.instantiate import locate
-from optimus_preflight.recipe import check_before_work
-from optimus_preflight.sweep import already_completed, write_sweep_summary
-
-log = logging.getLogger("optimus_preflight")
-
-CONFIG_PATH = "pkg://optimus_preflight.conf"
+from optimus_preflight.app import run_app
+from optimus_preflight.config.instantiate import locate
+from optimus_preflight.errors import UserError
+from optimus_preflight.recipe import TrainRecipe
 
 
-def resolve_recipe_class(cfg: DictConfig) -> type:
-    from optimus_preflight.recipe import TrainRecipe
-
+def resolve_recipe_class(cfg: DictConfig) -> type[TrainRecipe]:
     target = cfg.recipe._target_
     recipe_class = locate(target, "recipe._target_")
     if not (isinstance(recipe_class, type) and issubclass(recipe_class, TrainRecipe)):
@@ -59,171 +23,8 @@ def resolve_recipe_class(cfg: DictConfig) -> type:
     return recipe_class
 
 
-def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
-    """One override list per value of every sweep: each value is checked once, without
-    composing the whole cartesian product."""
-    plain = [o for o in overrides if not _is_hydra_override(o)]
-    if not multirun:
-        return [plain]
-    parsed = OverridesParser.create().parse_overrides(plain)
-    sweeps = [(i, list(o.sweep_string_iterator())) for i, o in enumerate(parsed) if o.is_sweep_override()]
-    base = [o.input_line for o in parsed]
-    for index, values in sweeps:
-        base[index] = f"{parsed[index].get_key_element()}={values[0]}"
-    jobs = [list(base)]
-    for index, values in sweeps:
-        for value in values[1:]:
-            job = list(base)
-            job[index] = f"{parsed[index].get_key_element()}={value}"
-            jobs.append(job)
-    return jobs
-
-
-def _is_hydra_override(override: str) -> bool:
-    return override.lstrip("+~").startswith(("hydra.", "hydra/"))
-
-
-def check_overrides(overrides: list[str], multirun: bool, recipe_class: type | None) -> None:
-    for job in _job_overrides(overrides, multirun):
-        cfg = compose(job)
-        if recipe_class is None:
-            resolve_recipe_class(cfg)
-        check_before_work(cfg)
-
-
-class SweepInterrupted(BaseException):
-    """Stops Hydra's launcher: a BaseException passes through its per-job error capture."""
-
-    def __init__(self, exit_code: int):
-        self.exit_code = exit_code
-        super().__init__(exit_code)
-
-
-def run_recipe(recipe_class: type, cfg: DictConfig, *, contain_bugs: bool = False) -> int:
-    """Run one job and map its outcome to an exit code.
-
-    A bug propagates (Hydra prints the traceback, exit 1), except inside a sweep,
-    where it is logged with its traceback and the sweep goes on (``contain_bugs``).
-    """
-    try:
-        recipe_class(cfg).run()
-    except UserError as error:
-        log.error("%s", error)
-        return error.exit_code
-    except PreflightFailed as error:
-        log.error("%s", error)
-        return error.exit_code
-    except TrainingInterrupted as error:
-        if error.chained_handler is not None:
-            # e.g. submitit: its handler requeues the job (and exits) now that the
-            # checkpoint it will resume from is on disk.
-            error.chained_handler(error.signum, None)
-        return error.exit_code
-    except Exception:
-        if not contain_bugs:
-            raise
-        log.exception("job failed with an unexpected error (a bug: please report it)")
-        return EXIT_INTERNAL
-    return EXIT_OK
-
-
-def _with_default(argv: list[str], key: str, value: str) -> None:
-    if not any(arg.lstrip("+").startswith(f"{key}=") for arg in argv):
-        argv.append(f"{key}={value}")
-
-
-def _prepare_distributed(argv: list[str]) -> DistEnv:
-    """Under torchrun every rank must use the same run dir, and only rank 0 writes files:
-    rank 0 picks the timestamped dir and the others follow it."""
-    env = DistEnv.from_environment()
-    if not env.is_distributed:
-        return env
-    args = get_args_parser().parse_args(argv[1:])
-    # One process group serves every job of a sweep: the first job's value sets its bound.
-    first_job = compose(_job_overrides(args.overrides, args.multirun)[0])
-    init_process_group(env, timeout_s=first_job.trainer.dist_timeout_s)
-    try:
-        stamp = broadcast_object(datetime.now().strftime("%Y-%m-%d/%H-%M-%S"))
-    except UserError as error:  # a rank that never came: one message, not a traceback
-        print(f"optimus-train: error: {error}", file=sys.stderr)
-        sys.exit(error.exit_code)
-    _with_default(argv, "hydra.run.dir", f"outputs/{stamp}")
-    _with_default(argv, "hydra.sweep.dir", f"multirun/{stamp}")
-    if not env.is_main:
-        argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
-    return env
-
-
-def _extra_signal_name(overrides: list[str]) -> str:
-    for override in reversed(overrides):
-        if override.startswith("checkpoint.extra_signal="):
-            return override.split("=", 1)[1].removeprefix("SIG") or "USR1"
-    return "USR1"
-
-
-def run_app(recipe_class: type | None = None) -> None:
-    # A console script does not put the working directory on sys.path; `python -m`
-    # does, and users expect `recipe._target_=my_module.MyRecipe` to import from it.
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    register_configs()
-    if recipe_class is not None:
-        _with_default(sys.argv, "recipe._target_", f"{recipe_class.__module__}.{recipe_class.__qualname__}")
-    args = get_args_parser().parse_args(sys.argv[1:])
-    if not (args.help or args.hydra_help or args.info or args.shell_completion):
-        try:
-            check_overrides(args.overrides, args.multirun, recipe_class)
-        except UserError as error:
-            print(f"optimus-train: error: {error}", file=sys.stderr)
-            sys.exit(EXIT_USER_ERROR)
-    _prepare_distributed(sys.argv)
-    # submitit sends its pre-timeout signal (USR2 unless told) and reads this at import:
-    # make it the signal our handler saves a checkpoint on.
-    os.environ.setdefault("SUBMITIT_PREEMPT_SIGNAL", _extra_signal_name(args.overrides))
-
-    exit_codes: list[int] = []
-    sweep_dirs: list[Path] = []
-    stop_timeouts: list[float] = []
-
-    @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base="1.3")
-    def _task(cfg: DictConfig) -> Any:
-        hydra_cfg = HydraConfig.get()
-        run_dir = Path(hydra_cfg.runtime.output_dir)
-        if already_completed(run_dir, cfg):
-            log.info("%s already completed %d steps: skipping (checkpoint.resume=auto)", run_dir, cfg.trainer.max_steps)
-            exit_codes.append(EXIT_OK)
-            return EXIT_OK
-        cls = recipe_class or resolve_recipe_class(cfg)
-        stop_timeouts.append(cfg.checkpoint.stop_timeout_s)
-        code = run_recipe(cls, cfg, contain_bugs=args.multirun)
-        exit_codes.append(code)
-        if args.multirun:
-            sweep_dirs.append(Path(hydra_cfg.sweep.dir))
-            if code >= 128:
-                # Ctrl+C/SIGTERM in a sweep: this job saved its checkpoint; start no other.
-                raise SweepInterrupted(code)
-            if code and cfg.sweep.fail_fast:
-                raise SweepInterrupted(code)
-        return code
-
-    try:
-        _task()
-    except SweepInterrupted as stop:
-        write_sweep_summary(sweep_dirs[-1])
-        log.warning("sweep stopped early; re-run the same command with the same hydra.sweep.dir and checkpoint.resume=auto to continue")
-        sys.exit(stop.exit_code)
-    except KeyboardInterrupt:
-        print("optimus-train: interrupted twice: stopped at once; the last checkpoint on disk is intact.", file=sys.stderr)
-        sys.exit(130)
-    finally:
-        if stop_timeouts and all(code == EXIT_OK or code >= 128 for code in exit_codes):  # jobs ran, and ended cleanly
-            leave_together(stop_timeouts[-1])
-        destroy_process_group()
-    sys.exit(max(exit_codes, default=EXIT_OK))
-
-
 def main() -> None:
-    run_app()
+    run_app(resolve=resolve_recipe_class)
 
 
 if __name__ == "__main__":

@@ -22,34 +22,34 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
+from optimus_preflight.app import check_before_work, run_app
 from optimus_preflight.checkpoint import resume_command
-from optimus_preflight.checkpoint.resume import check_resume_value, refuse_to_start_over
-from optimus_preflight.checkpoint.state import unwrap
+from optimus_preflight.checkpoint.checkpoint_state import Restorable
+from optimus_preflight.checkpoint.resume import refuse_to_start_over
+from optimus_preflight.checkpoint.run_dir import RunDirectory, open_run_directory
+from optimus_preflight.checkpoint.signals import StopRequested
 from optimus_preflight.checkpoint.store import CheckpointStore
-from optimus_preflight.config.validate import validate_config
-from optimus_preflight.context import resolve_plan
-from optimus_preflight.data import build_loader
-from optimus_preflight.distributed import all_reduce_sum, wrap_model
+from optimus_preflight.config.instantiate import config_rejections, instantiate_node, node_target
 from optimus_preflight.dynamics import monitor_for_recipe
 from optimus_preflight.errors import PreflightFailed, TrainingInterrupted
-from optimus_preflight.evaluation import evaluate
-from optimus_preflight.instantiate import config_rejections, instantiate_node, node_target
 from optimus_preflight.memory import start_oom_observer
-from optimus_preflight.metrics import JsonlSink, MetricsLogger, make_tensorboard_sink
 from optimus_preflight.mixins import (
     PreflightMixin,
     TrainingContextMixin,
     TrainingInterruptionMixin,
     TrainingIterationMixin,
 )
-from optimus_preflight.optim import build_optimizer, group_names
-from optimus_preflight.progress import Progress
-from optimus_preflight.run_dir import RunDirectory, open_run_directory
-from optimus_preflight.signals import StopRequested, signal_number
-from optimus_preflight.state import RunState
-from optimus_preflight.step_log import StepLogger
-from optimus_preflight.summary import params_sha256, peak_memory_bytes, write_json_atomic
-from optimus_preflight.worker_deaths import WorkerDeathGuard, WorkerDied
+from optimus_preflight.preflight.preflight_context import PreflightContext
+from optimus_preflight.reporting.progress import Progress
+from optimus_preflight.reporting.sinks import JsonlSink, MetricsLogger, make_tensorboard_sink
+from optimus_preflight.reporting.step_log import StepLogger
+from optimus_preflight.reporting.summary import params_sha256, peak_memory_bytes, write_json_atomic
+from optimus_preflight.training.distributed import all_reduce_sum, unwrap, wrap_model
+from optimus_preflight.training.evaluation import evaluate
+from optimus_preflight.training.loaders import build_loader
+from optimus_preflight.training.optim import build_optimizer, group_names
+from optimus_preflight.training.run_state import RunState
+from optimus_preflight.training.worker_deaths import WorkerDeathGuard, WorkerDied
 
 log = logging.getLogger("optimus_preflight")
 
@@ -61,15 +61,6 @@ def default_run_dir() -> Path:
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
     return Path("outputs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
-
-
-def check_before_work(cfg: DictConfig) -> None:
-    """Everything about a config that can be checked before a model, data or file is touched."""
-    validate_config(cfg)
-    resolve_plan(cfg.trainer)  # impossible device/precision pairs
-    check_resume_value(cfg.checkpoint.resume)  # an explicit path must exist
-    if cfg.checkpoint.extra_signal:
-        signal_number(cfg.checkpoint.extra_signal)
 
 
 def _ensure_logging() -> None:
@@ -91,10 +82,6 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self.cfg = cfg
         self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir()
         self.state = RunState()
-        self.final_loss: float | None = None
-        self.final_val_loss: float | None = None
-        # An evaluation cut short by a stop signal is redone first on resume.
-        self.eval_pending = False
         self._oom_observer = None
         self._is_set_up = False
         self.started_at = time.monotonic()  # reset by run()
@@ -108,8 +95,6 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
     @classmethod
     def main(cls) -> None:
         """Run the Hydra app with this class as the recipe (``MyRecipe.main()``)."""
-        from optimus_preflight.cli import run_app
-
         run_app(cls)
 
     # ------------------------------------------------------------------ builders
@@ -171,16 +156,14 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self.run_directory = open_run_directory(self.run_dir, context.dist, lock=self._running)
         refuse_to_start_over(self.cfg.checkpoint.resume, CheckpointStore(self.run_dir / "checkpoints"))
         self._build_objects(context)
-        self.setup_interruption()
-        self.setup_training_iteration(self.train_loader, self.stop_requested, self._guarded_fetch)
+        iteration = self.setup_training_iteration(context, self.train_loader, self.stop_requested, self._guarded_fetch)
+        parts = Restorable(self.model, self.optimizer, self.scheduler, context.scaler, self.state, iteration.stream)
+        checkpointer = self.setup_interruption(context, parts)
         self._is_set_up = True
-        progress = self.start_interruption_handling()
-        if progress:
-            self.final_loss = progress.get("final_loss")
-            self.final_val_loss = progress.get("final_val_loss")
-            self.eval_pending = bool(progress.get("eval_pending"))
+        checkpointer.resume(self.cfg.checkpoint.resume)  # the run state too: losses, a pending eval
+        checkpointer.mark_boundary()
         self.run_directory.commit(self.cfg)
-        self.interruption.settle()
+        checkpointer.settle()
         log.info(
             "run dir %s | device %s | precision %s | %d trainable parameters",
             self.run_dir,
@@ -223,7 +206,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                 try:
                     report = self.preflight()
                 except StopRequested:  # e.g. Ctrl+C while the first batch will not come
-                    self.handle_training_interruption(self._progress())
+                    self.handle_training_interruption()
                 if report.failed:
                     status = "preflight_failed"
                     raise PreflightFailed(report)
@@ -270,42 +253,42 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
     def _train_loop(self, step_logger: StepLogger) -> None:
         trainer = self.cfg.trainer
         interruption = self.interruption
-        if self.eval_pending:
+        if self.state.eval_pending:
             self._evaluate(step_logger)
         while self.state.step < trainer.max_steps:
             if interruption.stop_agreed():
-                self.handle_training_interruption(self._progress())
+                self.handle_training_interruption()
             try:
                 result = self.run_training_iteration()
             except StopRequested:
                 result = None
             if result is None:  # stopped mid-window: roll back to the last boundary
                 self.optimizer.zero_grad(set_to_none=True)
-                self.handle_training_interruption(self._progress())
+                self.handle_training_interruption()
             self.state.record_step(result.stepped, result.samples)
             interruption.mark_boundary()
             done = self.state.step >= trainer.max_steps
             record = step_logger.on_step(self.state.step, result, self.state.skipped_steps, force=done)
             if record is not None:
-                self.final_loss = record["loss"]
+                self.state.final_loss = record["loss"]
             if not result.stepped:
                 self.state.check_divergence(trainer.max_consecutive_skips, self.training_context.precision, result.loss.item())
             every = trainer.eval_every_n_steps
             if done or (every and self.state.step % every == 0):
-                self.eval_pending = True
+                self.state.eval_pending = True
                 self._evaluate(step_logger)
-                if self.eval_pending:
-                    self.handle_training_interruption(self._progress())
+                if self.state.eval_pending:
+                    self.handle_training_interruption()
                 interruption.mark_boundary()
             if interruption.due(self.state.step):
-                interruption.save(self._progress())
-        interruption.save(self._progress())  # the final checkpoint
+                interruption.save()
+        interruption.save()  # the final checkpoint
 
     def _stop_after_worker_death(self, died: WorkerDied) -> NoReturn:
         """A worker death surfaces only in a data fetch (WorkerDeathGuard), where the
         weights are those of the last completed step: save them, then stop."""
         self.optimizer.zero_grad(set_to_none=True)
-        path = self.interruption.save(self._progress())
+        path = self.interruption.save()
         knobs = ("data.num_workers, data.prefetch_factor or data.batch_size" if "build_dataloaders" in self.default_builders_used
                  else "the DataLoader options in your build_dataloaders()")
         raise WorkerDied(
@@ -328,12 +311,9 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             largest_batch=check.data.get("largest_micro_batch") if check else None,
         )
 
-    def _progress(self) -> dict[str, Any]:
-        return {"final_loss": self.final_loss, "final_val_loss": self.final_val_loss, "eval_pending": self.eval_pending}
-
     def _evaluate(self, step_logger: StepLogger) -> None:
         if self.val_loader is None:
-            self.eval_pending = False
+            self.state.eval_pending = False
             return
         with self.worker_deaths.fetching():  # evaluation leaves the weights as they are
             val_loss = evaluate(
@@ -346,9 +326,9 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                 reduce_sum=all_reduce_sum if self.training_context.dist.is_distributed else None,
             )
         if val_loss is not None or not self.stop_requested():
-            self.eval_pending = False
+            self.state.eval_pending = False
         if val_loss is not None:
-            self.final_val_loss = val_loss
+            self.state.final_val_loss = val_loss
             step_logger.on_eval(self.state.step, val_loss)
 
     def _open_step_logger(self) -> StepLogger:
@@ -361,7 +341,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                 sinks.append(sink)
         progress_mode = logging_cfg.progress if context.dist.is_main else "none"
         metrics = MetricsLogger(sinks)
-        self.flush_on_forced_exit(metrics.flush)  # a second Ctrl+C keeps the records logged so far
+        self.interruption.add_last_words(lambda status: metrics.flush())  # a second Ctrl+C keeps what was logged
         return StepLogger(
             metrics,
             Progress(progress_mode, self.cfg.trainer.max_steps, self.state.step),
@@ -382,14 +362,23 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         return {
             "status": status,
             "steps": self.state.step,
-            "final_loss": self.final_loss,
-            "final_val_loss": self.final_val_loss,
+            "final_loss": self.state.final_loss,
+            "final_val_loss": self.state.final_val_loss,
             "wall_time_s": round(wall_time_s, 3),
             "peak_memory_bytes": peak_memory_bytes(context.device) if context else None,
             "resumed_from": str(self.interruption.resumed_from) if self.interruption and self.interruption.resumed_from else None,
             "params_sha256": params_sha256(unwrap(model)) if model is not None and hash_params else None,
             "skipped_steps": self.state.skipped_steps,
         }
+
+    def write_forced_summary(self, status: str) -> bool:
+        """summary.json from a forced exit's thread: the weights may be mid-update, so
+        they are not hashed."""
+        return self.write_summary(self.build_summary(status, time.monotonic() - self.started_at, hash_params=False))
+
+    def preflight_context(self) -> PreflightContext:
+        """What the preflight checks look at: this recipe's objects."""
+        return PreflightContext.from_recipe(self)
 
     def write_summary(self, summary: dict[str, Any]) -> bool:
         """Write summary.json from the main rank; False when nothing was written: the
@@ -416,8 +405,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                 "%s after %d steps | final loss %s | val loss %s | %.1f s",
                 status,
                 self.state.step,
-                _fmt(self.final_loss),
-                _fmt(self.final_val_loss),
+                _fmt(self.state.final_loss),
+                _fmt(self.state.final_val_loss),
                 wall_time_s,
             )
         return summary

@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from optimus_preflight.recipe import TrainRecipe
+from optimus_preflight.training.distributed import unwrap
 
 # ---------------------------------------------------------------- vocabulary
 # A fixed vocabulary (not one derived from the corpus) keeps token ids, and so golden
@@ -177,7 +178,7 @@ class CharLMRecipe(TrainRecipe):
 
     def sample(self, prompt: str = "def ", new_tokens: int = 200) -> str:
         """A few lines of generated code: the quickest sanity check of what it learned."""
-        model = self.model.module if hasattr(self.model, "module") else self.model
+        model = unwrap(self.model)
         was_training = model.training
         model.eval()
         ids = encode(prompt).long().unsqueeze(0).to(self.training_context.device)

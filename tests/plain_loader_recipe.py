@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader
 
-from optimus_preflight.instantiate import instantiate_node
+from optimus_preflight.config.instantiate import instantiate_node
 from tests.signal_recipe import SelfSignalRecipe
 
 

@@ -83,14 +83,14 @@ def _signal_inside_a_long_cpp_call(signum, marker: Path, duration_s: float) -> N
 class SelfSignalRecipe(CharLMRecipe):
     calls = {"train": 0, "eval": 0}
 
-    def setup_interruption(self):
-        interruption = super().setup_interruption()
+    def setup_interruption(self, context, parts):
+        interruption = super().setup_interruption(context, parts)
         if os.environ.get("STOP_AT_SAVE_RANK") == os.environ.get("RANK", "0"):
             save = interruption.save
 
-            def stop_then_save(progress):
+            def stop_then_save():
                 os.kill(os.getpid(), signal.SIGSTOP)
-                return save(progress)
+                return save()
 
             interruption.save = stop_then_save
         return interruption

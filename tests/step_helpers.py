@@ -6,8 +6,8 @@ import torch
 from torch import nn
 
 from optimus_preflight.config.schema import GradScalerConfig
-from optimus_preflight.precision import PrecisionPlan, make_grad_scaler
-from optimus_preflight.step import StepRunner
+from optimus_preflight.training.precision import PrecisionPlan, make_grad_scaler
+from optimus_preflight.training.step import StepRunner
 
 CPU = torch.device("cpu")
 

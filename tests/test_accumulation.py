@@ -9,8 +9,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from optimus_preflight.data import ResumableSampler
-from optimus_preflight.stream import BatchStream
+from optimus_preflight.training.loaders import ResumableSampler
+from optimus_preflight.training.stream import BatchStream
 from tests.step_helpers import make_runner, mean_squared_error, window
 
 

@@ -13,7 +13,6 @@ import time
 import pytest
 import torch
 
-from optimus_preflight import rng
 from optimus_preflight.checkpoint.store import (
     MANIFEST_FILE,
     POINTER_FILE,
@@ -22,6 +21,7 @@ from optimus_preflight.checkpoint.store import (
     CheckpointStore,
     verify,
 )
+from optimus_preflight.training import rng
 
 
 def _state(step: int, size: int = 1000) -> dict:
@@ -146,3 +146,27 @@ def test_kill_9_during_writes_always_leaves_a_loadable_checkpoint(tmp_path):
         assert CheckpointStore(directory).load(ref.path)["step"] == ref.step
         last_step = ref.step
     assert last_step > 0
+
+
+def test_a_checkpoint_from_before_run_state_held_the_losses_restores_them():
+    """Earlier checkpoints kept the reported losses and a cut-short eval beside the run
+    state, under "progress"; a resume from one must still report and redo them."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from optimus_preflight.checkpoint.checkpoint_state import Restorable, apply_state, build_state
+    from optimus_preflight.training.run_state import RunState
+    from optimus_preflight.training.stream import BatchStream
+
+    def parts() -> Restorable:
+        model = torch.nn.Linear(2, 2)
+        loader = DataLoader(TensorDataset(torch.zeros(4, 2)), batch_size=2)
+        return Restorable(model, torch.optim.SGD(model.parameters(), lr=0.1), None, torch.amp.GradScaler("cpu", enabled=False),
+                          RunState(step=7), BatchStream(loader, 1))
+
+    state = build_state(parts(), rng_state=rng.capture(), config={})
+    state["run_state"] = {key: state["run_state"][key] for key in ("step", "skipped_steps", "consecutive_skips", "samples_seen")}
+    state["progress"] = {"final_loss": 1.25, "final_val_loss": 1.5, "eval_pending": True}
+    restored = parts()
+    restored.run_state.step = 0
+    apply_state(restored, state)
+    assert restored.run_state == RunState(step=7, final_loss=1.25, final_val_loss=1.5, eval_pending=True)

@@ -22,7 +22,7 @@ import torch
 from optimus_preflight.checkpoint import verify
 from optimus_preflight.config.validate import validate_config
 from optimus_preflight.errors import UserError
-from optimus_preflight.peers import Peers, PeersUnresponsive, StuckWatchdog
+from optimus_preflight.training.peers import Peers, PeersUnresponsive, StuckWatchdog
 from tests.conftest import REPO, run_cli, tiny_config
 
 TINY = ("recipe=char_lm_tiny", "logging.progress=none", "trainer.max_steps=10", "trainer.eval_every_n_steps=5", "recipe._target_=tests.signal_recipe.SelfSignalRecipe")

@@ -9,11 +9,11 @@ import torch
 from torch import nn
 
 from optimus_preflight.dynamics.hooks import ActivationProbe
-from optimus_preflight.dynamics.metrics import activation_modules, skip_rate, snapshot_groups, update_ratios
+from optimus_preflight.dynamics.measures import activation_modules, skip_rate, snapshot_groups, update_ratios
 from optimus_preflight.dynamics.monitor import DynamicsMonitor
-from optimus_preflight.metrics import MetricsLogger
-from optimus_preflight.progress import Progress
-from optimus_preflight.step_log import StepLogger
+from optimus_preflight.reporting.progress import Progress
+from optimus_preflight.reporting.sinks import MetricsLogger
+from optimus_preflight.reporting.step_log import StepLogger
 from tests.step_helpers import make_runner, mean_squared_error, window
 
 

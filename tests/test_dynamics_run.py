@@ -11,7 +11,7 @@ import pytest
 from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 from optimus_preflight.errors import UserError
-from optimus_preflight.plotting.cli import run as plot_cli
+from optimus_preflight.plotting.plot_cli import run as plot_cli
 from tests.conftest import tiny_config
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -102,7 +102,7 @@ def test_optimus_plot_draws_a_sweep(tmp_path, capsys):
 
 
 def test_sweep_labels_name_only_the_swept_overrides(tmp_path):
-    from optimus_preflight.plotting.data import find_runs, label, swept_parameters
+    from optimus_preflight.plotting.runs import find_runs, label, swept_parameters
 
     _fake_job(tmp_path / "0", 1e-3, 16, 1.0)
     _fake_job(tmp_path / "1", 1e-2, 16, 1.0)
@@ -133,7 +133,7 @@ def test_dynamics_interval_is_validated_and_zero_disables():
 
 
 def test_series_keeps_the_last_value_of_a_relogged_step_and_reads_non_finite_text(tmp_path):
-    from optimus_preflight.plotting.data import load_run
+    from optimus_preflight.plotting.runs import load_run
 
     lines = [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.0}, {"step": 2, "loss": 2.5}, {"step": 3, "loss": "nan"}, {"step": 3, "val_loss": 2.2}]
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n{\"step\": 4, \"lo")

@@ -9,8 +9,8 @@ import torch
 from optimus_preflight.recipes.char_lm import CharLMRecipe
 from torch import nn
 
-from optimus_preflight.metrics import lr_metrics
-from optimus_preflight.optim import warmup_cosine
+from optimus_preflight.reporting.sinks import lr_metrics
+from optimus_preflight.training.optim import warmup_cosine
 from tests.conftest import tiny_config
 from tests.step_helpers import GradRecorder, make_runner, mean_squared_error, window
 

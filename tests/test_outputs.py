@@ -9,8 +9,8 @@ import torch
 from optimus_preflight.recipes.char_lm import CharLMRecipe
 from torch import nn
 
-from optimus_preflight.progress import use_bar
-from optimus_preflight.summary import params_sha256
+from optimus_preflight.reporting.progress import use_bar
+from optimus_preflight.reporting.summary import params_sha256
 from tests.conftest import tiny_config
 
 
@@ -74,7 +74,7 @@ def test_json_outputs_never_hold_bare_nan_and_say_which_values_were_not_finite(t
     assert last["step"] == 8 and last["loss"] is None and last["nonfinite"]["loss"] == "nan"
     _strict_json((tmp_path / "preflight.json").read_text())
 
-    from optimus_preflight.plotting.data import load_run
+    from optimus_preflight.plotting.runs import load_run
 
     steps, losses = load_run(tmp_path).series("loss")  # the plots still see the NaN
     assert steps[-1] == 8 and losses[-1] != losses[-1]

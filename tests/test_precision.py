@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from optimus_preflight import precision
 from optimus_preflight.config.schema import GradScalerConfig
 from optimus_preflight.errors import UserError
-from optimus_preflight.precision import PrecisionPlan, make_grad_scaler, resolve_precision
+from optimus_preflight.training import precision
+from optimus_preflight.training.precision import PrecisionPlan, make_grad_scaler, resolve_precision
 
 CPU = torch.device("cpu")
 

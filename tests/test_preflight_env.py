@@ -7,9 +7,8 @@ from collections import namedtuple
 import pytest
 import torch
 
-from optimus_preflight.preflight import env_checks
-from optimus_preflight.preflight.context import PreflightContext
-from optimus_preflight.preflight.env_checks import (
+from optimus_preflight.preflight.checks import env_checks
+from optimus_preflight.preflight.checks.env_checks import (
     DeviceCheck,
     DiskSpaceCheck,
     HostRamCheck,
@@ -18,6 +17,7 @@ from optimus_preflight.preflight.env_checks import (
     device_findings,
 )
 from optimus_preflight.preflight.framework import CheckStatus
+from optimus_preflight.preflight.preflight_context import PreflightContext
 from optimus_preflight.preflight.sizes import checkpoint_bytes_estimate, optimizer_state_bytes, tensor_bytes
 from tests.preflight_support import assert_quiet, classifier, codes, make_recipe, run
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from optimus_preflight.preflight.model_checks import WeightDecayCheck
-from optimus_preflight.preflight.step_runs import AccumulationCheck
+from optimus_preflight.preflight.checks.model_checks import WeightDecayCheck
+from optimus_preflight.preflight.checks.step_runs import AccumulationCheck
 from tests.preflight_support import assert_quiet, codes, make_recipe, run
 
 
@@ -38,7 +38,7 @@ def test_weight_decay_fixes_name_the_code_change_when_build_optimizer_is_overrid
     result = run(make_recipe(tmp_path, optimizer=_adam_with_decay_everywhere), WeightDecayCheck)["model.weight_decay"]
     assert codes(result) == {"O6"} and len(result.issues) == 2
     for issue in result.issues:
-        assert "optimizer." not in issue.fix.split("optimus_preflight.optim")[0]  # no config key that does nothing here
+        assert "optimizer." not in issue.fix.split("optimus_preflight.training.optim")[0]  # no config key that does nothing here
         assert issue.config_key is None and "build_optimizer" in issue.fix
 
 

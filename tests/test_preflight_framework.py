@@ -16,8 +16,8 @@ from optimus_preflight.preflight.consensus import (
     merge_rank_payloads,
     rank_payload,
 )
-from optimus_preflight.preflight.context import PreflightContext
 from optimus_preflight.preflight.framework import Check, CheckResult, CheckStatus, Issue, Severity, Stage
+from optimus_preflight.preflight.preflight_context import PreflightContext
 from optimus_preflight.preflight.report import PreflightReport
 from optimus_preflight.preflight.runner import run_preflight
 from tests.conftest import tiny_config

@@ -6,13 +6,13 @@ import pytest
 import torch
 from torch import nn
 
-from optimus_preflight.preflight.framework import CheckStatus
-from optimus_preflight.preflight.model_checks import (
+from optimus_preflight.preflight.checks.model_checks import (
     ModesCheck,
     OptimizerEpsCheck,
     OptimizerParamsCheck,
     WeightDecayCheck,
 )
+from optimus_preflight.preflight.framework import CheckStatus
 from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classifier, codes, make_recipe, run
 
 WIRING = (OptimizerParamsCheck, ModesCheck, WeightDecayCheck, OptimizerEpsCheck)

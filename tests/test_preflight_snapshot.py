@@ -9,11 +9,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from optimus_preflight.preflight.context import PreflightContext
 from optimus_preflight.preflight.framework import Check, Stage
+from optimus_preflight.preflight.preflight_context import PreflightContext
+from optimus_preflight.preflight.preserve import TrainingStateSnapshot
 from optimus_preflight.preflight.runner import run_preflight
-from optimus_preflight.preflight.snapshot import TrainingStateSnapshot
-from optimus_preflight.summary import params_sha256
+from optimus_preflight.reporting.summary import params_sha256
 from tests.conftest import tiny_config
 
 

@@ -11,19 +11,19 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from optimus_preflight.distributed import DistEnv
-from optimus_preflight.preflight.config_checks import LrScheduleCheck, schedule_findings
-from optimus_preflight.preflight.context import PreflightContext
-from optimus_preflight.preflight.framework import CheckStatus
-from optimus_preflight.preflight.step_checks import (
+from optimus_preflight.preflight.checks.config_checks import LrScheduleCheck, schedule_findings
+from optimus_preflight.preflight.checks.step_checks import (
     FirstStepCheck,
     GradientsCheck,
     InitialLossCheck,
     LossFunctionCheck,
     TargetsCheck,
 )
-from optimus_preflight.preflight.step_runs import AccumulationCheck, CheckpointRoundTripCheck, OverfitCheck
-from optimus_preflight.preflight.throughput import ThroughputCheck
+from optimus_preflight.preflight.checks.step_runs import AccumulationCheck, CheckpointRoundTripCheck, OverfitCheck
+from optimus_preflight.preflight.checks.throughput import ThroughputCheck
+from optimus_preflight.preflight.framework import CheckStatus
+from optimus_preflight.preflight.preflight_context import PreflightContext
+from optimus_preflight.training.distributed import DistEnv
 from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classifier, codes, make_recipe, run
 
 PROBE_CHECKS = (FirstStepCheck, GradientsCheck, LossFunctionCheck, TargetsCheck, InitialLossCheck)
@@ -253,13 +253,26 @@ def _compute_heavy_classifier():
     return nn.Sequential(nn.Linear(FEATURES, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, CLASSES))
 
 
-def _slow_collate(samples):
-    time.sleep(0.05)
-    return torch.utils.data.default_collate(samples)
+class _SlowerThanTheStepCollate:
+    """Loading always takes ten times the compute between two fetches (in this
+    process, num_workers=0), however fast or loaded the machine is: the wait share
+    stays near 90 % instead of depending on how long a fixed sleep is against a step."""
+
+    def __init__(self):
+        self.last_return: float | None = None
+
+    def __call__(self, samples):
+        now = time.perf_counter()
+        compute = now - self.last_return if self.last_return is not None else 0.0
+        time.sleep(max(0.02, 10 * compute))
+        batch = torch.utils.data.default_collate(samples)
+        self.last_return = time.perf_counter()
+        return batch
 
 
 def test_input_bound_burst_warns_and_reports_the_eta(tmp_path):
-    recipe = make_recipe(tmp_path, loader=lambda data: DataLoader(data, batch_size=16, collate_fn=_slow_collate))
+    collate = _SlowerThanTheStepCollate()
+    recipe = make_recipe(tmp_path, loader=lambda data: DataLoader(data, batch_size=16, collate_fn=collate))
     result = run(recipe, ThroughputCheck)["step.throughput"]
     assert codes(result) == {"DATA_BOUND"} and result.data["bound"] == "input-bound"
     # Healthy: a step that computes far longer than its batch takes to load, whatever the

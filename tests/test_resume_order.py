@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, RandomSampler, Sampler, TensorDataset
 
-from optimus_preflight import rng
-from optimus_preflight.data import build_loader
-from optimus_preflight.preflight.batch_checks import SamplingCheck
-from optimus_preflight.stream import BatchStream
+from optimus_preflight.preflight.checks.batch_checks import SamplingCheck
+from optimus_preflight.training import rng
+from optimus_preflight.training.loaders import build_loader
+from optimus_preflight.training.stream import BatchStream
 from tests.conftest import tiny_config
 from tests.preflight_support import assert_quiet, codes, make_recipe, run
 

@@ -12,9 +12,9 @@ import time
 import pytest
 import torch
 
+from optimus_preflight.checkpoint.forced_exit import ForcedExit, second_ctrl_c_message
+from optimus_preflight.checkpoint.signals import StopRequested, StopSignals
 from optimus_preflight.errors import UserError
-from optimus_preflight.forced_exit import ForcedExit, second_ctrl_c_message
-from optimus_preflight.signals import StopRequested, StopSignals
 
 
 def test_install_sets_flag_and_uninstall_restores_previous_handlers():

@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from optimus_preflight.errors import TrainingDiverged
-from optimus_preflight.optim import constant, warmup_cosine
-from optimus_preflight.state import RunState
+from optimus_preflight.training.optim import constant, warmup_cosine
+from optimus_preflight.training.run_state import RunState
 from tests.step_helpers import make_runner, mean_squared_error, window
 
 

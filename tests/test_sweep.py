@@ -86,7 +86,7 @@ def test_rerunning_an_interrupted_sweep_resumes_it_and_skips_finished_jobs(tmp_p
 
 
 def test_a_bug_in_one_sweep_job_is_logged_with_its_traceback_and_contained(caplog, tiny_cfg, tmp_path, monkeypatch):
-    from optimus_preflight.cli import run_recipe
+    from optimus_preflight.app import run_recipe
 
     monkeypatch.chdir(tmp_path)  # the recipe's default run dir is outputs/<date>/<time>
     from optimus_preflight.recipes.char_lm import CharLMRecipe

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from optimus_preflight.checkpoint.store import verify
-from optimus_preflight.worker_deaths import WorkerDeathGuard, WorkerDied, worker_death
+from optimus_preflight.training.worker_deaths import WorkerDeathGuard, WorkerDied, worker_death
 from tests.conftest import REPO, run_cli, tiny_config
 from tests.worker_kill_recipe import WorkerKillingRecipe
 
@@ -42,6 +42,8 @@ def test_a_killed_worker_stops_the_run_at_a_step_boundary_with_a_checkpoint(tmp_
     ("DataLoader worker (pid 17) is killed by signal: Bus error. It is possible that dataloader's workers are out "
      "of shared memory. Please try to raise your shared memory limit.", "/dev/shm"),
     ("DataLoader worker (pid(s) 17, 18) exited unexpectedly", "exited unexpectedly"),
+    # Which of torch's two messages comes is a race: both name the likely cause.
+    ("DataLoader worker (pid(s) 17, 18) exited unexpectedly", "out-of-memory killer"),
 ])
 def test_torch_worker_errors_are_recognised(text, expected):
     died = worker_death(RuntimeError(text))

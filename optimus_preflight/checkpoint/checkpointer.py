@@ -2,36 +2,38 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shlex
+import signal
 import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager, NoReturn
 
 import torch
 
-from optimus_preflight import rng
+from optimus_preflight.checkpoint.checkpoint_state import Restorable, apply_state, build_state
+from optimus_preflight.checkpoint.forced_exit import ForcedExit, say, second_ctrl_c_message
 from optimus_preflight.checkpoint.resume import (
     ResumePoint,
     apply_lr_change,
     check_model_fits,
     check_optimizer_fits,
-    config_changes,
     log_config_changes,
     pick_resume_point,
     refresh_schedule,
     settle_resume,
 )
-from optimus_preflight.checkpoint.state import Restorable, apply_state, build_state, unwrap
+from optimus_preflight.checkpoint.signals import StopSignals
 from optimus_preflight.checkpoint.store import CheckpointStore, read_manifest
-from optimus_preflight.distributed import DistEnv
-from optimus_preflight.distributed import peers as active_peers
-from optimus_preflight.errors import EXIT_USER_ERROR, UserError
-from optimus_preflight.forced_exit import ForcedExit, say
-from optimus_preflight.peers import Bound, PeersUnresponsive, StuckWatchdog, main_thread_in
-from optimus_preflight.signals import StopSignals
+from optimus_preflight.config.changes import config_changes
+from optimus_preflight.errors import EXIT_USER_ERROR, TrainingInterrupted, UserError
+from optimus_preflight.training import rng
+from optimus_preflight.training.distributed import DistEnv, unwrap
+from optimus_preflight.training.distributed import peers as active_peers
+from optimus_preflight.training.peers import Bound, PeersUnresponsive, StuckWatchdog, main_thread_in
 
 log = logging.getLogger("optimus_preflight")
 
@@ -82,7 +84,6 @@ class RunCheckpointer:
         dist: DistEnv,
         config: dict[str, Any],
         stop_timeout_s: float,
-        progress: Callable[[], dict[str, Any]] = dict,
     ):
         self.run_dir = run_dir
         self.every_n_steps = every_n_steps
@@ -96,11 +97,10 @@ class RunCheckpointer:
         self.boundary_rng: dict[str, Any] | None = None
         self.resumed_from: Path | None = None
         self.last_saved: Path | None = None
-        # Under torchrun: how long a rank with a stop request waits for its peers, and
-        # the progress record of a checkpoint saved when they do not answer.
+        # Under torchrun: how long a rank with a stop request waits for its peers.
         self.stop_timeout_s = stop_timeout_s
-        self.progress = progress
         self.forced_exit = ForcedExit()
+        self.signals.force_quit = self._quit_at_once
         self._watchdog: StuckWatchdog | None = None
         self._training = False  # preflight's steps change the weights: never save those
 
@@ -117,6 +117,18 @@ class RunCheckpointer:
             self._watchdog.stop()
         self.signals.uninstall()
 
+    # ------------------------------------------------------------ forced exits
+    def add_last_words(self, word: Callable[[str], object]) -> None:
+        """Something a forced exit (a second Ctrl+C, a silent torchrun peer) does before
+        it ends the process, given the run's status: write summary.json, flush metrics.
+        It runs on another thread while the main one may be mid-step."""
+        self.forced_exit.last_words.append(word)
+
+    def _quit_at_once(self) -> None:
+        """The second Ctrl+C: no new checkpoint, exit 130 now, even from inside a C++ op."""
+        message = lambda: say(second_ctrl_c_message(self.last_checkpoint(), resume_command(self.run_dir)))  # noqa: E731
+        self.forced_exit.run(128 + signal.SIGINT, "interrupted", [("message", message)])
+
     def last_checkpoint(self) -> Path | None:
         """The newest checkpoint of this run known to be complete on disk."""
         return self.last_saved or self.resumed_from
@@ -127,9 +139,26 @@ class RunCheckpointer:
         # its all-reduce forever. Ranks agree at the step boundary instead.
         return self.signals.requested and not self.dist.is_distributed
 
+    def interruptible(self) -> ContextManager:
+        """A block in which a stop signal ends the current wait at once (StopRequested).
+        Under DDP a rank may not leave alone, so there it only sets the flag."""
+        if self.dist.is_distributed:
+            return contextlib.nullcontext()
+        return self.signals.interruptible()
+
+    def stop_here(self) -> NoReturn:
+        """Save this step boundary's checkpoint, say how to resume, and end the run with
+        the signal's exit code (TrainingInterrupted)."""
+        path = self.save()
+        signum = self.signals.received or signal.SIGINT
+        step = self.parts.run_state.step
+        log.warning("stopped by %s at step %d; checkpoint %s. Resume with:\n  %s",
+                    signal.Signals(signum).name, step, path, resume_command(self.run_dir))
+        raise TrainingInterrupted(signum, step, str(path), self.signals.chained_handler())
+
     def stop_agreed(self) -> bool:
         """At a step boundary: did any rank receive a stop signal? Under torchrun the
-        ranks agree through the store (optimus_preflight.peers); a rank that does not
+        ranks agree through the store (optimus_preflight.training.peers); a rank that does not
         answer ends the run with its rank named, after rank 0 saved this step."""
         peers = active_peers() if self.dist.is_distributed else None
         if peers is None:
@@ -174,7 +203,7 @@ class RunCheckpointer:
         step = self.parts.run_state.step
         if self.last_saved is not None and self.last_saved.name == f"step_{step:08d}":
             return self.last_saved
-        return self._write(self.progress())
+        return self._write()
 
     def _outcome(self, saved: Path | str) -> str:
         resume = resume_command(self.run_dir)
@@ -207,13 +236,13 @@ class RunCheckpointer:
     def due(self, step: int) -> bool:
         return bool(self.every_n_steps) and step % self.every_n_steps == 0
 
-    def save(self, progress: dict[str, Any]) -> Path | None:
+    def save(self) -> Path | None:
         """Rank 0 writes; every rank waits for it, so no rank runs ahead of a checkpoint."""
         assert self.parts is not None
         step = self.parts.run_state.step
         if self.last_saved is not None and self.last_saved.name == f"step_{step:08d}":
             return self.last_saved  # e.g. the final checkpoint at a periodic step
-        path = self._write(progress) if self.dist.is_main else None
+        path = self._write() if self.dist.is_main else None
         peers = active_peers() if self.dist.is_distributed else None
         if peers is not None:
             # The others wait for rank 0's write, however long it takes (up to the
@@ -225,18 +254,19 @@ class RunCheckpointer:
         self.last_saved = path or self.store.directory / f"step_{step:08d}"
         return self.last_saved
 
-    def _write(self, progress: dict[str, Any]) -> Path:
+    def _write(self) -> Path:
         assert self.parts is not None
         started = time.perf_counter()
-        state = build_state(self.parts, rng_state=self.boundary_rng or rng.capture(), config=self.config, progress=progress)
+        state = build_state(self.parts, rng_state=self.boundary_rng or rng.capture(), config=self.config)
         # Known before any barrier: a forced exit while the others wait names this one.
         self.last_saved = self.store.save(state, self.parts.run_state.step)
         log.info("checkpoint %s (%.2f s)", self.last_saved.relative_to(self.run_dir), time.perf_counter() - started)
         return self.last_saved
 
     # ------------------------------------------------------------------ resuming
-    def resume(self, resume: str) -> dict[str, Any] | None:
-        """Load the chosen checkpoint into the live objects; return its progress record.
+    def resume(self, resume: str) -> Path | None:
+        """Load the chosen checkpoint into the live objects (the run state included);
+        return its path, or None for a fresh start.
 
         Reads only: what the resume changes on disk waits for ``settle`` (called once
         the run is known to be valid), so a bad resume leaves the run dir as it was.
@@ -278,7 +308,7 @@ class RunCheckpointer:
             position["epoch"],
             position["samples_consumed"],
         )
-        return state.get("progress") or {}
+        return path
 
     def settle(self) -> None:
         """The disk side of the resume, once the run is valid: newer checkpoints that

@@ -10,8 +10,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from optimus_preflight.checkpoint.state import qualified_name
+from optimus_preflight.checkpoint.checkpoint_state import qualified_name
 from optimus_preflight.checkpoint.store import STATE_FILE, CheckpointCorrupt, CheckpointStore, load_state, verify
+from optimus_preflight.config.changes import EXPECTED_CHANGES
 from optimus_preflight.errors import UserError
 
 log = logging.getLogger("optimus_preflight")
@@ -19,7 +20,6 @@ log = logging.getLogger("optimus_preflight")
 # What a training checkpoint must hold to be resumed from (see state.build_state).
 RESUME_KEYS = ("model", "optimizer", "run_state", "data_position", "rng")
 # Keys whose change between a checkpoint and its resume is expected, not worth a warning.
-EXPECTED_CHANGES = ("checkpoint.resume", "preflight.", "logging.")
 
 
 def explicit_checkpoint_dir(value: str) -> Path:
@@ -171,20 +171,6 @@ def check_optimizer_fits(optimizer: torch.optim.Optimizer, state: dict[str, Any]
             fix="Resume with the optimizer settings the checkpoint was trained with, or start a new run in a new "
             "hydra.run.dir.",
         )
-
-
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(tree, dict):
-        flat: dict[str, Any] = {}
-        for key, value in tree.items():
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        return flat
-    return {prefix[:-1]: tree}
-
-
-def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    old, new = _flatten(saved), _flatten(current)
-    return {key: (old.get(key), new.get(key)) for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)}
 
 
 def log_config_changes(changes: dict[str, tuple[Any, Any]]) -> None:

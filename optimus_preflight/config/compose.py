@@ -13,7 +13,7 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from optimus_preflight.config.store import register_configs
+from optimus_preflight.config.registration import register_configs
 from optimus_preflight.config.validate import validate_config
 from optimus_preflight.errors import UserError
 

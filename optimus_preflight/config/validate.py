@@ -1,7 +1,9 @@
 """Semantic validation of a composed config, before any model, data or file is touched.
 
 Types and unknown keys are already enforced by the schemas at composition time; this
-module checks values, and names the key and the fix in every message.
+module checks values, and names the key and the fix in every message. trainer.device and
+trainer.precision are checked where they are resolved against the machine
+(training/precision.py), the one place that knows them.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from optimus_preflight.config.schema import DEVICES, FAIL_ON, PRECISIONS, PROGRESS_MODES
+from optimus_preflight.config.schema import FAIL_ON, PROGRESS_MODES
 from optimus_preflight.errors import UserError
 
 
@@ -27,8 +29,6 @@ class Rule:
 RULES = (
     Rule("trainer.max_steps", lambda v: v >= 1, "must be >= 1", "Set trainer.max_steps to the number of optimizer steps to run, e.g. trainer.max_steps=500."),
     Rule("trainer.accumulation_steps", lambda v: v >= 1, "must be >= 1", "Set trainer.accumulation_steps=1 to disable accumulation."),
-    Rule("trainer.precision", lambda v: v in PRECISIONS, f"must be one of {'|'.join(PRECISIONS)}", "Set trainer.precision=auto to pick the best precision for the device."),
-    Rule("trainer.device", lambda v: v in DEVICES, f"must be one of {'|'.join(DEVICES)}", "Set trainer.device=auto to use a GPU when there is one."),
     Rule("trainer.clip_grad_norm", lambda v: v is None or v > 0, "must be > 0 or null", "Set trainer.clip_grad_norm=1.0, or trainer.clip_grad_norm=null to log the norm without clipping."),
     Rule("trainer.eval_every_n_steps", lambda v: v >= 0, "must be >= 0", "Set trainer.eval_every_n_steps=0 to evaluate only at the end."),
     Rule("trainer.eval_max_batches", lambda v: v is None or v >= 1, "must be >= 1 or null", "Set trainer.eval_max_batches=null to evaluate on the whole validation set."),

@@ -1,6 +1,6 @@
 """Training dynamics: metrics every N steps, in-training warnings, the LR range test.
 
-The preflight check that runs the LR range test is ``optimus_preflight.preflight.lr_finder_check``.
+The preflight check that runs the LR range test is ``optimus_preflight.preflight.checks.lr_finder_check``.
 """
 
 from optimus_preflight.dynamics.lr_finder import LRRangeResult, lr_range_test

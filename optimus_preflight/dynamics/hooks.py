@@ -12,7 +12,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from optimus_preflight.dynamics.metrics import ZERO_OFF_ACTIVATIONS
+from optimus_preflight.dynamics.measures import ZERO_OFF_ACTIVATIONS
 
 # Enough values for a histogram's shape; a whole activation tensor can be huge.
 HISTOGRAM_SAMPLE = 65_536

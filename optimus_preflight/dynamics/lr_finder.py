@@ -23,9 +23,9 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from optimus_preflight.data import move_to_device
-from optimus_preflight.dynamics.metrics import unwrap
-from optimus_preflight.step import LossFn, split_loss_output
+from optimus_preflight.training.batches import move_to_device
+from optimus_preflight.training.distributed import unwrap
+from optimus_preflight.training.step import LossFn, split_loss_output
 
 SMOOTHING_WINDOW = 5
 # The causal EMA that decides when to stop; a short memory so the stop is not late.

@@ -19,10 +19,11 @@ from torch import nn
 from torch.optim import Optimizer
 
 from optimus_preflight.dynamics.hooks import ActivationProbe
-from optimus_preflight.dynamics.metrics import activation_modules, skip_rate, snapshot_groups, unwrap, update_ratios
+from optimus_preflight.dynamics.measures import activation_modules, skip_rate, snapshot_groups, update_ratios
 from optimus_preflight.dynamics.watchdog import Watchdog, default_rules
-from optimus_preflight.optim import group_names
-from optimus_preflight.step import StepResult, StepRunner
+from optimus_preflight.training.distributed import unwrap
+from optimus_preflight.training.optim import group_names
+from optimus_preflight.training.step import StepResult, StepRunner
 
 log = logging.getLogger("optimus_preflight")
 

@@ -3,7 +3,7 @@
 - Parameter counts: ``param_count_from_empty_model``, ``estimate_params_from_shape``,
   ``estimate_base_model_params``, ``bytes_per_base_weight``.
 - ``estimate_step_memory``: two real training steps traced on fake tensors.
-- The preflight checks built on it live in ``optimus_preflight.preflight.memory_checks``.
+- The preflight checks built on it live in ``optimus_preflight.preflight.checks.memory_checks``.
 - ``check_model_gpu_memory``: a real synthetic step on the GPU, state restored.
 - ``OOMObserver``: snapshot, summary and hint on a CUDA OOM.
 """

@@ -18,6 +18,7 @@ from torch.optim import Optimizer
 from optimus_preflight.memory import cuda_rules
 from optimus_preflight.memory.result import MemoryEstimate
 from optimus_preflight.memory.tracker import REPORT_KEYS, StorageTracker
+from optimus_preflight.training.batches import tensors
 
 # Parameter-sized state tensors each torch optimizer keeps (scalars such as `step` aside).
 STATES_PER_PARAM: dict[str, Callable[[dict[str, Any]], int]] = {
@@ -51,13 +52,7 @@ def optimizer_states_per_param(optimizer: Optimizer) -> tuple[int, bool]:
 
 
 def _tensor_bytes(value: Any) -> int:
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, dict):
-        return sum(_tensor_bytes(item) for item in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(_tensor_bytes(item) for item in value)
-    return 0
+    return sum(tensor.numel() * tensor.element_size() for tensor in tensors(value))
 
 
 def analytic_estimate(

@@ -26,10 +26,10 @@ from optimus_preflight.memory.analytic import analytic_estimate
 from optimus_preflight.memory.cuda_autocast import CudaAutocastPolicy
 from optimus_preflight.memory.fake_copy import fake_copy_factory
 from optimus_preflight.memory.result import MemoryEstimate
-from optimus_preflight.memory.steps import autocast_dtype, run_training_steps
+from optimus_preflight.memory.steps import run_training_steps
 from optimus_preflight.memory.tracker import StorageTracker
-
-DEVICES = ("cpu", "cuda")
+from optimus_preflight.training.batches import map_batch
+from optimus_preflight.training.precision import autocast_dtype, device_type
 
 CUDA_NOTES = (
     "simulated on fake CPU tensors with the CUDA allocator's rounding: a CPU-only torch build "
@@ -81,7 +81,7 @@ def estimate_training_step(
 ) -> MemoryEstimate:
     """Like ``estimate_step_memory`` but the optimizer builder gets the model (a recipe's
     ``build_optimizer(model)``, which groups parameters by module)."""
-    device = _device_type(device)
+    device = device_type(device)
     autocast_dtype(precision)
     if accumulation_steps < 1:
         raise ValueError(f"accumulation_steps must be >= 1, got {accumulation_steps}")
@@ -242,33 +242,10 @@ def prefer_foreach(optimizer: Optimizer) -> None:
             group["foreach"] = True
 
 
-def _device_type(device: str | torch.device) -> str:
-    kind = torch.device(device).type if not isinstance(device, str) or ":" in device else device
-    if kind not in DEVICES:
-        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
-    return kind
-
-
 def _fresh_like(value: Any) -> Any:
     """A new (fake) batch with the example's shapes and dtypes."""
-    if isinstance(value, torch.Tensor):
-        return torch.empty(value.shape, dtype=value.dtype)
-    if isinstance(value, dict):
-        return type(value)((key, _fresh_like(item)) for key, item in value.items())
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(_fresh_like(item) for item in value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(_fresh_like(item) for item in value)
-    return value
+    return map_batch(lambda leaf: torch.empty(leaf.shape, dtype=leaf.dtype) if isinstance(leaf, torch.Tensor) else leaf, value)
 
 
 def _clone(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, dict):
-        return type(value)((key, _clone(item)) for key, item in value.items())
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(_clone(item) for item in value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(_clone(item) for item in value)
-    return value
+    return map_batch(lambda leaf: leaf.clone() if isinstance(leaf, torch.Tensor) else leaf, value)

@@ -1,28 +1,26 @@
-"""Fake CPU copies of live models: what the estimator traces when it is given real weights."""
+"""Fake CPU copies of live models (what the estimator traces when it is given real
+weights), and builders of the same optimizer over such a copy."""
 
 from __future__ import annotations
 
 import copy
+import inspect
 import itertools
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
+from torch.optim import Optimizer
 
-
-def unwrap_model(model: nn.Module) -> nn.Module:
-    """The module inside DDP/DataParallel wrappers."""
-    while hasattr(model, "module") and isinstance(model.module, nn.Module):
-        model = model.module
-    return model
+from optimus_preflight.training.distributed import unwrap
 
 
 def fake_copy_factory(model: nn.Module) -> Callable[[], nn.Module]:
     """A factory that, called under ``FakeTensorMode``, returns a copy of ``model`` whose
     parameters and buffers are fake CPU tensors of the same shapes, strides and dtypes
     (no data is copied, so this works for a model that sits on a GPU)."""
-    source = unwrap_model(model)
+    source = unwrap(model)
 
     def build() -> nn.Module:
         memo: dict[int, Any] = {}
@@ -34,5 +32,28 @@ def fake_copy_factory(model: nn.Module) -> Callable[[], nn.Module]:
                 fake = nn.Parameter(fake, requires_grad=tensor.requires_grad)
             memo[id(tensor)] = fake
         return copy.deepcopy(source, memo)
+
+    return build
+
+
+def optimizer_factory_like(optimizer: Optimizer, model: nn.Module) -> Callable[[nn.Module], Optimizer]:
+    """A builder of the same optimizer (class, hyperparameters, parameter groups) over a
+    copy of ``model``: groups are matched by parameter name."""
+    source = unwrap(model)
+    names = {id(p): name for name, p in source.named_parameters()}
+    accepted = inspect.signature(type(optimizer).__init__).parameters
+    kwargs = {key: value for key, value in optimizer.defaults.items() if key in accepted}
+    groups = [
+        ({key: value for key, value in group.items() if key != "params"}, [names.get(id(p)) for p in group["params"]])
+        for group in optimizer.param_groups
+    ]
+
+    def build(copy_of_model: nn.Module) -> Optimizer:
+        params = dict(copy_of_model.named_parameters())
+        param_groups = [
+            {**options, "params": [params[name] for name in group_names if name in params]}
+            for options, group_names in groups
+        ]
+        return type(optimizer)(param_groups, **kwargs)
 
     return build

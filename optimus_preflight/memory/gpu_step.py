@@ -27,13 +27,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim import Optimizer
 
-from optimus_preflight.data import move_to_device
+from optimus_preflight.checkpoint.training_snapshot import TrainingStateSnapshot
 from optimus_preflight.memory.estimate import estimate_training_step
-from optimus_preflight.memory.fake_copy import fake_copy_factory, unwrap_model
+from optimus_preflight.memory.fake_copy import fake_copy_factory, optimizer_factory_like
 from optimus_preflight.memory.result import MemoryEstimate, gib
-from optimus_preflight.memory.step_inputs import optimizer_factory_like
 from optimus_preflight.memory.steps import run_training_steps
-from optimus_preflight.snapshot import TrainingStateSnapshot
+from optimus_preflight.training.batches import move_to_device
+from optimus_preflight.training.distributed import unwrap
 
 log = logging.getLogger("optimus_preflight")
 
@@ -85,7 +85,7 @@ def _precision(conf: Any, device: torch.device) -> str:
     requested = str(_config_value(conf, "trainer.precision", "fp32"))
     if requested != "auto":
         return requested
-    from optimus_preflight.precision import resolve_precision
+    from optimus_preflight.training.precision import resolve_precision
 
     return resolve_precision("auto", device)
 
@@ -118,7 +118,7 @@ def gpu_step_report(
 ) -> GpuStepReport:
     """Predict (fake tensors) and, on CUDA, measure two training steps of ``batch``."""
     loss_fn = loss_fn or default_loss
-    module = unwrap_model(model)
+    module = unwrap(model)
     device = next(module.parameters()).device
     precision = _precision(conf, device)
     accumulation = int(_config_value(conf, "trainer.accumulation_steps", 1))
@@ -173,7 +173,7 @@ def run_synthetic_steps(
     Calls the module inside a DDP wrapper under ``no_sync``: no collective is issued.
     Returns the meter's peak (``CudaPeakMeter`` on the model's device by default).
     """
-    module = unwrap_model(model)
+    module = unwrap(model)
     device = next(module.parameters()).device
     meter = meter or CudaPeakMeter(device)
     on_device = move_to_device(batch, device)

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from optimus_preflight.data import batch_size_of
+from optimus_preflight.training.batches import batch_size_of, map_batch
 
 
 def resize_batch(batch: Any, new_size: int, old_size: int | None = None) -> Any:
@@ -21,20 +21,14 @@ def resize_batch(batch: Any, new_size: int, old_size: int | None = None) -> Any:
     old = batch_size_of(batch) if old_size is None else old_size
 
     def resize(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            shape = list(value.shape)
-            if shape and shape[0] == old:
-                shape[0] = new_size
-            return torch.empty(shape, dtype=value.dtype, device="meta")
-        if isinstance(value, dict):
-            return type(value)((key, resize(item)) for key, item in value.items())
-        if isinstance(value, tuple) and hasattr(value, "_fields"):
-            return type(value)(*(resize(item) for item in value))
-        if isinstance(value, (list, tuple)):
-            return type(value)(resize(item) for item in value)
-        return value
+        if not isinstance(value, torch.Tensor):
+            return value
+        shape = list(value.shape)
+        if shape and shape[0] == old:
+            shape[0] = new_size
+        return torch.empty(shape, dtype=value.dtype, device="meta")
 
-    return resize(batch)
+    return map_batch(resize, batch)
 
 
 @dataclass

@@ -16,13 +16,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from optimus_preflight.memory.tracker import StorageTracker
-from optimus_preflight.precision import AUTOCAST_DTYPES
-
-
-def autocast_dtype(precision: str) -> torch.dtype | None:
-    if precision not in AUTOCAST_DTYPES:
-        raise ValueError(f"precision must be one of {', '.join(AUTOCAST_DTYPES)}, got {precision!r}")
-    return AUTOCAST_DTYPES[precision]
+from optimus_preflight.training.precision import autocast_dtype
 
 
 def scalar_loss(output: Any) -> torch.Tensor:

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from optimus_preflight.plotting.data import Run, label, numeric, swept_parameters  # noqa: E402
+from optimus_preflight.plotting.runs import Run, label, numeric, swept_parameters  # noqa: E402
 
 DPI = 100
 HEALTHY_RATIO = 1e-3

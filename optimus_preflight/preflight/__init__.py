@@ -5,19 +5,35 @@ Public API: the seed functions, the framework, the default checks and the report
 
 from optimus_preflight.memory import check_model_gpu_memory
 from optimus_preflight.preflight.api import check_dataloader_startup, estimate_dataloader_memory_gib
-from optimus_preflight.preflight.batch_checks import CollateCheck, FinalBatchCheck, SamplingCheck
-from optimus_preflight.preflight.config_checks import LrScheduleCheck
-from optimus_preflight.preflight.console import format_report, log_report
-from optimus_preflight.preflight.context import PreflightContext
-from optimus_preflight.preflight.data_checks import DuplicateSamplesCheck, FirstBatchCheck, LoaderMemoryCheck
-from optimus_preflight.preflight.defaults import DEFAULT_CHECKS, default_checks
-from optimus_preflight.preflight.env_checks import (
+from optimus_preflight.preflight.checks.batch_checks import CollateCheck, FinalBatchCheck, SamplingCheck
+from optimus_preflight.preflight.checks.config_checks import LrScheduleCheck
+from optimus_preflight.preflight.checks.data_checks import DuplicateSamplesCheck, FirstBatchCheck, LoaderMemoryCheck
+from optimus_preflight.preflight.checks.env_checks import (
     DeviceCheck,
     DiskSpaceCheck,
     HostRamCheck,
     RunDirCheck,
     SharedMemoryCheck,
 )
+from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
+from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
+from optimus_preflight.preflight.checks.model_checks import (
+    ModesCheck,
+    OptimizerEpsCheck,
+    OptimizerParamsCheck,
+    WeightDecayCheck,
+)
+from optimus_preflight.preflight.checks.step_checks import (
+    FirstStepCheck,
+    GradientsCheck,
+    InitialLossCheck,
+    LossFunctionCheck,
+    TargetsCheck,
+)
+from optimus_preflight.preflight.checks.step_runs import AccumulationCheck, CheckpointRoundTripCheck, OverfitCheck
+from optimus_preflight.preflight.checks.throughput import ThroughputCheck
+from optimus_preflight.preflight.console import format_report, log_report
+from optimus_preflight.preflight.defaults import DEFAULT_CHECKS, default_checks
 from optimus_preflight.preflight.framework import (
     Check,
     CheckResult,
@@ -28,26 +44,10 @@ from optimus_preflight.preflight.framework import (
     Stage,
     run_checks,
 )
-from optimus_preflight.preflight.lr_finder_check import LRFinderCheck
-from optimus_preflight.preflight.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
-from optimus_preflight.preflight.model_checks import (
-    ModesCheck,
-    OptimizerEpsCheck,
-    OptimizerParamsCheck,
-    WeightDecayCheck,
-)
+from optimus_preflight.preflight.preflight_context import PreflightContext
+from optimus_preflight.preflight.preserve import TrainingStateSnapshot, preserved_training_state
 from optimus_preflight.preflight.report import PreflightReport
 from optimus_preflight.preflight.runner import run_preflight
-from optimus_preflight.preflight.snapshot import TrainingStateSnapshot, preserved_training_state
-from optimus_preflight.preflight.step_checks import (
-    FirstStepCheck,
-    GradientsCheck,
-    InitialLossCheck,
-    LossFunctionCheck,
-    TargetsCheck,
-)
-from optimus_preflight.preflight.step_runs import AccumulationCheck, CheckpointRoundTripCheck, OverfitCheck
-from optimus_preflight.preflight.throughput import ThroughputCheck
 
 __all__ = [
     # seed API (names and roles of the CREDIT reference)

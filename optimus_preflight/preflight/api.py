@@ -11,9 +11,9 @@ from typing import Any
 import psutil
 from omegaconf import DictConfig, OmegaConf
 
-from optimus_preflight.preflight.batches import batch_nbytes
-from optimus_preflight.preflight.data_checks import RAM_ERROR_FRACTION, RAM_WARN_FRACTION
+from optimus_preflight.preflight.checks.data_checks import RAM_ERROR_FRACTION, RAM_WARN_FRACTION
 from optimus_preflight.preflight.guard import fetch_first_batch
+from optimus_preflight.preflight.samples import batch_nbytes
 from optimus_preflight.preflight.sizes import dataloader_host_bytes
 
 log = logging.getLogger("optimus_preflight")
@@ -27,7 +27,7 @@ def _config(conf: Any) -> DictConfig:
 
 def _sample_bytes_from_dataset(data: DictConfig) -> int | None:
     """Bytes of one real sample of ``data.train`` (instantiated from its ``_target_``)."""
-    from optimus_preflight.instantiate import instantiate_node
+    from optimus_preflight.config.instantiate import instantiate_node
 
     if data.get("train") is None:
         return None

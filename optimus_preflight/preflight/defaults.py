@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from optimus_preflight.preflight import (
+from optimus_preflight.preflight.checks import (
     batch_checks,
     config_checks,
     data_checks,
@@ -15,9 +15,9 @@ from optimus_preflight.preflight import (
     step_runs,
     throughput,
 )
-from optimus_preflight.preflight.framework import Check
-from optimus_preflight.preflight.lr_finder_check import LRFinderCheck
-from optimus_preflight.preflight.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
+from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
+from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
+from optimus_preflight.preflight.framework import Check, validate_checks
 
 DEFAULT_CHECKS: list[type[Check]] = [
     env_checks.DeviceCheck,
@@ -49,8 +49,10 @@ DEFAULT_CHECKS: list[type[Check]] = [
     LRFinderCheck,
     throughput.ThroughputCheck,
 ]
+validate_checks(DEFAULT_CHECKS)
 
 
 def default_checks(cfg: Any) -> list[Check]:
     """Fresh instances of the default checks that apply to ``cfg``."""
+    validate_checks(DEFAULT_CHECKS)  # a recipe or plugin may have appended to it
     return [check_class() for check_class in DEFAULT_CHECKS if check_class.applies(cfg)]

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.preflight_context import PreflightContext
 
 
 class Severity(str, Enum):
@@ -91,8 +94,19 @@ class StopCheck(Exception):
     result (e.g. after reporting data code that hung, nothing more can be read)."""
 
 
+class CheckDefinitionError(TypeError):
+    """A developer's mistake in a check class or a check list, raised when the class is
+    defined or the list is registered, never as a crashed or silently skipped check."""
+
+
+# Every concrete check class by name, so a ``requires`` can be told from a typo.
+_KNOWN_CHECKS: dict[str, type[Check]] = {}
+
+
 class Check:
     """Base class. Subclasses set ``name``, ``stage``, ``requires`` and implement ``run``.
+
+    A base class meant only to be subclassed says so: ``class MyBase(Check, abstract=True)``.
 
     ``applies(cfg)`` lets a check stay out of a run it has nothing to say about (the
     overfit smoke when ``preflight.overfit_steps=0``), rather than print a line.
@@ -104,12 +118,80 @@ class Check:
     stage: ClassVar[Stage]
     requires: ClassVar[tuple[str, ...]] = ()
 
+    def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not abstract:
+            _define(cls)
+
     @classmethod
     def applies(cls, cfg: Any) -> bool:
         return True
 
-    def run(self, ctx: Any, findings: Findings) -> None:
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
         raise NotImplementedError
+
+
+def _define(cls: type[Check]) -> None:
+    where = f"{cls.__module__}.{cls.__qualname__}"
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name.strip():
+        raise CheckDefinitionError(
+            f"{where} has no name: set a class attribute such as name = \"data.my_check\" "
+            "(or declare a base class with `class {cls.__name__}(Check, abstract=True)`).")
+    stage = getattr(cls, "stage", None)
+    try:
+        cls.stage = Stage(stage)
+    except ValueError:
+        raise CheckDefinitionError(
+            f"{where} ({name}) has stage={stage!r}: set stage to one of "
+            f"{', '.join('Stage.' + member.name for member in Stage)}.") from None
+    if isinstance(cls.requires, str) or not all(isinstance(other, str) for other in cls.requires):
+        example = f" such as ({cls.requires!r},)" if isinstance(cls.requires, str) else ""
+        raise CheckDefinitionError(
+            f"{where} ({name}) has requires={cls.requires!r}: give a tuple of check names{example}.")
+    cls.requires = tuple(cls.requires)
+    if not callable(getattr(cls, "run", None)) or cls.run is Check.run:
+        raise CheckDefinitionError(f"{where} ({name}) does not implement run(self, ctx, findings).")
+    previous = _KNOWN_CHECKS.get(name)
+    # A subclass that keeps its parent's name replaces it (a tuned default check); the
+    # same class defined again (a reloaded module, a re-run notebook cell) replaces itself.
+    if previous is not None and not issubclass(cls, previous) and (
+            f"{previous.__module__}.{previous.__qualname__}" != where):
+        raise CheckDefinitionError(
+            f"two checks are named {name!r}: {previous.__module__}.{previous.__qualname__} and {where}; "
+            "give one of them another name.")
+    _KNOWN_CHECKS[name] = cls
+
+
+def validate_checks(checks: Iterable[Check | type[Check]]) -> None:
+    """Refuse a check list the runner could only run wrongly: two checks with one name
+    (one result would hide the other), or a ``requires`` naming an unknown check, a
+    check of a later stage, or a check placed after it in the same stage (each would
+    skip the dependent on every run)."""
+    classes = [check if isinstance(check, type) else type(check) for check in checks]
+    ordered = sorted(classes, key=lambda cls: STAGE_ORDER.index(cls.stage))
+    position: dict[str, int] = {}
+    for index, cls in enumerate(ordered):
+        if cls.name in position:
+            raise CheckDefinitionError(f"the check list holds {cls.name!r} twice: drop one.")
+        position[cls.name] = index
+    for cls in ordered:
+        for needed in cls.requires:
+            required = _KNOWN_CHECKS.get(needed)
+            if required is None:
+                close = [known for known in _KNOWN_CHECKS if known.split(".")[-1] == needed.split(".")[-1]]
+                raise CheckDefinitionError(
+                    f"{cls.name} requires {needed!r}, which is no known check"
+                    + (f" (did you mean {close[0]!r}?)" if close else "") + ".")
+            if STAGE_ORDER.index(required.stage) > STAGE_ORDER.index(cls.stage):
+                raise CheckDefinitionError(
+                    f"{cls.name} (stage {cls.stage.value}) requires {needed} of the later stage "
+                    f"{required.stage.value}, which runs after it: move {cls.name} to stage "
+                    f"{required.stage.value} or later, or drop the requirement.")
+            if needed in position and position[needed] > position[cls.name]:
+                raise CheckDefinitionError(
+                    f"{cls.name} requires {needed}, which comes after it in stage {cls.stage.value}: "
+                    "list it first.")
 
 
 @dataclass
@@ -159,7 +241,7 @@ def builder_of(key: str) -> str | None:
     return BUILDER_OF_GROUP.get(key.split(".", 1)[0])
 
 
-def fit_fixes_to_recipe(issues: list[Issue], key_applies: Any) -> list[Issue]:
+def fit_fixes_to_recipe(issues: list[Issue], key_applies: Callable[[str], bool] | None) -> list[Issue]:
     """A fix must work where it fires: when the recipe's own builder ignores an issue's
     config key, the issue names the code change instead (its ``code_fix``, or a pointer
     to the builder), and no longer claims the key."""
@@ -177,7 +259,7 @@ def fit_fixes_to_recipe(issues: list[Issue], key_applies: Any) -> list[Issue]:
     return issues
 
 
-def run_check(check: Check, ctx: Any, results: dict[str, CheckResult], disabled: frozenset[str]) -> CheckResult:
+def run_check(check: Check, ctx: PreflightContext, results: dict[str, CheckResult], disabled: frozenset[str]) -> CheckResult:
     if check.name in disabled:
         return CheckResult(check.name, check.stage, CheckStatus.SKIPPED, 0.0, detail="disabled by preflight.disable")
     blocked = [name for name in check.requires if name in results and not results[name].ok]
@@ -211,8 +293,10 @@ def run_check(check: Check, ctx: Any, results: dict[str, CheckResult], disabled:
     return CheckResult(check.name, check.stage, _status_of(issues), time.perf_counter() - started, issues, findings.data)
 
 
-def run_checks(checks: Iterable[Check], ctx: Any, disabled: Iterable[str] = ()) -> list[CheckResult]:
+def run_checks(checks: Iterable[Check], ctx: PreflightContext, disabled: Iterable[str] = ()) -> list[CheckResult]:
     """Run checks stage by stage (stable within a stage)."""
+    checks = list(checks)
+    validate_checks(checks)
     ordered = sorted(checks, key=lambda check: STAGE_ORDER.index(check.stage))
     disabled_set = frozenset(disabled)
     results: dict[str, CheckResult] = {}

@@ -12,12 +12,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from omegaconf import OmegaConf
 
 from optimus_preflight.preflight.fetch import DataHang, FetchResult, GuardedBatches, Hang, bounded_call, fetch_batches
 from optimus_preflight.preflight.framework import Findings, SkipCheck, StopCheck
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.preflight_context import PreflightContext
 
 T = TypeVar("T")
 HANG_KEY = "data_hang"
@@ -30,7 +33,7 @@ class HungEarlier:
     hang: Hang
 
 
-def preflight_timeout(ctx: Any) -> float:
+def preflight_timeout(ctx: PreflightContext) -> float:
     return float(OmegaConf.select(ctx.cfg, "preflight.first_batch_timeout_s", default=DEFAULT_TIMEOUT_S))
 
 
@@ -75,7 +78,7 @@ def describe_hang(hang: Hang, workers: int) -> HangReport:
 class DataGuard:
     """The user data code one check calls, each call within ``preflight.first_batch_timeout_s``."""
 
-    def __init__(self, ctx: Any, check: str, findings: Findings):
+    def __init__(self, ctx: PreflightContext, check: str, findings: Findings):
         self.ctx = ctx
         self.check = check
         self.findings = findings

@@ -5,19 +5,22 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from optimus_preflight.preflight.consensus import agree_on_verdict
 from optimus_preflight.preflight.console import log_report
 from optimus_preflight.preflight.framework import Check, run_checks
+from optimus_preflight.preflight.preserve import SNAPSHOT_KEY, snapshot_of
 from optimus_preflight.preflight.report import PreflightReport
-from optimus_preflight.preflight.snapshot import SNAPSHOT_KEY, snapshot_of
-from optimus_preflight.summary import write_json_atomic
+from optimus_preflight.reporting.summary import write_json_atomic
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.preflight_context import PreflightContext
 
 REPORT_FILE = "preflight.json"
 
 
-def run_preflight(checks: Iterable[Check], ctx: Any) -> PreflightReport:
+def run_preflight(checks: Iterable[Check], ctx: PreflightContext) -> PreflightReport:
     """Run ``checks`` under ``preflight.disable`` and ``preflight.fail_on``; every rank
     returns the same verdict; rank 0 logs the report and writes ``preflight.json``."""
     policy = ctx.cfg.preflight

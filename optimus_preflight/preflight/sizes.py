@@ -8,27 +8,22 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from optimus_preflight.training.batches import tensors
+
 
 def tensor_bytes(value: Any) -> int:
     """Bytes of every tensor in a nested structure (each storage counted once)."""
     seen: set[tuple[int, int]] = set()
     total = 0
-
-    def visit(item: Any) -> None:
-        nonlocal total
-        if isinstance(item, torch.Tensor):
-            key = (item.untyped_storage().data_ptr(), item.untyped_storage().nbytes()) if item.device.type != "meta" else (id(item), 0)
-            if key not in seen:
-                seen.add(key)
-                total += item.untyped_storage().nbytes() if item.device.type != "meta" else item.numel() * item.element_size()
-        elif isinstance(item, dict):
-            for child in item.values():
-                visit(child)
-        elif isinstance(item, (list, tuple)):
-            for child in item:
-                visit(child)
-
-    visit(value)
+    for item in tensors(value):
+        if item.device.type == "meta":
+            key, size = (id(item), 0), item.numel() * item.element_size()
+        else:
+            storage = item.untyped_storage()
+            key, size = (storage.data_ptr(), storage.nbytes()), storage.nbytes()
+        if key not in seen:
+            seen.add(key)
+            total += size
     return total
 
 

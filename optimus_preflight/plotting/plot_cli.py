@@ -1,0 +1,62 @@
+"""``optimus-plot RUN_DIR_OR_SWEEP_DIR``: PNG plots written next to the data.
+
+A run gets ``<run>/plots/*.png``; a sweep gets ``<sweep>/plots/*.png`` with every job
+on shared axes, plus final loss against each swept parameter. Exit 2 (one line on
+stderr) when matplotlib is missing or the path holds no metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+MISSING_MATPLOTLIB = (
+    "optimus-plot: error: matplotlib is not installed. Install it with `pip install matplotlib` "
+    "(or the extra: pip install 'optimus-preflight[plot]')."
+)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="optimus-plot", description=__doc__.splitlines()[0])
+    parser.add_argument("path", type=Path, help="a run dir (with metrics.jsonl) or a sweep dir (runs below it)")
+    parser.add_argument("--out", type=Path, default=None, help="where to write the PNGs (default: PATH/plots)")
+    return parser.parse_args(argv)
+
+
+def fail(message: str) -> int:
+    print(f"optimus-plot: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        from optimus_preflight.plotting.figures import plot_run, plot_sweep
+    except ImportError:
+        print(MISSING_MATPLOTLIB, file=sys.stderr)
+        return 2
+    from optimus_preflight.plotting.runs import find_runs
+
+    path: Path = args.path
+    if not path.is_dir():
+        return fail(f"{path} is not a directory. Pass a run dir (outputs/<date>/<time>) or a sweep dir (multirun/<date>/<time>).")
+    kind, runs = find_runs(path)
+    runs = [run for run in runs if run.records]
+    if not runs:
+        return fail(f"no metrics.jsonl with records in or below {path}. Pass the run dir a training run wrote (it holds metrics.jsonl).")
+    out_dir = args.out or path / "plots"
+    written = plot_run(runs[0], out_dir) if kind == "run" else plot_sweep(runs, out_dir)
+    what = "run" if kind == "run" else f"sweep of {len(runs)} runs"
+    print(f"optimus-plot: {len(written)} plots of the {what} in {path}:")
+    for file in written:
+        print(f"  {file}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    sys.exit(run(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""Config-stage checks: settings that are valid one by one but wrong together."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from torch.optim.lr_scheduler import LambdaLR
+
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.preflight_context import PreflightContext
+
+SIMULATE_AT_MOST = 5000  # scheduler.step() calls; LambdaLR is evaluated directly instead
+NEAR_ZERO = 0.01  # of the peak LR
+
+
+def schedule_length(scheduler: Any) -> int | None:
+    """The number of steps a scheduler is built to span, where it says."""
+    for owner in [scheduler, *getattr(scheduler, "lr_lambdas", [])]:
+        for attribute in ("total_steps", "T_max"):
+            value = getattr(owner, attribute, None)
+            if isinstance(value, int) and value > 0:
+                return value
+    return None
+
+
+def lr_trajectory(scheduler: Any, optimizer: Any, steps: int) -> list[tuple[int, float]]:
+    """(optimizer step, LR of the first group used at that step) over ``steps`` steps.
+
+    LambdaLR is evaluated from its lambdas (exact, any length); other schedulers are
+    stepped up to ``SIMULATE_AT_MOST`` times and then put back exactly as they were.
+    Raises whatever the scheduler raises (OneCycleLR stepped past its total_steps).
+    """
+    stride = max(1, steps // 500)
+    sample = sorted(set(range(0, steps, stride)) | {steps - 1})
+    if isinstance(scheduler, LambdaLR):
+        base, lam = scheduler.base_lrs[0], scheduler.lr_lambdas[0]
+        return [(step, base * lam(step)) for step in sample]
+    saved_scheduler = copy.deepcopy(scheduler.state_dict())
+    saved_groups = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    points: list[tuple[int, float]] = []
+    wanted = set(sample)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "lr_scheduler.step() before optimizer.step()"
+            for step in range(min(steps, SIMULATE_AT_MOST)):
+                if step in wanted:
+                    points.append((step, optimizer.param_groups[0]["lr"]))
+                scheduler.step()
+    finally:
+        scheduler.load_state_dict(saved_scheduler)
+        for group, saved in zip(optimizer.param_groups, saved_groups, strict=True):
+            group.update(saved)
+    return points
+
+
+def schedule_findings(points: list[tuple[int, float]], max_steps: int, length: int | None) -> list[tuple[str, str]]:
+    """(severity, message) pairs for a schedule that does not fit ``max_steps`` (O8)."""
+    found = []
+    peak = max((lr for _, lr in points), default=0.0)
+    if peak <= 0:
+        return [("error", "the learning rate is 0 at every step: the model will not change")]
+    # Only after the peak: a warmup may start near 0 on purpose.
+    peak_step = next(step for step, lr in points if lr == peak)
+    dead = next((step for step, lr in points if step > peak_step and lr < NEAR_ZERO * peak), None)
+    if dead is not None and dead < 0.9 * max_steps:
+        found.append(("warning", f"the learning rate falls below 1% of its peak at step {dead} of "
+                                 f"trainer.max_steps={max_steps}: the remaining {100 * (1 - dead / max_steps):.0f}% "
+                                 "of the run barely trains"))
+    if length is not None and length < 0.9 * max_steps and dead is None:
+        found.append(("warning", f"the LR schedule spans {length} steps but trainer.max_steps={max_steps}: it ends "
+                                 "(or restarts) early"))
+    if length is not None and length > 1.25 * max_steps:
+        found.append(("warning", f"the LR schedule spans {length} steps but training stops at trainer.max_steps="
+                                 f"{max_steps}, {100 * max_steps / length:.0f}% of the way through: the decay never "
+                                 "happens. A schedule counted in micro-batches is trainer.accumulation_steps times "
+                                 "too long"))
+    return found
+
+
+class LrScheduleCheck(Check):
+    """O8: the schedule's length in optimizer steps vs the planned optimizer steps."""
+
+    name = "config.lr_schedule"
+    stage = Stage.CONFIG
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        scheduler = ctx.scheduler
+        max_steps = ctx.cfg.trainer.max_steps
+        if scheduler is None:
+            findings.data["summary"] = "no scheduler: constant LR"
+            return
+        length = schedule_length(scheduler)
+        fix = ("Size the schedule in optimizer steps: leave scheduler.total_steps=null to follow trainer.max_steps, "
+               "or set it to trainer.max_steps (not the number of batches).")
+        try:
+            points = lr_trajectory(scheduler, ctx.optimizer, max_steps)
+        except Exception as error:  # e.g. OneCycleLR: "Tried to step X times..."
+            findings.error("O8", f"the LR scheduler fails before trainer.max_steps={max_steps}: {error}", fix,
+                           "scheduler")
+            return
+        findings.data.update(
+            scheduler=type(scheduler).__name__,
+            length=length,
+            max_steps=max_steps,
+            lr_first=points[0][1] if points else None,
+            lr_peak=max(lr for _, lr in points) if points else None,
+            lr_last=points[-1][1] if points else None,
+            simulated_steps=points[-1][0] + 1 if points else 0,
+        )
+        findings.data["summary"] = (
+            f"{type(scheduler).__name__}: LR {points[0][1]:.2e} -> peak {findings.data['lr_peak']:.2e} -> "
+            f"{points[-1][1]:.2e} at step {points[-1][0] + 1}"
+        )
+        for severity, message in schedule_findings(points, max_steps, length):
+            findings.add(severity, "O8", message, fix, "scheduler.total_steps")

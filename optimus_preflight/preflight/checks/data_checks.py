@@ -1,0 +1,197 @@
+"""Data checks: the first batch under a timeout, the loader's memory, duplicated samples."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import TYPE_CHECKING, Any
+
+import psutil
+from torch.utils.data import IterableDataset
+
+from optimus_preflight.preflight.checks.batch_checks import describe_groups, is_map_style, shape_groups
+from optimus_preflight.preflight.fetch import FetchResult, fetch_batches
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.guard import DataGuard
+from optimus_preflight.preflight.preserve import preserved_data_state
+from optimus_preflight.preflight.samples import batch_nbytes, describe_shapes, sample_hashes
+from optimus_preflight.preflight.sizes import dataloader_host_bytes
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.preflight_context import PreflightContext
+
+FIRST_BATCH = "data.first_batch"
+RAGGED_MARKERS = ("stack expects each tensor to be equal size", "each element in list of batch should be of equal size")
+MIB = 1024**2
+GIB = 1024**3
+# Share of available host RAM the DataLoader may hold (CREDIT's thresholds).
+RAM_WARN_FRACTION = 0.5
+RAM_ERROR_FRACTION = 0.8
+DUPLICATE_FRACTION = 0.5
+SHARD_FIX = ("Shard inside __iter__: info = torch.utils.data.get_worker_info(); keep items where "
+             "index % (info.num_workers * world_size) == rank * info.num_workers + info.id.")
+
+
+def ragged_shapes(loader: Any, guard: DataGuard) -> str:
+    """The shape signatures among the samples of the loader's first batch, read one by
+    one under the guard (the batch sampler and ``dataset[i]`` are user code)."""
+    dataset = loader.dataset
+    if not is_map_style(dataset) or loader.batch_sampler is None:
+        return "shapes unknown"
+    indices = guard.call(lambda: list(next(iter(loader.batch_sampler), [])), what="the batch sampler's first batch")
+    return describe_groups(shape_groups(dataset, indices, guard))
+
+
+class FirstBatchCheck(Check):
+    """Fetch the real first training batch under ``preflight.first_batch_timeout_s``."""
+
+    name = FIRST_BATCH
+    stage = Stage.DATA
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        loader = ctx.train_loader
+        guard = DataGuard(ctx, self.name, findings)
+        guard.skip_if_hung()  # a check of the recipe's own that ran earlier
+        workers = getattr(loader, "num_workers", 0)
+        # One batch per worker (up to 4) lets data.duplicates compare what workers yield.
+        compared = min(workers, 4) if workers > 1 and isinstance(loader.dataset, IterableDataset) else 1
+        # step.accumulation needs two samples to split; a micro-batch of one needs a second batch.
+        window = 2 if ctx.cfg.trainer.accumulation_steps > 1 and (getattr(loader, "batch_size", None) or 1) < 2 else 1
+        with preserved_data_state(ctx):
+            result = fetch_batches(loader, max(compared, window), guard.timeout_s)
+        findings.data.update(latency_s=result.latency_s, num_workers=workers, batches_fetched=len(result.batches))
+        if result.hang is not None:
+            guard.fail(result.hang)
+        if result.error is not None:
+            self._report_error(ctx, result, guard, findings)
+        elif not result.batches:
+            findings.error("DATA_EMPTY", "the training DataLoader yields no batches",
+                           "Check the dataset is not empty and data.batch_size <= its size when data.drop_last=true.",
+                           "data.train",
+                           code_fix="Check the dataset your build_dataloaders() returns is not empty, and that the "
+                                    "DataLoader's batch_size <= its size when drop_last=True.")
+        else:
+            batch = result.batches[0]
+            ctx.artifacts["first_batch"] = batch
+            ctx.artifacts["first_batches"] = result.batches[:compared]
+            ctx.artifacts["window_batches"] = result.batches
+            size = batch_nbytes(batch)
+            findings.data.update(batch_bytes=size, shapes=describe_shapes(batch))
+            findings.data["summary"] = f"first batch in {result.latency_s:.2f} s, {size / 1024:.1f} KiB"
+
+    @staticmethod
+    def _report_error(ctx: PreflightContext, result: FetchResult, guard: DataGuard, findings: Findings) -> None:
+        text = result.error_text or ""
+        findings.data["error"] = result.error_trace or text
+        if any(marker in text for marker in RAGGED_MARKERS):
+            with preserved_data_state(ctx):
+                shapes = ragged_shapes(ctx.train_loader, guard)
+            findings.data["sample_shapes"] = shapes
+            pad = ("Pass a collate_fn that pads (torch.nn.utils.rnn.pad_sequence plus a mask, and mask the loss) or "
+                   "keeps ragged fields as lists")
+            findings.error(
+                "DP4",
+                f"default collate cannot stack the first batch: its samples have different shapes ({shapes})",
+                f"{pad}; or batch samples of equal length together.",
+                "data.train",
+                code_fix=f"{pad} to the DataLoader your build_dataloaders() returns; or batch samples of equal length "
+                         "together.",
+            )
+            return
+        first = text.splitlines()[0] if text else "an error"
+        if getattr(ctx.train_loader, "num_workers", 0) == 0:  # the traceback is already this process's own
+            findings.error("DATA_ERROR", f"fetching the first batch raised {first}",
+                           "Fix the dataset or collate_fn where the traceback points (preflight.json: this check's "
+                           "data.error).")
+            return
+        findings.error(
+            "DATA_ERROR",
+            f"fetching the first batch raised {first}",
+            "Fix the dataset or collate_fn; data.num_workers=0 gives the full traceback in the main process.",
+            "data.num_workers",
+            code_fix="Fix the dataset or collate_fn; passing num_workers=0 to the DataLoader your build_dataloaders() "
+                     "returns gives the full traceback in the main process.",
+        )
+
+
+class LoaderMemoryCheck(Check):
+    """Host RAM and /dev/shm held by in-flight batches, from the measured first batch."""
+
+    name = "data.loader_memory"
+    stage = Stage.DATA
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        loader = ctx.train_loader
+        batch_bytes = batch_nbytes(ctx.artifacts["first_batch"])
+        workers = getattr(loader, "num_workers", 0)
+        usage = dataloader_host_bytes(batch_bytes, workers, getattr(loader, "prefetch_factor", None), loader.pin_memory)
+        available = psutil.virtual_memory().available
+        fraction = usage["total_bytes"] / max(available, 1)
+        findings.data.update(usage, available_bytes=available, fraction_of_available=round(fraction, 4))
+        findings.data["summary"] = (
+            f"{usage['batches_in_flight']} batch(es) in flight x {batch_bytes / MIB:.2f} MiB = "
+            f"{usage['total_bytes'] / MIB:.1f} MiB ({100 * fraction:.1f}% of available RAM)"
+        )
+        knobs = ("Lower data.num_workers, data.prefetch_factor or data.batch_size; "
+                 "data.pin_memory=false drops the pinned copies.")
+        code_knobs = ("Lower num_workers, prefetch_factor or batch_size of the DataLoader your build_dataloaders() "
+                      "returns; pin_memory=False drops the pinned copies.")
+        message = (f"the DataLoader will hold ~{usage['total_bytes'] / GIB:.2f} GiB ({workers} workers x "
+                   f"prefetch {usage['batches_in_flight'] // max(workers, 1)} x {batch_bytes / MIB:.1f} MiB batches"
+                   f"{', pinned copies included' if loader.pin_memory else ''}), {100 * fraction:.0f}% of the "
+                   f"{available / GIB:.1f} GiB of available RAM")
+        if fraction > RAM_ERROR_FRACTION:
+            findings.error("DATA_RAM", message, knobs, "data.num_workers", code_fix=code_knobs)
+        elif fraction > RAM_WARN_FRACTION:
+            findings.warning("DATA_RAM", message, knobs, "data.num_workers", code_fix=code_knobs)
+        shm = usage["shared_memory_bytes"]
+        if shm and os.path.isdir("/dev/shm"):
+            free = shutil.disk_usage("/dev/shm").free
+            findings.data["shm_free_bytes"] = free
+            shm_message = f"in-flight worker batches need ~{shm / MIB:.0f} MiB of /dev/shm, {free / MIB:.0f} MiB is free"
+            shm_fix = ("Enlarge /dev/shm (docker --shm-size=8g or --ipc=host), or use "
+                       "torch.multiprocessing.set_sharing_strategy('file_system'), or lower data.num_workers.")
+            shm_code_fix = shm_fix.replace("data.num_workers", "num_workers of the DataLoader your build_dataloaders() returns")
+            if shm > free:
+                findings.error("DP15", shm_message + ": workers will die with 'Bus error'", shm_fix, "data.num_workers",
+                               code_fix=shm_code_fix)
+            elif shm > 0.5 * free:
+                findings.warning("DP15", shm_message, shm_fix, "data.num_workers", code_fix=shm_code_fix)
+
+
+class DuplicateSamplesCheck(Check):
+    """DP2: an IterableDataset that is not sharded yields every sample once per worker."""
+
+    name = "data.duplicates"
+    stage = Stage.DATA
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        batches = ctx.artifacts["first_batches"]
+        hashes = [sample_hashes(batch) for batch in batches]
+        # Kept for the cross-rank comparison at the end of preflight.
+        ctx.artifacts["sample_hashes"] = hashes[0] if hashes else []
+        seen: set[str] = set()
+        repeated = later = 0
+        for index, digests in enumerate(hashes):
+            if index:
+                later += len(digests)
+                repeated += sum(digest in seen for digest in digests)
+            seen.update(digests)
+        within = len(hashes[0]) - len(set(hashes[0])) if hashes else 0
+        findings.data.update(batches_compared=len(hashes), repeated_across_batches=repeated, repeated_in_first=within)
+        findings.data["summary"] = f"{len(hashes)} batch(es) hashed, {repeated} repeated samples"
+        if later and repeated / later >= DUPLICATE_FRACTION:
+            workers = ctx.train_loader.num_workers
+            findings.error(
+                "DP2",
+                f"{repeated} of {later} samples in the first batches of workers 2..{len(hashes)} repeat worker 1's: "
+                f"the IterableDataset is not sharded, so each of the {workers} workers yields the whole stream "
+                f"(every sample is seen {workers} times per epoch)",
+                SHARD_FIX,
+                "data.train",
+                code_fix=SHARD_FIX,  # a change to the dataset's code either way
+            )
+
+

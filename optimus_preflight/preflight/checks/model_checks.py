@@ -1,0 +1,236 @@
+"""Model and optimizer wiring: what the optimizer updates, modes, weight decay, eps."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.training.distributed import unwrap
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.preflight_context import PreflightContext
+
+HALF = (torch.float16, torch.bfloat16)
+NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm)
+
+
+def _names(items: list[str], limit: int = 5) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+class OptimizerParamsCheck(Check):
+    """O2 trainable params not in the optimizer; O17 frozen params in it; a param in two groups."""
+
+    name = "model.optimizer_params"
+    stage = Stage.MODEL
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        names = {param: name for name, param in ctx.model.named_parameters()}
+        in_optimizer: dict[torch.Tensor, int] = {}
+        repeated: list[str] = []
+        foreign = 0
+        for group in ctx.optimizer.param_groups:
+            for param in group["params"]:
+                if param in in_optimizer:
+                    repeated.append(names.get(param, "<not a model parameter>"))
+                in_optimizer[param] = in_optimizer.get(param, 0) + 1
+                foreign += param not in names
+        missing = [name for param, name in names.items() if param.requires_grad and param not in in_optimizer]
+        frozen = [name for param, name in names.items() if not param.requires_grad and param in in_optimizer]
+        findings.data.update(model_params=len(names), optimizer_params=len(in_optimizer), missing=len(missing),
+                             frozen_in_optimizer=len(frozen), foreign=foreign)
+        findings.data["summary"] = f"{len(in_optimizer)} tensors in {len(ctx.optimizer.param_groups)} group(s)"
+        if missing:
+            findings.error(
+                "O2",
+                f"{len(missing)} trainable parameter(s) are not in the optimizer and will never change: {_names(missing)}",
+                "Build the optimizer after the model is complete (after adding heads, after .to(device)) from "
+                "[p for p in model.parameters() if p.requires_grad].",
+                "optimizer",
+            )
+        if foreign:
+            findings.error(
+                "O2",
+                f"the optimizer holds {foreign} tensor(s) that are not parameters of the model: it updates copies "
+                "(an optimizer built before the model was replaced or re-created)",
+                "Build the optimizer from the final model's parameters.",
+                "optimizer",
+            )
+        if frozen:
+            findings.warning(
+                "O17",
+                f"{len(frozen)} frozen parameter(s) (requires_grad=False) are in the optimizer: {_names(frozen)}. "
+                "Weight decay and momentum can still move them if they ever hold a gradient",
+                "Build the optimizer from [p for p in model.parameters() if p.requires_grad], or rebuild it after "
+                "freezing.",
+                "optimizer",
+            )
+        if repeated:
+            findings.error(
+                "OPT_DUPLICATE_PARAM",
+                f"{len(repeated)} parameter(s) appear in more than one param group and are updated twice per step: "
+                f"{_names(repeated)}",
+                "Give each parameter to exactly one param group.",
+                "optimizer",
+            )
+
+
+class ModesCheck(Check):
+    """O5 modules that stay in eval mode while training; O18 frozen BatchNorm in train mode.
+
+    Looks at the modes *after* ``model.train()``, which the training loop calls: a
+    frozen BatchNorm put in eval at build time is flipped back to train by it.
+    """
+
+    name = "model.modes"
+    stage = Stage.MODEL
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        model = ctx.model
+        saved = [(module, module.training) for module in model.modules()]
+        try:
+            model.train()
+            stuck = [
+                name or type(module).__name__
+                for name, module in model.named_modules()
+                if not module.training
+                and (
+                    (isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0)
+                    or (isinstance(module, _BatchNorm) and any(p.requires_grad for p in module.parameters(recurse=False)))
+                )
+            ]
+            drifting = [
+                name
+                for name, module in model.named_modules()
+                if isinstance(module, _BatchNorm)
+                and module.training
+                and module.track_running_stats
+                and module.affine
+                and not any(p.requires_grad for p in module.parameters(recurse=False))
+            ]
+            top_in_eval = not model.training
+        finally:
+            for module, training in saved:
+                module.training = training
+        findings.data.update(modules_stuck_in_eval=len(stuck), frozen_batchnorm_in_train=len(drifting))
+        findings.data["summary"] = f"after model.train(): {len(stuck)} module(s) stuck in eval, {len(drifting)} frozen BatchNorm(s) in train"
+        if top_in_eval or stuck:
+            what = "the model itself" if top_in_eval else f"{len(stuck)} module(s): {_names(stuck)}"
+            findings.warning(
+                "O5",
+                f"model.train() leaves {what} in eval mode: dropout stays off and BatchNorm uses running "
+                "statistics during training",
+                "Do not override train() to force eval mode on trainable layers; call model.train() before training.",
+            )
+        if drifting:
+            findings.warning(
+                "O18",
+                f"{len(drifting)} frozen BatchNorm layer(s) run in train mode: their running mean/var drift with "
+                f"every batch although the layer is frozen: {_names(drifting)}",
+                "Override the model's train() to call .eval() on frozen BatchNorm layers after super().train(mode), "
+                "or build them with track_running_stats=False.",
+            )
+
+
+def is_bias_or_norm(module_by_param: dict[nn.Parameter, nn.Module], name: str, param: nn.Parameter) -> bool:
+    return param.dim() < 2 or name.endswith("bias") or isinstance(module_by_param.get(param), NORM_TYPES)
+
+
+class WeightDecayCheck(Check):
+    """O6: Adam's coupled weight decay; decay applied to biases and normalisation weights."""
+
+    name = "model.weight_decay"
+    stage = Stage.MODEL
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        optimizer = ctx.optimizer
+        decays = sorted({float(group.get("weight_decay", 0.0)) for group in optimizer.param_groups})
+        findings.data["weight_decays"] = decays
+        if type(optimizer) is torch.optim.Adam and any(decays):
+            findings.warning(
+                "O6",
+                f"torch.optim.Adam with weight_decay={max(decays):g} adds the decay to the gradient, where Adam's "
+                "scaling cancels most of it: it is not the decoupled weight decay AdamW applies",
+                "Use torch.optim.AdamW (optimizer=adamw).",
+                "optimizer._target_",
+                code_fix="In your build_optimizer, construct torch.optim.AdamW instead of torch.optim.Adam "
+                         "(same arguments; its weight decay is decoupled).",
+            )
+        model = unwrap(ctx.model)
+        owner = {param: module for module in model.modules() for param in module.parameters(recurse=False)}
+        names = {param: name for name, param in ctx.model.named_parameters()}
+        decayed = [
+            names[param]
+            for group in optimizer.param_groups
+            if group.get("weight_decay", 0.0) > 0
+            for param in group["params"]
+            if param in names and is_bias_or_norm(owner, names[param], param)
+        ]
+        findings.data["decayed_bias_or_norm"] = len(decayed)
+        findings.data["summary"] = (f"{type(optimizer).__name__}, weight decay {', '.join(f'{d:g}' for d in decays)}; "
+                                    f"{len(decayed)} bias/norm tensor(s) decayed")
+        if decayed:
+            findings.warning(
+                "O6",
+                f"weight decay applies to {len(decayed)} bias/normalisation parameter(s) ({_names(decayed)}): "
+                "decaying them pulls norm gains towards 0 and hurts training",
+                "Set optimizer.decay_bias_and_norm=false (the default), which puts 1-D parameters in a group with "
+                "weight_decay=0.",
+                "optimizer.decay_bias_and_norm",
+                code_fix="In your build_optimizer, give biases and norm weights their own group with weight_decay=0: "
+                         "pass optimus_preflight.training.optim.weight_decay_groups(model, weight_decay, "
+                         "decay_bias_and_norm=False) as the optimizer's params.",
+            )
+
+
+def half_state_blowup(optimizer: torch.optim.Optimizer, group: dict[str, Any], dtype: torch.dtype, device: torch.device) -> bool:
+    """Step the optimizer's class with this group's settings on a small tensor of the
+    state's dtype, with zero, tiny and normal gradients: True if it produces inf/NaN."""
+    probe = torch.ones(4, dtype=dtype, device=device, requires_grad=True)
+    settings = {key: value for key, value in group.items() if key != "params"}
+    try:
+        trial = type(optimizer)([{"params": [probe], **settings}])
+    except Exception:
+        return False
+    for _ in range(2):
+        probe.grad = torch.tensor([0.0, 1e-6, 1e-3, 1.0], dtype=dtype, device=device)
+        trial.step()
+    return not bool(torch.isfinite(probe.detach()).all())
+
+
+class OptimizerEpsCheck(Check):
+    """O10: eps too small for a half-precision optimizer state (verified by a trial step)."""
+
+    name = "model.optimizer_eps"
+    stage = Stage.MODEL
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        optimizer = ctx.optimizer
+        seen: set[str] = set()
+        for group in optimizer.param_groups:
+            # Adam-like optimizers keep their moments in the parameter's dtype.
+            kinds: dict[torch.dtype, torch.device] = {}
+            for param in group["params"]:
+                state = optimizer.state.get(param) or {}
+                dtypes = {v.dtype for v in state.values() if isinstance(v, torch.Tensor) and v.numel() > 1}
+                for dtype in dtypes or {param.dtype}:
+                    kinds.setdefault(dtype, param.device)
+            seen.update(str(dtype).replace("torch.", "") for dtype in kinds)
+            for dtype, device in kinds.items():
+                if dtype in HALF and half_state_blowup(optimizer, group, dtype, device):
+                    findings.error(
+                        "O10",
+                        f"{type(optimizer).__name__} with eps={group.get('eps')} on "
+                        f"{str(dtype).replace('torch.', '')} optimizer state turns zero or tiny gradients into "
+                        "inf/NaN updates (a trial step did): eps rounds to 0 in this precision",
+                        "Keep parameters (and so the optimizer state) in fp32 and use trainer.precision for mixed "
+                        "precision, or raise optimizer.eps (1e-7 for fp16, 1e-6 for bf16).",
+                        "optimizer.eps",
+                    )
+        findings.data["state_dtypes"] = sorted(seen)
+        findings.data["summary"] = f"optimizer state in {', '.join(sorted(seen))}"

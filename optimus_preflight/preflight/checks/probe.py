@@ -1,0 +1,154 @@
+"""One real optimizer step on the first batch, observed, then undone.
+
+The step is the project's ``StepRunner`` on the real model, optimizer, scheduler,
+GradScaler and precision plan, so autocast, accumulation weighting, clipping and
+the scaler are exactly what training runs. Around it:
+- a ``LossSpy`` inside ``compute_loss`` records what reaches the criterion;
+- a wrapper records what ``compute_loss`` returned (scalar? finite? attached?);
+- post-accumulate-grad hooks record which trainable parameters got a gradient;
+- a forward pre-hook records the train/eval mode the forward really ran in.
+Everything is restored afterwards (``preserved_training_state``).
+Several checks read the result, so it is computed once per context.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from optimus_preflight.preflight.checks.loss_spy import CriterionCall, LossSpy
+from optimus_preflight.preflight.preserve import preserved_training_state
+from optimus_preflight.training.step import runner_from_config
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.preflight_context import PreflightContext
+
+PROBE_KEY = "step_probe"
+
+
+@dataclass
+class LossReturn:
+    kind: str  # type of what compute_loss returned (the loss part)
+    shape: tuple[int, ...] | None = None
+    finite: bool = True
+    requires_grad: bool = False
+    value: float | None = None
+
+
+@dataclass
+class StepProbe:
+    loss: LossReturn | None = None
+    error: str | None = None
+    error_frame: str | None = None
+    stepped: bool = False
+    grad_norm: float | None = None
+    step_s: float = 0.0
+    params_without_grad: list[str] = field(default_factory=list)
+    params_nonfinite_grad: list[str] = field(default_factory=list)
+    trainable_params: int = 0
+    forward_calls: int = 0
+    forward_in_eval: bool = False
+    modules_in_eval: list[str] = field(default_factory=list)
+    criterion_calls: list[CriterionCall] = field(default_factory=list)
+    activations: dict[str, int] = field(default_factory=dict)
+    scaler_enabled: bool = False
+
+    @property
+    def completed(self) -> bool:
+        return self.error is None
+
+
+def _mode_sensitive_in_eval(model: nn.Module) -> list[str]:
+    """Dropout/BatchNorm modules (with trainable affine params) left in eval mode."""
+    names = []
+    for name, module in model.named_modules():
+        if module.training:
+            continue
+        dropout = isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0
+        trainable_norm = isinstance(module, _BatchNorm) and any(p.requires_grad for p in module.parameters(recurse=False))
+        if dropout or trainable_norm:
+            names.append(name or type(module).__name__)
+    return names
+
+
+def _user_frame(error: BaseException) -> str | None:
+    frames = traceback.extract_tb(error.__traceback__)
+    for frame in reversed(frames):
+        if "site-packages/torch" not in frame.filename and "optimus_preflight/" not in frame.filename:
+            return f"{frame.filename}:{frame.lineno} in {frame.name}: {frame.line}"
+    return None
+
+
+def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
+    probe = StepProbe(scaler_enabled=ctx.training.scaler.is_enabled())
+    model = ctx.model
+    spy = LossSpy()
+
+    def observed_loss(module: nn.Module, data: Any) -> Any:
+        with spy:
+            output = ctx.compute_loss(module, data)
+        loss = output[0] if isinstance(output, tuple) else output
+        if isinstance(loss, torch.Tensor):
+            detached = loss.detach()
+            probe.loss = LossReturn(
+                kind="tensor",
+                shape=tuple(loss.shape),
+                finite=bool(torch.isfinite(detached).all()),
+                requires_grad=loss.requires_grad,
+                value=float(detached.float().mean()) if detached.numel() else None,
+            )
+        else:
+            probe.loss = LossReturn(kind=type(loss).__name__)
+        return output
+
+    def on_forward(module: nn.Module, args: Any) -> None:
+        probe.forward_calls += 1
+        probe.forward_in_eval = probe.forward_in_eval or not module.training
+        probe.modules_in_eval = _mode_sensitive_in_eval(module)
+
+    names = {param: name for name, param in model.named_parameters()}
+    trainable = [param for param in names if param.requires_grad]
+    probe.trainable_params = len(trainable)
+    received: dict[nn.Parameter, torch.Tensor | None] = {}
+
+    def on_grad(param: nn.Parameter) -> None:
+        # Scaled fp16 gradients may be inf by design; the scaler handles those.
+        received[param] = None if probe.scaler_enabled else torch.isfinite(param.grad).all()
+
+    with preserved_training_state(ctx):
+        model.train()  # what the training loop does before its first step
+        handles = [model.register_forward_pre_hook(on_forward)]
+        handles += [param.register_post_accumulate_grad_hook(on_grad) for param in trainable]
+        runner = runner_from_config(ctx.cfg.trainer, ctx.training, model, ctx.optimizer, observed_loss,
+                                    scheduler=ctx.scheduler)
+        started = time.perf_counter()
+        try:
+            result = runner.run(iter([(batch, True)]))
+            probe.stepped = result.stepped
+            probe.grad_norm = float(result.grad_norm)
+        except Exception as error:
+            probe.error = "".join(traceback.format_exception_only(type(error), error)).strip()
+            probe.error_frame = _user_frame(error)
+        finally:
+            probe.step_s = time.perf_counter() - started
+            for handle in handles:
+                handle.remove()
+    probe.criterion_calls = spy.calls
+    probe.activations = spy.activations
+    if probe.completed:
+        probe.params_without_grad = [names[p] for p in trainable if p not in received]
+        probe.params_nonfinite_grad = [names[p] for p, ok in received.items() if ok is not None and not bool(ok)]
+    return probe
+
+
+def get_probe(ctx: PreflightContext) -> StepProbe:
+    """The probe of this preflight run (computed on first use; needs the first batch)."""
+    if PROBE_KEY not in ctx.artifacts:
+        ctx.artifacts[PROBE_KEY] = run_probe(ctx, ctx.artifacts["first_batch"])
+    return ctx.artifacts[PROBE_KEY]

@@ -1,0 +1,171 @@
+"""Checks that read the observed first step (``probe.py``): the loss, the gradients,
+what reaches the criterion, the targets and the loss at initialisation."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.checks.loss_spy import init_loss_finding, loss_input_findings, target_findings
+from optimus_preflight.preflight.checks.probe import get_probe
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.preflight_context import PreflightContext
+
+FIRST_STEP = "step.first_step"
+
+
+def _names(items: list[str], limit: int = 6) -> str:
+    return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+class FirstStepCheck(Check):
+    """O3: one real step on the first batch; the loss is a finite scalar attached to the graph."""
+
+    name = FIRST_STEP
+    stage = Stage.STEP
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        probe = get_probe(ctx)
+        loss = probe.loss
+        findings.data.update(
+            loss=loss.value if loss else None,
+            grad_norm=probe.grad_norm,
+            stepped=probe.stepped,
+            step_s=round(probe.step_s, 4),
+        )
+        if probe.completed:
+            findings.data["summary"] = f"loss {loss.value:.4f}, grad norm {probe.grad_norm:.3g}, {probe.step_s:.2f} s"
+        if loss is not None and loss.kind != "tensor":
+            findings.error("O3", f"compute_loss returned a {loss.kind}, not a loss tensor",
+                           "Return the loss tensor itself (not loss.item() or a float), optionally as (loss, count).")
+        elif loss is not None and loss.shape is not None and len(loss.shape) > 0 and loss.shape != (1,):
+            findings.error("O3", f"compute_loss returned a loss of shape {loss.shape}, not a scalar",
+                           "Reduce the loss to a scalar (reduction='mean'), optionally returning (loss, count).")
+        elif loss is not None and not loss.requires_grad:
+            findings.error(
+                "O3",
+                "the loss is detached from the graph (requires_grad=False): backward() cannot reach the parameters "
+                "and the model will not learn",
+                "Do not call .detach(), .item(), .numpy() or torch.tensor(...) on the path to the loss, and do not "
+                "compute it under torch.no_grad().",
+            )
+        elif probe.error is not None:
+            where = f" at {probe.error_frame}" if probe.error_frame else ""
+            findings.error("STEP_ERROR", f"the first training step raised {probe.error.splitlines()[0]}{where}",
+                           "Fix the error; the traceback frame above is where it happened in your code.")
+        elif loss is not None and not loss.finite:
+            findings.error(
+                "LOSS_NONFINITE",
+                f"the loss on the first batch is {loss.value}",
+                "Check the inputs for NaN/inf, the loss for log(0) or division by zero, and the learning-rate warmup.",
+            )
+        if probe.forward_in_eval:
+            findings.warning(
+                "O5",
+                "the training forward ran with the model in eval mode: something between model.train() and the "
+                "forward (compute_loss?) calls model.eval(), so dropout is off and BatchNorm uses running statistics",
+                "Do not call model.eval() in compute_loss; evaluate in a separate pass that restores train mode.",
+            )
+        elif probe.modules_in_eval:
+            findings.warning(
+                "O5",
+                f"{len(probe.modules_in_eval)} dropout/BatchNorm module(s) ran in eval mode during the training "
+                f"forward: {_names(probe.modules_in_eval)}",
+                "Do not switch trainable submodules to eval() inside the model or compute_loss.",
+            )
+        if probe.scaler_enabled and probe.completed and not probe.stepped:
+            findings.info("O24", "the GradScaler skipped the first step (inf/NaN at the initial scale); normal while "
+                                 "it calibrates, a problem if it keeps happening")
+
+
+class GradientsCheck(Check):
+    """Every trainable parameter gets a finite gradient from the first step."""
+
+    name = "step.gradients"
+    stage = Stage.STEP
+    requires = (FIRST_STEP,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        probe = get_probe(ctx)
+        missing, nonfinite = probe.params_without_grad, probe.params_nonfinite_grad
+        findings.data.update(trainable=probe.trainable_params, without_grad=len(missing), nonfinite=len(nonfinite))
+        findings.data["summary"] = f"{probe.trainable_params - len(missing)}/{probe.trainable_params} trainable tensors got a gradient"
+        distributed = ctx.training.dist.world_size > 1
+        if missing and len(missing) == probe.trainable_params:
+            findings.error("GRAD_NONE", "no trainable parameter received a gradient: nothing will train",
+                           "Check that the loss is computed from the model's output (see step.first_step).")
+        elif missing:
+            findings.add(
+                "error" if distributed else "warning",
+                "GRAD_NONE",
+                f"{len(missing)} trainable parameter(s) got no gradient from the first step and will never train: "
+                f"{_names(missing)}" + (". DDP will fail with 'Expected to have finished reduction'" if distributed else ""),
+                "If they are unused on purpose, set requires_grad=False or remove them; if not, check the forward "
+                "uses them (a .detach(), or a branch never taken). Under DDP, find_unused_parameters=True tolerates "
+                "them at a cost.",
+            )
+        if nonfinite:
+            findings.error("GRAD_NONFINITE", f"{len(nonfinite)} parameter(s) got inf/NaN gradients: {_names(nonfinite)}",
+                           "Check the loss and inputs for inf/NaN; lower the learning rate or enable gradient clipping "
+                           "(trainer.clip_grad_norm).", "trainer.clip_grad_norm")
+        if probe.grad_norm == 0.0 and not missing:
+            findings.warning("GRAD_ZERO", "every gradient of the first step is exactly zero",
+                             "Check for a constant loss (e.g. all targets ignored) or dead activations.")
+
+
+class LossFunctionCheck(Check):
+    """O12 softmax into CrossEntropyLoss, O16 NLLLoss without log_softmax, O13 sigmoid + BCELoss."""
+
+    name = "step.loss_function"
+    stage = Stage.STEP
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        probe = get_probe(ctx)
+        calls = probe.criterion_calls
+        findings.data.update(criteria=sorted({call.function for call in calls}), activations=probe.activations)
+        findings.data["summary"] = ", ".join(findings.data["criteria"]) or "no known criterion seen"
+        for found in loss_input_findings(calls, probe.activations):
+            findings.add(found.severity, found.code, found.message, found.fix)
+
+
+class TargetsCheck(Check):
+    """O14: classification targets outside [0, C) or of the wrong dtype for the criterion."""
+
+    name = "step.targets"
+    stage = Stage.STEP
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        calls = get_probe(ctx).criterion_calls
+        findings.data["targets"] = [
+            {"criterion": c.function, "dtype": c.target.dtype, "min": c.target.min, "max": c.target.max,
+             "classes": c.n_classes}
+            for c in calls if c.target is not None
+        ]
+        described = [t for t in findings.data["targets"] if t["min"] is not None]
+        findings.data["summary"] = "; ".join(
+            f"{t['criterion']}: {t['dtype']} targets in [{t['min']:g}, {t['max']:g}]" + (f" for {t['classes']} classes" if t["classes"] else "")
+            for t in described
+        ) or "no known criterion seen"
+        for found in target_findings(calls):
+            findings.add(found.severity, found.code, found.message, found.fix, "data.train")
+
+
+class InitialLossCheck(Check):
+    """O1 "verify the loss at init": ~ln(C) for a fresh classifier."""
+
+    name = "step.initial_loss"
+    stage = Stage.STEP
+    requires = (FIRST_STEP,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        found, data = init_loss_finding(get_probe(ctx).criterion_calls)
+        findings.data.update(data)
+        if data.get("applicable"):
+            findings.data["summary"] = f"loss {data['loss']:.3f} vs ln({data['classes']}) = {data['ln_classes']:.3f}"
+        if found is not None:
+            findings.add(found.severity, found.code, found.message, found.fix, "model")

@@ -1,0 +1,49 @@
+"""Snapshots of the state a PreflightContext exposes, shared by the checks of one run."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from optimus_preflight.checkpoint.training_snapshot import TrainingStateSnapshot
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.preflight_context import PreflightContext
+
+SNAPSHOT_KEY = "training_state_snapshot"
+
+
+def snapshot_of(ctx: PreflightContext) -> TrainingStateSnapshot:
+    """A snapshot of the state a PreflightContext exposes."""
+    return TrainingStateSnapshot(
+        ctx.model,
+        ctx.optimizer,
+        ctx.scheduler,
+        ctx.training.scaler,
+        loaders=(ctx.train_loader, ctx.val_loader),
+    )
+
+
+@contextlib.contextmanager
+def preserved_training_state(ctx: PreflightContext) -> Iterator[TrainingStateSnapshot]:
+    """Restore the training state however the block exits.
+
+    Reuses the snapshot ``run_preflight`` takes before the first check (one copy of the
+    weights per preflight, not one per check); a check run on its own takes its own.
+    """
+    snapshot = ctx.artifacts.get(SNAPSHOT_KEY) or snapshot_of(ctx)
+    try:
+        yield snapshot
+    finally:
+        snapshot.restore()
+
+
+@contextlib.contextmanager
+def preserved_data_state(ctx: PreflightContext) -> Iterator[TrainingStateSnapshot]:
+    """For checks that only read data: RNGs and loader generators/samplers, not the model."""
+    snapshot = TrainingStateSnapshot(None, loaders=(ctx.train_loader, ctx.val_loader))
+    try:
+        yield snapshot
+    finally:
+        snapshot.restore()

@@ -1,0 +1,99 @@
+"""Turns StepResults into metric records on logged steps only.
+
+Between logged steps nothing is read back from the device: the results' tensors
+are only converted (one host sync) when a record is built.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import torch
+
+from optimus_preflight.reporting.progress import Progress
+from optimus_preflight.reporting.sinks import MetricsLogger, lr_metrics, memory_metrics
+from optimus_preflight.training.step import PhaseTimes, StepResult
+
+
+class StepLogger:
+    def __init__(
+        self,
+        metrics: MetricsLogger,
+        progress: Progress,
+        *,
+        every_n_steps: int,
+        device: torch.device,
+        scaler: torch.amp.GradScaler,
+        group_names: list[str],
+        world_size: int = 1,
+        reduce_sum: Callable[[Any], torch.Tensor] | None = None,
+        dynamics: Any = None,
+    ):
+        self.metrics = metrics
+        self.progress = progress
+        self.every_n_steps = every_n_steps
+        self.device = device
+        self.scaler = scaler
+        self.group_names = group_names
+        self.world_size = world_size
+        # Under DDP every rank builds the record (the loss is a collective); only the
+        # main rank has sinks.
+        self.reduce_sum = reduce_sum
+        # A DynamicsMonitor (optimus_preflight.dynamics) or None; its steps are always logged.
+        self.dynamics = dynamics
+        self._reset()
+
+    def _reset(self) -> None:
+        self._times = PhaseTimes()
+        self._steps = 0
+        self._samples = 0
+        self._since = time.perf_counter()
+
+    def on_step(self, step: int, result: StepResult, skipped_steps: int, *, force: bool = False) -> dict[str, Any] | None:
+        self._steps += 1
+        self._samples += result.samples
+        for name in ("data_s", "forward_s", "backward_s", "optimizer_s"):
+            setattr(self._times, name, getattr(self._times, name) + getattr(result.times, name))
+        self.progress.advance()
+        dynamics = self.dynamics
+        # Step 1 is always logged: the loss at initialisation is the first thing to check.
+        if not force and step != 1 and step % self.every_n_steps and not (dynamics is not None and dynamics.measures(step)):
+            if dynamics is not None:
+                dynamics.prepare(step + 1)
+            return None
+        loss_tensor = result.loss
+        if self.reduce_sum is not None:  # the global mean over every rank's targets
+            loss_tensor = self.reduce_sum(result.loss.detach().double() * result.count) / self.reduce_sum(result.count)
+        loss = loss_tensor.item()
+        record: dict[str, Any] = {
+            "step": step,
+            "loss": loss,
+            **lr_metrics(result.lrs, self.group_names),
+            "grad_norm": result.grad_norm.item(),
+            "skipped_steps": skipped_steps,
+        }
+        if self.scaler.is_enabled():
+            record["grad_scale"] = self.scaler.get_scale()
+        if dynamics is not None:
+            record.update(dynamics.on_logged_step(step, result, skipped_steps, loss))
+        elapsed = time.perf_counter() - self._since  # after .item(): the device is in sync
+        record["samples_per_s"] = self._samples * self.world_size / max(elapsed, 1e-9)
+        for name, key in (("data_s", "data"), ("forward_s", "forward"), ("backward_s", "backward"), ("optimizer_s", "optimizer")):
+            record[f"time/{key}_ms"] = 1000.0 * getattr(self._times, name) / self._steps
+        record.update(memory_metrics(self.device))
+        self.metrics.log(record)
+        self.progress.report(record)
+        self._reset()
+        return record
+
+    def close(self) -> None:
+        if self.dynamics is not None:
+            self.dynamics.close()
+        self.progress.close()
+        self.metrics.close()
+
+    def on_eval(self, step: int, val_loss: float) -> None:
+        record = {"step": step, "val_loss": val_loss}
+        self.metrics.log(record)
+        self.progress.write(f"step {step} | val_loss {val_loss:.4f}")

@@ -1,0 +1,65 @@
+"""What a run has done so far, which a checkpoint carries so a resume continues it:
+its counters, the losses it reports, and an evaluation a stop cut short."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from optimus_preflight.errors import TrainingDiverged
+
+
+@dataclass
+class RunState:
+    step: int = 0
+    skipped_steps: int = 0
+    consecutive_skips: int = 0
+    samples_seen: int = 0
+    # The last logged training loss and validation loss (summary.json's final_*).
+    final_loss: float | None = None
+    final_val_loss: float | None = None
+    # An evaluation a stop signal cut short: a resumed run redoes it first.
+    eval_pending: bool = False
+
+    def record_step(self, stepped: bool, samples: int) -> None:
+        self.step += 1
+        self.samples_seen += samples
+        if stepped:
+            self.consecutive_skips = 0
+        else:
+            self.skipped_steps += 1
+            self.consecutive_skips += 1
+
+    def check_divergence(self, limit: int, precision: str, last_loss: float) -> None:
+        if self.consecutive_skips < limit:
+            return
+        cause = (
+            "fp16 overflow the GradScaler cannot absorb (trainer.precision=bf16 has fp32's range)"
+            if precision == "fp16"
+            else "a learning rate too high for this model (lower optimizer.lr or lengthen "
+            "scheduler.warmup_steps), or inf/NaN in the data"
+        )
+        raise TrainingDiverged(
+            f"the last {self.consecutive_skips} optimizer steps (up to step {self.step}) all had "
+            f"non-finite gradients and were skipped; last loss {last_loss}. Likely cause: {cause}",
+            key="trainer.max_consecutive_skips",
+            fix="Fix the cause above; raise trainer.max_consecutive_skips only if occasional "
+            "overflow is expected.",
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Missing keys keep their defaults (older checkpoints held only the counters)."""
+        for field in fields(self):
+            if field.name not in state:
+                continue
+            value = state[field.name]
+            if field.name.startswith("final_"):
+                value = None if value is None else float(value)
+            elif field.name == "eval_pending":
+                value = bool(value)
+            else:
+                value = int(value)
+            setattr(self, field.name, value)
