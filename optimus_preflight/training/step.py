@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
 
 import torch
 from torch import nn
@@ -15,6 +15,10 @@ from optimus_preflight.training.batches import batch_size_of, move_to_device
 from optimus_preflight.training.distributed import all_reduce_sum
 from optimus_preflight.training.gradients import clip_grads_, params_with_grads, scale_grads_, total_norm
 from optimus_preflight.training.precision import PrecisionPlan
+
+if TYPE_CHECKING:
+    from optimus_preflight.config.schema import TrainerConfig
+    from optimus_preflight.training.training_context import TrainingContext
 
 Count = Union[int, torch.Tensor]
 LossFn = Callable[[nn.Module, Any], Union[torch.Tensor, tuple[torch.Tensor, Count]]]
@@ -195,8 +199,8 @@ class StepRunner:
 
 
 def runner_from_config(
-    trainer: Any,
-    context: Any,
+    trainer: TrainerConfig,
+    context: TrainingContext,
     model: nn.Module,
     optimizer: Optimizer,
     compute_loss: LossFn,
