@@ -245,3 +245,22 @@ def test_watchdog_leaves_a_main_thread_that_moves_alone():
 def test_timeouts_must_be_positive_and_finite(override):
     with pytest.raises(UserError, match=override.split("=")[0]):
         validate_config(tiny_config(override))
+
+
+def test_ignored_stop_signals_reach_no_other_thread_either():
+    """leave_together's guard: a SIGTERM sent to the process once its work is done must
+    not kill it through a thread other than the main one (gloo's, the heartbeat's), as
+    a signal only blocked on the main thread would."""
+    script = (
+        "import os, signal, sys, threading, time\n"
+        "from optimus_preflight.training.distributed import ignore_stop_signals\n"
+        # Started first, as gloo's and the heartbeat's threads are: a thread inherits
+        # the signal mask it was started under, not one set later.
+        "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+        "ignore_stop_signals()\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "sys.exit(7)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 7, result.stderr

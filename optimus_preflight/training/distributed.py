@@ -85,19 +85,27 @@ def leave_together(bound_s: float) -> None:
     """Under torchrun the first rank to exit makes torchrun SIGTERM the others, which can
     kill a rank still finishing a clean stop (writing its summary). Two rounds: every
     rank waits for the others to finish their work (within ``bound_s``; still
-    interruptible), stops taking stop signals, and then waits until every rank has
-    stopped taking them, so no rank exits while another could still be killed."""
+    interruptible), ignores stop signals from then on, and then waits until every rank
+    ignores them, so no rank exits while another could still be killed. Ignored, not
+    blocked: a blocked signal is still delivered to any other thread (gloo's, the
+    heartbeat's), and with no handler left that ends the process."""
     group = peers()
     if group is None:
         return
-    stop_signals = {signal.SIGTERM, signal.SIGINT} | ({signal.SIGUSR1} if hasattr(signal, "SIGUSR1") else set())
     bound = lambda: (bound_s, "checkpoint.stop_timeout_s")  # noqa: E731
     try:
         group.gather(0, during="the end of the run", bound=bound)
-        signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+        ignore_stop_signals()
         group.gather(0, during="the end of the run", bound=bound)
     except PeersUnresponsive:
         return  # a peer is gone: nothing to wait for
+
+
+def ignore_stop_signals() -> None:
+    """From here on SIGTERM, SIGINT and SIGUSR1 change nothing, on every thread."""
+    for name in ("SIGTERM", "SIGINT", "SIGUSR1"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
 
 
 def destroy_process_group() -> None:
