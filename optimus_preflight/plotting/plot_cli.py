@@ -17,8 +17,28 @@ MISSING_MATPLOTLIB = (
 )
 
 
+# --help is read in a terminal: plain text here, not the module docstring's reST markup
+DESCRIPTION = "Draw a run's or a sweep's metrics.jsonl curves as PNG files."
+EPILOG = """\
+A run dir (one holding metrics.jsonl) gets PATH/plots/*.png: one PNG per metric with
+data (loss, learning rate, gradient norm, GradScaler scale, update/weight ratio, dead
+activations) and overview.png with all of them.
+
+A sweep dir (runs below it, as optimus-train -m writes them) gets every job on shared
+axes, labelled by its swept overrides, plus final loss against each swept parameter.
+
+Exit codes: 0 plots written, 2 matplotlib missing or no metrics under PATH.
+
+examples:
+  optimus-plot outputs/2024-05-01/12-00-00
+  optimus-plot multirun/2024-05-01/12-00-00 --out /tmp/sweep_plots
+"""
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="optimus-plot", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="optimus-plot", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("path", type=Path, help="a run dir (with metrics.jsonl) or a sweep dir (runs below it)")
     parser.add_argument("--out", type=Path, default=None, help="where to write the PNGs (default: PATH/plots)")
     return parser.parse_args(argv)
