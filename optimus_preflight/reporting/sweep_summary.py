@@ -2,7 +2,16 @@
 
 The summary is written by a Hydra callback at the end of a multirun (and by the CLI
 when a sweep stops early), from what each job left in its directory: summary.json,
-preflight.json, metrics.jsonl and Hydra's .hydra/overrides.yaml.
+preflight.json, metrics.jsonl and Hydra's .hydra/overrides.yaml; what was swept comes
+from the sweep's own multirun.yaml.
+
+Memory columns say what they measure, so that only like is put beside like:
+``peak_rss_gib`` is the whole process (Python, libraries, data and tensors),
+``measured_tensor_peak_gib`` the tensors alone where something counted them
+(torch.cuda.max_memory_allocated on CUDA), ``predicted_tensor_peak_gib`` the preflight's
+prediction of a training step's tensors on ``predicted_for`` (the job's GPU or
+preflight.memory.target_gib, else host RAM). summary.csv also keeps the earlier
+``peak_memory_gib`` and ``predicted_peak_gib`` for scripts that read them.
 """
 
 from __future__ import annotations
@@ -15,11 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import TaskFunction
+from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from optimus_preflight.config.changes import EXPECTED_CHANGES, config_changes
 from optimus_preflight.reporting.json_records import value_of
+from optimus_preflight.reporting.summary import reset_memory_peaks
 
 log = logging.getLogger("optimus_preflight")
 
@@ -31,8 +44,25 @@ COLUMNS = (
     "final_loss",
     "final_val_loss",
     "samples_per_s",
-    "peak_memory_gib",
-    "predicted_peak_gib",
+    "device",
+    "peak_rss_gib",
+    "measured_tensor_peak_gib",
+    "predicted_tensor_peak_gib",
+    "predicted_for",
+)
+# Earlier names, in summary.csv only: peak_memory_gib mixes RSS (CPU) with tensor
+# memory (CUDA), so it is not shown beside a prediction in summary.md.
+LEGACY_COLUMNS = ("peak_memory_gib", "predicted_peak_gib")
+CSV_COLUMNS = COLUMNS + LEGACY_COLUMNS
+GIB = 1024**3
+# Where each memory check's prediction is for (preflight.json check name -> device).
+PREDICTIONS = (("memory.vram_headroom", "cuda"), ("memory.host_ram", "cpu"))
+# Under summary.md's table: the column names alone do not say what each memory figure counts.
+MEMORY_LEGEND = (
+    "peak_rss_gib: the whole process's peak resident memory (Python, libraries, data, tensors). "
+    "measured_tensor_peak_gib: tensors only, torch.cuda.max_memory_allocated (not measured on the CPU). "
+    "predicted_tensor_peak_gib: the preflight's prediction of a training step's tensors on "
+    "predicted_for; compare it with measured_tensor_peak_gib, not with peak_rss_gib."
 )
 
 
@@ -59,15 +89,56 @@ def _median_throughput(metrics: Path) -> float | None:
     return statistics.median(rates) if rates else None
 
 
-def predicted_peak_bytes(preflight: dict[str, Any] | None) -> int | None:
-    """The training step's predicted need from preflight.json: on the GPU (local or
-    preflight.memory.target_gib) when that check applied, else in host RAM."""
+def predicted_tensor_peak(preflight: dict[str, Any] | None) -> tuple[int, str] | None:
+    """The training step's predicted tensor bytes from preflight.json and the device they
+    are for: the GPU (local or preflight.memory.target_gib) when that check applied, else
+    host RAM."""
     checks = {check.get("name"): check for check in (preflight or {}).get("checks", [])}
-    for name in ("memory.vram_headroom", "memory.host_ram"):
-        value = checks.get(name, {}).get("data", {}).get("need_bytes")
+    for name, device in PREDICTIONS:
+        value = (checks.get(name) or {}).get("data", {}).get("need_bytes")
         if isinstance(value, (int, float)):
-            return int(value)
+            return int(value), device
     return None
+
+
+def predicted_peak_bytes(preflight: dict[str, Any] | None) -> int | None:
+    """The earlier name, without the device the prediction is for."""
+    prediction = predicted_tensor_peak(preflight)
+    return prediction[0] if prediction else None
+
+
+def _preflight_device(preflight: dict[str, Any] | None) -> str | None:
+    for check in (preflight or {}).get("checks", []):
+        if check.get("name") == "env.device":
+            device = (check.get("data") or {}).get("device")
+            return str(device) if device else None
+    return None
+
+
+def measured_memory(summary: dict[str, Any] | None, preflight: dict[str, Any] | None) -> dict[str, Any]:
+    """The job's device, peak RSS and measured tensor peak (bytes; None where unknown)."""
+    memory = (summary or {}).get("memory")
+    if isinstance(memory, dict):
+        return {
+            "device": memory.get("device"),
+            "peak_rss_bytes": memory.get("peak_rss_bytes"),
+            "peak_tensor_bytes": memory.get("peak_tensor_bytes"),
+        }
+    # A summary.json from before "memory": peak_memory_bytes is tensor memory on CUDA
+    # and RSS on the CPU, told apart by the device the preflight saw.
+    device = _preflight_device(preflight)
+    peak = (summary or {}).get("peak_memory_bytes")
+    on_cuda = device is not None and device.startswith("cuda")
+    on_cpu = device is not None and device.startswith("cpu")
+    return {
+        "device": device,
+        "peak_rss_bytes": peak if on_cpu else None,
+        "peak_tensor_bytes": peak if on_cuda else None,
+    }
+
+
+def _gib(value: Any) -> float | None:
+    return value / GIB if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def job_overrides(job_dir: Path) -> list[str]:
@@ -75,6 +146,43 @@ def job_overrides(job_dir: Path) -> list[str]:
     if not overrides_file.is_file():
         return []
     return [str(o) for o in yaml.safe_load(overrides_file.read_text(encoding="utf-8")) or []]
+
+
+def _override_key(override: str) -> str:
+    """``+model@pkg=x`` -> ``model@pkg``: what two overrides of one parameter share."""
+    return override.split("=", 1)[0].strip().lstrip("+~")
+
+
+def swept_keys(sweep_dir: Path) -> set[str] | None:
+    """The parameters the sweep varies (comma lists, ranges, choices, globs), from the
+    command line and hydra.sweeper.params that Hydra saved in multirun.yaml; None when
+    that file is missing or unreadable."""
+    try:
+        saved = yaml.safe_load((sweep_dir / "multirun.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    hydra_cfg = saved.get("hydra") if isinstance(saved, dict) else None
+    if not isinstance(hydra_cfg, dict):
+        return None
+    overrides = [str(o) for o in (hydra_cfg.get("overrides") or {}).get("task") or []]
+    params = (hydra_cfg.get("sweeper") or {}).get("params") or {}
+    overrides += [f"{key}={value}" for key, value in params.items()]
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException:
+        return None
+    return {_override_key(o.input_line) for o in parsed if o.is_sweep_override()}
+
+
+def shared_overrides(sweep_dir: Path, job_dirs: list[Path]) -> set[str]:
+    """Overrides every job has and the sweep does not vary. From the jobs alone, a sweep
+    stopped after its first job would call every swept value of that job shared."""
+    per_job = [set(job_overrides(path)) for path in job_dirs]
+    common = set.intersection(*per_job) if per_job else set()
+    swept = swept_keys(sweep_dir)
+    if swept is None:
+        return common
+    return {override for override in common if _override_key(override) not in swept}
 
 
 def job_row(job_dir: Path, job: str, common: set[str] = frozenset()) -> dict[str, Any]:
@@ -87,9 +195,8 @@ def job_row(job_dir: Path, job: str, common: set[str] = frozenset()) -> dict[str
         status = f"preflight {preflight.get('status')}"
     else:
         status = "failed (no output)"
-    gib = 1024**3
-    peak = (summary or {}).get("peak_memory_bytes")
-    predicted = predicted_peak_bytes(preflight)
+    measured = measured_memory(summary, preflight)
+    predicted, predicted_for = predicted_tensor_peak(preflight) or (None, None)
     return {
         "job": job,
         "overrides": " ".join(overrides),
@@ -98,8 +205,13 @@ def job_row(job_dir: Path, job: str, common: set[str] = frozenset()) -> dict[str
         "final_loss": value_of(summary or {}, "final_loss"),
         "final_val_loss": value_of(summary or {}, "final_val_loss"),
         "samples_per_s": _median_throughput(job_dir / "metrics.jsonl"),
-        "peak_memory_gib": peak / gib if peak else None,
-        "predicted_peak_gib": predicted / gib if predicted else None,
+        "device": measured["device"],
+        "peak_rss_gib": _gib(measured["peak_rss_bytes"]),
+        "measured_tensor_peak_gib": _gib(measured["peak_tensor_bytes"]),
+        "predicted_tensor_peak_gib": _gib(predicted),
+        "predicted_for": predicted_for,
+        "peak_memory_gib": _gib((summary or {}).get("peak_memory_bytes")),
+        "predicted_peak_gib": _gib(predicted),
     }
 
 
@@ -122,17 +234,16 @@ def write_sweep_summary(sweep_dir: Path) -> list[dict[str, Any]]:
         return []
     job_dirs = _job_dirs(sweep_dir)
     # Show what differs between jobs; what they share goes above the table.
-    per_job = [set(job_overrides(path)) for path in job_dirs]
-    common = set.intersection(*per_job) if per_job else set()
+    common = shared_overrides(sweep_dir, job_dirs)
     rows = [job_row(path, path.name, common) for path in job_dirs]
     with open(sweep_dir / "summary.csv", "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(_format(row[c]) for c in COLUMNS) + " |" for row in rows]
     shared = " ".join(sorted(common)) or "(none)"
-    table = f"Overrides shared by every job: {shared}\n\n" + "\n".join(lines) + "\n"
+    table = f"Overrides shared by every job: {shared}\n\n" + "\n".join(lines) + "\n\n" + MEMORY_LEGEND + "\n"
     (sweep_dir / "summary.md").write_text(table, encoding="utf-8")
     log.info("sweep summary (%s):\n%s", sweep_dir / "summary.md", table)
     return rows
@@ -140,6 +251,11 @@ def write_sweep_summary(sweep_dir: Path) -> list[dict[str, Any]]:
 
 class SweepSummaryCallback(Callback):
     """Registered in conf/config.yaml under hydra.callbacks."""
+
+    def on_job_start(self, config: DictConfig, *, task_function: TaskFunction, **kwargs: Any) -> None:
+        # A sweep's jobs run one after another in one process: without this, each job's
+        # peaks would be the largest of every job before it.
+        reset_memory_peaks()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         write_sweep_summary(Path(config.hydra.sweep.dir))
