@@ -74,6 +74,16 @@ def _missing_option_error(error: MissingConfigException, key: str | None) -> Use
     return UserError(" ".join(head.split()), key=key, fix=fix)
 
 
+def _not_a_list_error(key: str, value: str) -> UserError:
+    """``key=a`` where the schema declares a list: show the bracket syntax with the user's value."""
+    items = value.strip().strip("'\"")
+    return UserError(
+        f"{key} takes a list, got {value!r}",
+        key=key,
+        fix=f"Write it in brackets: {key}=[{items}] (several items: {key}=[a,b]; none: {key}=[]).",
+    )
+
+
 def config_error(error: Exception, overrides: Sequence[str]) -> UserError:
     """One readable message naming the key and the fix, for any composition error."""
     cause = error if isinstance(error, OmegaConfBaseException) else error.__cause__
@@ -97,6 +107,8 @@ def config_error(error: Exception, overrides: Sequence[str]) -> UserError:
         )
     if isinstance(cause, ValidationError):
         reason = str(cause).splitlines()[0]
+        if key and override and "is not a ListConfig" in reason:
+            return _not_a_list_error(key, override.split("=", 1)[1])
         return UserError(
             f"invalid value for {key}: {reason}",
             key=key,

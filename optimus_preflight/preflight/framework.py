@@ -103,6 +103,12 @@ class CheckDefinitionError(TypeError):
 _KNOWN_CHECKS: dict[str, type[Check]] = {}
 
 
+def known_checks() -> dict[str, type[Check]]:
+    """Every concrete check class defined so far, by name: the shipped ones and those of
+    any imported recipe or plugin module."""
+    return dict(_KNOWN_CHECKS)
+
+
 class Check:
     """Base class. Subclasses set ``name``, ``stage``, ``requires`` and implement ``run``.
 

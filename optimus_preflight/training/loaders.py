@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import warnings
 from typing import Any, Callable, Iterator, Sized
 
 import torch
@@ -119,15 +120,19 @@ def build_loader(
         "persistent_workers": cfg.persistent_workers and workers > 0,
         **loader_options,
     }
-    return DataLoader(
-        dataset,
-        batch_size=cfg.batch_size if train else (cfg.eval_batch_size or cfg.batch_size),
-        sampler=sampler,
-        num_workers=workers,
-        drop_last=cfg.drop_last and train,
-        worker_init_fn=_WorkerInit(user_init) if workers > 0 else user_init,
-        # Worker seeds come from this generator, so they do not depend on how much of
-        # the global RNG the model's initialisation consumed.
-        generator=torch.Generator().manual_seed(seed),
-        **options,
-    )
+    with warnings.catch_warnings():
+        # The preflight's env.cpu_cores check names data.num_workers and the fix; torch
+        # would say it once more here (and again at iteration).
+        warnings.filterwarnings("ignore", message=r"This DataLoader will create \d+ worker processes in total", category=UserWarning)
+        return DataLoader(
+            dataset,
+            batch_size=cfg.batch_size if train else (cfg.eval_batch_size or cfg.batch_size),
+            sampler=sampler,
+            num_workers=workers,
+            drop_last=cfg.drop_last and train,
+            worker_init_fn=_WorkerInit(user_init) if workers > 0 else user_init,
+            # Worker seeds come from this generator, so they do not depend on how much of
+            # the global RNG the model's initialisation consumed.
+            generator=torch.Generator().manual_seed(seed),
+            **options,
+        )

@@ -1,10 +1,11 @@
-"""Environment checks: devices, shared memory, host RAM, the run directory and its disk."""
+"""Environment checks: devices, CPU cores, shared memory, host RAM, the run directory and its disk."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import uuid
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,9 @@ SHM_PATH = "/dev/shm"
 SHM_MIN_BYTES = 512 * 1024**2
 RAM_WARN_BYTES = 2 * GIB
 RAM_ERROR_BYTES = GIB // 2
+# The start of torch's own warning about the same worker count, printed by every DataLoader
+# at construction and again at its first iteration.
+TORCH_WORKERS_WARNING = r"This DataLoader will create \d+ worker processes in total"
 
 
 def device_findings(
@@ -82,6 +86,47 @@ class DeviceCheck(Check):
                 for i in range(count)
             ]
         findings.data["summary"] = f"{ctx.device}, {count} GPU(s) visible, world size {dist.world_size}"
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on, counted as torch's DataLoader counts them: the
+    affinity mask (taskset, a container's cpuset) where the OS has one."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def workers_finding(workers: int, cores: int) -> tuple[str, str, str] | None:
+    """(message, fix, code_fix) when more loader workers than cores would share the CPU."""
+    if workers <= cores:
+        return None
+    return (
+        f"data.num_workers={workers} starts {workers} worker processes but this process may use {cores} CPU "
+        "core(s): the workers crowd out each other and the training loop, so loading gets slower, not faster",
+        f"Set data.num_workers={cores} (or fewer).",
+        f"Pass num_workers={cores} (or fewer) to the DataLoader your build_dataloaders() returns.",
+    )
+
+
+class CpuCoresCheck(Check):
+    """More DataLoader workers than usable cores: each is a process competing for them."""
+
+    name = "env.cpu_cores"
+    stage = Stage.ENVIRONMENT
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        cores = available_cores()
+        # The loader's own count: a recipe's build_dataloaders() may not read data.num_workers.
+        workers = int(getattr(ctx.train_loader, "num_workers", 0) or 0)
+        findings.data.update(cores=cores, num_workers=workers)
+        findings.data["summary"] = f"{cores} CPU core(s) available, {workers} loader worker(s)"
+        found = workers_finding(workers, cores)
+        if found is None:
+            return
+        message, fix, code_fix = found
+        findings.warning("ENV_WORKERS", message, fix, "data.num_workers", code_fix)
+        # This issue names the key and the fix; torch would repeat it at the first batch.
+        warnings.filterwarnings("ignore", message=TORCH_WORKERS_WARNING, category=UserWarning)
 
 
 class SharedMemoryCheck(Check):

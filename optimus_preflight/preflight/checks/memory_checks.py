@@ -6,7 +6,8 @@ the peak with the usable memory and, when it does not fit or is within 10% of th
 limit, searches the estimator for the largest micro-batch that fits.
 
 Issue codes: MEM0 not applicable (info), MEM1/MEM2 GPU memory exceeded/within 10%,
-MEM3 the estimate fell back to the formula, MEM4/MEM5 host RAM exceeded/within 10%.
+MEM3 the estimate fell back to the formula, MEM4/MEM5 host RAM exceeded/within 10%,
+MEM6 preflight.memory.target_gib too small to hold even the CUDA context.
 Artifacts left for later consumers: ``memory.estimate`` (the ``MemoryEstimate``) and
 ``memory.largest_micro_batch`` (for the OOM observer's hint).
 """
@@ -67,6 +68,33 @@ def gpu_memory_limit(cfg: Any, device: torch.device) -> MemoryLimit | None:
         f"{gib(total)} - {gib(context)} CUDA context, {gib(free)} free + {gib(held)} held by this process "
         f"- {memory.reserve_gib:g} GiB reserve)",
         "preflight.memory.usable_fraction",
+    )
+
+
+def smallest_target_gib(usable_fraction: float, reserve_gib: float) -> float:
+    """The GPU size (GiB) below which the CUDA context alone fills what the target's
+    usable share, less the reserve, leaves: ``gpu_memory_limit`` is <= 0 there."""
+    context_gib = cuda_rules.CUDA_CONTEXT_BYTES / GIB
+    return max(context_gib / usable_fraction, context_gib + reserve_gib)
+
+
+def undersized_target(memory: Any) -> tuple[str, str] | None:
+    """(message, fix) when ``preflight.memory.target_gib`` cannot even hold the CUDA
+    context: a usable memory at or below zero would read as a negative size and make every
+    batch size "not fit"."""
+    if memory.target_gib is None:
+        return None
+    smallest = smallest_target_gib(float(memory.usable_fraction), float(memory.reserve_gib))
+    if float(memory.target_gib) > smallest:
+        return None
+    context = cuda_rules.CUDA_CONTEXT_BYTES
+    return (
+        f"preflight.memory.target_gib={memory.target_gib:g} is too small to hold the {gib(context)} CUDA context: "
+        f"after preflight.memory.usable_fraction={memory.usable_fraction:g} and the {memory.reserve_gib:g} GiB "
+        "reserve (preflight.memory.reserve_gib) nothing is left for tensors. target_gib is the total memory of the "
+        "GPU to check, in GiB",
+        f"Set preflight.memory.target_gib to the GPU's total memory, above {smallest:.2f} "
+        "(e.g. preflight.memory.target_gib=24 for a 24 GiB GPU), or null to check the local device.",
     )
 
 
@@ -160,6 +188,11 @@ class VRAMHeadroomCheck(Check):
     requires = ("data.first_batch",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        undersized = undersized_target(ctx.cfg.preflight.memory)
+        if undersized is not None:
+            findings.data["summary"] = "preflight.memory.target_gib leaves no memory for tensors"
+            findings.error("MEM6", *undersized, "preflight.memory.target_gib")
+            return
         limit = gpu_memory_limit(ctx.cfg, ctx.device)
         if limit is None:
             findings.data.update(applicable=False, summary="no GPU in this job (set preflight.memory.target_gib to check one)")
