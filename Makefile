@@ -21,8 +21,9 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# OPTIMUS_MAKE_DIR: a stopped run prints its resume command as `make -C <here> train ARGS=...`.
 train: $(STAMP)
-	$(BIN)/optimus-train $(ARGS)
+	OPTIMUS_MAKE_DIR="$(CURDIR)" $(BIN)/optimus-train $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)

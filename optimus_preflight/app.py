@@ -35,6 +35,8 @@ from optimus_preflight.errors import (
     TrainingInterrupted,
     UserError,
 )
+from optimus_preflight.preflight.defaults import check_disable_names
+from optimus_preflight.reporting.run_log import log_to_files
 from optimus_preflight.reporting.sweep_summary import already_completed, write_sweep_summary
 from optimus_preflight.training.distributed import (
     DistEnv,
@@ -83,6 +85,7 @@ def check_before_work(cfg: DictConfig) -> None:
     checkpoint path, the extra stop signal. Run before Hydra starts a job and by every
     recipe's constructor (a recipe built from Python never passes through the app)."""
     validate_config(cfg)
+    check_disable_names(cfg.preflight.disable)  # a typo would skip nothing; the recipe's own checks are defined by now
     resolve_plan(cfg.trainer)  # impossible device/precision pairs
     check_resume_value(cfg.checkpoint.resume)  # an explicit path must exist
     if cfg.checkpoint.extra_signal:
@@ -129,6 +132,8 @@ def run_recipe(recipe_class: type, cfg: DictConfig, *, contain_bugs: bool = Fals
         return error.exit_code
     except Exception:
         if not contain_bugs:
+            # Hydra prints the traceback to the terminal only: train.log keeps it too.
+            log_to_files(log, logging.ERROR, "job failed with an unexpected error (a bug in the recipe or the toolkit)", exc_info=True)
             raise
         log.exception("job failed with an unexpected error (a bug: please report it)")
         return EXIT_INTERNAL
@@ -225,7 +230,8 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
         log.warning("sweep stopped early; re-run the same command with the same hydra.sweep.dir and checkpoint.resume=auto to continue")
         sys.exit(stop.exit_code)
     except KeyboardInterrupt:
-        print("optimus-train: interrupted twice: stopped at once; the last checkpoint on disk is intact.", file=sys.stderr)
+        # Ctrl+C outside a run's handlers (starting up, or after its summary): no run to save.
+        print("optimus-train: interrupted: stopped at once; checkpoints already on disk are intact.", file=sys.stderr)
         sys.exit(130)
     finally:
         if stop_timeouts and all(code == EXIT_OK or code >= 128 for code in exit_codes):  # jobs ran, and ended cleanly

@@ -43,7 +43,7 @@ from optimus_preflight.preflight.preflight_context import PreflightContext
 from optimus_preflight.reporting.progress import Progress
 from optimus_preflight.reporting.sinks import JsonlSink, MetricsLogger, make_tensorboard_sink
 from optimus_preflight.reporting.step_log import StepLogger
-from optimus_preflight.reporting.summary import params_sha256, peak_memory_bytes, write_json_atomic
+from optimus_preflight.reporting.summary import memory_peaks, params_sha256, peak_memory_bytes, write_json_atomic
 from optimus_preflight.training.distributed import all_reduce_sum, unwrap, wrap_model
 from optimus_preflight.training.evaluation import evaluate
 from optimus_preflight.training.loaders import build_loader
@@ -160,7 +160,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         parts = Restorable(self.model, self.optimizer, self.scheduler, context.scaler, self.state, iteration.stream)
         checkpointer = self.setup_interruption(context, parts)
         self._is_set_up = True
-        checkpointer.resume(self.cfg.checkpoint.resume)  # the run state too: losses, a pending eval
+        checkpointer.resume(self.cfg.checkpoint.resume, training=not self.cfg.preflight.only)  # the run state too: losses, a pending eval
         checkpointer.mark_boundary()
         self.run_directory.commit(self.cfg)
         checkpointer.settle()
@@ -336,8 +336,10 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         context = self.training_context
         sinks: list[Any] = []
         if context.dist.is_main:
-            sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", logging_cfg.flush_every_s))
-            if logging_cfg.tensorboard and (sink := make_tensorboard_sink(self.run_dir / "tensorboard")):
+            # Training continues after this step: what an earlier attempt logged past it is superseded.
+            after = self.state.step
+            sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", logging_cfg.flush_every_s, after_step=after))
+            if logging_cfg.tensorboard and (sink := make_tensorboard_sink(self.run_dir / "tensorboard", after_step=after)):
                 sinks.append(sink)
         progress_mode = logging_cfg.progress if context.dist.is_main else "none"
         metrics = MetricsLogger(sinks)
@@ -366,6 +368,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             "final_val_loss": self.state.final_val_loss,
             "wall_time_s": round(wall_time_s, 3),
             "peak_memory_bytes": peak_memory_bytes(context.device) if context else None,
+            "memory": memory_peaks(context.device) if context else None,
             "resumed_from": str(self.interruption.resumed_from) if self.interruption and self.interruption.resumed_from else None,
             "params_sha256": params_sha256(unwrap(model)) if model is not None and hash_params else None,
             "skipped_steps": self.state.skipped_steps,

@@ -7,6 +7,7 @@ import json
 import pytest
 from optimus_preflight.recipes.char_lm import CharLMRecipe
 
+from optimus_preflight.checkpoint.resume import check_resume_value
 from optimus_preflight.checkpoint.store import MANIFEST_FILE, STATE_FILE
 from optimus_preflight.errors import UserError
 from tests.conftest import REPO, run_cli, tiny_config
@@ -79,6 +80,43 @@ def test_missing_explicit_checkpoint_is_a_user_error(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.output
     assert "checkpoint.resume" in result.stderr and "does not exist" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_resume_paths_that_hold_no_checkpoint_are_rejected_before_any_work(tmp_path):
+    """What was given and what is expected, from the shape of the path alone."""
+    never_saved = tmp_path / "never_saved"
+    (never_saved / ".hydra").mkdir(parents=True)
+    (never_saved / "summary.json").write_text('{"status": "failed"}')
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("x")
+    cases = {
+        never_saved: "is a run directory that holds no checkpoint",
+        plain: "neither a checkpoint nor a run directory",
+        plain / "notes.txt": "is a file, not a checkpoint",
+    }
+    for path, what in cases.items():
+        with pytest.raises(UserError) as caught:
+            check_resume_value(str(path))
+        text = str(caught.value)
+        assert what in text and f"checkpoint.resume={str(path)!r}" in text
+        assert "expected a checkpoint directory (checkpoints/step_XXXXXXXX" in text
+        assert "never finished" not in text
+    unfinished = tmp_path / "run" / "checkpoints" / "step_00000004"
+    unfinished.mkdir(parents=True)
+    (unfinished / STATE_FILE).write_bytes(b"")
+    check_resume_value(str(unfinished))  # a checkpoint's shape: its contents are checked at load
+
+
+def test_resuming_from_a_run_dir_without_checkpoints_exits_2_and_writes_nothing(tmp_path):
+    never_saved = tmp_path / "never_saved"
+    (never_saved / ".hydra").mkdir(parents=True)
+    result = run_cli(tmp_path / "run", *SIGNALLING, f"checkpoint.resume={never_saved}", cwd=REPO)
+    assert result.returncode == 2 and "Traceback" not in result.output
+    assert "holds no checkpoint" in result.stderr
+    assert "run dir" not in result.stdout  # rejected before the model was built
+    assert not (tmp_path / "run").exists()  # no new `failed` summary behind it
+    assert sorted(p.name for p in never_saved.iterdir()) == [".hydra"]
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ def test_preflight_only_exits_0_when_passing_and_3_when_failing(cli, tmp_path):
     assert json.loads((passed.run_dir / "preflight.json").read_text())["status"] == "passed"
     assert "preflight PASSED" in passed.output
     assert not (passed.run_dir / "metrics.jsonl").exists()  # it did not train
+    assert "starting fresh" not in passed.output  # nor did it start anything
 
     failed = cli("recipe=char_lm_tiny", "preflight.only=true", "logging.progress=none", "preflight.fail_on=warning",
                  "data.shuffle=false", run_dir=tmp_path / "bad")

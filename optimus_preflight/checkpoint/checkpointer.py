@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shlex
 import signal
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -26,6 +24,7 @@ from optimus_preflight.checkpoint.resume import (
     refresh_schedule,
     settle_resume,
 )
+from optimus_preflight.checkpoint.resume_command import resume_command
 from optimus_preflight.checkpoint.signals import StopSignals
 from optimus_preflight.checkpoint.store import CheckpointStore, read_manifest
 from optimus_preflight.config.changes import config_changes
@@ -36,26 +35,6 @@ from optimus_preflight.training.distributed import peers as active_peers
 from optimus_preflight.training.peers import Bound, PeersUnresponsive, StuckWatchdog, main_thread_in
 
 log = logging.getLogger("optimus_preflight")
-
-
-def resume_command(run_dir: Path) -> str:
-    """The command that continues this run: same overrides, same run dir, resume=auto."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        overrides = list(HydraConfig.get().overrides.task)
-    except Exception:  # not launched through the Hydra app
-        overrides = []
-    keep = [o for o in overrides if not o.startswith(("hydra.run.dir=", "checkpoint.resume="))]
-    program = ["optimus-train"]
-    script = sys.argv[0] if sys.argv else ""
-    # A user script calling MyRecipe.main() is resumed through that script; launchers'
-    # own entry points (submitit, torchrun) are not something to type.
-    installed = any(part in ("site-packages", "dist-packages") for part in Path(script).parts)
-    if script.endswith(".py") and not installed and Path(script).resolve() != Path(__file__).resolve().parents[1] / "cli.py":
-        program = ["python", script]
-    words = [*program, *keep, f"hydra.run.dir={run_dir.resolve()}", "checkpoint.resume=auto"]
-    return " ".join(shlex.quote(word) for word in words)
 
 
 def _gpu_busy(model: Any, wait_s: float = 5.0) -> bool:
@@ -264,9 +243,10 @@ class RunCheckpointer:
         return self.last_saved
 
     # ------------------------------------------------------------------ resuming
-    def resume(self, resume: str) -> Path | None:
+    def resume(self, resume: str, *, training: bool = True) -> Path | None:
         """Load the chosen checkpoint into the live objects (the run state included);
-        return its path, or None for a fresh start.
+        return its path, or None for a fresh start (said only when ``training``: a
+        preflight-only run starts nothing).
 
         Reads only: what the resume changes on disk waits for ``settle`` (called once
         the run is known to be valid), so a bad resume leaves the run dir as it was.
@@ -274,7 +254,7 @@ class RunCheckpointer:
         assert self.parts is not None
         point = pick_resume_point(resume, self.store)
         if point is None:
-            if resume == "auto":
+            if resume == "auto" and training:
                 log.info("no checkpoint in %s: starting fresh", self.store.directory)
             return None
         state, path = point.state, point.path

@@ -11,7 +11,14 @@ import torch
 from torch import nn
 
 from optimus_preflight.checkpoint.checkpoint_state import qualified_name
-from optimus_preflight.checkpoint.store import STATE_FILE, CheckpointCorrupt, CheckpointStore, load_state, verify
+from optimus_preflight.checkpoint.store import (
+    MANIFEST_FILE,
+    STATE_FILE,
+    CheckpointCorrupt,
+    CheckpointStore,
+    load_state,
+    verify,
+)
 from optimus_preflight.config.changes import EXPECTED_CHANGES
 from optimus_preflight.errors import UserError
 
@@ -22,32 +29,64 @@ RESUME_KEYS = ("model", "optimizer", "run_state", "data_position", "rng")
 # Keys whose change between a checkpoint and its resume is expected, not worth a warning.
 
 
+_EXPECTED = ("a checkpoint directory (checkpoints/step_XXXXXXXX, holding manifest.json and state.pt), "
+             "its state.pt, or a run directory whose checkpoints/ holds one")
+# What a run directory holds even when it never saved a checkpoint.
+_RUN_DIR_MARKERS = ("checkpoints", ".hydra", "summary.json", "train.log", "metrics.jsonl")
+
+
+def _resume_error(value: str, what: str, fix: str) -> UserError:
+    return UserError(f"checkpoint.resume={value!r} {what}; expected {_EXPECTED}", key="checkpoint.resume", fix=fix)
+
+
 def explicit_checkpoint_dir(value: str) -> Path:
-    """``checkpoint.resume=<path>``: a checkpoint dir, its state.pt, or a run dir."""
+    """``checkpoint.resume=<path>``: a checkpoint dir, its state.pt, or a run dir.
+
+    Checks the shape only (which files are there), so it is cheap enough to run before
+    any work; a run dir stays a run dir here, its checkpoint is picked at load time.
+    """
     path = Path(value).expanduser()
-    if path.name == STATE_FILE:
-        path = path.parent
-    if (path / "checkpoints").is_dir():
-        ref, _ = CheckpointStore(path / "checkpoints").latest_valid()
-        if ref is None:
-            raise UserError(
-                f"checkpoint.resume={value!r}: the run dir has no valid checkpoint",
-                key="checkpoint.resume",
-                fix="Point checkpoint.resume at a checkpoints/step_XXXXXXXX directory, or use checkpoint.resume=none to start fresh.",
-            )
-        return ref.path
     if not path.exists():
+        raise _resume_error(value, "does not exist",
+                            "Give an existing path; checkpoint.resume=auto picks the newest checkpoint of this run dir, none starts fresh.")
+    if path.is_file():
+        if path.name != STATE_FILE:
+            raise _resume_error(value, "is a file, not a checkpoint", f"Give the checkpoint's directory or its {STATE_FILE}.")
+        path = path.parent
+    if (path / MANIFEST_FILE).exists() or (path / STATE_FILE).exists():
+        return path  # a checkpoint: its contents are verified when it is loaded
+    if any((path / marker).exists() for marker in _RUN_DIR_MARKERS):
+        if not CheckpointStore(path / "checkpoints").candidates():
+            raise _resume_error(
+                value, f"is a run directory that holds no checkpoint (nothing under {path / 'checkpoints'})",
+                "That run stopped before its first save (its summary.json and train.log say why). Point "
+                "checkpoint.resume at a run that saved one, or start fresh with checkpoint.resume=none.")
+        return path
+    raise _resume_error(value, "is a directory that is neither a checkpoint nor a run directory",
+                        "Point checkpoint.resume at checkpoints/step_XXXXXXXX inside a run directory, or at the run directory.")
+
+
+def checkpoint_to_load(value: str) -> Path:
+    """The checkpoint directory ``checkpoint.resume=<path>`` names; for a run dir, its
+    newest checkpoint that verifies."""
+    path = explicit_checkpoint_dir(value)
+    if (path / MANIFEST_FILE).exists() or (path / STATE_FILE).exists():
+        return path
+    store = CheckpointStore(path / "checkpoints")
+    ref, skipped = store.latest_valid()
+    if ref is None:
         raise UserError(
-            f"checkpoint.resume={value!r} does not exist",
+            f"checkpoint.resume={value!r}: none of the {len(skipped)} checkpoint(s) in {store.directory} verifies "
+            f"({skipped[0][0].name}: {skipped[0][1]})",
             key="checkpoint.resume",
-            fix="Give the path of a checkpoints/step_XXXXXXXX directory (or its run dir); "
-            "checkpoint.resume=auto picks the newest in this run dir, none starts fresh.",
+            fix="Point checkpoint.resume at a good checkpoints/step_XXXXXXXX directory, or use checkpoint.resume=none to start fresh.",
         )
-    return path
+    return ref.path
 
 
 def check_resume_value(value: str) -> None:
-    """Validation before any work: an explicit path must exist (contents are checked at load)."""
+    """Validation before any work: an explicit path must name a checkpoint or a run dir
+    that has one (the contents are verified at load)."""
     if value not in ("auto", "none"):
         explicit_checkpoint_dir(value)
 
@@ -106,7 +145,7 @@ def pick_resume_point(value: str, store: CheckpointStore) -> ResumePoint | None:
                 "start this run over; or use a new hydra.run.dir.",
             )
         return None
-    path = explicit_checkpoint_dir(value)
+    path = checkpoint_to_load(value)
     try:
         verify(path)
         state = load_state(path, RESUME_KEYS)

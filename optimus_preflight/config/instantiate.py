@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import inspect
 import re
+import sysconfig
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,15 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from optimus_preflight.errors import UserError
+
+
+class _ImportFailed(Exception):
+    """The module a path names exists, but running its code raised."""
+
+    def __init__(self, module: str, error: BaseException):
+        self.module = module
+        self.error = error
+        super().__init__(module)
 
 
 def _import_object(path: str) -> Any:
@@ -35,16 +45,59 @@ def _import_object(path: str) -> Any:
             # dependency inside an existing module is a real error to report.
             if error.name and module_name.startswith(error.name):
                 continue
-            raise
+            raise _ImportFailed(module_name, error) from error
+        except Exception as error:  # the module's own code raised (NameError, SyntaxError, ...)
+            raise _ImportFailed(module_name, error) from error
         for attribute in parts[split:]:
             obj = getattr(obj, attribute)
         return obj
     raise ModuleNotFoundError(f"No module named {parts[0]!r}")
 
 
+_NOT_USER_CODE = tuple(Path(p).resolve() for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+_THIS_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def _library_file(filename: str) -> bool:
+    """Python's, an installed package's or this toolkit's file: not the user's."""
+    if filename.startswith("<"):
+        return True
+    path = Path(filename).resolve()
+    return (any(part in ("site-packages", "dist-packages") for part in path.parts) or path.is_relative_to(_THIS_PACKAGE)
+            or any(path.is_relative_to(root) for root in _NOT_USER_CODE))
+
+
+def _user_frames(error: BaseException) -> list[tuple[str, int | None, str, str | None]]:
+    """(file, line, function, source) of the user's own files that led to ``error``,
+    innermost last: importlib's and the libraries' frames say nothing about what to fix.
+    A SyntaxError's own location comes last: no frame runs the line that cannot parse."""
+    every = [(f.filename, f.lineno, f.name, f.line) for f in traceback.extract_tb(error.__traceback__)]
+    frames = [frame for frame in every if not _library_file(frame[0])]
+    if isinstance(error, SyntaxError) and error.filename:
+        frames.append((error.filename, error.lineno, "<module>", (error.text or "").strip() or None))
+    # An installed package of the user's has no "user" frame: then the innermost one.
+    return frames or every[-1:]
+
+
+def import_failure(path: str, key: str, module: str, error: BaseException, limit: int = 6) -> UserError:
+    """The error raised by the code of the module a path names, with its file and line."""
+    frames = _user_frames(error)
+    detail = error.msg if isinstance(error, SyntaxError) else str(error)
+    at = f" at {frames[-1][0]}:{frames[-1][1]}" if frames else ""
+    trace = "".join(f'\n  File "{file}", line {line}, in {name}' + (f"\n    {source}" if source else "") for file, line, name, source in frames[-limit:])
+    missing = f" (or install {error.name})" if isinstance(error, ModuleNotFoundError) and error.name else ""
+    return UserError(
+        f"{key}={path!r}: importing {module} raised {type(error).__name__}: {detail}{at}",
+        key=key,
+        fix=f"Fix that line{missing}; the import path itself is fine." + (f" Where it happened:{trace}" if trace else ""),
+    )
+
+
 def locate(path: str, key: str) -> Any:
     try:
         return _import_object(path)
+    except _ImportFailed as failed:
+        raise import_failure(path, key, failed.module, failed.error) from None
     except Exception as error:
         reason = f"{type(error).__name__}: {error}"
         raise UserError(

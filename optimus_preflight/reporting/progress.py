@@ -1,13 +1,23 @@
-"""A tqdm bar on a terminal; plain periodic log lines everywhere else (CI, SLURM)."""
+"""A tqdm bar on a terminal; plain periodic log lines everywhere else (CI, SLURM).
+
+While the bar is open, console log records are written through it
+(tqdm.contrib.logging.logging_redirect_tqdm), so a checkpoint line does not leave a
+frozen copy of the bar behind; the periodic step lines the bar replaces on the
+terminal still go to train.log.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
 from typing import Any
 
 from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from optimus_preflight.reporting.run_log import log_to_files
 
 log = logging.getLogger("optimus_preflight")
 
@@ -32,8 +42,10 @@ class Progress:
         self.start_step = initial_step
         self.started = time.monotonic()
         self._bar = None
+        self._redirect = contextlib.ExitStack()
         if mode != "none" and use_bar(mode):
             self._bar = tqdm(total=total_steps, initial=initial_step, unit="step", dynamic_ncols=True)
+            self._redirect.enter_context(logging_redirect_tqdm(tqdm_class=tqdm))
 
     def advance(self, steps: int = 1) -> None:
         if self._bar is not None:
@@ -47,7 +59,6 @@ class Progress:
             fields["gnorm"] = f"{record['grad_norm']:.3f}"
         if self._bar is not None:
             self._bar.set_postfix(fields, refresh=False)
-            return
         step = record["step"]
         done = step - self.start_step
         elapsed = time.monotonic() - self.started
@@ -55,15 +66,17 @@ class Progress:
         text = " | ".join(f"{k} {v}" for k, v in fields.items())
         rate = record.get("samples_per_s")
         rate_text = f" | {rate:.0f} samples/s" if rate else ""
-        log.info("step %d/%d | %s%s | eta %s", step, self.total, text, rate_text, format_eta(eta))
+        line = f"step {step}/{self.total} | {text}{rate_text} | eta {format_eta(eta)}"
+        if self._bar is not None:
+            log_to_files(log, logging.INFO, line)  # the bar shows these figures on the terminal
+        else:
+            log.info(line)
 
     def write(self, message: str) -> None:
-        if self._bar is not None:
-            self._bar.write(message)
-        else:
-            log.info(message)
+        log.info(message)  # through the bar while it is open
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        self._redirect.close()

@@ -68,3 +68,22 @@ def open_deferred_logs() -> None:
     for handler in logging.getLogger().handlers:
         if isinstance(handler, DeferredFileHandler):
             handler.open()
+
+
+def _is_console(handler: logging.Handler) -> bool:
+    # The same test as tqdm.contrib.logging's, so its bar-safe handler counts as console.
+    return isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) in (sys.stdout, sys.stderr)
+
+
+def log_to_files(logger: logging.Logger, level: int, message: str, *, exc_info: bool = False) -> None:
+    """A record for the log files (train.log) only: what the console already shows in
+    another form (a traceback Hydra prints, the bar's own figures)."""
+    if not logger.isEnabledFor(level):
+        return
+    record = logger.makeRecord(logger.name, level, "(unknown file)", 0, message, (), sys.exc_info() if exc_info else None)
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if not _is_console(handler) and record.levelno >= handler.level:
+                handler.handle(record)
+        current = current.parent if current.propagate else None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,13 +24,60 @@ class MetricSink(Protocol):
     def close(self) -> None: ...
 
 
+def drop_records_after(path: Path, step: int) -> int:
+    """Remove the records of steps after ``step`` from a metrics.jsonl (and a last line a
+    kill cut short): a run resumed from the checkpoint of ``step`` logs those steps
+    again, and a reader must not find one step twice. Returns how many were dropped.
+
+    The kept lines are written to a sibling that replaces the file, so a crash midway
+    leaves the old file whole.
+    """
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    except FileNotFoundError:
+        return 0
+    except OSError as error:
+        raise StorageError.from_os_error(error, path.name, path.parent) from None
+    kept = [line for line in lines if _kept(line, step)]
+    if len(kept) == len(lines):
+        return 0
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.writelines(kept)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        raise StorageError.from_os_error(error, path.name, path.parent) from None
+    return len(lines) - len(kept)
+
+
+def _kept(line: str, step: int) -> bool:
+    if not line.endswith("\n"):
+        return False  # cut short by a kill: the next record would be glued onto it
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    record_step = record.get("step") if isinstance(record, dict) else None
+    return not (isinstance(record_step, int) and record_step > step)
+
+
 class JsonlSink:
     """Appends one JSON object per line; flushes on a timer, not per record, because
-    a flush per step is a measurable cost in a fast loop."""
+    a flush per step is a measurable cost in a fast loop.
 
-    def __init__(self, path: Path, flush_every_s: float = 5.0):
+    ``after_step``: the step training continues from; records of later steps, left by
+    a run that stopped after its last checkpoint, are dropped first.
+    """
+
+    def __init__(self, path: Path, flush_every_s: float = 5.0, *, after_step: int | None = None):
         self.path = path
         self.flush_every_s = flush_every_s
+        if after_step is not None and (dropped := drop_records_after(path, after_step)):
+            log.info("%s: dropped %d record(s) after step %d, which this run logs again", path.name, dropped, after_step)
         self._file = open(path, "a", encoding="utf-8")
         self._last_flush = time.monotonic()
 
@@ -59,10 +108,12 @@ class JsonlSink:
 
 
 class TensorBoardSink:
-    def __init__(self, log_dir: Path):
+    def __init__(self, log_dir: Path, *, after_step: int | None = None):
         from torch.utils.tensorboard import SummaryWriter
 
-        self._writer = SummaryWriter(log_dir=str(log_dir))
+        # purge_step hides the events of the steps this run logs again (see JsonlSink).
+        purge = after_step + 1 if after_step is not None else None
+        self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge)
 
     def write(self, record: dict[str, Any]) -> None:
         step = record.get("step", 0)
@@ -77,9 +128,9 @@ class TensorBoardSink:
         self._writer.close()
 
 
-def make_tensorboard_sink(log_dir: Path) -> TensorBoardSink | None:
+def make_tensorboard_sink(log_dir: Path, *, after_step: int | None = None) -> TensorBoardSink | None:
     try:
-        return TensorBoardSink(log_dir)
+        return TensorBoardSink(log_dir, after_step=after_step)
     except ImportError:
         log.warning(
             "logging.tensorboard=true but the tensorboard package is not installed; "
