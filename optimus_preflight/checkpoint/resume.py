@@ -35,6 +35,10 @@ _EXPECTED = ("a checkpoint directory (checkpoints/step_XXXXXXXX, holding manifes
 _RUN_DIR_MARKERS = ("checkpoints", ".hydra", "summary.json", "train.log", "metrics.jsonl")
 
 
+def _is_checkpoint_dir(path: Path) -> bool:
+    return (path / MANIFEST_FILE).exists() or (path / STATE_FILE).exists()
+
+
 def _resume_error(value: str, what: str, fix: str) -> UserError:
     return UserError(f"checkpoint.resume={value!r} {what}; expected {_EXPECTED}", key="checkpoint.resume", fix=fix)
 
@@ -53,8 +57,8 @@ def explicit_checkpoint_dir(value: str) -> Path:
         if path.name != STATE_FILE:
             raise _resume_error(value, "is a file, not a checkpoint", f"Give the checkpoint's directory or its {STATE_FILE}.")
         path = path.parent
-    if (path / MANIFEST_FILE).exists() or (path / STATE_FILE).exists():
-        return path  # a checkpoint: its contents are verified when it is loaded
+    if _is_checkpoint_dir(path):
+        return path  # its contents are verified when it is loaded
     if any((path / marker).exists() for marker in _RUN_DIR_MARKERS):
         if not CheckpointStore(path / "checkpoints").candidates():
             raise _resume_error(
@@ -70,7 +74,7 @@ def checkpoint_to_load(value: str) -> Path:
     """The checkpoint directory ``checkpoint.resume=<path>`` names; for a run dir, its
     newest checkpoint that verifies."""
     path = explicit_checkpoint_dir(value)
-    if (path / MANIFEST_FILE).exists() or (path / STATE_FILE).exists():
+    if _is_checkpoint_dir(path):
         return path
     store = CheckpointStore(path / "checkpoints")
     ref, skipped = store.latest_valid()

@@ -57,8 +57,9 @@ def _torchrun(launch: Launch) -> list[str] | None:
     return [*program, *nodes, f"--nproc-per-node={local}"]
 
 
-def program_words(launch: Launch) -> list[str]:
-    """The words that start the training program again, before the overrides."""
+def program_words(launch: Launch, torchrun: list[str] | None = None) -> list[str]:
+    """The words that start the training program again, before the overrides
+    (``torchrun``: the launcher's words, when the run was started by it)."""
     # "-c": `python -c "...main()"`, nothing to run again but the module.
     script = Path(os.path.abspath(os.path.join(launch.cwd, launch.argv0))) if launch.argv0 not in ("", "-c") else None
     is_cli = script is not None and script.suffix == ".py" and script.resolve() == _CLI_FILE
@@ -71,7 +72,6 @@ def program_words(launch: Launch) -> list[str]:
         entry = [str(script)]  # a user's script calling MyRecipe.main()
     else:
         entry = []  # a console script: optimus-train itself
-    torchrun = _torchrun(launch)
     if torchrun is not None:
         return [*torchrun, *entry] if entry else [*torchrun, "-m", CLI_MODULE]
     if entry:
@@ -95,9 +95,10 @@ def resume_command(run_dir: Path, overrides: Sequence[str] | None = None, launch
     kept = [o for o in (hydra_task_overrides() if overrides is None else overrides) if not o.startswith(_REPLACED)]
     arguments = [*kept, f"hydra.run.dir={Path(run_dir).resolve()}", "checkpoint.resume=auto"]
     make_dir = launch.environ.get(MAKE_DIR_ENV)
-    if make_dir and _torchrun(launch) is None:
+    torchrun = _torchrun(launch)
+    if make_dir and torchrun is None:
         # make hands ARGS to the shell unquoted, so quote each word inside it; `$` is
         # make's own expansion character. -C: it runs from any directory.
         inner = " ".join(shlex.quote(word) for word in arguments).replace("$", "$$")
         return shlex.join(["make", "-C", make_dir, "train", f"ARGS={inner}"])
-    return f"cd {shlex.quote(os.path.abspath(launch.cwd))} && {shlex.join([*program_words(launch), *arguments])}"
+    return f"cd {shlex.quote(os.path.abspath(launch.cwd))} && {shlex.join([*program_words(launch, torchrun), *arguments])}"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -14,6 +13,7 @@ import torch
 
 from optimus_preflight.errors import StorageError
 from optimus_preflight.reporting.json_records import dumps
+from optimus_preflight.reporting.summary import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +29,7 @@ def drop_records_after(path: Path, step: int) -> int:
     kill cut short): a run resumed from the checkpoint of ``step`` logs those steps
     again, and a reader must not find one step twice. Returns how many were dropped.
 
-    The kept lines are written to a sibling that replaces the file, so a crash midway
-    leaves the old file whole.
+    The file is replaced atomically: a crash midway leaves the old one whole.
     """
     try:
         lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -41,15 +40,9 @@ def drop_records_after(path: Path, step: int) -> int:
     kept = [line for line in lines if _kept(line, step)]
     if len(kept) == len(lines):
         return 0
-    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.writelines(kept)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        write_text_atomic(path, "".join(kept))
     except OSError as error:
-        tmp.unlink(missing_ok=True)
         raise StorageError.from_os_error(error, path.name, path.parent) from None
     return len(lines) - len(kept)
 

@@ -85,16 +85,20 @@ def memory_peaks(device: torch.device) -> dict[str, Any]:
     }
 
 
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
     """Readers never see a half-written file: write a sibling, then rename over."""
     # Unique per thread: a forced exit (a second Ctrl+C) may write while the main thread does.
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(dumps(payload, indent=2) + "\n")
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)  # a full disk must not leave a half-written sibling behind
         raise
+
+
+def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    write_text_atomic(path, dumps(payload, indent=2) + "\n")

@@ -101,12 +101,6 @@ def predicted_tensor_peak(preflight: dict[str, Any] | None) -> tuple[int, str] |
     return None
 
 
-def predicted_peak_bytes(preflight: dict[str, Any] | None) -> int | None:
-    """The earlier name, without the device the prediction is for."""
-    prediction = predicted_tensor_peak(preflight)
-    return prediction[0] if prediction else None
-
-
 def _preflight_device(preflight: dict[str, Any] | None) -> str | None:
     for check in (preflight or {}).get("checks", []):
         if check.get("name") == "env.device":
