@@ -19,7 +19,7 @@ from optimus_preflight.preflight.consensus import (
 from optimus_preflight.preflight.framework import Check, CheckResult, CheckStatus, Issue, Severity, Stage
 from optimus_preflight.preflight.preflight_context import PreflightContext
 from optimus_preflight.preflight.report import PreflightReport
-from optimus_preflight.preflight.runner import run_preflight
+from optimus_preflight.preflight.runner import run_preflight_checks
 from tests.conftest import tiny_config
 from tests.preflight_support import make_recipe
 
@@ -59,7 +59,7 @@ class NeedsFails(Check):
 
 def _report(tmp_path, checks, *overrides):
     recipe = make_recipe(tmp_path, *overrides)
-    return run_preflight(checks, PreflightContext.from_recipe(recipe)), tmp_path / "run" / "preflight.json"
+    return run_preflight_checks(checks, PreflightContext.from_recipe(recipe)), tmp_path / "run" / "preflight.json"
 
 
 @pytest.mark.parametrize(("fail_on", "checks", "status"), [

@@ -12,7 +12,7 @@ from torch import nn
 from optimus_preflight.preflight.framework import Check, Stage
 from optimus_preflight.preflight.preflight_context import PreflightContext
 from optimus_preflight.preflight.preserve import TrainingStateSnapshot
-from optimus_preflight.preflight.runner import run_preflight
+from optimus_preflight.preflight.runner import run_preflight_checks
 from optimus_preflight.reporting.summary import params_sha256
 from tests.conftest import tiny_config
 
@@ -152,5 +152,5 @@ class CarelessCheck(Check):
 def test_run_preflight_restores_the_state_even_after_a_careless_check(tmp_path):
     recipe = _recipe(tmp_path)
     before = _everything(recipe)
-    run_preflight([CarelessCheck()], PreflightContext.from_recipe(recipe))
+    run_preflight_checks([CarelessCheck()], PreflightContext.from_recipe(recipe))
     assert _everything(recipe) == before

@@ -25,7 +25,7 @@ PUBLIC = {
                                  "TrainingInterruptionMixin"],
     "optimus_preflight.preflight": ["estimate_dataloader_memory_gib", "check_dataloader_startup",
                                     "check_model_gpu_memory", "PreflightReport", "Check", "DEFAULT_CHECKS",
-                                    "default_checks"],
+                                    "default_checks", "run_preflight"],
     "optimus_preflight.memory": ["param_count_from_empty_model", "estimate_params_from_shape",
                                  "estimate_base_model_params", "bytes_per_base_weight", "estimate_step_memory",
                                  "OOMObserver"],

@@ -5,7 +5,8 @@
 - ``estimate_step_memory``: two real training steps traced on fake tensors.
 - The preflight checks built on it live in ``optimus_preflight.preflight.checks.memory_checks``.
 - ``check_model_gpu_memory``: a real synthetic step on the GPU, state restored.
-- ``OOMObserver``: snapshot, summary and hint on a CUDA OOM.
+- ``OOMObserver``: on a CUDA OOM, Composer's snapshot, trace and segment plots and
+  flamegraphs, plus a summary and a hint (``start_oom_observer`` for the recipe).
 """
 
 from optimus_preflight.memory.advice import memory_hints

@@ -1,36 +1,67 @@
 """``OOMObserver``: on a CUDA out-of-memory error, leave evidence and say what to change.
 
-While enabled (``preflight.oom_observer=true``) the CUDA caching allocator records its
+It keeps the documented contract of MosaicML Composer's ``composer.callbacks.OOMObserver``
+(the same constructor arguments, defaults and file names) without Composer's Trainer.
+While started (``preflight.oom_observer=true``), the CUDA caching allocator records its
 history with Python-only stacks (full C++ stacks make dumps take minutes). When an
 allocation fails, the allocator calls the observer before the exception unwinds, with
-everything still live; the observer writes
+everything still live. The observer then writes these files in ``folder``, each name
+starting with ``filename`` (both are format strings with ``{run_name}`` and ``{rank}``):
 
-- ``oom/rank{r}_snapshot.pickle``: ``torch.cuda.memory._snapshot()``, loadable at
-  https://pytorch.org/memory_viz;
-- ``oom/rank{r}_summary.txt``: live bytes by category and the largest live allocations,
+- ``<filename>_snapshot.pickle``: ``torch.cuda.memory._snapshot()``; open it at
+  https://pytorch.org/memory_viz.
+- ``<filename>_trace_plot.html`` and ``<filename>_segment_plot.html``: torch's
+  ``trace_plot`` and ``segment_plot``. The snapshot is embedded in each page, but the
+  page imports MemoryViz.js from cdn.jsdelivr.net when a browser opens it. So viewing
+  needs a network connection; writing them does not.
+- ``<filename>_segment_flamegraph.svg`` and ``<filename>_memory_flamegraph.svg``:
+  torch's ``segments`` and ``memory`` folded stacks. A local ``flamegraph.pl`` draws
+  them if one is on PATH or in torch's cache, and ``flamegraph_svg`` draws them
+  otherwise. Torch's default formatter is never used, because it downloads
+  ``flamegraph.pl`` from GitHub when the script is missing.
+- ``<filename>_summary.txt`` (not a Composer file): live bytes by category, the largest
+  live allocations, and hints.
 
-and logs a hint (the largest batch predicted to fit, bf16, activation checkpointing).
-The allocator may call it more than once for one error (convolutions retry with less
-workspace); only the first call writes.
+It also logs the hints: the largest batch predicted to fit, bf16, activation
+checkpointing. Each file is written on its own, so one that fails is logged and the rest
+are still written. Nothing raised while writing them hides the OOM. The allocator may
+call the observer more than once for one error (convolutions retry with less workspace),
+and only the first call writes.
+
+``remote_file_name`` is accepted and kept for Composer compatibility. Nothing is
+uploaded, though, because this package has no uploaders.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import pickle
+import shutil
+import subprocess
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+from torch.cuda import _memory_viz
 from torch.optim import Optimizer
 
 from optimus_preflight.memory.advice import memory_hints
+from optimus_preflight.memory.flamegraph_svg import render_flamegraph_svg
 from optimus_preflight.memory.result import gib
 
 log = logging.getLogger("optimus_preflight")
+
+DEFAULT_FOLDER = "{run_name}/torch_traces"
+DEFAULT_FILENAME = "rank{rank}_oom"
+DEFAULT_REMOTE_FILE_NAME = "{run_name}/oom_traces/rank{rank}_oom"
+# flamegraph.pl takes seconds even on big snapshots. The limit only keeps a hung
+# subprocess from hanging the OOM handler, and the training process with it.
+FLAMEGRAPH_TIMEOUT_S = 120.0
 
 # Frame-based fallback labels, for blocks not matched to a known tensor.
 _FRAME_RULES = (
@@ -148,39 +179,228 @@ def oom_hints(summary: SnapshotSummary, **kwargs: Any) -> list[str]:
     return memory_hints(breakdown, **kwargs)
 
 
-class OOMObserver:
-    """Records CUDA allocator history and, on OOM, writes a snapshot, a summary and a hint.
+def format_name(template: str, *, run_name: str, rank: int) -> str:
+    """``template`` with ``{run_name}`` and ``{rank}`` filled in; a ValueError names any other field."""
+    try:
+        return template.format(run_name=run_name, rank=rank)
+    except (AttributeError, KeyError, IndexError, ValueError) as error:
+        raise ValueError(
+            f"OOMObserver: cannot format {template!r} ({type(error).__name__}: {error}); "
+            "the fields it may use are {run_name} and {rank}, and literal braces are written {{ and }}"
+        ) from None
 
-    ``start()`` returns False (and does nothing) without CUDA. ``hint_kwargs`` are
-    passed to ``memory_hints`` (``precision``, ``batch_size``, ``largest_batch``, ...).
+
+def literal_name(text: str) -> str:
+    """``text`` as a format string that formats to itself: a run directory may contain braces."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def default_run_name() -> str:
+    """``$RUN_NAME``, else the local time. Ranks started in different seconds can get
+    different names, so multi-rank runs should set RUN_NAME or pass ``run_name``."""
+    return os.environ.get("RUN_NAME") or time.strftime("run-%Y%m%d-%H%M%S")
+
+
+def default_rank() -> int:
+    return int(os.environ.get("RANK", 0))
+
+
+def ensure_folder_is_empty(folder: Path) -> None:
+    """Raise FileExistsError if ``folder`` holds a file, searching sub-folders too.
+
+    Hidden files and folders (a leading ``.``) do not count, as in Composer. A missing
+    folder counts as empty.
+    """
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(name for name in dirs if not name.startswith("."))
+        for name in sorted(files):
+            if not name.startswith("."):
+                raise FileExistsError(
+                    f"OOMObserver: the trace folder {folder} is not empty ({Path(root) / name} exists), "
+                    "and with overwrite=False it must be. Pass overwrite=True to let new OOM traces "
+                    "replace old ones, or choose another folder."
+                )
+
+
+# Composer's suffixes, in the order they are written; the summary is this package's own.
+ARTIFACT_SUFFIXES = {
+    "snapshot": "_snapshot.pickle",
+    "trace_plot": "_trace_plot.html",
+    "segment_plot": "_segment_plot.html",
+    "segment_flamegraph": "_segment_flamegraph.svg",
+    "memory_flamegraph": "_memory_flamegraph.svg",
+    "summary": "_summary.txt",
+}
+
+
+@dataclass(frozen=True)
+class OOMArtifacts:
+    """Where one observer writes each file: the resolved ``folder/filename`` plus a suffix."""
+
+    snapshot: Path
+    trace_plot: Path
+    segment_plot: Path
+    segment_flamegraph: Path
+    memory_flamegraph: Path
+    summary: Path
+
+    @classmethod
+    def from_prefix(cls, prefix: Path) -> OOMArtifacts:
+        return cls(**{name: Path(f"{prefix}{suffix}") for name, suffix in ARTIFACT_SUFFIXES.items()})
+
+    def paths(self) -> list[Path]:
+        return [getattr(self, item.name) for item in fields(self)]
+
+
+def local_flamegraph_script() -> Path | None:
+    """A ``flamegraph.pl`` on this machine: on PATH, else where torch caches it.
+
+    ``torch.cuda._memory_viz.format_flamegraph`` looks in ``~/.cache/flamegraph.pl`` and
+    downloads the script there when it is missing. This only looks.
+    """
+    on_path = shutil.which("flamegraph.pl")
+    if on_path:
+        return Path(on_path)
+    cached = Path(os.path.expanduser("~/.cache")) / "flamegraph.pl"
+    return cached if cached.is_file() else None
+
+
+def run_flamegraph_script(script: Path, folded: str, timeout_s: float = FLAMEGRAPH_TIMEOUT_S) -> str:
+    """The SVG ``flamegraph.pl`` draws for the folded stacks ``folded``.
+
+    This uses the same command line as torch's ``format_flamegraph(lines, script)``. It
+    is run here, not through torch, for two reasons. Torch's function can download the
+    script if the file disappears after we find it. It also has no timeout.
+    """
+    result = subprocess.run(
+        [str(script), "--countname", "bytes"],
+        input=folded,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=True,
+    )
+    return result.stdout
+
+
+def flamegraph_formatter(title: str, script: Path | None = None) -> Callable[[str], str]:
+    """A ``format_flamegraph`` for ``_memory_viz.segments``/``memory`` that never downloads.
+
+    If ``script`` (a local ``flamegraph.pl``) is given, it draws the graph. If it is
+    missing or fails, ``render_flamegraph_svg`` draws it.
+    """
+
+    def format_flamegraph(folded: str) -> str:
+        if script is not None:
+            try:
+                return run_flamegraph_script(script, folded)
+            except (OSError, subprocess.SubprocessError) as error:
+                log.info("OOMObserver: %s failed (%s); drawing the flamegraph without it", script, error)
+        return render_flamegraph_svg(folded, title=title)
+
+    return format_flamegraph
+
+
+def _write_file(path: Path, render: Callable[[], str | bytes]) -> None:
+    # Rendered before the file is opened: a renderer that raises leaves no empty file behind.
+    content = render()
+    try:
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+    except BaseException:
+        path.unlink(missing_ok=True)  # a full disk must not leave half a file that looks whole
+        raise
+
+
+class OOMObserver:
+    """Records CUDA allocator history and, on an OOM, writes Composer's five visualisations,
+    a summary and a hint.
+
+    The positional arguments and their defaults are Composer's. ``folder`` and
+    ``filename`` are format strings with ``{run_name}`` and ``{rank}``. They are resolved
+    here in the constructor, so a bad field fails now and not inside the OOM handler. With
+    ``overwrite=False`` the resolved folder must be empty: ``start()`` raises
+    FileExistsError if it is not. ``remote_file_name`` is kept as an attribute, but
+    nothing is uploaded.
+
+    The keyword-only arguments are this package's own. ``rank`` defaults to ``$RANK``,
+    else 0. ``run_name`` defaults to ``$RUN_NAME``, else the local time. ``model`` and
+    ``optimizer`` let the summary tell parameters, gradients and optimizer state apart.
+    ``hint_kwargs`` go to ``memory_hints`` (``precision``, ``batch_size``,
+    ``largest_batch``, ...). ``snapshot_fn`` replaces ``torch.cuda.memory._snapshot``,
+    for tests.
+
+    ``start()`` returns False, and does nothing, without CUDA. After an OOM, ``written``
+    lists the files written and ``failed`` the files that could not be written.
     """
 
     def __init__(
         self,
-        out_dir: str | Path,
-        *,
-        rank: int = 0,
         max_entries: int = 100_000,
+        folder: str | os.PathLike[str] = DEFAULT_FOLDER,
+        filename: str = DEFAULT_FILENAME,
+        remote_file_name: str | None = DEFAULT_REMOTE_FILE_NAME,
+        overwrite: bool = False,
+        *,
+        rank: int | None = None,
+        run_name: str | None = None,
         model: nn.Module | None = None,
         optimizer: Optimizer | None = None,
         hint_kwargs: dict[str, Any] | None = None,
         snapshot_fn: Callable[[], dict[str, Any]] | None = None,
     ):
-        self.out_dir = Path(out_dir)
-        self.rank = rank
+        if not filename:
+            raise ValueError("OOMObserver: filename must name the files, e.g. 'rank{rank}_oom'")
         self.max_entries = max_entries
+        self.folder = os.fspath(folder)
+        self.filename = filename
+        self.remote_file_name = remote_file_name
+        self.overwrite = overwrite
+        self.rank = default_rank() if rank is None else rank
+        self.run_name = run_name or default_run_name()
         self.model = model
         self.optimizer = optimizer
         self.hint_kwargs = hint_kwargs or {}
         self.snapshot_fn = snapshot_fn
+        self.folder_path = Path(format_name(self.folder, run_name=self.run_name, rank=self.rank))
+        prefix = self.folder_path / format_name(filename, run_name=self.run_name, rank=self.rank)
+        self.artifacts = OOMArtifacts.from_prefix(prefix)
         self.enabled = False
         self.fired = False
         self.written: list[Path] = []
+        self.failed: list[Path] = []
+        if remote_file_name is not None and remote_file_name != DEFAULT_REMOTE_FILE_NAME:
+            log.info(
+                "OOMObserver: remote_file_name=%r is kept for Composer compatibility, but nothing is "
+                "uploaded; the files stay in %s",
+                remote_file_name,
+                self.folder_path,
+            )
+
+    def check_folder(self) -> None:
+        """With ``overwrite=False``, raise FileExistsError unless the trace folder is empty.
+
+        ``start()`` checks once, as Composer does, and ``write()`` does not check again.
+        By the time of an OOM, the folder may hold another rank's files: the default
+        folder is shared by all ranks.
+        """
+        if not self.overwrite:
+            ensure_folder_is_empty(self.folder_path)
 
     def start(self) -> bool:
+        if self.enabled:
+            return True
+        # Checked before CUDA, so a folder that would refuse the traces fails on a CPU
+        # rehearsal too, and not only on the GPU job.
+        self.check_folder()
         if not torch.cuda.is_available():
             log.info("OOMObserver: no CUDA device, nothing to observe")
             return False
+        # Created now, as Composer does: a folder that cannot be made should fail the start,
+        # not the OOM handler.
+        self.folder_path.mkdir(parents=True, exist_ok=True)
         torch.cuda.memory._record_memory_history(
             enabled="all", context="all", stacks="python", max_entries=self.max_entries
         )
@@ -205,23 +425,56 @@ class OOMObserver:
             log.warning("OOMObserver: could not write the OOM report: %s", error)
 
     def write(
-        self, snapshot: dict[str, Any], *, request_bytes: int | None = None, device_free: int | None = None
-    ) -> SnapshotSummary:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        pickle_path = self.out_dir / f"rank{self.rank}_snapshot.pickle"
-        with open(pickle_path, "wb") as handle:
-            pickle.dump(snapshot, handle)
-        summary = summarize_snapshot(snapshot, category_by_address(self.model, self.optimizer))
-        if request_bytes is not None and summary.oom_request_bytes is None:
-            summary.oom_request_bytes, summary.device_free_bytes = request_bytes, device_free
-        hints = oom_hints(summary, **self.hint_kwargs)
-        summary_path = self.out_dir / f"rank{self.rank}_summary.txt"
-        summary_path.write_text(summary.format() + "".join(f"hint: {hint}\n" for hint in hints), encoding="utf-8")
-        self.written = [pickle_path, summary_path]
+        self, snapshot: dict[str, Any], request_bytes: int | None = None, device_free: int | None = None
+    ) -> SnapshotSummary | None:
+        """Write every file for ``snapshot``. Return its summary, or None if it could not be made."""
+        paths = self.artifacts
+        paths.snapshot.parent.mkdir(parents=True, exist_ok=True)
+        script = local_flamegraph_script()
+        self.written, self.failed = [], []
+        summary: SnapshotSummary | None = None
+        hints: list[str] = []
+        try:
+            summary = summarize_snapshot(snapshot, category_by_address(self.model, self.optimizer))
+            if request_bytes is not None and summary.oom_request_bytes is None:
+                summary.oom_request_bytes, summary.device_free_bytes = request_bytes, device_free
+            hints = oom_hints(summary, **self.hint_kwargs)
+        except Exception as error:
+            log.warning("OOMObserver: could not summarize the snapshot: %s: %s", type(error).__name__, error)
+
+        def summary_text() -> str:
+            if summary is None:
+                raise ValueError("no summary (see the warning above)")
+            return summary.format() + "".join(f"hint: {hint}\n" for hint in hints)
+
+        renderers: dict[Path, Callable[[], str | bytes]] = {
+            # First: the snapshot is the evidence every other file is drawn from.
+            paths.snapshot: lambda: pickle.dumps(snapshot),
+            paths.trace_plot: lambda: _memory_viz.trace_plot(snapshot),
+            paths.segment_plot: lambda: _memory_viz.segment_plot(snapshot),
+            paths.segment_flamegraph: lambda: _memory_viz.segments(
+                snapshot, format_flamegraph=flamegraph_formatter("Allocator segments at the OOM", script)
+            ),
+            paths.memory_flamegraph: lambda: _memory_viz.memory(
+                snapshot, format_flamegraph=flamegraph_formatter("Live memory at the OOM", script)
+            ),
+            paths.summary: summary_text,
+        }
+        for path, render in renderers.items():
+            try:
+                _write_file(path, render)
+                self.written.append(path)
+            except Exception as error:
+                self.failed.append(path)
+                log.warning("OOMObserver: could not write %s: %s: %s", path, type(error).__name__, error)
         log.error(
-            "CUDA out of memory: snapshot %s (open it at https://pytorch.org/memory_viz), summary %s. %s",
-            pickle_path,
-            summary_path,
+            "CUDA out of memory: wrote %d of %d files to %s (open %s at https://pytorch.org/memory_viz; "
+            "the HTML plots load MemoryViz.js from a CDN when opened), summary %s. %s",
+            len(self.written),
+            len(renderers),
+            self.folder_path,
+            paths.snapshot.name,
+            paths.summary.name,
             " ".join(hints) or "Reduce data.batch_size.",
         )
         return summary
@@ -239,12 +492,24 @@ def start_oom_observer(
 ) -> OOMObserver | None:
     """The observer the recipe attaches when ``preflight.oom_observer=true`` (None without
     CUDA or when disabled). ``precision`` is the resolved one; ``largest_batch`` is what the
-    ``memory.vram_headroom`` check found (``artifacts["memory.largest_micro_batch"]``)."""
+    ``memory.vram_headroom`` check found (``artifacts["memory.largest_micro_batch"]``).
+
+    The files go to ``<run_dir>/oom/rank<r>_oom_*``. The folder may already hold files,
+    because a resumed run reuses its run directory and the OOM that stopped the previous
+    attempt left its files there. Composer's ``overwrite=False`` would refuse to start
+    then, so overwrite is on. A new OOM replaces that rank's old files, which have the
+    same names, and the newest OOM is the one to act on. Nothing is uploaded, so
+    ``remote_file_name`` is None.
+    """
     if not cfg.preflight.oom_observer:
         return None
     observer = OOMObserver(
-        Path(run_dir) / "oom",
+        folder=literal_name(str(Path(run_dir) / "oom")),
+        filename=DEFAULT_FILENAME,
+        remote_file_name=None,
+        overwrite=True,
         rank=rank,
+        run_name=Path(run_dir).name,
         model=model,
         optimizer=optimizer,
         hint_kwargs={

@@ -1,49 +1,39 @@
 """Parameter counts without allocating a model, and bytes per base weight by training mode.
 
-``param_count_from_empty_model`` builds the model on the meta device (exact, no
-memory); ``estimate_params_from_shape`` is the decoder-only GQA + SwiGLU formula for
-when only a config is at hand. Hugging Face configs are accepted by duck typing
-(``hidden_size``, ``num_hidden_layers``, ...): ``transformers`` is used only when it
-happens to be installed.
+``param_count_from_empty_model`` builds the model on the meta device (exact, no memory);
+``estimate_params_from_shape`` is a closed-form count for when only a config is at hand;
+``estimate_base_model_params`` prefers the first and labels which one answered. Configs
+are read by duck typing (dicts, OmegaConf nodes, Hugging Face configs, plain objects):
+``transformers`` is used only when it happens to be installed.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from optimus_preflight.memory.param_configs import (
+    ALIASES,
+    DEFAULT_VOCAB,
+    NSS_KEYS,
+    REQUIRED,
+    build_on_meta,
+    config_field,
+    family_of,
+    has_field,
+    is_config_like,
+    mode_from_config,
+    model_type_of,
+    nss_bytes_per_weight,
+    shape_value,
+    training_settings,
+)
+
 log = logging.getLogger(__name__)
-
-# A few families name the same quantities differently (GPT-2 style configs).
-_ALIASES = {
-    "hidden_size": ("hidden_size", "n_embd", "d_model"),
-    "num_hidden_layers": ("num_hidden_layers", "n_layer", "num_layers"),
-    "num_attention_heads": ("num_attention_heads", "n_head", "num_heads"),
-    "intermediate_size": ("intermediate_size", "ffn_dim", "n_inner"),
-    "vocab_size": ("vocab_size",),
-    "num_key_value_heads": ("num_key_value_heads", "num_kv_heads"),
-    "head_dim": ("head_dim",),
-    "tie_word_embeddings": ("tie_word_embeddings",),
-    "attention_bias": ("attention_bias",),
-    "mlp_bias": ("mlp_bias",),
-}
-_REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
-
-
-def _get(config: Any, name: str) -> Any:
-    for alias in _ALIASES[name]:
-        value = config.get(alias) if isinstance(config, Mapping) else getattr(config, alias, None)
-        if value is not None:
-            return value
-    return None
-
-
-def _looks_like_hf_config(obj: Any) -> bool:
-    return hasattr(obj, "model_type") and hasattr(obj, "to_dict") and not isinstance(obj, nn.Module)
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
@@ -52,36 +42,37 @@ def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
     return sum(p.numel() for p in unique.values() if p.requires_grad or not trainable_only)
 
 
-def param_count_from_empty_model(factory: Callable[[], nn.Module] | Any) -> int | None:
-    """Count parameters of a model built on the meta device: exact, no memory, no download.
-
-    ``factory`` is a callable returning an ``nn.Module`` or a Hugging Face config (built
-    with ``AutoModelForCausalLM.from_config`` when ``transformers`` is installed).
-    Returns None when the model cannot be built this way.
-    """
-    build: Callable[[], nn.Module]
-    if _looks_like_hf_config(factory):
-        try:
-            from transformers import AutoModelForCausalLM  # optional; never a dependency
-        except ImportError:
-            return None
-
-        def build() -> nn.Module:
-            return AutoModelForCausalLM.from_config(factory)
-
-    elif callable(factory):
-        build = factory
-    else:
+def _meta_count(config_or_factory: Any) -> tuple[int, bool] | None:
+    """``(count, exact)`` from a meta-device build; exact is False for an encoder's base model."""
+    if is_config_like(config_or_factory):
+        built = build_on_meta(config_or_factory)
+        return None if built is None else (count_parameters(built[0]), built[1])
+    if not callable(config_or_factory):
         return None
     try:
         with torch.device("meta"):
-            model = build()
-    except Exception as error:  # unsupported architecture, custom code, a factory that loads weights
+            model = config_or_factory()
+    except Exception as error:  # a factory that reads weights or data, or needs a real device
         log.debug("meta-device construction failed: %s", error)
         return None
-    if not isinstance(model, nn.Module):
-        return None
-    return count_parameters(model)
+    return (count_parameters(model), True) if isinstance(model, nn.Module) else None
+
+
+def param_count_from_empty_model(factory: Callable[[], nn.Module] | Any) -> int | None:
+    """Count parameters of a model built on the meta device: no memory, no download.
+
+    ``factory`` is a callable returning an ``nn.Module``, or a Hugging Face config: a
+    ``PretrainedConfig``, or a dict/OmegaConf node/object with a registered ``model_type``.
+    A config builds the first class of ``config.architectures`` that ``transformers``
+    exports; without ``architectures``, ``AutoModelForCausalLM`` for decoders and
+    ``AutoModel`` (the base model, task head unknown) for encoder-only and encoder-decoder
+    configs (a masked-LM family without ``is_decoder``, or ``is_encoder_decoder``). Tied
+    weights count once. Returns None when ``transformers`` is missing, the architecture is
+    unknown or custom (``trust_remote_code``), or construction fails; callers fall back to
+    ``estimate_params_from_shape``.
+    """
+    counted = _meta_count(factory)
+    return None if counted is None else counted[0]
 
 
 def estimate_params_from_shape(
@@ -98,12 +89,24 @@ def estimate_params_from_shape(
     attention_bias: bool | None = None,
     mlp_bias: bool | None = None,
 ) -> int:
-    """Parameters of a decoder-only transformer with GQA attention and a SwiGLU MLP.
+    """Closed-form parameter count of a transformer from its config; keywords override it.
 
-    Per layer: Q and O projections ``H x (n_heads * d)``, K and V ``H x (n_kv * d)``,
-    gate/up/down ``3 x H x I``, two RMSNorm weights; plus the embedding, the final norm
-    and an untied LM head. Takes a config object or mapping (Hugging Face names) and/or
-    keywords (keywords win). Non-gated MLPs are over-counted by a third of the MLP.
+    ``config`` is a dict, OmegaConf node, Hugging Face config or plain object, read under
+    Hugging Face names or their aliases (``n_embd``/``d_model``, ``n_layer``/``num_layers``,
+    ``n_head``/``num_heads``, ``n_inner``/``ffn_dim``, ``num_kv_heads``, ``n_positions``).
+    ``hidden_size`` (H) and ``num_hidden_layers`` are required (ValueError naming the
+    missing ones). Defaults otherwise: vocab 32000, intermediate 4H, H/64 heads, as many KV
+    heads as heads, head_dim H/heads, untied embeddings, no biases.
+
+    The default layout is a decoder with GQA attention (Q and O ``H x heads*d``, K and V
+    ``H x kv_heads*d``) and a gated SwiGLU MLP (``3 H I``), two RMSNorms per layer, a final
+    norm and an LM head unless tied: exact for Llama and Mistral (Qwen2's QKV biases are
+    missed, -0.01%). The ``model_type`` selects the non-gated layouts of gpt2,
+    gpt_bigcode, opt, gpt_neox, nemotron and the bert/roberta encoders (up/down MLP,
+    biases, LayerNorm, learned positions, token types and pooler as each family has them)
+    and qwen3's Q/K norms; a config spelled with GPT-2's names and no ``model_type``
+    counts as gpt2. Other families get the default layout: a non-gated MLP (falcon, phi,
+    ...) is over-counted by half, MoE experts beyond one are not counted.
     """
     given = {
         "hidden_size": hidden_size,
@@ -116,48 +119,87 @@ def estimate_params_from_shape(
         "head_dim": head_dim,
         "attention_bias": attention_bias,
         "mlp_bias": mlp_bias,
+        "max_position_embeddings": None,
+        "type_vocab_size": None,
     }
     values = {
-        name: value if value is not None else (_get(config, name) if config is not None else None)
+        name: value if value is not None else (shape_value(config, name) if config is not None else None)
         for name, value in given.items()
     }
-    missing = [name for name in _REQUIRED if values[name] is None]
+    missing = [name for name in REQUIRED if not values[name]]
     if missing:
-        raise ValueError(f"cannot estimate parameters from shape: missing {', '.join(missing)}")
-    hidden, layers, inter = (
-        int(values["hidden_size"]),
-        int(values["num_hidden_layers"]),
-        int(values["intermediate_size"]),
-    )
-    heads, vocab = int(values["num_attention_heads"]), int(values["vocab_size"])
-    kv_heads = int(values["num_key_value_heads"] or heads)
-    dim = int(values["head_dim"] or hidden // heads)
+        names = "; ".join(f"{name} (or {', '.join(ALIASES[name][1:])})" for name in missing)
+        raise ValueError(f"cannot estimate parameters from shape: missing or zero {names}")
+    family = family_of(config)
+    hidden, layers = int(values["hidden_size"]), int(values["num_hidden_layers"])
+    inter = int(values["intermediate_size"] or 4 * hidden)
+    heads = int(values["num_attention_heads"] or max(1, hidden // 64))
+    kv_heads = values["num_key_value_heads"]
+    if kv_heads is None and model_type_of(config) == "gpt_bigcode" and config_field(config, "multi_query") is not False:
+        kv_heads = 1  # multi-query attention, gpt_bigcode's default
+    kv_heads = int(kv_heads or heads)
+    dim = int(values["head_dim"] or max(1, hidden // heads))
+    vocab = int(values["vocab_size"] or DEFAULT_VOCAB)
+    tied = family.tied if values["tie_word_embeddings"] is None else bool(values["tie_word_embeddings"])
+    attention_has_bias = family.linear_bias if values["attention_bias"] is None else bool(values["attention_bias"])
+    mlp_has_bias = family.linear_bias if values["mlp_bias"] is None else bool(values["mlp_bias"])
+
     q_out, kv_out = heads * dim, kv_heads * dim
     attention = hidden * q_out + 2 * hidden * kv_out + q_out * hidden
-    if values["attention_bias"]:
+    if attention_has_bias:
         attention += q_out + 2 * kv_out + hidden
-    mlp = 3 * hidden * inter + (2 * inter + hidden if values["mlp_bias"] else 0)
-    per_layer = attention + mlp + 2 * hidden
-    embeddings = vocab * hidden * (1 if values["tie_word_embeddings"] else 2)
-    return layers * per_layer + embeddings + hidden
+    projections = 3 if family.gated_mlp else 2
+    mlp = projections * hidden * inter
+    if mlp_has_bias:
+        mlp += (projections - 1) * inter + hidden
+    norm = 2 * hidden if family.layer_norm else hidden
+    per_layer = attention + mlp + 2 * norm + (2 * dim if family.qk_norm else 0)
+
+    embeddings = vocab * hidden * (1 if tied else 2)
+    if family.positions is not None:
+        positions = int(values["max_position_embeddings"] or family.positions)
+        embeddings += (positions + family.position_offset) * hidden
+    extra = 0
+    if family.encoder:  # token types, and the pooler AutoModel builds
+        embeddings += int(values["type_vocab_size"] or 2) * hidden
+        extra = hidden * hidden + hidden
+    # one more norm: the decoder's final norm, or the encoder's embedding LayerNorm
+    return layers * per_layer + embeddings + norm + extra
 
 
-def estimate_base_model_params(config_or_factory: Any) -> tuple[int, str] | None:
-    """``(count, "exact")`` from a meta-device build, else ``(count, "approximate")`` from
-    the shape formula, else None. The formula's error on common decoder-only families is
-    small for gated MLPs and up to +33% of the MLP for non-gated ones."""
-    exact = param_count_from_empty_model(config_or_factory)
-    if exact is not None:
-        return exact, "exact"
-    if callable(config_or_factory) and not _looks_like_hf_config(config_or_factory):
+def estimate_base_model_params(config_or_factory: Any) -> tuple[int, Literal["exact", "approximate"]] | None:
+    """``(n_params, method)`` for the base model, or None when neither path can count it.
+
+    ``"exact"``: built on the meta device (``param_count_from_empty_model``), the declared
+    or causal-LM architecture. ``"approximate"``: either the base model of an encoder
+    config that declares no ``architectures`` (the task head is unknown), or, when no
+    meta build is possible (no ``transformers``, custom architecture), the shape formula
+    of ``estimate_params_from_shape``: exact on Llama-style and the listed non-gated
+    families, otherwise off by up to +50% of the MLP (non-gated) or the missing experts
+    (MoE). None for a factory that cannot build on meta, or a config without
+    ``hidden_size``/``num_hidden_layers``; flag downstream VRAM estimates as heuristic
+    unless exact.
+    """
+    counted = _meta_count(config_or_factory)
+    if counted is not None:
+        return counted[0], "exact" if counted[1] else "approximate"
+    if callable(config_or_factory) and not is_config_like(config_or_factory):
         return None
     try:
         return estimate_params_from_shape(config_or_factory), "approximate"
-    except ValueError:
+    except (ValueError, TypeError):  # missing required fields, or non-numeric ones
         return None
 
 
 _DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
+
+
+def _dtype_bytes(weight_dtype: str | torch.dtype) -> int:
+    if isinstance(weight_dtype, torch.dtype):
+        return torch.empty((), dtype=weight_dtype).element_size()
+    if str(weight_dtype) not in _DTYPE_BYTES:
+        raise ValueError(f"weight_dtype must be one of {', '.join(_DTYPE_BYTES)}, got {weight_dtype!r}")
+    return _DTYPE_BYTES[str(weight_dtype)]
 
 
 def bytes_per_base_weight(
@@ -169,38 +211,42 @@ def bytes_per_base_weight(
 ) -> float:
     """Bytes of training memory per base-model weight, activations aside.
 
+    With a mode string (the default is ``"full"``):
+
     - ``"full"``: the weight, its gradient and ``optimizer_states`` state tensors, all in
       ``weight_dtype`` (default fp32: 16 bytes with Adam/AdamW; autocast keeps fp32
       weights, so bf16 autocast is still 16).
     - ``"lora"``: frozen base weights in ``weight_dtype`` only (default bf16: 2 bytes); the
       adapters, their gradients and optimizer state are small and not counted here.
-    - ``"qlora"``: ``quant_bits / 8 + 0.1`` (4-bit: 0.6, 8-bit: 1.1): the quantized
+    - ``"qlora"``: ``quant_bits / 8 + 0.1`` (default 4 bits: 0.6; 8-bit: 1.1): the quantized
       weight plus block scales and the dequantization workspace.
 
-    ``mode`` may also be an object or mapping with ``mode``/``quant_bits``/
-    ``weight_dtype`` fields, or a bitsandbytes-style config (``load_in_4bit``/``load_in_8bit``).
+    With a config instead (dict, OmegaConf node, dataclass, pydantic model, any object),
+    checked in this order:
+
+    - NeMo Safe Synthesizer training settings (any of ``peft_implementation``,
+      ``quantize_model``, ``quantization_bits``, ``quantization_scheme``; also under a
+      ``training`` node): never full training. ``quantize_model`` decides: true gives
+      ``bits / 8 + 0.1`` with ``quantization_scheme.effective_bits``, else
+      ``quantization_bits``, else NSS's default 8; false gives 2 bytes, even with
+      ``peft_implementation='QLORA'`` (NSS's default pairing). Without ``quantize_model``,
+      ``peft_implementation`` 'qlora'/'loftq' means quantized and 'lora' does not (any
+      case). Values outside 'lora'/'qlora'/'loftq', 4/8 and booleans raise ValueError
+      naming the key.
+    - bitsandbytes style ``load_in_4bit``/``load_in_8bit``: QLoRA at 4 or 8 bits.
+    - ``mode``/``quant_bits``/``weight_dtype`` fields, as for the string form.
+    - Without a ``mode`` (no recognised field at all included, or None): LoRA, 2 bytes in
+      bf16 (QLoRA when ``quant_bits`` is set), logged at debug: NSS trains with PEFT.
     """
+    if isinstance(mode, (int, float, bytes)):  # bool included
+        raise TypeError(f"mode must be a mode string or a training config, got {mode!r}")
     if not isinstance(mode, str):
-        settings = mode
-        read = (
-            settings.get if isinstance(settings, Mapping) else lambda key, default=None: getattr(settings, key, default)
-        )
-        if read("load_in_4bit", False) or read("load_in_8bit", False):
-            quant_bits = 4 if read("load_in_4bit", False) else 8
-            mode = "qlora"
-        else:
-            quant_bits = read("quant_bits", quant_bits)
-            weight_dtype = read("weight_dtype", weight_dtype)
-            mode = read("mode", "qlora" if quant_bits else "full")
-    mode = str(mode).lower()
-    if weight_dtype is None:
-        weight_dtype = "bf16" if mode == "lora" else "fp32"
-    if isinstance(weight_dtype, torch.dtype):
-        weight_bytes = torch.empty((), dtype=weight_dtype).element_size()
-    else:
-        if str(weight_dtype) not in _DTYPE_BYTES:
-            raise ValueError(f"weight_dtype must be one of {', '.join(_DTYPE_BYTES)}, got {weight_dtype!r}")
-        weight_bytes = _DTYPE_BYTES[str(weight_dtype)]
+        settings = training_settings(mode)
+        if settings is not None and any(has_field(settings, key) for key in NSS_KEYS):
+            return nss_bytes_per_weight(settings, float(_dtype_bytes(weight_dtype or "bf16")))
+        mode, quant_bits, weight_dtype = mode_from_config(settings, quant_bits, weight_dtype)
+    mode = mode.lower()
+    weight_bytes = _dtype_bytes(weight_dtype or ("bf16" if mode == "lora" else "fp32"))
     if mode == "qlora":
         bits = quant_bits or 4
         if bits not in (4, 8):

@@ -6,7 +6,7 @@ from optimus_preflight.mixins.contracts import PreflightHost
 from optimus_preflight.preflight.defaults import default_checks
 from optimus_preflight.preflight.framework import Check
 from optimus_preflight.preflight.report import PreflightReport
-from optimus_preflight.preflight.runner import run_preflight
+from optimus_preflight.preflight.runner import run_preflight_checks
 
 
 class PreflightMixin:
@@ -23,5 +23,5 @@ class PreflightMixin:
 
     def preflight(self: PreflightHost) -> PreflightReport:
         self.setup()
-        self.preflight_report = run_preflight(self.preflight_checks(), self.preflight_context())
+        self.preflight_report = run_preflight_checks(self.preflight_checks(), self.preflight_context())
         return self.preflight_report

@@ -47,7 +47,8 @@ from optimus_preflight.preflight.framework import (
 from optimus_preflight.preflight.preflight_context import PreflightContext
 from optimus_preflight.preflight.preserve import TrainingStateSnapshot, preserved_training_state
 from optimus_preflight.preflight.report import PreflightReport
-from optimus_preflight.preflight.runner import run_preflight
+from optimus_preflight.preflight.runner import run_preflight_checks
+from optimus_preflight.preflight.standalone import run_preflight
 
 __all__ = [
     # seed API (names and roles of the CREDIT reference)
@@ -64,6 +65,7 @@ __all__ = [
     "Stage",
     "run_checks",
     "run_preflight",
+    "run_preflight_checks",
     "PreflightContext",
     "PreflightReport",
     "format_report",

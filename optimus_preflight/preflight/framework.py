@@ -247,20 +247,29 @@ def builder_of(key: str) -> str | None:
     return BUILDER_OF_GROUP.get(key.split(".", 1)[0])
 
 
-def fit_fixes_to_recipe(issues: list[Issue], key_applies: Callable[[str], bool] | None) -> list[Issue]:
-    """A fix must work where it fires: when the recipe's own builder ignores an issue's
-    config key, the issue names the code change instead (its ``code_fix``, or a pointer
+def fix_in_overridden_builder(issue: Issue) -> str:
+    builder = builder_of(issue.config_key or "")
+    return issue.code_fix or (
+        f"{issue.fix} (Your recipe overrides {builder}() without calling the default, so {issue.config_key} "
+        "takes effect only if that method reads it: make the equivalent change there.)"
+    )
+
+
+def fit_fixes_to_recipe(
+    issues: list[Issue],
+    key_applies: Callable[[str], bool] | None,
+    unread_key_fix: Callable[[Issue], str] | None = None,
+) -> list[Issue]:
+    """A fix must work where it fires: when nothing reads an issue's config key (the
+    recipe's own builder ignores it, or the loop is not a recipe at all), the issue names
+    the code change instead (``unread_key_fix``, by default its ``code_fix`` or a pointer
     to the builder), and no longer claims the key."""
     if key_applies is None:
         return issues
     for issue in issues:
         if issue.config_key is None or key_applies(issue.config_key):
             continue
-        builder = builder_of(issue.config_key)
-        issue.fix = issue.code_fix or (
-            f"{issue.fix} (Your recipe overrides {builder}() without calling the default, so {issue.config_key} "
-            "takes effect only if that method reads it: make the equivalent change there.)"
-        )
+        issue.fix = (unread_key_fix or fix_in_overridden_builder)(issue)
         issue.config_key = None
     return issues
 
@@ -275,6 +284,7 @@ def run_check(check: Check, ctx: PreflightContext, results: dict[str, CheckResul
         return CheckResult(check.name, check.stage, CheckStatus.SKIPPED, 0.0, detail=why)
     findings = Findings()
     key_applies = getattr(ctx, "key_applies", None)
+    unread_key_fix = getattr(ctx, "fix_for_unread_key", None)
     started = time.perf_counter()
     try:
         check.run(ctx, findings)
@@ -291,11 +301,11 @@ def run_check(check: Check, ctx: PreflightContext, results: dict[str, CheckResul
             check.stage,
             CheckStatus.CRASHED,
             time.perf_counter() - started,
-            issues=fit_fixes_to_recipe([issue for issue in findings.issues if issue.code not in disabled], key_applies),
+            issues=fit_fixes_to_recipe([issue for issue in findings.issues if issue.code not in disabled], key_applies, unread_key_fix),
             data=findings.data,
             detail=f"{detail} (at {tail.filename}:{tail.lineno})",
         )
-    issues = fit_fixes_to_recipe([issue for issue in findings.issues if issue.code not in disabled], key_applies)
+    issues = fit_fixes_to_recipe([issue for issue in findings.issues if issue.code not in disabled], key_applies, unread_key_fix)
     return CheckResult(check.name, check.stage, _status_of(issues), time.perf_counter() - started, issues, findings.data)
 
 

@@ -20,9 +20,12 @@ if TYPE_CHECKING:
 REPORT_FILE = "preflight.json"
 
 
-def run_preflight(checks: Iterable[Check], ctx: PreflightContext) -> PreflightReport:
+def run_preflight_checks(
+    checks: Iterable[Check], ctx: PreflightContext, report_path: Path | None | bool = True
+) -> PreflightReport:
     """Run ``checks`` under ``preflight.disable`` and ``preflight.fail_on``; every rank
-    returns the same verdict; rank 0 logs the report and writes ``preflight.json``."""
+    returns the same verdict; rank 0 logs the report and writes it to ``report_path``
+    (default ``run_dir/preflight.json``; False or None: not written)."""
     policy = ctx.cfg.preflight
     started = time.perf_counter()
     # Taken once, restored by every check that runs steps and once more at the end, so
@@ -39,7 +42,8 @@ def run_preflight(checks: Iterable[Check], ctx: PreflightContext) -> PreflightRe
     agree_on_verdict(report, rank, ctx.artifacts.get("sample_hashes", []))
     report.elapsed_s = time.perf_counter() - started
     if rank == 0:
-        path = Path(ctx.run_dir) / REPORT_FILE
-        write_json_atomic(path, report.to_dict())
+        path = Path(ctx.run_dir) / REPORT_FILE if report_path is True else report_path or None
+        if path is not None:
+            write_json_atomic(path, report.to_dict())
         log_report(report, path)
     return report

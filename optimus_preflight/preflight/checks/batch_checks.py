@@ -137,7 +137,8 @@ class SamplingCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
-        sampler = loader.sampler
+        chain = sampler_chain(loader)
+        sampler = chain[-1]
         world = ctx.training.dist.world_size
         if isinstance(loader.dataset, IterableDataset):
             findings.data["summary"] = "IterableDataset: the dataset decides the order"
@@ -163,8 +164,8 @@ class SamplingCheck(Check):
             )
         with preserved_data_state(ctx):  # the probe advances the loader's generators
             check_resume_order(loader, findings, DataGuard(ctx, self.name, findings))
-        replicas = getattr(sampler, "num_replicas", getattr(sampler, "world_size", None))
-        rank = getattr(sampler, "rank", None)
+        replicas = _first_attribute(chain, ("num_replicas", "world_size", "num_processes"))
+        rank = _first_attribute(chain, ("rank", "process_index"))
         if world > 1 and replicas != world:
             shard_fix = ("Use a DistributedSampler(dataset, num_replicas=world_size, rank=rank) with shuffle=False on "
                          "the DataLoader, and call set_epoch(epoch) each epoch.")
@@ -181,6 +182,30 @@ class SamplingCheck(Check):
             rank_fix = "Build the sampler with rank=torch.distributed.get_rank()."
             findings.error("DP2", f"the sampler reads shard {rank} but this process is rank {ctx.training.dist.rank}",
                            rank_fix, "data.train", code_fix=rank_fix)
+
+
+def sampler_chain(loader: Any) -> list[Any]:
+    """The objects that decide a loader's order, outermost first, ending at the one that
+    orders the indices. A ``batch_sampler`` given to a DataLoader leaves ``loader.sampler``
+    a placeholder SequentialSampler, and wrappers (accelerate's BatchSamplerShard, which
+    the Hugging Face Trainer uses) nest the real sampler further in."""
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    if batch_sampler is None or getattr(batch_sampler, "sampler", None) is loader.sampler:
+        return [loader.sampler]
+    chain = [batch_sampler]
+    while getattr(chain[-1], "batch_sampler", None) is not None:
+        chain.append(chain[-1].batch_sampler)
+    inner = getattr(chain[-1], "sampler", None)
+    return chain + [inner] if inner is not None else chain
+
+
+def _first_attribute(objects: list[Any], names: tuple[str, ...]) -> Any:
+    for obj in objects:
+        for name in names:
+            value = getattr(obj, name, None)
+            if value is not None:
+                return value
+    return None
 
 
 REPLAY_PROBE_BATCHES = 4

@@ -164,21 +164,30 @@ class WeightDecayCheck(Check):
         model = unwrap(ctx.model)
         owner = {param: module for module in model.modules() for param in module.parameters(recurse=False)}
         names = {param: name for name, param in ctx.model.named_parameters()}
-        decayed = [
-            names[param]
+        decayed_params = [
+            param
             for group in optimizer.param_groups
             if group.get("weight_decay", 0.0) > 0
             for param in group["params"]
             if param in names and is_bias_or_norm(owner, names[param], param)
         ]
+        decayed = [names[param] for param in decayed_params]
         findings.data["decayed_bias_or_norm"] = len(decayed)
         findings.data["summary"] = (f"{type(optimizer).__name__}, weight decay {', '.join(f'{d:g}' for d in decays)}; "
                                     f"{len(decayed)} bias/norm tensor(s) decayed")
         if decayed:
-            findings.warning(
+            # Decayed norm gains shrink the signal itself; decayed biases alone (what a plain
+            # AdamW(model.parameters()) does, at 0.01) cost little, so they are a note.
+            norms = any(isinstance(owner.get(param), NORM_TYPES) for param in decayed_params)
+            severity = "warning" if norms else "info"
+            what = (f"bias/normalisation parameter(s) ({_names(decayed)}): decaying them pulls norm gains towards 0 "
+                    "and hurts training") if norms else (
+                    f"bias(es) ({_names(decayed)}), which have no capacity to overfit: the decay only pulls them "
+                    "towards 0")
+            findings.add(
+                severity,
                 "O6",
-                f"weight decay applies to {len(decayed)} bias/normalisation parameter(s) ({_names(decayed)}): "
-                "decaying them pulls norm gains towards 0 and hurts training",
+                f"weight decay applies to {len(decayed)} {what}",
                 "Set optimizer.decay_bias_and_norm=false (the default), which puts 1-D parameters in a group with "
                 "weight_decay=0.",
                 "optimizer.decay_bias_and_norm",
