@@ -46,6 +46,7 @@ from optimus_preflight.reporting.step_log import StepLogger
 from optimus_preflight.reporting.summary import memory_peaks, params_sha256, peak_memory_bytes, write_json_atomic
 from optimus_preflight.training.distributed import all_reduce_sum, unwrap, wrap_model
 from optimus_preflight.training.evaluation import evaluate
+from optimus_preflight.training.load_report import recording_loads
 from optimus_preflight.training.loaders import build_loader
 from optimus_preflight.training.optim import build_optimizer, group_names
 from optimus_preflight.training.run_state import RunState
@@ -184,7 +185,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         naming the key (``config_rejections``)."""
         cfg = self.cfg
         # The optimizer is built after .to(device) so it holds the tensors the model uses (O2).
-        with config_rejections("model", cfg.get("model")):
+        # recording_loads: what the builder's load_state_dict calls dropped (O20, model.loaded_weights).
+        with config_rejections("model", cfg.get("model")), recording_loads():
             model = self.build_model().to(context.device)
         with config_rejections("optimizer", cfg.get("optimizer")):
             self.optimizer = self.build_optimizer(model)

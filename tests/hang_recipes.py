@@ -141,7 +141,8 @@ class ScanHang(_Loader):
 # The throughput burst always reads the 2nd batch (its first timed step), however slow
 # the machine; the LR range test reads it right after the stored first batch.
 class BurstHangMain(_Loader):
-    """The 2nd batch hangs in this process (its own collate_fn: the shape scan does not apply)."""
+    """The 2nd batch's samples hang in this process (its own collate_fn: the shape scan does
+    not apply); data.dataset_cache reads them by index first."""
 
     def loader(self):
         return DataLoader(HangsAt(range(BATCH, 2 * BATCH)), batch_size=BATCH, collate_fn=pairs)
@@ -152,3 +153,23 @@ class BurstHangWorker(_Loader):
 
     def loader(self):
         return DataLoader(HangsAt(range(BATCH, 2 * BATCH), in_worker=True), batch_size=BATCH, num_workers=1)
+
+
+class HangsOnSecondCall:
+    """A collate_fn whose second call hangs: only iterating the DataLoader calls it (no check
+    that reads samples by index does), and the LR range test reads the 2nd batch first."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, batch):
+        self.calls += 1
+        if self.calls == 2:
+            record_pid()
+            time.sleep(HANG_S)
+        return pairs(batch)
+
+
+class LRFinderHang(_Loader):
+    def loader(self):
+        return DataLoader(Healthy(), batch_size=BATCH, collate_fn=HangsOnSecondCall())

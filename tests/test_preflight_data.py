@@ -73,6 +73,27 @@ def test_ragged_samples_in_the_first_batch_report_their_shapes(tmp_path):
     assert "[(8,), ()]" in result.issues[0].message and "[(5,), ()]" in result.issues[0].message
 
 
+class NormalizeBeforeToTensor(Dataset):
+    """Compose([Normalize(...), ToTensor()]) on a PIL-like image: torchvision (not installed
+    here) refuses in ``functional.normalize`` with this message."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        image = object()  # what PIL.Image.open returns, as far as Normalize can tell
+        raise TypeError(f"img should be Tensor Image. Got {type(image)}")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_normalize_before_to_tensor_is_named_with_the_order_fix(tmp_path, workers):
+    recipe = make_recipe(tmp_path, f"data.num_workers={workers}", dataset=NormalizeBeforeToTensor())
+    result = run(recipe, FirstBatchCheck)["data.first_batch"]
+    assert result.status == CheckStatus.ERROR and codes(result) == {"DP13"}
+    assert "img should be Tensor Image" in result.issues[0].message
+    assert "put ToTensor() before Normalize(mean, std)" in result.issues[0].fix
+
+
 def test_ragged_samples_later_in_the_dataset_are_found_by_the_collate_scan(tmp_path):
     recipe = make_recipe(tmp_path, "data.shuffle=false", dataset=Ragged())
     results = run(recipe, FirstBatchCheck, CollateCheck)

@@ -3,7 +3,7 @@
 For every shape of hang (a worker's or the main process's ``__getitem__``, an
 IterableDataset's blocking ``__iter__`` with 0 and 2 workers, a collate_fn, a
 worker_init_fn) and for hangs that only show up after the first batch (in the shape
-scan, in the throughput burst, in the LR range test), the whole
+scan, the dataset-cache scan, the throughput burst, the LR range test), the whole
 ``optimus-train preflight.only=true`` run ends within one timeout plus 5 s, exits 3,
 names the frame that blocks, and leaves no worker process or non-daemon thread.
 """
@@ -59,7 +59,8 @@ CASES = {
     "shape_scan_sample": Case("ScanHang", "data.collate", "__getitem__", skipped_after=("step.throughput",)),
     "burst_batch_2_worker": Case("BurstHangWorker", "step.throughput", "__getitem__", one_process_hint=True),
     # In this process (the burst's main-process path is also run in-process below).
-    "lr_finder_batch_2": Case("BurstHangMain", "step.lr_finder", "__getitem__", ("preflight.lr_finder=true",),
+    "cache_scan_sample": Case("BurstHangMain", "data.dataset_cache", "__getitem__", skipped_after=("step.throughput",)),
+    "lr_finder_batch_2": Case("LRFinderHang", "step.lr_finder", "__call__", ("preflight.lr_finder=true",),
                               skipped_after=("step.throughput",)),
 }
 

@@ -20,7 +20,7 @@ from optimus_preflight.preflight.checks.step_checks import (
     TargetsCheck,
 )
 from optimus_preflight.preflight.checks.step_runs import AccumulationCheck, CheckpointRoundTripCheck, OverfitCheck
-from optimus_preflight.preflight.checks.throughput import ThroughputCheck
+from optimus_preflight.preflight.checks.throughput import MIN_WAIT_WORTH_FIXING_S, ThroughputCheck
 from optimus_preflight.preflight.framework import CheckStatus
 from optimus_preflight.preflight.preflight_context import PreflightContext
 from optimus_preflight.training.distributed import DistEnv
@@ -272,11 +272,28 @@ class _SlowerThanTheStepCollate:
 
 def test_input_bound_burst_warns_and_reports_the_eta(tmp_path):
     collate = _SlowerThanTheStepCollate()
-    recipe = make_recipe(tmp_path, loader=lambda data: DataLoader(data, batch_size=16, collate_fn=collate))
+    # A long run: the wait adds up to hours (>= 0.02 s x 0.9 x 100000 steps).
+    recipe = make_recipe(tmp_path, "trainer.max_steps=100000", "scheduler.warmup_steps=10",
+                         loader=lambda data: DataLoader(data, batch_size=16, collate_fn=collate))
     result = run(recipe, ThroughputCheck)["step.throughput"]
     assert codes(result) == {"DATA_BOUND"} and result.data["bound"] == "input-bound"
-    # Healthy: a step that computes far longer than its batch takes to load, whatever the
-    # machine's speed (the tiny classifier's step is as short as its data fetch).
+    assert result.status == CheckStatus.WARNING and result.data["projected_wait_s"] >= MIN_WAIT_WORTH_FIXING_S
+    assert "of the" in result.issues[0].message and "ETA" in result.issues[0].message
+
+
+def test_an_input_bound_run_that_wastes_seconds_is_only_a_note(tmp_path):
+    """The same starved loader on an 8-step run: the fix would save well under a minute."""
+    collate = _SlowerThanTheStepCollate()
+    recipe = make_recipe(tmp_path, loader=lambda data: DataLoader(data, batch_size=16, collate_fn=collate))
+    result = run(recipe, ThroughputCheck)["step.throughput"]
+    assert result.data["bound"] == "input-bound" and result.data["projected_wait_s"] < MIN_WAIT_WORTH_FIXING_S
+    assert_quiet(result)
+    assert [(issue.code, issue.severity.value) for issue in result.issues] == [("DATA_BOUND", "info")]
+
+
+def test_a_healthy_compute_bound_burst_is_quiet_and_reports_the_eta(tmp_path):
+    # A step that computes far longer than its batch takes to load, whatever the machine's
+    # speed (the tiny classifier's step is as short as its data fetch).
     healthy = run(make_recipe(tmp_path, model=_compute_heavy_classifier), ThroughputCheck)["step.throughput"]
     assert_quiet(healthy)
     assert healthy.data["eta_s"] == pytest.approx(healthy.data["s_per_step"] * 8, abs=0.01)

@@ -59,3 +59,33 @@ def test_a_death_noticed_outside_a_fetch_waits_for_the_next_fetch():
             pass
     with guard.fetching():  # raised once
         pass
+
+
+def _reported(filename: str, error: BaseException) -> list[str]:
+    """The thread errors passed on to the previous hook when a thread whose function lives
+    in ``filename`` raises ``error``, with the worker's hook installed."""
+    import threading
+
+    from optimus_preflight.training.loaders import quiet_orphaned_fd_sharer
+
+    namespace: dict = {}
+    exec(compile("def serve(error):\n    raise error\n", filename, "exec"), namespace)
+    reported: list[str] = []
+    previous = threading.excepthook
+    try:
+        threading.excepthook = lambda args: reported.append(f"{args.exc_type.__name__}: {args.exc_value}")
+        quiet_orphaned_fd_sharer()
+        thread = threading.Thread(target=namespace["serve"], args=(error,))
+        thread.start()
+        thread.join()
+    finally:
+        threading.excepthook = previous
+    return reported
+
+
+def test_a_reset_fd_sharer_in_a_worker_is_dropped_and_other_thread_errors_still_show():
+    """The main process exited while a worker's resource_sharer thread was handing it a batch."""
+    sharer = "/usr/lib/python3/multiprocessing/resource_sharer.py"
+    assert _reported(sharer, ConnectionResetError(104, "Connection reset by peer")) == []
+    assert _reported(sharer, ValueError("a real bug")) == ["ValueError: a real bug"]
+    assert _reported("/app/mine.py", ConnectionResetError(104, "reset")) == ["ConnectionResetError: [Errno 104] reset"]

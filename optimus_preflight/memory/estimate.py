@@ -25,6 +25,7 @@ from optimus_preflight.memory import cuda_rules
 from optimus_preflight.memory.analytic import analytic_estimate
 from optimus_preflight.memory.cuda_autocast import CudaAutocastPolicy
 from optimus_preflight.memory.fake_copy import fake_copy_factory
+from optimus_preflight.memory.optimizer_paths import step_implementation
 from optimus_preflight.memory.result import MemoryEstimate
 from optimus_preflight.memory.steps import run_training_steps
 from optimus_preflight.memory.tracker import StorageTracker
@@ -93,6 +94,7 @@ def estimate_training_step(
         on_free=allocator.free if allocator else None,
     )
     progress: dict[str, Any] = {}
+    optimizer_step = ""
     python_rng = random.getstate()
     try:
         # A factory may seed the generators; the run that follows must not notice the estimate.
@@ -112,6 +114,7 @@ def estimate_training_step(
                 steps=steps,
                 autocast_policy=_cuda_policy(precision) if device == "cuda" else None,
             )
+            optimizer_step = progress["optimizer_step"]
     except Exception as error:  # a data-dependent op, or an op fake tensors cannot run
         text = str(error).strip()
         reason = f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
@@ -142,6 +145,7 @@ def estimate_training_step(
         accumulation_steps=accumulation_steps,
         detail=tracker.peak_detail(),
         peak_at=tracker.peak_where,
+        optimizer_step=optimizer_step,
     )
     if allocator is not None:
         estimate.allocator_peak_bytes = allocator.peak_allocated
@@ -192,6 +196,7 @@ def measure_step_memory(
         accumulation_steps=accumulation_steps,
         detail=tracker.peak_detail(),
         peak_at=tracker.peak_where,
+        optimizer_step=step_implementation(optimizer, "cpu"),
     )
 
 
@@ -218,6 +223,7 @@ def _build(
     if device == "cuda":
         prefer_foreach(optimizer)
     progress["optimizer"] = optimizer
+    progress["optimizer_step"] = step_implementation(optimizer, device)
     return model, optimizer
 
 

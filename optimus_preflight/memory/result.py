@@ -29,6 +29,11 @@ class MemoryEstimate:
     unsplit blocks; segments obtained from cudaMalloc), and ``workspace_bytes`` and
     ``context_bytes`` are the allowances for library workspaces and the CUDA context,
     which are not tensor storages and so not in ``peak_bytes``.
+
+    ``optimizer_step`` is the implementation the traced ``optimizer.step()`` took
+    (``foreach``, ``for-loop``, ``fused``, ``mixed`` or ``custom``; see optimizer_paths):
+    foreach's temporaries span every parameter at once, and ``detail["optimizer_temporaries"]``
+    holds what they were at the peak.
     """
 
     peak_bytes: int
@@ -45,6 +50,7 @@ class MemoryEstimate:
     workspace_bytes: int = 0
     context_bytes: int = 0
     notes: list[str] = field(default_factory=list)
+    optimizer_step: str = ""
     # Why the traced estimate failed, for method == "analytic".
     reason: str | None = None
 
@@ -59,6 +65,9 @@ class MemoryEstimate:
 
     def describe(self, overheads: bool = True) -> str:
         parts = ", ".join(f"{key} {gib(value)}" for key, value in self.breakdown.items() if value)
+        temporaries = self.detail.get("optimizer_temporaries", 0)
+        if temporaries:  # inside ``other``; foreach's can be a large share of a step's peak (O11)
+            parts += f" (of which {gib(temporaries)} optimizer.step temporaries)"
         where = f" at {self.peak_at}" if self.peak_at else ""
         text = f"peak {gib(self.peak_bytes)}{where}: {parts}"
         if overheads and self.overhead_bytes:

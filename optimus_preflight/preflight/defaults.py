@@ -23,8 +23,19 @@ from optimus_preflight.preflight.checks import (
     step_runs,
     throughput,
 )
+from optimus_preflight.preflight.checks.adapter_checks import AdapterCheck
+from optimus_preflight.preflight.checks.dataset_checks import DatasetLengthCheck
+from optimus_preflight.preflight.checks.dataset_memory import DatasetCacheCheck
+from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
+from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
+from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
 from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
+from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
+from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
+from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
+from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
+from optimus_preflight.preflight.checks.worker_pickling import WorkerPicklingCheck
 from optimus_preflight.preflight.framework import Check, known_checks, validate_checks
 
 DEFAULT_CHECKS: list[type[Check]] = [
@@ -36,24 +47,38 @@ DEFAULT_CHECKS: list[type[Check]] = [
     env_checks.DiskSpaceCheck,
     config_checks.PrecisionCheck,
     config_checks.LrScheduleCheck,
+    WorkerPicklingCheck,
     data_checks.FirstBatchCheck,
     data_checks.LoaderMemoryCheck,
+    PinnedBatchCheck,
     data_checks.DuplicateSamplesCheck,
+    InputScaleCheck,
+    FeatureLabelCheck,
     batch_checks.CollateCheck,
+    DatasetLengthCheck,
+    DatasetCacheCheck,
     batch_checks.FinalBatchCheck,
     batch_checks.SamplingCheck,
+    SplitOverlapCheck,
+    RankBatchesCheck,
     model_checks.OptimizerParamsCheck,
     model_checks.ModesCheck,
     model_checks.WeightDecayCheck,
     model_checks.OptimizerEpsCheck,
+    LoadedWeightsCheck,
+    AdapterCheck,
+    FinetuneLRCheck,
     VRAMHeadroomCheck,
     HostMemoryCheck,
     step_checks.FirstStepCheck,
     step_checks.GradientsCheck,
     step_checks.LossFunctionCheck,
     step_checks.TargetsCheck,
+    step_checks.PaddedLossCheck,
     step_checks.InitialLossCheck,
+    TargetLeakCheck,
     step_runs.AccumulationCheck,
+    step_runs.LossScaleCheck,
     step_runs.CheckpointRoundTripCheck,
     step_runs.OverfitCheck,
     LRFinderCheck,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import threading
+import traceback
 import warnings
 from typing import Any, Callable, Iterator, Sized
 
@@ -72,14 +74,38 @@ def ignore_sigint_in_worker(_worker_id: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _from_fd_sharer(args: threading.ExceptHookArgs) -> bool:
+    frames = traceback.extract_tb(args.exc_traceback) if args.exc_traceback else []
+    return any(frame.filename.endswith("resource_sharer.py") for frame in frames)
+
+
+def quiet_orphaned_fd_sharer() -> None:
+    """A worker hands each batch's tensors to the main process through a file-descriptor
+    server thread (multiprocessing.resource_sharer). When the main process exits while it
+    is fetching one (a stop, a worker death it reported), that thread's accept() fails
+    with a connection reset and prints a traceback on the terminal after the run's own
+    message. The batch has no reader any more, so the error is dropped; any other thread's
+    exception is reported as before."""
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if issubclass(args.exc_type, ConnectionError) and _from_fd_sharer(args):
+            return
+        previous(args)
+
+    threading.excepthook = hook
+
+
 class _WorkerInit:
-    """ignore_sigint_in_worker, then the user's worker_init_fn (picklable for spawn)."""
+    """ignore_sigint_in_worker and quiet_orphaned_fd_sharer, then the user's
+    worker_init_fn (picklable for spawn)."""
 
     def __init__(self, user_init: Callable[[int], None] | None):
         self.user_init = user_init
 
     def __call__(self, worker_id: int) -> None:
         ignore_sigint_in_worker(worker_id)
+        quiet_orphaned_fd_sharer()
         if self.user_init is not None:
             self.user_init(worker_id)
 

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 
 FIRST_BATCH = "data.first_batch"
 RAGGED_MARKERS = ("stack expects each tensor to be equal size", "each element in list of batch should be of equal size")
+# torchvision's refusals when Normalize meets a PIL image (Normalize before ToTensor) or
+# ToTensor meets a tensor (ToTensor applied twice, or after a tensor transform): DP13.
+TRANSFORM_ORDER_MARKERS = ("img should be Tensor Image", "tensor is not a torch image",
+                           "pic should be PIL Image or ndarray. Got <class 'torch.Tensor'>")
 MIB = 1024**2
 GIB = 1024**3
 # Share of available host RAM the DataLoader may hold (CREDIT's thresholds).
@@ -99,6 +103,15 @@ class FirstBatchCheck(Check):
             )
             return
         first = text.splitlines()[0] if text else "an error"
+        refusal = next((line.strip() for line in text.splitlines() for marker in TRANSFORM_ORDER_MARKERS
+                        if marker in line), None)
+        if refusal is not None:  # from a worker, the first line only says which worker caught it
+            order = ("put ToTensor() before Normalize(mean, std) in the transforms.Compose list (Normalize needs a float "
+                     "CHW tensor, ToTensor needs a PIL image or an HxWxC array), and apply ToTensor once")
+            findings.error("DP13", f"fetching the first batch raised {refusal}: the dataset's transforms run in "
+                                   "the wrong order", f"In the dataset's transform, {order}.", "data.train",
+                           code_fix=f"In the transform of the dataset your build_dataloaders() returns, {order}.")
+            return
         if getattr(ctx.train_loader, "num_workers", 0) == 0:  # the traceback is already this process's own
             findings.error("DATA_ERROR", f"fetching the first batch raised {first}",
                            "Fix the dataset or collate_fn where the traceback points (preflight.json: this check's "

@@ -2,15 +2,21 @@
 
 A ``TorchFunctionMode`` observes every call to a torch function during the loss
 computation. For the criteria (``cross_entropy``, ``nll_loss``, ``binary_cross_entropy``
-and its logits variant; ``nn.*Loss`` modules call them) it records summary statistics
-of the input and target *before* the call, so a criterion that raises (a target out of
-range) is still described; and it counts sigmoid/softmax calls. Only small statistics
-are kept, never the tensors.
+and its logits variant, the regression losses; ``nn.*Loss`` modules call them) it
+records summary statistics of the input and target *before* the call, so a criterion
+that raises (a target out of range) is still described, the reduction, and the value
+it returned; and it counts sigmoid/softmax calls. Only small statistics are kept,
+never the tensors.
 
 What the statistics reveal (pure functions below):
 - softmax probabilities: non-negative rows summing to 1 along the class dimension;
 - log-probabilities: all <= 0 with logsumexp ~ 0 along the class dimension;
-- raw logits: anything else (positive values, rows not normalised).
+- raw logits: anything else (positive values, rows not normalised);
+- padding the criterion trains on (``padding.py``): given the batch's sequence shapes,
+  class targets are viewed as rows and searched for edge runs of a pad id; with
+  ``reduction='none'`` the sums over all and over unpadded positions are kept, to tell
+  which one the returned loss divides;
+- the returned loss against the criterion's value: ``loss / accumulation_steps``.
 """
 
 from __future__ import annotations
@@ -22,8 +28,25 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from optimus_preflight.preflight.checks.padding import (
+    MIN_SHARE,
+    PaddingProfile,
+    as_rows,
+    edge_padding,
+    mask_disagreement,
+)
+
 CLASS_CRITERIA = ("cross_entropy", "nll_loss")
 BINARY_CRITERIA = ("binary_cross_entropy", "binary_cross_entropy_with_logits")
+# Recorded for their reduction and value only (what the returned loss is compared with).
+REGRESSION_CRITERIA = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div")
+# Where each criterion takes ``reduction`` positionally (after input, target, ...).
+_REDUCTION_INDEX = {"cross_entropy": 6, "nll_loss": 6, "binary_cross_entropy": 5,
+                    "binary_cross_entropy_with_logits": 5, "mse_loss": 4, "l1_loss": 4, "smooth_l1_loss": 4,
+                    "huber_loss": 2, "kl_div": 4}
+_LEGACY_INDEX = {"cross_entropy": (3, 5), "nll_loss": (3, 5), "binary_cross_entropy": (3, 4),
+                 "binary_cross_entropy_with_logits": (3, 4), "mse_loss": (2, 3), "l1_loss": (2, 3),
+                 "smooth_l1_loss": (2, 3), "kl_div": (2, 3)}
 ACTIVATIONS = ("sigmoid", "softmax", "log_softmax")
 _TOL = 1e-2  # half-precision logits round; real logits never come this close by chance
 SAMPLE_ROWS = 1024
@@ -43,6 +66,18 @@ class TensorStats:
 
 
 @dataclass
+class ElementwiseSums:
+    """Of a ``reduction='none'`` class criterion (padding found or not): the denominators
+    a returned loss may have used, with their numerators."""
+
+    total: float  # over every position
+    positions: int
+    targets: int  # positions not equal to ignore_index
+    unpadded: float  # over the positions that are neither ignored nor padding
+    unpadded_targets: int
+
+
+@dataclass
 class CriterionCall:
     function: str
     input: TensorStats
@@ -51,6 +86,10 @@ class CriterionCall:
     ignore_index: int | None
     loss: float | None = None  # the mean of the criterion's output, when it returned
     error: str | None = None
+    reduction: str = "mean"
+    target_numel: int | None = None  # before ignored positions are dropped
+    padding: PaddingProfile | None = None  # padding it trains on (not ignored)
+    sums: ElementwiseSums | None = None
 
     @property
     def hard_targets(self) -> bool:
@@ -94,20 +133,33 @@ def _argument(args: tuple, kwargs: dict, index: int, name: str, default: Any = N
     return kwargs.get(name, default)
 
 
-class LossSpy(TorchFunctionMode):
-    """Use as a context manager around ``compute_loss``."""
+def _reduction(name: str, args: tuple, kwargs: dict) -> str:
+    if name in _LEGACY_INDEX:  # the deprecated size_average/reduce pair, where a caller still passes it
+        size_average_at, reduce_at = _LEGACY_INDEX[name]
+        if _argument(args, kwargs, reduce_at, "reduce") is False:
+            return "none"
+        if _argument(args, kwargs, size_average_at, "size_average") is False:
+            return "sum"
+    return str(_argument(args, kwargs, _REDUCTION_INDEX[name], "reduction", "mean"))
 
-    def __init__(self) -> None:
+
+class LossSpy(TorchFunctionMode):
+    """Use as a context manager around ``compute_loss``. ``shapes``: the (rows, length)
+    a flattened class target may be viewed as (``padding.sequence_shapes`` of the batch),
+    for the padding analysis; without them only 2-D targets are analysed."""
+
+    def __init__(self, shapes: list[tuple[int, int]] | None = None) -> None:
         super().__init__()
         self.calls: list[CriterionCall] = []
         self.activations: dict[str, int] = {name: 0 for name in ACTIVATIONS}
+        self.shapes = shapes or []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
-        record = None
-        if name in CLASS_CRITERIA + BINARY_CRITERIA:
-            record = self._describe(name, args, kwargs)
+        record = pad_mask = None
+        if name in CLASS_CRITERIA + BINARY_CRITERIA + REGRESSION_CRITERIA:
+            record, pad_mask = self._describe(name, args, kwargs)
             self.calls.append(record)
         elif name in ACTIVATIONS:
             self.activations[name] += 1
@@ -119,10 +171,11 @@ class LossSpy(TorchFunctionMode):
             raise
         if record is not None and isinstance(out, torch.Tensor) and out.numel():
             record.loss = float(out.detach().float().mean())
+            if pad_mask is not None and record.reduction == "none" and out.numel() == pad_mask.numel():
+                record.sums = _elementwise_sums(out, _argument(args, kwargs, 1, "target"), pad_mask, record.ignore_index)
         return out
 
-    @staticmethod
-    def _describe(name: str, args: tuple, kwargs: dict) -> CriterionCall:
+    def _describe(self, name: str, args: tuple, kwargs: dict) -> tuple[CriterionCall, torch.Tensor | None]:
         inputs = _argument(args, kwargs, 0, "input")
         target = _argument(args, kwargs, 1, "target")
         class_dim = None
@@ -130,15 +183,40 @@ class LossSpy(TorchFunctionMode):
             class_dim = 1 if inputs.dim() >= 2 else 0
         n_classes = int(inputs.shape[class_dim]) if class_dim is not None else None
         ignore_index = _argument(args, kwargs, 4, "ignore_index", -100) if name in CLASS_CRITERIA else None
-        if isinstance(target, torch.Tensor) and ignore_index is not None and not target.is_floating_point():
-            target = target[target != ignore_index]  # ignored positions may hold any sentinel
-        return CriterionCall(
+        record = CriterionCall(
             function=name,
-            input=_stats(inputs, class_dim) if isinstance(inputs, torch.Tensor) else None,
-            target=_stats(target, None) if isinstance(target, torch.Tensor) else None,
+            input=None,
+            target=None,
             n_classes=n_classes,
             ignore_index=ignore_index,
+            reduction=_reduction(name, args, kwargs),
+            target_numel=target.numel() if isinstance(target, torch.Tensor) else None,
         )
+        pad_mask = None
+        if name in CLASS_CRITERIA and isinstance(target, torch.Tensor) and not target.is_floating_point():
+            rows = as_rows(target, self.shapes)
+            if rows is not None:
+                record.padding, pad_mask = edge_padding(rows, ignore_index)
+                weight = _argument(args, kwargs, 2, "weight")
+                if (record.padding is not None and isinstance(weight, torch.Tensor)
+                        and 0 <= record.padding.value < weight.numel() and float(weight[record.padding.value]) == 0):
+                    record.padding = pad_mask = None  # a zero class weight masks the pad id
+            if pad_mask is None and record.reduction == "none":
+                pad_mask = torch.zeros(target.shape, dtype=torch.bool, device=target.device)  # ignored positions only
+        if isinstance(target, torch.Tensor) and ignore_index is not None and not target.is_floating_point():
+            target = target[target != ignore_index]  # ignored positions may hold any sentinel
+        record.input = _stats(inputs, class_dim) if isinstance(inputs, torch.Tensor) else None
+        record.target = _stats(target, None) if isinstance(target, torch.Tensor) else None
+        return record, pad_mask
+
+
+def _elementwise_sums(out: torch.Tensor, target: torch.Tensor, pad_mask: torch.Tensor, ignore_index: int | None) -> ElementwiseSums:
+    with torch.no_grad():
+        values = out.detach().float().reshape(pad_mask.shape)
+        valid = (target != ignore_index).reshape(pad_mask.shape) if ignore_index is not None else torch.ones_like(pad_mask)
+        unpadded = valid & ~pad_mask
+        return ElementwiseSums(float(values.sum()), values.numel(), int(valid.sum()), float(values[unpadded].sum()),
+                               int(unpadded.sum()))
 
 
 # ------------------------------------------------------------------ analysis
@@ -148,6 +226,7 @@ class Finding:
     severity: str  # error | warning | info
     message: str
     fix: str
+    code_fix: str | None = None
 
 
 def loss_input_findings(calls: list[CriterionCall], activations: dict[str, int]) -> list[Finding]:
@@ -259,7 +338,8 @@ def target_findings(calls: list[CriterionCall]) -> list[Finding]:
 
 def init_loss_finding(calls: list[CriterionCall]) -> tuple[Finding | None, dict[str, Any]]:
     """O1 "verify the loss at init": with hard targets, a fresh classifier scores ~ln(C)."""
-    call = next((c for c in calls if c.function in CLASS_CRITERIA and c.hard_targets and c.loss is not None), None)
+    call = next((c for c in calls if c.function in CLASS_CRITERIA and c.hard_targets and c.loss is not None
+                 and c.reduction != "sum"), None)  # a sum is not comparable with ln(C)
     if call is None or not call.n_classes or call.n_classes < 2 or not math.isfinite(call.loss):
         return None, {"applicable": False}
     expected = math.log(call.n_classes)
@@ -274,3 +354,129 @@ def init_loss_finding(calls: list[CriterionCall]) -> tuple[Finding | None, dict[
             "and check the targets line up with the inputs.",
         ), data
     return None, data
+
+
+# ------------------------------------------------------------------ O15 padding
+_SAME = 1e-3  # relative: two ways of summing the same float32 values agree far closer
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= _SAME * max(abs(a), abs(b), 1e-12)
+
+
+def _pad_fix(pad: int | None, ignore_index: int | None) -> tuple[str, str]:
+    which = f"id {pad}" if pad is not None else "the pad id"
+    ignore = ignore_index if ignore_index is not None else -100
+    fix = (f"Mark padding in the targets with {ignore} (the criterion's ignore_index), from the attention mask "
+           "(labels[attention_mask == 0] = -100; Hugging Face's DataCollatorForLanguageModeling and "
+           f"DataCollatorForSeq2Seq do this), or pass ignore_index={which.removeprefix('id ')} to cross_entropy / "
+           "CrossEntropyLoss when that id is never a real target (GPT-2 pads with its EOS, which is). With "
+           "reduction='none', multiply by the mask and divide by mask.sum(), not by the number of positions.")
+    code_fix = (f"In your compute_loss (or the collate_fn that builds the targets), set the targets at padding "
+                f"positions to {ignore} (targets[attention_mask == 0] = {ignore}), or compute "
+                "(per_token * mask).sum() / mask.sum() from reduction='none'.")
+    return fix, code_fix
+
+
+def padded_loss_findings(calls: list[CriterionCall], returned: float | None, batch: Any) -> list[Finding]:
+    """O15: a class criterion whose targets include padding that it does not ignore, so
+    a mean runs over padding (diluted, length-dependent) and the model learns to
+    predict padding. At most one finding: the attention mask's word when it has one."""
+    for call in calls:
+        if call.function not in CLASS_CRITERIA or call.reduction == "none" or call.ignore_index is None:
+            continue
+        # The batch's labels reach this criterion (a Hugging Face model given labels=).
+        disagreement = mask_disagreement(batch, call.ignore_index)
+        if disagreement is None or not disagreement.positions or call.target_numel != _labels_numel(batch):
+            continue
+        share = disagreement.positions / max(disagreement.targets, 1)
+        fix, code_fix = _pad_fix(disagreement.value, call.ignore_index)
+        return [Finding(
+            "O15", "warning",
+            f"{disagreement.positions} label(s) where attention_mask is 0 (padding) are not {call.ignore_index}, "
+            f"the ignore_index of {call.function} ({share:.0%} of the targets it trains on): the loss "
+            + _trains_on_padding(call.reduction),
+            fix, code_fix,
+        )]
+    for call in calls:
+        profile = call.padding
+        if profile is None:
+            found = _ignored_averaged_in(call, returned)
+            if found is not None:
+                return [found]
+            continue
+        where = (f"id {profile.value} fills the {profile.side} of {profile.padded_rows} of {profile.rows} target "
+                 f"rows ({profile.positions} positions, {profile.share:.0%} of the targets) and {call.function}'s "
+                 f"ignore_index is {call.ignore_index}")
+        fix, code_fix = _pad_fix(profile.value, call.ignore_index)
+        if call.reduction != "none":
+            return [Finding("O15", "warning", f"{call.function} trains on padding: {where}, so the loss "
+                            + _trains_on_padding(call.reduction), fix, code_fix)]
+        sums = call.sums
+        if sums is None or returned is None:
+            continue
+        if _close(returned, sums.unpadded / max(sums.unpadded_targets, 1)):
+            continue  # masked and divided by the real targets: correct
+        if any(_close(returned, sums.total / n) for n in (sums.positions, sums.targets)):
+            return [Finding("O15", "warning", f"{call.function}(reduction='none') is averaged over padding: {where}; "
+                            "the returned loss is the mean over every position, so it " + _trains_on_padding("mean"),
+                            fix, code_fix)]
+        divisor = next((n for n in (sums.positions, sums.targets) if _close(returned, sums.unpadded / n)), None)
+        if divisor is not None:
+            return [Finding("O15", "warning", f"the padding is masked out of the loss but the masked sum is divided by "
+                            f"{divisor} positions instead of the {sums.unpadded_targets} real targets ({where}): the "
+                            "loss, and the gradient with it, shrinks with how much padding a batch holds", fix, code_fix)]
+    return []
+
+
+def _ignored_averaged_in(call: CriterionCall, returned: float | None) -> Finding | None:
+    """``reduction='none'`` with ignore_index, then ``.mean()``: ignored positions give 0
+    and still count in the denominator (pytorch#63004), diluting the loss by their share."""
+    sums = call.sums
+    if sums is None or returned is None or sums.targets > (1 - MIN_SHARE) * sums.positions:
+        return None
+    if not _close(returned, sums.total / sums.positions) or _close(returned, sums.total / max(sums.targets, 1)):
+        return None
+    return Finding(
+        "O15", "warning",
+        f"{call.function}(reduction='none') gives 0 at the {sums.positions - sums.targets} ignored positions "
+        f"(ignore_index={call.ignore_index}) and the returned loss is the mean over all {sums.positions} positions, "
+        f"not over the {sums.targets} real targets: it is diluted by the ignored share "
+        f"({1 - sums.targets / sums.positions:.0%}) and changes with how much padding a batch holds",
+        "Divide the sum by the number of non-ignored targets: loss = per_target.sum() / (targets != "
+        f"{call.ignore_index}).sum(), or use reduction='mean', which does exactly that.",
+        f"In your compute_loss, replace per_target.mean() by per_target.sum() / (targets != {call.ignore_index}).sum().",
+    )
+
+
+def _trains_on_padding(reduction: str) -> str:
+    if reduction == "sum":
+        return ("sums padding in: the model is trained to predict padding, and the loss grows with how much "
+                "padding a batch holds")
+    return ("averages padding in: it is diluted by the padding share and changes with how much padding a batch "
+            "holds (batch size, max length), the gradient on real tokens shrinks with it, and the model is "
+            "trained to predict padding")
+
+
+def _labels_numel(batch: Any) -> int | None:
+    labels = batch.get("labels") if hasattr(batch, "get") else None
+    return labels.numel() if isinstance(labels, torch.Tensor) else None
+
+
+# ------------------------------------------------------------ O9 double division
+MEAN_REDUCTIONS = ("mean", "batchmean")
+
+
+def criterion_ratio(calls: list[CriterionCall], returned: float | None) -> float | None:
+    """returned / the criterion's value when compute_loss returns a constant multiple of
+    one mean criterion (or of the sum of all of them), else None. Several candidates:
+    the ratio to the one that is a clean 1/k, else to the single criterion."""
+    means = [c.loss for c in calls if c.reduction in MEAN_REDUCTIONS and c.loss is not None and c.error is None]
+    if returned is None or not means or not math.isfinite(returned):
+        return None
+    candidates = [*means, sum(means)] if len(means) > 1 else means
+    ratios = [returned / value for value in candidates if math.isfinite(value) and abs(value) > 1e-12]
+    for ratio in ratios:
+        if ratio > 0 and _close(1 / ratio, round(1 / ratio)) and round(1 / ratio) > 1:
+            return ratio
+    return ratios[0] if len(means) == 1 and ratios else None

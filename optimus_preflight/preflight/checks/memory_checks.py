@@ -7,20 +7,23 @@ limit, searches the estimator for the largest micro-batch that fits.
 
 Issue codes: MEM0 not applicable (info), MEM1/MEM2 GPU memory exceeded/within 10%,
 MEM3 the estimate fell back to the formula, MEM4/MEM5 host RAM exceeded/within 10%,
-MEM6 preflight.memory.target_gib too small to hold even the CUDA context.
+MEM6 preflight.memory.target_gib too small to hold even the CUDA context, O11 a step whose
+peak is foreach's optimizer temporaries (the step re-estimated with ``foreach=False`` and,
+where the optimizer has it, ``fused=True``, to say what each would need).
 Artifacts left for later consumers: ``memory.estimate`` (the ``MemoryEstimate``) and
 ``memory.largest_micro_batch`` (for the OOM observer's hint).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import psutil
 import torch
 
-from optimus_preflight.memory import cuda_rules
+from optimus_preflight.memory import cuda_rules, optimizer_paths
 from optimus_preflight.memory.advice import memory_hints
 from optimus_preflight.memory.result import GIB, MemoryEstimate, gib
 from optimus_preflight.memory.search import largest_fitting_batch
@@ -180,6 +183,76 @@ def judge(
         findings.warning(codes[1], f"Within {1 - NEAR_LIMIT:.0%} of the limit: " + message, fix, "data.batch_size")
 
 
+# Below these the foreach temporaries are not worth a line: their share of the peak, and
+# what the per-tensor loop saves, as shares of the need.
+TEMPORARIES_SHARE = 0.05
+WORTH_SAVING = 0.02
+
+
+def optimizer_step_finding(
+    findings: Findings,
+    *,
+    what: str,
+    estimate: MemoryEstimate,
+    need: int,
+    limit: MemoryLimit,
+    inputs: StepInputs,
+    need_of: Callable[[StepInputs], int],
+    has_fused: bool,
+) -> None:
+    """O11: when the step is over or near the limit and its peak is inside a foreach
+    ``optimizer.step()``, whose temporaries span every parameter at once, re-estimate it
+    with the per-tensor loop (and fused, where the optimizer has it) and say what each needs.
+    ``need_of(inputs)`` is the need of the step those inputs build, as ``need`` was measured;
+    ``has_fused``: the job's optimizer class has a fused implementation."""
+    temporaries = estimate.detail.get("optimizer_temporaries", 0)
+    findings.data.update(optimizer_step=estimate.optimizer_step, optimizer_temporaries_bytes=temporaries)
+    if (
+        estimate.method != "fake"
+        or estimate.optimizer_step not in (optimizer_paths.FOREACH, optimizer_paths.MIXED)
+        or "optimizer.step" not in estimate.peak_at
+        or need <= NEAR_LIMIT * limit.bytes
+        or temporaries <= 0
+        or temporaries < TEMPORARIES_SHARE * estimate.peak_bytes
+    ):
+        return
+    loop_need = need_of(replace(inputs, build_optimizer=optimizer_paths.per_tensor(inputs.build_optimizer)))
+    findings.data["need_bytes_foreach_false"] = loop_need
+    if need - loop_need < WORTH_SAVING * need:
+        return
+    fused_inputs = replace(inputs, build_optimizer=optimizer_paths.fused(inputs.build_optimizer))
+    fused_need = need_of(fused_inputs) if has_fused else None
+    findings.data["need_bytes_fused"] = fused_need
+
+    def verdict(nbytes: int) -> str:
+        return f"{gib(nbytes)}, {'fits' if nbytes <= limit.bytes else 'still over'} the {gib(limit.bytes)} usable"
+
+    default = " (the default on CUDA when neither foreach nor fused is given)" if estimate.device == "cuda" else ""
+    message = (
+        f"The {what} memory peak is inside optimizer.step(): its foreach implementation{default} allocates "
+        f"temporaries for all parameters of a group at once, {gib(temporaries)} at the peak "
+        f"({temporaries / estimate.peak_bytes:.0%} of it). With foreach=False the step needs {verdict(loop_need)}"
+        + (f"; with fused=True {verdict(fused_need)}" if fused_need is not None else "")
+        + "."
+    )
+    switch = "foreach=False" if loop_need <= limit.bytes else "fused=True" if fused_need and fused_need <= limit.bytes else None
+    if switch:
+        # The size advice of MEM1/MEM4 assumed the optimizer as built; the cheaper fix comes first.
+        for issue in findings.issues:
+            if issue.code.startswith("MEM"):
+                issue.fix = f"Pass {switch} to the optimizer and the step fits as it is (O11). {issue.fix}"
+    fused_fix = " or ++optimizer.fused=true (one kernel per group, no temporaries, the fastest)" if fused_need else ""
+    findings.warning(
+        "O11",
+        message,
+        f"Set ++optimizer.foreach=false (the per-tensor loop: a slower step, temporaries of one parameter at a "
+        f"time){fused_fix}.",
+        "optimizer.foreach",
+        code_fix="In your build_optimizer, pass foreach=False to the optimizer"
+                 + (" (or fused=True)" if fused_need else "") + ".",
+    )
+
+
 class VRAMHeadroomCheck(Check):
     """Predicted peak of a training step vs the usable memory of the GPU it will run on."""
 
@@ -233,6 +306,13 @@ class VRAMHeadroomCheck(Check):
             extra=extra,
         )
         ctx.artifacts["memory.largest_micro_batch"] = findings.data.get("largest_micro_batch")
+
+        def need_of(other: StepInputs) -> int:
+            other_estimate = other.estimate(other.batch_size, device="cuda", precision=precision)
+            return other_estimate.required_bytes - other_estimate.context_bytes + ddp
+
+        optimizer_step_finding(findings, what="GPU", estimate=estimate, need=need, limit=limit, inputs=inputs,
+                               need_of=need_of, has_fused=optimizer_paths.supports_fused(ctx.optimizer))
 
 
 def host_memory_held(ctx: PreflightContext) -> int:
@@ -289,6 +369,11 @@ class HostMemoryCheck(Check):
             need_for_batch=lambda n: inputs.estimate(n, device="cpu", precision=precision).peak_bytes,
             codes=("MEM4", "MEM5"),
             precision=precision,
+        )
+        optimizer_step_finding(
+            findings, what="host", estimate=estimate, need=estimate.peak_bytes, limit=limit, inputs=inputs,
+            need_of=lambda other: other.estimate(other.batch_size, device="cpu", precision=precision).peak_bytes,
+            has_fused=optimizer_paths.supports_fused(ctx.optimizer),
         )
 
 

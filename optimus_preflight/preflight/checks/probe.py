@@ -6,7 +6,13 @@ the scaler are exactly what training runs. Around it:
 - a ``LossSpy`` inside ``compute_loss`` records what reaches the criterion;
 - a wrapper records what ``compute_loss`` returned (scalar? finite? attached?);
 - post-accumulate-grad hooks record which trainable parameters got a gradient;
-- a forward pre-hook records the train/eval mode the forward really ran in.
+- forward pre-hooks on the model and on its dropout/BatchNorm layers record the
+  train/eval mode each really ran in (forwards that build a graph: a no-grad teacher
+  pass in eval mode is deliberate), and the modes are read again after the step, for
+  a ``compute_loss`` that switches to eval after its forward and so leaves every
+  later step in eval (the training loop calls ``model.train()`` once).
+Modules already in eval right after ``model.train()`` are ``ModesCheck``'s (an
+overridden ``train()``), and BatchNorm of a frozen part is O18's: neither counts here.
 Everything is restored afterwards (``preserved_training_state``).
 Several checks read the result, so it is computed once per context.
 """
@@ -23,6 +29,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from optimus_preflight.preflight.checks.loss_spy import CriterionCall, LossSpy
+from optimus_preflight.preflight.checks.padding import sequence_shapes
 from optimus_preflight.preflight.preserve import preserved_training_state
 from optimus_preflight.training.step import runner_from_config
 
@@ -53,8 +60,9 @@ class StepProbe:
     params_nonfinite_grad: list[str] = field(default_factory=list)
     trainable_params: int = 0
     forward_calls: int = 0
-    forward_in_eval: bool = False
-    modules_in_eval: list[str] = field(default_factory=list)
+    forward_in_eval: bool = False  # the model's own forward, building a graph, in eval mode
+    modules_in_eval: list[str] = field(default_factory=list)  # dropout/BatchNorm that ran in eval
+    modules_left_in_eval: list[str] = field(default_factory=list)  # in train before the step, eval after
     criterion_calls: list[CriterionCall] = field(default_factory=list)
     activations: dict[str, int] = field(default_factory=dict)
     scaler_enabled: bool = False
@@ -64,17 +72,24 @@ class StepProbe:
         return self.error is None
 
 
-def _mode_sensitive_in_eval(model: nn.Module) -> list[str]:
-    """Dropout/BatchNorm modules (with trainable affine params) left in eval mode."""
-    names = []
-    for name, module in model.named_modules():
-        if module.training:
+def mode_sensitive_modules(model: nn.Module) -> dict[nn.Module, str]:
+    """Dropout (p > 0) and running-statistics BatchNorm layers whose mode changes what
+    trains, by name. Not those of a frozen part (no trainable parameter around them: a
+    frozen teacher or backbone kept in eval on purpose), nor a frozen BatchNorm (O18)."""
+    by_name = dict(model.named_modules())
+    sensitive: dict[nn.Module, str] = {}
+    for name, module in by_name.items():
+        if isinstance(module, nn.modules.dropout._DropoutNd):
+            relevant = module.p > 0
+        elif isinstance(module, _BatchNorm):
+            own = list(module.parameters(recurse=False))
+            relevant = module.track_running_stats and not (own and not any(p.requires_grad for p in own))
+        else:
             continue
-        dropout = isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0
-        trainable_norm = isinstance(module, _BatchNorm) and any(p.requires_grad for p in module.parameters(recurse=False))
-        if dropout or trainable_norm:
-            names.append(name or type(module).__name__)
-    return names
+        parent = by_name[name.rpartition(".")[0]] if name else module
+        if relevant and (name == "" or any(p.requires_grad for p in parent.parameters())):
+            sensitive[module] = name or type(module).__name__
+    return sensitive
 
 
 def _user_frame(error: BaseException) -> str | None:
@@ -88,7 +103,7 @@ def _user_frame(error: BaseException) -> str | None:
 def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe = StepProbe(scaler_enabled=ctx.training.scaler.is_enabled())
     model = ctx.model
-    spy = LossSpy()
+    spy = LossSpy(sequence_shapes(batch))
 
     def observed_loss(module: nn.Module, data: Any) -> Any:
         with spy:
@@ -107,10 +122,19 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
             probe.loss = LossReturn(kind=type(loss).__name__)
         return output
 
+    sensitive = mode_sensitive_modules(model)
+    stuck: set[nn.Module] = set()  # in eval right after model.train(): ModesCheck reports them
+    top_stuck = False
+
     def on_forward(module: nn.Module, args: Any) -> None:
         probe.forward_calls += 1
-        probe.forward_in_eval = probe.forward_in_eval or not module.training
-        probe.modules_in_eval = _mode_sensitive_in_eval(module)
+        if not module.training and not top_stuck and torch.is_grad_enabled():
+            probe.forward_in_eval = True
+
+    def on_sensitive_forward(module: nn.Module, args: Any) -> None:
+        name = sensitive[module]
+        if not module.training and module not in stuck and torch.is_grad_enabled() and name not in probe.modules_in_eval:
+            probe.modules_in_eval.append(name)
 
     names = {param: name for name, param in model.named_parameters()}
     trainable = [param for param in names if param.requires_grad]
@@ -123,7 +147,10 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
 
     with preserved_training_state(ctx):
         model.train()  # what the training loop does before its first step
+        top_stuck = not model.training
+        stuck.update(module for module in sensitive if not module.training)
         handles = [model.register_forward_pre_hook(on_forward)]
+        handles += [module.register_forward_pre_hook(on_sensitive_forward) for module in sensitive]
         handles += [param.register_post_accumulate_grad_hook(on_grad) for param in trainable]
         runner = runner_from_config(ctx.cfg.trainer, ctx.training, model, ctx.optimizer, observed_loss,
                                     scheduler=ctx.scheduler)
@@ -132,6 +159,8 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
             result = runner.run(iter([(batch, True)]))
             probe.stepped = result.stepped
             probe.grad_norm = float(result.grad_norm)
+            probe.modules_left_in_eval = [name for module, name in sensitive.items()
+                                          if module not in stuck and not module.training]
         except Exception as error:
             probe.error = "".join(traceback.format_exception_only(type(error), error)).strip()
             probe.error_frame = _user_frame(error)

@@ -1,12 +1,18 @@
 """Checks that read the observed first step (``probe.py``): the loss, the gradients,
-what reaches the criterion, the targets and the loss at initialisation."""
+the train/eval modes it ran in and left, what reaches the criterion, the targets,
+padding the criterion trains on, and the loss at initialisation."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
-from optimus_preflight.preflight.checks.loss_spy import init_loss_finding, loss_input_findings, target_findings
+from optimus_preflight.preflight.checks.loss_spy import (
+    init_loss_finding,
+    loss_input_findings,
+    padded_loss_findings,
+    target_findings,
+)
 from optimus_preflight.preflight.checks.probe import get_probe
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
@@ -75,6 +81,19 @@ class FirstStepCheck(Check):
                 f"{len(probe.modules_in_eval)} dropout/BatchNorm module(s) ran in eval mode during the training "
                 f"forward: {_names(probe.modules_in_eval)}",
                 "Do not switch trainable submodules to eval() inside the model or compute_loss.",
+            )
+        elif probe.modules_left_in_eval:
+            findings.warning(
+                "O5",
+                f"the training step leaves {len(probe.modules_left_in_eval)} dropout/BatchNorm module(s) in eval mode "
+                f"({_names(probe.modules_left_in_eval)}): compute_loss or a forward hook calls .eval() after the "
+                "training forward and never switches back. The training loop calls model.train() once, before the "
+                "first step, so every later step trains with dropout off and BatchNorm frozen to its running "
+                "statistics",
+                "Restore the mode right after the pass that needs eval mode: was_training = model.training; "
+                "model.eval(); ...; model.train(was_training).",
+                code_fix="In your compute_loss, call model.train(was_training) after the pass that needs eval mode "
+                         "(or run that pass on a separate copy of the model).",
             )
         if probe.scaler_enabled and probe.completed and not probe.stepped:
             findings.info("O24", "the GradScaler skipped the first step (inf/NaN at the initial scale); normal while "
@@ -169,3 +188,25 @@ class InitialLossCheck(Check):
             findings.data["summary"] = f"loss {data['loss']:.3f} vs ln({data['classes']}) = {data['ln_classes']:.3f}"
         if found is not None:
             findings.add(found.severity, found.code, found.message, found.fix, "model")
+
+
+class PaddedLossCheck(Check):
+    """O15: padding reaches the loss: a mean over padded positions (no ignore_index, no
+    mask), or a mask divided by every position; read from what reached the criterion."""
+
+    name = "step.padded_loss"
+    stage = Stage.STEP
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        probe = get_probe(ctx)
+        padded = [c.padding for c in probe.criterion_calls if c.padding is not None]
+        findings.data["padding"] = [
+            {"id": p.value, "side": p.side, "rows": p.padded_rows, "positions": p.positions, "share": round(p.share, 4)}
+            for p in padded
+        ]
+        findings.data["summary"] = (f"padding id {padded[0].value} in {padded[0].share:.0%} of the targets"
+                                    if padded else "no padding in the targets the criterion trains on")
+        returned = probe.loss.value if probe.loss is not None else None
+        for found in padded_loss_findings(probe.criterion_calls, returned, ctx.artifacts["first_batch"]):
+            findings.add(found.severity, found.code, found.message, found.fix, code_fix=found.code_fix)

@@ -1,5 +1,7 @@
-"""Checks that run extra real steps, each inside ``preserved_training_state``:
-accumulation scaling, a checkpoint round trip and the overfit smoke."""
+"""Checks that run extra real steps or forwards, each inside ``preserved_training_state``:
+accumulation scaling, the scale of the returned loss (a sum, or a division by the
+accumulation steps on top of the step's own weighting), a checkpoint round trip and
+the overfit smoke."""
 
 from __future__ import annotations
 
@@ -14,12 +16,14 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from optimus_preflight.preflight.checks.loss_spy import LossSpy, criterion_ratio
+from optimus_preflight.preflight.checks.probe import get_probe
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.preserve import preserved_training_state
 from optimus_preflight.preflight.samples import concat_batches, split_batch
-from optimus_preflight.training.batches import batch_size_of
-from optimus_preflight.training.step import StepRunner, runner_from_config
+from optimus_preflight.training.batches import batch_size_of, move_to_device
+from optimus_preflight.training.step import StepRunner, runner_from_config, split_loss_output
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.preflight_context import PreflightContext
@@ -108,13 +112,147 @@ class AccumulationCheck(Check):
         findings.data["summary"] = (f"{steps} micro-batches vs one batch of {size} samples: norm ratio {ratio:.4f}, "
                                     f"cosine {cosine:.5f}")
         if abs(ratio - 1) > ACCUMULATION_RTOL or cosine < 1 - ACCUMULATION_RTOL:
+            # A sum over the micro-batch grows with its size; the step's weighting by each
+            # micro-batch's share comes on top, so K micro-batches give 1/K of one batch.
+            summed = abs(ratio * steps - 1) <= ACCUMULATION_RTOL and cosine >= 1 - ACCUMULATION_RTOL
+            cause = (f", i.e. 1/{steps}: compute_loss returns a sum over the micro-batch (reduction='sum', or .sum() "
+                     "of per-target losses), which already grows with the micro-batch size, and the step weights "
+                     "each micro-batch by its share of the window on top, so the gradient's size depends on how "
+                     "the batch is split: the effective learning rate changes with data.batch_size and "
+                     "trainer.accumulation_steps") if summed else (
+                     ": the effective learning rate changes with trainer.accumulation_steps")
             findings.error(
                 "O9",
                 f"accumulating {steps} micro-batches gives {ratio:.3g}x the gradient of the same samples in one batch "
-                f"(cosine {cosine:.3f}): the effective learning rate changes with trainer.accumulation_steps",
+                f"(cosine {cosine:.3f}){cause}",
                 "Return the mean loss over the micro-batch from compute_loss, or (loss, count) where count is the "
                 "number of targets that mean is taken over; not a sum.",
                 "trainer.accumulation_steps",
+                code_fix="In your compute_loss, return the mean over the micro-batch (reduction='mean'), or "
+                         "(loss_sum / count, count) with count the number of targets summed.",
+            )
+
+
+SUM_RTOL = 0.02  # eval-mode losses of per-sample terms add up to float rounding
+MEAN_GAP = 0.2  # and a mean is then ~2x away from the sum
+
+
+def _loss_and_count(ctx: PreflightContext, batch: Any) -> tuple[float, float]:
+    batch = move_to_device(batch, ctx.device)
+    with ctx.training.plan.autocast():
+        loss, count = split_loss_output(ctx.compute_loss(ctx.model, batch), batch)
+    return float(loss.float()), float(count)
+
+
+def summed_loss(full: tuple[float, float], halves: list[tuple[float, float]]) -> bool:
+    """True when the loss of a batch is the sum of its halves' losses, not their
+    (count-weighted) mean: the loss grows with the batch size."""
+    (loss, count), values = full, [value for value, _ in halves]
+    mean = sum(value * n for value, n in halves) / max(count, 1e-12)
+    if not all(math.isfinite(x) for x in (loss, mean, *values)) or abs(loss) < 1e-12:
+        return False
+    return abs(loss - sum(values)) <= SUM_RTOL * abs(loss) and abs(loss - mean) > MEAN_GAP * abs(loss)
+
+
+class LossScaleCheck(Check):
+    """O9 shapes the step's own accumulation weighting cannot undo: ``compute_loss``
+    dividing by the accumulation steps itself (gradients K times too small; seen as the
+    returned loss being 1/K of the criterion's), or, without accumulation, returning a
+    sum (its batch's loss is the sum of its halves': the gradient grows with the batch
+    size; with accumulation ``step.accumulation`` sees the sum)."""
+
+    name = "step.loss_scale"
+    stage = Stage.STEP
+    requires = (FIRST_STEP,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        steps = ctx.cfg.trainer.accumulation_steps
+        if steps > 1:
+            self._divided_by_steps(ctx, findings, steps)
+        else:
+            self._summed(ctx, findings)
+
+    def _divided_by_steps(self, ctx: PreflightContext, findings: Findings, steps: int) -> None:
+        probe = get_probe(ctx)
+        ratio = criterion_ratio(probe.criterion_calls, probe.loss.value if probe.loss else None)
+        findings.data.update(accumulation_steps=steps, loss_to_criterion=None if ratio is None else round(ratio, 6))
+        findings.data["summary"] = ("no criterion seen" if ratio is None
+                                    else f"returned loss = {ratio:.4g} x the criterion's")
+        if ratio is None or abs(ratio * steps - 1) > 1e-3:
+            return
+        confirmed = ctx.key_applies("trainer.accumulation_steps") and self._follows_setting(ctx, steps + 1)
+        effect = (f"the training step already weights each micro-batch by its share of the window, so the "
+                  f"gradients end up {steps}x too small: an effective learning rate of lr/{steps}")
+        fix = ("Remove the division by the accumulation steps from compute_loss: return the micro-batch's mean loss "
+               "(optionally with the number of targets it averages over); the training step does the accumulation "
+               "weighting.")
+        code_fix = "In your compute_loss, return the loss without dividing it by the accumulation steps."
+        if confirmed:
+            findings.error(
+                "O9",
+                f"compute_loss divides its loss by trainer.accumulation_steps: it returns 1/{steps} of its "
+                f"criterion's loss, and 1/{steps + 1} with trainer.accumulation_steps={steps + 1}; {effect}",
+                fix, code_fix=code_fix,
+            )
+        else:
+            findings.warning(
+                "O9",
+                f"compute_loss returns exactly 1/{steps} of its criterion's loss, and {steps} is the number of "
+                f"accumulation steps: if it divides by them, {effect}. (A deliberate loss weight of 1/{steps} "
+                "is fine.)",
+                fix, code_fix=code_fix,
+            )
+
+    @staticmethod
+    def _follows_setting(ctx: PreflightContext, steps: int) -> bool:
+        """Whether compute_loss's factor follows trainer.accumulation_steps (one no-grad forward)."""
+        trainer = ctx.cfg.trainer
+        configured = trainer.accumulation_steps
+        spy = LossSpy()
+        batch = ctx.artifacts["first_batch"]
+        try:
+            trainer.accumulation_steps = steps
+        except Exception:  # a read-only config: nothing to vary
+            return False
+        try:
+            with preserved_training_state(ctx), torch.no_grad():
+                ctx.model.eval()  # same function as the probe's up to dropout; the ratio is what counts
+                with spy:
+                    returned, _ = _loss_and_count(ctx, batch)
+        except Exception:
+            return False
+        finally:
+            trainer.accumulation_steps = configured
+        ratio = criterion_ratio(spy.calls, returned)
+        return ratio is not None and abs(ratio * steps - 1) <= 1e-3
+
+    def _summed(self, ctx: PreflightContext, findings: Findings) -> None:
+        batch = ctx.artifacts["first_batch"]
+        if batch_size_of(batch) < 2:
+            findings.data["summary"] = "not verified: the first batch holds one sample"
+            return
+        try:
+            with preserved_training_state(ctx), torch.no_grad():
+                ctx.model.eval()  # no dropout, no batch statistics: per-sample terms add up exactly
+                full = _loss_and_count(ctx, batch)
+                halves = [_loss_and_count(ctx, part) for part in split_batch(batch, 2)]
+        except Exception as error:  # e.g. a model whose eval() forward returns predictions
+            findings.data["summary"] = f"not verified: compute_loss in eval mode raised {type(error).__name__}"
+            return
+        findings.data.update(batch_loss=full[0], half_losses=[value for value, _ in halves])
+        findings.data["summary"] = (f"batch loss {full[0]:.4g}, halves {halves[0][0]:.4g} and {halves[1][0]:.4g}")
+        if summed_loss(full, halves):
+            findings.warning(
+                "O9",
+                f"compute_loss returns a sum over the batch, not a mean: the first batch's loss ({full[0]:.4g}) is "
+                f"the sum of its halves' losses ({halves[0][0]:.4g} + {halves[1][0]:.4g}), not their average. "
+                "The gradient grows with the batch size: data.batch_size scales the effective learning rate and "
+                "what trainer.clip_grad_norm clips, a smaller last batch weighs less, and trainer.accumulation_steps "
+                "would shrink the gradient again by the number of micro-batches",
+                "Return the mean loss over the batch (reduction='mean'), or (loss_sum / count, count) with count "
+                "the number of targets summed; the training step weights batches by count.",
+                code_fix="In your compute_loss, divide the summed loss by the number of targets it sums (return "
+                         "loss_sum / count, count) or use reduction='mean'.",
             )
 
 

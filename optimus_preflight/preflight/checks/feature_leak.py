@@ -1,0 +1,161 @@
+"""Label leakage through the features (``data.label_in_features``): a feature column of a
+tabular batch that equals the label or a relabelling of it (an encoding, an affine
+rescaling, a one-hot group), so the model reads the answer from its input: warning.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.preflight_context import PreflightContext
+
+
+@dataclass
+class FeatureMatch:
+    columns: list[int]
+    kind: str  # equal | relabelling | affine | one_hot
+
+
+def _labels_of(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(features (B, F), labels (B,)) of a tabular batch: ``(x, y)`` or a mapping with a
+    label key and one 2-D feature tensor."""
+    if isinstance(batch, (list, tuple)) and len(batch) == 2:
+        features, labels = batch
+    elif isinstance(batch, Mapping):
+        keys = [key for key in ("label", "labels", "target", "targets", "y") if key in batch]
+        others = [value for key, value in batch.items() if key not in keys and isinstance(value, torch.Tensor)
+                  and value.dim() == 2]
+        if len(keys) != 1 or len(others) != 1:
+            return None
+        features, labels = others[0], batch[keys[0]]
+    else:
+        return None
+    if not (isinstance(features, torch.Tensor) and isinstance(labels, torch.Tensor)):
+        return None
+    # One column is the input itself (a toy y = a * x + b), not a column beside the label.
+    if features.dim() != 2 or features.shape[1] < 2 or not features.is_floating_point() or \
+            labels.shape[0] != features.shape[0]:
+        return None
+    if labels.dim() == 2 and labels.shape[1] == 1:
+        labels = labels[:, 0]
+    if labels.dim() != 1:
+        return None
+    return features, labels.long() if labels.dtype == torch.bool else labels
+
+
+MIN_ROWS = 8
+CHANCE = 1e-3  # a coincidental match over the batch must be this unlikely
+# |correlation| of a column with a continuous label: a label stored at float16 precision
+# still reaches 1 - 1e-7; no two measured quantities do by chance over 8+ rows.
+AFFINE_TOLERANCE = 1e-6
+
+
+def _log_arrangements(counts: list[int]) -> float:
+    """log of the number of ways to place these class counts on the rows: a random
+    column with matching value counts lines up with the labels once in this many."""
+    return math.lgamma(sum(counts) + 1) - sum(math.lgamma(c + 1) for c in counts)
+
+
+def feature_label_matches(features: torch.Tensor, labels: torch.Tensor) -> list[FeatureMatch]:
+    """Columns of ``features`` that determine ``labels`` on these rows (pure):
+    - class labels: a column whose values map one-to-one onto the labels (the label,
+      an encoding or rescaling of it), or a group of 0/1 columns that one-hot encodes it;
+    - continuous labels: a column equal to a * label + b.
+    A class match counts only where chance could not produce it: every class present at
+    least twice, and few enough candidate columns for the batch size (``CHANCE``)."""
+    rows = features.shape[0]
+    if rows < MIN_ROWS:
+        return []
+    x = features.detach().to(torch.float64).cpu()
+    y = labels.detach().to(torch.float64).cpu()
+    values, counts = torch.unique(y, return_counts=True)
+    classes = len(values)
+    if classes < 2:
+        return []
+    integral = bool((y == y.round()).all())
+    if not integral or classes > rows // 2:
+        return _affine_matches(x, y)
+    if int(counts.min()) < 2:
+        return []
+    log_chance = -_log_arrangements(counts.tolist()) + math.lgamma(classes + 1)
+    found: list[FeatureMatch] = []
+    candidates = [j for j in range(x.shape[1]) if len(torch.unique(x[:, j])) == classes]
+    if candidates and math.log(len(candidates)) + log_chance < math.log(CHANCE):
+        for j in candidates:
+            pairs = torch.unique(torch.stack([x[:, j], y], dim=1), dim=0)
+            if len(pairs) == classes:  # each column value goes with one label and back
+                kind = "equal" if torch.equal(x[:, j], y) else "relabelling"
+                found.append(FeatureMatch([j], kind))
+    if found or classes < 3:
+        return found
+    binary = [j for j in range(x.shape[1]) if bool(((x[:, j] == 0) | (x[:, j] == 1)).all())]
+    group: list[int] = []
+    log_total = 0.0
+    for value, count in zip(values, counts, strict=True):
+        indicator = (y == value).to(torch.float64)
+        column = next((j for j in binary if torch.equal(x[:, j], indicator)), None)
+        if column is None:
+            return []
+        group.append(column)
+        log_total += math.log(len(binary)) - _log_arrangements([int(count), rows - int(count)])
+    return [FeatureMatch(group, "one_hot")] if log_total < math.log(CHANCE) else []
+
+
+def _affine_matches(x: torch.Tensor, y: torch.Tensor) -> list[FeatureMatch]:
+    centred = y - y.mean()
+    if float(centred.norm()) == 0:
+        return []
+    found = []
+    for j in range(x.shape[1]):
+        column = x[:, j] - x[:, j].mean()
+        scale = float(column.norm())
+        if scale == 0:
+            continue
+        correlation = float(column @ centred) / (scale * float(centred.norm()))
+        if abs(correlation) > 1 - AFFINE_TOLERANCE:
+            found.append(FeatureMatch([j], "equal" if torch.allclose(x[:, j], y) else "affine"))
+    return found
+
+
+class FeatureLabelCheck(Check):
+    """A tabular feature column that is the label, or a trivial function of it."""
+
+    name = "data.label_in_features"
+    stage = Stage.DATA
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        pair = _labels_of(ctx.artifacts["first_batch"])
+        if pair is None:
+            findings.data["summary"] = "not a (features, labels) batch"
+            return
+        features, labels = pair
+        matches = feature_label_matches(features, labels)
+        findings.data["summary"] = f"{features.shape[1]} feature columns, {len(matches)} determine the label"
+        if not matches:
+            return
+        findings.data["columns"] = [match.columns for match in matches]
+        described = "; ".join(
+            f"column {match.columns[0]} " + {"equal": "equals the label", "relabelling": "is a relabelling of the label",
+                                              "affine": "is a linear function of the label"}[match.kind]
+            if match.kind != "one_hot" else f"columns {match.columns} one-hot encode the label"
+            for match in matches[:4])
+        how = ("drop the label and anything computed from it from the features (e.g. X = df.drop(columns=[target]); "
+               "fit encoders and scalers on the features only).")
+        findings.warning(
+            "LEAK_FEATURE",
+            f"in the first batch ({features.shape[0]} samples) {described}: the model can read the answer from its "
+            "input, so training and validation look perfect and the model is useless on data without the label",
+            "Where the dataset builds its features, " + how,
+            "data.train",
+            code_fix="In the dataset of the DataLoader your build_dataloaders() returns, " + how,
+        )

@@ -1,0 +1,265 @@
+"""DP12 / DP10: image inputs on the wrong scale, seen where the model first reads them.
+
+``transforms.ToTensor()`` divides by 255 only for PIL images and uint8 arrays: a float
+array, a ``.npy`` file or a 16-bit image comes through in 0..255 (or 0..65535), and a
+``Normalize`` after it then yields values up to ~1100. The opposite mistakes are a
+second ``/ 255`` (pixels in 0..0.004), ``Normalize`` applied twice (per-channel std
+~1/std, about 4.4 with ImageNet's), and ``Normalize`` with statistics of the 0..255 scale
+on pixels already in [0, 1] (every pixel near one constant).
+
+The data alone cannot tell these from a model that scales its input itself (a uint8
+batch divided by 255 in ``forward``, a BatchNorm in front of the first conv), so when
+the first batch holds an image-like tensor the check runs ``compute_loss`` once, without
+gradients, and reads the values the first conv or linear layer receives; the forward
+is cut short right there. Nothing runs for batches without an image-like tensor (token
+ids, tabular features). Only clear signatures fire, as warnings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.preserve import preserved_training_state
+from optimus_preflight.training.batches import batch_size_of, leaves, move_to_device
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.preflight_context import PreflightContext
+
+MIN_SIDE = 8  # an image is at least 8x8 pixels
+MAX_CHANNELS = 4  # gray, RGB, RGBA / RGB-D
+STATS_SAMPLES = 16
+UNSCALED_MAX = 2.0  # [0, 1] pixels never exceed it; normalised ones are also negative
+MAX_8BIT = 255.5
+NORMALISED_UNSCALED_STD = 20.0  # Normalize on 0..255 pixels: std ~ 0.25 * 255 / 0.226 ~ 300
+# Normalize twice: std ~ std_pixels / s^2 ~ 4-6 with ImageNet's s ~ 0.226. One Normalize
+# of [0, 1] pixels gives at most 0.5 / s ~ 2.2 even for black-and-white images.
+TWICE_STD = 3.0
+SCALED_TWICE_MAX = 1.05 / 255  # uint8 / 255 / 255
+# Normalize with 0..255-scale statistics on [0, 1] pixels: (x - 125) / 63 ~ -1.98 +- 0.004.
+FLAT_STD = 0.02
+FLAT_MEAN = 0.5
+
+
+class _FirstLayerSeen(BaseException):
+    """Ends the forward once the first layer's input is recorded (a BaseException so
+    that ``except Exception`` in user code does not swallow it)."""
+
+
+@dataclass
+class ChannelStats:
+    mean: float
+    std: float
+    min: float
+    max: float
+    integral: bool = False  # whole numbers only: pixel values of an integer image format
+
+
+@dataclass
+class ScaleFinding:
+    code: str  # DP12 | DP10
+    kind: str  # unscaled | normalised_unscaled | scaled_twice | normalised_twice | wrong_statistics
+    channels: list[int]  # the channels showing it
+
+
+def image_like(leaf: Any) -> bool:
+    """A batch of images: (N, C, H, W) or (N, H, W, C) with 1-4 channels, or (N, H, W)
+    when it holds pixel values (uint8, or floats that are whole numbers in 0..255).
+    A 3-D float tensor of other values is a batch of sequences, not images."""
+    if not isinstance(leaf, torch.Tensor) or not (leaf.is_floating_point() or leaf.dtype == torch.uint8):
+        return False
+    shape = tuple(leaf.shape)
+    if len(shape) == 4:
+        first, last = 1 <= shape[1] <= MAX_CHANNELS, 1 <= shape[3] <= MAX_CHANNELS
+        return (first and min(shape[2:]) >= MIN_SIDE) or (last and min(shape[1:3]) >= MIN_SIDE)
+    if len(shape) == 3 and min(shape[1:]) >= MIN_SIDE:
+        if leaf.dtype == torch.uint8:
+            return True
+        values = leaf.detach()
+        return bool(values.numel() and values.min() >= 0 and values.max() <= 255 and (values == values.round()).all())
+    return False
+
+
+def channel_stats(inputs: torch.Tensor, channel_dim: int | None) -> list[ChannelStats]:
+    """Per-channel statistics (one entry for the whole tensor when ``channel_dim`` is None),
+    over the first ``STATS_SAMPLES`` samples of a batched input: plenty of pixels, and no
+    float64 copy of a whole batch of large images."""
+    values = inputs.detach()
+    if channel_dim != 0 and values.dim() > 1:
+        values = values[:STATS_SAMPLES]
+    values = values.to(torch.float64)
+    if channel_dim is None or values.dim() <= channel_dim:
+        groups = [values.reshape(-1)]
+    else:
+        groups = list(values.movedim(channel_dim, 0).reshape(values.shape[channel_dim], -1))
+    return [ChannelStats(float(g.mean()), float(g.std(unbiased=False)), float(g.min()), float(g.max()),
+                         bool((g == g.round()).all())) for g in groups if g.numel()]
+
+
+def scale_finding(stats: list[ChannelStats]) -> ScaleFinding | None:
+    """The first clear wrong-scale signature in the per-channel statistics of what the
+    first layer receives, or None."""
+    if not stats:
+        return None
+    positive = [i for i, s in enumerate(stats) if s.min >= 0 and s.max > UNSCALED_MAX]
+    # Raw pixels: 8-bit values, or whole numbers (16-bit); Normalize of 0..255 pixels
+    # reaches ~1100 in fractions, and is negative wherever a pixel is darker than the mean.
+    raw = [i for i in positive if stats[i].max <= MAX_8BIT or stats[i].integral]
+    if raw:
+        return ScaleFinding("DP12", "unscaled", raw)
+    wide = [i for i, s in enumerate(stats) if s.std > NORMALISED_UNSCALED_STD]
+    if wide:
+        return ScaleFinding("DP12", "normalised_unscaled", wide)
+    if positive:
+        return ScaleFinding("DP12", "unscaled", positive)
+    everything = list(range(len(stats)))
+    if all(s.min >= 0 for s in stats) and 0 < max(s.max for s in stats) <= SCALED_TWICE_MAX:
+        return ScaleFinding("DP12", "scaled_twice", everything)
+    varying = [s for s in stats if s.std > 0]  # a constant channel (alpha, padding) says nothing
+    if not varying:
+        return None
+    if min(s.min for s in stats) < 0 and all(TWICE_STD <= s.std <= NORMALISED_UNSCALED_STD for s in varying):
+        return ScaleFinding("DP10", "normalised_twice", everything)
+    if all(s.std < FLAT_STD and abs(s.mean) > FLAT_MEAN for s in varying):
+        return ScaleFinding("DP10", "wrong_statistics", everything)
+    return None
+
+
+@dataclass
+class FirstLayerInput:
+    layer: str
+    kind: str  # the module's class name
+    stats: list[ChannelStats]
+
+
+def first_layer_input(ctx: PreflightContext, batch: Any) -> FirstLayerInput | None:
+    """What the first conv or linear layer that reads image-sized input receives when
+    ``compute_loss`` runs on ``batch`` (train mode, as training runs it; no gradients;
+    the forward stops at that layer).
+    None when no such layer runs or the loss raises before it (step.first_step reports that)."""
+    model = ctx.model
+    layers = {module: name for name, module in model.named_modules()
+              if isinstance(module, (nn.modules.conv._ConvNd, nn.Linear))}
+    if not layers:
+        return None
+    seen: list[FirstLayerInput] = []
+
+    def record(module: nn.Module, args: tuple) -> None:
+        inputs = args[0] if args else None
+        if not isinstance(inputs, torch.Tensor) or not inputs.is_floating_point():
+            raise _FirstLayerSeen()
+        if inputs.numel() < MIN_SIDE * MIN_SIDE * max(batch_size_of(batch), 1):
+            return  # a layer on a conditioning input (a timestep, a class vector), not on the image
+        # A conv's channels are dim 1 of a batched input; a linear layer mixes all of its features.
+        is_conv = isinstance(module, nn.modules.conv._ConvNd)
+        spatial = len(getattr(module, "kernel_size", ()))
+        channel_dim = (1 if inputs.dim() == spatial + 2 else 0) if is_conv else None
+        seen.append(FirstLayerInput(layers[module] or type(module).__name__, type(module).__name__,
+                                    channel_stats(inputs, channel_dim)))
+        raise _FirstLayerSeen()
+
+    handles = [module.register_forward_pre_hook(record) for module in layers]
+    try:
+        with preserved_training_state(ctx), torch.no_grad():
+            model.train()  # a BatchNorm in front of the first conv normalises as in training
+            with ctx.training.plan.autocast():
+                ctx.compute_loss(model, move_to_device(batch, ctx.device))
+    except _FirstLayerSeen:
+        pass
+    except Exception:  # the loss is broken: step.first_step reports it
+        return None
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen[0] if seen else None
+
+
+def _numbers(values: list[float]) -> str:
+    return "[" + ", ".join(f"{value:.3g}" for value in values) + "]"
+
+
+def describe(finding: ScaleFinding, seen: FirstLayerInput, batch_dtype: torch.dtype) -> tuple[str, str, str, str | None]:
+    """(message, fix, code fix, config key) for a finding: the dataset's transform is
+    ``data.train``'s code; a conversion inside the model is no config's."""
+    stats = seen.stats
+    low, high = min(s.min for s in stats), max(s.max for s in stats)
+    means, stds = _numbers([s.mean for s in stats]), _numbers([s.std for s in stats])
+    where = f"the first layer ({seen.kind} {seen.layer!r}) receives values in [{low:.3g}, {high:.3g}]"
+    dataset = "In the dataset of the DataLoader your build_dataloaders() returns, "
+    if finding.kind == "unscaled":
+        picked = ", ".join(str(i) for i in finding.channels)
+        top = max(stats[i].max for i in finding.channels)
+        depth = "0..65535 (16-bit images)" if top > MAX_8BIT else "0..255"
+        channels = "" if len(finding.channels) == len(stats) else f" in channel(s) {picked}"
+        if batch_dtype == torch.uint8:
+            message = (f"{where}{channels}: the batch holds uint8 pixels and the model converts them to float without "
+                       "dividing by 255, so activations and gradients are ~255x too large")
+            fix = "Divide by 255 where the model converts the uint8 input: x = x.float() / 255 (then normalise)."
+            return message, fix, fix, None
+        message = (f"{where}{channels} (per-channel means {means}): the pixels were never scaled from {depth} to "
+                   "[0, 1], so activations and gradients are ~255x too large. transforms.ToTensor() divides by 255 "
+                   "only for PIL images and uint8 arrays; float arrays, .npy files and 16-bit images come through "
+                   "unscaled")
+        how = ("scale the pixels explicitly: torch.from_numpy(array).float() / 255 (/ 65535 for 16-bit images), "
+               "or keep uint8 arrays for ToTensor() / transforms.v2.ToDtype(torch.float32, scale=True); then "
+               "Normalize(mean, std).")
+        return message, "In the dataset's transform, " + how, dataset + how, "data.train"
+    if finding.kind == "normalised_unscaled":
+        message = (f"{where} with per-channel std {stds} (a normalised image has ~1): Normalize(mean, std) was applied "
+                   "to pixels still in 0..255 (transforms.ToTensor() does not divide float or 16-bit data by 255), "
+                   "so inputs are ~255x too large")
+        how = ("divide the pixels by 255 (torch.from_numpy(array).float() / 255) before Normalize(mean, std), or keep "
+               "uint8 arrays so that ToTensor() scales them.")
+        return message, "In the dataset's transform, " + how, dataset + how, "data.train"
+    if finding.kind == "scaled_twice":
+        message = (f"{where}: the pixels were divided by 255 twice (ToTensor() already scales uint8 and PIL images to "
+                   "[0, 1]), so the inputs are ~255x too small")
+        how = "drop the extra / 255 after ToTensor() (or ToDtype(scale=True))."
+        return message, "In the dataset's transform, " + how, dataset + how, "data.train"
+    if finding.kind == "normalised_twice":
+        message = (f"{where} with per-channel std {stds} and means {means}, where one Normalize(mean, std) gives ~1 "
+                   "and ~0: the normalisation was applied twice (e.g. in the dataset's transform and again in "
+                   "the model or collate_fn), which stretches inputs by 1/std (~4.4 with ImageNet's statistics)")
+        how = "apply Normalize(mean, std) exactly once: in the dataset's transform or in the model, not both."
+        return message, "Where the inputs are normalised, " + how, "Where your code normalises the inputs, " + how, None
+    message = (f"{where}, every channel nearly constant (means {means}, std {stds}): Normalize used statistics of "
+               "the 0..255 scale (e.g. mean=[125.3, 123.0, 113.9]) on pixels already scaled to [0, 1] by "
+               "ToTensor(), which flattens the images to a near-constant input")
+    how = "divide that mean and std by 255, or compute them on the tensors ToTensor() returns."
+    return message, "In the dataset's Normalize, " + how, dataset + "in its Normalize, " + how, "data.train"
+
+
+class InputScaleCheck(Check):
+    """DP12 / DP10: image inputs not scaled to [0, 1], scaled or normalised twice, or
+    normalised with statistics of the wrong scale; read at the first conv/linear layer."""
+
+    name = "data.input_scale"
+    stage = Stage.DATA
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        batch = ctx.artifacts["first_batch"]
+        images = [leaf for leaf in leaves(batch) if image_like(leaf)]
+        if not images:
+            findings.data["summary"] = "no image-like input in the first batch"
+            return
+        seen = first_layer_input(ctx, batch)
+        if seen is None:
+            findings.data["summary"] = "no conv/linear layer reached"
+            return
+        findings.data.update(layer=seen.layer, channels=[
+            {"mean": round(s.mean, 4), "std": round(s.std, 4), "min": round(s.min, 4), "max": round(s.max, 4)}
+            for s in seen.stats])
+        low, high = min(s.min for s in seen.stats), max(s.max for s in seen.stats)
+        findings.data["summary"] = f"{seen.layer} receives values in [{low:.3g}, {high:.3g}]"
+        finding = scale_finding(seen.stats)
+        if finding is None:
+            return
+        findings.data["signature"] = finding.kind
+        message, fix, code_fix, key = describe(finding, seen, images[0].dtype)
+        findings.warning(finding.code, message, fix, key, code_fix=code_fix)

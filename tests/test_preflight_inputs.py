@@ -1,0 +1,235 @@
+"""data.input_scale (DP12, DP10): image inputs on the wrong scale, as transforms really
+produce them, fire; images scaled and normalised once, uint8 converted by the model,
+token ids and tabular features stay quiet.
+
+The broken inputs are built the way torchvision makes them (checked against
+torchvision 0.29's transforms on torch 2.13): ToTensor() on a float array returns
+0..255 unscaled, Normalize after it gives values up to ~1100, Normalize twice gives a
+per-channel std ~ 1/std.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.input_scale import (
+    ChannelStats,
+    InputScaleCheck,
+    image_like,
+    scale_finding,
+)
+from optimus_preflight.preflight.framework import CheckStatus
+from tests.preflight_support import CLASSES, assert_quiet, codes, make_recipe, run
+
+MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+STD = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+NAME = "data.input_scale"
+
+
+def pixels(samples: int = 32, side: int = 16) -> torch.Tensor:
+    """Natural-looking images in [0, 1] (smooth, per-channel std ~0.25), NCHW."""
+    generator = torch.Generator().manual_seed(0)
+    coarse = torch.rand(samples, 3, 6, 6, generator=generator)
+    return F.interpolate(coarse, size=side, mode="bilinear", align_corners=False).clamp(0, 1)
+
+
+def normalise(images: torch.Tensor) -> torch.Tensor:
+    return (images - MEAN) / STD
+
+
+def labels(samples: int = 32) -> torch.Tensor:
+    return torch.randint(0, CLASSES, (samples,), generator=torch.Generator().manual_seed(1))
+
+
+def cnn(channels: int = 3) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(channels, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(8, CLASSES))
+
+
+class Uint8CNN(nn.Module):
+    """Takes uint8 HWC images, as a dataset that skips ToTensor hands them over."""
+
+    def __init__(self, scale: bool = True):
+        super().__init__()
+        self.scale = scale
+        self.body = cnn()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = images.permute(0, 3, 1, 2).float()
+        return self.body(x / 255 if self.scale else x)
+
+
+def check_on(tmp_path, images: torch.Tensor, model=cnn):
+    recipe = make_recipe(tmp_path, model=model, dataset=TensorDataset(images, labels(len(images))))
+    return run(recipe, InputScaleCheck)[NAME]
+
+
+# ---------------------------------------------------------------- healthy: quiet
+def test_images_normalised_once_are_quiet(tmp_path):
+    result = check_on(tmp_path, normalise(pixels()))
+    assert_quiet(result)
+    assert result.data["layer"] == "0"  # the first conv, read through one cut-short forward
+    assert all(0.5 < channel["std"] < 2 for channel in result.data["channels"])
+
+
+def test_images_in_zero_one_are_quiet(tmp_path):
+    assert_quiet(check_on(tmp_path, pixels()))
+
+
+def test_uint8_images_the_model_scales_are_quiet(tmp_path):
+    raw = (pixels() * 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+    result = check_on(tmp_path, raw, model=Uint8CNN)
+    assert_quiet(result)
+    assert result.data["channels"][0]["max"] <= 1.0
+
+
+def test_a_batchnorm_in_front_of_the_first_conv_normalises_unscaled_pixels(tmp_path):
+    def model():
+        return nn.Sequential(nn.BatchNorm2d(3), *cnn())
+
+    recipe = make_recipe(tmp_path, model=model, dataset=TensorDataset(pixels() * 255, labels()))
+    before = {key: value.clone() for key, value in recipe.model.state_dict().items()}
+    result = run(recipe, InputScaleCheck)[NAME]
+    assert_quiet(result)
+    # The forward ran in train mode (BatchNorm updated its running stats) and was undone.
+    after = recipe.model.state_dict()
+    assert all(torch.equal(before[key], after[key]) for key in before)
+
+
+class TimeConditioned(nn.Module):
+    """Reads a raw diffusion timestep (0..1000) through a Linear before the image."""
+
+    def __init__(self):
+        super().__init__()
+        self.time = nn.Linear(1, CLASSES)
+        self.body = cnn()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        timestep = torch.full((images.shape[0], 1), 500.0)
+        return self.body(images) + self.time(timestep)
+
+
+def test_a_conditioning_input_read_before_the_image_is_not_taken_for_it(tmp_path):
+    result = check_on(tmp_path, normalise(pixels()), model=TimeConditioned)
+    assert_quiet(result)
+    assert result.data["layer"] == "body.0"
+
+
+def test_token_ids_and_tabular_features_run_no_forward(tmp_path):
+    lm = run(make_recipe(tmp_path / "lm", classification=False), InputScaleCheck)[NAME]
+    tabular = run(make_recipe(tmp_path / "mlp"), InputScaleCheck)[NAME]
+    for result in (lm, tabular):
+        assert_quiet(result)
+        assert result.data["summary"] == "no image-like input in the first batch"
+
+
+def test_what_counts_as_an_image():
+    assert image_like(torch.rand(2, 3, 16, 16))
+    assert image_like(torch.zeros(2, 16, 16, 3, dtype=torch.uint8))
+    assert image_like(torch.randint(0, 256, (2, 28, 28)).float())  # MNIST as floats
+    assert not image_like(torch.randint(0, 100, (2, 64)))  # token ids
+    assert not image_like(torch.randn(2, 8))  # tabular
+    assert not image_like(torch.rand(2, 64, 32) * 10)  # a batch of feature sequences
+    assert not image_like(torch.rand(2, 64, 16, 16))  # feature maps, not images
+
+
+# ------------------------------------------------------------------ broken: fire
+def test_float_pixels_that_totensor_left_in_0_255_fire_dp12(tmp_path):
+    # ToTensor() on a float32 HWC array: the same values, transposed, not divided by 255.
+    result = check_on(tmp_path, (pixels() * 255).round())
+    assert codes(result) == {"DP12"} and result.status == CheckStatus.WARNING
+    issue = result.issues[0]
+    assert "0..255" in issue.message and "ToTensor" in issue.message
+    assert "/ 255" in issue.fix and issue.config_key == "data.train"
+    assert result.data["signature"] == "unscaled"
+
+
+def test_sixteen_bit_pixels_fire_dp12_naming_their_range(tmp_path):
+    result = check_on(tmp_path, (pixels() * 65535).round())
+    assert codes(result) == {"DP12"}
+    assert "65535" in result.issues[0].message
+
+
+def test_normalize_applied_to_0_255_pixels_fires_dp12(tmp_path):
+    result = check_on(tmp_path, normalise(pixels() * 255))
+    assert codes(result) == {"DP12"}
+    assert result.data["signature"] == "normalised_unscaled"
+    assert "before Normalize" in result.issues[0].fix
+
+
+def test_uint8_converted_in_the_model_without_dividing_fires_dp12_with_a_model_fix(tmp_path):
+    raw = (pixels() * 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+    result = check_on(tmp_path, raw, model=lambda: Uint8CNN(scale=False))
+    assert codes(result) == {"DP12"}
+    issue = result.issues[0]
+    assert "uint8" in issue.message and "x.float() / 255" in issue.fix
+    assert issue.config_key is None  # the model's code, not the dataset's
+
+
+def test_pixels_divided_by_255_twice_fire_dp12(tmp_path):
+    result = check_on(tmp_path, pixels() / 255)
+    assert codes(result) == {"DP12"} and result.data["signature"] == "scaled_twice"
+
+
+def test_normalize_applied_twice_fires_dp10(tmp_path):
+    result = check_on(tmp_path, normalise(normalise(pixels())))
+    assert codes(result) == {"DP10"} and result.data["signature"] == "normalised_twice"
+    assert "twice" in result.issues[0].message
+
+
+def test_normalize_with_0_255_statistics_on_scaled_pixels_fires_dp10(tmp_path):
+    mean = torch.tensor([125.3, 123.0, 113.9]).view(1, 3, 1, 1)
+    std = torch.tensor([63.0, 62.1, 66.7]).view(1, 3, 1, 1)
+    result = check_on(tmp_path, (pixels() - mean) / std)
+    assert codes(result) == {"DP10"} and result.data["signature"] == "wrong_statistics"
+    assert "divide that mean and std by 255" in result.issues[0].fix
+
+
+def test_mnist_as_unscaled_floats_into_an_mlp_fires_dp12(tmp_path):
+    images = (pixels()[:, 0] * 255).round()  # (N, 16, 16), as torch.tensor(x_train) gives
+
+    def mlp():
+        return nn.Sequential(nn.Flatten(), nn.Linear(256, 16), nn.ReLU(), nn.Linear(16, CLASSES))
+
+    result = check_on(tmp_path, images, model=mlp)
+    assert codes(result) == {"DP12"} and "Linear" in result.issues[0].message
+
+
+def test_one_unscaled_channel_is_named(tmp_path):
+    images = normalise(pixels())
+    depth = (pixels()[:, :1] * 255).round()
+    result = check_on(tmp_path, torch.cat([images, depth], dim=1), model=lambda: cnn(4))
+    assert codes(result) == {"DP12"} and "channel(s) 3" in result.issues[0].message
+
+
+def test_signatures_from_statistics():
+    def stats(mean, std, low, high, channels=3):
+        return [ChannelStats(mean, std, low, high)] * channels
+
+    assert scale_finding(stats(0.0, 1.0, -2.1, 2.6)) is None  # normalised once
+    assert scale_finding(stats(0.45, 0.25, 0.0, 1.0)) is None  # [0, 1]
+    assert scale_finding(stats(0.0, 2.1, -2.1, 2.3)) is None  # black-and-white, normalised once
+    assert scale_finding(stats(0.0, 0.0, 0.0, 0.0)) is None  # an all-zero batch says nothing
+    assert scale_finding(stats(110.0, 60.0, 0.0, 255.0)).kind == "unscaled"
+    assert scale_finding(stats(500.0, 300.0, -2.1, 1100.0)).kind == "normalised_unscaled"
+    assert scale_finding(stats(-2.0, 4.4, -11.0, 8.0)).kind == "normalised_twice"
+    assert scale_finding(stats(0.0018, 0.001, 0.0, 0.0039)).kind == "scaled_twice"
+    assert scale_finding(stats(-1.98, 0.004, -1.99, -1.97)).kind == "wrong_statistics"
+
+
+def test_a_plain_loop_gets_the_fix_for_its_own_code():
+    images = (pixels() * 255).round()
+    loader = DataLoader(TensorDataset(images, labels()), batch_size=16, shuffle=True)
+    model = cnn()
+    report = run_preflight(model, torch.optim.SGD(model.parameters(), lr=0.1), loader, loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), InputScaleCheck()])
+    result = next(r for r in report.checks if r.name == NAME)
+    issue = result.issues[0]
+    assert issue.code == "DP12" and issue.config_key is None
+    assert "the DataLoader you train with" in issue.fix

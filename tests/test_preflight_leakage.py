@@ -1,0 +1,399 @@
+"""Label leakage: LM targets never shifted (LEAK_TARGETS), attention that reads later
+tokens under a next-token objective (LEAK_FUTURE), a feature column that is the label
+(LEAK_FEATURE), a validation loader that reads training samples (LEAK_SPLIT).
+
+Built as users get them wrong; the default char-LM, Hugging Face GPT-2/Llama (which take
+labels=input_ids and shift inside), a BERT masked LM, an MLP and disjoint splits stay quiet.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from optimus_preflight.recipes.char_lm import VOCAB_SIZE, CausalSelfAttention, CharTransformer, CharWindows
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset, random_split
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck, feature_label_matches
+from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
+from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck, sample_digest, subset_root
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
+from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck, objective_of, probe_start
+from optimus_preflight.preflight.framework import CheckStatus
+from optimus_preflight.preflight.preflight_context import PreflightContext
+from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classification_data, codes, make_recipe, run
+
+TARGETS = "step.target_leak"
+FEATURE = "data.label_in_features"
+SPLIT = "data.split_overlap"
+
+
+# ------------------------------------------------------------- LM objectives
+class BidirectionalAttention(CausalSelfAttention):
+    """The char-LM's attention with is_causal forgotten."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, time_, channels = x.shape
+        q, k, v = self.qkv(x).split(channels, dim=2)
+        q, k, v = (t.view(batch, time_, self.n_head, -1).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v)
+        return self.proj(y.transpose(1, 2).reshape(batch, time_, channels))
+
+
+def tiny_char_model(causal: bool = True) -> CharTransformer:
+    torch.manual_seed(0)
+    model = CharTransformer(VOCAB_SIZE, 32, n_layer=2, n_head=2, d_model=32, dropout=0.0)
+    if not causal:
+        for block in model.blocks:
+            block.attn = BidirectionalAttention(32, 2, 0.0)
+    return model
+
+
+class UnshiftedWindows(CharWindows):
+    """Targets that are the inputs themselves: the shift forgotten."""
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        chunk = self.tokens[index * self.block_size : (index + 1) * self.block_size].long()
+        return chunk, chunk.clone()
+
+
+def char_tokens() -> torch.Tensor:
+    return torch.randint(1, VOCAB_SIZE, (4096,), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+
+
+def test_the_default_char_lm_is_a_causal_next_token_objective(tmp_path):
+    recipe = make_recipe(tmp_path, classification=False)
+    before = {key: value.clone() for key, value in recipe.model.state_dict().items()}
+    was_training = recipe.model.training
+    result = run(recipe, TargetLeakCheck)[TARGETS]
+    assert_quiet(result)
+    assert result.data["objective"] == "next_token" and result.data["shifted"] == 1.0
+    assert result.data["change_before"] == 0.0 and result.data["change_at"] > 0
+    after = recipe.model.state_dict()
+    assert all(torch.equal(before[key], after[key]) for key in before)
+    assert recipe.model.training == was_training  # the eval() of the probe is undone
+
+
+def test_unshifted_lm_targets_fire_leak_targets(tmp_path):
+    recipe = make_recipe(tmp_path, classification=False, dataset=UnshiftedWindows(char_tokens(), 32))
+    result = run(recipe, TargetLeakCheck)[TARGETS]
+    assert codes(result) == {"LEAK_TARGETS"} and result.status == CheckStatus.ERROR
+    assert "copy" in result.issues[0].message and "ids[:, 1:]" in result.issues[0].fix
+    assert result.data["aligned"] == 1.0
+
+
+def test_a_char_lm_without_a_causal_mask_fires_leak_future(tmp_path):
+    recipe = make_recipe(tmp_path, classification=False, model=lambda: tiny_char_model(causal=False))
+    result = run(recipe, TargetLeakCheck)[TARGETS]
+    assert codes(result) == {"LEAK_FUTURE"} and result.status == CheckStatus.ERROR
+    assert result.data["change_before"] > 1e-3 * result.data["change_at"]
+    assert "is_causal=True" in result.issues[0].fix
+
+
+def test_a_classifier_has_no_token_objective(tmp_path):
+    result = run(make_recipe(tmp_path), TargetLeakCheck)[TARGETS]
+    assert_quiet(result)
+    assert result.data["summary"] == "no token embedding in the model"
+
+
+def test_objectives_from_targets():
+    ids = torch.randint(0, 50, (4, 16), generator=torch.Generator().manual_seed(0))
+    assert objective_of(ids, ids.flatten(), -100).kind == "copy"
+    assert objective_of(ids[:, :-1], ids[:, 1:].flatten(), -100).kind == "next_token"
+    # Hugging Face: labels padded with ignore_index, shifted, flattened to B * T.
+    hf = F.pad(ids, (0, 1), value=-100)[:, 1:].flatten()
+    assert objective_of(ids, hf, -100).kind == "next_token"
+    # Logits of the first T - 1 positions against labels[:, 1:] (the older HF layout).
+    assert objective_of(ids, ids[:, 1:].flatten(), -100).kind == "next_token"
+    masked = torch.full_like(ids, -100)
+    masked[:, ::3] = ids[:, ::3]
+    inputs = ids.clone()
+    inputs[:, ::3] = 99  # [MASK]
+    assert objective_of(inputs, masked.flatten(), -100).kind == "other"
+    assert objective_of(ids, torch.zeros(4), -100) is None  # a target per sample, not per token
+
+
+def test_the_probe_skips_a_prefix_the_loss_ignores():
+    grid = torch.arange(32).view(2, 16)
+    grid[:, :10] = -100  # a prompt (or a prefix-LM's bidirectional part) without targets
+    grid[1, :12] = -100
+    start, rows = probe_start(grid, -100)
+    assert start == 13 and rows.tolist() == [True, True]
+    start, rows = probe_start(grid[:, :12], -100)
+    assert start == 11 and rows.tolist() == [True, False]  # only the row trained there is compared
+    assert probe_start(torch.full((2, 4), -100), -100) is None
+
+
+# ---------------------------------------------------------- Hugging Face models
+@pytest.fixture
+def transformers():
+    transformers = pytest.importorskip("transformers")
+    transformers.utils.logging.set_verbosity_error()
+    return transformers
+
+
+HF_VOCAB = 97
+
+
+class TokenData(Dataset):
+    """{"input_ids", "labels"} samples: labels = input_ids (as HF causal LMs take them),
+    or BERT-style masking of every fourth token."""
+
+    def __init__(self, masked: bool = False, samples: int = 32, length: int = 16):
+        self.ids = torch.randint(5, HF_VOCAB, (samples, length), generator=torch.Generator().manual_seed(0))
+        self.masked = masked
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        ids = self.ids[index]
+        if not self.masked:
+            return {"input_ids": ids, "labels": ids.clone()}
+        chosen = torch.zeros_like(ids, dtype=torch.bool)
+        chosen[::4] = True
+        labels = torch.where(chosen, ids, torch.full_like(ids, -100))
+        return {"input_ids": torch.where(chosen, torch.full_like(ids, 4), ids), "labels": labels}
+
+
+def leak_check(model: nn.Module, data: Dataset):
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    report = run_preflight(model, torch.optim.AdamW(model.parameters(), lr=1e-3), loader,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), TargetLeakCheck()])
+    return next(result for result in report.checks if result.name == TARGETS)
+
+
+def bert_config(transformers, **extra):
+    return transformers.BertConfig(vocab_size=HF_VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                   intermediate_size=64, max_position_embeddings=64, **extra)
+
+
+def test_hf_causal_lms_shift_labels_inside_and_are_quiet(transformers):
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=HF_VOCAB, n_positions=32, n_embd=32,
+                                                                n_layer=2, n_head=2))
+    llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=HF_VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=2, max_position_embeddings=64))
+    for model in (gpt2, llama):
+        result = leak_check(model, TokenData())
+        assert_quiet(result)
+        assert result.data["objective"] == "next_token" and result.data["change_before"] == 0.0
+
+
+def test_a_bert_masked_lm_is_quiet(transformers):
+    result = leak_check(transformers.BertForMaskedLM(bert_config(transformers)), TokenData(masked=True))
+    assert_quiet(result)
+    assert "neither" in result.data["summary"]
+
+
+def test_a_bert_trained_on_unmasked_labels_copies_its_input(transformers):
+    result = leak_check(transformers.BertForMaskedLM(bert_config(transformers)), TokenData())
+    assert codes(result) == {"LEAK_TARGETS"}
+
+
+def test_a_bert_lm_head_that_is_no_decoder_sees_the_future(transformers):
+    leaky = leak_check(transformers.BertLMHeadModel(bert_config(transformers)), TokenData())
+    assert codes(leaky) == {"LEAK_FUTURE"}
+    assert_quiet(leak_check(transformers.BertLMHeadModel(bert_config(transformers, is_decoder=True)), TokenData()))
+
+
+# ------------------------------------------------------------ label in features
+def leaky_features(extra: torch.Tensor, samples: int = 64) -> TensorDataset:
+    data = classification_data(samples)
+    features, labels = data.tensors
+    return TensorDataset(torch.cat([features, extra(labels)], dim=1), labels)
+
+
+@pytest.mark.parametrize(("column", "kind"), [
+    (lambda y: y.float()[:, None], "equals the label"),
+    (lambda y: ((y.float() - 1.5) / 1.1)[:, None], "relabelling"),  # the label standardised with the features
+    (lambda y: F.one_hot(y, CLASSES).float(), "one-hot"),
+])
+def test_a_feature_column_that_is_the_label_fires_leak_feature(tmp_path, column, kind):
+    recipe = make_recipe(tmp_path, dataset=leaky_features(column))
+    result = run(recipe, FeatureLabelCheck)[FEATURE]
+    assert codes(result) == {"LEAK_FEATURE"} and result.status == CheckStatus.WARNING
+    assert kind in result.issues[0].message
+    assert "drop" in result.issues[0].fix
+
+
+def test_a_regression_target_among_the_features_fires(tmp_path):
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(64, FEATURES, generator=generator)
+    target = features @ torch.randn(FEATURES, generator=generator)
+    leaked = torch.cat([features, (3 * target + 1)[:, None]], dim=1)
+    matches = feature_label_matches(leaked, target)
+    assert [(m.columns, m.kind) for m in matches] == [([FEATURES], "affine")]
+    assert feature_label_matches(features, target) == []
+
+
+def test_binary_float_labels_of_shape_n_1_are_read_too(tmp_path):
+    data = classification_data()
+    features, labels = data.tensors
+    binary = (labels % 2).float()[:, None]  # BCEWithLogitsLoss targets
+    model = nn.Linear(FEATURES + 1, 1)
+
+    def bce(module, batch):
+        return F.binary_cross_entropy_with_logits(module(batch[0]), batch[1])
+
+    recipe = make_recipe(tmp_path, model=lambda: model, loss=bce,
+                         dataset=TensorDataset(torch.cat([features, binary], dim=1), binary))
+    assert codes(run(recipe, FeatureLabelCheck)[FEATURE]) == {"LEAK_FEATURE"}
+
+
+def test_a_toy_regression_on_one_feature_is_not_a_leak(tmp_path):
+    inputs = torch.linspace(-1, 1, 64)[:, None]
+    model = nn.Linear(1, 1)
+
+    def mse(module, batch):
+        return F.mse_loss(module(batch[0]), batch[1])
+
+    recipe = make_recipe(tmp_path, model=lambda: model, loss=mse, dataset=TensorDataset(inputs, 2 * inputs + 1))
+    assert_quiet(run(recipe, FeatureLabelCheck)[FEATURE])
+
+
+def test_healthy_and_coincidental_features_stay_quiet(tmp_path):
+    assert_quiet(run(make_recipe(tmp_path), FeatureLabelCheck)[FEATURE])
+    generator = torch.Generator().manual_seed(0)
+    # Many binary features over a batch of 16 balanced binary labels: one may line up with
+    # the labels by chance, so nothing is claimed.
+    words = (torch.rand(16, 300, generator=generator) < 0.5).float()
+    labels = torch.tensor([0, 1] * 8)
+    words[:, 7] = labels.float()
+    assert feature_label_matches(words, labels) == []
+    # A class seen once can be matched by any column that singles out its row.
+    assert feature_label_matches(torch.eye(10), torch.arange(10)) == []
+
+
+# ---------------------------------------------------------------- split overlap
+def split_check(train: Dataset, val: Dataset | None, **kwargs):
+    model = nn.Linear(FEATURES, CLASSES)
+    report = run_preflight(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                           DataLoader(train, batch_size=16, shuffle=True),
+                           val_loader=DataLoader(val, batch_size=16) if val is not None else None,
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitOverlapCheck()], **kwargs)
+    return next(result for result in report.checks if result.name == SPLIT)
+
+
+def test_the_default_recipes_split_is_quiet(tmp_path):
+    recipe = make_recipe(tmp_path, classification=False)
+    assert recipe.val_loader is not None
+    result = run(recipe, SplitOverlapCheck)[SPLIT]
+    assert_quiet(result)
+    # Python sources repeat a few 32-character windows; that is not a leaked split.
+    assert result.data["validation_read"] > 0 and result.data["estimated_share"] < 0.25
+
+
+def test_a_validation_loader_on_the_training_set_fires(tmp_path):
+    data = classification_data()
+    result = split_check(data, data)
+    assert codes(result) == {"LEAK_SPLIT"} and result.status == CheckStatus.WARNING
+    assert "reads the training dataset itself" in result.issues[0].message
+    assert result.issues[0].fix.startswith("For the datasets of the DataLoaders you train with, split once")
+
+
+def test_two_random_splits_with_different_seeds_overlap(tmp_path):
+    data = classification_data(100)
+    train, _ = random_split(data, [0.8, 0.2], generator=torch.Generator().manual_seed(0))
+    _, val = random_split(data, [0.8, 0.2], generator=torch.Generator().manual_seed(1))
+    shared = len(set(train.indices) & set(val.indices))
+    result = split_check(train, val)
+    assert codes(result) == {"LEAK_SPLIT"}
+    assert result.data["shared"] == shared and result.data["exact"]
+    assert f"{shared} of its 20 samples" in result.issues[0].message
+
+
+def test_one_random_split_is_quiet():
+    train, val = random_split(classification_data(100), [0.8, 0.2], generator=torch.Generator().manual_seed(0))
+    result = split_check(train, val)
+    assert_quiet(result)
+    assert result.data["shared"] == 0
+
+
+def test_a_validation_set_rebuilt_from_training_samples_fires():
+    data = classification_data(96)
+    features, labels = data.tensors
+    # Another dataset object over the last 48 training samples (an overlapping file list).
+    val = TensorDataset(features[48:].clone(), labels[48:].clone())
+    result = split_check(data, val)
+    assert codes(result) == {"LEAK_SPLIT"} and not result.data["exact"]
+    assert result.data["shared"] == 48
+
+
+def test_separate_data_is_quiet():
+    result = split_check(classification_data(seed=0), classification_data(seed=1))
+    assert_quiet(result)
+    assert result.data["shared"] == 0 and result.data["training_read"] == 64
+
+
+def test_no_validation_loader_or_an_iterable_one_is_not_compared():
+    assert split_check(classification_data(), None).data["summary"] == "no validation loader"
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(classification_data())
+
+    assert "not compared" in split_check(classification_data(), Stream()).data["summary"]
+
+
+class HangsAfterFirst(Dataset):
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int):
+        if index > 0:
+            time.sleep(60)
+        return torch.zeros(FEATURES), torch.tensor(0)
+
+
+def test_a_hanging_validation_dataset_is_reported_not_waited_for():
+    started = time.perf_counter()
+    result = split_check(classification_data(), HangsAfterFirst(), first_batch_timeout_s=1.0)
+    assert codes(result) == {"DATA_TIMEOUT"}
+    assert time.perf_counter() - started < 30
+
+
+def test_subsets_and_digests():
+    data = classification_data(10)
+    inner = torch.utils.data.Subset(torch.utils.data.Subset(data, [9, 8, 7, 6]), [1, 3])
+    assert subset_root(inner) == (data, [8, 6])
+    assert sample_digest(data[3]) == sample_digest((data[3][0].clone(), data[3][1].clone()))
+    assert sample_digest(data[3]) != sample_digest(data[4])
+    assert sample_digest(torch.zeros(2)) != sample_digest(torch.zeros(2, dtype=torch.float64))
+
+
+def test_a_recipe_is_pointed_at_data_val(tmp_path):
+    recipe = make_recipe(tmp_path, classification=False)
+    ctx = PreflightContext.from_recipe(recipe)
+    ctx.val_loader = DataLoader(recipe.train_loader.dataset, batch_size=4)
+    result = run(ctx, SplitOverlapCheck)[SPLIT]
+    assert codes(result) == {"LEAK_SPLIT"} and result.issues[0].config_key == "data.val"
+
+
+def test_plain_loops_of_an_mlp_and_a_cnn_are_quiet():
+    generator = torch.Generator().manual_seed(0)
+    images = (torch.rand(64, 3, 16, 16, generator=generator) - 0.45) / 0.25
+    cnn = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, CLASSES))
+    mlp = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, CLASSES))
+    image_data = TensorDataset(images, torch.randint(0, CLASSES, (64,), generator=generator))
+    for model, data in ((mlp, classification_data(100)), (cnn, image_data)):
+        train, val = random_split(data, [0.8, 0.2], generator=torch.Generator().manual_seed(0))
+        report = run_preflight(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                               DataLoader(train, batch_size=16, shuffle=True), val_loader=DataLoader(val, batch_size=16),
+                               loss_fn=nn.CrossEntropyLoss(),
+                               checks=[FirstBatchCheck(), InputScaleCheck(), FeatureLabelCheck(), SplitOverlapCheck(),
+                                       FirstStepCheck(), TargetLeakCheck()])
+        assert report.status == "passed", [(r.name, r.issues) for r in report.checks]
+
+
+def test_a_validation_loader_on_the_whole_dataset_reads_every_training_subset_sample():
+    data = classification_data(100)
+    train, _ = random_split(data, [0.8, 0.2], generator=torch.Generator().manual_seed(0))
+    result = split_check(train, data)
+    assert codes(result) == {"LEAK_SPLIT"}
+    assert result.data["shared"] == 80 and result.data["validation_samples"] == 100
