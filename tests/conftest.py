@@ -9,9 +9,17 @@ import os
 # subprocess a test starts; the tiny models here gain nothing from a second thread.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import atexit  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,13 +70,79 @@ class CliResult:
         return json.loads((self.run_dir / "summary.json").read_text())
 
 
-def run_cli(run_dir: Path, *overrides: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None) -> CliResult:
-    """Run `optimus-train` in a subprocess with a fixed run dir."""
+def run_cli(run_dir: Path, *overrides: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None,
+            cold: bool = False) -> CliResult:
+    """Run `optimus-train` in a process of its own with a fixed run dir: forked from a
+    warm launcher (tests/warm_launcher.py), or a plain subprocess with ``cold=True`` (for
+    what is about the process start) or OPTIMUS_TESTS_COLD_START=1."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     flags = [o for o in overrides if o.startswith("-")]
-    command = [*CLI, *flags, f"hydra.run.dir={run_dir}", *[o for o in overrides if not o.startswith("-")]]
-    completed = subprocess.run(command, cwd=cwd or run_dir.parent, capture_output=True, text=True, timeout=timeout, env=full_env)
-    return CliResult(completed.returncode, completed.stdout, completed.stderr, run_dir)
+    args = [*flags, f"hydra.run.dir={run_dir}", *[o for o in overrides if not o.startswith("-")]]
+    cwd = cwd or run_dir.parent
+    if cold or os.environ.get("OPTIMUS_TESTS_COLD_START") == "1":
+        completed = subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
+        return CliResult(completed.returncode, completed.stdout, completed.stderr, run_dir)
+    returncode, stdout, stderr = _launcher().run(args, cwd, full_env, timeout)
+    return CliResult(returncode, stdout, stderr, run_dir)
+
+
+class _WarmLauncher:
+    """This test process's warm launcher: started on first use, stopped at exit."""
+
+    def __init__(self):
+        self.directory = Path(tempfile.mkdtemp(prefix="optimus-launcher-"))
+        self.socket_path = str(self.directory / "socket")
+        self.process = subprocess.Popen([sys.executable, "-m", "tests.warm_launcher", self.socket_path], cwd=REPO,
+                                        stdout=subprocess.PIPE, text=True)
+        ready = self.process.stdout.readline().split()
+        if ready[:1] != ["ready"]:
+            raise RuntimeError(f"the warm launcher did not start: {ready}")
+        if ready[1:] != ["1"]:
+            raise RuntimeError(f"the warm launcher holds {ready[1:]} threads: forking from it is not safe")
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def run(self, args: list[str], cwd: Path, env: dict, timeout: float) -> tuple[int, str, str]:
+        out, err = self.directory / f"{uuid.uuid4().hex}.out", self.directory / f"{uuid.uuid4().hex}.err"
+        request = {"argv": args, "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err)}
+        deadline = time.monotonic() + timeout
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.connect(self.socket_path)
+            stream = connection.makefile("rwb", buffering=0)
+            stream.write((json.dumps(request) + "\n").encode())
+            pid = int(stream.readline().split()[1])
+            connection.settimeout(max(deadline - time.monotonic(), 0.01))
+            try:
+                line = stream.readline()
+            except TimeoutError:
+                line = b""
+            if not line.startswith(b"exit "):  # out of time: kill it, as subprocess.run does
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                raise subprocess.TimeoutExpired([*CLI, *args], timeout, output=_read(out), stderr=_read(err))
+        returncode = int(line.split()[1])
+        texts = _read(out), _read(err)
+        out.unlink(missing_ok=True)
+        err.unlink(missing_ok=True)
+        return returncode, *texts
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+_launchers: dict[int, _WarmLauncher] = {}
+
+
+def _launcher() -> _WarmLauncher:
+    # One per process (a forked test process must not share its parent's).
+    if os.getpid() not in _launchers:
+        _launchers[os.getpid()] = _WarmLauncher()
+    return _launchers[os.getpid()]
 
 
 @pytest.fixture

@@ -29,8 +29,15 @@ def _losses(result):
 
 
 @pytest.mark.slow
-def test_tiny_run_matches_golden_losses(cli):
-    result = cli(*TINY)
+def test_tiny_run_matches_golden_losses_in_a_plain_process_and_from_the_warm_launcher(tmp_path):
+    """The other CLI tests fork their runs from a warm launcher (conftest.run_cli): it runs
+    what a plain process runs, to the bit."""
+    cold = _golden_run(run_cli(tmp_path / "cold", *TINY, cold=True))
+    warm = _golden_run(run_cli(tmp_path / "warm", *TINY))
+    assert warm.summary()["params_sha256"] == cold.summary()["params_sha256"]
+
+
+def _golden_run(result):
     assert result.returncode == 0, result.output
     losses, val_losses = _losses(result)
     assert losses == pytest.approx(GOLDEN_LOSSES, abs=1e-4)
@@ -42,6 +49,7 @@ def test_tiny_run_matches_golden_losses(cli):
     assert len(summary["params_sha256"]) == 64
     assert (result.run_dir / "preflight.json").is_file()
     assert result.output.count("completed after 30 steps") == 1  # no duplicated log lines
+    return result
 
 
 @pytest.mark.slow

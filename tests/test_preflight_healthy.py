@@ -146,3 +146,24 @@ def test_the_whole_preflight_is_quiet_on_the_default_char_lm_with_accumulation(t
     report = _preflight(CharLMRecipe, tmp_path, "trainer.accumulation_steps=2")
     assert _loud(report) == []
     assert "step.accumulation" in {result.name for result in report.checks}
+
+
+def test_the_readme_lists_every_default_check_and_every_catalog_entry():
+    """The README's check table names each default check, and its catalog table gives each
+    entry of the troubleshooting catalog (O1-O26, DP1-DP15) a row: a check, or why none."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    missing_checks = [cls.name for cls in DEFAULT_CHECKS if f"`{cls.name}`" not in readme]
+    assert missing_checks == []
+    rows = [line for line in readme.splitlines() if line.startswith("| O") or line.startswith("| DP")]
+    covered: set[str] = set()
+    for row in rows:
+        entry = row.split("|")[1]
+        for first, last in re.findall(r"(O\d+|DP\d+)(?:-(O\d+|DP\d+))?", entry):
+            prefix = "DP" if first.startswith("DP") else "O"
+            end = int((last or first)[len(prefix):])
+            covered.update(f"{prefix}{n}" for n in range(int(first[len(prefix):]), end + 1))
+    expected = {f"O{n}" for n in range(1, 27)} | {f"DP{n}" for n in range(1, 16)}
+    assert expected - covered == set()
