@@ -37,11 +37,8 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import shutil
-import subprocess
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +48,17 @@ from torch.cuda import _memory_viz
 from torch.optim import Optimizer
 
 from optimus_preflight.memory.advice import memory_hints
-from optimus_preflight.memory.flamegraph_svg import render_flamegraph_svg
+from optimus_preflight.memory.oom_files import (
+    OOMArtifacts,
+    default_rank,
+    default_run_name,
+    ensure_folder_is_empty,
+    flamegraph_formatter,
+    format_name,
+    literal_name,
+    local_flamegraph_script,
+    write_artifact,
+)
 from optimus_preflight.memory.result import gib
 
 log = logging.getLogger("optimus_preflight")
@@ -59,9 +66,6 @@ log = logging.getLogger("optimus_preflight")
 DEFAULT_FOLDER = "{run_name}/torch_traces"
 DEFAULT_FILENAME = "rank{rank}_oom"
 DEFAULT_REMOTE_FILE_NAME = "{run_name}/oom_traces/rank{rank}_oom"
-# flamegraph.pl takes seconds even on big snapshots. The limit only keeps a hung
-# subprocess from hanging the OOM handler, and the training process with it.
-FLAMEGRAPH_TIMEOUT_S = 120.0
 
 # Frame-based fallback labels, for blocks not matched to a known tensor.
 _FRAME_RULES = (
@@ -177,141 +181,6 @@ def oom_hints(summary: SnapshotSummary, **kwargs: Any) -> list[str]:
         ),
     }
     return memory_hints(breakdown, **kwargs)
-
-
-def format_name(template: str, *, run_name: str, rank: int) -> str:
-    """``template`` with ``{run_name}`` and ``{rank}`` filled in; a ValueError names any other field."""
-    try:
-        return template.format(run_name=run_name, rank=rank)
-    except (AttributeError, KeyError, IndexError, ValueError) as error:
-        raise ValueError(
-            f"OOMObserver: cannot format {template!r} ({type(error).__name__}: {error}); "
-            "the fields it may use are {run_name} and {rank}, and literal braces are written {{ and }}"
-        ) from None
-
-
-def literal_name(text: str) -> str:
-    """``text`` as a format string that formats to itself: a run directory may contain braces."""
-    return text.replace("{", "{{").replace("}", "}}")
-
-
-def default_run_name() -> str:
-    """``$RUN_NAME``, else the local time. Ranks started in different seconds can get
-    different names, so multi-rank runs should set RUN_NAME or pass ``run_name``."""
-    return os.environ.get("RUN_NAME") or time.strftime("run-%Y%m%d-%H%M%S")
-
-
-def default_rank() -> int:
-    return int(os.environ.get("RANK", 0))
-
-
-def ensure_folder_is_empty(folder: Path) -> None:
-    """Raise FileExistsError if ``folder`` holds a file, searching sub-folders too.
-
-    Hidden files and folders (a leading ``.``) do not count, as in Composer. A missing
-    folder counts as empty.
-    """
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(name for name in dirs if not name.startswith("."))
-        for name in sorted(files):
-            if not name.startswith("."):
-                raise FileExistsError(
-                    f"OOMObserver: the trace folder {folder} is not empty ({Path(root) / name} exists), "
-                    "and with overwrite=False it must be. Pass overwrite=True to let new OOM traces "
-                    "replace old ones, or choose another folder."
-                )
-
-
-# Composer's suffixes, in the order they are written; the summary is this package's own.
-ARTIFACT_SUFFIXES = {
-    "snapshot": "_snapshot.pickle",
-    "trace_plot": "_trace_plot.html",
-    "segment_plot": "_segment_plot.html",
-    "segment_flamegraph": "_segment_flamegraph.svg",
-    "memory_flamegraph": "_memory_flamegraph.svg",
-    "summary": "_summary.txt",
-}
-
-
-@dataclass(frozen=True)
-class OOMArtifacts:
-    """Where one observer writes each file: the resolved ``folder/filename`` plus a suffix."""
-
-    snapshot: Path
-    trace_plot: Path
-    segment_plot: Path
-    segment_flamegraph: Path
-    memory_flamegraph: Path
-    summary: Path
-
-    @classmethod
-    def from_prefix(cls, prefix: Path) -> OOMArtifacts:
-        return cls(**{name: Path(f"{prefix}{suffix}") for name, suffix in ARTIFACT_SUFFIXES.items()})
-
-    def paths(self) -> list[Path]:
-        return [getattr(self, item.name) for item in fields(self)]
-
-
-def local_flamegraph_script() -> Path | None:
-    """A ``flamegraph.pl`` on this machine: on PATH, else where torch caches it.
-
-    ``torch.cuda._memory_viz.format_flamegraph`` looks in ``~/.cache/flamegraph.pl`` and
-    downloads the script there when it is missing. This only looks.
-    """
-    on_path = shutil.which("flamegraph.pl")
-    if on_path:
-        return Path(on_path)
-    cached = Path(os.path.expanduser("~/.cache")) / "flamegraph.pl"
-    return cached if cached.is_file() else None
-
-
-def run_flamegraph_script(script: Path, folded: str, timeout_s: float = FLAMEGRAPH_TIMEOUT_S) -> str:
-    """The SVG ``flamegraph.pl`` draws for the folded stacks ``folded``.
-
-    This uses the same command line as torch's ``format_flamegraph(lines, script)``. It
-    is run here, not through torch, for two reasons. Torch's function can download the
-    script if the file disappears after we find it. It also has no timeout.
-    """
-    result = subprocess.run(
-        [str(script), "--countname", "bytes"],
-        input=folded,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=True,
-    )
-    return result.stdout
-
-
-def flamegraph_formatter(title: str, script: Path | None = None) -> Callable[[str], str]:
-    """A ``format_flamegraph`` for ``_memory_viz.segments``/``memory`` that never downloads.
-
-    If ``script`` (a local ``flamegraph.pl``) is given, it draws the graph. If it is
-    missing or fails, ``render_flamegraph_svg`` draws it.
-    """
-
-    def format_flamegraph(folded: str) -> str:
-        if script is not None:
-            try:
-                return run_flamegraph_script(script, folded)
-            except (OSError, subprocess.SubprocessError) as error:
-                log.info("OOMObserver: %s failed (%s); drawing the flamegraph without it", script, error)
-        return render_flamegraph_svg(folded, title=title)
-
-    return format_flamegraph
-
-
-def _write_file(path: Path, render: Callable[[], str | bytes]) -> None:
-    # Rendered before the file is opened: a renderer that raises leaves no empty file behind.
-    content = render()
-    try:
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content, encoding="utf-8")
-    except BaseException:
-        path.unlink(missing_ok=True)  # a full disk must not leave half a file that looks whole
-        raise
 
 
 class OOMObserver:
@@ -462,7 +331,7 @@ class OOMObserver:
         }
         for path, render in renderers.items():
             try:
-                _write_file(path, render)
+                write_artifact(path, render)
                 self.written.append(path)
             except Exception as error:
                 self.failed.append(path)

@@ -12,10 +12,9 @@ What the statistics reveal (pure functions below):
 - softmax probabilities: non-negative rows summing to 1 along the class dimension;
 - log-probabilities: all <= 0 with logsumexp ~ 0 along the class dimension;
 - raw logits: anything else (positive values, rows not normalised);
-- padding the criterion trains on (``padding.py``): given the batch's sequence shapes,
-  class targets are viewed as rows and searched for edge runs of a pad id; with
-  ``reduction='none'`` the sums over all and over unpadded positions are kept, to tell
-  which one the returned loss divides;
+- padding the criterion trains on (``padded_loss.py``): with ``reduction='none'`` the
+  sums over all and over unpadded positions are kept, to tell which one the returned
+  loss divides;
 - the returned loss against the criterion's value: ``loss / accumulation_steps``.
 """
 
@@ -29,11 +28,9 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from optimus_preflight.preflight.checks.padding import (
-    MIN_SHARE,
     PaddingProfile,
     as_rows,
     edge_padding,
-    mask_disagreement,
 )
 
 CLASS_CRITERIA = ("cross_entropy", "nll_loss")
@@ -356,114 +353,14 @@ def init_loss_finding(calls: list[CriterionCall]) -> tuple[Finding | None, dict[
     return None, data
 
 
-# ------------------------------------------------------------------ O15 padding
+# ------------------------------------------------------------ O9 double division
 _SAME = 1e-3  # relative: two ways of summing the same float32 values agree far closer
 
 
-def _close(a: float, b: float) -> bool:
+def close(a: float, b: float) -> bool:
     return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= _SAME * max(abs(a), abs(b), 1e-12)
 
 
-def _pad_fix(pad: int | None, ignore_index: int | None) -> tuple[str, str]:
-    which = f"id {pad}" if pad is not None else "the pad id"
-    ignore = ignore_index if ignore_index is not None else -100
-    fix = (f"Mark padding in the targets with {ignore} (the criterion's ignore_index), from the attention mask "
-           "(labels[attention_mask == 0] = -100; Hugging Face's DataCollatorForLanguageModeling and "
-           f"DataCollatorForSeq2Seq do this), or pass ignore_index={which.removeprefix('id ')} to cross_entropy / "
-           "CrossEntropyLoss when that id is never a real target (GPT-2 pads with its EOS, which is). With "
-           "reduction='none', multiply by the mask and divide by mask.sum(), not by the number of positions.")
-    code_fix = (f"In your compute_loss (or the collate_fn that builds the targets), set the targets at padding "
-                f"positions to {ignore} (targets[attention_mask == 0] = {ignore}), or compute "
-                "(per_token * mask).sum() / mask.sum() from reduction='none'.")
-    return fix, code_fix
-
-
-def padded_loss_findings(calls: list[CriterionCall], returned: float | None, batch: Any) -> list[Finding]:
-    """O15: a class criterion whose targets include padding that it does not ignore, so
-    a mean runs over padding (diluted, length-dependent) and the model learns to
-    predict padding. At most one finding: the attention mask's word when it has one."""
-    for call in calls:
-        if call.function not in CLASS_CRITERIA or call.reduction == "none" or call.ignore_index is None:
-            continue
-        # The batch's labels reach this criterion (a Hugging Face model given labels=).
-        disagreement = mask_disagreement(batch, call.ignore_index)
-        if disagreement is None or not disagreement.positions or call.target_numel != _labels_numel(batch):
-            continue
-        share = disagreement.positions / max(disagreement.targets, 1)
-        fix, code_fix = _pad_fix(disagreement.value, call.ignore_index)
-        return [Finding(
-            "O15", "warning",
-            f"{disagreement.positions} label(s) where attention_mask is 0 (padding) are not {call.ignore_index}, "
-            f"the ignore_index of {call.function} ({share:.0%} of the targets it trains on): the loss "
-            + _trains_on_padding(call.reduction),
-            fix, code_fix,
-        )]
-    for call in calls:
-        profile = call.padding
-        if profile is None:
-            found = _ignored_averaged_in(call, returned)
-            if found is not None:
-                return [found]
-            continue
-        where = (f"id {profile.value} fills the {profile.side} of {profile.padded_rows} of {profile.rows} target "
-                 f"rows ({profile.positions} positions, {profile.share:.0%} of the targets) and {call.function}'s "
-                 f"ignore_index is {call.ignore_index}")
-        fix, code_fix = _pad_fix(profile.value, call.ignore_index)
-        if call.reduction != "none":
-            return [Finding("O15", "warning", f"{call.function} trains on padding: {where}, so the loss "
-                            + _trains_on_padding(call.reduction), fix, code_fix)]
-        sums = call.sums
-        if sums is None or returned is None:
-            continue
-        if _close(returned, sums.unpadded / max(sums.unpadded_targets, 1)):
-            continue  # masked and divided by the real targets: correct
-        if any(_close(returned, sums.total / n) for n in (sums.positions, sums.targets)):
-            return [Finding("O15", "warning", f"{call.function}(reduction='none') is averaged over padding: {where}; "
-                            "the returned loss is the mean over every position, so it " + _trains_on_padding("mean"),
-                            fix, code_fix)]
-        divisor = next((n for n in (sums.positions, sums.targets) if _close(returned, sums.unpadded / n)), None)
-        if divisor is not None:
-            return [Finding("O15", "warning", f"the padding is masked out of the loss but the masked sum is divided by "
-                            f"{divisor} positions instead of the {sums.unpadded_targets} real targets ({where}): the "
-                            "loss, and the gradient with it, shrinks with how much padding a batch holds", fix, code_fix)]
-    return []
-
-
-def _ignored_averaged_in(call: CriterionCall, returned: float | None) -> Finding | None:
-    """``reduction='none'`` with ignore_index, then ``.mean()``: ignored positions give 0
-    and still count in the denominator (pytorch#63004), diluting the loss by their share."""
-    sums = call.sums
-    if sums is None or returned is None or sums.targets > (1 - MIN_SHARE) * sums.positions:
-        return None
-    if not _close(returned, sums.total / sums.positions) or _close(returned, sums.total / max(sums.targets, 1)):
-        return None
-    return Finding(
-        "O15", "warning",
-        f"{call.function}(reduction='none') gives 0 at the {sums.positions - sums.targets} ignored positions "
-        f"(ignore_index={call.ignore_index}) and the returned loss is the mean over all {sums.positions} positions, "
-        f"not over the {sums.targets} real targets: it is diluted by the ignored share "
-        f"({1 - sums.targets / sums.positions:.0%}) and changes with how much padding a batch holds",
-        "Divide the sum by the number of non-ignored targets: loss = per_target.sum() / (targets != "
-        f"{call.ignore_index}).sum(), or use reduction='mean', which does exactly that.",
-        f"In your compute_loss, replace per_target.mean() by per_target.sum() / (targets != {call.ignore_index}).sum().",
-    )
-
-
-def _trains_on_padding(reduction: str) -> str:
-    if reduction == "sum":
-        return ("sums padding in: the model is trained to predict padding, and the loss grows with how much "
-                "padding a batch holds")
-    return ("averages padding in: it is diluted by the padding share and changes with how much padding a batch "
-            "holds (batch size, max length), the gradient on real tokens shrinks with it, and the model is "
-            "trained to predict padding")
-
-
-def _labels_numel(batch: Any) -> int | None:
-    labels = batch.get("labels") if hasattr(batch, "get") else None
-    return labels.numel() if isinstance(labels, torch.Tensor) else None
-
-
-# ------------------------------------------------------------ O9 double division
 MEAN_REDUCTIONS = ("mean", "batchmean")
 
 
@@ -477,6 +374,6 @@ def criterion_ratio(calls: list[CriterionCall], returned: float | None) -> float
     candidates = [*means, sum(means)] if len(means) > 1 else means
     ratios = [returned / value for value in candidates if math.isfinite(value) and abs(value) > 1e-12]
     for ratio in ratios:
-        if ratio > 0 and _close(1 / ratio, round(1 / ratio)) and round(1 / ratio) > 1:
+        if ratio > 0 and close(1 / ratio, round(1 / ratio)) and round(1 / ratio) > 1:
             return ratio
     return ratios[0] if len(means) == 1 and ratios else None

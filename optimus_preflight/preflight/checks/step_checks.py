@@ -10,9 +10,9 @@ from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.loss_spy import (
     init_loss_finding,
     loss_input_findings,
-    padded_loss_findings,
     target_findings,
 )
+from optimus_preflight.preflight.checks.padded_loss import padded_loss_findings
 from optimus_preflight.preflight.checks.probe import get_probe
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
