@@ -9,7 +9,8 @@ ARGS ?=
 PYTEST_ARGS ?=
 # Test files run on three processes on a 2-core machine: most tests start a training
 # process and then wait on it (a signal, a checkpoint, a timeout), so a third keeps the
-# cores busy. Measured with two `yes` hogs on both cores: 7m09 with 3, 8m57 with 2.
+# cores busy. Measured with two `yes` hogs on both cores (before the warm launcher): 7m09 with 3,
+# 8m57 with 2. Now, from a fresh clone: 7m42 idle, 11m41 beside the two hogs (3 workers).
 PYTEST_WORKERS ?= 3
 
 .PHONY: install train test test-fast bench lint clean
