@@ -15,9 +15,12 @@ PYTEST_WORKERS ?= 3
 
 .PHONY: install train test test-fast bench lint clean
 
+# --no-compile, then bytecode for what is really imported (tests/bytecode_cache.py): about
+# a minute less than letting pip compile every module of every package.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[dev]"
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m tests.bytecode_cache
 	touch $(STAMP)
 
 # Where PYTHONDONTWRITEBYTECODE is set (as on this machine), no process caches the bytecode
