@@ -13,23 +13,19 @@ in this process, under the data guard.
 from __future__ import annotations
 
 import ast
-import hashlib
 import inspect
 import operator
 import os
 import textwrap
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
 from torch.utils.data import DistributedSampler, RandomSampler, SequentialSampler
 
 from optimus_preflight.preflight.checks.batch_checks import is_map_style, sampler_chain
 from optimus_preflight.preflight.framework import Check, Findings, SkipCheck, Stage, StopCheck
 from optimus_preflight.preflight.guard import DataGuard
 from optimus_preflight.preflight.preserve import preserved_data_state
-from optimus_preflight.preflight.samples import leaf_shapes
-from optimus_preflight.training.batches import leaves
+from optimus_preflight.preflight.samples import leaf_shapes, sample_digest
 from optimus_preflight.training.loaders import ResumableSampler
 
 if TYPE_CHECKING:
@@ -48,20 +44,6 @@ def _guarded_read(guard: DataGuard, dataset: Any, index: int) -> tuple[Any, Base
         raise
     except Exception as error:
         return None, error
-
-
-def digest(sample: Any) -> str:
-    """A hash of a sample's values (tensors and arrays by their bytes, the rest by repr)."""
-    h = hashlib.blake2b(digest_size=12)
-    for leaf in leaves(sample):
-        if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided:
-            h.update(f"{leaf.dtype}{tuple(leaf.shape)}".encode())
-            h.update(leaf.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-        elif isinstance(leaf, np.ndarray):
-            h.update(np.ascontiguousarray(leaf).tobytes())
-        else:
-            h.update(repr(leaf).encode())
-    return h.hexdigest()
 
 
 def index_modulo(dataset: Any) -> str | None:
@@ -129,7 +111,7 @@ class DatasetLengthCheck(Check):
             first = _guarded_read(guard, dataset, 0)[0] if beyond is not None else None
             modulo = index_modulo(dataset) if beyond is not None else None
             # dataset[len] is dataset[0] again, in data whose samples differ (not constant dummy data).
-            wraps_to_first = first is not None and digest(first) == digest(beyond) != digest(last)
+            wraps_to_first = first is not None and sample_digest(first) == sample_digest(beyond) != sample_digest(last)
             far_index = max(FAR_INDEX, 2 * size)
             far, _ = _guarded_read(guard, dataset, far_index) if served else (None, None)
             any_index = far is not None and _is_full(far, last)  # wraps, or generates any index

@@ -6,13 +6,10 @@ warning.
 
 from __future__ import annotations
 
-import hashlib
 import operator
 import time
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
 from torch.utils.data import Subset
 
 from optimus_preflight.preflight.checks.batch_checks import is_map_style
@@ -20,7 +17,7 @@ from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.guard import DataGuard
 from optimus_preflight.preflight.preserve import preserved_data_state
-from optimus_preflight.training.batches import leaves
+from optimus_preflight.preflight.samples import sample_digest
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.preflight_context import PreflightContext
@@ -40,26 +37,6 @@ def subset_root(dataset: Any) -> tuple[Any, list[int] | None]:
         indices = own if indices is None else [own[i] for i in indices]
         dataset = dataset.dataset
     return dataset, indices
-
-
-def sample_digest(sample: Any) -> str:
-    """A digest of one sample's values: tensors and arrays by dtype, shape and bytes,
-    images (PIL) by mode, size and bytes, anything else by its repr."""
-    digest = hashlib.blake2b(digest_size=12)
-    for leaf in leaves(sample):
-        if isinstance(leaf, torch.Tensor):
-            values = leaf.detach().cpu().contiguous()
-            if values.dtype == torch.bfloat16:  # numpy has no bfloat16
-                values = values.view(torch.int16)
-            leaf = values.numpy()
-        if isinstance(leaf, np.ndarray):
-            digest.update(f"{leaf.dtype}{leaf.shape}".encode() + np.ascontiguousarray(leaf).tobytes())
-        elif hasattr(leaf, "tobytes") and hasattr(leaf, "mode"):
-            digest.update(f"{leaf.mode}{leaf.size}".encode() + leaf.tobytes())
-        else:
-            digest.update(repr(leaf).encode())
-        digest.update(b"|")
-    return digest.hexdigest()
 
 
 def spread(size: int, count: int) -> list[int]:
