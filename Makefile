@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # two hogs (3 workers, before the install was shortened).
 PYTEST_WORKERS ?= 3
 
-.PHONY: install train test test-fast bench lint clean
+.PHONY: install train test test-fast bench lint clean gpu-check
 
 # --no-compile, then bytecode for what is really imported (tests/bytecode_cache.py): about
 # a minute less than letting pip compile every module of every package.
@@ -47,6 +47,16 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
+
+# Every GPU-only claim checked on this machine's CUDA device, one table in $(GPU_OUT)
+# (benchmarks/gpu_validation.py). Not through .venv: constraints.txt pins the CPU wheel. The
+# script finds a CUDA build of torch, makes its own venv that reuses it, and installs the rest
+# (offline from benchmarks/tmp_gpu_wheels when there is no index). Without CUDA every GPU part
+# is reported as skipped. GPU_ARGS=--tiny: a smoke run.
+GPU_OUT ?= outputs/gpu_validation
+GPU_ARGS ?=
+gpu-check:
+	$(PYTHON) benchmarks/gpu_validation.py --out $(GPU_OUT) $(GPU_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check optimus_preflight recipes tests benchmarks

@@ -44,12 +44,14 @@ from optimus_preflight.reporting.progress import Progress
 from optimus_preflight.reporting.sinks import JsonlSink, MetricsLogger, make_tensorboard_sink
 from optimus_preflight.reporting.step_log import StepLogger
 from optimus_preflight.reporting.summary import memory_peaks, params_sha256, peak_memory_bytes, write_json_atomic
-from optimus_preflight.training.distributed import all_reduce_sum, unwrap, wrap_model
+from optimus_preflight.training.compiling import CompileWatch, check_compile_config, compile_model
+from optimus_preflight.training.distributed import all_reduce_sum, unwrap
 from optimus_preflight.training.evaluation import evaluate
 from optimus_preflight.training.load_report import recording_loads
 from optimus_preflight.training.loaders import build_loader
 from optimus_preflight.training.optim import build_optimizer, group_names
 from optimus_preflight.training.run_state import RunState
+from optimus_preflight.training.strategy import build_for_verdict, place_model, verdict_only
 from optimus_preflight.training.worker_deaths import WorkerDeathGuard, WorkerDied
 
 log = logging.getLogger("optimus_preflight")
@@ -92,6 +94,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self.run_directory: RunDirectory | None = None
         self.worker_deaths = WorkerDeathGuard()
         self._running = False  # run(): the run dir is locked
+        self.strategy = "single"  # single|ddp|fsdp, once setup placed the model
+        self.compile_watch: CompileWatch | None = None  # trainer.compile: warm-up and recompiles
 
     @classmethod
     def main(cls) -> None:
@@ -184,15 +188,17 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         """The builders, each of whose rejection of a config value is a UserError
         naming the key (``config_rejections``)."""
         cfg = self.cfg
-        # The optimizer is built after .to(device) so it holds the tensors the model uses (O2).
         # recording_loads: what the builder's load_state_dict calls dropped (O20, model.loaded_weights).
         with config_rejections("model", cfg.get("model")), recording_loads():
-            model = self.build_model().to(context.device)
+            model = build_for_verdict(self.build_model) if verdict_only(cfg) else self.build_model()
+        # The optimizer is built after the model is placed (moved, wrapped, sharded) so it
+        # holds the tensors training updates (O2): FSDP2's are sharded DTensors.
+        self.model, self.strategy = place_model(model, cfg.trainer, context)
+        check_compile_config(cfg.trainer)
         with config_rejections("optimizer", cfg.get("optimizer")):
             self.optimizer = self.build_optimizer(model)
         with config_rejections("scheduler", cfg.get("scheduler")):
             self.scheduler = self.build_scheduler(self.optimizer)
-        self.model = wrap_model(model, context.device, cfg.trainer.ddp_find_unused_parameters)
         with config_rejections("data", cfg.get("data")):
             self.train_loader, self.val_loader = self.build_dataloaders()
 
@@ -216,6 +222,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                     status = None
                     return {"status": report.status, "preflight": report.to_dict()}
             self._oom_observer = self._start_oom_observer()
+            if self.cfg.trainer.compile:  # after the preflight: its checks and estimate see the eager model
+                self.compile_watch = CompileWatch(len(compile_model(self.model, self.cfg.trainer, self.strategy)))
             self.train()
             status = "completed"
         except TrainingInterrupted:
@@ -260,6 +268,9 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         while self.state.step < trainer.max_steps:
             if interruption.stop_agreed():
                 self.handle_training_interruption()
+            watch = self.compile_watch
+            if watch is not None:
+                watch.start_step()
             try:
                 result = self.run_training_iteration()
             except StopRequested:
@@ -270,7 +281,11 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             self.state.record_step(result.stepped, result.samples)
             interruption.mark_boundary()
             done = self.state.step >= trainer.max_steps
-            record = step_logger.on_step(self.state.step, result, self.state.skipped_steps, force=done)
+            warmup = watch is not None and watch.warmup_s is None
+            if watch is not None:
+                watch.end_step(self.state.step)
+            record = step_logger.on_step(self.state.step, result, self.state.skipped_steps, force=done,
+                                         warmup_s=watch.warmup_s if warmup else None)
             if record is not None:
                 self.state.final_loss = record["loss"]
             if not result.stepped:
@@ -363,6 +378,9 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         mid-update (a forced quit from another thread): the hash is then null."""
         model = getattr(self, "model", None)
         context = getattr(self, "training_context", None)
+        # Gathering FSDP shards is a collective: after a failure a peer may never join it.
+        hash_params = hash_params and not (status == "failed" and self.strategy == "fsdp")
+        hash_params = hash_params and model is not None and not any(p.is_meta for p in model.parameters())
         return {
             "status": status,
             "steps": self.state.step,
@@ -374,6 +392,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             "resumed_from": str(self.interruption.resumed_from) if self.interruption and self.interruption.resumed_from else None,
             "params_sha256": params_sha256(unwrap(model)) if model is not None and hash_params else None,
             "skipped_steps": self.state.skipped_steps,
+            **(self.compile_watch.summary() if self.compile_watch is not None else {}),
         }
 
     def write_forced_summary(self, status: str) -> bool:

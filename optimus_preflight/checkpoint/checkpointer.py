@@ -1,4 +1,13 @@
-"""RunCheckpointer: periodic, final and on-signal checkpoints of one run, and its resume."""
+"""RunCheckpointer: periodic, final and on-signal checkpoints of one run, and its resume.
+
+With ``checkpoint.async_save=true`` the periodic checkpoints (those ``due`` asked for) are
+copied to host memory on the training thread and written by a background thread
+(async_writer.py), one at a time. Every other save (the final one, on a stop signal,
+after a worker death or a silent peer) first waits for the write in flight, then writes
+synchronously, so the run never ends with a checkpoint half written. A background write
+that failed stops the run at the next step boundary (StorageError, exit 2). FSDP
+checkpoints, which every rank writes together, are always synchronous.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +21,7 @@ from typing import Any, Callable, ContextManager, NoReturn
 
 import torch
 
+from optimus_preflight.checkpoint.async_writer import BackgroundSave, BackgroundWriter
 from optimus_preflight.checkpoint.checkpoint_state import Restorable, apply_state, build_state
 from optimus_preflight.checkpoint.forced_exit import ForcedExit, say, second_ctrl_c_message
 from optimus_preflight.checkpoint.resume import (
@@ -28,11 +38,12 @@ from optimus_preflight.checkpoint.resume_command import resume_command
 from optimus_preflight.checkpoint.signals import StopSignals
 from optimus_preflight.checkpoint.store import CheckpointStore, read_manifest
 from optimus_preflight.config.changes import config_changes
-from optimus_preflight.errors import EXIT_USER_ERROR, TrainingInterrupted, UserError
+from optimus_preflight.errors import EXIT_USER_ERROR, StorageError, TrainingInterrupted, UserError
 from optimus_preflight.training import rng
-from optimus_preflight.training.distributed import DistEnv, unwrap
+from optimus_preflight.training.distributed import DistEnv, broadcast_object, unwrap
 from optimus_preflight.training.distributed import peers as active_peers
 from optimus_preflight.training.peers import Bound, PeersUnresponsive, StuckWatchdog, main_thread_in
+from optimus_preflight.training.sharding import is_sharded
 
 log = logging.getLogger("optimus_preflight")
 
@@ -52,6 +63,13 @@ def _gpu_busy(model: Any, wait_s: float = 5.0) -> bool:
     return False
 
 
+def _saved_shapes(path: Path) -> dict[str, torch.Tensor]:
+    """The model tensors of a sharded checkpoint, as meta tensors of their global shapes."""
+    from optimus_preflight.checkpoint.sharded import saved_tensor_shapes
+
+    return {name: torch.empty(shape, device="meta") for name, shape in saved_tensor_shapes(path).items()}
+
+
 class RunCheckpointer:
     def __init__(
         self,
@@ -63,6 +81,7 @@ class RunCheckpointer:
         dist: DistEnv,
         config: dict[str, Any],
         stop_timeout_s: float,
+        async_save: bool | None = None,
     ):
         self.run_dir = run_dir
         self.every_n_steps = every_n_steps
@@ -82,9 +101,22 @@ class RunCheckpointer:
         self.signals.force_quit = self._quit_at_once
         self._watchdog: StuckWatchdog | None = None
         self._training = False  # preflight's steps change the weights: never save those
+        self.sharded = False
+        # checkpoint.async_save (read from the config when not given).
+        self.async_save = bool((config.get("checkpoint") or {}).get("async_save", False)) if async_save is None else async_save
+        self.background: BackgroundWriter | None = None
+        self._due_step: int | None = None  # the step due() last said a periodic checkpoint is due at
 
     def start(self, parts: Restorable) -> None:
         self.parts = parts
+        # FSDP2 under torchrun: every rank writes its shard (DCP); no rank holds the whole model.
+        self.sharded = self.dist.is_distributed and is_sharded(unwrap(parts.model))
+        if self.async_save and self.sharded:
+            if self.dist.is_main:
+                log.warning("checkpoint.async_save=true: FSDP checkpoints are written by every rank together (DCP), "
+                            "so they are saved synchronously")
+        elif self.async_save and self.dist.is_main:
+            self.background = BackgroundWriter(self.store, on_done=self._background_done)
         self.signals.install()
         peers = active_peers() if self.dist.is_distributed else None
         if peers is not None:
@@ -92,6 +124,12 @@ class RunCheckpointer:
             self._watchdog.start()
 
     def close(self) -> None:
+        # A run ending on an error still finishes the checkpoint in flight.
+        if self.background is not None:
+            job = self.background.wait()
+            if job is not None and job.error is not None:
+                log.error("%s", self._background_error(job))
+        self.store.wait_for_deletions()
         if self._watchdog is not None:
             self._watchdog.stop()
         self.signals.uninstall()
@@ -139,6 +177,7 @@ class RunCheckpointer:
         """At a step boundary: did any rank receive a stop signal? Under torchrun the
         ranks agree through the store (optimus_preflight.training.peers); a rank that does not
         answer ends the run with its rank named, after rank 0 saved this step."""
+        self.raise_if_background_failed()
         peers = active_peers() if self.dist.is_distributed else None
         if peers is None:
             return self.signals.requested
@@ -169,6 +208,8 @@ class RunCheckpointer:
     def _save_last_step(self, *, from_main_thread: bool = True) -> Path | str:
         """Rank 0's checkpoint of the last completed step (under DDP its weights are the
         whole model), or why there is none."""
+        if self.sharded:
+            return "under FSDP every rank writes its own shard, and a silent rank cannot"
         if not self.dist.is_main:
             return "rank 0 writes the checkpoints"
         if not self._training or self.parts is None:
@@ -179,6 +220,8 @@ class RunCheckpointer:
             return "the main thread was updating the weights"
         if _gpu_busy(unwrap(self.parts.model)):
             return "the GPU still waits on the unfinished collective, so copying the weights would hang"
+        if self.background is not None:
+            self.background.wait()  # one write at a time; a failed one is superseded by this one
         step = self.parts.run_state.step
         if self.last_saved is not None and self.last_saved.name == f"step_{step:08d}":
             return self.last_saved
@@ -210,18 +253,33 @@ class RunCheckpointer:
     def mark_boundary(self) -> None:
         """The RNG state at a step boundary: what a resumed run must start from, even
         when the stop comes halfway through the next window."""
+        self.raise_if_background_failed()
         self.boundary_rng = rng.capture()
 
     def due(self, step: int) -> bool:
-        return bool(self.every_n_steps) and step % self.every_n_steps == 0
+        due = bool(self.every_n_steps) and step % self.every_n_steps == 0
+        if due:
+            self._due_step = step
+        return due
 
     def save(self) -> Path | None:
-        """Rank 0 writes; every rank waits for it, so no rank runs ahead of a checkpoint."""
+        """Rank 0 writes; every rank waits for it, so no rank runs ahead of a checkpoint.
+        With async_save, a periodic checkpoint is only copied here and written in the
+        background; any other save waits for that write and writes synchronously."""
         assert self.parts is not None
         step = self.parts.run_state.step
-        if self.last_saved is not None and self.last_saved.name == f"step_{step:08d}":
+        name = f"step_{step:08d}"
+        in_flight = self.background.in_flight if self.background is not None else None
+        if in_flight is not None and in_flight.step == step:
+            return self.finish_background()  # e.g. the final checkpoint or a stop at a periodic step
+        if self.last_saved is not None and self.last_saved.name == name:
             return self.last_saved  # e.g. the final checkpoint at a periodic step
-        path = self._write() if self.dist.is_main else None
+        background = self.background is not None and self._due_step == step
+        if background:
+            path = self._write_in_background(step)
+        else:
+            self.finish_background()
+            path = self._write() if self.dist.is_main or self.sharded else None
         peers = active_peers() if self.dist.is_distributed else None
         if peers is not None:
             # The others wait for rank 0's write, however long it takes (up to the
@@ -230,17 +288,101 @@ class RunCheckpointer:
                 peers.gather(0, during="the barrier after a checkpoint save", bound=self._bound(stop_shortens=self.dist.is_main))
             except PeersUnresponsive as error:
                 raise error.with_outcome(self._outcome(path or "rank 0 writes the checkpoints")) from None
-        self.last_saved = path or self.store.directory / f"step_{step:08d}"
+        if background:
+            return path  # being written: last_saved names it once it is complete
+        self.last_saved = path or self.store.directory / name
         return self.last_saved
+
+    # ------------------------------------------------------- background saves
+    def _write_in_background(self, step: int) -> Path:
+        """The training thread's part of a background save: wait for the previous write
+        (at most one in flight), copy the state to host memory, hand it over."""
+        assert self.parts is not None and self.background is not None
+        started = time.perf_counter()
+        self.finish_background()
+        waited = time.perf_counter() - started
+        state = build_state(self.parts, rng_state=self.boundary_rng or rng.capture(), config=self.config,
+                            world_size=self.dist.world_size)
+        job = self.background.submit(state, step, started=started, waited_s=waited)
+        log.debug("checkpoint step_%08d: copied to host memory in %.3f s; writing it in the background", step, job.blocked_s)
+        return self.store.directory / f"step_{step:08d}"
+
+    def _background_done(self, job: BackgroundSave) -> None:
+        """On the writer thread, as a write ends: a complete checkpoint is named at once
+        (a forced exit's message), a failure said at once (the run stops at the next
+        step boundary)."""
+        if job.error is not None:
+            log.error("checkpoint step_%08d failed in the background after %.2f s (%s); the run stops at the next step boundary",
+                      job.step, job.write_s, str(job.error).split(". ")[0])
+            return
+        self.last_saved = job.path
+        log.info("checkpoint %s (written in the background in %.2f s; training blocked %.3f s: %.3f s waiting for the "
+                 "previous write, %.3f s copying %.1f MB to host memory)", job.path.relative_to(self.run_dir), job.write_s,
+                 job.blocked_s, job.waited_s, job.blocked_s - job.waited_s, self.background.snapshot.nbytes / 1e6)
+
+    def _background_error(self, job: BackgroundSave) -> BaseException:
+        error = job.error
+        if isinstance(error, OSError):
+            error = StorageError.from_os_error(error, f"checkpoint step_{job.step:08d}", self.store.directory)
+        if isinstance(error, UserError):
+            return type(error)(f"the background write of a checkpoint (checkpoint.async_save=true) failed: {error.message}",
+                               key=error.key, fix=error.fix)
+        return error
+
+    def finish_background(self) -> Path | None:
+        """Wait for the background write in flight, if any: its path, or its failure
+        raised (StorageError: exit 2)."""
+        in_flight = self.background.in_flight if self.background is not None else None
+        if in_flight is not None and not in_flight.done.is_set():
+            log.info("waiting for checkpoint step_%08d to be written in the background", in_flight.step)
+        job = self.background.wait() if self.background is not None else None
+        if job is None:
+            return None
+        if job.error is not None:
+            raise self._background_error(job)
+        return job.path
+
+    def raise_if_background_failed(self) -> None:
+        """At a step boundary: a background write that failed ends the run here."""
+        job = self.background.failure() if self.background is not None else None
+        if job is not None:
+            raise self._background_error(job)
 
     def _write(self) -> Path:
         assert self.parts is not None
         started = time.perf_counter()
-        state = build_state(self.parts, rng_state=self.boundary_rng or rng.capture(), config=self.config)
+        step = self.parts.run_state.step
+        state = build_state(self.parts, rng_state=self.boundary_rng or rng.capture(), config=self.config,
+                            world_size=self.dist.world_size, sharded=self.sharded)
+        prepared = self._write_shards(step) if self.sharded else None
         # Known before any barrier: a forced exit while the others wait names this one.
-        self.last_saved = self.store.save(state, self.parts.run_state.step)
-        log.info("checkpoint %s (%.2f s)", self.last_saved.relative_to(self.run_dir), time.perf_counter() - started)
+        self.last_saved = self.store.save(state, step, prepared=prepared) if self.dist.is_main else self.store.directory / f"step_{step:08d}"
+        log.info("checkpoint %s (%.2f s, training blocked throughout)", self.last_saved.relative_to(self.run_dir),
+                 time.perf_counter() - started)
         return self.last_saved
+
+    def _write_shards(self, step: int) -> Path:
+        """Every rank writes its shard of the model and optimizer into the directory rank
+        0 prepared (collective); rank 0 then adds state.pt and the manifest."""
+        from optimus_preflight.checkpoint.sharded import save_sharded  # DCP: a second of import
+
+        prepared: tuple[str, Any] = ("", None)
+        if self.dist.is_main:
+            try:
+                prepared = ("ok", self.store.prepare(step))
+            except UserError as error:
+                prepared = ("error", error)
+        outcome, value = broadcast_object(prepared)
+        if outcome == "error":
+            raise value
+        try:
+            save_sharded(unwrap(self.parts.model), self.parts.optimizer, value)
+        except Exception as error:  # DCP re-raises any rank's failure on every rank
+            if self.dist.is_main:
+                self.store.discard(value)
+            cause = error if isinstance(error, OSError) else OSError(5, f"a rank's shard write failed: {str(error).splitlines()[0][:300]}")
+            raise StorageError.from_os_error(cause, f"checkpoint step_{step:08d}", self.store.directory) from None
+        return value
 
     # ------------------------------------------------------------------ resuming
     def resume(self, resume: str, *, training: bool = True) -> Path | None:
@@ -258,10 +400,15 @@ class RunCheckpointer:
                 log.info("no checkpoint in %s: starting fresh", self.store.directory)
             return None
         state, path = point.state, point.path
-        check_model_fits(unwrap(self.parts.model), state["model"], path)
+        model = unwrap(self.parts.model)
+        check_model_fits(model, state["model"] if "model" in state else _saved_shapes(path), path)
         check_optimizer_fits(self.parts.optimizer, state, path)
         try:
-            apply_state(self.parts, state)
+            if "sharded" in state:
+                from optimus_preflight.checkpoint.sharded import load_sharded  # DCP: a second of import
+
+                load_sharded(model, self.parts.optimizer, path)
+            world_note = apply_state(self.parts, state, world_size=self.dist.world_size)
         except (KeyError, ValueError, RuntimeError, TypeError) as error:  # e.g. another scheduler's state
             raise UserError(
                 f"checkpoint {path} does not load into this run's objects ({type(error).__name__}: {error})",
@@ -280,7 +427,9 @@ class RunCheckpointer:
         # The resumed run continues that run's checkpoints (retention, same-step reuse).
         self.store.run_id = read_manifest(path).get("run_id")
         self._resume_point = point
-        position = state["data_position"]
+        if world_note and self.dist.is_main:
+            log.warning("resuming at another world size: %s", world_note)
+        position = self.parts.stream.state_dict()
         log.info(
             "resumed from %s: step %d, epoch %d, %d samples into the epoch",
             path,

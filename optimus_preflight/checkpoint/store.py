@@ -2,9 +2,16 @@
 
 Layout under ``<run_dir>/checkpoints``::
 
-    step_00000120/state.pt        torch.save of the training state
+    step_00000120/tensors.bin     the raw bytes of every tensor (tensor_file.py; a large
+                                  state: tensors-0.bin, tensors-1.bin..., written in parallel)
+    step_00000120/state.pt        torch.save of the rest: the structure, numbers, strings,
+                                  and the index of tensors.bin (weights_only-loadable)
     step_00000120/manifest.json   size and SHA-256 of every file, written last
     latest                        name of the newest checkpoint (for people and tools)
+
+Checkpoints of ``format_version`` 2 and earlier hold the whole state in ``state.pt``
+(``torch.save``) and still load; so does a v3 state without tensors, or with a tensor
+``tensor_file`` does not store (sparse, quantized, a subclass): those are written that way.
 
 A checkpoint is written into a hidden temporary directory beside its final name,
 every file is fsynced, then the directory is renamed into place (atomic on POSIX) and
@@ -15,19 +22,23 @@ atomicity cannot: a copy or a full disk that truncated a file afterwards.
 Every manifest names the run that wrote it (``run_id``, kept across resumes).
 Retention keeps the newest ``keep_last`` checkpoints of this run that verify: a
 damaged directory or another run's checkpoint never takes a slot and is never
-deleted, and a save never reuses a directory it did not write.
+deleted, and a save never reuses a directory it did not write. Large checkpoints it
+drops are renamed out of sight at once and deleted on a thread (see ``_delete``).
 """
 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
 import logging
 import os
 import shutil
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
@@ -35,6 +46,15 @@ from typing import Any, BinaryIO, Iterator
 import torch
 from torch.serialization import get_crc32_options, set_crc32_options
 
+from optimus_preflight.checkpoint.tensor_file import (
+    TensorFileError,
+    Unsupported,
+    is_index,
+    is_tensor_file_name,
+    join_state,
+    split_state,
+    write_tensors,
+)
 from optimus_preflight.errors import StorageError
 
 log = logging.getLogger("optimus_preflight")
@@ -45,7 +65,18 @@ POINTER_FILE = "latest"
 PREFIX = "step_"
 TMP_PREFIX = ".tmp-"
 ASIDE_PREFIX = "set-aside-"
-FORMAT_VERSION = 2  # 2: manifests carry run_id
+FORMAT_VERSION = 3  # 3: tensors in tensors.bin beside state.pt (tensor_file.py); 2: manifests carry run_id
+
+
+# Retention deletes checkpoints of at least this many bytes on a thread (CheckpointStore._delete).
+DELETE_LATER_BYTES = 64 << 20
+_deletions: set[threading.Thread] = set()
+
+
+@atexit.register
+def _finish_deletions() -> None:
+    for thread in list(_deletions):
+        thread.join()
 
 
 class CheckpointCorrupt(Exception):
@@ -93,6 +124,42 @@ def _without_zip_crc32() -> Iterator[None]:
         yield
     finally:
         set_crc32_options(previous)
+
+
+def _save_hashed(obj: Any, path: Path) -> dict[str, Any]:
+    """torch.save ``obj`` to ``path``, fsynced; returns its manifest entry."""
+    with open(path, "wb") as handle, _without_zip_crc32():
+        writer = _HashingWriter(handle)
+        try:
+            torch.save(obj, writer)
+        except RuntimeError:
+            if writer.error is not None:
+                raise writer.error from None
+            raise
+        handle.flush()
+        os.fsync(handle.fileno())
+    return {"bytes": writer.size, "sha256": writer.digest.hexdigest()}
+
+
+_fallback_said = False
+
+
+def write_state(directory: Path, state: Any) -> dict[str, dict[str, Any]]:
+    """Write ``state`` into ``directory`` as ``tensors.bin`` + ``state.pt`` (or, without
+    tensors or with one tensor_file cannot store, as one torch.save ``state.pt``); every
+    file fsynced. Returns the manifest entries."""
+    global _fallback_said
+    try:
+        split = split_state(state)
+    except Unsupported as why:
+        if not _fallback_said:
+            log.info("checkpoint: the state holds %s; it is written with torch.save in one file (slower)", why)
+            _fallback_said = True
+        split = None
+    if split is None or not split.index["tensors"]:
+        return {STATE_FILE: _save_hashed(state, directory / STATE_FILE)}
+    tensors = write_tensors(directory, split)
+    return {STATE_FILE: _save_hashed(split.index, directory / STATE_FILE), **tensors}
 
 
 def _fsync_dir(path: Path) -> None:
@@ -166,15 +233,34 @@ def verify(path: Path) -> dict[str, Any]:
         size = file.stat().st_size
         if size != expected["bytes"]:
             raise CheckpointCorrupt(f"{file} has {size} bytes, the manifest says {expected['bytes']} (truncated?)")
-        if _sha256_of(file) != expected["sha256"]:
-            raise CheckpointCorrupt(f"{file} does not match its SHA-256 in the manifest (altered or damaged)")
+    # Large files are hashed in parallel (hashlib and reads release the GIL).
+    names = list(manifest["files"])
+    large = [name for name in names if manifest["files"][name]["bytes"] >= 1 << 20]
+    workers = min(len(large), os.cpu_count() or 1, 8)
+    if workers > 1:
+        with ThreadPoolExecutor(workers, thread_name_prefix="checkpoint-verify") as pool:
+            digests = dict(zip(large, pool.map(lambda name: _sha256_of(path / name), large)))
+    else:
+        digests = {}
+    for name in names:
+        digest = digests[name] if name in digests else _sha256_of(path / name)
+        if digest != manifest["files"][name]["sha256"]:
+            raise CheckpointCorrupt(f"{path / name} does not match its SHA-256 in the manifest (altered or damaged)")
     return manifest
 
 
 def load_state(path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Load ``state.pt`` with ``weights_only=True`` (no pickled code runs); anything that
-    does not load, or lacks a ``required`` key, is CheckpointCorrupt. torch's advice to
-    retry with weights_only=False is not passed on: that would execute the file."""
+    """Load ``state.pt`` with ``weights_only=True`` (no pickled code runs) and, when it
+    is the index of a ``tensors.bin``, its tensors (memory-mapped, see tensor_file);
+    anything that does not load, or lacks a ``required`` key, is CheckpointCorrupt.
+    torch's advice to retry with weights_only=False is not passed on: that would
+    execute the file. A manifest of a newer format than this version writes is refused."""
+    version = None
+    with contextlib.suppress(CheckpointCorrupt):  # a bare state.pt loads without one
+        version = read_manifest(path).get("format_version")
+    if isinstance(version, int) and version > FORMAT_VERSION:
+        raise CheckpointCorrupt(f"{path} is of checkpoint format {version}, written by a newer optimus_preflight; "
+                                f"this one reads formats up to {FORMAT_VERSION}")
     try:
         state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
     except Exception as error:  # UnpicklingError, RuntimeError (zip), EOFError...: all "cannot load"
@@ -182,7 +268,14 @@ def load_state(path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
                       type(error).__name__)
         raise CheckpointCorrupt(f"{path / STATE_FILE} cannot be loaded as plain tensors and containers "
                                 f"({type(error).__name__}: {reason[:200]})") from None
-    missing = [key for key in required if not isinstance(state, dict) or key not in state]
+    if is_index(state):
+        try:
+            state = join_state(path, state)
+        except TensorFileError as error:
+            raise CheckpointCorrupt(f"{path / STATE_FILE} and its tensor files do not form a checkpoint ({error})") from None
+    # A sharded checkpoint's model and optimizer are the DCP shards beside state.pt.
+    in_shards = ("model", "optimizer") if isinstance(state, dict) and "sharded" in state else ()
+    missing = [key for key in required if not isinstance(state, dict) or (key not in state and key not in in_shards)]
     if missing:
         raise CheckpointCorrupt(f"{path / STATE_FILE} is not a training checkpoint (no {', '.join(missing)})")
     return state
@@ -197,6 +290,8 @@ class CheckpointStore:
         # Directories known to verify (written or verified by this process): retention
         # hashes each older checkpoint at most once.
         self._verified: set[Path] = set()
+        # Retention's deletions, running on a thread of their own (see _prune).
+        self._deleting: threading.Thread | None = None
 
     def candidates(self) -> list[CheckpointRef]:
         """Checkpoint directories, newest first (valid or not)."""
@@ -231,17 +326,52 @@ class CheckpointStore:
         ref, _ = self.latest_valid()
         return ref.path if ref else None
 
-    def save(self, state: dict[str, Any], step: int) -> Path:
-        """Write ``state`` as ``step_<step>`` atomically, point ``latest`` at it, prune.
-        Raises CheckpointWriteError (one message, the partial write removed) when the
-        disk refuses it."""
-        final = self.directory / f"{PREFIX}{step:08d}"
-        if final in self._verified and self._owner(final) == self.run_id:
-            return final  # saved already by this run (e.g. periodic, then final)
-        tmp = self.directory / f"{TMP_PREFIX}{final.name}-{os.getpid()}"
+    def _final(self, step: int) -> Path:
+        return self.directory / f"{PREFIX}{step:08d}"
+
+    def saved_already(self, step: int) -> bool:
+        """Saved by this run (e.g. periodic, then final): a second save is a no-op."""
+        final = self._final(step)
+        return final in self._verified and self._owner(final) == self.run_id
+
+    def prepare(self, step: int) -> Path:
+        """The empty temporary directory ``step_<step>`` is written into: for files other
+        writers put there before ``save`` (the shards of every rank under FSDP)."""
+        tmp = self.directory / f"{TMP_PREFIX}{self._final(step).name}-{os.getpid()}"
+        self.wait_for_deletions()
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._remove_partial_writes()
+            tmp.mkdir()
+        except OSError as error:
+            raise self._storage_error(error, tmp, step) from None
+        return tmp
+
+    def discard(self, tmp: Path) -> None:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def _storage_error(self, error: OSError, tmp: Path, step: int) -> StorageError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        last = self.last_good()
+        detail = f"The last good checkpoint is {last}." if last else "No checkpoint of this run is on disk yet."
+        return StorageError.from_os_error(error, f"checkpoint {self._final(step).name}", self.directory, detail)
+
+    def save(self, state: dict[str, Any], step: int, *, prepared: Path | None = None) -> Path:
+        """Write ``state`` as ``step_<step>`` atomically, point ``latest`` at it, prune.
+        ``prepared``: the directory from ``prepare``, whose files (written by others)
+        join the checkpoint and its manifest. Raises StorageError (one message, the
+        partial write removed) when the disk refuses it."""
+        final = self._final(step)
+        if self.saved_already(step):
+            if prepared is not None:
+                self.discard(prepared)
+            return final
+        tmp = prepared or self.directory / f"{TMP_PREFIX}{final.name}-{os.getpid()}"
+        self.wait_for_deletions()
+        try:
+            if prepared is None:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                self._remove_partial_writes()
             if final.exists():
                 self.set_aside([final], "replaced")  # another run's or a damaged one: kept, never reused
             written = self._write(tmp, state, step)
@@ -249,28 +379,19 @@ class CheckpointStore:
             _fsync_dir(self.directory)
             _write_text_atomic(self.directory / POINTER_FILE, final.name + "\n")
         except OSError as error:
-            shutil.rmtree(tmp, ignore_errors=True)
-            last = self.last_good()
-            detail = f"The last good checkpoint is {last}." if last else "No checkpoint of this run is on disk yet."
-            raise StorageError.from_os_error(error, f"checkpoint {final.name}", self.directory, detail) from None
+            raise self._storage_error(error, tmp, step) from None
         self._verified.add(final)
         self._prune()
         log.debug("saved %s (%d bytes)", final, written)
         return final
 
     def _write(self, tmp: Path, state: dict[str, Any], step: int) -> int:
-        tmp.mkdir()
+        tmp.mkdir(exist_ok=True)
+        # Files others wrote into a prepared directory (fsynced by their writers).
+        others = {file.name: {"bytes": file.stat().st_size, "sha256": _sha256_of(file)} for file in sorted(tmp.iterdir())
+                  if file.is_file() and file.name not in (STATE_FILE, MANIFEST_FILE) and not is_tensor_file_name(file.name)}
         started = time.perf_counter()
-        with open(tmp / STATE_FILE, "wb") as handle, _without_zip_crc32():
-            writer = _HashingWriter(handle)
-            try:
-                torch.save(state, writer)
-            except RuntimeError:
-                if writer.error is not None:
-                    raise writer.error from None
-                raise
-            handle.flush()
-            os.fsync(handle.fileno())
+        files = write_state(tmp, state)
         manifest = {
             "format_version": FORMAT_VERSION,
             "step": step,
@@ -278,11 +399,11 @@ class CheckpointStore:
             "created_unix": time.time(),
             "write_s": round(time.perf_counter() - started, 4),
             "torch_version": torch.__version__,
-            "files": {STATE_FILE: {"bytes": writer.size, "sha256": writer.digest.hexdigest()}},
+            "files": {**files, **others},
         }
         _write_text_atomic(tmp / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
         _fsync_dir(tmp)
-        return writer.size
+        return sum(entry["bytes"] for entry in manifest["files"].values())
 
     def load(self, path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
         """Verify, then load with ``weights_only=True`` (see ``load_state``).
@@ -321,9 +442,52 @@ class CheckpointStore:
             else:
                 leftover.unlink(missing_ok=True)
 
+    def wait_for_deletions(self) -> None:
+        """Wait until the checkpoints retention dropped are deleted (before the next save,
+        and before the process ends)."""
+        deleting, self._deleting = self._deleting, None
+        if deleting is not None:
+            deleting.join()
+
+    def _delete(self, paths: list[Path]) -> None:
+        """Delete ``paths``. Large checkpoints are moved out of sight at once (a rename:
+        ``auto``, ``latest`` and the next prune no longer see them) and deleted on a
+        thread: freeing the blocks of a few hundred MB can take half a second, which no
+        save need wait for. A process killed first leaves ``.tmp-`` directories, which
+        the next save removes."""
+        size = 0
+        for path in paths:
+            with contextlib.suppress(CheckpointCorrupt):
+                size += sum(entry["bytes"] for entry in read_manifest(path)["files"].values())
+        if size < DELETE_LATER_BYTES:
+            for path in paths:
+                shutil.rmtree(path, ignore_errors=True)
+            return
+        doomed = []
+        for index, path in enumerate(paths):
+            moved = self.directory / f"{TMP_PREFIX}pruned-{path.name}-{os.getpid()}-{index}"
+            try:
+                os.rename(path, moved)
+            except OSError:
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            doomed.append(moved)
+        if doomed:
+            def delete() -> None:
+                for path in doomed:
+                    shutil.rmtree(path, ignore_errors=True)
+                _deletions.discard(thread)
+
+            thread = threading.Thread(target=delete, name="checkpoint-retention", daemon=True)
+            _deletions.add(thread)
+            self._deleting = thread
+            thread.start()
+
     def _prune(self) -> None:
         """Keep the newest ``keep_last`` verified checkpoints of this run; delete older
         ones of this run. Damaged and foreign directories count for nothing."""
+        self.wait_for_deletions()
+        dropped: list[Path] = []
         kept = 0
         for ref in self.candidates():
             if self._owner(ref.path) != self.run_id:
@@ -335,5 +499,6 @@ class CheckpointStore:
                 continue
             kept += 1
             if kept > self.keep_last:
-                shutil.rmtree(ref.path, ignore_errors=True)
+                dropped.append(ref.path)
                 self._verified.discard(ref.path)
+        self._delete(dropped)

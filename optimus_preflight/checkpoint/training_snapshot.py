@@ -32,8 +32,9 @@ _SIMPLE = (int, float, bool, str, type(None))
 
 def _to_host(value: Any) -> Any:
     """A deep copy with every tensor cloned to the CPU."""
-    return map_batch(lambda leaf: leaf.detach().to("cpu", copy=True) if isinstance(leaf, torch.Tensor) else copy.deepcopy(leaf),
-                     value)
+    # A meta tensor (a model kept for the memory verdict only) has no values to keep.
+    return map_batch(lambda leaf: (leaf if leaf.is_meta else leaf.detach().to("cpu", copy=True)) if isinstance(leaf, torch.Tensor)
+                     else copy.deepcopy(leaf), value)
 
 
 @dataclass
@@ -46,6 +47,7 @@ class _ModuleTensors:
 
     @classmethod
     def capture(cls, model: nn.Module) -> _ModuleTensors:
+        _reshard(model)
         snap = cls()
         for module in model.modules():
             snap.modes.append((module, module.training))
@@ -59,6 +61,7 @@ class _ModuleTensors:
 
     @torch.no_grad()
     def restore(self) -> None:
+        _reshard(self.modes[0][0] if self.modes else None)
         for module, training in self.modes:
             module.training = training
         for module, name, tensor, saved in self.entries:
@@ -69,6 +72,19 @@ class _ModuleTensors:
             param.requires_grad_(requires_grad)
         for param, grad in self.grads:
             param.grad = None if grad is None else grad.to(param.device, copy=True)
+
+
+def _reshard(model: nn.Module | None) -> None:
+    """FSDP2 swaps a module's parameters between its shard (a DTensor) and the gathered
+    tensor; a forward without backward (an eval probe) leaves some gathered. Snapshots
+    are taken and restored in the sharded state, the one training steps start from."""
+    if model is None or not any(type(module).__name__.startswith("FSDP") for module in model.modules()):
+        return
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
 
 
 def _loader_state(loader: Any) -> list[tuple[Any, Any]]:

@@ -15,6 +15,7 @@ PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 DEVICES = ("auto", "cpu", "cuda")
 FAIL_ON = ("error", "warning", "never")
 PROGRESS_MODES = ("auto", "bar", "lines", "none")
+STRATEGIES = ("ddp", "fsdp", "auto")
 
 
 @dataclass
@@ -30,6 +31,18 @@ class GradScalerConfig:
     growth_factor: float = 2.0
     backoff_factor: float = 0.5
     growth_interval: int = 2000
+
+
+@dataclass
+class FSDPConfig:
+    # Class names of the modules each sharded on its own (one all-gather per block);
+    # empty: the children of the largest list of identical modules (e.g. `layers`, `h`).
+    block_classes: list[str] = field(default_factory=list)
+    # Free each block's gathered parameters after its forward (re-gathered for backward):
+    # the memory of one block instead of the whole model, at one more all-gather.
+    reshard_after_forward: bool = True
+    # Keep the sharded parameters, gradients and optimizer state in host memory.
+    cpu_offload: bool = False
 
 
 @dataclass
@@ -52,6 +65,21 @@ class TrainerConfig:
     # torchrun: seconds a rank waits for its peers in any collective before it exits (2)
     # naming the ranks that did not answer. Must cover the slowest step and checkpoint save.
     dist_timeout_s: float = 600.0
+    # Under torchrun: ddp replicates the model on every rank; fsdp shards parameters,
+    # gradients and optimizer state (FSDP2); auto picks fsdp when the step does not fit one device.
+    strategy: str = "ddp"
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    # Recompute each block's activations in backward instead of keeping them.
+    activation_checkpointing: bool = False
+    # torch.compile the model (each block under FSDP) after the preflight; checkpoints keep
+    # the eager names. The first step pays the compile (compile_warmup_s in summary.json).
+    compile: bool = False
+    # null: torch's default mode; or reduce-overhead, max-autotune, max-autotune-no-cudagraphs.
+    compile_mode: Optional[str] = None
+    compile_backend: str = "inductor"
+    # null: torch decides (recompiles once with dynamic shapes when a shape changes); true:
+    # dynamic from the start (varying sequence lengths); false: one graph per shape.
+    compile_dynamic: Optional[bool] = None
     grad_scaler: GradScalerConfig = field(default_factory=GradScalerConfig)
 
 
@@ -130,6 +158,9 @@ class MemoryPreflightConfig:
     # Usable share of a GPU's total memory, and what to leave free for other processes.
     usable_fraction: float = 0.95
     reserve_gib: float = 0.5
+    # Ranks the model is sharded over (FSDP2): the check is then per rank of this many.
+    # null: the run's own world size under trainer.strategy=fsdp, else one unsharded device.
+    world_size: Optional[int] = None
 
 
 @dataclass
@@ -161,6 +192,8 @@ class CheckpointConfig:
     # torchrun: once a rank has a stop request, seconds it waits for the others to reach
     # the step boundary (a healthy peer needs about one step) before rank 0 saves alone.
     stop_timeout_s: float = 60.0
+    # Copy periodic checkpoints to host memory and write them on a background thread (not under FSDP).
+    async_save: bool = False
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from optimus_preflight.config.schema import FAIL_ON, PROGRESS_MODES
+from optimus_preflight.config.schema import FAIL_ON, PROGRESS_MODES, STRATEGIES
 from optimus_preflight.errors import UserError
 
 
@@ -37,6 +37,8 @@ RULES = (
     Rule("trainer.grad_scaler.growth_factor", lambda v: v > 1, "must be > 1", "Set trainer.grad_scaler.growth_factor=2.0 (torch's default)."),
     Rule("trainer.grad_scaler.backoff_factor", lambda v: 0 < v < 1, "must be between 0 and 1", "Set trainer.grad_scaler.backoff_factor=0.5 (torch's default)."),
     Rule("trainer.grad_scaler.growth_interval", lambda v: v >= 1, "must be >= 1", "Set trainer.grad_scaler.growth_interval=2000 (torch's default)."),
+    Rule("trainer.strategy", lambda v: v in STRATEGIES, f"must be one of {'|'.join(STRATEGIES)}", "Set trainer.strategy=ddp (replicate the model) or trainer.strategy=fsdp (shard it)."),
+    Rule("trainer.compile_mode", lambda v: v in (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"), "must be null, default, reduce-overhead, max-autotune or max-autotune-no-cudagraphs", "Set trainer.compile_mode=null for torch's default."),
     Rule("data.batch_size", lambda v: v >= 1, "must be >= 1", "Set data.batch_size to the micro-batch size per step, e.g. data.batch_size=32."),
     Rule("data.num_workers", lambda v: v >= 0, "must be >= 0", "Set data.num_workers=0 to load data in the main process."),
     Rule("data.prefetch_factor", lambda v: v is None or v >= 1, "must be >= 1 or null", "Set data.prefetch_factor=null to keep torch's default of 2."),
@@ -56,6 +58,7 @@ RULES = (
     Rule("preflight.first_batch_timeout_s", lambda v: v > 0, "must be > 0", "Set preflight.first_batch_timeout_s=300."),
     Rule("preflight.overfit_steps", lambda v: v >= 0, "must be >= 0", "Set preflight.overfit_steps=0 to skip the overfit smoke test."),
     Rule("preflight.memory.target_gib", lambda v: v is None or v > 0, "must be > 0 or null", "Set preflight.memory.target_gib=80 for an 80 GiB GPU, or null to check the local device."),
+    Rule("preflight.memory.world_size", lambda v: v is None or v >= 1, "must be >= 1 or null", "Set preflight.memory.world_size=8 to check one rank of 8 sharding the model (FSDP), or null."),
     Rule("preflight.memory.usable_fraction", lambda v: 0 < v <= 1, "must be in (0, 1]", "Set preflight.memory.usable_fraction=0.95."),
 )
 

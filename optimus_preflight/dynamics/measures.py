@@ -71,7 +71,9 @@ def update_ratios(optimizer: Optimizer, before: list[list[torch.Tensor]], group_
 def _group_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
     norms = torch._foreach_norm(tensors)
     device = norms[0].device
-    return torch.linalg.vector_norm(torch.stack([n.float().to(device) for n in norms]))
+    norm = torch.linalg.vector_norm(torch.stack([n.float().to(device) for n in norms]))
+    # FSDP2's sharded parameters give a DTensor: the norm over every rank's shard.
+    return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
 
 def zero_fraction(output: torch.Tensor) -> float:

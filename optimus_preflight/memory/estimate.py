@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -50,6 +50,11 @@ def estimate_step_memory(
     precision: str = "fp32",
     device: str = "cpu",
     accumulation_steps: int = 1,
+    strategy: str | None = None,
+    world_size: int | None = None,
+    block_classes: Sequence[str] = (),
+    activation_checkpointing: bool = False,
+    reshard_after_forward: bool = True,
 ) -> MemoryEstimate:
     """Peak memory of two full training steps, traced on fake tensors (see DESIGN.md).
 
@@ -57,7 +62,36 @@ def estimate_step_memory(
     and dtypes are used (meta tensors are fine). ``loss_fn(model, batch)`` returns a
     scalar loss or ``(loss, count)``. Falls back to ``method="analytic"`` with the
     reason when tracing fails (data-dependent ops such as ``.item()`` or ``nonzero``).
+
+    ``strategy="fsdp", world_size=N``: the peak of one rank of N under FSDP2 (an
+    ``FSDPMemoryEstimate``; see fsdp_estimate), with the blocks ``block_classes`` names
+    (default: the largest list of repeated modules) sharded one by one as training shards
+    them, optionally with ``activation_checkpointing`` per block. ``strategy=None`` or
+    ``"single"``: one device, the whole model (the other FSDP arguments must be left out).
     """
+    if strategy == "fsdp":
+        from optimus_preflight.memory.fsdp_estimate import estimate_fsdp_step
+
+        if world_size is None:
+            raise ValueError("strategy='fsdp' needs world_size (the number of ranks sharding the model)")
+        return estimate_fsdp_step(
+            model_fn,
+            example_batch,
+            loss_fn,
+            lambda model: optimizer_fn(model.parameters()),
+            world_size=world_size,
+            precision=precision,
+            device=device,
+            accumulation_steps=accumulation_steps,
+            block_classes=block_classes,
+            activation_checkpointing=activation_checkpointing,
+            reshard_after_forward=reshard_after_forward,
+        )
+    if strategy not in (None, "single"):
+        raise ValueError(f"strategy must be 'single' (or None) or 'fsdp', got {strategy!r}")
+    if world_size not in (None, 1) or block_classes or activation_checkpointing or not reshard_after_forward:
+        raise ValueError("world_size, block_classes, activation_checkpointing and reshard_after_forward "
+                         "apply to strategy='fsdp' only")
     return estimate_training_step(
         model_fn,
         example_batch,

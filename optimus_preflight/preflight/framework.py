@@ -123,6 +123,11 @@ class Check:
     name: ClassVar[str]
     stage: ClassVar[Stage]
     requires: ClassVar[tuple[str, ...]] = ()
+    # Whether the check reads or runs the model's real weights, or judges training on this
+    # machine; None: the model and step stages do. A model too large for this machine is
+    # kept on the meta device for the memory verdict (preflight.memory.world_size), and
+    # the checks that need weights skip.
+    needs_weights: ClassVar[bool | None] = None
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -274,9 +279,17 @@ def fit_fixes_to_recipe(
     return issues
 
 
+def _needs_weights(check: Check) -> bool:
+    return check.stage in (Stage.MODEL, Stage.STEP) if check.needs_weights is None else check.needs_weights
+
+
 def run_check(check: Check, ctx: PreflightContext, results: dict[str, CheckResult], disabled: frozenset[str]) -> CheckResult:
     if check.name in disabled:
         return CheckResult(check.name, check.stage, CheckStatus.SKIPPED, 0.0, detail="disabled by preflight.disable")
+    if not getattr(ctx, "weights_materialized", True) and _needs_weights(check):
+        return CheckResult(check.name, check.stage, CheckStatus.SKIPPED, 0.0,
+                           detail="the model is on the meta device (too large for this machine's RAM, so it will not train here): "
+                           "only the memory verdict and the data checks run")
     blocked = [name for name in check.requires if name in results and not results[name].ok]
     missing = [name for name in check.requires if name not in results]
     if blocked or missing:

@@ -59,6 +59,11 @@ class PreflightContext:
     interruptible: Callable[[], ContextManager] = contextlib.nullcontext
 
     @property
+    def weights_materialized(self) -> bool:
+        """False for a model kept on the meta device (``strategy.build_for_verdict``)."""
+        return not any(param.is_meta for param in self.model.parameters())
+
+    @property
     def device(self) -> torch.device:
         return self.training.device
 

@@ -11,6 +11,11 @@ from torch.optim import Optimizer
 from optimus_preflight.training.batches import tensors
 
 
+def local_storage(tensor: torch.Tensor) -> torch.UntypedStorage:
+    """The storage this process holds for ``tensor``: an FSDP2 DTensor's is its shard's."""
+    return (tensor.to_local() if hasattr(tensor, "to_local") else tensor).untyped_storage()
+
+
 def tensor_bytes(value: Any) -> int:
     """Bytes of every tensor in a nested structure (each storage counted once)."""
     seen: set[tuple[int, int]] = set()
@@ -19,7 +24,7 @@ def tensor_bytes(value: Any) -> int:
         if item.device.type == "meta":
             key, size = (id(item), 0), item.numel() * item.element_size()
         else:
-            storage = item.untyped_storage()
+            storage = local_storage(item)
             key, size = (storage.data_ptr(), storage.nbytes()), storage.nbytes()
         if key not in seen:
             seen.add(key)

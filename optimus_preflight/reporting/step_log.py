@@ -50,7 +50,12 @@ class StepLogger:
         self._samples = 0
         self._since = time.perf_counter()
 
-    def on_step(self, step: int, result: StepResult, skipped_steps: int, *, force: bool = False) -> dict[str, Any] | None:
+    def on_step(self, step: int, result: StepResult, skipped_steps: int, *, force: bool = False,
+                warmup_s: float | None = None) -> dict[str, Any] | None:
+        """``warmup_s``: this step compiled the model (torch.compile) and took that long;
+        it is logged with its time and left out of ``samples_per_s``."""
+        if warmup_s is not None:
+            force = True
         self._steps += 1
         self._samples += result.samples
         for name in ("data_s", "forward_s", "backward_s", "optimizer_s"):
@@ -78,7 +83,10 @@ class StepLogger:
         if dynamics is not None:
             record.update(dynamics.on_logged_step(step, result, skipped_steps, loss))
         elapsed = time.perf_counter() - self._since  # after .item(): the device is in sync
-        record["samples_per_s"] = self._samples * self.world_size / max(elapsed, 1e-9)
+        if warmup_s is None:
+            record["samples_per_s"] = self._samples * self.world_size / max(elapsed, 1e-9)
+        else:
+            record["compile_warmup_s"] = warmup_s
         for name, key in (("data_s", "data"), ("forward_s", "forward"), ("backward_s", "backward"), ("optimizer_s", "optimizer")):
             record[f"time/{key}_ms"] = 1000.0 * getattr(self._times, name) / self._steps
         record.update(memory_metrics(self.device))

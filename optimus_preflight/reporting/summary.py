@@ -19,11 +19,16 @@ STATUSES = ("completed", "interrupted", "failed", "preflight_failed")
 
 
 def params_sha256(model: nn.Module) -> str:
-    """SHA-256 over the state_dict tensors' bytes in name order (no numpy needed)."""
+    """SHA-256 over the state_dict tensors' bytes in name order (no numpy needed). An
+    FSDP2 model's shards are gathered first (a collective: every rank calls this), so
+    the hash is that of the whole model, equal to an unsharded run's."""
     digest = hashlib.sha256()
     state = model.state_dict()
     for name in sorted(state):
-        tensor = state[name].detach().to("cpu").contiguous()
+        tensor = state[name].detach()
+        if hasattr(tensor, "full_tensor"):
+            tensor = tensor.full_tensor()
+        tensor = tensor.to("cpu").contiguous()
         digest.update(name.encode())
         digest.update(str(tensor.dtype).encode())
         digest.update(str(tuple(tensor.shape)).encode())

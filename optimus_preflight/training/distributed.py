@@ -32,6 +32,7 @@ class DistEnv:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    local_world_size: int = 1
 
     @property
     def is_main(self) -> bool:
@@ -47,6 +48,7 @@ class DistEnv:
             rank=int(os.environ.get("RANK", 0)),
             world_size=int(os.environ.get("WORLD_SIZE", 1)),
             local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+            local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
         )
 
 

@@ -26,7 +26,9 @@ def total_norm(params: list[torch.Tensor]) -> torch.Tensor:
     """The 2-norm over all gradients, computed as torch's clip_grad_norm_ computes it."""
     if not params:
         return torch.zeros(())
-    return torch.nn.utils.get_total_norm([p.grad for p in params], norm_type=2.0)
+    norm = torch.nn.utils.get_total_norm([p.grad for p in params], norm_type=2.0)
+    # FSDP2's sharded gradients give a replicated DTensor: the norm over every rank's shard.
+    return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
 
 def clip_grads_(params: list[torch.Tensor], max_norm: float, norm: torch.Tensor) -> None:

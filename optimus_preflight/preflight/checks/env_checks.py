@@ -210,6 +210,8 @@ class DiskSpaceCheck(Check):
 
     name = "env.disk_space"
     stage = Stage.ENVIRONMENT
+    # A model kept on the meta device does not fit this machine: it will train elsewhere.
+    needs_weights = True
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         directory = Path(ctx.run_dir)

@@ -1,7 +1,9 @@
 """Preflight checks: will the training step fit the GPU (local or a target size) and host RAM?
 
 Each check estimates two real training steps on fake tensors (the recipe's model,
-optimizer, loss and first batch, the configured precision and accumulation), compares
+optimizer, loss and first batch, the configured precision and accumulation); the GPU
+check estimates one rank of an FSDP2 job instead when ``preflight.memory.world_size`` is
+set or the run shards with ``trainer.strategy=fsdp`` (memory_fsdp). Each compares
 the peak with the usable memory and, when it does not fit or is within 10% of the
 limit, searches the estimator for the largest micro-batch that fits.
 
@@ -27,7 +29,9 @@ from optimus_preflight.memory import cuda_rules, optimizer_paths
 from optimus_preflight.memory.advice import memory_hints
 from optimus_preflight.memory.result import GIB, MemoryEstimate, gib
 from optimus_preflight.memory.search import largest_fitting_batch
+from optimus_preflight.preflight.checks.memory_fsdp import check_per_rank, fsdp_world_size, per_rank_need_of
 from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.sizes import local_storage
 from optimus_preflight.preflight.step_inputs import StepInputs, step_inputs
 from optimus_preflight.training.distributed import unwrap
 
@@ -259,6 +263,7 @@ class VRAMHeadroomCheck(Check):
     name = "memory.vram_headroom"
     stage = Stage.MODEL
     requires = ("data.first_batch",)
+    needs_weights = False  # fake tensors: the verdict for a model kept on the meta device
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         undersized = undersized_target(ctx.cfg.preflight.memory)
@@ -278,6 +283,16 @@ class VRAMHeadroomCheck(Check):
             return
         inputs = step_inputs(ctx)
         precision = gpu_precision(ctx)
+        world_size = fsdp_world_size(ctx)
+        if world_size is not None:  # one rank of an FSDP2 job (memory_fsdp)
+            estimate = check_per_rank(ctx, findings, limit, inputs, precision, world_size)
+            ctx.artifacts["memory.estimate"] = estimate
+            ctx.artifacts["memory.largest_micro_batch"] = findings.data.get("largest_micro_batch")
+            optimizer_step_finding(findings, what="GPU", estimate=estimate, need=findings.data["need_bytes"],
+                                   limit=limit, inputs=inputs,
+                                   need_of=per_rank_need_of(ctx, inputs, precision, world_size),
+                                   has_fused=optimizer_paths.supports_fused(ctx.optimizer))
+            return
         ddp = ddp_bucket_bytes(ctx)
 
         def need_for_batch(micro_batch: int) -> int:
@@ -325,7 +340,7 @@ def host_memory_held(ctx: PreflightContext) -> int:
     for tensor in tensors:
         if tensor.device.type != "cpu":
             continue
-        storage = tensor.untyped_storage()
+        storage = local_storage(tensor)
         if storage.data_ptr() not in seen:
             seen.add(storage.data_ptr())
             total += storage.nbytes()
