@@ -84,13 +84,13 @@ def test_a_recompilation_storm_is_named_with_its_fix(caplog):
             model(torch.randn(length, 4))
             watch.end_step(step)
         assert watch.warmup_s is not None and watch.recompiles == 2
-        assert not caplog.records
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
         for step, length in enumerate(range(5, 9), start=6):  # a new length every step: a storm
             watch.start_step()
             model(torch.randn(length, 4))
             watch.end_step(step)
     assert watch.recompiles >= compiling.STORM_RECOMPILES
-    [warning] = [r.getMessage() for r in caplog.records]
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert "trainer.compile_dynamic=true" in warning and "pad batches" in warning
     assert watch.summary()["compile_recompiles"] == watch.recompiles
     torch._dynamo.reset()
