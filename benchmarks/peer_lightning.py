@@ -1,6 +1,6 @@
 """The recipe against PyTorch Lightning's Trainer doing the same work.
 
-    python benchmarks/peer_lightning.py [--rounds 3] [--steps 40] [overrides ...]
+    python benchmarks/peer_lightning.py [--rounds 3] [--steps 30] [--skip 5] [overrides ...]
 
 Lightning is a benchmark-only dependency (``pip install -e ".[lightning]"``; ``.[dev]``
 has it). Without it the script prints a "skipped" line and no figure.
@@ -30,11 +30,11 @@ with its default preflight on; Lightning's side is ``Trainer(...).fit(module)``.
 Each round is one whole fresh run of each side, in this process, in lockstep
 (benchmarks/lockstep.py): the two runs take turns, each working until its next
 ``optimizer.step()`` and then handing over (each on a thread of its own; only one runs
-at a time). On a shared machine a stall then costs whichever
-side holds the turn for a step or so, not a whole run, and over a round both meet the
-same conditions. Rounds alternate which
-side starts; one short warm-up round (lazy imports, the corpus read, allocator and
-oneDNN warm-up) is not counted. Two ratios per round:
+at a time). On a shared machine a stall then costs whichever side holds the turn for a
+step or so, not a whole run, and over a round both meet the same conditions. Rounds
+alternate which side starts; one short warm-up round (lazy imports, the corpus read,
+allocator and oneDNN warm-up) is not counted. Off the main thread the recipe installs
+no signal handlers (they cost nothing until a signal comes). Two ratios per round:
 
 - per step (steady state): a side's step period is the time from one
   ``optimizer.step()`` call to its next, so all the per-step work counts (logging, the

@@ -73,7 +73,7 @@ BENCHMARKS = (
     Benchmark("peer_lightning.py", (
         Figure("recipe / Lightning, time per step", ("lightning_step_ratio",), "< 1.0", lambda v: v < 1.0),
         Figure("recipe / Lightning, whole run", ("lightning_run_ratio",),
-               "info (with the recipe's preflight, which Lightning lacks)", None),
+               "info (includes our preflight; Lightning has none)", None),
     )),
     Benchmark("compile_speed.py", (
         Figure("recipe compiled / eager, time per step", ("compile_speedup_ratio",),
