@@ -33,7 +33,20 @@ REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "optimus_preflight.cli"]
 
 
+# The files with the longest chains of subprocesses (torchrun, interrupt and resume), in
+# about that order. xdist --dist loadfile hands files out in collection order: starting
+# these first keeps one of them from being the last file left running alone.
+LONGEST_FILES = ("test_fsdp.py", "test_distributed.py", "test_compile.py", "test_resume.py", "test_checkpoint_store.py",
+                 "test_sweep.py", "test_submitit.py", "test_storage_failures.py", "test_resume_command.py", "test_cli.py")
+
+
+def _start_order(item) -> int:
+    name = Path(str(item.fspath)).name
+    return LONGEST_FILES.index(name) if name in LONGEST_FILES else len(LONGEST_FILES)
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_start_order)  # stable: each file keeps its own order
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device; none on this machine")
