@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import traceback
 import warnings
@@ -75,7 +76,11 @@ def ignore_sigint_in_worker(_worker_id: int) -> None:
 
 
 def _from_fd_sharer(args: threading.ExceptHookArgs) -> bool:
-    frames = traceback.extract_tb(args.exc_traceback) if args.exc_traceback else []
+    return _raised_in_fd_sharer(args.exc_traceback)
+
+
+def _raised_in_fd_sharer(tb: Any) -> bool:
+    frames = traceback.extract_tb(tb) if tb else []
     return any(frame.filename.endswith("resource_sharer.py") for frame in frames)
 
 
@@ -94,6 +99,15 @@ def quiet_orphaned_fd_sharer() -> None:
         previous(args)
 
     threading.excepthook = hook
+    # The server loop itself reports a failed accept() through sys.excepthook.
+    previous_sys = sys.excepthook
+
+    def sys_hook(exc_type: Any, exc: Any, tb: Any) -> None:
+        if issubclass(exc_type, ConnectionError) and _raised_in_fd_sharer(tb):
+            return
+        previous_sys(exc_type, exc, tb)
+
+    sys.excepthook = sys_hook
 
 
 class _WorkerInit:
