@@ -169,24 +169,17 @@ def estimate_training_step(
     finally:
         progress.clear()  # drop the fake model and optimizer
         random.setstate(python_rng)
-    estimate = MemoryEstimate(
-        peak_bytes=tracker.peak,
-        breakdown=tracker.peak_breakdown(),
+    estimate = MemoryEstimate.from_tracker(
+        tracker,
         method="fake",
         elapsed_s=time.perf_counter() - started,
         device=device,
         precision=precision,
         accumulation_steps=accumulation_steps,
-        detail=tracker.peak_detail(),
-        peak_at=tracker.peak_where,
         optimizer_step=optimizer_step,
     )
     if allocator is not None:
-        estimate.allocator_peak_bytes = allocator.peak_allocated
-        estimate.reserved_bytes = allocator.peak_reserved
-        estimate.workspace_bytes = cuda_rules.library_workspace_bytes()
-        estimate.context_bytes = cuda_rules.CUDA_CONTEXT_BYTES
-        estimate.notes.extend(CUDA_NOTES)
+        estimate.add_cuda_allocator(allocator, CUDA_NOTES)
     return estimate
 
 
@@ -221,15 +214,12 @@ def measure_step_memory(
             accumulation_steps=accumulation_steps,
             steps=steps,
         )
-    return MemoryEstimate(
-        peak_bytes=tracker.peak,
-        breakdown=tracker.peak_breakdown(),
+    return MemoryEstimate.from_tracker(
+        tracker,
         method="measured",
         elapsed_s=time.perf_counter() - started,
         precision=precision,
         accumulation_steps=accumulation_steps,
-        detail=tracker.peak_detail(),
-        peak_at=tracker.peak_where,
         optimizer_step=step_implementation(optimizer, "cpu"),
     )
 

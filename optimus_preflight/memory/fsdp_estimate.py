@@ -162,16 +162,13 @@ def _trace(
                 del model, optimizer
     finally:
         random.setstate(python_rng)
-    estimate = FSDPMemoryEstimate(
-        peak_bytes=tracker.peak,
-        breakdown=tracker.peak_breakdown(),
+    estimate = FSDPMemoryEstimate.from_tracker(
+        tracker,
         method="fake",
         elapsed_s=0.0,
         device=device,
         precision=precision,
         accumulation_steps=accumulation_steps,
-        detail=tracker.peak_detail(),
-        peak_at=tracker.peak_where,
         optimizer_step=optimizer_step,
         notes=[*FSDP_NOTES[: 2 if device == "cuda" else 1], _wrapping_note(len(blocks), world_size,
                                                                             activation_checkpointing, precision)],
@@ -181,11 +178,7 @@ def _trace(
     if allocator is not None:
         from optimus_preflight.memory.estimate import CUDA_NOTES
 
-        estimate.allocator_peak_bytes = allocator.peak_allocated
-        estimate.reserved_bytes = allocator.peak_reserved
-        estimate.workspace_bytes = cuda_rules.library_workspace_bytes()
-        estimate.context_bytes = cuda_rules.CUDA_CONTEXT_BYTES
-        estimate.notes.extend(CUDA_NOTES)
+        estimate.add_cuda_allocator(allocator, CUDA_NOTES)
     return estimate
 
 

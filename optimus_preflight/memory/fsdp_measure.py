@@ -129,15 +129,12 @@ def _measure(
             loss_fn, tracker, precision=precision, accumulation_steps=accumulation_steps,
             steps=int(options.get("steps", 2)),
         )
-    return FSDPMemoryEstimate(
-        peak_bytes=tracker.peak,
-        breakdown=tracker.peak_breakdown(),
+    return FSDPMemoryEstimate.from_tracker(
+        tracker,
         method="measured",
         elapsed_s=time.perf_counter() - started,
         precision=precision,
         accumulation_steps=accumulation_steps,
-        detail=tracker.peak_detail(),
-        peak_at=tracker.peak_where,
         optimizer_step=step_implementation(optimizer, "cpu"),
         world_size=world_size,
         activation_checkpointing=checkpointing,

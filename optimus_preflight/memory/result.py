@@ -54,6 +54,22 @@ class MemoryEstimate:
     # Why the traced estimate failed, for method == "analytic".
     reason: str | None = None
 
+    @classmethod
+    def from_tracker(cls, tracker: Any, **fields: Any):
+        """The peak a storage tracker saw, with its breakdown, detail and where it was."""
+        return cls(peak_bytes=tracker.peak, breakdown=tracker.peak_breakdown(), detail=tracker.peak_detail(),
+                   peak_at=tracker.peak_where, **fields)
+
+    def add_cuda_allocator(self, allocator: Any, notes: list[str]) -> None:
+        """The CUDA caching allocator's replayed peaks and the CUDA allowances."""
+        from optimus_preflight.memory import cuda_rules
+
+        self.allocator_peak_bytes = allocator.peak_allocated
+        self.reserved_bytes = allocator.peak_reserved
+        self.workspace_bytes = cuda_rules.library_workspace_bytes()
+        self.context_bytes = cuda_rules.CUDA_CONTEXT_BYTES
+        self.notes.extend(notes)
+
     @property
     def overhead_bytes(self) -> int:
         return self.workspace_bytes + self.context_bytes
