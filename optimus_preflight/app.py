@@ -24,7 +24,8 @@ from omegaconf import DictConfig
 
 from optimus_preflight.checkpoint.resume import check_resume_value
 from optimus_preflight.checkpoint.signals import signal_number
-from optimus_preflight.config.compose import compose
+from optimus_preflight.config.compose import ConfigSource, compose, declared_overrides
+from optimus_preflight.config.reads import UnreadOverride
 from optimus_preflight.config.registration import register_configs
 from optimus_preflight.config.validate import validate_config
 from optimus_preflight.errors import (
@@ -51,11 +52,30 @@ log = logging.getLogger("optimus_preflight")
 
 CONFIG_PATH = "pkg://optimus_preflight.conf"
 
+HELP_HEADER = """usage: optimus-train [KEY=VALUE ...] [-m] [--cfg job] [--version] [--hydra-help]
+
+Train a recipe, after a preflight that catches OOMs, hangs and silent mistraining.
+Exit codes: 0 ok, 1 internal error, 2 user error (bad config, a run dir in use or full,
+a dead data worker, a silent peer), 3 preflight failed, 128+signal after a clean stop
+with a checkpoint.
+
+  optimus-train trainer.max_steps=500 optimizer.lr=1e-3
+  optimus-train preflight.only=true preflight.memory.target_gib=80
+  optimus-train -m optimizer.lr=1e-3,3e-4          # a sweep
+  optimus-train hydra.run.dir=runs/a checkpoint.resume=auto
+
+The keys of this recipe's config (KEY = default  what it does); pick a group's option
+with GROUP=OPTION (optimizer=sgd, scheduler=warmup_cosine, recipe=char_lm_tiny).
+"""
+
+HELP_FOOTER = """
+--cfg job prints the composed config; Hydra's own options: --hydra-help. Docs: README.md."""
+
 
 def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
     """One override list per value of every sweep: each value is checked once, without
     composing the whole cartesian product."""
-    plain = [o for o in overrides if not _is_hydra_override(o)]
+    plain = [o for o in overrides if not _is_hydra_override(o) or o.lstrip("+").startswith("hydra.searchpath=")]
     if not multirun:
         return [plain]
     parsed = OverridesParser.create().parse_overrides(plain)
@@ -92,11 +112,12 @@ def check_before_work(cfg: DictConfig) -> None:
         signal_number(cfg.checkpoint.extra_signal)
 
 
-def check_overrides(overrides: list[str], multirun: bool, resolve: RecipeResolver | None) -> None:
+def check_overrides(overrides: list[str], multirun: bool, resolve: RecipeResolver | None,
+                    source: ConfigSource = ConfigSource()) -> None:
     """Every job's config, and the recipe class it names (when ``resolve`` is given),
     checked before Hydra starts: a bad value exits 2 before any run dir exists."""
     for job in _job_overrides(overrides, multirun):
-        cfg = compose(job)
+        cfg = compose(job, source=source)
         if resolve is not None:
             resolve(cfg)
         check_before_work(cfg)
@@ -118,6 +139,11 @@ def run_recipe(recipe_class: type, cfg: DictConfig, *, contain_bugs: bool = Fals
     """
     try:
         recipe_class(cfg).run()
+    except UnreadOverride as error:
+        log.error("%s", error)
+        if contain_bugs:
+            raise  # a sweep over a key nobody reads: every job would be the same run
+        return error.exit_code
     except UserError as error:
         log.error("%s", error)
         return error.exit_code
@@ -153,7 +179,7 @@ def _prepare_distributed(argv: list[str]) -> DistEnv:
         return env
     args = get_args_parser().parse_args(argv[1:])
     # One process group serves every job of a sweep: the first job's value sets its bound.
-    first_job = compose(_job_overrides(args.overrides, args.multirun)[0])
+    first_job = compose(_job_overrides(args.overrides, args.multirun)[0], source=_source(args))
     init_process_group(env, timeout_s=first_job.trainer.dist_timeout_s)
     try:
         stamp = broadcast_object(datetime.now().strftime("%Y-%m-%d/%H-%M-%S"))
@@ -174,6 +200,44 @@ def _extra_signal_name(overrides: list[str]) -> str:
     return "USR1"
 
 
+def _source(args: Any) -> ConfigSource:
+    return ConfigSource(args.config_dir, args.config_path, args.config_name)
+
+
+def _add_declared_config(argv: list[str], args: Any) -> None:
+    """Add the overrides that select the recipe class's own model/data/defaults
+    (config/recipe_config.py) to the command line Hydra parses, so the job, ``--cfg job``
+    and ``.hydra/config.yaml`` all see the recipe's own config."""
+    jobs = _job_overrides(args.overrides, args.multirun)
+    declared = {tuple(declared_overrides(job, _source(args))) for job in jobs}
+    if len(declared) > 1:
+        raise UserError(
+            "this sweep runs recipe classes that declare different configs",
+            key="recipe",
+            fix="Sweep one recipe class at a time (one -m command per recipe).",
+        )
+    argv += list(declared.pop()) if declared else []
+
+
+def _print_help_and_exit(args: Any) -> None:
+    """``--help``: every group and key of this recipe's config, with the schema's doc."""
+    from optimus_preflight.config.help_text import config_help
+    from optimus_preflight.config.registration import group_schemas
+
+    cfg = compose(_job_overrides(args.overrides, False)[0] if not args.multirun else [], source=_source(args))
+    print(HELP_HEADER)
+    print(config_help(cfg, group_schemas()))
+    print(HELP_FOOTER)
+    sys.exit(EXIT_OK)
+
+
+def _print_version_and_exit() -> None:
+    from optimus_preflight.config.help_text import version_text
+
+    print(version_text())
+    sys.exit(EXIT_OK)
+
+
 def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = None) -> None:
     """Run the app for ``recipe_class``, or for the class each job's ``recipe._target_``
     names, found by ``resolve``."""
@@ -186,13 +250,19 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
     register_configs()
     if recipe_class is not None:
         _with_default(sys.argv, "recipe._target_", f"{recipe_class.__module__}.{recipe_class.__qualname__}")
+    if "--version" in sys.argv[1:]:  # this package's version, not Hydra's
+        _print_version_and_exit()
     args = get_args_parser().parse_args(sys.argv[1:])
-    if not (args.help or args.hydra_help or args.info or args.shell_completion):
-        try:
-            check_overrides(args.overrides, args.multirun, resolve)
-        except UserError as error:
-            print(f"optimus-train: error: {error}", file=sys.stderr)
-            sys.exit(EXIT_USER_ERROR)
+    try:
+        _add_declared_config(sys.argv, args)
+        args = get_args_parser().parse_args(sys.argv[1:])
+        if args.help:
+            _print_help_and_exit(args)
+        if not (args.hydra_help or args.info or args.shell_completion):
+            check_overrides(args.overrides, args.multirun, resolve, _source(args))
+    except UserError as error:
+        print(f"optimus-train: error: {error}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
     _prepare_distributed(sys.argv)
     # submitit sends its pre-timeout signal (USR2 unless told) and reads this at import:
     # make it the signal our handler saves a checkpoint on.
@@ -212,7 +282,11 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
             return EXIT_OK
         cls = recipe_class or resolve(cfg)
         stop_timeouts.append(cfg.checkpoint.stop_timeout_s)
-        code = run_recipe(cls, cfg, contain_bugs=args.multirun)
+        try:
+            code = run_recipe(cls, cfg, contain_bugs=args.multirun)
+        except UnreadOverride as error:
+            sweep_dirs.append(Path(hydra_cfg.sweep.dir))
+            raise SweepInterrupted(error.exit_code) from None
         exit_codes.append(code)
         if args.multirun:
             sweep_dirs.append(Path(hydra_cfg.sweep.dir))

@@ -30,8 +30,9 @@ from optimus_preflight.checkpoint.run_dir import RunDirectory, open_run_director
 from optimus_preflight.checkpoint.signals import StopRequested
 from optimus_preflight.checkpoint.store import CheckpointStore
 from optimus_preflight.config.instantiate import config_rejections, instantiate_node, node_target
+from optimus_preflight.config.reads import check_overrides_read, recording_reads
 from optimus_preflight.dynamics import monitor_for_recipe
-from optimus_preflight.errors import PreflightFailed, TrainingInterrupted
+from optimus_preflight.errors import PreflightFailed, TrainingInterrupted, UserError
 from optimus_preflight.memory import start_oom_observer
 from optimus_preflight.mixins import (
     PreflightMixin,
@@ -40,17 +41,23 @@ from optimus_preflight.mixins import (
     TrainingIterationMixin,
 )
 from optimus_preflight.preflight.preflight_context import PreflightContext
+from optimus_preflight.reporting.loggers import make_logger_sinks
+from optimus_preflight.reporting.model_summary import format_model_summary, summarize_model, write_model_summary
 from optimus_preflight.reporting.progress import Progress
 from optimus_preflight.reporting.sinks import JsonlSink, MetricsLogger, make_tensorboard_sink
 from optimus_preflight.reporting.step_log import StepLogger
 from optimus_preflight.reporting.summary import memory_peaks, params_sha256, peak_memory_bytes, write_json_atomic
 from optimus_preflight.training.compiling import CompileWatch, check_compile_config, compile_model
 from optimus_preflight.training.distributed import all_reduce_sum, unwrap
-from optimus_preflight.training.evaluation import evaluate
+from optimus_preflight.training.evaluation import evaluate_metrics
+from optimus_preflight.training.monitoring import MetricMonitor, monitor_error
+from optimus_preflight.training.run_length import optimizer_steps_per_epoch, planned_max_steps
+from optimus_preflight.training.user_metrics import MetricCollector, prefixed
 from optimus_preflight.training.load_report import recording_loads
 from optimus_preflight.training.loaders import build_loader
 from optimus_preflight.training.optim import build_optimizer, group_names
 from optimus_preflight.training.run_state import RunState
+from optimus_preflight.training.step import split_loss_output
 from optimus_preflight.training.strategy import build_for_verdict, place_model, verdict_only
 from optimus_preflight.training.worker_deaths import WorkerDeathGuard, WorkerDied
 
@@ -64,6 +71,16 @@ def default_run_dir() -> Path:
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
     return Path("outputs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
+
+
+def command_line_overrides() -> list[str]:
+    """The job's overrides from the command line (Hydra's task overrides); none when the
+    recipe runs from Python with a composed config."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    return list(HydraConfig.get().overrides.task)
 
 
 def _ensure_logging() -> None:
@@ -96,6 +113,10 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self._running = False  # run(): the run dir is locked
         self.strategy = "single"  # single|ddp|fsdp, once setup placed the model
         self.compile_watch: CompileWatch | None = None  # trainer.compile: warm-up and recompiles
+        self.metrics = MetricCollector()  # what self.log records
+        self.steps_per_epoch: int | None = None  # optimizer steps per pass over train_loader, when it has a length
+        self.test_loader: DataLoader | None = None
+        self.tracker_sinks: list[Any] = []  # CSV, MLflow, W&B (logging.*): finished with the run's summary
 
     @classmethod
     def main(cls) -> None:
@@ -144,6 +165,34 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         loss = F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=-100)
         return loss, (targets != -100).sum()
 
+    def validation_step(self, model: nn.Module, batch: Any) -> Any:
+        """One evaluation batch: a dict of metrics, a loss tensor, or either with a count
+        as ``(x, count)``; or None after ``self.log`` calls. Each metric is averaged over
+        the whole loader (weighted by the count, else the batch size) and recorded as
+        ``val_<name>`` (``test_<name>`` on the test loader). Default: the training loss."""
+        loss, count = split_loss_output(self.compute_loss(model, batch), batch)
+        return {"loss": loss}, count
+
+    def build_test_dataloader(self) -> DataLoader | None:
+        """A loader evaluated once after training (and by ``trainer.test_only=true``);
+        None: no test."""
+        return None
+
+    def log(self, name: str, value: Any, *, prog_bar: bool = False) -> None:
+        """Record a metric of your own from ``compute_loss`` or ``validation_step``: a
+        number or a one-element tensor (left on its device until a logged step reads it).
+        Training values appear in the step records as ``name``; evaluation values as
+        ``val_<name>``. ``prog_bar=True`` also shows it on the progress bar/lines."""
+        self.metrics.log(name, value, prog_bar=prog_bar)
+
+    @classmethod
+    def compose(cls, overrides: list[str] | None = None) -> DictConfig:
+        """The config ``python my_recipe.py <overrides>`` builds for this class: its own
+        model/data groups and defaults (``model_config``, ``data_config``, ``config_defaults``)."""
+        from optimus_preflight.config.compose import compose
+
+        return compose(overrides, recipe=cls)
+
     # ----------------------------------------------------------------- lifecycle
     def setup(self) -> None:
         """Build everything and resume, writing nothing to the run dir; then commit to it.
@@ -169,6 +218,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         checkpointer.mark_boundary()
         self.run_directory.commit(self.cfg)
         checkpointer.settle()
+        self._report_model()
         log.info(
             "run dir %s | device %s | precision %s | %d trainable parameters",
             self.run_dir,
@@ -176,6 +226,18 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             context.precision,
             sum(p.numel() for p in self.model.parameters() if p.requires_grad),
         )
+
+    def _report_model(self) -> None:
+        """The model summary (parameters per top-level module, trainable vs frozen,
+        bytes): in train.log and the run dir, before the preflight and training."""
+        if not self.training_context.dist.is_main or any(p.is_meta for p in self.model.parameters()):
+            return
+        summary = summarize_model(unwrap(self.model))
+        log.info("model %s:\n%s", summary.model_type, format_model_summary(summary))
+        try:
+            write_model_summary(summary, self.run_dir)
+        except OSError as error:
+            log.warning("model_summary.txt could not be written: %s", error)
 
     @contextlib.contextmanager
     def _guarded_fetch(self) -> Iterator[None]:
@@ -185,6 +247,13 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             yield
 
     def _build_objects(self, context: Any) -> None:
+        """The builders, then the check that every command-line override of a builder's
+        group was read (config/reads.py): both before the run dir is touched."""
+        with recording_reads(self.cfg) as reads:
+            self._call_builders(context)
+        check_overrides_read(command_line_overrides(), reads, type(self))
+
+    def _call_builders(self, context: Any) -> None:
         """The builders, each of whose rejection of a config value is a UserError
         naming the key (``config_rejections``)."""
         cfg = self.cfg
@@ -197,10 +266,15 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         check_compile_config(cfg.trainer)
         with config_rejections("optimizer", cfg.get("optimizer")):
             self.optimizer = self.build_optimizer(model)
-        with config_rejections("scheduler", cfg.get("scheduler")):
-            self.scheduler = self.build_scheduler(self.optimizer)
+        # The loaders before the scheduler: with trainer.max_epochs, the schedule's length
+        # follows the training loader's.
         with config_rejections("data", cfg.get("data")):
             self.train_loader, self.val_loader = self.build_dataloaders()
+            self.test_loader = self.build_test_dataloader()
+        self.steps_per_epoch = optimizer_steps_per_epoch(self.train_loader, cfg.trainer.accumulation_steps)
+        cfg.trainer.max_steps = planned_max_steps(cfg.trainer.max_steps, cfg.trainer.max_epochs, self.steps_per_epoch)
+        with config_rejections("scheduler", cfg.get("scheduler")):
+            self.scheduler = self.build_scheduler(self.optimizer)
 
     def run(self) -> dict[str, Any]:
         """setup -> preflight -> train -> finalize; returns the summary. The run dir is
@@ -210,21 +284,24 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self._running = True
         try:
             self.setup()
-            if self.cfg.preflight.enabled:
-                try:
-                    report = self.preflight()
-                except StopRequested:  # e.g. Ctrl+C while the first batch will not come
-                    self.handle_training_interruption()
-                if report.failed:
-                    status = "preflight_failed"
-                    raise PreflightFailed(report)
-                if self.cfg.preflight.only:
-                    status = None
-                    return {"status": report.status, "preflight": report.to_dict()}
-            self._oom_observer = self._start_oom_observer()
-            if self.cfg.trainer.compile:  # after the preflight: its checks and estimate see the eager model
-                self.compile_watch = CompileWatch(len(compile_model(self.model, self.cfg.trainer, self.strategy)))
-            self.train()
+            if self.cfg.trainer.test_only:  # the resumed weights on the test loader, nothing else
+                self.test()
+            else:
+                if self.cfg.preflight.enabled:
+                    try:
+                        report = self.preflight()
+                    except StopRequested:  # e.g. Ctrl+C while the first batch will not come
+                        self.handle_training_interruption()
+                    if report.failed:
+                        status = "preflight_failed"
+                        raise PreflightFailed(report)
+                    if self.cfg.preflight.only:
+                        status = None
+                        return {"status": report.status, "preflight": report.to_dict()}
+                self._oom_observer = self._start_oom_observer()
+                if self.cfg.trainer.compile:  # after the preflight: its checks and estimate see the eager model
+                    self.compile_watch = CompileWatch(len(compile_model(self.model, self.cfg.trainer, self.strategy)))
+                self.train()
             status = "completed"
         except TrainingInterrupted:
             status = "interrupted"
@@ -255,26 +332,58 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         try:
             with self.worker_deaths:
                 self._train_loop(step_logger)
+                self._test(step_logger)
         except WorkerDied as died:
             self._stop_after_worker_death(died)
         finally:
             step_logger.close()
 
+    def test(self) -> dict[str, float]:
+        """``trainer.test_only=true``: the test loader on the resumed weights, nothing else."""
+        if self.test_loader is None:
+            raise UserError(f"trainer.test_only=true, but {type(self).__qualname__}.build_test_dataloader() returns None",
+                            key="trainer.test_only", fix="Return a DataLoader from build_test_dataloader(), or drop trainer.test_only.")
+        if self.interruption.resumed_from is None:
+            raise UserError("trainer.test_only=true, but there is no checkpoint to test: the model would be untrained",
+                            key="checkpoint.resume",
+                            fix="Point checkpoint.resume at a checkpoint (e.g. RUN_DIR/checkpoints/best), or run in a run dir that has one.")
+        step_logger = self._open_step_logger()
+        try:
+            with self.worker_deaths:
+                self._test(step_logger)
+        except WorkerDied as died:
+            self._stop_after_worker_death(died)
+        finally:
+            step_logger.close()
+        return self.state.final_metrics
+
+    def _eval_due(self, step: int) -> bool:
+        """Every trainer.eval_every_n_steps; 0: at the end of each epoch of an epoch-limited
+        run (and always at the end of the run, which the loop adds)."""
+        trainer = self.cfg.trainer
+        if trainer.eval_every_n_steps:
+            return step % trainer.eval_every_n_steps == 0
+        return trainer.max_epochs is not None and bool(self.steps_per_epoch) and step % self.steps_per_epoch == 0
+
     def _train_loop(self, step_logger: StepLogger) -> None:
         trainer = self.cfg.trainer
         interruption = self.interruption
+        monitors = self._metric_monitors()
         if self.state.eval_pending:
-            self._evaluate(step_logger)
-        while self.state.step < trainer.max_steps:
+            self._evaluate(step_logger, monitors)
+        while self.state.step < trainer.max_steps and self.state.stop_reason is None:
             if interruption.stop_agreed():
                 self.handle_training_interruption()
             watch = self.compile_watch
             if watch is not None:
                 watch.start_step()
+            self.metrics.start_step()
             try:
                 result = self.run_training_iteration()
             except StopRequested:
                 result = None
+            finally:
+                self.metrics.end_step()
             if result is None:  # stopped mid-window: roll back to the last boundary
                 self.optimizer.zero_grad(set_to_none=True)
                 self.handle_training_interruption()
@@ -285,21 +394,84 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             if watch is not None:
                 watch.end_step(self.state.step)
             record = step_logger.on_step(self.state.step, result, self.state.skipped_steps, force=done,
-                                         warmup_s=watch.warmup_s if warmup else None)
+                                         warmup_s=watch.warmup_s if warmup else None,
+                                         epoch=self.training_iteration.stream.position.epoch, user_metrics=self.metrics)
             if record is not None:
                 self.state.final_loss = record["loss"]
             if not result.stepped:
                 self.state.check_divergence(trainer.max_consecutive_skips, self.training_context.precision, result.loss.item())
-            every = trainer.eval_every_n_steps
-            if done or (every and self.state.step % every == 0):
+            if done or self._eval_due(self.state.step):
                 self.state.eval_pending = True
-                self._evaluate(step_logger)
+                self._evaluate(step_logger, monitors)
                 if self.state.eval_pending:
                     self.handle_training_interruption()
                 interruption.mark_boundary()
             if interruption.due(self.state.step):
                 interruption.save()
+        if self.state.stop_reason is not None:
+            log.info("stopping at step %d: %s", self.state.step, self.state.stop_reason)
         interruption.save()  # the final checkpoint
+
+    def _metric_monitors(self) -> dict[str, tuple[str, MetricMonitor]]:
+        """checkpoint.monitor (the best checkpoint) and trainer.early_stopping, by role,
+        with the history a resumed checkpoint carried."""
+        cfg = self.cfg
+        monitors: dict[str, tuple[str, MetricMonitor]] = {}
+        if cfg.checkpoint.monitor:
+            monitors["best"] = ("checkpoint.monitor", MetricMonitor(cfg.checkpoint.monitor, cfg.checkpoint.mode))
+        stopping = cfg.trainer.early_stopping
+        if stopping.monitor:
+            monitors["early_stopping"] = ("trainer.early_stopping.monitor",
+                                          MetricMonitor(stopping.monitor, stopping.mode, stopping.min_delta))
+        for role, (_, monitor) in monitors.items():
+            monitor.load_state_dict(self.state.monitors.get(role, {}))
+        return monitors
+
+    def _watch(self, metrics: dict[str, float], monitors: dict[str, tuple[str, MetricMonitor]]) -> None:
+        for role, (key, monitor) in monitors.items():
+            if monitor.metric not in metrics:
+                raise monitor_error(key, monitor.metric, metrics)
+            improved = monitor.update(metrics, self.state.step)
+            self.state.monitors[role] = monitor.state_dict()
+            if role == "best" and improved:
+                self._keep_best(monitor)
+            patience = self.cfg.trainer.early_stopping.patience
+            if role == "early_stopping" and monitor.evals_without_improvement >= patience:
+                self.state.stop_reason = (
+                    f"early stopping: {monitor.metric} did not improve by more than {monitor.min_delta:g} in "
+                    f"{patience} evaluation(s); best {monitor.best:.6g} at step {monitor.best_step}"
+                )
+
+    def _keep_best(self, monitor: MetricMonitor) -> None:
+        """A new best: this step's checkpoint (written now if it is not yet), linked as
+        checkpoints/best."""
+        path = self.interruption.save()
+        if path is not None and self.training_context.dist.is_main:
+            best = self.interruption.store.keep_as_best(path)
+            log.info("new best %s %.6g at step %d: %s", monitor.metric, monitor.best, self.state.step, best)
+
+    def _test(self, step_logger: StepLogger) -> None:
+        if self.test_loader is None:
+            return
+        metrics = self._run_evaluation(self.test_loader, max_batches=None)
+        if metrics is None:  # a stop during the test: the final checkpoint is on disk
+            self.handle_training_interruption()
+        metrics = prefixed(metrics, "test_")
+        self.state.final_metrics.update(metrics)
+        step_logger.on_eval(self.state.step, metrics)
+
+    def _run_evaluation(self, loader: DataLoader, max_batches: int | None) -> dict[str, float] | None:
+        with self.worker_deaths.fetching():  # evaluation leaves the weights as they are
+            return evaluate_metrics(
+                self.model,
+                loader,
+                self.validation_step,
+                self.training_context.plan,
+                self.metrics,
+                max_batches=max_batches,
+                should_stop=self.stop_requested,
+                reduce_sum=all_reduce_sum if self.training_context.dist.is_distributed else None,
+            )
 
     def _stop_after_worker_death(self, died: WorkerDied) -> NoReturn:
         """A worker death surfaces only in a data fetch (WorkerDeathGuard), where the
@@ -328,25 +500,25 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             largest_batch=check.data.get("largest_micro_batch") if check else None,
         )
 
-    def _evaluate(self, step_logger: StepLogger) -> None:
+    def _evaluate(self, step_logger: StepLogger, monitors: dict[str, tuple[str, MetricMonitor]]) -> None:
         if self.val_loader is None:
             self.state.eval_pending = False
             return
-        with self.worker_deaths.fetching():  # evaluation leaves the weights as they are
-            val_loss = evaluate(
-                self.model,
-                self.val_loader,
-                self.compute_loss,
-                self.training_context.plan,
-                max_batches=self.cfg.trainer.eval_max_batches,
-                should_stop=self.stop_requested,
-                reduce_sum=all_reduce_sum if self.training_context.dist.is_distributed else None,
-            )
-        if val_loss is not None or not self.stop_requested():
+        metrics = self._run_evaluation(self.val_loader, self.cfg.trainer.eval_max_batches)
+        if metrics is not None or not self.stop_requested():
             self.state.eval_pending = False
-        if val_loss is not None:
-            self.state.final_val_loss = val_loss
-            step_logger.on_eval(self.state.step, val_loss)
+        if metrics is None:
+            return
+        if not metrics:
+            log.warning("the validation loader produced no batches at step %d: no val_loss (check the split and "
+                        "data.eval_batch_size / drop_last)", self.state.step)
+            return
+        metrics = prefixed(metrics, "val_")
+        self.state.final_metrics.update(metrics)
+        if "val_loss" in metrics:
+            self.state.final_val_loss = metrics["val_loss"]
+        step_logger.on_eval(self.state.step, metrics)
+        self._watch(metrics, monitors)
 
     def _open_step_logger(self) -> StepLogger:
         logging_cfg = self.cfg.logging
@@ -358,6 +530,9 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", logging_cfg.flush_every_s, after_step=after))
             if logging_cfg.tensorboard and (sink := make_tensorboard_sink(self.run_dir / "tensorboard", after_step=after)):
                 sinks.append(sink)
+            if not self.tracker_sinks:
+                self.tracker_sinks = self._open_trackers(after)
+            sinks += [_ClosedAtFinalize(sink) for sink in self.tracker_sinks]
         progress_mode = logging_cfg.progress if context.dist.is_main else "none"
         metrics = MetricsLogger(sinks)
         self.interruption.add_last_words(lambda status: metrics.flush())  # a second Ctrl+C keeps what was logged
@@ -372,6 +547,31 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             reduce_sum=all_reduce_sum if context.dist.is_distributed else None,
             dynamics=monitor_for_recipe(self, sinks),
         )
+
+    def _open_trackers(self, after_step: int) -> list[Any]:
+        """logging.csv, logging.mlflow, logging.wandb; a resumed run continues the
+        trackers' runs whose ids its checkpoint kept."""
+        from hydra.core.hydra_config import HydraConfig
+
+        group = None
+        if HydraConfig.initialized() and HydraConfig.get().mode.name == "MULTIRUN":
+            group = str(HydraConfig.get().sweep.dir)  # a sweep's jobs are one group/experiment
+        sinks = make_logger_sinks(self.cfg.logging, self.run_dir, config=OmegaConf.to_container(self.cfg, resolve=True),
+                                  run_name=f"{self.run_dir.parent.name}/{self.run_dir.name}",
+                                  experiment=type(self).__name__, group=group, after_step=after_step,
+                                  resume_ids=self.state.logger_ids)
+        for sink in sinks:
+            if (run_id := sink.resume_id()) is not None:
+                self.state.logger_ids[sink.kind] = run_id
+        return sinks
+
+    def _finish_trackers(self, summary: dict[str, Any], status: str) -> None:
+        sinks, self.tracker_sinks = self.tracker_sinks, []
+        for sink in sinks:
+            try:
+                sink.finish(summary, status)
+            finally:
+                sink.close()
 
     def build_summary(self, status: str, wall_time_s: float, *, hash_params: bool = True) -> dict[str, Any]:
         """The summary.json payload. ``hash_params=False`` where the weights may be
@@ -392,8 +592,24 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             "resumed_from": str(self.interruption.resumed_from) if self.interruption and self.interruption.resumed_from else None,
             "params_sha256": params_sha256(unwrap(model)) if model is not None and hash_params else None,
             "skipped_steps": self.state.skipped_steps,
+            "epoch": self._epoch(),
+            "metrics": dict(self.state.final_metrics),
+            "test": {k: v for k, v in self.state.final_metrics.items() if k.startswith("test_")} or None,
+            "stop_reason": self.state.stop_reason,
+            "best_checkpoint": self._best_summary(),
             **(self.compile_watch.summary() if self.compile_watch is not None else {}),
         }
+
+    def _epoch(self) -> int | None:
+        iteration = getattr(self, "training_iteration", None)
+        return iteration.stream.position.epoch if iteration is not None else None
+
+    def _best_summary(self) -> dict[str, Any] | None:
+        best = self.state.monitors.get("best")
+        if not best or best.get("best") is None:
+            return None
+        path = self.run_dir / "checkpoints" / "best"
+        return {"path": str(path), "metric": best["metric"], "value": best["best"], "step": best["best_step"]}
 
     def write_forced_summary(self, status: str) -> bool:
         """summary.json from a forced exit's thread: the weights may be mid-update, so
@@ -424,6 +640,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
 
     def finalize(self, status: str, wall_time_s: float) -> dict[str, Any]:
         summary = self.build_summary(status, wall_time_s)
+        self._finish_trackers(summary, status)
         if self.write_summary(summary):
             log.info(
                 "%s after %d steps | final loss %s | val loss %s | %.1f s",
@@ -434,6 +651,24 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                 wall_time_s,
             )
         return summary
+
+
+class _ClosedAtFinalize:
+    """A tracker sink inside the step logger: the logger's close only flushes it; the run's
+    summary is sent (and the tracker's run ended) by ``finalize``."""
+
+    def __init__(self, sink: Any):
+        self.sink = sink
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.sink.write(record)
+
+    def flush(self) -> None:
+        if hasattr(self.sink, "flush"):
+            self.sink.flush()
+
+    def close(self) -> None:
+        self.flush()
 
 
 def _fmt(value: float | None) -> str:

@@ -169,6 +169,17 @@ class CharTransformer(nn.Module):
 class CharLMRecipe(TrainRecipe):
     """Next-character prediction; every builder comes from the config's ``_target_`` nodes."""
 
+    # The model and data options (conf/model/char_transformer.yaml, conf/data/stdlib_chars.yaml:
+    # YAML, because the model's block_size follows the data's) and this recipe's tuned values.
+    model_config = "char_transformer"
+    data_config = "stdlib_chars"
+    config_defaults = {
+        "trainer": {"max_steps": 400, "clip_grad_norm": 1.0, "eval_every_n_steps": 100, "eval_max_batches": 20},
+        "optimizer": {"lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.1},
+        "scheduler": "warmup_cosine",
+        "scheduler.warmup_steps": 40,
+    }
+
     def compute_loss(self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, int]:
         inputs, targets = batch
         logits = model(inputs)

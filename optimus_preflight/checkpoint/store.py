@@ -63,6 +63,7 @@ STATE_FILE = "state.pt"
 MANIFEST_FILE = "manifest.json"
 POINTER_FILE = "latest"
 PREFIX = "step_"
+BEST_NAME = "best"  # checkpoint.monitor's best checkpoint, beside the step directories
 TMP_PREFIX = ".tmp-"
 ASIDE_PREFIX = "set-aside-"
 FORMAT_VERSION = 3  # 3: tensors in tensors.bin beside state.pt (tensor_file.py); 2: manifests carry run_id
@@ -404,6 +405,38 @@ class CheckpointStore:
         _write_text_atomic(tmp / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
         _fsync_dir(tmp)
         return sum(entry["bytes"] for entry in manifest["files"].values())
+
+    def keep_as_best(self, path: Path) -> Path:
+        """Make ``checkpoints/best`` a copy of the checkpoint at ``path``: hard links (the
+        files are never written again), swapped in atomically; retention never prunes
+        it (its name is not a step's) and ``resume=auto`` never picks it."""
+        best = self.directory / BEST_NAME
+        tmp = self.directory / f".{BEST_NAME}.tmp"
+        old = self.directory / f".{BEST_NAME}.old"
+        try:
+            for leftover in (tmp, old):
+                if leftover.exists():
+                    shutil.rmtree(leftover)
+            tmp.mkdir()
+            for source in sorted(path.rglob("*")):
+                target = tmp / source.relative_to(path)
+                if source.is_dir():
+                    target.mkdir(exist_ok=True)
+                    continue
+                try:
+                    os.link(source, target)
+                except OSError:  # a filesystem without hard links
+                    shutil.copy2(source, target)
+            _fsync_dir(tmp)
+            if best.exists():
+                os.replace(best, old)
+            os.replace(tmp, best)
+            _fsync_dir(self.directory)
+            if old.exists():
+                shutil.rmtree(old)
+        except OSError as error:
+            raise StorageError.from_os_error(error, BEST_NAME, self.directory) from None
+        return best
 
     def load(self, path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
         """Verify, then load with ``weights_only=True`` (see ``load_state``).

@@ -31,6 +31,14 @@ _GROUP_SCHEMAS = {
 _registered = False
 
 
+def group_schemas() -> dict[str, type]:
+    """The schema of each group that has one (for ``--help``'s field docs)."""
+    schemas: dict[str, type] = {"recipe": schema.RecipeConfig}
+    for (group, _name), node in _GROUP_SCHEMAS.items():
+        schemas.setdefault(group, node)
+    return schemas
+
+
 def register_configs() -> None:
     global _registered
     if _registered:

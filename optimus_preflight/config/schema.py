@@ -12,6 +12,7 @@ from typing import Any, Optional
 from omegaconf import MISSING
 
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
+MONITOR_MODES = ("min", "max")
 DEVICES = ("auto", "cpu", "cuda")
 FAIL_ON = ("error", "warning", "never")
 PROGRESS_MODES = ("auto", "bar", "lines", "none")
@@ -46,16 +47,36 @@ class FSDPConfig:
 
 
 @dataclass
+class EarlyStoppingConfig:
+    # A metric of the evaluation records (val_loss, or val_<name> a recipe logs); null: off.
+    monitor: Optional[str] = None
+    # min: lower is better (a loss); max: higher is better (an accuracy).
+    mode: str = "min"
+    # Evaluations in a row without an improvement of more than min_delta before the run stops.
+    patience: int = 3
+    min_delta: float = 0.0
+
+
+@dataclass
 class TrainerConfig:
-    max_steps: int = 400
+    # Optimizer steps to run; null: as many as trainer.max_epochs takes. Either limit ends the run.
+    max_steps: Optional[int] = None
+    # Passes over the training loader; null: no epoch limit (trainer.max_steps ends the run).
+    max_epochs: Optional[int] = None
     accumulation_steps: int = 1
+    # auto: bf16 where the device runs it natively (a CUDA GPU with bf16), else fp32.
     precision: str = "auto"
     device: str = "auto"
     seed: int = 0
-    clip_grad_norm: Optional[float] = 1.0
-    eval_every_n_steps: int = 100
+    # Clip the total gradient norm to this value; null logs the norm without clipping.
+    clip_grad_norm: Optional[float] = None
+    # Evaluate every N optimizer steps; 0: at the end of every epoch and of the run only.
+    eval_every_n_steps: int = 0
     # Validation batches per evaluation; null evaluates the whole validation loader.
-    eval_max_batches: Optional[int] = 20
+    eval_max_batches: Optional[int] = None
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+    # Only run the recipe's test loader on the weights of checkpoint.resume, then exit.
+    test_only: bool = False
     skip_nonfinite: bool = True
     max_consecutive_skips: int = 20
     # Opt-in because deterministic kernels are slower and some ops have none.
@@ -103,10 +124,10 @@ class DataConfig:
 @dataclass
 class AdamWConfig:
     _target_: str = "torch.optim.AdamW"
-    lr: float = 3e-3
-    betas: tuple[float, float] = (0.9, 0.95)
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
-    weight_decay: float = 0.1
+    weight_decay: float = 0.01
     # Biases and normalisation weights have no capacity to overfit; decaying them hurts (O6).
     decay_bias_and_norm: bool = False
 
@@ -124,7 +145,10 @@ class SGDConfig:
 @dataclass
 class WarmupCosineConfig:
     _target_: str = "optimus_preflight.optim.warmup_cosine"
-    warmup_steps: int = 40
+    # Linear warmup steps; a run shorter than its warmup is clamped with a warning.
+    warmup_steps: int = 0
+    # Warmup as a fraction of the schedule's length (e.g. 0.05); overrides warmup_steps when set.
+    warmup_fraction: Optional[float] = None
     # LR at the end of the schedule, as a fraction of the peak LR.
     min_lr_ratio: float = 0.1
     # Length of the schedule in optimizer steps; null follows trainer.max_steps.
@@ -138,8 +162,31 @@ class ConstantLRConfig:
 
 
 @dataclass
+class MLflowConfig:
+    enabled: bool = False
+    # null: a local file store, mlruns/ in the working directory; or a server's URI.
+    tracking_uri: Optional[str] = None
+    # null: the recipe class's name. A sweep's jobs share the experiment.
+    experiment_name: Optional[str] = None
+
+
+@dataclass
+class WandbConfig:
+    enabled: bool = False
+    # null: the recipe class's name.
+    project: Optional[str] = None
+    entity: Optional[str] = None
+    # online|offline|disabled; null: the WANDB_MODE environment variable, else online.
+    mode: Optional[str] = None
+
+
+@dataclass
 class LoggingConfig:
     every_n_steps: int = 10
+    # metrics.csv beside metrics.jsonl: one row per record, a column per metric.
+    csv: bool = False
+    mlflow: MLflowConfig = field(default_factory=MLflowConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
     tensorboard: bool = False
     # auto: a tqdm bar on a terminal, plain log lines otherwise (CI, SLURM logs).
     progress: str = "auto"
@@ -194,6 +241,10 @@ class CheckpointConfig:
     stop_timeout_s: float = 60.0
     # Copy periodic checkpoints to host memory and write them on a background thread (not under FSDP).
     async_save: bool = False
+    # Keep the best checkpoint by this evaluation metric as checkpoints/best (never pruned); null: off.
+    monitor: Optional[str] = None
+    # min: lower is better (val_loss); max: higher is better (val_acc).
+    mode: str = "min"
 
 
 @dataclass
@@ -206,7 +257,7 @@ class SweepConfig:
 class Config:
     recipe: RecipeConfig = field(default_factory=RecipeConfig)
     model: Any = MISSING
-    data: DataConfig = field(default_factory=DataConfig)
+    data: Any = MISSING
     optimizer: Any = MISSING
     scheduler: Any = None
     trainer: TrainerConfig = field(default_factory=TrainerConfig)

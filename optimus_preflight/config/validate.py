@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from optimus_preflight.config.schema import FAIL_ON, PROGRESS_MODES, STRATEGIES
+from optimus_preflight.config.schema import FAIL_ON, MONITOR_MODES, PROGRESS_MODES, STRATEGIES
 from optimus_preflight.errors import UserError
 
 
@@ -27,7 +27,17 @@ class Rule:
 
 
 RULES = (
-    Rule("trainer.max_steps", lambda v: v >= 1, "must be >= 1", "Set trainer.max_steps to the number of optimizer steps to run, e.g. trainer.max_steps=500."),
+    Rule("trainer.max_steps", lambda v: v is None or v >= 1, "must be >= 1 or null", "Set trainer.max_steps to the number of optimizer steps to run, e.g. trainer.max_steps=500."),
+    Rule("trainer.max_epochs", lambda v: v is None or v >= 1, "must be >= 1 or null", "Set trainer.max_epochs to the number of passes over the training data, e.g. trainer.max_epochs=10, or null."),
+    Rule("trainer.early_stopping.mode", lambda v: v in MONITOR_MODES, "must be min or max", "Set trainer.early_stopping.mode=min for a loss, max for an accuracy."),
+    Rule("trainer.early_stopping.patience", lambda v: v >= 1, "must be >= 1", "Set trainer.early_stopping.patience=3 (evaluations without improvement before stopping)."),
+    Rule("trainer.early_stopping.min_delta", lambda v: math.isfinite(v) and v >= 0, "must be a finite number >= 0", "Set trainer.early_stopping.min_delta=0."),
+    Rule("checkpoint.monitor", lambda v: v is None or str(v).startswith("val_"), "must name an evaluation metric (val_loss, val_<name>) or be null", "Set checkpoint.monitor=val_loss, or val_<name> for a metric your validation_step returns or logs."),
+    Rule("trainer.early_stopping.monitor", lambda v: v is None or str(v).startswith("val_"), "must name an evaluation metric (val_loss, val_<name>) or be null", "Set trainer.early_stopping.monitor=val_loss, or val_<name> for a metric your validation_step returns or logs."),
+    Rule("checkpoint.mode", lambda v: v in MONITOR_MODES, "must be min or max", "Set checkpoint.mode=min for a loss, max for an accuracy."),
+    Rule("scheduler.warmup_steps", lambda v: v is None or v >= 0, "must be >= 0", "Set scheduler.warmup_steps=0 for no warmup."),
+    Rule("scheduler.warmup_fraction", lambda v: v is None or 0 <= v < 1, "must be in [0, 1) or null", "Set scheduler.warmup_fraction=0.05 (5% of the run), or null."),
+    Rule("scheduler.min_lr_ratio", lambda v: 0 <= v <= 1, "must be in [0, 1]", "Set scheduler.min_lr_ratio=0.1 (the final LR as a fraction of the peak)."),
     Rule("trainer.accumulation_steps", lambda v: v >= 1, "must be >= 1", "Set trainer.accumulation_steps=1 to disable accumulation."),
     Rule("trainer.clip_grad_norm", lambda v: v is None or v > 0, "must be > 0 or null", "Set trainer.clip_grad_norm=1.0, or trainer.clip_grad_norm=null to log the norm without clipping."),
     Rule("trainer.eval_every_n_steps", lambda v: v >= 0, "must be >= 0", "Set trainer.eval_every_n_steps=0 to evaluate only at the end."),
@@ -73,6 +83,10 @@ _MISSING = object()
 
 def validate_config(cfg: DictConfig) -> None:
     """Raise UserError for the first invalid value."""
+    if OmegaConf.select(cfg, "trainer.max_steps") is None and OmegaConf.select(cfg, "trainer.max_epochs") is None:
+        raise UserError("neither trainer.max_steps nor trainer.max_epochs is set: the run would never end",
+                        key="trainer.max_steps",
+                        fix="Set trainer.max_steps=1000 (optimizer steps) or trainer.max_epochs=10 (passes over the data).")
     for rule in RULES:
         present, value = _lookup(cfg, rule.key)
         if not present:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 from torch.cuda import _memory_viz
 from torch.optim import Optimizer
@@ -383,7 +384,7 @@ def start_oom_observer(
         optimizer=optimizer,
         hint_kwargs={
             "precision": precision or str(cfg.trainer.precision),
-            "batch_size": int(cfg.data.batch_size),
+            "batch_size": int(OmegaConf.select(cfg, "data.batch_size", default=None) or 1),
             "accumulation_steps": int(cfg.trainer.accumulation_steps),
             "largest_batch": largest_batch,
         },

@@ -105,6 +105,21 @@ def _key_handle(style: Style, text: str, marker: str | None = None) -> Line2D:
     return Line2D([], [], color=style.color, linestyle=style.linestyle, marker=marker, markersize=4, label=text)
 
 
+def _test_markers(ax: Axes, runs: list[Run], styles: list[Style], key: str) -> bool:
+    """A test metric (measured once, after training) as a star at its step, in the run's colour."""
+    drawn = False
+    for run, style in zip(runs, styles):
+        points = [(step, value) for step, value in zip(*run.series(key)) if math.isfinite(value)]
+        if points:
+            ax.plot(*points[-1], linestyle="none", marker="*", markersize=10, color=style.color, zorder=3)
+            drawn = True
+    return drawn
+
+
+def _test_handle(color: Any) -> Line2D:
+    return Line2D([], [], color=color, linestyle="none", marker="*", markersize=7, label="test")
+
+
 # A panel draws its curves and returns the legend entries that tell its line kinds
 # apart (train/val, one per parameter group); None when it had nothing to draw.
 Panel = Callable[[Axes, list[Run], list[Style]], list[Line2D] | None]
@@ -122,6 +137,8 @@ def draw_loss(ax: Axes, runs: list[Run], styles: list[Style]) -> list[Line2D] | 
         handles.append(_key_handle(style, "train"))
     if _curves(ax, runs, [val_style], "val_loss"):
         handles.append(_key_handle(val_style, "val", _point_marker(len(runs[0].series("val_loss")[0]))))
+    if handles and _test_markers(ax, runs, styles, "test_loss"):
+        handles.append(_test_handle(style.color))
     for warning in runs[0].warnings():
         ax.axvline(warning["step"], color="tab:red", alpha=0.4, linewidth=0.8)
         ax.annotate(warning["code"], (warning["step"], 1.0), xycoords=("data", "axes fraction"), fontsize=7, color="tab:red", rotation=90, va="top")
@@ -133,7 +150,9 @@ def draw_val_loss(ax: Axes, runs: list[Run], styles: list[Style]) -> list[Line2D
     ax.set_ylabel("validation loss")
     if len(runs) == 1:
         return None  # drawn on the loss panel, next to its train loss
-    return [] if _curves(ax, runs, styles, "val_loss") else None
+    if not _curves(ax, runs, styles, "val_loss"):
+        return None
+    return [_test_handle("gray")] if _test_markers(ax, runs, styles, "test_loss") else []
 
 
 def _peak_lrs(runs: list[Run]) -> list[float]:
@@ -242,6 +261,13 @@ PANELS: list[tuple[str, str, Panel]] = [
 ]
 
 
+def panels_for(runs: list[Run]) -> list[tuple[str, str, Panel]]:
+    """The built-in panels, then one per metric the recipe logged itself (user_panels.py)."""
+    from optimus_preflight.plotting.user_panels import user_panels  # it draws with this module's helpers
+
+    return PANELS + user_panels(runs)[0]
+
+
 def plain_number(value: float, _position: int | None = None) -> str:
     """Three significant digits as a plain decimal: 0.003, 0.5, 65536 (never 3e-03)."""
     if value == 0 or not math.isfinite(value):
@@ -296,7 +322,7 @@ def panel_figures(runs: list[Run], labels: list[str]) -> list[tuple[str, Figure]
     """(name, figure) for every panel with data; a sweep's legend names the runs."""
     styles = run_styles(len(runs))
     figures = []
-    for name, title, draw in PANELS:
+    for name, title, draw in panels_for(runs):
         fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
         handles = draw(ax, runs, styles)
         if handles is None:
@@ -314,7 +340,7 @@ def _panels_with_data(runs: list[Run], styles: list[Style]) -> list[tuple[str, P
     """(title, panel) of the panels that draw something; a trial draw decides, so the
     rule for "has data" (finite points, one run or many) lives in the panel alone."""
     probe = plt.figure()
-    available = [(title, draw) for _, title, draw in PANELS if draw(probe.add_subplot(), runs, styles) is not None]
+    available = [(title, draw) for _, title, draw in panels_for(runs) if draw(probe.add_subplot(), runs, styles) is not None]
     plt.close(probe)
     return available
 
@@ -355,6 +381,9 @@ def _save(fig: Figure, path: Path) -> Path:
 
 def plot_panels(runs: list[Run], labels: list[str], out_dir: Path, *, overview: bool = True) -> list[Path]:
     """One PNG per panel that has data, and an overview of all of them."""
+    from optimus_preflight.plotting.user_panels import log_left_out
+
+    log_left_out(runs)
     written = [_save(fig, out_dir / f"{name}.png") for name, fig in panel_figures(runs, labels)]
     if overview:
         fig = overview_figure(runs, labels)

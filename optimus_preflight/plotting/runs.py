@@ -19,6 +19,19 @@ from optimus_preflight.reporting.json_records import to_float, value_of
 
 METRICS_FILE = "metrics.jsonl"
 
+# The keys the toolkit itself writes to metrics.jsonl; every other numeric key is a
+# recipe's own metric (``self.log``). Step records: reporting/step_log.py (step, epoch,
+# loss, grad_norm, skipped_steps, grad_scale, samples_per_s, compile_warmup_s, time/*)
+# and reporting/sinks.py (lr, lr/<group>, memory/*); dynamics/monitor.py (update_ratio/*,
+# dead_fraction/*, grad_scale, skip_rate, warnings); reporting/json_records.py
+# (nonfinite); evaluations in recipe.py (val_loss, and test_loss after training).
+BUILTIN_KEYS = frozenset({
+    "step", "epoch", "loss", "lr", "grad_norm", "skipped_steps", "grad_scale", "samples_per_s",
+    "compile_warmup_s", "skip_rate", "warnings", "nonfinite", "val_loss", "test_loss",
+})
+BUILTIN_PREFIXES = ("lr/", "time/", "memory/", "update_ratio/", "dead_fraction/")
+VAL_PREFIX, TEST_PREFIX = "val_", "test_"  # an evaluation's metrics, prefixed by recipe.py
+
 
 @dataclass
 class Run:
@@ -42,6 +55,16 @@ class Run:
     def keys(self, prefix: str) -> list[str]:
         return sorted({key for record in self.records for key in record if key.startswith(prefix)})
 
+    def finite_keys(self) -> set[str]:
+        """Keys with at least one finite number (a metric that was always NaN draws nothing)."""
+        found: set[str] = set()
+        for record in self.records:
+            for key in record.keys() - found:
+                value = value_of(record, key)
+                if value is not None and math.isfinite(value):
+                    found.add(key)
+        return found
+
     def has(self, key: str) -> bool:
         return any(key in record for record in self.records)
 
@@ -55,6 +78,41 @@ class Run:
             return value
         _, values = self.series(key)
         return values[-1] if values else None
+
+
+def is_builtin(key: str) -> bool:
+    return key in BUILTIN_KEYS or key.startswith(BUILTIN_PREFIXES)
+
+
+@dataclass(frozen=True)
+class UserMetric:
+    """A recipe's own metric, drawn on one panel: its training key ``name``, evaluation
+    key ``val_<name>`` and test key ``test_<name>``, each None where nothing was logged.
+    An evaluation metric without a training counterpart is titled ``val_<name>``."""
+
+    title: str
+    train: str | None
+    val: str | None
+    test: str | None
+
+
+def user_metrics(runs: list[Run]) -> list[UserMetric]:
+    """Every recipe metric with a finite value in some run, sorted by title; a test
+    value alone (no training or evaluation curve to sit on) is left out."""
+    keys = {key for run in runs for key in run.finite_keys() if not is_builtin(key)}
+    train = {key for key in keys if not key.startswith((VAL_PREFIX, TEST_PREFIX))}
+    metrics = [
+        UserMetric(name, name, _present(VAL_PREFIX + name, keys), _present(TEST_PREFIX + name, keys)) for name in train
+    ]
+    for key in keys:
+        name = key.removeprefix(VAL_PREFIX)
+        if key.startswith(VAL_PREFIX) and name not in train:
+            metrics.append(UserMetric(key, None, key, _present(TEST_PREFIX + name, keys)))
+    return sorted(metrics, key=lambda metric: metric.title)
+
+
+def _present(key: str, keys: set[str]) -> str | None:
+    return key if key in keys else None
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

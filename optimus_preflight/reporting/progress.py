@@ -42,6 +42,7 @@ class Progress:
         self.start_step = initial_step
         self.started = time.monotonic()
         self._bar = None
+        self._shown: set[str] = set()  # a recipe's own metrics logged with prog_bar=True
         self._redirect = contextlib.ExitStack()
         if mode != "none" and use_bar(mode):
             self._bar = tqdm(total=total_steps, initial=initial_step, unit="step", dynamic_ncols=True)
@@ -57,6 +58,9 @@ class Progress:
         fields = {"loss": f"{record['loss']:.4f}", "lr": f"{record['lr']:.2e}"}
         if "grad_norm" in record:
             fields["gnorm"] = f"{record['grad_norm']:.3f}"
+        for name in sorted(self._shown):
+            if isinstance(record.get(name), float):
+                fields[name] = f"{record[name]:.4g}"
         if self._bar is not None:
             self._bar.set_postfix(fields, refresh=False)
         step = record["step"]
@@ -66,11 +70,16 @@ class Progress:
         text = " | ".join(f"{k} {v}" for k, v in fields.items())
         rate = record.get("samples_per_s")
         rate_text = f" | {rate:.0f} samples/s" if rate else ""
-        line = f"step {step}/{self.total} | {text}{rate_text} | eta {format_eta(eta)}"
+        epoch = f"epoch {record['epoch']} | " if "epoch" in record else ""
+        line = f"step {step}/{self.total} | {epoch}{text}{rate_text} | eta {format_eta(eta)}"
         if self._bar is not None:
             log_to_files(log, logging.INFO, line)  # the bar shows these figures on the terminal
         else:
             log.info(line)
+
+    def show(self, names: set[str]) -> None:
+        """Also show these metrics (``self.log(..., prog_bar=True)``)."""
+        self._shown |= names
 
     def write(self, message: str) -> None:
         log.info(message)  # through the bar while it is open

@@ -51,9 +51,11 @@ class StepLogger:
         self._since = time.perf_counter()
 
     def on_step(self, step: int, result: StepResult, skipped_steps: int, *, force: bool = False,
-                warmup_s: float | None = None) -> dict[str, Any] | None:
+                warmup_s: float | None = None, epoch: int | None = None,
+                user_metrics: Any = None) -> dict[str, Any] | None:
         """``warmup_s``: this step compiled the model (torch.compile) and took that long;
-        it is logged with its time and left out of ``samples_per_s``."""
+        it is logged with its time and left out of ``samples_per_s``. ``user_metrics``:
+        the recipe's MetricCollector, read (one transfer) on logged steps only."""
         if warmup_s is not None:
             force = True
         self._steps += 1
@@ -73,6 +75,7 @@ class StepLogger:
         loss = loss_tensor.item()
         record: dict[str, Any] = {
             "step": step,
+            **({"epoch": epoch} if epoch is not None else {}),
             "loss": loss,
             **lr_metrics(result.lrs, self.group_names),
             "grad_norm": result.grad_norm.item(),
@@ -80,6 +83,12 @@ class StepLogger:
         }
         if self.scaler.is_enabled():
             record["grad_scale"] = self.scaler.get_scale()
+        if user_metrics is not None:
+            world = self.world_size
+            mean = (lambda t: self.reduce_sum(t) / world) if self.reduce_sum is not None else None
+            for name, value in user_metrics.step_values(mean).items():
+                record.setdefault(name, value)  # a metric named like a built-in one does not replace it
+            self.progress.show(user_metrics.progress_bar)
         if dynamics is not None:
             record.update(dynamics.on_logged_step(step, result, skipped_steps, loss))
         elapsed = time.perf_counter() - self._since  # after .item(): the device is in sync
@@ -101,7 +110,7 @@ class StepLogger:
         self.progress.close()
         self.metrics.close()
 
-    def on_eval(self, step: int, val_loss: float) -> None:
-        record = {"step": step, "val_loss": val_loss}
-        self.metrics.log(record)
-        self.progress.write(f"step {step} | val_loss {val_loss:.4f}")
+    def on_eval(self, step: int, metrics: dict[str, float]) -> None:
+        """An evaluation's record (``val_*``, or ``test_*`` for the test loader)."""
+        self.metrics.log({"step": step, **metrics})
+        self.progress.write(f"step {step} | " + " | ".join(f"{name} {value:.4f}" for name, value in metrics.items()))

@@ -261,11 +261,17 @@ def already_completed(run_dir: Path, cfg: DictConfig) -> bool:
     if cfg.checkpoint.resume != "auto" or cfg.preflight.only:
         return False
     summary = _read_json(run_dir / "summary.json")
-    if not (summary and summary.get("status") == "completed" and (summary.get("steps") or 0) >= cfg.trainer.max_steps):
+    if not (summary and summary.get("status") == "completed"):
+        return False
+    # An early-stopped job is done; an epoch-limited one (max_steps null) ran its epochs.
+    max_steps = cfg.trainer.max_steps
+    if not summary.get("stop_reason") and max_steps is not None and (summary.get("steps") or 0) < max_steps:
         return False
     try:
         saved = OmegaConf.to_container(OmegaConf.load(run_dir / ".hydra" / "config.yaml"), resolve=True)
     except (OSError, ValueError, yaml.YAMLError):
         return False
     current = OmegaConf.to_container(cfg, resolve=True)
+    if max_steps is None and isinstance(saved.get("trainer"), dict):  # the run wrote the length it resolved
+        current["trainer"]["max_steps"] = saved["trainer"].get("max_steps")
     return not [key for key in config_changes(saved, current) if not key.startswith(EXPECTED_CHANGES)]

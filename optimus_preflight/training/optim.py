@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -14,6 +15,8 @@ from optimus_preflight.errors import UserError
 
 # Keys of the optimizer schemas that are ours, not the optimizer class's.
 OWN_OPTIMIZER_KEYS = ("_target_", "weight_decay", "decay_bias_and_norm")
+
+log = logging.getLogger("optimus_preflight")
 
 
 def weight_decay_groups(model: nn.Module, weight_decay: float, decay_bias_and_norm: bool) -> list[dict[str, Any]]:
@@ -67,8 +70,26 @@ class WarmupCosine:
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def warmup_cosine(optimizer: Optimizer, warmup_steps: int, min_lr_ratio: float, total_steps: int) -> LambdaLR:
-    return LambdaLR(optimizer, WarmupCosine(warmup_steps, total_steps, min_lr_ratio))
+def warmup_cosine(optimizer: Optimizer, warmup_steps: int, min_lr_ratio: float, total_steps: int,
+                  warmup_fraction: float | None = None) -> LambdaLR:
+    return LambdaLR(optimizer, WarmupCosine(fitted_warmup(warmup_steps, warmup_fraction, total_steps), total_steps, min_lr_ratio))
+
+
+def fitted_warmup(warmup_steps: int, warmup_fraction: float | None, total_steps: int) -> int:
+    """The warmup in steps: a fraction of the schedule when given; a warmup as long as the
+    run (the LR would never reach its peak) is cut to a tenth of it, with a warning."""
+    if warmup_fraction is not None:
+        if not 0 <= warmup_fraction < 1:
+            raise UserError(f"scheduler.warmup_fraction must be in [0, 1), got {warmup_fraction}",
+                            key="scheduler.warmup_fraction", fix="Set scheduler.warmup_fraction=0.05 (5% of the run).")
+        return round(warmup_fraction * total_steps)
+    if total_steps > 0 and warmup_steps >= total_steps:
+        fitted = total_steps // 10
+        log.warning("scheduler.warmup_steps=%d is not shorter than the %d-step schedule: the LR would never reach "
+                    "optimizer.lr; warming up for %d steps instead (set scheduler.warmup_fraction=0.05 to size it "
+                    "with the run)", warmup_steps, total_steps, fitted)
+        return fitted
+    return warmup_steps
 
 
 class LinearWarmup:

@@ -3,7 +3,7 @@ its counters, the losses it reports, and an evaluation a stop cut short."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from optimus_preflight.errors import TrainingDiverged
@@ -20,6 +20,14 @@ class RunState:
     final_val_loss: float | None = None
     # An evaluation a stop signal cut short: a resumed run redoes it first.
     eval_pending: bool = False
+    # The last evaluation's metrics (val_loss, val_<name>) and the test metrics.
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    # Best-so-far and patience of the metric monitors (training/monitoring.py), by role.
+    monitors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Why training ended before its limit (early stopping), for summary.json.
+    stop_reason: str | None = None
+    # The experiment trackers' run ids (MLflow, W&B): a resumed run continues their runs.
+    logger_ids: dict[str, str] = field(default_factory=dict)
 
     def record_step(self, stepped: bool, samples: int) -> None:
         self.step += 1
@@ -52,14 +60,18 @@ class RunState:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Missing keys keep their defaults (older checkpoints held only the counters)."""
-        for field in fields(self):
-            if field.name not in state:
+        for item in fields(self):
+            if item.name not in state:
                 continue
-            value = state[field.name]
-            if field.name.startswith("final_"):
+            value = state[item.name]
+            if item.name in ("final_metrics", "monitors", "logger_ids"):
+                value = dict(value or {})
+            elif item.name == "stop_reason":
+                value = None if value is None else str(value)
+            elif item.name.startswith("final_"):
                 value = None if value is None else float(value)
-            elif field.name == "eval_pending":
+            elif item.name == "eval_pending":
                 value = bool(value)
             else:
                 value = int(value)
-            setattr(self, field.name, value)
+            setattr(self, item.name, value)

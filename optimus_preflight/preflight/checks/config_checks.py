@@ -124,6 +124,31 @@ class LrScheduleCheck(Check):
         )
         for severity, message in schedule_findings(points, max_steps, length):
             findings.add(severity, "O8", message, fix, "scheduler.total_steps")
+        base = base_lr(scheduler, ctx.optimizer)
+        if (unreached := peak_not_reached(points, base, max_steps)) is not None:
+            findings.warning("O8", unreached,
+                             "Shorten the warmup: scheduler.warmup_fraction=0.05 (5% of the run), or a "
+                             "scheduler.warmup_steps well below trainer.max_steps.", "scheduler.warmup_steps")
+
+
+def base_lr(scheduler: Any, optimizer: Any) -> float | None:
+    """The LR the schedule scales (optimizer.lr as configured), where it is known."""
+    bases = getattr(scheduler, "base_lrs", None)
+    if bases:
+        return float(bases[0])
+    initial = optimizer.param_groups[0].get("initial_lr") if optimizer.param_groups else None
+    return float(initial) if initial is not None else None
+
+
+def peak_not_reached(points: list[tuple[int, float]], base: float | None, max_steps: int) -> str | None:
+    """A warmup longer than the run: the LR never comes near the configured one."""
+    if base is None or base <= 0 or not points:
+        return None
+    peak = max(lr for _, lr in points)
+    if peak >= 0.9 * base:
+        return None
+    return (f"the learning rate never reaches its configured value {base:.2e} within trainer.max_steps={max_steps}: "
+            f"it peaks at {peak:.2e} ({100 * peak / base:.0f}%), so the run is all warmup")
 
 
 def cpu_fp16_finding(precision: str, device_type: str) -> tuple[str, str] | None:

@@ -142,7 +142,8 @@ class SharedMemoryCheck(Check):
         usage = shutil.disk_usage(SHM_PATH)
         findings.data.update(total_bytes=usage.total, free_bytes=usage.free)
         findings.data["summary"] = f"/dev/shm {usage.free / GIB:.1f} GiB free of {usage.total / GIB:.1f} GiB"
-        workers = ctx.cfg.data.num_workers
+        # The loader's own count: a recipe's data config may have no num_workers at all.
+        workers = getattr(ctx.train_loader, "num_workers", 0) or 0
         if workers > 0 and usage.total < SHM_MIN_BYTES:
             findings.warning(
                 "DP15",
