@@ -175,9 +175,8 @@ class CharLMRecipe(TrainRecipe):
     data_config = "stdlib_chars"
     config_defaults = {
         "trainer": {"max_steps": 400, "clip_grad_norm": 1.0, "eval_every_n_steps": 100, "eval_max_batches": 20},
-        "optimizer": {"lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.1},
-        "scheduler": "warmup_cosine",
-        "scheduler.warmup_steps": 40,
+        "optimizer": ("adamw", {"lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}),
+        "scheduler": ("warmup_cosine", {"warmup_steps": 40}),
     }
 
     def compute_loss(self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, int]:

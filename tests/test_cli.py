@@ -85,13 +85,13 @@ if __name__ == "__main__":
 @pytest.mark.slow
 def test_subclass_overriding_one_builder_runs_by_target_and_by_main(tmp_path):
     (tmp_path / "my_recipes.py").write_text(SUBCLASS)
-    by_target = run_cli(tmp_path / "a", *TINY, "trainer.max_steps=3", "recipe._target_=my_recipes.PlainSGDRecipe", cwd=tmp_path)
+    by_target = run_cli(tmp_path / "a", *TINY, "trainer.max_steps=3", "scheduler.total_steps=10", "recipe._target_=my_recipes.PlainSGDRecipe", cwd=tmp_path)
     assert by_target.returncode == 0, by_target.output
-    # Warmup of 5 steps from the subclass's LR: 0.125 / 5 on the first step.
+    # Warmup of 5 steps (of a 10-step schedule) from the subclass's LR: 0.125 / 5 on the first step.
     assert by_target.metrics()[0]["lr"] == pytest.approx(0.025)
 
     by_main = subprocess.run(
-        [sys.executable, "my_recipes.py", *TINY, "trainer.max_steps=3", f"hydra.run.dir={tmp_path / 'b'}"],
+        [sys.executable, "my_recipes.py", *TINY, "trainer.max_steps=3", "scheduler.total_steps=10", f"hydra.run.dir={tmp_path / 'b'}"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -27,8 +27,8 @@ COMPILED = ("trainer.compile=true", "trainer.compile_backend=aot_eager")
 
 @pytest.mark.slow
 def test_compiled_training_matches_eager_and_resumes_across_compiled_and_eager(tmp_path):
-    eager = run_cli(tmp_path / "eager", *TINY, "trainer.max_steps=4", cwd=REPO)
-    compiled = run_cli(tmp_path / "compiled", *TINY, *COMPILED, "trainer.max_steps=3", cwd=REPO)
+    eager = run_cli(tmp_path / "eager", *TINY, "trainer.max_steps=4", "scheduler.total_steps=30", cwd=REPO)
+    compiled = run_cli(tmp_path / "compiled", *TINY, *COMPILED, "trainer.max_steps=3", "scheduler.total_steps=30", cwd=REPO)
     assert eager.returncode == 0 and compiled.returncode == 0, compiled.output
     eager_losses = {r["step"]: r["loss"] for r in eager.metrics() if "loss" in r}
     records = [r for r in compiled.metrics() if "loss" in r]
@@ -49,7 +49,7 @@ def test_compiled_training_matches_eager_and_resumes_across_compiled_and_eager(t
     assert params_sha256(model) == summary["params_sha256"]
 
     # Compiled -> eager: one more step from the compiled checkpoint.
-    resumed = run_cli(compiled.run_dir, *TINY, "trainer.max_steps=4", cwd=REPO)
+    resumed = run_cli(compiled.run_dir, *TINY, "trainer.max_steps=4", "scheduler.total_steps=30", cwd=REPO)
     assert resumed.returncode == 0, resumed.output
     [step_4] = [r for r in resumed.metrics() if r.get("step") == 4 and "loss" in r]
     assert step_4["loss"] == pytest.approx(eager_losses[4], abs=1e-5)

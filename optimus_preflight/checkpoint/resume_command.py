@@ -80,12 +80,17 @@ def program_words(launch: Launch, torchrun: list[str] | None = None) -> list[str
 
 
 def hydra_task_overrides() -> list[str]:
+    """The user's overrides: those the app generated from the recipe class are generated
+    again by the resumed run."""
+    from optimus_preflight.config.recipe_config import is_generated_override
+
     try:
         from hydra.core.hydra_config import HydraConfig
 
-        return list(HydraConfig.get().overrides.task)
+        overrides = list(HydraConfig.get().overrides.task)
     except Exception:  # not launched through the Hydra app
         return []
+    return [o for o in overrides if not is_generated_override(o)]
 
 
 def resume_command(run_dir: Path, overrides: Sequence[str] | None = None, launch: Launch | None = None) -> str:

@@ -8,7 +8,9 @@ A recipe class may set (all optional, inherited like any class attribute):
 - ``config_defaults``: a mapping from a group (``trainer``, ``optimizer``, ``scheduler``,
   ``logging``, ``checkpoint``, ``preflight``) to the values the recipe wants by default;
   a string instead of a mapping picks that group's option (``{"scheduler": "warmup_cosine"}``),
-  and a dotted key sets one value (``{"scheduler.warmup_steps": 40}``).
+  an ``(option, values)`` pair picks it with the recipe's values (which then apply to that
+  option only: ``optimizer=sgd`` on the command line gets SGD's own defaults), and a dotted
+  key sets one value (``{"trainer.max_steps": 400}``).
 - ``trainer_defaults``: shorthand for ``config_defaults["trainer"]``.
 
 Priority, lowest first: the schemas' defaults, the recipe class's declarations, a recipe
@@ -56,6 +58,14 @@ def _group_node(declared: Any, group: str, recipe_class: type) -> tuple[str | No
     )
 
 
+def _derived_option(group: str, option: str, values: Mapping[str, Any], recipe_class: type) -> str:
+    """An option of ``group`` that is ``option`` with the recipe's values: picking another
+    option on the command line leaves them behind."""
+    name = f"{option_name(recipe_class)}_{option}"
+    ConfigStore.instance().store(group=group, name=name, node={"defaults": [option, "_self_"], **dict(values)})
+    return name
+
+
 def _defaults_node(recipe_class: type) -> dict[str, Any] | None:
     """The recipe's ``config_defaults``/``trainer_defaults`` as one ``_global_`` config:
     group choices in its defaults list, values beside them."""
@@ -91,6 +101,14 @@ def _defaults_node(recipe_class: type) -> dict[str, Any] | None:
                 key=group,
                 fix=f"Use one of: {', '.join(_VALUE_GROUPS)}.",
             )
+        if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], Mapping):
+            if group not in _CHOICE_GROUPS:
+                raise UserError(
+                    f"{recipe_class.__qualname__}.config_defaults[{group!r}] picks an option, but {group} has no options",
+                    key=group,
+                    fix=f"Give {group} a mapping of keys to default values.",
+                )
+            value = _derived_option(group, value[0], value[1], recipe_class)
         if isinstance(value, str):
             if group not in _CHOICE_GROUPS:
                 raise UserError(
@@ -148,10 +166,11 @@ def recipe_overrides(recipe_class: type, overrides: Sequence[str]) -> list[str]:
         if group not in chosen:
             extra.append(f"{group}={option}")
     defaults = _defaults_node(recipe_class)
-    if defaults is not None and DEFAULTS_GROUP not in chosen:
+    if defaults is not None:
         name = option_name(recipe_class)
         store.store(group=DEFAULTS_GROUP, name=name, node=defaults, package="_global_")
-        extra.append(f"{DEFAULTS_GROUP}={name}")
+        if DEFAULTS_GROUP not in chosen:
+            extra.append(f"{DEFAULTS_GROUP}={name}")
     _generated.update(extra)
     return extra
 

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.optim import Optimizer
 
-from optimus_preflight.config.schema import FAIL_ON, Config, GradScalerConfig
+from optimus_preflight.config.schema import FAIL_ON, Config, DataConfig, GradScalerConfig
 from optimus_preflight.errors import PreflightFailed
 from optimus_preflight.preflight.defaults import default_checks
 from optimus_preflight.preflight.framework import Check, Issue
@@ -174,6 +174,7 @@ def foreign_loop_config(
     cfg = OmegaConf.structured(Config)
     cfg.model = {}
     cfg.optimizer = {}
+    cfg.data = OmegaConf.structured(DataConfig)
     batch_size = getattr(train_loader, "batch_size", None)
     cfg.data.batch_size = int(batch_size or 1)
     cfg.data.num_workers = int(getattr(train_loader, "num_workers", 0) or 0)
