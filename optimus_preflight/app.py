@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from optimus_preflight.checkpoint.resume import check_resume_value
 from optimus_preflight.checkpoint.signals import signal_number
-from optimus_preflight.config.compose import ConfigSource, compose, declared_overrides
+from optimus_preflight.config.compose import DEFAULT_SOURCE, ConfigSource, compose, declared_overrides
 from optimus_preflight.config.reads import UnreadOverride
 from optimus_preflight.config.registration import register_configs
 from optimus_preflight.config.validate import validate_config
@@ -113,7 +113,7 @@ def check_before_work(cfg: DictConfig) -> None:
 
 
 def check_overrides(overrides: list[str], multirun: bool, resolve: RecipeResolver | None,
-                    source: ConfigSource = ConfigSource()) -> None:
+                    source: ConfigSource = DEFAULT_SOURCE) -> None:
     """Every job's config, and the recipe class it names (when ``resolve`` is given),
     checked before Hydra starts: a bad value exits 2 before any run dir exists."""
     for job in _job_overrides(overrides, multirun):

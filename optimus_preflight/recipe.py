@@ -50,15 +50,15 @@ from optimus_preflight.reporting.summary import memory_peaks, params_sha256, pea
 from optimus_preflight.training.compiling import CompileWatch, check_compile_config, compile_model
 from optimus_preflight.training.distributed import all_reduce_sum, unwrap
 from optimus_preflight.training.evaluation import evaluate_metrics
-from optimus_preflight.training.monitoring import MetricMonitor, monitor_error
-from optimus_preflight.training.run_length import optimizer_steps_per_epoch, planned_max_steps
-from optimus_preflight.training.user_metrics import MetricCollector, prefixed
 from optimus_preflight.training.load_report import recording_loads
 from optimus_preflight.training.loaders import build_loader
+from optimus_preflight.training.monitoring import MetricMonitor, monitor_error
 from optimus_preflight.training.optim import build_optimizer, group_names
+from optimus_preflight.training.run_length import optimizer_steps_per_epoch, planned_max_steps
 from optimus_preflight.training.run_state import RunState
 from optimus_preflight.training.step import split_loss_output
 from optimus_preflight.training.strategy import build_for_verdict, place_model, verdict_only
+from optimus_preflight.training.user_metrics import MetricCollector, prefixed
 from optimus_preflight.training.worker_deaths import WorkerDeathGuard, WorkerDied
 
 log = logging.getLogger("optimus_preflight")

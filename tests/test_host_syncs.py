@@ -46,7 +46,16 @@ def count_tensor_reads(counter: list[int]):
             setattr(torch.Tensor, name, original)
 
 
-def _reads_for(steps: int, tmp_path, precision: str, skip_nonfinite: bool) -> int:
+class MetricLoggingCharLM(CharLMRecipe):
+    """Logs a metric of its own every micro-batch, as a user recipe does."""
+
+    def compute_loss(self, model, batch):
+        loss, count = super().compute_loss(model, batch)
+        self.log("perplexity", loss.detach().exp(), prog_bar=True)
+        return loss, count
+
+
+def _reads_for(steps: int, tmp_path, precision: str, skip_nonfinite: bool, recipe_class: type = CharLMRecipe) -> int:
     cfg = tiny_config(
         f"trainer.max_steps={steps}",
         "logging.every_n_steps=1000",  # only the forced last step is logged
@@ -57,7 +66,7 @@ def _reads_for(steps: int, tmp_path, precision: str, skip_nonfinite: bool) -> in
         f"trainer.skip_nonfinite={str(skip_nonfinite).lower()}",
         "trainer.accumulation_steps=2",
     )
-    recipe = CharLMRecipe(cfg, run_dir=tmp_path / f"run{steps}")
+    recipe = recipe_class(cfg, run_dir=tmp_path / f"run{steps}")
     recipe.setup()
     counter = [0]
     with count_tensor_reads(counter):
@@ -73,3 +82,11 @@ def test_unlogged_steps_read_nothing_but_the_nonfinite_check(tmp_path, precision
     # Fixed costs (the last, logged step; the final checkpoint) cancel in the difference.
     extra_reads = _reads_for(10, tmp_path, precision, skip_nonfinite) - _reads_for(4, tmp_path, precision, skip_nonfinite)
     assert extra_reads == 6 * per_step
+
+
+def test_a_metric_the_recipe_logs_is_read_on_logged_steps_only(tmp_path):
+    extra_reads = (_reads_for(10, tmp_path, "fp32", True, MetricLoggingCharLM)
+                   - _reads_for(4, tmp_path, "fp32", True, MetricLoggingCharLM))
+    assert extra_reads == 6  # the non-finite check alone, as without the metric
+    records = [line for line in (tmp_path / "run10" / "metrics.jsonl").read_text().splitlines() if "perplexity" in line]
+    assert len(records) == 2  # step 1 (always logged) and the forced last step
