@@ -166,3 +166,38 @@ def test_a_users_own_preset_beside_the_project(tmp_path, how):
     assert saved["model"] == {"width": 6, "dropout": 0.1} and saved["trainer"]["max_epochs"] == 1
     missing = run_cli(tmp_path / "bad", *where, "recipe=cnn_big", cwd=REPO)
     assert missing.returncode == 2 and "cnn_small" in missing.stderr
+
+
+@pytest.mark.slow
+def test_csv_mlflow_and_wandb_receive_the_config_metrics_and_summary(tmp_path):
+    store = tmp_path / "mlruns"
+    env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(tmp_path), "MLFLOW_ALLOW_FILE_STORE": "true"}
+    result = run_cli(tmp_path / "run", *QUIET, "trainer.max_epochs=1", "logging.csv=true", "logging.mlflow.enabled=true",
+                     f"logging.mlflow.tracking_uri=file://{store}", "logging.wandb.enabled=true", env=env)
+    assert result.returncode == 0, result.output
+    assert "val_acc" in (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0]
+    assert list((tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb"))
+    check = subprocess.run([sys.executable, "-c", f"""
+from mlflow.tracking import MlflowClient
+client = MlflowClient("file://{store}")
+[run] = client.search_runs([client.get_experiment_by_name("ShapesCNN").experiment_id])
+print(run.info.status, run.data.params["model.width"], [m.step for m in client.get_metric_history(run.info.run_id, "val_acc")],
+      "final/metrics.test_acc" in run.data.metrics)
+"""], capture_output=True, text=True, env={**__import__("os").environ, **env}, timeout=120)
+    assert check.stdout.split() == ["FINISHED", "16", "[16]", "True"], check.stderr
+
+
+@pytest.mark.slow
+def test_the_readme_example_runs_as_printed(tmp_path):
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("```python\n# shapes_cnn.py\n") + len("```python\n")
+    (tmp_path / "shapes_cnn.py").write_text(readme[start : readme.index("```", start)])
+    run = subprocess.run([sys.executable, "shapes_cnn.py", "hydra.run.dir=run", "logging.progress=none",
+                          "trainer.max_epochs=1", "checkpoint.monitor=val_acc", "checkpoint.mode=max"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["best_checkpoint"]["metric"] == "val_acc" and "test_acc" in summary["test"]
+    unread = subprocess.run([sys.executable, "shapes_cnn.py", "hydra.run.dir=run2", "model.n_layer=12"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert unread.returncode == 2 and "model.n_layer" in unread.stderr
