@@ -152,13 +152,24 @@ trainer:
 """
 
 
+PRIMARY = """defaults:
+  - config
+  - _self_
+hydra:
+  searchpath:
+    - pkg://optimus_preflight.conf
+"""
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["config-dir", "searchpath"])
+@pytest.mark.parametrize("how", ["config-dir", "searchpath", "config-path"])
 def test_a_users_own_preset_beside_the_project(tmp_path, how):
     presets = tmp_path / "my_conf"
     (presets / "recipe").mkdir(parents=True)
     (presets / "recipe" / "cnn_small.yaml").write_text(PRESET)
-    where = [f"--config-dir={presets}"] if how == "config-dir" else [f"hydra.searchpath=[file://{presets}]"]
+    (presets / "mine.yaml").write_text(PRIMARY)  # --config-path: the user's own primary config on ours
+    where = {"config-dir": [f"--config-dir={presets}"], "searchpath": [f"hydra.searchpath=[file://{presets}]"],
+             "config-path": [f"--config-path={presets}", "--config-name=mine"]}[how]
     result = run_cli(tmp_path / "run", *where, "recipe=cnn_small", "logging.progress=none", "preflight.enabled=false",
                      "model.dropout=0.1", cwd=REPO)
     assert result.returncode == 0, result.output
