@@ -41,18 +41,18 @@ from optimus_preflight.mixins import (
     TrainingIterationMixin,
 )
 from optimus_preflight.preflight.preflight_context import PreflightContext
-from optimus_preflight.reporting.loggers import make_logger_sinks
 from optimus_preflight.reporting.model_summary import format_model_summary, summarize_model, write_model_summary
 from optimus_preflight.reporting.progress import Progress
 from optimus_preflight.reporting.sinks import JsonlSink, MetricsLogger, make_tensorboard_sink
 from optimus_preflight.reporting.step_log import StepLogger
 from optimus_preflight.reporting.summary import memory_peaks, params_sha256, peak_memory_bytes, write_json_atomic
+from optimus_preflight.reporting.trackers import Trackers
 from optimus_preflight.training.compiling import CompileWatch, check_compile_config, compile_model
 from optimus_preflight.training.distributed import all_reduce_sum, unwrap
 from optimus_preflight.training.evaluation import evaluate_metrics
 from optimus_preflight.training.load_report import recording_loads
 from optimus_preflight.training.loaders import build_loader
-from optimus_preflight.training.monitoring import MetricMonitor, monitor_error
+from optimus_preflight.training.monitoring import MetricMonitor, MetricWatch
 from optimus_preflight.training.optim import build_optimizer, group_names
 from optimus_preflight.training.run_length import optimizer_steps_per_epoch, planned_max_steps
 from optimus_preflight.training.run_state import RunState
@@ -116,7 +116,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self.metrics = MetricCollector()  # what self.log records
         self.steps_per_epoch: int | None = None  # optimizer steps per pass over train_loader, when it has a length
         self.test_loader: DataLoader | None = None
-        self.tracker_sinks: list[Any] = []  # CSV, MLflow, W&B (logging.*): finished with the run's summary
+        self.trackers = Trackers()  # CSV, MLflow, W&B (logging.*): finished with the run's summary
 
     @classmethod
     def main(cls) -> None:
@@ -368,7 +368,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
     def _train_loop(self, step_logger: StepLogger) -> None:
         trainer = self.cfg.trainer
         interruption = self.interruption
-        monitors = self._metric_monitors()
+        monitors = MetricWatch(self.cfg.checkpoint, trainer.early_stopping, self.state.monitors)
         if self.state.eval_pending:
             self._evaluate(step_logger, monitors)
         while self.state.step < trainer.max_steps and self.state.stop_reason is None:
@@ -412,35 +412,11 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             log.info("stopping at step %d: %s", self.state.step, self.state.stop_reason)
         interruption.save()  # the final checkpoint
 
-    def _metric_monitors(self) -> dict[str, tuple[str, MetricMonitor]]:
-        """checkpoint.monitor (the best checkpoint) and trainer.early_stopping, by role,
-        with the history a resumed checkpoint carried."""
-        cfg = self.cfg
-        monitors: dict[str, tuple[str, MetricMonitor]] = {}
-        if cfg.checkpoint.monitor:
-            monitors["best"] = ("checkpoint.monitor", MetricMonitor(cfg.checkpoint.monitor, cfg.checkpoint.mode))
-        stopping = cfg.trainer.early_stopping
-        if stopping.monitor:
-            monitors["early_stopping"] = ("trainer.early_stopping.monitor",
-                                          MetricMonitor(stopping.monitor, stopping.mode, stopping.min_delta))
-        for role, (_, monitor) in monitors.items():
-            monitor.load_state_dict(self.state.monitors.get(role, {}))
-        return monitors
-
-    def _watch(self, metrics: dict[str, float], monitors: dict[str, tuple[str, MetricMonitor]]) -> None:
-        for role, (key, monitor) in monitors.items():
-            if monitor.metric not in metrics:
-                raise monitor_error(key, monitor.metric, metrics)
-            improved = monitor.update(metrics, self.state.step)
-            self.state.monitors[role] = monitor.state_dict()
-            if role == "best" and improved:
-                self._keep_best(monitor)
-            patience = self.cfg.trainer.early_stopping.patience
-            if role == "early_stopping" and monitor.evals_without_improvement >= patience:
-                self.state.stop_reason = (
-                    f"early stopping: {monitor.metric} did not improve by more than {monitor.min_delta:g} in "
-                    f"{patience} evaluation(s); best {monitor.best:.6g} at step {monitor.best_step}"
-                )
+    def _watch(self, metrics: dict[str, float], watch: MetricWatch) -> None:
+        new_best, stop = watch.observe(metrics, self.state.step, self.state.monitors)
+        if new_best:
+            self._keep_best(watch.best)
+        self.state.stop_reason = self.state.stop_reason or stop
 
     def _keep_best(self, monitor: MetricMonitor) -> None:
         """A new best: this step's checkpoint (written now if it is not yet), linked as
@@ -500,7 +476,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             largest_batch=check.data.get("largest_micro_batch") if check else None,
         )
 
-    def _evaluate(self, step_logger: StepLogger, monitors: dict[str, tuple[str, MetricMonitor]]) -> None:
+    def _evaluate(self, step_logger: StepLogger, monitors: MetricWatch) -> None:
         if self.val_loader is None:
             self.state.eval_pending = False
             return
@@ -530,9 +506,9 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", logging_cfg.flush_every_s, after_step=after))
             if logging_cfg.tensorboard and (sink := make_tensorboard_sink(self.run_dir / "tensorboard", after_step=after)):
                 sinks.append(sink)
-            if not self.tracker_sinks:
-                self.tracker_sinks = self._open_trackers(after)
-            sinks += [_ClosedAtFinalize(sink) for sink in self.tracker_sinks]
+            self.trackers.open(self.cfg, self.run_dir, experiment=type(self).__name__, after_step=after,
+                               ids=self.state.logger_ids)
+            sinks += self.trackers.for_step_logger()
         progress_mode = logging_cfg.progress if context.dist.is_main else "none"
         metrics = MetricsLogger(sinks)
         self.interruption.add_last_words(lambda status: metrics.flush())  # a second Ctrl+C keeps what was logged
@@ -547,31 +523,6 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             reduce_sum=all_reduce_sum if context.dist.is_distributed else None,
             dynamics=monitor_for_recipe(self, sinks),
         )
-
-    def _open_trackers(self, after_step: int) -> list[Any]:
-        """logging.csv, logging.mlflow, logging.wandb; a resumed run continues the
-        trackers' runs whose ids its checkpoint kept."""
-        from hydra.core.hydra_config import HydraConfig
-
-        group = None
-        if HydraConfig.initialized() and HydraConfig.get().mode.name == "MULTIRUN":
-            group = str(HydraConfig.get().sweep.dir)  # a sweep's jobs are one group/experiment
-        sinks = make_logger_sinks(self.cfg.logging, self.run_dir, config=OmegaConf.to_container(self.cfg, resolve=True),
-                                  run_name=f"{self.run_dir.parent.name}/{self.run_dir.name}",
-                                  experiment=type(self).__name__, group=group, after_step=after_step,
-                                  resume_ids=self.state.logger_ids)
-        for sink in sinks:
-            if (run_id := sink.resume_id()) is not None:
-                self.state.logger_ids[sink.kind] = run_id
-        return sinks
-
-    def _finish_trackers(self, summary: dict[str, Any], status: str) -> None:
-        sinks, self.tracker_sinks = self.tracker_sinks, []
-        for sink in sinks:
-            try:
-                sink.finish(summary, status)
-            finally:
-                sink.close()
 
     def build_summary(self, status: str, wall_time_s: float, *, hash_params: bool = True) -> dict[str, Any]:
         """The summary.json payload. ``hash_params=False`` where the weights may be
@@ -640,7 +591,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
 
     def finalize(self, status: str, wall_time_s: float) -> dict[str, Any]:
         summary = self.build_summary(status, wall_time_s)
-        self._finish_trackers(summary, status)
+        self.trackers.finish(summary, status)
         if self.write_summary(summary):
             log.info(
                 "%s after %d steps | final loss %s | val loss %s | %.1f s",
@@ -651,24 +602,6 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                 wall_time_s,
             )
         return summary
-
-
-class _ClosedAtFinalize:
-    """A tracker sink inside the step logger: the logger's close only flushes it; the run's
-    summary is sent (and the tracker's run ended) by ``finalize``."""
-
-    def __init__(self, sink: Any):
-        self.sink = sink
-
-    def write(self, record: dict[str, Any]) -> None:
-        self.sink.write(record)
-
-    def flush(self) -> None:
-        if hasattr(self.sink, "flush"):
-            self.sink.flush()
-
-    def close(self) -> None:
-        self.flush()
 
 
 def _fmt(value: float | None) -> str:

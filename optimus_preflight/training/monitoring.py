@@ -56,3 +56,39 @@ def monitor_error(key: str, metric: str, metrics: dict[str, float]) -> UserError
         key=key,
         fix=f"Set {key} to one of those: val_loss, or val_<name> for a metric validation_step returns or logs.",
     )
+
+
+class MetricWatch:
+    """The run's monitors by role: ``best`` (checkpoint.monitor) and ``early_stopping``
+    (trainer.early_stopping), restored from and written back to the run state's
+    ``monitors`` so every checkpoint carries them."""
+
+    def __init__(self, checkpoint_cfg: Any, early_stopping_cfg: Any, saved: dict[str, dict[str, Any]]):
+        self.monitors: dict[str, tuple[str, MetricMonitor]] = {}
+        if checkpoint_cfg.monitor:
+            self.monitors["best"] = ("checkpoint.monitor", MetricMonitor(checkpoint_cfg.monitor, checkpoint_cfg.mode))
+        if early_stopping_cfg.monitor:
+            self.monitors["early_stopping"] = ("trainer.early_stopping.monitor", MetricMonitor(
+                early_stopping_cfg.monitor, early_stopping_cfg.mode, early_stopping_cfg.min_delta))
+        self.patience = int(early_stopping_cfg.patience)
+        for role, (_, monitor) in self.monitors.items():
+            monitor.load_state_dict(saved.get(role, {}))
+
+    def observe(self, metrics: dict[str, float], step: int, saved: dict[str, dict[str, Any]]) -> tuple[bool, str | None]:
+        """Record an evaluation: (a new best checkpoint is due, why training stops or None)."""
+        new_best, stop = False, None
+        for role, (key, monitor) in self.monitors.items():
+            if monitor.metric not in metrics:
+                raise monitor_error(key, monitor.metric, metrics)
+            improved = monitor.update(metrics, step)
+            saved[role] = monitor.state_dict()
+            new_best = new_best or (role == "best" and improved)
+            if role == "early_stopping" and monitor.evals_without_improvement >= self.patience:
+                stop = (f"early stopping: {monitor.metric} did not improve by more than {monitor.min_delta:g} in "
+                        f"{self.patience} evaluation(s); best {monitor.best:.6g} at step {monitor.best_step}")
+        return new_best, stop
+
+    @property
+    def best(self) -> MetricMonitor | None:
+        entry = self.monitors.get("best")
+        return entry[1] if entry else None
