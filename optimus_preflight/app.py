@@ -52,20 +52,20 @@ log = logging.getLogger("optimus_preflight")
 
 CONFIG_PATH = "pkg://optimus_preflight.conf"
 
-HELP_HEADER = """usage: optimus-train [KEY=VALUE ...] [-m] [--cfg job] [--version] [--hydra-help]
+HELP_HEADER = """usage: {prog} [-m] [--cfg job] [--version] [--hydra-help] [KEY=VALUE ...]
 
 Train a recipe, after a preflight that catches OOMs, hangs and silent mistraining.
 Exit codes: 0 ok, 1 internal error, 2 user error (bad config, a run dir in use or full,
 a dead data worker, a silent peer), 3 preflight failed, 128+signal after a clean stop
 with a checkpoint.
 
-  optimus-train trainer.max_steps=500 optimizer.lr=1e-3
-  optimus-train preflight.only=true preflight.memory.target_gib=80
-  optimus-train -m optimizer.lr=1e-3,3e-4          # a sweep
-  optimus-train hydra.run.dir=runs/a checkpoint.resume=auto
+  {prog} trainer.max_steps=500 optimizer.lr=1e-3
+  {prog} preflight.only=true preflight.memory.target_gib=80
+  {prog} -m optimizer.lr=1e-3,3e-4          # a sweep (-m before the overrides)
+  {prog} hydra.run.dir=runs/a checkpoint.resume=auto
 
 The keys of this recipe's config (KEY = default  what it does); pick a group's option
-with GROUP=OPTION (optimizer=sgd, scheduler=warmup_cosine, recipe=char_lm_tiny).
+with GROUP=OPTION (optimizer=sgd, scheduler=warmup_cosine).
 """
 
 HELP_FOOTER = """
@@ -124,10 +124,12 @@ def check_overrides(overrides: list[str], multirun: bool, resolve: RecipeResolve
 
 
 class SweepInterrupted(BaseException):
-    """Stops Hydra's launcher: a BaseException passes through its per-job error capture."""
+    """Stops Hydra's launcher: a BaseException passes through its per-job error capture.
+    ``rerun``: whether running the same command again continues the sweep."""
 
-    def __init__(self, exit_code: int):
+    def __init__(self, exit_code: int, rerun: bool = True):
         self.exit_code = exit_code
+        self.rerun = rerun
         super().__init__(exit_code)
 
 
@@ -225,7 +227,8 @@ def _print_help_and_exit(args: Any) -> None:
     from optimus_preflight.config.registration import group_schemas
 
     cfg = compose(_job_overrides(args.overrides, False)[0] if not args.multirun else [], source=_source(args))
-    print(HELP_HEADER)
+    program = Path(sys.argv[0]).name
+    print(HELP_HEADER.format(prog="optimus-train" if program in ("cli.py", "optimus-train", "__main__.py") else f"python {program}"))
     print(config_help(cfg, group_schemas()))
     print(HELP_FOOTER)
     sys.exit(EXIT_OK)
@@ -277,7 +280,7 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
         hydra_cfg = HydraConfig.get()
         run_dir = Path(hydra_cfg.runtime.output_dir)
         if already_completed(run_dir, cfg):
-            log.info("%s already completed %d steps: skipping (checkpoint.resume=auto)", run_dir, cfg.trainer.max_steps)
+            log.info("%s already completed: skipping (checkpoint.resume=auto)", run_dir)
             exit_codes.append(EXIT_OK)
             return EXIT_OK
         cls = recipe_class or resolve(cfg)
@@ -286,7 +289,7 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
             code = run_recipe(cls, cfg, contain_bugs=args.multirun)
         except UnreadOverride as error:
             sweep_dirs.append(Path(hydra_cfg.sweep.dir))
-            raise SweepInterrupted(error.exit_code) from None
+            raise SweepInterrupted(error.exit_code, rerun=False) from None
         exit_codes.append(code)
         if args.multirun:
             sweep_dirs.append(Path(hydra_cfg.sweep.dir))
@@ -301,7 +304,10 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
         _task()
     except SweepInterrupted as stop:
         write_sweep_summary(sweep_dirs[-1])
-        log.warning("sweep stopped early; re-run the same command with the same hydra.sweep.dir and checkpoint.resume=auto to continue")
+        if stop.rerun:
+            log.warning("sweep stopped early; re-run the same command with the same hydra.sweep.dir and checkpoint.resume=auto to continue")
+        else:
+            log.warning("sweep stopped before its first job trained: every job would have been the same run; fix the override above")
         sys.exit(stop.exit_code)
     except KeyboardInterrupt:
         # Ctrl+C outside a run's handlers (starting up, or after its summary): no run to save.

@@ -48,6 +48,7 @@ from optimus_preflight.reporting.step_log import StepLogger
 from optimus_preflight.reporting.summary import memory_peaks, params_sha256, peak_memory_bytes, write_json_atomic
 from optimus_preflight.reporting.trackers import Trackers
 from optimus_preflight.training.compiling import CompileWatch, check_compile_config, compile_model
+from optimus_preflight.training import rng
 from optimus_preflight.training.distributed import all_reduce_sum, unwrap
 from optimus_preflight.training.evaluation import evaluate_metrics
 from optimus_preflight.training.load_report import recording_loads
@@ -358,17 +359,18 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         return self.state.final_metrics
 
     def _eval_due(self, step: int) -> bool:
-        """Every trainer.eval_every_n_steps; 0: at the end of each epoch of an epoch-limited
-        run (and always at the end of the run, which the loop adds)."""
+        """Every trainer.eval_every_n_steps; 0: at the end of each epoch (of a loader with a
+        length), as Lightning does. The loop adds the end of the run."""
         trainer = self.cfg.trainer
         if trainer.eval_every_n_steps:
             return step % trainer.eval_every_n_steps == 0
-        return trainer.max_epochs is not None and bool(self.steps_per_epoch) and step % self.steps_per_epoch == 0
+        return bool(self.steps_per_epoch) and step % self.steps_per_epoch == 0
 
     def _train_loop(self, step_logger: StepLogger) -> None:
         trainer = self.cfg.trainer
         interruption = self.interruption
         monitors = MetricWatch(self.cfg.checkpoint, trainer.early_stopping, self.state.monitors)
+        self._check_monitored_metrics(monitors)
         if self.state.eval_pending:
             self._evaluate(step_logger, monitors)
         while self.state.step < trainer.max_steps and self.state.stop_reason is None:
@@ -412,6 +414,24 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             log.info("stopping at step %d: %s", self.state.step, self.state.stop_reason)
         interruption.save()  # the final checkpoint
 
+    def _check_monitored_metrics(self, watch: MetricWatch) -> None:
+        """A monitored metric the evaluation does not produce (a typo) is an error before
+        training, not after the first evaluation: one validation batch names the metrics,
+        with every RNG put back so the run stays bit-exact."""
+        if not watch.monitors:
+            return
+        if self.val_loader is None:
+            key = next(iter(watch.monitors.values()))[0]
+            raise UserError(f"{key} is set, but {type(self).__qualname__}.build_dataloaders() returns no validation loader",
+                            key=key, fix=f"Return a validation DataLoader, or set {key}=null.")
+        saved = rng.capture()
+        try:
+            metrics = self._run_evaluation(self.val_loader, max_batches=1)
+        finally:
+            rng.restore(saved)
+        if metrics:
+            watch.check_names(prefixed(metrics, "val_"))
+
     def _watch(self, metrics: dict[str, float], watch: MetricWatch) -> None:
         new_best, stop = watch.observe(metrics, self.state.step, self.state.monitors)
         if new_best:
@@ -434,7 +454,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             self.handle_training_interruption()
         metrics = prefixed(metrics, "test_")
         self.state.final_metrics.update(metrics)
-        step_logger.on_eval(self.state.step, metrics)
+        step_logger.on_eval(self.state.step, metrics, epoch=self._epoch())
 
     def _run_evaluation(self, loader: DataLoader, max_batches: int | None) -> dict[str, float] | None:
         with self.worker_deaths.fetching():  # evaluation leaves the weights as they are
@@ -493,7 +513,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self.state.final_metrics.update(metrics)
         if "val_loss" in metrics:
             self.state.final_val_loss = metrics["val_loss"]
-        step_logger.on_eval(self.state.step, metrics)
+        step_logger.on_eval(self.state.step, metrics, epoch=self._epoch())
         self._watch(metrics, monitors)
 
     def _open_step_logger(self) -> StepLogger:
@@ -560,6 +580,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         if not best or best.get("best") is None:
             return None
         path = self.run_dir / "checkpoints" / "best"
+        if not path.is_dir():  # e.g. trainer.test_only on another run's checkpoint
+            return None
         return {"path": str(path), "metric": best["metric"], "value": best["best"], "step": best["best_step"]}
 
     def write_forced_summary(self, status: str) -> bool:

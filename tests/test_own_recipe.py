@@ -114,6 +114,7 @@ def test_early_stopping_ends_the_run_cleanly_with_its_reason(tmp_path):
     assert summary["stop_reason"].startswith("early stopping: val_acc did not improve")
     wrong = run_cli(tmp_path / "wrong", *QUIET, "checkpoint.monitor=val_accuracy")
     assert wrong.returncode == 2 and "checkpoint.monitor='val_accuracy'" in wrong.output and "val_acc" in wrong.output
+    assert wrong.summary()["steps"] == 0  # found before the first step, not at the first evaluation
 
 
 @pytest.mark.slow

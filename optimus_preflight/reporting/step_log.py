@@ -110,7 +110,7 @@ class StepLogger:
         self.progress.close()
         self.metrics.close()
 
-    def on_eval(self, step: int, metrics: dict[str, float]) -> None:
+    def on_eval(self, step: int, metrics: dict[str, float], *, epoch: int | None = None) -> None:
         """An evaluation's record (``val_*``, or ``test_*`` for the test loader)."""
-        self.metrics.log({"step": step, **metrics})
+        self.metrics.log({"step": step, **({"epoch": epoch} if epoch is not None else {}), **metrics})
         self.progress.write(f"step {step} | " + " | ".join(f"{name} {value:.4f}" for name, value in metrics.items()))

@@ -74,12 +74,16 @@ class MetricWatch:
         for role, (_, monitor) in self.monitors.items():
             monitor.load_state_dict(saved.get(role, {}))
 
+    def check_names(self, metrics: dict[str, float]) -> None:
+        for key, monitor in self.monitors.values():
+            if monitor.metric not in metrics:
+                raise monitor_error(key, monitor.metric, metrics)
+
     def observe(self, metrics: dict[str, float], step: int, saved: dict[str, dict[str, Any]]) -> tuple[bool, str | None]:
         """Record an evaluation: (a new best checkpoint is due, why training stops or None)."""
         new_best, stop = False, None
-        for role, (key, monitor) in self.monitors.items():
-            if monitor.metric not in metrics:
-                raise monitor_error(key, monitor.metric, metrics)
+        self.check_names(metrics)
+        for role, (_, monitor) in self.monitors.items():
             improved = monitor.update(metrics, step)
             saved[role] = monitor.state_dict()
             new_best = new_best or (role == "best" and improved)
