@@ -155,7 +155,7 @@ def test_metric_names_become_safe_file_names_that_clobber_nothing(tmp_path):
     names = [path.name for path in written]
     assert len({name.lower() for name in names}) == len(names)  # distinct even where case is not
     assert names.count("overview.png") == 1 and "overview_metric.png" in names
-    assert {"acc_top-1____.png", "loss_scale.png", "_escape.png", "final_loss_vs_x_metric.png"} <= set(names)
+    assert {"acc_top-1____.png", "loss_scale.png", "_escape.png", "metric_final_loss_vs_x.png"} <= set(names)
     assert not list(tmp_path.glob("*.png")) and not list((run_dir / "plots").glob("*/*"))
 
 

@@ -22,7 +22,8 @@ DESCRIPTION = "Draw a run's or a sweep's metrics.jsonl curves as PNG files."
 EPILOG = """\
 A run dir (one holding metrics.jsonl) gets PATH/plots/*.png: one PNG per metric with
 data (loss, learning rate, gradient norm, GradScaler scale, update/weight ratio, dead
-activations) and overview.png with all of them.
+activations), one PNG per metric the recipe logs itself with self.log (its train, val
+and test values on one panel; at most 12 such panels) and overview.png with all of them.
 
 A sweep dir (runs below it, as optimus-train -m writes them) gets every job on shared
 axes, labelled by its swept overrides, plus final loss against each swept parameter.

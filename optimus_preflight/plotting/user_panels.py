@@ -68,8 +68,10 @@ def file_name(title: str, taken: set[str]) -> str:
     """A safe, unique PNG name (without .png) for a metric; ``taken`` holds the names in
     use, compared without case (a case-insensitive file system would merge them)."""
     base = _slug(title).lstrip(".")[:MAX_NAME_CHARS] or "metric"
+    if base.lower().startswith(RESERVED_PREFIX):  # a sweep's final-loss plots are named so
+        base = f"metric_{base}"
     name, number = base, 1
-    while name.lower() in taken or name.lower().startswith(RESERVED_PREFIX):
+    while name.lower() in taken:
         name = f"{base}_metric" + (str(number) if number > 1 else "")
         number += 1
     taken.add(name.lower())

@@ -3,7 +3,12 @@
 The summary is written by a Hydra callback at the end of a multirun (and by the CLI
 when a sweep stops early), from what each job left in its directory: summary.json,
 preflight.json, metrics.jsonl and Hydra's .hydra/overrides.yaml; what was swept comes
-from the sweep's own multirun.yaml.
+from the sweep's own multirun.yaml. Overrides the toolkit generated itself (a recipe's
+declared config, recipe_config.py) are not the user's and are not listed.
+
+After the fixed columns' losses come the recipe's own metrics, one column per key of
+summary.json's ``metrics`` in any job (the last evaluation's ``val_*``, then the test's
+``test_*``), and after ``status`` a ``stop_reason`` column when some job stopped early.
 
 Memory columns say what they measure, so that only like is put beside like:
 ``peak_rss_gib`` is the whole process (Python, libraries, data and tensors),
@@ -31,7 +36,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from optimus_preflight.config.changes import EXPECTED_CHANGES, config_changes
-from optimus_preflight.reporting.json_records import value_of
+from optimus_preflight.config.recipe_config import is_generated_override
+from optimus_preflight.reporting.json_records import NONFINITE_KEY, to_float, value_of
 from optimus_preflight.reporting.summary import reset_memory_peaks
 
 log = logging.getLogger("optimus_preflight")
@@ -142,6 +148,12 @@ def job_overrides(job_dir: Path) -> list[str]:
     return [str(o) for o in yaml.safe_load(overrides_file.read_text(encoding="utf-8")) or []]
 
 
+def user_overrides(job_dir: Path) -> list[str]:
+    """The job's overrides less those the toolkit generated (``recipe_defaults=...``, the
+    ``model=``/``data=`` options a recipe class declares): what the user chose."""
+    return [override for override in job_overrides(job_dir) if not is_generated_override(override)]
+
+
 def _override_key(override: str) -> str:
     """``+model@pkg=x`` -> ``model@pkg``: what two overrides of one parameter share."""
     return override.split("=", 1)[0].strip().lstrip("+~")
@@ -171,7 +183,7 @@ def swept_keys(sweep_dir: Path) -> set[str] | None:
 def shared_overrides(sweep_dir: Path, job_dirs: list[Path]) -> set[str]:
     """Overrides every job has and the sweep does not vary. From the jobs alone, a sweep
     stopped after its first job would call every swept value of that job shared."""
-    per_job = [set(job_overrides(path)) for path in job_dirs]
+    per_job = [set(user_overrides(path)) for path in job_dirs]
     common = set.intersection(*per_job) if per_job else set()
     swept = swept_keys(sweep_dir)
     if swept is None:
@@ -179,8 +191,26 @@ def shared_overrides(sweep_dir: Path, job_dirs: list[Path]) -> set[str]:
     return {override for override in common if _override_key(override) not in swept}
 
 
+def summary_metrics(summary: dict[str, Any] | None) -> dict[str, float | None]:
+    """summary.json's ``metrics`` (the last evaluation's and the test's), as numbers; a
+    non-finite one comes back from ``nonfinite``. ``val_loss`` is left out: it is the
+    ``final_val_loss`` column already."""
+    metrics = (summary or {}).get("metrics")
+    if not isinstance(metrics, dict):
+        return {}
+    nonfinite = (summary or {}).get(NONFINITE_KEY) or {}
+    values = {}
+    for key, value in metrics.items():
+        key = str(key)
+        if key == "val_loss" or key in CSV_COLUMNS or key == "stop_reason":
+            continue
+        number = to_float(value)
+        values[key] = number if number is not None else to_float(nonfinite.get(f"metrics.{key}"))
+    return values
+
+
 def job_row(job_dir: Path, job: str, common: set[str] = frozenset()) -> dict[str, Any]:
-    overrides = [o for o in job_overrides(job_dir) if o not in common]
+    overrides = [o for o in user_overrides(job_dir) if o not in common]
     summary = _read_json(job_dir / "summary.json")
     preflight = _read_json(job_dir / "preflight.json")
     if summary is not None:
@@ -206,7 +236,27 @@ def job_row(job_dir: Path, job: str, common: set[str] = frozenset()) -> dict[str
         "predicted_for": predicted_for,
         "peak_memory_gib": _gib((summary or {}).get("peak_memory_bytes")),
         "predicted_peak_gib": _gib(predicted),
+        "stop_reason": (summary or {}).get("stop_reason") or None,
+        **summary_metrics(summary),
     }
+
+
+def _metric_order(key: str) -> tuple[int, str]:
+    return (0 if key.startswith("val_") else 1 if key.startswith("test_") else 2, key)
+
+
+def table_columns(rows: list[dict[str, Any]], base: tuple[str, ...] = COLUMNS) -> list[str]:
+    """``base`` with the metric columns after final_val_loss (the union over the jobs:
+    val_*, then test_*) and stop_reason after status when some job has one."""
+    metrics = sorted({key for row in rows for key in row} - set(CSV_COLUMNS) - {"stop_reason"}, key=_metric_order)
+    columns = []
+    for column in base:
+        columns.append(column)
+        if column == "status" and any(row.get("stop_reason") for row in rows):
+            columns.append("stop_reason")
+        if column == "final_val_loss":
+            columns += metrics
+    return columns
 
 
 def _job_dirs(sweep_dir: Path) -> list[Path]:
@@ -222,6 +272,11 @@ def _format(value: Any) -> str:
     return str(value)
 
 
+def _cell(value: Any) -> str:
+    """A markdown table cell: a "|" or a line break in a text (a stop reason) would end it."""
+    return " ".join(_format(value).split()).replace("|", "\\|")
+
+
 def write_sweep_summary(sweep_dir: Path) -> list[dict[str, Any]]:
     """Write summary.csv and summary.md at the sweep root; log the table."""
     if not sweep_dir.is_dir():
@@ -231,11 +286,12 @@ def write_sweep_summary(sweep_dir: Path) -> list[dict[str, Any]]:
     common = shared_overrides(sweep_dir, job_dirs)
     rows = [job_row(path, path.name, common) for path in job_dirs]
     with open(sweep_dir / "summary.csv", "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=table_columns(rows, CSV_COLUMNS), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_format(row[c]) for c in COLUMNS) + " |" for row in rows]
+    columns = table_columns(rows)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in rows]
     shared = " ".join(sorted(common)) or "(none)"
     table = f"Overrides shared by every job: {shared}\n\n" + "\n".join(lines) + "\n\n" + MEMORY_LEGEND + "\n"
     (sweep_dir / "summary.md").write_text(table, encoding="utf-8")
