@@ -1,4 +1,4 @@
-"""Exceptions that carry an exit code, and the exit codes of DESIGN.md."""
+"""Exceptions that carry an exit code, and the exit codes of docs/ARCHITECTURE.md."""
 
 from __future__ import annotations
 

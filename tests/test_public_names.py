@@ -1,5 +1,5 @@
-"""The names DESIGN.md calls public, and every dotted path a config saved by an earlier
-release can hold, keep working after the package was regrouped by layer."""
+"""The names docs/ARCHITECTURE.md calls public, and every dotted path a config saved by an
+earlier release can hold, keep working after the package was regrouped by layer."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import importlib
 import pytest
 
 from optimus_preflight.config.instantiate import locate
+from tests.conftest import REPO
 
 # _target_ strings the shipped configs and schemas have held (conf/, config/schema.py).
 SAVED_TARGETS = [
@@ -73,3 +74,24 @@ def test_a_non_editable_install_ships_every_subpackage():
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     on_disk = {".".join(path.parent.relative_to(REPO).parts) for path in (REPO / "optimus_preflight").rglob("__init__.py")}
     assert on_disk <= listed, sorted(on_disk - listed)
+
+
+def _documented_public_names() -> dict[str, list[str]]:
+    """The "Public API" list of docs/ARCHITECTURE.md: "- `module`: `Name`, `Name`"."""
+    text = (REPO / "docs" / "ARCHITECTURE.md").read_text()
+    section = text.split("## Public API", 1)[1].split("\n## ", 1)[0]
+    names = {}
+    for line in section.splitlines():
+        if line.startswith("- `optimus_preflight") and "`: `" in line:
+            module, rest = line[3:].split("`: ", 1)
+            names[module] = [part.strip().strip("`") for part in rest.split(",")]
+    return names
+
+
+def test_the_architecture_doc_lists_exactly_the_public_names():
+    documented = _documented_public_names()
+    assert documented, "docs/ARCHITECTURE.md has no Public API list"
+    for module, names in documented.items():
+        assert PUBLIC.get(module) == names, module
+        imported = importlib.import_module(module)
+        assert all(hasattr(imported, name) for name in names), module

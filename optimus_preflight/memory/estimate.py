@@ -56,7 +56,7 @@ def estimate_step_memory(
     activation_checkpointing: bool = False,
     reshard_after_forward: bool = True,
 ) -> MemoryEstimate:
-    """Peak memory of two full training steps, traced on fake tensors (see DESIGN.md).
+    """Peak memory of two full training steps, traced on fake tensors (the contract: docs/ARCHITECTURE.md).
 
     ``example_batch`` is a tensor or a nested list/tuple/dict of tensors; only shapes
     and dtypes are used (meta tensors are fine). ``loss_fn(model, batch)`` returns a

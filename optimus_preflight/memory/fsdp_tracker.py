@@ -30,7 +30,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from optimus_preflight.memory.tracker import REPORT_KEYS, StorageTracker, _Entry, _tensors
 
-# Report keys (DESIGN.md) of the FSDP categories: the gathered parameters are parameters;
+# Report keys (params, grads, ...) of the FSDP categories: the gathered parameters are parameters;
 # the communication buffers are "other" (split out in ``detail``).
 FSDP_REPORT_KEY = {"unsharded_params": "params", "all_gather": "other", "reduce_scatter": "other"}
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-# Fine-grained categories and the report key (DESIGN.md) each one is reported under.
+# Fine-grained categories and the report key (params, grads, optimizer_state, activations, other) each one is reported under.
 REPORT_KEY = {
     "params": "params",
     "grads": "grads",
@@ -125,7 +125,7 @@ class StorageTracker(TorchDispatchMode):
         return self.current if category is None else self.totals.get(category, 0)
 
     def peak_breakdown(self) -> dict[str, int]:
-        """The peak's bytes under the report keys of DESIGN.md."""
+        """The peak's bytes under the report keys (params, grads, optimizer_state, activations, other)."""
         report = {key: 0 for key in REPORT_KEYS}
         for category, nbytes in self.peak_totals.items():
             report[REPORT_KEY.get(category, "other")] += nbytes

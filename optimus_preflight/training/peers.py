@@ -39,7 +39,7 @@ def ranks_text(ranks: Sequence[int]) -> str:
 
 class PeersUnresponsive(UserError):
     """Ranks that did not answer within a bound. An environment failure the user acts on
-    (a stopped, hung or unreachable process), so one message and exit 2 (DESIGN.md)."""
+    (a stopped, hung or unreachable process), so one message and exit 2 (docs/ARCHITECTURE.md)."""
 
     def __init__(self, ranks: Sequence[int], *, waited_s: float, limit_s: float, key: str, during: str, outcome: str = ""):
         self.ranks = sorted(ranks)
