@@ -280,7 +280,8 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
         hydra_cfg = HydraConfig.get()
         run_dir = Path(hydra_cfg.runtime.output_dir)
         if already_completed(run_dir, cfg):
-            log.info("%s already completed: skipping (checkpoint.resume=auto)", run_dir)
+            steps = f" {cfg.trainer.max_steps} steps" if cfg.trainer.max_steps else ""
+            log.info("%s already completed%s: skipping (checkpoint.resume=auto)", run_dir, steps)
             exit_codes.append(EXIT_OK)
             return EXIT_OK
         cls = recipe_class or resolve(cfg)

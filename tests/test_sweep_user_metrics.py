@@ -5,6 +5,8 @@ by hand, as tests/test_sweep_table.py builds them."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import csv
 import json
 from pathlib import Path
@@ -101,20 +103,27 @@ def test_a_non_finite_metric_reads_back_as_nan_and_text_cannot_break_the_table(t
     assert "val_acc" in header
 
 
+@dataclass
+class _WidthConfig:
+    width: int = 1
+
+
+class DeclaringRecipe:
+    model_config = _WidthConfig
+    config_defaults = {"trainer": {"max_steps": 3}}
+
+
 @pytest.fixture
 def generated(monkeypatch) -> set[str]:
-    """The overrides a recipe class that declares nothing generates (``model=none``,
-    ``data=default``), recorded as this process's; restored afterwards."""
-    monkeypatch.setattr(recipe_config, "_generated", set())
-
-    class PlainRecipe:
-        pass
-
-    return set(recipe_config.recipe_overrides(PlainRecipe, ["recipe._target_=tests.my.PlainRecipe"]))
+    """The overrides a recipe class that declares a model config and defaults generates,
+    recorded as this process's; restored afterwards."""
+    monkeypatch.setattr(recipe_config, "_generated_options", set())
+    return set(recipe_config.recipe_overrides(DeclaringRecipe, ["recipe._target_=tests.my.DeclaringRecipe"]))
 
 
 def test_overrides_the_toolkit_generated_are_left_out_of_shared_and_per_job_overrides(tmp_path, generated):
-    assert generated == {"model=none", "data=default"}
+    name = recipe_config.option_name(DeclaringRecipe)
+    assert generated == {f"model={name}", f"recipe_defaults={name}"}
     _write_multirun_yaml(tmp_path, ["recipe._target_=tests.my.A,tests.my.B", "trainer.max_steps=30"])
     for job, target in enumerate(["tests.my.A", "tests.my.B"]):
         # Each recipe class declares its own defaults: a recipe_defaults option per job.
@@ -136,5 +145,5 @@ def test_a_user_chosen_option_of_a_group_is_kept(tmp_path, generated):
         _write_job(tmp_path, str(job), [*common, f"optimizer.lr={lr}"], _summary(2.0, 0.5))
     write_sweep_summary(tmp_path)
     shared, _, table = _table(tmp_path)
-    assert shared == "Overrides shared by every job: model=char_transformer recipe._target_=tests.my.A"
+    assert shared == "Overrides shared by every job: data=default model=char_transformer recipe._target_=tests.my.A"
     assert [row["overrides"] for row in table] == ["optimizer.lr=0.001", "optimizer.lr=0.01"]

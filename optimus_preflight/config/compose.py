@@ -15,7 +15,7 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from optimus_preflight.config.recipe_config import recipe_overrides, selecting_overrides
+from optimus_preflight.config.recipe_config import is_generated_option, recipe_overrides, selecting_overrides
 from optimus_preflight.config.registration import register_configs
 from optimus_preflight.config.validate import validate_config
 from optimus_preflight.errors import UserError
@@ -105,7 +105,8 @@ def _missing_option_error(error: MissingConfigException, key: str | None) -> Use
     if "Available options" in text:
         listing = text.split("Available options", 1)[1].split("Config search path")[0]
         # Schemas are registered beside the YAML options; they are not meant to be picked.
-        options = [line.strip() for line in listing.splitlines()[1:] if line.strip() and not line.strip().endswith("_schema")]
+        options = [line.strip() for line in listing.splitlines()[1:]
+                   if line.strip() and not line.strip().endswith("_schema") and not is_generated_option(line.strip())]
     fix = f"Available options: {', '.join(options)}." if options else "Check the group and option names."
     return UserError(" ".join(head.split()), key=key, fix=fix)
 

@@ -30,9 +30,6 @@ from hydra.core.config_store import ConfigStore
 
 from optimus_preflight.errors import UserError
 
-# Group options selected when a recipe declares nothing: an empty model and the generic
-# DataConfig, so no recipe inherits the char-LM's model or corpus.
-DEFAULT_CHOICES = {"model": "none", "data": "default"}
 DEFAULTS_GROUP = "recipe_defaults"
 _CHOICE_GROUPS = ("model", "data", "optimizer", "scheduler")
 _VALUE_GROUPS = ("trainer", "optimizer", "scheduler", "logging", "checkpoint", "preflight", "sweep", "data", "model")
@@ -48,9 +45,11 @@ def _group_node(declared: Any, group: str, recipe_class: type) -> tuple[str | No
     if declared is None:
         return None, None
     if isinstance(declared, str):
-        return declared, None
+        # An alias of the option under the class's name: what the app adds is then never
+        # a choice a user could have typed (is_generated_override).
+        return option_name(recipe_class), {"defaults": [declared, "_self_"]}
     if isinstance(declared, type) and dataclasses.is_dataclass(declared):
-        return f"{option_name(recipe_class)}", declared
+        return option_name(recipe_class), declared
     raise UserError(
         f"{recipe_class.__qualname__}.{group}_config must be a dataclass type or the name of a {group} option, got {declared!r}",
         key=f"{group}",
@@ -63,6 +62,7 @@ def _derived_option(group: str, option: str, values: Mapping[str, Any], recipe_c
     option on the command line leaves them behind."""
     name = f"{option_name(recipe_class)}_{option}"
     ConfigStore.instance().store(group=group, name=name, node={"defaults": [option, "_self_"], **dict(values)})
+    _generated_options.add(name)
     return name
 
 
@@ -144,13 +144,19 @@ def _chosen_groups(overrides: Sequence[str]) -> set[str]:
     return chosen
 
 
-# The overrides this process generated from recipe classes: not the user's, so listings
-# of "what the user changed" (a sweep's shared overrides) leave them out.
-_generated: set[str] = set()
+# The options this process generated from recipe classes (named after the class): not
+# the user's, so listings of "what the user changed" (a sweep's shared overrides, the
+# resume command, the options of a group) leave them out.
+_generated_options: set[str] = set()
+
+
+def is_generated_option(name: str) -> bool:
+    return name in _generated_options
 
 
 def is_generated_override(override: str) -> bool:
-    return override in _generated or override.startswith(f"{DEFAULTS_GROUP}=")
+    key, _, value = override.partition("=")
+    return key == DEFAULTS_GROUP or (key in _CHOICE_GROUPS and value in _generated_options)
 
 
 def recipe_overrides(recipe_class: type, overrides: Sequence[str]) -> list[str]:
@@ -160,18 +166,19 @@ def recipe_overrides(recipe_class: type, overrides: Sequence[str]) -> list[str]:
     extra: list[str] = []
     for group in ("model", "data"):
         option, node = _group_node(getattr(recipe_class, f"{group}_config", None), group, recipe_class)
-        if node is not None:
-            store.store(group=group, name=option, node=node)
-        option = option or DEFAULT_CHOICES[group]
+        if node is None:
+            continue  # config.yaml's choice for a recipe that declares nothing
+        store.store(group=group, name=option, node=node)
+        _generated_options.add(option)
         if group not in chosen:
             extra.append(f"{group}={option}")
     defaults = _defaults_node(recipe_class)
     if defaults is not None:
         name = option_name(recipe_class)
         store.store(group=DEFAULTS_GROUP, name=name, node=defaults, package="_global_")
+        _generated_options.add(name)
         if DEFAULTS_GROUP not in chosen:
             extra.append(f"{DEFAULTS_GROUP}={name}")
-    _generated.update(extra)
     return extra
 
 
