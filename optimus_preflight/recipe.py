@@ -47,8 +47,8 @@ from optimus_preflight.reporting.sinks import JsonlSink, MetricsLogger, make_ten
 from optimus_preflight.reporting.step_log import StepLogger
 from optimus_preflight.reporting.summary import memory_peaks, params_sha256, peak_memory_bytes, write_json_atomic
 from optimus_preflight.reporting.trackers import Trackers
-from optimus_preflight.training.compiling import CompileWatch, check_compile_config, compile_model
 from optimus_preflight.training import rng
+from optimus_preflight.training.compiling import CompileWatch, check_compile_config, compile_model
 from optimus_preflight.training.distributed import all_reduce_sum, unwrap
 from optimus_preflight.training.evaluation import evaluate_metrics
 from optimus_preflight.training.load_report import recording_loads

@@ -8,11 +8,6 @@ import os
 # one compute thread each keeps them from fighting over the two cores. Inherited by every
 # subprocess a test starts; the tiny models here gain nothing from a second thread.
 os.environ["OMP_NUM_THREADS"] = "1"
-# The suite sets what it depends on: none of the caller's settings for these tools leaks in
-# (a CI with TQDM_DISABLE=1 or HYDRA_FULL_ERROR=1 must see what a terminal user sees).
-for _name in ("TQDM_DISABLE", "HYDRA_FULL_ERROR", "COLUMNS", "LINES", "WANDB_MODE", "MLFLOW_TRACKING_URI",
-              "OPTIMUS_MAKE_DIR", "PYTHONWARNINGS"):
-    os.environ.pop(_name, None)
 
 import atexit  # noqa: E402
 import contextlib  # noqa: E402
@@ -33,6 +28,12 @@ import pytest
 import torch
 
 from optimus_preflight import compose
+
+# The suite sets what it depends on: none of the caller's settings for these tools leaks in
+# (a CI with TQDM_DISABLE=1 or HYDRA_FULL_ERROR=1 must see what a terminal user sees).
+for _name in ("TQDM_DISABLE", "HYDRA_FULL_ERROR", "COLUMNS", "LINES", "WANDB_MODE", "MLFLOW_TRACKING_URI",
+              "OPTIMUS_MAKE_DIR", "PYTHONWARNINGS"):
+    os.environ.pop(_name, None)
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "optimus_preflight.cli"]

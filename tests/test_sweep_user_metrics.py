@@ -5,10 +5,9 @@ by hand, as tests/test_sweep_table.py builds them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import csv
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
