@@ -23,6 +23,7 @@ from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
 from optimus_preflight.app import check_before_work, run_app
+from optimus_preflight.callbacks import CallbackList
 from optimus_preflight.checkpoint import resume_command
 from optimus_preflight.checkpoint.checkpoint_state import Restorable
 from optimus_preflight.checkpoint.resume import refuse_to_start_over
@@ -98,7 +99,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
     train_loader: DataLoader
     val_loader: DataLoader | None
 
-    def __init__(self, cfg: DictConfig, run_dir: str | Path | None = None):
+    def __init__(self, cfg: DictConfig, run_dir: str | Path | None = None, callbacks: list[Any] | None = None):
+        """``callbacks``: Callback objects (optimus_preflight.callbacks) besides the config's."""
         check_before_work(cfg)
         self.cfg = cfg
         self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir()
@@ -118,6 +120,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self.steps_per_epoch: int | None = None  # optimizer steps per pass over train_loader, when it has a length
         self.test_loader: DataLoader | None = None
         self.trackers = Trackers()  # CSV, MLflow, W&B (logging.*): finished with the run's summary
+        self._given_callbacks = list(callbacks or [])
+        self.callbacks = CallbackList([])  # the config's and the given ones, once setup built them
 
     @classmethod
     def main(cls) -> None:
@@ -211,11 +215,16 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self.run_directory = open_run_directory(self.run_dir, context.dist, lock=self._running)
         refuse_to_start_over(self.cfg.checkpoint.resume, CheckpointStore(self.run_dir / "checkpoints"))
         self._build_objects(context)
+        self._build_callbacks()
         iteration = self.setup_training_iteration(context, self.train_loader, self.stop_requested, self._guarded_fetch)
+        if self.callbacks.listens("before_optimizer_step"):
+            iteration.runner.optimizer_step_hooks.append(
+                lambda: self.callbacks.fire("before_optimizer_step", self, self.state.step + 1))
         parts = Restorable(self.model, self.optimizer, self.scheduler, context.scaler, self.state, iteration.stream)
         checkpointer = self.setup_interruption(context, parts)
         self._is_set_up = True
         checkpointer.resume(self.cfg.checkpoint.resume, training=not self.cfg.preflight.only)  # the run state too: losses, a pending eval
+        self.callbacks.load_state_dict(self.state.callbacks)
         checkpointer.mark_boundary()
         self.run_directory.commit(self.cfg)
         checkpointer.settle()
@@ -227,6 +236,16 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             context.precision,
             sum(p.numel() for p in self.model.parameters() if p.requires_grad),
         )
+
+    def _build_callbacks(self) -> None:
+        """The config's ``callbacks`` (each a ``_target_`` node) and the ones given in code;
+        their state goes into every checkpoint through the run state."""
+        built = []
+        for index, node in enumerate(self.cfg.get("callbacks") or []):
+            with config_rejections("callbacks", node):
+                built.append(instantiate_node(node, f"callbacks[{index}]"))
+        self.callbacks = CallbackList([*built, *self._given_callbacks])
+        self.state.callback_state = self.callbacks.state_dict
 
     def _report_model(self) -> None:
         """The model summary (parameters per top-level module, trainable vs frozen,
@@ -304,11 +323,15 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                     self.compile_watch = CompileWatch(len(compile_model(self.model, self.cfg.trainer, self.strategy)))
                 self.train()
             status = "completed"
-        except TrainingInterrupted:
+        except TrainingInterrupted as error:
             status = "interrupted"
+            self.callbacks.fire("on_exception", self, error)
             raise
         except KeyboardInterrupt:
             status = None  # a second Ctrl+C: leave at once, write nothing more
+            raise
+        except Exception as error:
+            self.callbacks.fire("on_exception", self, error)
             raise
         finally:
             if self._oom_observer is not None:
@@ -330,6 +353,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
     def train(self) -> None:
         step_logger = self._open_step_logger()
         self.model.train()
+        self.callbacks.fire("on_fit_start", self)
         try:
             with self.worker_deaths:
                 self._train_loop(step_logger)
@@ -379,6 +403,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             watch = self.compile_watch
             if watch is not None:
                 watch.start_step()
+            if self.callbacks.listens("on_step_start"):
+                self.callbacks.fire("on_step_start", self, self.state.step + 1)
             self.metrics.start_step()
             try:
                 result = self.run_training_iteration()
@@ -400,6 +426,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                                          epoch=self.training_iteration.stream.position.epoch, user_metrics=self.metrics)
             if record is not None:
                 self.state.final_loss = record["loss"]
+            if self.callbacks.listens("on_step_end"):
+                self.callbacks.fire("on_step_end", self, self.state.step, record)
             if not result.stepped:
                 self.state.check_divergence(trainer.max_consecutive_skips, self.training_context.precision, result.loss.item())
             if done or self._eval_due(self.state.step):
@@ -409,10 +437,14 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                     self.handle_training_interruption()
                 interruption.mark_boundary()
             if interruption.due(self.state.step):
-                interruption.save()
+                self._saved(interruption.save())
         if self.state.stop_reason is not None:
             log.info("stopping at step %d: %s", self.state.step, self.state.stop_reason)
-        interruption.save()  # the final checkpoint
+        self._saved(interruption.save())  # the final checkpoint
+
+    def _saved(self, path: Path | None) -> None:
+        if path is not None:
+            self.callbacks.fire("on_checkpoint", self, path)
 
     def _check_monitored_metrics(self, watch: MetricWatch) -> None:
         """A monitored metric the evaluation does not produce (a typo) is an error before
@@ -442,6 +474,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         """A new best: this step's checkpoint (written now if it is not yet), linked as
         checkpoints/best."""
         path = self.interruption.save()
+        self._saved(path)
         if path is not None and self.training_context.dist.is_main:
             best = self.interruption.store.keep_as_best(path)
             log.info("new best %s %.6g at step %d: %s", monitor.metric, monitor.best, self.state.step, best)
@@ -455,6 +488,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         metrics = prefixed(metrics, "test_")
         self.state.final_metrics.update(metrics)
         step_logger.on_eval(self.state.step, metrics, epoch=self._epoch())
+        self.callbacks.fire("on_eval_end", self, self.state.step, metrics)
 
     def _run_evaluation(self, loader: DataLoader, max_batches: int | None) -> dict[str, float] | None:
         with self.worker_deaths.fetching():  # evaluation leaves the weights as they are
@@ -514,6 +548,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         if "val_loss" in metrics:
             self.state.final_val_loss = metrics["val_loss"]
         step_logger.on_eval(self.state.step, metrics, epoch=self._epoch())
+        self.callbacks.fire("on_eval_end", self, self.state.step, metrics)
         self._watch(metrics, monitors)
 
     def _open_step_logger(self) -> StepLogger:
@@ -613,6 +648,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
 
     def finalize(self, status: str, wall_time_s: float) -> dict[str, Any]:
         summary = self.build_summary(status, wall_time_s)
+        if status == "completed":
+            self.callbacks.fire("on_fit_end", self, summary)
         self.trackers.finish(summary, status)
         if self.write_summary(summary):
             log.info(

@@ -22,6 +22,7 @@ SAVED_TARGETS = [
 
 PUBLIC = {
     "optimus_preflight": ["TrainRecipe", "compose", "UserError", "PreflightFailed", "TrainingInterrupted"],
+    "optimus_preflight.callbacks": ["Callback"],
     "optimus_preflight.mixins": ["TrainingContextMixin", "PreflightMixin", "TrainingIterationMixin",
                                  "TrainingInterruptionMixin"],
     "optimus_preflight.preflight": ["estimate_dataloader_memory_gib", "check_dataloader_startup",

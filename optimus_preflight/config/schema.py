@@ -265,3 +265,6 @@ class Config:
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    # Callbacks at the training loop's events: [{_target_: my_module.MyCallback, ...}]
+    # (optimus_preflight.callbacks.Callback).
+    callbacks: list[Any] = field(default_factory=list)

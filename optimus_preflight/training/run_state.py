@@ -28,7 +28,11 @@ class RunState:
     stop_reason: str | None = None
     # The experiment trackers' run ids (MLflow, W&B): a resumed run continues their runs.
     logger_ids: dict[str, str] = field(default_factory=dict)
+    # The callbacks' own state (optimus_preflight.callbacks), read from them at each save.
+    callbacks: dict[str, Any] = field(default_factory=dict)
 
+    # Called by state_dict() for the callbacks' current state (no annotation: not a field).
+    callback_state = None
     def record_step(self, stepped: bool, samples: int) -> None:
         self.step += 1
         self.samples_seen += samples
@@ -56,6 +60,8 @@ class RunState:
         )
 
     def state_dict(self) -> dict[str, Any]:
+        if self.callback_state is not None:
+            self.callbacks = self.callback_state()
         return asdict(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -64,7 +70,7 @@ class RunState:
             if item.name not in state:
                 continue
             value = state[item.name]
-            if item.name in ("final_metrics", "monitors", "logger_ids"):
+            if item.name in ("final_metrics", "monitors", "logger_ids", "callbacks"):
                 value = dict(value or {})
             elif item.name == "stop_reason":
                 value = None if value is None else str(value)

@@ -105,6 +105,8 @@ class StepRunner:
         # Set only for the steps that need it (dynamics metrics): called after unscaling
         # and clipping, before the optimizer step, while the final gradients exist.
         self.before_optimizer_step: Callable[[], None] | None = None
+        # The recipe's callbacks' before_optimizer_step (optimus_preflight.callbacks), after the one above.
+        self.optimizer_step_hooks: list[Callable[[], None]] = []
 
     def _reference(self, first_count: Count) -> Count:
         if self.reduce_sum is None:
@@ -170,6 +172,8 @@ class StepRunner:
             clip_grads_(params, self.clip_grad_norm, grad_norm)
         if self.before_optimizer_step is not None:
             self.before_optimizer_step()
+        for hook in self.optimizer_step_hooks:
+            hook()
         stepped = self._optimizer_step(grad_norm)
         if stepped and self.scheduler is not None:
             self.scheduler.step()

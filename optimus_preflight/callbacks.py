@@ -1,0 +1,91 @@
+"""Callbacks: code that runs at the training loop's events without overriding the loop
+(an EMA of the weights, a custom logger, a profiler window).
+
+Subclass ``Callback`` and override the events you need; each receives the recipe (its
+``model``, ``optimizer``, ``state.step``, ``cfg`` ...). Give them to a run from the config,
+``callbacks: [{_target_: my_module.MyCallback, ...}]`` (``+callbacks=[...]`` on the command
+line), or in code, ``MyRecipe(cfg, callbacks=[MyCallback()])``.
+
+A callback with state returns it from ``state_dict()``: it is saved in every checkpoint
+and handed back to ``load_state_dict()`` on resume, so a resumed run continues it.
+Events nobody overrides cost nothing per step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optimus_preflight.errors import UserError
+
+EVENTS = ("on_fit_start", "on_step_start", "before_optimizer_step", "on_step_end", "on_eval_end", "on_checkpoint",
+          "on_fit_end", "on_exception")
+
+
+class Callback:
+    def on_fit_start(self, recipe: Any) -> None:
+        """Before the first step of this process (after the preflight and a resume)."""
+
+    def on_step_start(self, recipe: Any, step: int) -> None:
+        """Before optimizer step ``step`` (1-based) reads its batches."""
+
+    def before_optimizer_step(self, recipe: Any, step: int) -> None:
+        """After the window's backward (gradients unscaled and clipped), before ``optimizer.step()``."""
+
+    def on_step_end(self, recipe: Any, step: int, record: dict[str, Any] | None) -> None:
+        """After optimizer step ``step``; ``record``: its metrics on a logged step, else None."""
+
+    def on_eval_end(self, recipe: Any, step: int, metrics: dict[str, float]) -> None:
+        """After an evaluation (``val_*``) or the test (``test_*``)."""
+
+    def on_checkpoint(self, recipe: Any, path: Any) -> None:
+        """After a periodic, best or final checkpoint was saved at ``path``."""
+
+    def on_fit_end(self, recipe: Any, summary: dict[str, Any]) -> None:
+        """After training and the test, with the summary about to be written."""
+
+    def on_exception(self, recipe: Any, error: BaseException) -> None:
+        """Training ended with ``error`` (an interrupt included); the error propagates."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def _overrides(callback: Any, event: str) -> bool:
+    method = getattr(type(callback), event, None)
+    return method is not None and method is not getattr(Callback, event)
+
+
+class CallbackList:
+    """Dispatches each event to the callbacks that override it."""
+
+    def __init__(self, callbacks: list[Any]):
+        for callback in callbacks:
+            if not any(hasattr(callback, event) for event in EVENTS):
+                raise UserError(f"callback {type(callback).__qualname__} handles none of the events {', '.join(EVENTS)}",
+                                key="callbacks", fix="Subclass optimus_preflight.callbacks.Callback and override the events you need.")
+        self.callbacks = list(callbacks)
+        self.listeners = {event: [c for c in self.callbacks if _overrides(c, event)] for event in EVENTS}
+
+    def listens(self, event: str) -> bool:
+        return bool(self.listeners[event])
+
+    def fire(self, event: str, recipe: Any, *args: Any) -> None:
+        for callback in self.listeners[event]:
+            getattr(callback, event)(recipe, *args)
+
+    def _key(self, index: int, callback: Any) -> str:
+        return f"{index}:{type(callback).__qualname__}"
+
+    def state_dict(self) -> dict[str, Any]:
+        return {self._key(i, c): state for i, c in enumerate(self.callbacks)
+                if hasattr(c, "state_dict") and (state := c.state_dict())}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Each callback gets the state saved for the callback at its place and of its class."""
+        for index, callback in enumerate(self.callbacks):
+            saved = state.get(self._key(index, callback))
+            if saved is not None and hasattr(callback, "load_state_dict"):
+                callback.load_state_dict(saved)
