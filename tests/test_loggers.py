@@ -9,6 +9,7 @@ import logging
 import os
 import struct
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -288,6 +289,17 @@ def wandb_records(path: Path):
 
 
 def wandb_contents(path: Path) -> dict:
+    """The run's records once its exit record is there: W&B's service process may write
+    the last ones just after finish() returns on a loaded machine (waited for, 60 s bound)."""
+    deadline = time.monotonic() + 60
+    contents = _read_wandb(path)
+    while contents["exit_code"] is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        contents = _read_wandb(path)
+    return contents
+
+
+def _read_wandb(path: Path) -> dict:
     history, summary, run, exit_code = [], {}, None, None
     for record in wandb_records(path):
         kind = record.WhichOneof("record_type")

@@ -231,7 +231,8 @@ def test_startup_check_bounds_a_blocking_iter(make_loader, main_thread, release)
         caller = threading.Thread(target=call)
         caller.start()
         caller.join(30)
-    assert outcome["elapsed"] < 0.5 + 3
+    # Bounded, not waited for: the dataset blocks for an hour (a generous bound, no speed claim).
+    assert outcome["elapsed"] < 60
     assert "iter(loader) did not return within 0.5 s" in outcome["error"]
     assert "test_preflight_hangs.py" in outcome["error"] and "in __iter__: self.release.wait(3600)" in outcome["error"]
 
