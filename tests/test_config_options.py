@@ -121,7 +121,7 @@ def test_the_library_imports_no_concrete_recipe():
 
 # Lowest first; a module may import its own layer and the layers before it. The package's
 # __init__ and the re-exports kept at old dotted paths (optim, data, sweep) sit on top.
-LAYERS = ["errors", "config", "training", "reporting", "plotting", "checkpoint", "memory", "dynamics",
+LAYERS = ["errors", "config", "training", "reporting", "callbacks", "plotting", "checkpoint", "memory", "dynamics",
           "preflight", "integrations", "mixins", "app", "recipe", "cli"]
 TOP = {"__init__", "optim", "data", "sweep"}
 
