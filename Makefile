@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml constraints.txt
 # Where PYTHONDONTWRITEBYTECODE is set (as on this machine), no process caches the bytecode
 # of this checkout, so each compiles the package from source again: ~1 s of the ~4 s a
 # process takes to start, and the tests start well over a hundred. Stale files are ignored.
-BYTECODE := $(BIN)/python -m compileall -q -j 0 optimus_preflight recipes tests conf
+BYTECODE := $(BIN)/python -m compileall -q -j 0 optimus_preflight tests
 
 install: $(STAMP)
 
@@ -59,7 +59,7 @@ gpu-check:
 	$(PYTHON) benchmarks/gpu_validation.py --out $(GPU_OUT) $(GPU_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check optimus_preflight recipes tests benchmarks
+	$(BIN)/ruff check optimus_preflight tests benchmarks
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache

@@ -31,8 +31,6 @@ PUBLIC = {
     "optimus_preflight.memory": ["param_count_from_empty_model", "estimate_params_from_shape",
                                  "estimate_base_model_params", "bytes_per_base_weight", "estimate_step_memory",
                                  "OOMObserver"],
-    # README: a recipe's own build_dataloaders() calls build_loader.
-    "optimus_preflight.data": ["build_loader", "ResumableSampler"],
     "optimus_preflight.training.loaders": ["build_loader", "ResumableSampler"],
 }
 
@@ -42,13 +40,16 @@ def test_a_saved_config_target_still_resolves(target):
     assert callable(locate(target, "test"))
 
 
-def test_the_old_paths_are_the_same_objects_as_the_new():
-    from optimus_preflight import optim, sweep
+def test_the_old_paths_are_the_same_objects_as_the_new_and_no_change_on_resume():
+    from optimus_preflight.config.changes import config_changes
     from optimus_preflight.reporting import sweep_summary
     from optimus_preflight.training import optim as training_optim
 
-    assert optim.warmup_cosine is training_optim.warmup_cosine
-    assert sweep.SweepSummaryCallback is sweep_summary.SweepSummaryCallback
+    assert locate("optimus_preflight.optim.warmup_cosine", "test") is training_optim.warmup_cosine
+    assert locate("optimus_preflight.sweep.SweepSummaryCallback", "test") is sweep_summary.SweepSummaryCallback
+    saved = {"scheduler": {"_target_": "optimus_preflight.optim.constant", "warmup_steps": 0}}
+    current = {"scheduler": {"_target_": "optimus_preflight.training.optim.constant", "warmup_steps": 0}}
+    assert config_changes(saved, current) == {}
 
 
 @pytest.mark.parametrize("module", sorted(PUBLIC))
@@ -65,9 +66,8 @@ def test_the_recipe_main_and_the_console_script_exist():
 
 
 def test_a_non_editable_install_ships_every_subpackage():
-    """pyproject lists the packages by hand (conf/ and recipes/ are mapped in): a new
-    folder missing from the list would work in the editable checkout and be absent from
-    a wheel."""
+    """pyproject lists the packages by hand: a new folder missing from the list would work
+    in the editable checkout and be absent from a wheel."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
     from tests.conftest import REPO

@@ -21,6 +21,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from optimus_preflight.config.changes import RENAMED_TARGETS
 from optimus_preflight.errors import UserError
 
 
@@ -94,6 +95,7 @@ def import_failure(path: str, key: str, module: str, error: BaseException, limit
 
 
 def locate(path: str, key: str) -> Any:
+    path = RENAMED_TARGETS.get(path, path)  # a config saved by an earlier release
     try:
         return _import_object(path)
     except _ImportFailed as failed:

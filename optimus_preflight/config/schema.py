@@ -144,7 +144,7 @@ class SGDConfig:
 
 @dataclass
 class WarmupCosineConfig:
-    _target_: str = "optimus_preflight.optim.warmup_cosine"
+    _target_: str = "optimus_preflight.training.optim.warmup_cosine"
     # Linear warmup steps; a run shorter than its warmup is clamped with a warning.
     warmup_steps: int = 0
     # Warmup as a fraction of the schedule's length (e.g. 0.05); overrides warmup_steps when set.
@@ -157,7 +157,7 @@ class WarmupCosineConfig:
 
 @dataclass
 class ConstantLRConfig:
-    _target_: str = "optimus_preflight.optim.constant"
+    _target_: str = "optimus_preflight.training.optim.constant"
     warmup_steps: int = 0
 
 
