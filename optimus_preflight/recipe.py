@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader
 
 from optimus_preflight.app import check_before_work, run_app
 from optimus_preflight.callbacks import CallbackList
+from optimus_preflight.callbacks.monitors import BestCheckpoint, EarlyStopping
 from optimus_preflight.checkpoint import resume_command
 from optimus_preflight.checkpoint.checkpoint_state import Restorable
 from optimus_preflight.checkpoint.resume import refuse_to_start_over
@@ -54,7 +55,7 @@ from optimus_preflight.training.distributed import all_reduce_sum, unwrap
 from optimus_preflight.training.evaluation import evaluate_metrics
 from optimus_preflight.training.load_report import recording_loads
 from optimus_preflight.training.loaders import build_loader
-from optimus_preflight.training.monitoring import MetricMonitor, MetricWatch
+from optimus_preflight.training.monitoring import MetricMonitor
 from optimus_preflight.training.optim import build_optimizer, group_names
 from optimus_preflight.training.run_length import optimizer_steps_per_epoch, planned_max_steps
 from optimus_preflight.training.run_state import RunState
@@ -244,8 +245,18 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         for index, node in enumerate(self.cfg.get("callbacks") or []):
             with config_rejections("callbacks", node):
                 built.append(instantiate_node(node, f"callbacks[{index}]"))
-        self.callbacks = CallbackList([*built, *self._given_callbacks])
+        self.callbacks = CallbackList([*self._monitoring_callbacks(), *built, *self._given_callbacks])
         self.state.callback_state = self.callbacks.state_dict
+
+    def _monitoring_callbacks(self) -> list[Any]:
+        """checkpoint.monitor and trainer.early_stopping: the toolkit's own callbacks."""
+        cfg, found = self.cfg, []
+        if cfg.checkpoint.monitor:
+            found.append(BestCheckpoint(cfg.checkpoint.monitor, cfg.checkpoint.mode))
+        stopping = cfg.trainer.early_stopping
+        if stopping.monitor:
+            found.append(EarlyStopping(stopping.monitor, stopping.mode, stopping.patience, stopping.min_delta))
+        return found
 
     def _report_model(self) -> None:
         """The model summary (parameters per top-level module, trainable vs frozen,
@@ -393,10 +404,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
     def _train_loop(self, step_logger: StepLogger) -> None:
         trainer = self.cfg.trainer
         interruption = self.interruption
-        monitors = MetricWatch(self.cfg.checkpoint, trainer.early_stopping, self.state.monitors)
-        self._check_monitored_metrics(monitors)
         if self.state.eval_pending:
-            self._evaluate(step_logger, monitors)
+            self._evaluate(step_logger)
         while self.state.step < trainer.max_steps and self.state.stop_reason is None:
             if interruption.stop_agreed():
                 self.handle_training_interruption()
@@ -432,7 +441,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                 self.state.check_divergence(trainer.max_consecutive_skips, self.training_context.precision, result.loss.item())
             if done or self._eval_due(self.state.step):
                 self.state.eval_pending = True
-                self._evaluate(step_logger, monitors)
+                self._evaluate(step_logger)
                 if self.state.eval_pending:
                     self.handle_training_interruption()
                 interruption.mark_boundary()
@@ -446,31 +455,23 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         if path is not None:
             self.callbacks.fire("on_checkpoint", self, path)
 
-    def _check_monitored_metrics(self, watch: MetricWatch) -> None:
-        """A monitored metric the evaluation does not produce (a typo) is an error before
-        training, not after the first evaluation: one validation batch names the metrics,
-        with every RNG put back so the run stays bit-exact."""
-        if not watch.monitors:
-            return
-        if self.val_loader is None:
-            key = next(iter(watch.monitors.values()))[0]
-            raise UserError(f"{key} is set, but {type(self).__qualname__}.build_dataloaders() returns no validation loader",
-                            key=key, fix=f"Return a validation DataLoader, or set {key}=null.")
-        saved = rng.capture()
-        try:
-            metrics = self._run_evaluation(self.val_loader, max_batches=1)
-        finally:
-            rng.restore(saved)
-        if metrics:
-            watch.check_names(prefixed(metrics, "val_"))
+    def validation_metric_names(self, key: str) -> list[str] | None:
+        """The ``val_*`` names an evaluation produces, from one validation batch with every
+        RNG put back (the run stays bit-exact); None when the first batch has none. For a
+        monitor (``key``) to check its name before the first step."""
+        if getattr(self, "_validation_names", None) is None:
+            if self.val_loader is None:
+                raise UserError(f"{key} is set, but {type(self).__qualname__}.build_dataloaders() returns no validation loader",
+                                key=key, fix=f"Return a validation DataLoader, or set {key}=null.")
+            saved = rng.capture()
+            try:
+                metrics = self._run_evaluation(self.val_loader, max_batches=1)
+            finally:
+                rng.restore(saved)
+            self._validation_names = sorted(prefixed(metrics, "val_")) if metrics else []
+        return self._validation_names or None
 
-    def _watch(self, metrics: dict[str, float], watch: MetricWatch) -> None:
-        new_best, stop = watch.observe(metrics, self.state.step, self.state.monitors)
-        if new_best:
-            self._keep_best(watch.best)
-        self.state.stop_reason = self.state.stop_reason or stop
-
-    def _keep_best(self, monitor: MetricMonitor) -> None:
+    def keep_best(self, monitor: MetricMonitor) -> None:
         """A new best: this step's checkpoint (written now if it is not yet), linked as
         checkpoints/best."""
         path = self.interruption.save()
@@ -530,7 +531,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             largest_batch=check.data.get("largest_micro_batch") if check else None,
         )
 
-    def _evaluate(self, step_logger: StepLogger, monitors: MetricWatch) -> None:
+    def _evaluate(self, step_logger: StepLogger) -> None:
         if self.val_loader is None:
             self.state.eval_pending = False
             return
@@ -549,7 +550,6 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             self.state.final_val_loss = metrics["val_loss"]
         step_logger.on_eval(self.state.step, metrics, epoch=self._epoch())
         self.callbacks.fire("on_eval_end", self, self.state.step, metrics)
-        self._watch(metrics, monitors)
 
     def _open_step_logger(self) -> StepLogger:
         logging_cfg = self.cfg.logging
@@ -611,13 +611,11 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         return iteration.stream.position.epoch if iteration is not None else None
 
     def _best_summary(self) -> dict[str, Any] | None:
-        best = self.state.monitors.get("best")
-        if not best or best.get("best") is None:
-            return None
+        best = self.callbacks.find(BestCheckpoint)
         path = self.run_dir / "checkpoints" / "best"
-        if not path.is_dir():  # e.g. trainer.test_only on another run's checkpoint
+        if best is None or best.monitor.best is None or not path.is_dir():  # e.g. test_only on another run's checkpoint
             return None
-        return {"path": str(path), "metric": best["metric"], "value": best["best"], "step": best["best_step"]}
+        return {"path": str(path), "metric": best.monitor.metric, "value": best.monitor.best, "step": best.monitor.best_step}
 
     def write_forced_summary(self, status: str) -> bool:
         """summary.json from a forced exit's thread: the weights may be mid-update, so

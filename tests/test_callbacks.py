@@ -25,7 +25,7 @@ def test_events_nobody_overrides_have_no_listeners_and_state_goes_by_place_and_c
     ema = WeightEMA()
     ema.updates = 7
     saved = CallbackList([EventLog(), ema]).state_dict()
-    assert list(saved) == ["1:WeightEMA"]
+    assert list(saved) == ["WeightEMA:0"]
     fresh = WeightEMA()
     CallbackList([EventLog(), fresh]).load_state_dict(saved)
     assert fresh.updates == 7

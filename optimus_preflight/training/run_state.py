@@ -22,8 +22,6 @@ class RunState:
     eval_pending: bool = False
     # The last evaluation's metrics (val_loss, val_<name>) and the test metrics.
     final_metrics: dict[str, float] = field(default_factory=dict)
-    # Best-so-far and patience of the metric monitors (training/monitoring.py), by role.
-    monitors: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Why training ended before its limit (early stopping), for summary.json.
     stop_reason: str | None = None
     # The experiment trackers' run ids (MLflow, W&B): a resumed run continues their runs.
@@ -70,7 +68,7 @@ class RunState:
             if item.name not in state:
                 continue
             value = state[item.name]
-            if item.name in ("final_metrics", "monitors", "logger_ids", "callbacks"):
+            if item.name in ("final_metrics", "logger_ids", "callbacks"):
                 value = dict(value or {})
             elif item.name == "stop_reason":
                 value = None if value is None else str(value)

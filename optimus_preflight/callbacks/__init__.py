@@ -76,16 +76,27 @@ class CallbackList:
         for callback in self.listeners[event]:
             getattr(callback, event)(recipe, *args)
 
-    def _key(self, index: int, callback: Any) -> str:
-        return f"{index}:{type(callback).__qualname__}"
+    def _keys(self) -> list[str]:
+        """A callback's ``state_key``, else its class and its place among those of its class:
+        adding a callback of another class on resume does not move anyone's state."""
+        seen: dict[str, int] = {}
+        keys = []
+        for callback in self.callbacks:
+            name = type(callback).__qualname__
+            seen[name] = seen.get(name, -1) + 1
+            keys.append(getattr(callback, "state_key", None) or f"{name}:{seen[name]}")
+        return keys
 
     def state_dict(self) -> dict[str, Any]:
-        return {self._key(i, c): state for i, c in enumerate(self.callbacks)
+        return {key: state for key, c in zip(self._keys(), self.callbacks)
                 if hasattr(c, "state_dict") and (state := c.state_dict())}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Each callback gets the state saved for the callback at its place and of its class."""
-        for index, callback in enumerate(self.callbacks):
-            saved = state.get(self._key(index, callback))
+        """Each callback gets the state saved under its key."""
+        for key, callback in zip(self._keys(), self.callbacks):
+            saved = state.get(key)
             if saved is not None and hasattr(callback, "load_state_dict"):
                 callback.load_state_dict(saved)
+
+    def find(self, kind: type) -> Any:
+        return next((c for c in self.callbacks if isinstance(c, kind)), None)
