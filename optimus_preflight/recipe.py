@@ -51,7 +51,7 @@ from optimus_preflight.reporting.summary import memory_peaks, params_sha256, pea
 from optimus_preflight.reporting.trackers import Trackers
 from optimus_preflight.training import rng
 from optimus_preflight.training.compiling import CompileWatch, check_compile_config, compile_model
-from optimus_preflight.training.distributed import all_reduce_sum, unwrap
+from optimus_preflight.training.distributed import all_reduce_sum, union_of_names, unwrap
 from optimus_preflight.training.evaluation import evaluate_metrics
 from optimus_preflight.training.load_report import recording_loads
 from optimus_preflight.training.loaders import build_loader
@@ -502,6 +502,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                 max_batches=max_batches,
                 should_stop=self.stop_requested,
                 reduce_sum=all_reduce_sum if self.training_context.dist.is_distributed else None,
+                union=union_of_names if self.training_context.dist.is_distributed else None,
             )
 
     def _stop_after_worker_death(self, died: WorkerDied) -> NoReturn:
@@ -576,6 +577,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             group_names=group_names(self.optimizer),
             world_size=context.dist.world_size,
             reduce_sum=all_reduce_sum if context.dist.is_distributed else None,
+            union_names=union_of_names if context.dist.is_distributed else None,
             dynamics=monitor_for_recipe(self, sinks),
         )
 

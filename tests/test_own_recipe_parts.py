@@ -155,3 +155,19 @@ def test_the_best_checkpoint_is_a_linked_copy_that_retention_never_prunes(tmp_pa
     store.keep_as_best(second)
     assert torch.equal(store.load(best)["model"]["w"], torch.zeros(2))
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["best", "latest", "step_00000002"]
+
+
+@pytest.mark.slow
+def test_ranks_with_different_metrics_or_no_eval_batch_reduce_together(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           "tests/ranks_metrics.py"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = sorted((json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")), key=lambda r: r["rank"])
+    assert [r["eval"] for r in results] == [{"acc": 0.5}, {"acc": 0.5}]  # rank 1 joined with weight 0
+    assert all(r["step"] == {"only_on_this_rank": 4.0, "shared": 2.0} for r in results)  # over the ranks that logged it

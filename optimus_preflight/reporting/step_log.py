@@ -29,6 +29,7 @@ class StepLogger:
         world_size: int = 1,
         reduce_sum: Callable[[Any], torch.Tensor] | None = None,
         dynamics: Any = None,
+        union_names: Callable[[list[str]], list[str]] | None = None,
     ):
         self.metrics = metrics
         self.progress = progress
@@ -40,6 +41,7 @@ class StepLogger:
         # Under DDP every rank builds the record (the loss is a collective); only the
         # main rank has sinks.
         self.reduce_sum = reduce_sum
+        self.union_names = union_names  # under DDP: every rank's metric names (training/distributed.py)
         # A DynamicsMonitor (optimus_preflight.dynamics) or None; its steps are always logged.
         self.dynamics = dynamics
         self._reset()
@@ -84,9 +86,7 @@ class StepLogger:
         if self.scaler.is_enabled():
             record["grad_scale"] = self.scaler.get_scale()
         if user_metrics is not None:
-            world = self.world_size
-            mean = (lambda t: self.reduce_sum(t) / world) if self.reduce_sum is not None else None
-            for name, value in user_metrics.step_values(mean).items():
+            for name, value in user_metrics.step_values(self.reduce_sum, self.union_names).items():
                 record.setdefault(name, value)  # a metric named like a built-in one does not replace it
             self.progress.show(user_metrics.progress_bar)
         if dynamics is not None:

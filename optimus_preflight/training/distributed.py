@@ -12,6 +12,7 @@ import os
 import signal
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as torch_dist
@@ -143,6 +144,21 @@ def broadcast_object(value, src: int = 0):
             raise
         raise _unresponsive(f"a broadcast from rank {src}", None if torch_dist.get_rank() == src else [src]) from None
     return holder[0]
+
+
+def union_of_names(names: list[str]) -> list[str]:
+    """The sorted union of every rank's names: ranks that logged different metrics (or
+    evaluated no batch) still reduce the same tensors in the same order."""
+    if not is_active():
+        return sorted(names)
+    gathered: list[Any] = [None] * torch_dist.get_world_size()
+    try:
+        torch_dist.all_gather_object(gathered, sorted(names))
+    except RuntimeError as error:
+        if not is_collective_timeout(error):
+            raise
+        raise _unresponsive("gathering the metric names") from None
+    return sorted({name for rank_names in gathered for name in rank_names})
 
 
 def _collective_device() -> torch.device:

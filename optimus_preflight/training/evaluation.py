@@ -51,6 +51,7 @@ def evaluate_metrics(
     max_batches: int | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     reduce_sum: Callable[[Any], torch.Tensor] | None = None,
+    union: Callable[[list[str]], list[str]] | None = None,
     method: str = "validation_step",
 ) -> dict[str, float] | None:
     """Every metric the step returns or logs, averaged over the loader (up to
@@ -78,4 +79,4 @@ def evaluate_metrics(
     finally:
         model.train(was_training)
         collector.mode = "off"
-    return collector.end_eval(reduce_sum)
+    return collector.end_eval(reduce_sum, union)

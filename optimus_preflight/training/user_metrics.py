@@ -80,9 +80,17 @@ class MetricCollector:
     def end_step(self) -> None:
         self.mode = OFF
 
-    def step_values(self, reduce_mean: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict[str, float]:
-        """The last step's metrics (mean over its micro-batches), read from the device."""
-        return _to_floats({n: s / self._step_counts[n] for n, s in self._step_sums.items()}, reduce_mean)
+    def step_values(self, reduce_sum: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                    union: Callable[[list[str]], list[str]] | None = None) -> dict[str, float]:
+        """The last step's metrics (mean over its micro-batches), read from the device.
+        Under DDP (``reduce_sum``, ``union``): the mean over the ranks that logged each."""
+        values = {n: s / self._step_counts[n] for n, s in self._step_sums.items()}
+        if reduce_sum is None:
+            return _to_floats(values, None)
+        names = union(list(values)) if union is not None else sorted(values)
+        sums = _to_floats({n: values.get(n, 0.0) for n in names}, reduce_sum)
+        ranks = _to_floats({n: float(n in values) for n in names}, reduce_sum)
+        return {n: sums[n] / ranks[n] for n in names}
 
     # ---------------------------------------------------------------- evaluation
     def start_eval(self) -> None:
@@ -93,14 +101,16 @@ class MetricCollector:
     def set_batch_weight(self, weight: Any) -> None:
         self._weight = weight.detach().double() if isinstance(weight, torch.Tensor) else float(weight)
 
-    def end_eval(self, reduce_sum: Callable[[Any], torch.Tensor] | None = None) -> dict[str, float]:
-        """The evaluation's metrics, each weighted over every batch (and rank) that logged it."""
+    def end_eval(self, reduce_sum: Callable[[Any], torch.Tensor] | None = None,
+                 union: Callable[[list[str]], list[str]] | None = None) -> dict[str, float]:
+        """The evaluation's metrics, each weighted over every batch (and rank) that logged
+        it. ``union``: every rank's names, so a rank whose shard had no batch still joins."""
         self.mode = OFF
-        names = sorted(self._eval_sums)
+        names = sorted(self._eval_sums) if union is None else union(sorted(self._eval_sums))
         if not names:
             return {}
-        sums = _to_floats({n: self._eval_sums[n] for n in names}, reduce_sum)
-        weights = _to_floats({n: self._eval_weights[n] for n in names}, reduce_sum)
+        sums = _to_floats({n: self._eval_sums.get(n, 0.0) for n in names}, reduce_sum)
+        weights = _to_floats({n: self._eval_weights.get(n, 0.0) for n in names}, reduce_sum)
         return {n: (sums[n] / weights[n] if weights[n] else math.nan) for n in names}
 
 
