@@ -165,9 +165,12 @@ def test_ranks_with_different_metrics_or_no_eval_batch_reduce_together(tmp_path)
 
     from tests.conftest import REPO
 
+    import os
+
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           "tests/ranks_metrics.py"], cwd=REPO, capture_output=True, text=True, timeout=300)
+                           "tests/ranks_metrics.py"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "RESULTS_DIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-2000:]
-    results = sorted((json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")), key=lambda r: r["rank"])
+    results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert [r["eval"] for r in results] == [{"acc": 0.5}, {"acc": 0.5}]  # rank 1 joined with weight 0
     assert all(r["step"] == {"only_on_this_rank": 4.0, "shared": 2.0} for r in results)  # over the ranks that logged it
