@@ -160,12 +160,11 @@ def test_the_best_checkpoint_is_a_linked_copy_that_retention_never_prunes(tmp_pa
 @pytest.mark.slow
 def test_ranks_with_different_metrics_or_no_eval_batch_reduce_together(tmp_path):
     import json
+    import os
     import subprocess
     import sys
 
     from tests.conftest import REPO
-
-    import os
 
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            "tests/ranks_metrics.py"], cwd=REPO, capture_output=True, text=True, timeout=300,
