@@ -1,8 +1,14 @@
-"""TrainRecipe: the lifecycle setup -> preflight -> train (with eval) -> finalize.
+"""TrainRecipe: the lifecycle setup -> preflight -> train (with eval) -> test -> finalize.
 
 Subclass it and override a builder (``build_model``, ``build_optimizer``,
-``build_scheduler``, ``build_dataloaders``) or ``compute_loss``; the defaults build
-from the config's ``_target_`` entries.
+``build_scheduler``, ``build_dataloaders``, ``build_test_dataloader``), ``compute_loss`` or
+``validation_step``; the defaults build from the config's ``_target_`` entries.
+
+Why this module is long (~670 lines): the builders, the lifecycle and the training loop
+with its evaluation, test and callback events are in one class, so a reader sees the
+whole loop top to bottom. The logic around it lives in components (training/,
+reporting/, callbacks/); moving the loop onto the mixins' standalone interface is an
+open issue.
 """
 
 from __future__ import annotations
