@@ -34,6 +34,7 @@ from optimus_preflight.callbacks.monitors import BestCheckpoint, EarlyStopping
 from optimus_preflight.checkpoint import resume_command
 from optimus_preflight.checkpoint.checkpoint_state import Restorable
 from optimus_preflight.checkpoint.resume import refuse_to_start_over
+from optimus_preflight.checkpoint.resume_command import hydra_task_overrides
 from optimus_preflight.checkpoint.run_dir import RunDirectory, open_run_directory
 from optimus_preflight.checkpoint.signals import StopRequested
 from optimus_preflight.checkpoint.store import CheckpointStore
@@ -80,16 +81,6 @@ def default_run_dir() -> Path:
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
     return Path("outputs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
-
-
-def command_line_overrides() -> list[str]:
-    """The job's overrides from the command line (Hydra's task overrides); none when the
-    recipe runs from Python with a composed config."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return []
-    return list(HydraConfig.get().overrides.task)
 
 
 def _ensure_logging() -> None:
@@ -288,7 +279,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         group was read (config/reads.py): both before the run dir is touched."""
         with recording_reads(self.cfg) as reads:
             self._call_builders(context)
-        check_overrides_read(command_line_overrides(), reads, type(self))
+        check_overrides_read(hydra_task_overrides(), reads, type(self))
 
     def _call_builders(self, context: Any) -> None:
         """The builders, each of whose rejection of a config value is a UserError

@@ -4,10 +4,8 @@ files written by hand (as tests/test_plots.py does), so nothing here trains."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +24,7 @@ from optimus_preflight.reporting.sinks import MetricsLogger  # noqa: E402
 from optimus_preflight.reporting.step_log import StepLogger  # noqa: E402
 from optimus_preflight.training.step import StepResult  # noqa: E402
 from optimus_preflight.training.user_metrics import MetricCollector  # noqa: E402
+from tests.test_plots import _write_run  # noqa: E402
 
 BUILTIN_TITLES = {title for _, title, _ in PANELS}
 
@@ -34,15 +33,6 @@ BUILTIN_TITLES = {title for _, title, _ in PANELS}
 def _close_figures():
     yield
     plt.close("all")
-
-
-def _write_run(directory: Path, records: list[dict[str, Any]], overrides: list[str] = ()) -> Path:
-    directory.mkdir(parents=True)
-    (directory / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
-    if overrides:
-        (directory / ".hydra").mkdir()
-        (directory / ".hydra" / "overrides.yaml").write_text("".join(f"- {item}\n" for item in overrides))
-    return directory
 
 
 def _records(*, steps: int = 40, offset: float = 0.0, extra: dict[str, float] | None = None) -> list[dict[str, Any]]:

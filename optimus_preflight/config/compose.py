@@ -201,7 +201,9 @@ def compose(overrides: list[str] | None = None, *, recipe: type | None = None,
     register_configs()
     if recipe is not None and not any(o.lstrip("+").startswith("recipe._target_=") for o in overrides):
         overrides.append(f"recipe._target_={recipe.__module__}.{recipe.__qualname__}")
-    overrides += declared_overrides(overrides, source)
+    # The app adds (and registers) them before composing each job: done once, not again.
+    if not any(is_generated_option(o.partition("=")[2]) for o in overrides):
+        overrides += declared_overrides(overrides, source)
     try:
         cfg = _hydra_compose(overrides, source)
     except (HydraException, OmegaConfBaseException, ValueError) as error:

@@ -58,7 +58,7 @@ _lock = threading.Lock()
 
 def _full_key(node: Any, key: Any = None) -> str:
     try:
-        return str(node._get_full_key(key)) if key is not None else str(node._get_full_key(None))
+        return str(node._get_full_key(key))
     except Exception:
         return ""
 
