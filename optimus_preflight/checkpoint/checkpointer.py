@@ -82,8 +82,11 @@ class RunCheckpointer:
         config: dict[str, Any],
         stop_timeout_s: float,
         async_save: bool | None = None,
+        resume_hint: Callable[[], str] | None = None,
     ):
         self.run_dir = run_dir
+        # The command that continues the run, said whenever the run stops early.
+        self.resume_hint = resume_hint or (lambda: resume_command(run_dir))
         self.every_n_steps = every_n_steps
         self.dist = dist
         self.config = config
@@ -106,9 +109,11 @@ class RunCheckpointer:
         self.async_save = bool((config.get("checkpoint") or {}).get("async_save", False)) if async_save is None else async_save
         self.background: BackgroundWriter | None = None
         self._due_step: int | None = None  # the step due() last said a periodic checkpoint is due at
+        self.closed = True  # until start()
 
     def start(self, parts: Restorable) -> None:
         self.parts = parts
+        self.closed = False
         # FSDP2 under torchrun: every rank writes its shard (DCP); no rank holds the whole model.
         self.sharded = self.dist.is_distributed and is_sharded(unwrap(parts.model))
         if self.async_save and self.sharded:
@@ -124,6 +129,7 @@ class RunCheckpointer:
             self._watchdog.start()
 
     def close(self) -> None:
+        self.closed = True
         # A run ending on an error still finishes the checkpoint in flight.
         if self.background is not None:
             job = self.background.wait()
@@ -143,7 +149,7 @@ class RunCheckpointer:
 
     def _quit_at_once(self) -> None:
         """The second Ctrl+C: no new checkpoint, exit 130 now, even from inside a C++ op."""
-        message = lambda: say(second_ctrl_c_message(self.last_checkpoint(), resume_command(self.run_dir)))  # noqa: E731
+        message = lambda: say(second_ctrl_c_message(self.last_checkpoint(), self.resume_hint()))  # noqa: E731
         self.forced_exit.run(128 + signal.SIGINT, "interrupted", [("message", message)])
 
     def last_checkpoint(self) -> Path | None:
@@ -170,7 +176,7 @@ class RunCheckpointer:
         signum = self.signals.received or signal.SIGINT
         step = self.parts.run_state.step
         log.warning("stopped by %s at step %d; checkpoint %s. Resume with:\n  %s",
-                    signal.Signals(signum).name, step, path, resume_command(self.run_dir))
+                    signal.Signals(signum).name, step, path, self.resume_hint())
         raise TrainingInterrupted(signum, step, str(path), self.signals.chained_handler())
 
     def stop_agreed(self) -> bool:
@@ -228,7 +234,7 @@ class RunCheckpointer:
         return self._write()
 
     def _outcome(self, saved: Path | str) -> str:
-        resume = resume_command(self.run_dir)
+        resume = self.resume_hint()
         if isinstance(saved, Path):
             return f"Rank 0 saved checkpoint {saved}. Resume with: {resume}"
         last = self.last_checkpoint()

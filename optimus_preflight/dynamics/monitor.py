@@ -152,7 +152,7 @@ def monitor_for_recipe(recipe: Any, sinks: list[Any]) -> DynamicsMonitor | None:
     return DynamicsMonitor(
         recipe.model,
         recipe.optimizer,
-        recipe.training_iteration.runner,
+        recipe.runner,
         context.scaler,
         every_n_steps=every,
         group_names=group_names(recipe.optimizer),

@@ -59,6 +59,13 @@ def split_loss_output(output: Any, batch: Any) -> tuple[torch.Tensor, Count]:
     return loss.reshape(()), count
 
 
+def accumulation_context(model: nn.Module, is_last_microbatch: bool) -> contextlib.AbstractContextManager:
+    """DDP all-reduces on every backward unless told not to; only the window's last counts."""
+    if not is_last_microbatch and hasattr(model, "no_sync"):
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
 class StepRunner:
     """Runs forward/backward over a window of micro-batches and one optimizer update.
 
@@ -107,6 +114,8 @@ class StepRunner:
         self.before_optimizer_step: Callable[[], None] | None = None
         # The recipe's callbacks' before_optimizer_step (optimus_preflight.callbacks), after the one above.
         self.optimizer_step_hooks: list[Callable[[], None]] = []
+        # Around each micro-batch's forward and backward (TrainingIterationMixin's, which a user may override).
+        self.accumulation_context: Callable[[nn.Module, bool], contextlib.AbstractContextManager] = accumulation_context
 
     def _reference(self, first_count: Count) -> Count:
         if self.reduce_sum is None:
@@ -119,12 +128,6 @@ class StepRunner:
         if self.reduce_sum is None:
             return reference / count_sum
         return self.world_size * reference / self.reduce_sum(count_sum)
-
-    def _sync_context(self, is_last: bool) -> contextlib.AbstractContextManager:
-        # DDP all-reduces on every backward unless told not to; only the last counts.
-        if not is_last and hasattr(self.model, "no_sync"):
-            return self.model.no_sync()
-        return contextlib.nullcontext()
 
     def run(self, window: Iterator[tuple[Any, bool]]) -> StepResult | None:
         """Returns None when a stop was requested mid-window: the partial gradients are
@@ -139,7 +142,7 @@ class StepRunner:
             batch = move_to_device(batch, self.plan.device, self.non_blocking)
             started = time.perf_counter()
             times.data_s += started - clock
-            with self._sync_context(is_last):
+            with self.accumulation_context(self.model, is_last):
                 with self.plan.autocast():
                     loss, count = split_loss_output(self.compute_loss(self.model, batch), batch)
                 if micro_batches == 0:
