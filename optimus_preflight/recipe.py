@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader
 
 from optimus_preflight.app import check_before_work, run_app
 from optimus_preflight.callbacks import CallbackList
+from optimus_preflight.callbacks.compile_watch import CompileWatchCallback
 from optimus_preflight.callbacks.monitors import BestCheckpoint, EarlyStopping
 from optimus_preflight.checkpoint import resume_command
 from optimus_preflight.checkpoint.resume import refuse_to_start_over
@@ -39,9 +40,9 @@ from optimus_preflight.checkpoint.signals import StopRequested
 from optimus_preflight.checkpoint.store import CheckpointStore
 from optimus_preflight.config.instantiate import config_rejections, instantiate_node, node_target
 from optimus_preflight.config.reads import check_overrides_read, recording_reads
-from optimus_preflight.dynamics import monitor_for_recipe
+from optimus_preflight.dynamics.callback import DynamicsCallback
 from optimus_preflight.errors import PreflightFailed, TrainingInterrupted, UserError
-from optimus_preflight.memory import start_oom_observer
+from optimus_preflight.memory.oom_callback import OOMObserverCallback
 from optimus_preflight.mixins import (
     PreflightMixin,
     TrainingContextMixin,
@@ -59,7 +60,7 @@ from optimus_preflight.reporting.step_log import StepLogger
 from optimus_preflight.reporting.summary import memory_peaks, params_sha256, peak_memory_bytes, write_json_atomic
 from optimus_preflight.reporting.trackers import Trackers
 from optimus_preflight.training import rng
-from optimus_preflight.training.compiling import CompileWatch, check_compile_config, compile_model
+from optimus_preflight.training.compiling import check_compile_config, compile_model
 from optimus_preflight.training.distributed import all_reduce_sum, union_of_names, unwrap
 from optimus_preflight.training.evaluation import evaluate_metrics
 from optimus_preflight.training.load_report import recording_loads
@@ -113,7 +114,6 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             extra_signal=checkpoint.extra_signal, stop_timeout_s=checkpoint.stop_timeout_s, resume=checkpoint.resume,
             resume_hint=lambda: resume_command(self.run_dir))
         self.state = RunState()
-        self._oom_observer = None
         self._is_set_up = False
         self.started_at = time.monotonic()  # reset by run()
         # The default builders that ran (a subclass's override may call them): their
@@ -123,7 +123,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self.worker_deaths = WorkerDeathGuard()
         self._running = False  # run(): the run dir is locked
         self.strategy = "single"  # single|ddp|fsdp, once setup placed the model
-        self.compile_watch: CompileWatch | None = None  # trainer.compile: warm-up and recompiles
+        self.metric_sinks: list[Any] = []  # where step records go, once training opened them
         self.metrics = MetricCollector()  # what self.log records
         self.steps_per_epoch: int | None = None  # optimizer steps per pass over train_loader, when it has a length
         self.test_loader: DataLoader | None = None
@@ -256,8 +256,20 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         for index, node in enumerate(self.cfg.get("callbacks") or []):
             with config_rejections("callbacks", node):
                 built.append(instantiate_node(node, f"callbacks[{index}]"))
-        self.callbacks = CallbackList([*self._monitoring_callbacks(), *built, *self._given_callbacks])
+        self.callbacks = CallbackList([*self._toolkit_callbacks(), *self._monitoring_callbacks(), *built, *self._given_callbacks])
         self.state.callback_state = self.callbacks.state_dict
+
+    def _toolkit_callbacks(self) -> list[Any]:
+        """The loop's own features that run on its events: first, so a user's callback
+        sees the records they complete."""
+        cfg, found = self.cfg, []
+        if cfg.logging.dynamics_every_n_steps:
+            found.append(DynamicsCallback())
+        if cfg.trainer.compile:
+            found.append(CompileWatchCallback())
+        if cfg.preflight.oom_observer:
+            found.append(OOMObserverCallback())
+        return found
 
     def _monitoring_callbacks(self) -> list[Any]:
         """checkpoint.monitor and trainer.early_stopping: the toolkit's own callbacks."""
@@ -340,9 +352,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                     if self.cfg.preflight.only:
                         status = None
                         return {"status": report.status, "preflight": report.to_dict()}
-                self._oom_observer = self._start_oom_observer()
                 if self.cfg.trainer.compile:  # after the preflight: its checks and estimate see the eager model
-                    self.compile_watch = CompileWatch(len(compile_model(self.model, self.cfg.trainer, self.strategy)))
+                    self.callbacks.find(CompileWatchCallback).start(len(compile_model(self.model, self.cfg.trainer, self.strategy)))
                 self.train()
             status = "completed"
         except TrainingInterrupted as error:
@@ -356,8 +367,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             self.callbacks.fire("on_exception", self, error)
             raise
         finally:
-            if self._oom_observer is not None:
-                self._oom_observer.stop()
+            self.callbacks.close()
             if status is not None:
                 summary = self.finalize(status, time.monotonic() - started)
             self.close()
@@ -430,9 +440,6 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         while self.state.step < trainer.max_steps and self.state.stop_reason is None:
             if checkpointer.stop_agreed():
                 self.exit_interrupted()
-            watch = self.compile_watch
-            if watch is not None:
-                watch.start_step()
             if self.callbacks.listens("on_step_start"):
                 self.callbacks.fire("on_step_start", self, self.state.step + 1)
             self.metrics.start_step()
@@ -445,11 +452,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             self.state.record_step(result.stepped, result.samples)
             checkpointer.mark_boundary()
             done = self.state.step >= trainer.max_steps
-            warmup = watch is not None and watch.warmup_s is None
-            if watch is not None:
-                watch.end_step(self.state.step)
             record = step_logger.on_step(self.state.step, result, self.state.skipped_steps, force=done,
-                                         warmup_s=watch.warmup_s if warmup else None,
                                          epoch=self.batches.position.epoch, user_metrics=self.metrics)
             if record is not None:
                 self.state.final_loss = record["loss"]
@@ -536,20 +539,6 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             fix=f"{died.fix.rstrip('.')} ({knobs}). Then resume with: {resume_command(self.run_dir)}",
         ) from None
 
-    def _start_oom_observer(self) -> Any:
-        """With preflight.oom_observer=true on CUDA: an allocator history and, on an OOM, a
-        snapshot with a hint that uses the preflight's largest micro-batch that fits."""
-        check = self.preflight_report.check("memory.vram_headroom") if self.preflight_report else None
-        return start_oom_observer(
-            self.cfg,
-            self.run_dir,
-            rank=self.training_context.dist.rank,
-            model=unwrap(self.model),
-            optimizer=self.optimizer,
-            precision=self.training_context.precision,
-            largest_batch=check.data.get("largest_micro_batch") if check else None,
-        )
-
     def _evaluate(self, step_logger: StepLogger) -> None:
         if self.val_loader is None:
             self.state.eval_pending = False
@@ -583,6 +572,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             self.trackers.open(self.cfg, self.run_dir, experiment=type(self).__name__, after_step=after,
                                ids=self.state.logger_ids)
             sinks += self.trackers.for_step_logger()
+        self.metric_sinks = sinks
         progress_mode = logging_cfg.progress if context.dist.is_main else "none"
         metrics = MetricsLogger(sinks)
         self.checkpointer.add_last_words(lambda status: metrics.flush())  # a second Ctrl+C keeps what was logged
@@ -596,7 +586,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             world_size=context.dist.world_size,
             reduce_sum=all_reduce_sum if context.dist.is_distributed else None,
             union_names=union_of_names if context.dist.is_distributed else None,
-            dynamics=monitor_for_recipe(self, sinks),
+            wants_record=lambda step: self.callbacks.any_wants_step_logged(self, step),
+            extend_record=lambda step, result, record: self.callbacks.fire("on_step_record", self, step, result, record),
         )
 
     def build_summary(self, status: str, wall_time_s: float, *, hash_params: bool = True) -> dict[str, Any]:
@@ -623,7 +614,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             "test": {k: v for k, v in self.state.final_metrics.items() if k.startswith("test_")} or None,
             "stop_reason": self.state.stop_reason,
             "best_checkpoint": self._best_summary(),
-            **(self.compile_watch.summary() if self.compile_watch is not None else {}),
+            **(watch.summary() if (watch := self.callbacks.find(CompileWatchCallback)) is not None else {}),
         }
 
     def _epoch(self) -> int | None:

@@ -109,10 +109,8 @@ class StepRunner:
         self.world_size = world_size
         self._global_reference: torch.Tensor | None = None
         self.non_blocking = plan.device.type == "cuda"
-        # Set only for the steps that need it (dynamics metrics): called after unscaling
-        # and clipping, before the optimizer step, while the final gradients exist.
-        self.before_optimizer_step: Callable[[], None] | None = None
-        # The recipe's callbacks' before_optimizer_step (optimus_preflight.callbacks), after the one above.
+        # Called after unscaling and clipping, before the optimizer step, while the final
+        # gradients exist: the callbacks' before_optimizer_step (optimus_preflight.callbacks).
         self.optimizer_step_hooks: list[Callable[[], None]] = []
         # Around each micro-batch's forward and backward (TrainingIterationMixin's, which a user may override).
         self.accumulation_context: Callable[[nn.Module, bool], contextlib.AbstractContextManager] = accumulation_context
@@ -173,8 +171,6 @@ class StepRunner:
         grad_norm = total_norm(params)
         if self.clip_grad_norm is not None:
             clip_grads_(params, self.clip_grad_norm, grad_norm)
-        if self.before_optimizer_step is not None:
-            self.before_optimizer_step()
         for hook in self.optimizer_step_hooks:
             hook()
         stepped = self._optimizer_step(grad_norm)
