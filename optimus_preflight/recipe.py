@@ -232,7 +232,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             model=self.model, optimizer=self.optimizer, batches=self.batches, scheduler=self.scheduler,
             training_context=context, run_state=self.state, config=OmegaConf.to_container(self.cfg, resolve=True),
             resume=False)
-        checkpointer.add_last_words(self.write_forced_summary)
+        self.add_last_words(self.write_forced_summary)
         self.batches.interruptible = self._guarded_fetch  # a dead DataLoader worker is reported in the same waits
         self._is_set_up = True
         checkpointer.resume(self.cfg.checkpoint.resume, training=not self.cfg.preflight.only)  # the run state too: losses, a pending eval
@@ -297,7 +297,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
     def _guarded_fetch(self) -> Iterator[None]:
         """Around each training-data fetch: a stop signal ends the wait, and a dead
         worker is reported there (where the weights are at a step boundary)."""
-        with self.checkpointer.interruptible(), self.worker_deaths.fetching():
+        with self.stop_control.interruptible(), self.worker_deaths.fetching():
             yield
 
     def _build_objects(self, context: Any) -> None:
@@ -438,7 +438,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         if self.state.eval_pending:
             self._evaluate(step_logger)
         while self.state.step < trainer.max_steps and self.state.stop_reason is None:
-            if checkpointer.stop_agreed():
+            if self.interruption_requested():
                 self.exit_interrupted()
             if self.callbacks.listens("on_step_start"):
                 self.callbacks.fire("on_step_start", self, self.state.step + 1)
@@ -575,7 +575,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self.metric_sinks = sinks
         progress_mode = logging_cfg.progress if context.dist.is_main else "none"
         metrics = MetricsLogger(sinks)
-        self.checkpointer.add_last_words(lambda status: metrics.flush())  # a second Ctrl+C keeps what was logged
+        self.add_last_words(lambda status: metrics.flush())  # a second Ctrl+C keeps what was logged
         return StepLogger(
             metrics,
             Progress(progress_mode, self.cfg.trainer.max_steps, self.state.step),

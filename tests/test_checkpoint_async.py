@@ -87,8 +87,7 @@ def held_writes(monkeypatch):
 
 @pytest.fixture
 def checkpointer(tmp_path):
-    made = RunCheckpointer(tmp_path, every_n_steps=2, keep_last=2, extra_signal=None, dist=DistEnv(), config={},
-                           stop_timeout_s=5.0, async_save=True)
+    made = RunCheckpointer(tmp_path, every_n_steps=2, keep_last=2, dist=DistEnv(), config={}, async_save=True)
     made.start(_parts())
     yield made
     made.close()

@@ -13,9 +13,12 @@ from torch.optim import Optimizer
 
 from optimus_preflight.checkpoint import RunCheckpointer
 from optimus_preflight.checkpoint.checkpoint_state import Restorable
+from optimus_preflight.checkpoint.peer_watch import PeerWatch
 from optimus_preflight.checkpoint.signals import StopRequested
+from optimus_preflight.checkpoint.stop_control import StopControl
 from optimus_preflight.errors import TrainingInterrupted
 from optimus_preflight.training.distributed import DistEnv
+from optimus_preflight.training.distributed import peers as active_peers
 from optimus_preflight.training.run_state import RunState
 from optimus_preflight.training.stream import BatchStream
 from optimus_preflight.training.training_context import TrainingContext
@@ -52,10 +55,14 @@ class TrainingInterruptionMixin:
     128+signal: the process ends without a traceback unless you catch it. Running the
     same command again continues the run. ``handle_training_interruption(iteration,
     collective)`` saves at the current boundary (and calls ``checkpoint_callback``) for a
-    loop that stops by itself. Owns ``self.checkpointer``.
+    loop that stops by itself. Owns ``self.checkpointer`` (saves and resume),
+    ``self.stop_control`` (the stop signals, forced exits) and, under torchrun,
+    ``self.peer_watch`` (the ranks' stop agreement and the stuck-collective watchdog).
     """
 
     checkpointer: RunCheckpointer | None = None
+    stop_control: StopControl | None = None
+    peer_watch: PeerWatch | None = None
 
     def __init__(
         self,
@@ -97,18 +104,26 @@ class TrainingInterruptionMixin:
         settings = self.interruption_settings
         dist = training_context.dist if training_context is not None else DistEnv.from_environment()
         scaler = training_context.scaler if training_context is not None else _disabled_scaler()
-        checkpointer = RunCheckpointer(
-            self.output_path, every_n_steps=self.save_freq, keep_last=settings["keep_last"],
-            extra_signal=settings["extra_signal"], dist=dist, stop_timeout_s=settings["stop_timeout_s"],
-            config=config or {}, resume_hint=settings["resume_hint"],
-        )
-        self.checkpointer = checkpointer
+        checkpointer = RunCheckpointer(self.output_path, every_n_steps=self.save_freq, keep_last=settings["keep_last"],
+                                       dist=dist, config=config or {})
+        stop = StopControl(settings["extra_signal"], dist, resume_hint=settings["resume_hint"],
+                           last_checkpoint=checkpointer.last_checkpoint)
+        peers = active_peers() if dist.is_distributed else None
+        peer_watch = None if peers is None else PeerWatch(
+            peers, stop, stop_timeout_s=settings["stop_timeout_s"], save_last_step=checkpointer.save_last_step,
+            last_checkpoint=checkpointer.last_checkpoint)
+        if peer_watch is not None:
+            checkpointer.after_save = lambda path: peer_watch.after_save(path, is_main=dist.is_main)
+        self.checkpointer, self.stop_control, self.peer_watch = checkpointer, stop, peer_watch
         self._window: Iterator[tuple[Any, bool]] | None = None
         if not isinstance(batches, BatchStream):
             batches = BatchStream(batches, accumulation_steps=1)
-        batches.interruptible = checkpointer.interruptible
-        batches.should_stop = checkpointer.stop_requested_in_window
+        batches.interruptible = stop.interruptible
+        batches.should_stop = stop.requested_in_window
         checkpointer.start(Restorable(model, optimizer, scheduler, scaler, run_state or RunState(), batches))
+        stop.install()
+        if peer_watch is not None:
+            peer_watch.start()
         if resume:
             checkpointer.resume(settings["resume"])
             checkpointer.mark_boundary()
@@ -129,7 +144,7 @@ class TrainingInterruptionMixin:
                 before = stream.windows_committed
                 yield state.step + 1
                 self._commit_batches()
-                if stream.windows_committed == before and checkpointer.signals.requested:
+                if stream.windows_committed == before and self.stop_control.requested:
                     self.exit_interrupted()  # the step was abandoned: stop at the boundary before it
                 state.record_step(True, 0)
                 checkpointer.mark_boundary()
@@ -161,12 +176,24 @@ class TrainingInterruptionMixin:
             self._window = None
 
     def interruption_requested(self) -> bool:
-        """At a step boundary: has a stop signal arrived (under torchrun: on any rank)?"""
-        return self.checkpointer is not None and self.checkpointer.stop_agreed()
+        """At a step boundary: has a stop signal arrived (under torchrun: on any rank)?
+        A background checkpoint write that failed ends the run here."""
+        if self.checkpointer is None:
+            return False
+        self.checkpointer.raise_if_background_failed()
+        self.checkpointer.training_started = True
+        if self.peer_watch is not None:
+            return self.peer_watch.stop_agreed()
+        return self.stop_control.requested
 
     def stop_requested(self) -> bool:
         """Inside a step (this process only): abandon the window at the next micro-batch."""
-        return self.checkpointer is not None and self.checkpointer.stop_requested_in_window()
+        return self.checkpointer is not None and self.stop_control.requested_in_window()
+
+    def add_last_words(self, word: Callable[[str], object]) -> None:
+        """What a forced exit (a second Ctrl+C, a silent peer) does before the process
+        ends, given the run's status: write summary.json, flush the metric files."""
+        self.stop_control.add_last_words(word)
 
     def handle_training_interruption(self, iteration: int, collective: Any = None, **kwargs: Any) -> Path | None:
         """Save the checkpoint of this step boundary (``iteration`` steps done) and call
@@ -182,13 +209,13 @@ class TrainingInterruptionMixin:
     def exit_interrupted(self) -> NoReturn:
         """Save this boundary's checkpoint, say how to resume, and raise
         ``TrainingInterrupted`` (exit 128+signal)."""
-        checkpointer = self.checkpointer
+        checkpointer, stop = self.checkpointer, self.stop_control
         path = self._save_and_notify(checkpointer.parts.run_state.step, None)
-        signum = checkpointer.signals.received or signal.SIGINT
+        signum = stop.received or signal.SIGINT
         step = checkpointer.parts.run_state.step
         log.warning("stopped by %s at step %d; checkpoint %s. Resume with:\n  %s",
-                    signal.Signals(signum).name, step, path, checkpointer.resume_hint())
-        chained = checkpointer.signals.chained_handler()
+                    signal.Signals(signum).name, step, path, stop.resume_hint())
+        chained = stop.signals.chained_handler()
         self.close_interruption()
         raise TrainingInterrupted(signum, step, str(path), chained)
 
@@ -196,6 +223,9 @@ class TrainingInterruptionMixin:
         """Give the signal handlers back (``training_steps`` does this when it ends)."""
         if self.checkpointer is not None and not self.checkpointer.closed:
             self.checkpointer.close()
+            if self.peer_watch is not None:
+                self.peer_watch.close()
+            self.stop_control.uninstall()
 
     def _save_and_notify(self, iteration: int, collective: Any, **kwargs: Any) -> Path | None:
         path = self.checkpointer.save()
