@@ -576,6 +576,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         progress_mode = logging_cfg.progress if context.dist.is_main else "none"
         metrics = MetricsLogger(sinks)
         self.add_last_words(lambda status: metrics.flush())  # a second Ctrl+C keeps what was logged
+        self.checkpointer.before_save.append(metrics.sync)  # records up to a checkpoint are as durable as it
         return StepLogger(
             metrics,
             Progress(progress_mode, self.cfg.trainer.max_steps, self.state.step),

@@ -93,6 +93,9 @@ class RunCheckpointer:
         # Set by the loop once training started: the preflight's steps change the weights,
         # and a forced save must never write those.
         self.training_started = False
+        # Called before each checkpoint is written: the metric files are made durable, so
+        # a resume after any kill finds every step up to the checkpoint's on disk.
+        self.before_save: list[Callable[[], None]] = []
         # Under torchrun, the barrier every rank passes after a save (PeerWatch.after_save).
         self.after_save: Callable[[Path | None], None] | None = None
         self.sharded = False
@@ -174,6 +177,8 @@ class RunCheckpointer:
             return self.finish_background()  # e.g. the final checkpoint or a stop at a periodic step
         if self.last_saved is not None and self.last_saved.name == name:
             return self.last_saved  # e.g. the final checkpoint at a periodic step
+        for hook in self.before_save:
+            hook()
         background = self.background is not None and self._due_step == step
         if background:
             path = self._write_in_background(step)
