@@ -49,7 +49,7 @@ from optimus_preflight.mixins import (
     TrainingInterruptionMixin,
     TrainingIterationMixin,
 )
-from optimus_preflight.preflight.preflight_context import PreflightContext
+from optimus_preflight.preflight.framework.context import PreflightContext
 from optimus_preflight.reporting.model_summary import format_model_summary, summarize_model, write_model_summary
 from optimus_preflight.reporting.progress import Progress
 from optimus_preflight.reporting.sinks import JsonlSink, MetricsLogger, make_tensorboard_sink

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
 from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
 from optimus_preflight.preflight.framework import CheckResult, CheckStatus, run_checks
-from optimus_preflight.preflight.preflight_context import PreflightContext
+from optimus_preflight.preflight.framework.context import PreflightContext
 from optimus_preflight.recipe import TrainRecipe
 from optimus_preflight.training.loaders import build_loader
 from tests.conftest import tiny_config

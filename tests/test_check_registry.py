@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from optimus_preflight.preflight import DEFAULT_CHECKS, default_checks
-from optimus_preflight.preflight.framework import Check, CheckDefinitionError, Stage, run_checks, validate_checks
+from optimus_preflight.preflight.framework import Check, CheckDefinitionError, Stage, run_checks
+from optimus_preflight.preflight.framework.registry import validate_checks
 from tests.conftest import tiny_config
 
 

@@ -7,14 +7,14 @@ from collections import namedtuple
 
 import pytest
 from omegaconf import OmegaConf
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 from optimus_preflight.memory.cuda_rules import CUDA_CONTEXT_BYTES
+from optimus_preflight.preflight.analyses.step_inputs import step_inputs
 from optimus_preflight.preflight.checks import memory_checks as memory_checks_module
 from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck, memory_checks
 from optimus_preflight.preflight.framework import Findings, Stage
-from optimus_preflight.preflight.preflight_context import PreflightContext
-from optimus_preflight.preflight.step_inputs import step_inputs
+from optimus_preflight.preflight.framework.context import PreflightContext
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 from tests.conftest import tiny_config
 
 GIB = 1 << 30

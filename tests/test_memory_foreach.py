@@ -164,7 +164,7 @@ def test_host_check_names_foreach_when_a_cpu_job_asks_for_it(tmp_path, monkeypat
 
     recipe = make_recipe(tmp_path, "preflight.memory.reserve_gib=0.0", model=wide_mlp, optimizer=optimizer)
     need = run(recipe, HostMemoryCheck)["memory.host_ram"].data["need_bytes"]
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
     held = memory_checks_module.host_memory_held(PreflightContext.from_recipe(recipe))
     monkeypatch.setattr(memory_checks_module.psutil, "virtual_memory",

@@ -25,7 +25,7 @@ from optimus_preflight.mixins import (
 )
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
 from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
-from optimus_preflight.preflight.preflight_context import PreflightContext
+from optimus_preflight.preflight.framework.context import PreflightContext
 from optimus_preflight.recipe import TrainRecipe
 from optimus_preflight.training.run_state import RunState
 from optimus_preflight.training.step import StepResult

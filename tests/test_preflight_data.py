@@ -17,7 +17,7 @@ from optimus_preflight.preflight.checks import data_checks
 from optimus_preflight.preflight.checks.batch_checks import CollateCheck, FinalBatchCheck, SamplingCheck
 from optimus_preflight.preflight.checks.data_checks import DuplicateSamplesCheck, FirstBatchCheck, LoaderMemoryCheck
 from optimus_preflight.preflight.framework import CheckStatus
-from optimus_preflight.preflight.preflight_context import PreflightContext
+from optimus_preflight.preflight.framework.context import PreflightContext
 from optimus_preflight.training.distributed import DistEnv
 from tests.preflight_support import FEATURES, assert_quiet, classification_data, codes, make_recipe, run
 

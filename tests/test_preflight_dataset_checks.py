@@ -30,7 +30,7 @@ from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck, Unpi
 from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck, compare_counts, encode_count
 from optimus_preflight.preflight.checks.worker_pickling import WorkerPicklingCheck
 from optimus_preflight.preflight.framework import CheckStatus, Severity
-from optimus_preflight.preflight.preflight_context import PreflightContext
+from optimus_preflight.preflight.framework.context import PreflightContext
 from optimus_preflight.training.distributed import DistEnv
 from tests.conftest import REPO
 from tests.preflight_support import FEATURES, assert_quiet, classification_data, codes, make_recipe, run

@@ -7,6 +7,7 @@ from collections import namedtuple
 import pytest
 import torch
 
+from optimus_preflight.preflight.analyses.sizes import checkpoint_bytes_estimate, optimizer_state_bytes, tensor_bytes
 from optimus_preflight.preflight.checks import env_checks
 from optimus_preflight.preflight.checks.env_checks import (
     DeviceCheck,
@@ -17,8 +18,7 @@ from optimus_preflight.preflight.checks.env_checks import (
     device_findings,
 )
 from optimus_preflight.preflight.framework import CheckStatus
-from optimus_preflight.preflight.preflight_context import PreflightContext
-from optimus_preflight.preflight.sizes import checkpoint_bytes_estimate, optimizer_state_bytes, tensor_bytes
+from optimus_preflight.preflight.framework.context import PreflightContext
 from tests.preflight_support import assert_quiet, classifier, codes, make_recipe, run
 
 ENV = (DeviceCheck, SharedMemoryCheck, HostRamCheck, RunDirCheck, DiskSpaceCheck)

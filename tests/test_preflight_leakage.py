@@ -13,7 +13,6 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
-from optimus_preflight.recipes.char_lm import VOCAB_SIZE, CausalSelfAttention, CharTransformer, CharWindows
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset, random_split
 
@@ -25,7 +24,8 @@ from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck, 
 from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck, objective_of, probe_start
 from optimus_preflight.preflight.framework import CheckStatus
-from optimus_preflight.preflight.preflight_context import PreflightContext
+from optimus_preflight.preflight.framework.context import PreflightContext
+from optimus_preflight.recipes.char_lm import VOCAB_SIZE, CausalSelfAttention, CharTransformer, CharWindows
 from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classification_data, codes, make_recipe, run
 
 TARGETS = "step.target_leak"

@@ -22,7 +22,7 @@ from optimus_preflight.preflight.checks.step_checks import (
 from optimus_preflight.preflight.checks.step_runs import AccumulationCheck, CheckpointRoundTripCheck, OverfitCheck
 from optimus_preflight.preflight.checks.throughput import MIN_WAIT_WORTH_FIXING_S, ThroughputCheck
 from optimus_preflight.preflight.framework import CheckStatus
-from optimus_preflight.preflight.preflight_context import PreflightContext
+from optimus_preflight.preflight.framework.context import PreflightContext
 from optimus_preflight.training.distributed import DistEnv
 from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classifier, codes, make_recipe, run
 

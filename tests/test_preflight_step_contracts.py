@@ -12,9 +12,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.analyses.padding import as_rows, edge_padding, sequence_shapes
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
 from optimus_preflight.preflight.checks.model_checks import ModesCheck
-from optimus_preflight.preflight.checks.padding import as_rows, edge_padding, sequence_shapes
 from optimus_preflight.preflight.checks.step_checks import FirstStepCheck, PaddedLossCheck
 from optimus_preflight.preflight.checks.step_runs import AccumulationCheck, LossScaleCheck
 from optimus_preflight.preflight.framework import CheckStatus, Severity

@@ -13,12 +13,12 @@ import torch
 from torch.utils.data import DataLoader
 
 from optimus_preflight.memory.cuda_rules import CUDA_CONTEXT_BYTES
+from optimus_preflight.preflight.analyses.memory_limit import gpu_memory_limit
 from optimus_preflight.preflight.checks import env_checks
 from optimus_preflight.preflight.checks.config_checks import CPU_FP16_SLOWDOWN, PrecisionCheck, cpu_fp16_finding
 from optimus_preflight.preflight.checks.env_checks import CpuCoresCheck, available_cores, workers_finding
 from optimus_preflight.preflight.checks.memory_checks import (
     VRAMHeadroomCheck,
-    gpu_memory_limit,
     smallest_target_gib,
     undersized_target,
 )

@@ -5,8 +5,8 @@ from typing import ClassVar
 from optimus_preflight.mixins.contracts import PreflightHost
 from optimus_preflight.preflight.defaults import default_checks
 from optimus_preflight.preflight.framework import Check
-from optimus_preflight.preflight.report import PreflightReport
-from optimus_preflight.preflight.runner import run_preflight_checks
+from optimus_preflight.preflight.framework.report import PreflightReport
+from optimus_preflight.preflight.framework.runner import run_preflight_checks
 
 
 class PreflightMixin:

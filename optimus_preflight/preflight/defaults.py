@@ -36,7 +36,8 @@ from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
 from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
 from optimus_preflight.preflight.checks.worker_pickling import WorkerPicklingCheck
-from optimus_preflight.preflight.framework import Check, known_checks, validate_checks
+from optimus_preflight.preflight.framework.check import Check
+from optimus_preflight.preflight.framework.registry import known_checks, validate_checks
 
 DEFAULT_CHECKS: list[type[Check]] = [
     env_checks.DeviceCheck,

@@ -28,9 +28,9 @@ from optimus_preflight.config.schema import FAIL_ON, Config, DataConfig, GradSca
 from optimus_preflight.errors import PreflightFailed
 from optimus_preflight.preflight.defaults import default_checks
 from optimus_preflight.preflight.framework import Check, Issue
-from optimus_preflight.preflight.preflight_context import PreflightContext
-from optimus_preflight.preflight.report import PreflightReport
-from optimus_preflight.preflight.runner import REPORT_FILE, run_preflight_checks
+from optimus_preflight.preflight.framework.context import PreflightContext
+from optimus_preflight.preflight.framework.report import PreflightReport
+from optimus_preflight.preflight.framework.runner import REPORT_FILE, run_preflight_checks
 from optimus_preflight.training.distributed import DistEnv, unwrap
 from optimus_preflight.training.precision import PrecisionPlan, make_grad_scaler, resolve_precision
 from optimus_preflight.training.training_context import TrainingContext

@@ -11,7 +11,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 # fp16 vs bf16 autocast, one training step of the default recipe (char_lm: forward,
 # backward, AdamW step; GradScaler for fp16) on this project's 2-core x86 CPU machine

@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING, Any
 import psutil
 from torch.utils.data import IterableDataset
 
+from optimus_preflight.preflight.analyses.sizes import dataloader_host_bytes
 from optimus_preflight.preflight.checks.batch_checks import describe_groups, is_map_style, shape_groups
-from optimus_preflight.preflight.fetch import FetchResult, fetch_batches
+from optimus_preflight.preflight.data_access.fetch import FetchResult, fetch_batches
+from optimus_preflight.preflight.data_access.guard import DataGuard
+from optimus_preflight.preflight.data_access.samples import batch_nbytes, describe_shapes, sample_hashes
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.guard import DataGuard
-from optimus_preflight.preflight.preserve import preserved_data_state
-from optimus_preflight.preflight.samples import batch_nbytes, describe_shapes, sample_hashes
-from optimus_preflight.preflight.sizes import dataloader_host_bytes
+from optimus_preflight.preflight.framework.preserve import preserved_data_state
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 FIRST_BATCH = "data.first_batch"
 RAGGED_MARKERS = ("stack expects each tensor to be equal size", "each element in list of batch should be of equal size")

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING
 import psutil
 
 from optimus_preflight.preflight.checks.batch_checks import is_map_style
+from optimus_preflight.preflight.data_access.guard import DataGuard
 from optimus_preflight.preflight.framework import Check, Findings, SkipCheck, Stage, StopCheck
-from optimus_preflight.preflight.guard import DataGuard
-from optimus_preflight.preflight.preserve import preserved_data_state
+from optimus_preflight.preflight.framework.preserve import preserved_data_state
 from optimus_preflight.training.batches import batch_size_of
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 MIB = 1024**2
 GIB = 1024**3

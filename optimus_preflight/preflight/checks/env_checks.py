@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 import psutil
 import torch
 
+from optimus_preflight.preflight.analyses.sizes import checkpoint_bytes_estimate
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.sizes import checkpoint_bytes_estimate
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 GIB = 1024**3
 SHM_PATH = "/dev/shm"

@@ -16,7 +16,7 @@ from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 
 @dataclass

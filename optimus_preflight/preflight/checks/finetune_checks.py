@@ -39,7 +39,7 @@ from optimus_preflight.training.load_report import (
 )
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 ADAPTER = re.compile(r"(?:^|\.)lora_")
 # lora/peft as a word of a snake_case key or a CamelCase class name: lora_rank, use_lora,

@@ -11,12 +11,12 @@ import torch
 from omegaconf import OmegaConf
 
 from optimus_preflight.dynamics.lr_finder import LRRangeResult, lr_range_test
+from optimus_preflight.preflight.data_access.guard import DataGuard
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.guard import DataGuard
 from optimus_preflight.reporting.json_records import dumps
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 log = logging.getLogger("optimus_preflight")
 

@@ -19,7 +19,7 @@ Artifacts left for later consumers: ``memory.estimate`` (the ``MemoryEstimate``)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 import psutil
@@ -29,54 +29,15 @@ from optimus_preflight.memory import cuda_rules, optimizer_paths
 from optimus_preflight.memory.advice import memory_hints
 from optimus_preflight.memory.result import GIB, MemoryEstimate, gib
 from optimus_preflight.memory.search import largest_fitting_batch
-from optimus_preflight.preflight.checks.memory_fsdp import check_per_rank, fsdp_world_size, per_rank_need_of
+from optimus_preflight.preflight.analyses.memory_fsdp import check_per_rank, fsdp_world_size, per_rank_need_of
+from optimus_preflight.preflight.analyses.memory_limit import NEAR_LIMIT, MemoryLimit, gpu_memory_limit
+from optimus_preflight.preflight.analyses.sizes import local_storage
+from optimus_preflight.preflight.analyses.step_inputs import StepInputs, step_inputs
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.sizes import local_storage
-from optimus_preflight.preflight.step_inputs import StepInputs, step_inputs
 from optimus_preflight.training.distributed import unwrap
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
-
-NEAR_LIMIT = 0.9  # warn when the need is above this share of the limit
-
-
-@dataclass
-class MemoryLimit:
-    bytes: int
-    description: str
-    key: str
-
-
-def gpu_memory_limit(cfg: Any, device: torch.device) -> MemoryLimit | None:
-    """Usable GPU bytes for tensors: the configured target, else the local GPU, else None."""
-    memory = cfg.preflight.memory
-    fraction, reserve = float(memory.usable_fraction), float(memory.reserve_gib) * GIB
-    context = cuda_rules.CUDA_CONTEXT_BYTES
-    if memory.target_gib is not None:
-        total = float(memory.target_gib) * GIB
-        usable = min(fraction * total, total - reserve) - context
-        return MemoryLimit(
-            int(usable),
-            f"a {memory.target_gib:g} GiB GPU (preflight.memory.target_gib) leaves {gib(usable)} for tensors "
-            f"= min({fraction:.0%} of it, it - {memory.reserve_gib:g} GiB reserve) - {gib(context)} CUDA context",
-            "preflight.memory.target_gib",
-        )
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return None
-    total = torch.cuda.get_device_properties(device).total_memory
-    free, _ = torch.cuda.mem_get_info(device)
-    # What this process already holds (the model, the optimizer) is in use, not lost.
-    held = torch.cuda.memory_reserved(device)
-    usable = min(fraction * total - context, free + held - reserve)
-    return MemoryLimit(
-        int(usable),
-        f"{torch.cuda.get_device_name(device)} leaves {gib(usable)} for tensors = min({fraction:.0%} of "
-        f"{gib(total)} - {gib(context)} CUDA context, {gib(free)} free + {gib(held)} held by this process "
-        f"- {memory.reserve_gib:g} GiB reserve)",
-        "preflight.memory.usable_fraction",
-    )
-
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 def smallest_target_gib(usable_fraction: float, reserve_gib: float) -> float:
     """The GPU size (GiB) below which the CUDA context alone fills what the target's

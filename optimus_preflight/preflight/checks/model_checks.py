@@ -12,7 +12,7 @@ from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.distributed import unwrap
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 HALF = (torch.float16, torch.bfloat16)
 NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm)

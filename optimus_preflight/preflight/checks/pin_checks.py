@@ -21,7 +21,7 @@ import torch
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 # A container's first SEARCH_WIDTH items stand for the rest.
 SEARCH_WIDTH = 64

@@ -6,18 +6,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
-from optimus_preflight.preflight.checks.loss_spy import (
+from optimus_preflight.preflight.analyses.loss_spy import (
     init_loss_finding,
     loss_input_findings,
     target_findings,
 )
-from optimus_preflight.preflight.checks.padded_loss import padded_loss_findings
-from optimus_preflight.preflight.checks.probe import get_probe
+from optimus_preflight.preflight.analyses.padded_loss import padded_loss_findings
+from optimus_preflight.preflight.analyses.probe import get_probe
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 FIRST_STEP = "step.first_step"
 

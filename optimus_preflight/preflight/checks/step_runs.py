@@ -16,17 +16,17 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from optimus_preflight.preflight.checks.loss_spy import LossSpy, criterion_ratio
-from optimus_preflight.preflight.checks.probe import get_probe
+from optimus_preflight.preflight.analyses.loss_spy import LossSpy, criterion_ratio
+from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
+from optimus_preflight.preflight.data_access.samples import concat_batches, split_batch
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.preserve import preserved_training_state
-from optimus_preflight.preflight.samples import concat_batches, split_batch
+from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.batches import batch_size_of, move_to_device
 from optimus_preflight.training.step import StepRunner, runner_from_config, split_loss_output
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 ACCUMULATION_RTOL = 0.05
 OVERFIT_TARGET = 0.5  # the loss must fall to half its first value

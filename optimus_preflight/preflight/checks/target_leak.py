@@ -25,13 +25,13 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
+from optimus_preflight.preflight.data_access.samples import split_batch
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.preserve import preserved_training_state
-from optimus_preflight.preflight.samples import split_batch
+from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.batches import batch_size_of, move_to_device
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 CRITERIA = ("cross_entropy", "nll_loss")
 MIN_COMPARED = 16  # target positions needed to call an objective

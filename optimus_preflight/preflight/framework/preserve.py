@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from optimus_preflight.checkpoint.training_snapshot import TrainingStateSnapshot
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 SNAPSHOT_KEY = "training_state_snapshot"
 

@@ -7,15 +7,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from optimus_preflight.preflight.consensus import agree_on_verdict
-from optimus_preflight.preflight.console import log_report
-from optimus_preflight.preflight.framework import Check, run_checks
-from optimus_preflight.preflight.preserve import SNAPSHOT_KEY, snapshot_of
-from optimus_preflight.preflight.report import PreflightReport
+from optimus_preflight.preflight.framework.check import Check
+from optimus_preflight.preflight.framework.consensus import agree_on_verdict
+from optimus_preflight.preflight.framework.console import log_report
+from optimus_preflight.preflight.framework.execution import run_checks
+from optimus_preflight.preflight.framework.preserve import SNAPSHOT_KEY, snapshot_of
+from optimus_preflight.preflight.framework.report import PreflightReport
 from optimus_preflight.reporting.summary import write_json_atomic
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 REPORT_FILE = "preflight.json"
 

@@ -18,11 +18,11 @@ from optimus_preflight.memory.estimate import estimate_training_step
 from optimus_preflight.memory.fake_copy import fake_copy_factory, optimizer_factory_like
 from optimus_preflight.memory.result import MemoryEstimate
 from optimus_preflight.memory.search import resize_batch
-from optimus_preflight.preflight.guard import fetch_first_batch, preflight_timeout
+from optimus_preflight.preflight.data_access.guard import fetch_first_batch, preflight_timeout
 from optimus_preflight.training.batches import batch_size_of
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 
 def first_batch(ctx: PreflightContext) -> Any:

@@ -28,13 +28,13 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from optimus_preflight.preflight.checks.loss_spy import CriterionCall, LossSpy
-from optimus_preflight.preflight.checks.padding import sequence_shapes
-from optimus_preflight.preflight.preserve import preserved_training_state
+from optimus_preflight.preflight.analyses.loss_spy import CriterionCall, LossSpy
+from optimus_preflight.preflight.analyses.padding import sequence_shapes
+from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.step import runner_from_config
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 PROBE_KEY = "step_probe"
 

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from optimus_preflight.preflight.checks.padding import (
+from optimus_preflight.preflight.analyses.padding import (
     PaddingProfile,
     as_rows,
     edge_padding,

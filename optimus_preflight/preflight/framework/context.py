@@ -34,7 +34,7 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
-from optimus_preflight.preflight.framework import builder_of
+from optimus_preflight.preflight.framework.execution import builder_of
 from optimus_preflight.training.loaders import ResumableSampler
 from optimus_preflight.training.training_context import TrainingContext
 

@@ -16,11 +16,19 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from omegaconf import OmegaConf
 
-from optimus_preflight.preflight.fetch import DataHang, FetchResult, GuardedBatches, Hang, bounded_call, fetch_batches
+from optimus_preflight.preflight.data_access.fetch import (
+    DataHang,
+    FetchResult,
+    GuardedBatches,
+    Hang,
+    bounded_call,
+    fetch_batches,
+)
 from optimus_preflight.preflight.framework import Findings, SkipCheck, StopCheck
+from optimus_preflight.preflight.framework.issues import DATA_TIMEOUT
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 T = TypeVar("T")
 HANG_KEY = "data_hang"
@@ -114,7 +122,7 @@ class DataGuard:
         self.ctx.artifacts[HANG_KEY] = HungEarlier(self.check, hang)
         self.findings.data["stacks"] = hang.stacks
         report = describe_hang(hang, getattr(self.ctx.train_loader, "num_workers", 0))
-        self.findings.error("DATA_TIMEOUT", report.message, report.fix, report.config_key, code_fix=report.code_fix)
+        self.findings.error(DATA_TIMEOUT, report.message, report.fix, report.config_key, code_fix=report.code_fix)
         raise StopCheck(hang.headline)
 
 
