@@ -14,6 +14,7 @@ from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
 from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
 from optimus_preflight.preflight.framework import CheckResult, CheckStatus, run_checks
 from optimus_preflight.preflight.framework.context import PreflightContext
+from optimus_preflight.preflight.framework.issues import FRAMEWORK_CODES
 from optimus_preflight.recipe import TrainRecipe
 from optimus_preflight.training.loaders import build_loader
 from tests.conftest import tiny_config
@@ -79,7 +80,14 @@ def run(recipe_or_ctx: Any, *check_classes: type) -> dict[str, CheckResult]:
     prerequisites = [cls for cls in (FirstBatchCheck, FirstStepCheck) if cls.name in needed and cls not in check_classes]
     if FirstStepCheck in prerequisites and FirstBatchCheck not in check_classes:
         prerequisites = [FirstBatchCheck, FirstStepCheck]
-    results = run_checks([cls() for cls in (*prerequisites, *check_classes)], ctx, ctx.cfg.preflight.disable)
+    classes = (*prerequisites, *check_classes)
+    results = run_checks([cls() for cls in classes], ctx, ctx.cfg.preflight.disable)
+    declared_by = {cls.name: cls.codes for cls in classes}
+    for result in results:
+        # preflight.disable validates against the declared codes: a code reported but not
+        # declared could not be disabled.
+        undeclared = codes(result) - set(declared_by[result.name]) - set(FRAMEWORK_CODES)
+        assert not undeclared, f"{result.name} reports codes it does not declare: {sorted(undeclared)}"
     return {result.name: result for result in results}
 
 

@@ -132,6 +132,7 @@ class AdapterCheck(Check):
 
     name = "model.adapters"
     stage = Stage.MODEL
+    codes = ("O21",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         model = unwrap(ctx.model)

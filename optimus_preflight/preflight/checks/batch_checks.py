@@ -59,6 +59,7 @@ class CollateCheck(Check):
 
     name = "data.collate"
     stage = Stage.DATA
+    codes = ("DP4",)
     requires = ("data.first_batch",)  # a loader that cannot yield one batch has nothing to scan
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -94,6 +95,7 @@ class FinalBatchCheck(Check):
 
     name = "data.final_batch"
     stage = Stage.DATA
+    codes = ("DP8",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
@@ -134,6 +136,7 @@ class SamplingCheck(Check):
 
     name = "data.sampling"
     stage = Stage.DATA
+    codes = ("DP2", "DP14", "RESUME_ORDER")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader

@@ -93,6 +93,7 @@ class LrScheduleCheck(Check):
 
     name = "config.lr_schedule"
     stage = Stage.CONFIG
+    codes = ("O8",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         scheduler = ctx.scheduler
@@ -167,6 +168,7 @@ class PrecisionCheck(Check):
 
     name = "config.precision"
     stage = Stage.CONFIG
+    codes = ("PRECISION_CPU_FP16",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         precision, device = ctx.training.plan.precision, ctx.device.type

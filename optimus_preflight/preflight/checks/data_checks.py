@@ -51,6 +51,7 @@ class FirstBatchCheck(Check):
 
     name = FIRST_BATCH
     stage = Stage.DATA
+    codes = ("DATA_EMPTY", "DATA_ERROR", "DP4", "DP13")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
@@ -132,6 +133,7 @@ class LoaderMemoryCheck(Check):
 
     name = "data.loader_memory"
     stage = Stage.DATA
+    codes = ("DATA_RAM", "DP15")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -178,6 +180,7 @@ class DuplicateSamplesCheck(Check):
 
     name = "data.duplicates"
     stage = Stage.DATA
+    codes = ("DP2",)
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:

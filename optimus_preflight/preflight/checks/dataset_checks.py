@@ -92,6 +92,7 @@ class DatasetLengthCheck(Check):
 
     name = "data.dataset_length"
     stage = Stage.DATA
+    codes = ("DP7",)
     requires = ("data.first_batch",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:

@@ -160,6 +160,7 @@ class DatasetCacheCheck(Check):
 
     name = "data.dataset_cache"
     stage = Stage.DATA
+    codes = ("DP9",)
     requires = ("data.first_batch",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:

@@ -131,6 +131,7 @@ class FeatureLabelCheck(Check):
 
     name = "data.label_in_features"
     stage = Stage.DATA
+    codes = ("LEAK_FEATURE",)
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:

@@ -229,6 +229,7 @@ class LoadedWeightsCheck(Check):
 
     name = "model.loaded_weights"
     stage = Stage.MODEL
+    codes = ("O20",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         found = provenance(ctx.model)
@@ -263,6 +264,7 @@ class FinetuneLRCheck(Check):
 
     name = "model.finetune_lr"
     stage = Stage.MODEL
+    codes = ("O19",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         found = provenance(ctx.model)

@@ -240,6 +240,7 @@ class InputScaleCheck(Check):
 
     name = "data.input_scale"
     stage = Stage.DATA
+    codes = ("DP10", "DP12")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:

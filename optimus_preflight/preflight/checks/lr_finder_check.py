@@ -55,6 +55,7 @@ class LRFinderCheck(Check):
 
     name = "step.lr_finder"
     stage = Stage.STEP
+    codes = ("O7", "O7_FLAT", "O7_HIGH")
     requires = ("data.first_batch",)
 
     def __init__(self, num_steps: int = 100, start_lr: float = 1e-7, end_lr: float = 10.0):

@@ -223,6 +223,7 @@ class VRAMHeadroomCheck(Check):
 
     name = "memory.vram_headroom"
     stage = Stage.MODEL
+    codes = ("MEM0", "MEM1", "MEM2", "MEM3", "MEM6", "O11")
     requires = ("data.first_batch",)
     needs_weights = False  # fake tensors: the verdict for a model kept on the meta device
 
@@ -313,6 +314,7 @@ class HostMemoryCheck(Check):
 
     name = "memory.host_ram"
     stage = Stage.MODEL
+    codes = ("MEM0", "MEM3", "MEM4", "MEM5", "O11")
     requires = ("data.first_batch",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:

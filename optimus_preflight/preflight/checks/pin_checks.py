@@ -91,6 +91,7 @@ class PinnedBatchCheck(Check):
 
     name = "data.pin_memory"
     stage = Stage.DATA
+    codes = ("DP5",)
     requires = ("data.first_batch",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:

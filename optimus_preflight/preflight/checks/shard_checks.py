@@ -95,6 +95,7 @@ class RankBatchesCheck(Check):
 
     name = "data.rank_batches"
     stage = Stage.DATA
+    codes = ("DP3",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         group = peers()

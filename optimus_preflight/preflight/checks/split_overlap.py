@@ -60,6 +60,7 @@ class SplitOverlapCheck(Check):
 
     name = "data.split_overlap"
     stage = Stage.DATA
+    codes = ("LEAK_SPLIT",)
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:

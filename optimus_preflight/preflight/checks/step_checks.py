@@ -31,6 +31,7 @@ class FirstStepCheck(Check):
 
     name = FIRST_STEP
     stage = Stage.STEP
+    codes = ("LOSS_NONFINITE", "O3", "O5", "O24", "STEP_ERROR")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -105,6 +106,7 @@ class GradientsCheck(Check):
 
     name = "step.gradients"
     stage = Stage.STEP
+    codes = ("GRAD_NONE", "GRAD_NONFINITE", "GRAD_ZERO")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -140,6 +142,7 @@ class LossFunctionCheck(Check):
 
     name = "step.loss_function"
     stage = Stage.STEP
+    codes = ("O12", "O13", "O16")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -156,6 +159,7 @@ class TargetsCheck(Check):
 
     name = "step.targets"
     stage = Stage.STEP
+    codes = ("O14",)
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -179,6 +183,7 @@ class InitialLossCheck(Check):
 
     name = "step.initial_loss"
     stage = Stage.STEP
+    codes = ("O1",)
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -196,6 +201,7 @@ class PaddedLossCheck(Check):
 
     name = "step.padded_loss"
     stage = Stage.STEP
+    codes = ("O15",)
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:

@@ -81,6 +81,7 @@ class AccumulationCheck(Check):
 
     name = "step.accumulation"
     stage = Stage.STEP
+    codes = ("O9",)
     requires = (FIRST_STEP,)
 
     @classmethod
@@ -163,6 +164,7 @@ class LossScaleCheck(Check):
 
     name = "step.loss_scale"
     stage = Stage.STEP
+    codes = ("O9",)
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -272,6 +274,7 @@ class CheckpointRoundTripCheck(Check):
 
     name = "step.checkpoint"
     stage = Stage.STEP
+    codes = ("CKPT_LOAD", "CKPT_MISMATCH", "CKPT_RESTORE")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -339,6 +342,7 @@ class OverfitCheck(Check):
 
     name = "step.overfit"
     stage = Stage.STEP
+    codes = ("O1",)
     requires = (FIRST_STEP,)
 
     @classmethod

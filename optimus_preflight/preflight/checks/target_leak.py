@@ -222,6 +222,7 @@ class TargetLeakCheck(Check):
 
     name = "step.target_leak"
     stage = Stage.STEP
+    codes = ("LEAK_FUTURE", "LEAK_TARGETS")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:

@@ -54,6 +54,7 @@ class ThroughputCheck(Check):
 
     name = "step.throughput"
     stage = Stage.STEP
+    codes = ("DATA_BOUND",)
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:

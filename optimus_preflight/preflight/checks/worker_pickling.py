@@ -247,6 +247,7 @@ class WorkerPicklingCheck(Check):
 
     name = "data.worker_pickling"
     stage = Stage.DATA
+    codes = ("DP6",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
