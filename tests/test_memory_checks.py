@@ -34,7 +34,7 @@ def make_context(recipe, *, first_batch=True, **overrides):
     for key, value in overrides.items():
         OmegaConf.update(ctx.cfg, key.replace("__", "."), value)
     if first_batch:
-        ctx.artifacts["first_batch"] = next(iter(recipe.train_loader))
+        ctx.artifacts.first_batch = next(iter(recipe.train_loader))
     return ctx
 
 
@@ -96,7 +96,7 @@ def test_vram_check_errors_when_the_step_does_not_fit_and_finds_the_largest_batc
         return estimate.required_bytes - estimate.context_bytes
 
     assert need(largest) <= findings.data["limit_bytes"] < need(largest + 1)
-    assert ctx.artifacts["memory.largest_micro_batch"] == largest
+    assert ctx.artifacts.largest_micro_batch == largest
 
 
 def test_vram_check_warns_within_10_percent_of_the_limit(recipe):

@@ -194,7 +194,7 @@ def make_context(recipe, **overrides):
     ctx.cfg = copy.deepcopy(recipe.cfg)
     for key, value in overrides.items():
         OmegaConf.update(ctx.cfg, key, value)
-    ctx.artifacts["first_batch"] = next(iter(recipe.train_loader))
+    ctx.artifacts.first_batch = next(iter(recipe.train_loader))
     return ctx
 
 

@@ -27,6 +27,7 @@ from tests.preflight_support import make_recipe
 class Warns(Check):
     name = "test.warns"
     stage = Stage.CONFIG
+    codes = ("TEST_WARN",)
 
     def run(self, ctx, findings):
         findings.warning("TEST_WARN", "something to look at", "look at it", "trainer.max_steps")
@@ -35,6 +36,7 @@ class Warns(Check):
 class Fails(Check):
     name = "test.fails"
     stage = Stage.DATA
+    codes = ("TEST_ERR",)
 
     def run(self, ctx, findings):
         findings.error("TEST_ERR", "something broken", "fix it")

@@ -36,9 +36,6 @@ from optimus_preflight.training.step import runner_from_config
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
 
-PROBE_KEY = "step_probe"
-
-
 @dataclass
 class LossReturn:
     kind: str  # type of what compute_loss returned (the loss part)
@@ -178,6 +175,6 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
 
 def get_probe(ctx: PreflightContext) -> StepProbe:
     """The probe of this preflight run (computed on first use; needs the first batch)."""
-    if PROBE_KEY not in ctx.artifacts:
-        ctx.artifacts[PROBE_KEY] = run_probe(ctx, ctx.artifacts["first_batch"])
-    return ctx.artifacts[PROBE_KEY]
+    if ctx.artifacts.step_probe is None:
+        ctx.artifacts.step_probe = run_probe(ctx, ctx.artifacts.first_batch)
+    return ctx.artifacts.step_probe

@@ -29,7 +29,7 @@ def first_batch(ctx: PreflightContext) -> Any:
     """The real first batch left by ``data.first_batch``, or one drawn from the loader
     under ``preflight.first_batch_timeout_s`` (RuntimeError naming the hang, not a wait
     without end, when it does not come)."""
-    batch = ctx.artifacts.get("first_batch") if getattr(ctx, "artifacts", None) is not None else None
+    batch = ctx.artifacts.first_batch
     if batch is None:
         batch = fetch_first_batch(ctx.train_loader, preflight_timeout(ctx)).batches[0]
     return batch

@@ -77,9 +77,9 @@ class FirstBatchCheck(Check):
                                     "DataLoader's batch_size <= its size when drop_last=True.")
         else:
             batch = result.batches[0]
-            ctx.artifacts["first_batch"] = batch
-            ctx.artifacts["first_batches"] = result.batches[:compared]
-            ctx.artifacts["window_batches"] = result.batches
+            ctx.artifacts.first_batch = batch
+            ctx.artifacts.first_batches = result.batches[:compared]
+            ctx.artifacts.window_batches = result.batches
             size = batch_nbytes(batch)
             findings.data.update(batch_bytes=size, shapes=describe_shapes(batch))
             findings.data["summary"] = f"first batch in {result.latency_s:.2f} s, {size / 1024:.1f} KiB"
@@ -138,7 +138,7 @@ class LoaderMemoryCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
-        batch_bytes = batch_nbytes(ctx.artifacts["first_batch"])
+        batch_bytes = batch_nbytes(ctx.artifacts.first_batch)
         workers = getattr(loader, "num_workers", 0)
         usage = dataloader_host_bytes(batch_bytes, workers, getattr(loader, "prefetch_factor", None), loader.pin_memory)
         available = psutil.virtual_memory().available
@@ -184,10 +184,10 @@ class DuplicateSamplesCheck(Check):
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        batches = ctx.artifacts["first_batches"]
+        batches = ctx.artifacts.first_batches
         hashes = [sample_hashes(batch) for batch in batches]
         # Kept for the cross-rank comparison at the end of preflight.
-        ctx.artifacts["sample_hashes"] = hashes[0] if hashes else []
+        ctx.artifacts.sample_hashes = hashes[0] if hashes else []
         seen: set[str] = set()
         repeated = later = 0
         for index, digests in enumerate(hashes):

@@ -203,7 +203,7 @@ class DatasetCacheCheck(Check):
             per_epoch = guard.call(len, loader.sampler, what="len(sampler)") if loader.sampler is not None else size
         except TypeError:
             per_epoch = size
-        batch = getattr(loader, "batch_size", None) or batch_size_of(ctx.artifacts["first_batch"]) or 1
+        batch = getattr(loader, "batch_size", None) or batch_size_of(ctx.artifacts.first_batch) or 1
         planned = ctx.cfg.trainer.max_steps * ctx.cfg.trainer.accumulation_steps * batch
         local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.training.dist.world_size))
         reads = cached_samples(per_epoch, planned, workers, persistent)

@@ -135,7 +135,7 @@ class FeatureLabelCheck(Check):
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        pair = _labels_of(ctx.artifacts["first_batch"])
+        pair = _labels_of(ctx.artifacts.first_batch)
         if pair is None:
             findings.data["summary"] = "not a (features, labels) batch"
             return

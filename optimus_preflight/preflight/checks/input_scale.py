@@ -244,7 +244,7 @@ class InputScaleCheck(Check):
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        batch = ctx.artifacts["first_batch"]
+        batch = ctx.artifacts.first_batch
         images = [leaf for leaf in leaves(batch) if image_like(leaf)]
         if not images:
             findings.data["summary"] = "no image-like input in the first batch"

@@ -88,7 +88,7 @@ class LRFinderCheck(Check):
                 ctx.model,
                 ctx.optimizer,
                 ctx.compute_loss,
-                cycled_batches(ctx.artifacts.get("first_batch"), source, self.num_steps),
+                cycled_batches(ctx.artifacts.first_batch, source, self.num_steps),
                 start_lr=self.start_lr,
                 end_lr=self.end_lr,
                 num_steps=self.num_steps,

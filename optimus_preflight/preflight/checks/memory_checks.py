@@ -12,8 +12,8 @@ MEM3 the estimate fell back to the formula, MEM4/MEM5 host RAM exceeded/within 1
 MEM6 preflight.memory.target_gib too small to hold even the CUDA context, O11 a step whose
 peak is foreach's optimizer temporaries (the step re-estimated with ``foreach=False`` and,
 where the optimizer has it, ``fused=True``, to say what each would need).
-Artifacts left for later consumers: ``memory.estimate`` (the ``MemoryEstimate``) and
-``memory.largest_micro_batch`` (for the OOM observer's hint).
+Artifacts left for later consumers: ``artifacts.memory_estimate`` (the ``MemoryEstimate``) and
+``artifacts.largest_micro_batch`` (for the OOM observer's hint).
 """
 
 from __future__ import annotations
@@ -248,8 +248,8 @@ class VRAMHeadroomCheck(Check):
         world_size = fsdp_world_size(ctx)
         if world_size is not None:  # one rank of an FSDP2 job (memory_fsdp)
             estimate = check_per_rank(ctx, findings, limit, inputs, precision, world_size)
-            ctx.artifacts["memory.estimate"] = estimate
-            ctx.artifacts["memory.largest_micro_batch"] = findings.data.get("largest_micro_batch")
+            ctx.artifacts.memory_estimate = estimate
+            ctx.artifacts.largest_micro_batch = findings.data.get("largest_micro_batch")
             optimizer_step_finding(findings, what="GPU", estimate=estimate, need=findings.data["need_bytes"],
                                    limit=limit, inputs=inputs,
                                    need_of=per_rank_need_of(ctx, inputs, precision, world_size),
@@ -263,7 +263,7 @@ class VRAMHeadroomCheck(Check):
 
         estimate = inputs.estimate(inputs.batch_size, device="cuda", precision=precision)
         need = estimate.required_bytes - estimate.context_bytes + ddp
-        ctx.artifacts["memory.estimate"] = estimate
+        ctx.artifacts.memory_estimate = estimate
         findings.data.update(limit=asdict(limit), precision=precision, ddp_bucket_bytes=ddp)
         extra = f"; + {gib(estimate.workspace_bytes)} cuBLAS workspaces"
         if estimate.allocator_peak_bytes and estimate.allocator_peak_bytes > estimate.peak_bytes:
@@ -282,7 +282,7 @@ class VRAMHeadroomCheck(Check):
             precision=precision,
             extra=extra,
         )
-        ctx.artifacts["memory.largest_micro_batch"] = findings.data.get("largest_micro_batch")
+        ctx.artifacts.largest_micro_batch = findings.data.get("largest_micro_batch")
 
         def need_of(other: StepInputs) -> int:
             other_estimate = other.estimate(other.batch_size, device="cuda", precision=precision)
@@ -335,7 +335,8 @@ class HostMemoryCheck(Check):
             f"(preflight.memory.reserve_gib)",
             "preflight.memory.reserve_gib",
         )
-        ctx.artifacts.setdefault("memory.estimate", estimate)
+        if ctx.artifacts.memory_estimate is None:
+            ctx.artifacts.memory_estimate = estimate
         findings.data.update(limit=asdict(limit), precision=precision, available_bytes=available, held_bytes=held)
         judge(
             findings,

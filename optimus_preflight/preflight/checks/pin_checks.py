@@ -101,7 +101,7 @@ class PinnedBatchCheck(Check):
         if ctx.device.type == "cpu":  # nothing is pinned on a CPU run, and nothing needs to be
             findings.data["summary"] = "not applicable (training on the CPU)"
             return
-        parts = unpinnable_parts(ctx.artifacts["first_batch"])
+        parts = unpinnable_parts(ctx.artifacts.first_batch)
         findings.data["unpinned"] = [f"{part.path} ({part.kind})" for part in parts]
         findings.data["summary"] = "every tensor of the batch is pinned" if not parts else f"{len(parts)} unpinned part(s)"
         if not parts:

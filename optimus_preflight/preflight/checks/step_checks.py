@@ -214,5 +214,5 @@ class PaddedLossCheck(Check):
         findings.data["summary"] = (f"padding id {padded[0].value} in {padded[0].share:.0%} of the targets"
                                     if padded else "no padding in the targets the criterion trains on")
         returned = probe.loss.value if probe.loss is not None else None
-        for found in padded_loss_findings(probe.criterion_calls, returned, ctx.artifacts["first_batch"]):
+        for found in padded_loss_findings(probe.criterion_calls, returned, ctx.artifacts.first_batch):
             findings.add(found.severity, found.code, found.message, found.fix, code_fix=found.code_fix)

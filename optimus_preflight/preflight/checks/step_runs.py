@@ -90,7 +90,7 @@ class AccumulationCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         configured = ctx.cfg.trainer.accumulation_steps
-        batch, steps = accumulation_sample(ctx.artifacts.get("window_batches") or [ctx.artifacts["first_batch"]], configured)
+        batch, steps = accumulation_sample(ctx.artifacts.window_batches or [ctx.artifacts.first_batch], configured)
         if steps < 2:
             findings.info("O9", "not verified: the data checks fetched a single sample (the check needs two)")
             return
@@ -211,7 +211,7 @@ class LossScaleCheck(Check):
         trainer = ctx.cfg.trainer
         configured = trainer.accumulation_steps
         spy = LossSpy()
-        batch = ctx.artifacts["first_batch"]
+        batch = ctx.artifacts.first_batch
         try:
             trainer.accumulation_steps = steps
         except Exception:  # a read-only config: nothing to vary
@@ -229,7 +229,7 @@ class LossScaleCheck(Check):
         return ratio is not None and abs(ratio * steps - 1) <= 1e-3
 
     def _summed(self, ctx: PreflightContext, findings: Findings) -> None:
-        batch = ctx.artifacts["first_batch"]
+        batch = ctx.artifacts.first_batch
         if batch_size_of(batch) < 2:
             findings.data["summary"] = "not verified: the first batch holds one sample"
             return
@@ -281,7 +281,7 @@ class CheckpointRoundTripCheck(Check):
         fix_objects = ("Keep state_dicts to tensors, numbers, strings, lists and dicts (no lambdas or custom objects), "
                        "so checkpoints load with torch.load(weights_only=True).")
         with preserved_training_state(ctx):
-            make_runner(ctx, ctx.model, ctx.optimizer, scheduler=ctx.scheduler).run(iter([(ctx.artifacts["first_batch"], True)]))
+            make_runner(ctx, ctx.model, ctx.optimizer, scheduler=ctx.scheduler).run(iter([(ctx.artifacts.first_batch, True)]))
             payload = {"model": ctx.model.state_dict(), "optimizer": ctx.optimizer.state_dict(),
                        "scaler": ctx.training.scaler.state_dict()}
             if ctx.scheduler is not None:
@@ -351,7 +351,7 @@ class OverfitCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         steps = ctx.cfg.preflight.overfit_steps
-        batch = ctx.artifacts["first_batch"]
+        batch = ctx.artifacts.first_batch
         with preserved_training_state(ctx):  # the copies still draw from the global RNGs
             model, optimizer = copy_for_training(ctx.model, ctx.optimizer)
             for module in model.modules():

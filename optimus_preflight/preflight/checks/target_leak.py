@@ -229,7 +229,7 @@ class TargetLeakCheck(Check):
         if not any(isinstance(module, nn.Embedding) for module in ctx.model.modules()):
             findings.data["summary"] = "no token embedding in the model"
             return
-        batch = probe_rows(ctx.artifacts["first_batch"])
+        batch = probe_rows(ctx.artifacts.first_batch)
         seen = loss_forward(ctx, batch)
         criterion = seen.criterion if seen is not None else None
         if criterion is None:
