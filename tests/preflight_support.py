@@ -93,9 +93,9 @@ def _composed(groups: tuple[str, ...]) -> DictConfig:
 
 def plain_config(*overrides: str) -> DictConfig:
     """``make_recipe``'s config without a Hydra compose per test: composed once per set of
-    group choices (``optimizer=sgd``), the key overrides merged in (type-checked by the
-    schema, unknown keys refused as compose would)."""
-    groups = tuple(item for item in overrides if "." not in item.split("=", 1)[0])
+    group choices and additions (``optimizer=sgd``, ``+model.lora=...``), the key
+    overrides merged in (type-checked by the schema, unknown keys refused as compose would)."""
+    groups = tuple(item for item in overrides if item.startswith(("+", "~")) or "." not in item.split("=", 1)[0])
     cfg = copy.deepcopy(_composed(groups))
     values = [item for item in overrides if item not in groups]
     return OmegaConf.merge(cfg, OmegaConf.from_dotlist(values)) if values else cfg
