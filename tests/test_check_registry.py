@@ -175,3 +175,30 @@ def test_the_analyses_codes_are_declared_by_the_checks_that_report_them():
     assert {"O12", "O13", "O16"} <= by_check["step.loss_function"] and "O14" in by_check["step.targets"]
     assert "O15" in by_check["step.padded_loss"] and "O1" in by_check["step.initial_loss"]
     assert {"MEM1", "MEM2", "MEM3"} <= by_check["memory.vram_headroom"]
+
+
+# ------------------------------------------------------------- preflight/ by role
+
+ROLES = ["framework", "data_access", "analyses", "checks"]  # each imports only from those before it
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """Modules a file imports when it runs: an ``if TYPE_CHECKING:`` block names types only."""
+    tree = ast.parse(path.read_text())
+    skipped = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
+               and getattr(block.test, "id", None) == "TYPE_CHECKING" for stmt in block.body for node in ast.walk(stmt)}
+    return {node.module for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module and id(node) not in skipped}
+
+
+def test_the_preflight_roles_import_downwards_only():
+    upward = []
+    for rank, role in enumerate(ROLES):
+        for path in sorted((PREFLIGHT / role).glob("*.py")):
+            for module in _runtime_imports(path):
+                parts = module.split(".")
+                if parts[:2] == ["optimus_preflight", "preflight"] and len(parts) > 2:
+                    target = parts[2]
+                    if target not in ROLES[:rank + 1]:
+                        upward.append(f"{role}/{path.name} -> {module}")
+    assert not upward
