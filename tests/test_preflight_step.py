@@ -19,7 +19,8 @@ from optimus_preflight.preflight.checks.step_checks import (
     LossFunctionCheck,
     TargetsCheck,
 )
-from optimus_preflight.preflight.checks.step_runs import AccumulationCheck, CheckpointRoundTripCheck, OverfitCheck
+from optimus_preflight.preflight.checks.step_runs import AccumulationCheck
+from optimus_preflight.preflight.checks.step_smoke import CheckpointRoundTripCheck, OverfitCheck
 from optimus_preflight.preflight.checks.throughput import MIN_WAIT_WORTH_FIXING_S, ThroughputCheck
 from optimus_preflight.preflight.framework import CheckStatus
 from optimus_preflight.training.distributed import DistEnv

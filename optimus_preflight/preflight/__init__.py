@@ -30,7 +30,8 @@ from optimus_preflight.preflight.checks.step_checks import (
     LossFunctionCheck,
     TargetsCheck,
 )
-from optimus_preflight.preflight.checks.step_runs import AccumulationCheck, CheckpointRoundTripCheck, OverfitCheck
+from optimus_preflight.preflight.checks.step_runs import AccumulationCheck
+from optimus_preflight.preflight.checks.step_smoke import CheckpointRoundTripCheck, OverfitCheck
 from optimus_preflight.preflight.checks.throughput import ThroughputCheck
 from optimus_preflight.preflight.defaults import DEFAULT_CHECKS, default_checks
 from optimus_preflight.preflight.framework import (

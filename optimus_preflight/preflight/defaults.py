@@ -18,6 +18,7 @@ from optimus_preflight.preflight.checks import (
     model_checks,
     step_checks,
     step_runs,
+    step_smoke,
     throughput,
 )
 from optimus_preflight.preflight.checks.adapter_checks import AdapterCheck
@@ -77,8 +78,8 @@ DEFAULT_CHECKS: list[type[Check]] = [
     TargetLeakCheck,
     step_runs.AccumulationCheck,
     step_runs.LossScaleCheck,
-    step_runs.CheckpointRoundTripCheck,
-    step_runs.OverfitCheck,
+    step_smoke.CheckpointRoundTripCheck,
+    step_smoke.OverfitCheck,
     LRFinderCheck,
     throughput.ThroughputCheck,
 ]

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from optimus_preflight.preflight.analyses.trial_steps import make_runner
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
-from optimus_preflight.preflight.checks.step_runs import make_runner
 from optimus_preflight.preflight.data_access.guard import DataGuard
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
