@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from optimus_preflight.preflight.analyses.loss_spy import (
+from optimus_preflight.preflight.analyses.loss_findings import (
     init_loss_finding,
     loss_input_findings,
     target_findings,

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.optim import Optimizer
 
-from optimus_preflight.preflight.analyses.loss_spy import LossSpy, criterion_ratio
+from optimus_preflight.preflight.analyses.loss_findings import criterion_ratio
+from optimus_preflight.preflight.analyses.loss_spy import LossSpy
 from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.analyses.trial_steps import make_runner
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
