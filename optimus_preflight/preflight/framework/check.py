@@ -41,8 +41,8 @@ class Check:
     stage: ClassVar[Stage]
     requires: ClassVar[tuple[str, ...]] = ()
     # Every issue code ``run`` can report (its helpers' too): what ``preflight.disable``
-    # accepts and ``preflight.only=true`` lists. Codes the framework reports for any
-    # check (DATA_TIMEOUT) are ``issues.FRAMEWORK_CODES``.
+    # accepts besides check names. Codes the framework reports for any check
+    # (DATA_TIMEOUT) are ``issues.FRAMEWORK_CODES``.
     codes: ClassVar[tuple[str, ...]] = ()
     # Whether the check reads or runs the model's real weights, or judges training on this
     # machine; None: the model and step stages do. A model too large for this machine is
