@@ -24,9 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from optimus_preflight.recipes.char_lm import CharLMRecipe
-
 from optimus_preflight import compose
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 
 def segment(recipe: CharLMRecipe, every: int, steps: int) -> tuple[float, list[float], list[int]]:

@@ -51,8 +51,8 @@ from optimus_preflight.mixins import (
 )
 from optimus_preflight.preflight.defaults import default_checks
 from optimus_preflight.preflight.framework import Check
-from optimus_preflight.preflight.preflight_context import PreflightContext
-from optimus_preflight.preflight.report import PreflightReport
+from optimus_preflight.preflight.framework.context import PreflightContext
+from optimus_preflight.preflight.framework.report import PreflightReport
 from optimus_preflight.reporting.model_summary import format_model_summary, summarize_model, write_model_summary
 from optimus_preflight.reporting.progress import Progress
 from optimus_preflight.reporting.sinks import JsonlSink, MetricsLogger, make_tensorboard_sink

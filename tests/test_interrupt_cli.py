@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 from optimus_preflight.checkpoint.resume import check_resume_value
 from optimus_preflight.checkpoint.store import MANIFEST_FILE, STATE_FILE
 from optimus_preflight.errors import UserError
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 from tests.conftest import REPO, run_cli, tiny_config
 
 SIGNALLING = ("recipe=char_lm_tiny", "logging.progress=none", "recipe._target_=tests.signal_recipe.SelfSignalRecipe", "trainer.max_steps=12", "checkpoint.every_n_steps=4")

@@ -15,7 +15,7 @@ from optimus_preflight.dynamics.lr_finder import LRRangeResult, geometric_lrs, l
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck, dynamics_checks, report
 from optimus_preflight.preflight.framework import CheckStatus, Findings, run_checks
-from optimus_preflight.preflight.preflight_context import PreflightContext
+from optimus_preflight.preflight.framework.context import PreflightContext
 from optimus_preflight.recipes.char_lm import CharLMRecipe
 from tests.conftest import tiny_config
 

@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 from optimus_preflight.preflight.framework import Check, Stage
-from optimus_preflight.preflight.preflight_context import PreflightContext
-from optimus_preflight.preflight.preserve import TrainingStateSnapshot
-from optimus_preflight.preflight.runner import run_preflight_checks
+from optimus_preflight.preflight.framework.context import PreflightContext
+from optimus_preflight.preflight.framework.preserve import TrainingStateSnapshot
+from optimus_preflight.preflight.framework.runner import run_preflight_checks
 from optimus_preflight.reporting.summary import params_sha256
 from tests.conftest import tiny_config
 

@@ -7,9 +7,9 @@ from torch import nn
 from torch.optim import Optimizer
 
 from optimus_preflight.preflight.framework import Check
-from optimus_preflight.preflight.preflight_context import PreflightContext
-from optimus_preflight.preflight.report import PreflightReport
-from optimus_preflight.preflight.runner import run_preflight_checks
+from optimus_preflight.preflight.framework.context import PreflightContext
+from optimus_preflight.preflight.framework.report import PreflightReport
+from optimus_preflight.preflight.framework.runner import run_preflight_checks
 from optimus_preflight.preflight.standalone import run_preflight
 
 
