@@ -15,6 +15,7 @@ pytest.importorskip("matplotlib")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+from optimus_preflight.callbacks.compile_watch import CompileWatchCallback
 from optimus_preflight.plotting.figures import PANELS, overview_figure, panel_figures, plot_run  # noqa: E402
 from optimus_preflight.plotting.plot_cli import run as plot_cli  # noqa: E402
 from optimus_preflight.plotting.runs import find_runs, is_builtin, label, load_run, swept_parameters, user_metrics  # noqa: E402
@@ -170,14 +171,18 @@ def test_every_key_the_step_logger_writes_is_built_in_and_the_recipes_are_not():
             return 1024.0
 
     sink = Sink()
+    watch = CompileWatchCallback()  # the compile warm-up's key, as the recipe's callback adds it
+    watch.start(1)
+    watch.on_step_start(None, 1)
     logger = StepLogger(MetricsLogger([sink]), Progress("none", 10), every_n_steps=1, device=torch.device("cpu"),
-                        scaler=EnabledScaler(), group_names=["decay", "no_decay"])
+                        scaler=EnabledScaler(), group_names=["decay", "no_decay"],
+                        extend_record=lambda step, result, record: watch.on_step_record(None, step, result, record))
     collector = MetricCollector()
     collector.start_step()
     collector.log("acc", torch.tensor(0.5))
     collector.end_step()
     result = StepResult(loss=torch.tensor(2.0), grad_norm=torch.tensor(1.0), stepped=True, lrs=[1e-3, 5e-4], samples=4, micro_batches=1)
-    logger.on_step(1, result, 0, epoch=0, user_metrics=collector, warmup_s=3.0)
+    logger.on_step(1, result, 0, epoch=0, user_metrics=collector)
     logger.on_step(2, result, 0, epoch=0, user_metrics=collector, force=True)
     logger.on_eval(2, {"val_loss": 2.0, "val_acc": 0.4})
     logger.on_eval(2, {"test_loss": 2.0, "test_acc": 0.4})

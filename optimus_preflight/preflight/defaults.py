@@ -33,6 +33,7 @@ from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
 from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
 from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
+from optimus_preflight.preflight.checks.val_loader import ValidationLoaderCheck
 from optimus_preflight.preflight.checks.worker_pickling import WorkerPicklingCheck
 from optimus_preflight.preflight.framework.check import Check
 from optimus_preflight.preflight.framework.registry import known_checks, known_codes, validate_checks
@@ -58,6 +59,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     DatasetCacheCheck,
     batch_checks.FinalBatchCheck,
     batch_checks.SamplingCheck,
+    ValidationLoaderCheck,
     SplitOverlapCheck,
     RankBatchesCheck,
     model_checks.OptimizerParamsCheck,
