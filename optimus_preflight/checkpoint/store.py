@@ -2,16 +2,17 @@
 
 Layout under ``<run_dir>/checkpoints``::
 
-    step_00000120/tensors.bin     the raw bytes of every tensor (tensor_file.py; a large
-                                  state: tensors-0.bin, tensors-1.bin..., written in parallel)
+    step_00000120/__0_0.distcp    the tensors, written by torch.distributed.checkpoint
+    step_00000120/.metadata       DCP's index of them (dcp_io.py; under FSDP: one
+                                  ``__<rank>_0.distcp`` per rank, sharded.py)
     step_00000120/state.pt        torch.save of the rest: the structure, numbers, strings,
-                                  and the index of tensors.bin (weights_only-loadable)
+                                  and which DCP key each tensor is (weights_only-loadable)
     step_00000120/manifest.json   size and SHA-256 of every file, written last
     latest                        name of the newest checkpoint (for people and tools)
 
-Checkpoints of ``format_version`` 2 and earlier hold the whole state in ``state.pt``
-(``torch.save``) and still load; so does a v3 state without tensors, or with a tensor
-``tensor_file`` does not store (sparse, quantized, a subclass): those are written that way.
+Checkpoints of ``format_version`` 3 (raw ``tensors.bin``) and 2 and earlier (one
+``state.pt``) still load, through ``legacy.convert``; a state without tensors is written
+as one ``state.pt``.
 
 A checkpoint is written into a hidden temporary directory beside its final name,
 every file is fsynced, then the directory is renamed into place (atomic on POSIX) and
@@ -46,15 +47,7 @@ from typing import Any, BinaryIO, Iterator
 import torch
 from torch.serialization import get_crc32_options, set_crc32_options
 
-from optimus_preflight.checkpoint.tensor_file import (
-    TensorFileError,
-    Unsupported,
-    is_index,
-    is_tensor_file_name,
-    join_state,
-    split_state,
-    write_tensors,
-)
+from optimus_preflight.checkpoint import dcp_io, legacy
 from optimus_preflight.errors import StorageError
 
 log = logging.getLogger("optimus_preflight")
@@ -66,7 +59,7 @@ PREFIX = "step_"
 BEST_NAME = "best"  # checkpoint.monitor's best checkpoint, beside the step directories
 TMP_PREFIX = ".tmp-"
 ASIDE_PREFIX = "set-aside-"
-FORMAT_VERSION = 3  # 3: tensors in tensors.bin beside state.pt (tensor_file.py); 2: manifests carry run_id
+FORMAT_VERSION = 4  # 4: tensors in DCP's files beside state.pt; 3: raw tensors.bin (legacy.py); 2: manifests carry run_id
 
 
 # Retention deletes checkpoints of at least this many bytes on a thread (CheckpointStore._delete).
@@ -142,25 +135,39 @@ def _save_hashed(obj: Any, path: Path) -> dict[str, Any]:
     return {"bytes": writer.size, "sha256": writer.digest.hexdigest()}
 
 
-_fallback_said = False
-
-
 def write_state(directory: Path, state: Any) -> dict[str, dict[str, Any]]:
-    """Write ``state`` into ``directory`` as ``tensors.bin`` + ``state.pt`` (or, without
-    tensors or with one tensor_file cannot store, as one torch.save ``state.pt``); every
-    file fsynced. Returns the manifest entries."""
-    global _fallback_said
-    try:
-        split = split_state(state)
-    except Unsupported as why:
-        if not _fallback_said:
-            log.info("checkpoint: the state holds %s; it is written with torch.save in one file (slower)", why)
-            _fallback_said = True
-        split = None
-    if split is None or not split.index["tensors"]:
+    """Write ``state`` into ``directory``: its tensors with DCP (dcp_io.py) and the rest,
+    with the index of the tensors, as ``state.pt``; a state without tensors, or an index
+    whose tensors are written already (a background save's), as ``state.pt`` alone.
+    Every file fsynced. Returns the manifest entries of the files written."""
+    if dcp_io.is_index(state):
         return {STATE_FILE: _save_hashed(state, directory / STATE_FILE)}
-    tensors = write_tensors(directory, split)
-    return {STATE_FILE: _save_hashed(split.index, directory / STATE_FILE), **tensors}
+    index, tensors = dcp_io.split_state(state)
+    if not tensors:
+        return {STATE_FILE: _save_hashed(state, directory / STATE_FILE)}
+    dcp_io.save_tensors(directory, tensors)
+    _fsync_dir(directory)
+    return {STATE_FILE: _save_hashed(index, directory / STATE_FILE), **hash_files(directory, _dcp_files(directory))}
+
+
+def _dcp_files(directory: Path) -> list[str]:
+    return sorted(file.name for file in directory.iterdir()
+                  if file.is_file() and (file.name == dcp_io.METADATA_FILE or file.suffix == ".distcp"))
+
+
+def hash_files(directory: Path, names: list[str]) -> dict[str, dict[str, Any]]:
+    """Manifest entries of files already written (and fsynced by their writer); large
+    ones hashed in parallel (hashlib and reads release the GIL)."""
+    sizes = {name: (directory / name).stat().st_size for name in names}
+    large = [name for name in names if sizes[name] >= 1 << 20]
+    workers = min(len(large), os.cpu_count() or 1, 8)
+    if workers > 1:
+        with ThreadPoolExecutor(workers, thread_name_prefix="checkpoint-sha256") as pool:
+            digests = dict(zip(large, pool.map(lambda name: _sha256_of(directory / name), large)))
+    else:
+        digests = {}
+    return {name: {"bytes": sizes[name], "sha256": digests[name] if name in digests else _sha256_of(directory / name)}
+            for name in names}
 
 
 def _fsync_dir(path: Path) -> None:
@@ -251,8 +258,9 @@ def verify(path: Path) -> dict[str, Any]:
 
 
 def load_state(path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Load ``state.pt`` with ``weights_only=True`` (no pickled code runs) and, when it
-    is the index of a ``tensors.bin``, its tensors (memory-mapped, see tensor_file);
+    """Load ``state.pt`` with ``weights_only=True`` (no pickled code runs) and the tensors
+    its index names (DCP's files through dcp_io's allow-listed reader; an earlier
+    format's through ``legacy.convert``);
     anything that does not load, or lacks a ``required`` key, is CheckpointCorrupt.
     torch's advice to retry with weights_only=False is not passed on: that would
     execute the file. A manifest of a newer format than this version writes is refused."""
@@ -269,11 +277,10 @@ def load_state(path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
                       type(error).__name__)
         raise CheckpointCorrupt(f"{path / STATE_FILE} cannot be loaded as plain tensors and containers "
                                 f"({type(error).__name__}: {reason[:200]})") from None
-    if is_index(state):
-        try:
-            state = join_state(path, state)
-        except TensorFileError as error:
-            raise CheckpointCorrupt(f"{path / STATE_FILE} and its tensor files do not form a checkpoint ({error})") from None
+    try:
+        state = dcp_io.join_state(path, state) if dcp_io.is_index(state) else legacy.convert(path, state)
+    except (dcp_io.DcpFormatError, legacy.TensorFileError) as error:
+        raise CheckpointCorrupt(f"{path / STATE_FILE} and its tensor files do not form a checkpoint ({error})") from None
     # A sharded checkpoint's model and optimizer are the DCP shards beside state.pt.
     in_shards = ("model", "optimizer") if isinstance(state, dict) and "sharded" in state else ()
     missing = [key for key in required if not isinstance(state, dict) or (key not in state and key not in in_shards)]
@@ -388,11 +395,13 @@ class CheckpointStore:
 
     def _write(self, tmp: Path, state: dict[str, Any], step: int) -> int:
         tmp.mkdir(exist_ok=True)
-        # Files others wrote into a prepared directory (fsynced by their writers).
-        others = {file.name: {"bytes": file.stat().st_size, "sha256": _sha256_of(file)} for file in sorted(tmp.iterdir())
-                  if file.is_file() and file.name not in (STATE_FILE, MANIFEST_FILE) and not is_tensor_file_name(file.name)}
+        # Files others wrote into a prepared directory (fsynced by their writers): the
+        # shards of every rank under FSDP, a background save's DCP files.
+        others = hash_files(tmp, sorted(file.name for file in tmp.iterdir()
+                                        if file.is_file() and file.name not in (STATE_FILE, MANIFEST_FILE)))
         started = time.perf_counter()
-        files = write_state(tmp, state)
+        # Beside DCP files written already (FSDP shards), the rest of the state is one state.pt.
+        files = {STATE_FILE: _save_hashed(state, tmp / STATE_FILE)} if others else write_state(tmp, state)
         manifest = {
             "format_version": FORMAT_VERSION,
             "step": step,
@@ -441,8 +450,7 @@ class CheckpointStore:
     def load(self, path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
         """Verify, then load with ``weights_only=True`` (see ``load_state``).
 
-        Tensors are memory-mapped, so a large checkpoint is not held twice in RAM while
-        it is copied into the model and optimizer.
+        Tensors are read into fresh CPU tensors (format 3's are memory-mapped).
         """
         self._verify(path)
         return load_state(path, required)
