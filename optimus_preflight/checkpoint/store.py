@@ -137,10 +137,11 @@ def _save_hashed(obj: Any, path: Path) -> dict[str, Any]:
 
 def write_state(directory: Path, state: Any) -> dict[str, dict[str, Any]]:
     """Write ``state`` into ``directory``: its tensors with DCP (dcp_io.py) and the rest,
-    with the index of the tensors, as ``state.pt``; a state without tensors, or an index
-    whose tensors are written already (a background save's), as ``state.pt`` alone.
+    with the index of the tensors, as ``state.pt``; a state without tensors, or one whose
+    tensors are in DCP files there already, as ``state.pt`` alone.
     Every file fsynced. Returns the manifest entries of the files written."""
-    if dcp_io.is_index(state):
+    if dcp_io.is_index(state) or (directory / dcp_io.METADATA_FILE).exists():
+        # Beside DCP files written already (a background save's, FSDP's shards), the rest.
         return {STATE_FILE: _save_hashed(state, directory / STATE_FILE)}
     index, tensors = dcp_io.split_state(state)
     if not tensors:
@@ -400,8 +401,7 @@ class CheckpointStore:
         others = hash_files(tmp, sorted(file.name for file in tmp.iterdir()
                                         if file.is_file() and file.name not in (STATE_FILE, MANIFEST_FILE)))
         started = time.perf_counter()
-        # Beside DCP files written already (FSDP shards), the rest of the state is one state.pt.
-        files = {STATE_FILE: _save_hashed(state, tmp / STATE_FILE)} if others else write_state(tmp, state)
+        files = write_state(tmp, state)
         manifest = {
             "format_version": FORMAT_VERSION,
             "step": step,
