@@ -22,7 +22,6 @@ import logging
 import os
 import threading
 import time
-import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,9 +158,7 @@ class BackgroundWriter:
         refuses a process group without a CPU backend even when told no_dist (DDP on
         NCCL, where rank 0 alone writes): there the same two steps run by hand."""
         if not (torch.distributed.is_initialized() and "cpu" not in str(torch.distributed.get_backend_config())):
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*(no_dist|single process|process group).*")
-                return dcp.async_save(tensors, storage_writer=dcp_io.writer(tmp), async_stager=self.snapshot, no_dist=True)
+            return dcp.async_save(tensors, storage_writer=dcp_io.writer(tmp), async_stager=self.snapshot, no_dist=True)
         staged = self.snapshot.stage(tensors)
         executor = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-dcp")
         future = executor.submit(dcp_io.save_tensors, tmp, staged)

@@ -42,6 +42,10 @@ from torch.serialization import get_crc32_options, set_crc32_options
 MARKER = "optimus_preflight.dcp"
 METADATA_FILE = ".metadata"
 
+# One process writing or reading alone is what no_dist asks for; DCP still warns, also
+# from the thread dcp.async_save writes on (a catch_warnings block would not reach it).
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized", category=UserWarning)
+
 
 class DcpFormatError(ValueError):
     """The DCP files and the index in ``state.pt`` do not form a checkpoint; the message says how."""
@@ -125,8 +129,7 @@ def writer(directory: os.PathLike | str) -> dcp.FileSystemWriter:
 def save_tensors(directory: os.PathLike | str, tensors: dict[str, torch.Tensor]) -> None:
     """Write ``tensors`` with ``dcp.save`` in this process alone (no collective, also
     under torchrun, where only rank 0 writes an unsharded checkpoint); files fsynced."""
-    with without_zip_crc32(), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*(no_dist|single process|process group).*")
+    with without_zip_crc32():
         dcp.save(tensors, storage_writer=writer(directory), no_dist=True)
 
 
@@ -191,9 +194,7 @@ class SafeLoadPlanner(DefaultLoadPlanner):
 def load_into(state: dict[str, Any], directory: os.PathLike | str, *, no_dist: bool = True) -> None:
     """``dcp.load`` into ``state`` in place, through ``SafeReader`` and ``SafeLoadPlanner``.
     ``no_dist=False``: collective (every rank of an FSDP run reads its slices)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*(no_dist|single process|process group).*")
-        dcp.load(state, storage_reader=SafeReader(str(directory)), planner=SafeLoadPlanner(), no_dist=no_dist)
+    dcp.load(state, storage_reader=SafeReader(str(directory)), planner=SafeLoadPlanner(), no_dist=no_dist)
 
 
 def read_tensors(directory: os.PathLike | str, keys: list[str] | None = None) -> dict[str, torch.Tensor]:
