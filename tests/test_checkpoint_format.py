@@ -227,3 +227,27 @@ def test_map_tensors_keeps_container_types():
     out = dcp_io.map_tensors({"o": ordered, "t": (torch.ones(1), [torch.ones(1)])}, lambda t: t + 1)
     assert type(out["o"]) is collections.OrderedDict and out["o"]._metadata == {"": {"version": 1}}
     assert type(out["t"]) is tuple and type(out["t"][1]) is list and torch.equal(out["t"][1][0], torch.full((1,), 2.0))
+
+
+def test_a_damaged_shard_is_corrupt_not_a_crash(tmp_path):
+    store = CheckpointStore(tmp_path, keep_last=1)
+    path = store.save({"a": torch.arange(100.0)}, 1)
+    shard = path / "__0_0.distcp"
+    shard.write_bytes(b"\0" * shard.stat().st_size)
+    _resign(path)
+    with pytest.raises(CheckpointCorrupt, match="do not form a checkpoint"):
+        load_state(path)
+
+
+def test_a_full_disk_during_the_dcp_write_is_an_oserror(tmp_path, monkeypatch):
+    """DCP wraps a rank's failure in a BaseException; the store needs the OSError itself."""
+    import errno
+
+    from torch.distributed.checkpoint import filesystem
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(filesystem, "_write_item", full)
+    with pytest.raises(OSError, match="No space left"):
+        dcp_io.save_tensors(tmp_path, {"a": torch.ones(3)})

@@ -169,7 +169,8 @@ class BackgroundWriter:
         started = time.perf_counter()
         try:
             if written is not None:
-                written.result()  # DCP's thread: the tensors, fsynced
+                with dcp_io.plain_errors():
+                    written.result()  # DCP's thread: the tensors, fsynced
             job.path = self.store.save(index, job.step, prepared=tmp)
         except BaseException as error:  # noqa: BLE001 - reported to the training thread
             self.store.discard(tmp)

@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 from torch.serialization import get_crc32_options, set_crc32_options
@@ -122,6 +123,21 @@ def without_zip_crc32() -> Iterator[None]:
         set_crc32_options(previous)
 
 
+@contextlib.contextmanager
+def plain_errors() -> Iterator[None]:
+    """DCP reports any rank's failure as a CheckpointException, a BaseException that
+    ``except Exception`` and ``except OSError`` pass by: re-raise the first rank's own
+    error (a full disk stays an OSError, which the store turns into one message)."""
+    try:
+        yield
+    except CheckpointException as wrapped:
+        failures = list(wrapped.failures.values())
+        cause = failures[0][0] if failures and isinstance(failures[0], tuple) else None
+        if isinstance(cause, Exception):
+            raise cause from None
+        raise RuntimeError(str(wrapped).strip().splitlines()[-1]) from None
+
+
 def writer(directory: os.PathLike | str) -> dcp.FileSystemWriter:
     return dcp.FileSystemWriter(str(directory), sync_files=True)
 
@@ -129,7 +145,7 @@ def writer(directory: os.PathLike | str) -> dcp.FileSystemWriter:
 def save_tensors(directory: os.PathLike | str, tensors: dict[str, torch.Tensor]) -> None:
     """Write ``tensors`` with ``dcp.save`` in this process alone (no collective, also
     under torchrun, where only rank 0 writes an unsharded checkpoint); files fsynced."""
-    with without_zip_crc32():
+    with without_zip_crc32(), plain_errors():
         dcp.save(tensors, storage_writer=writer(directory), no_dist=True)
 
 
@@ -194,7 +210,8 @@ class SafeLoadPlanner(DefaultLoadPlanner):
 def load_into(state: dict[str, Any], directory: os.PathLike | str, *, no_dist: bool = True) -> None:
     """``dcp.load`` into ``state`` in place, through ``SafeReader`` and ``SafeLoadPlanner``.
     ``no_dist=False``: collective (every rank of an FSDP run reads its slices)."""
-    dcp.load(state, storage_reader=SafeReader(str(directory)), planner=SafeLoadPlanner(), no_dist=no_dist)
+    with plain_errors():
+        dcp.load(state, storage_reader=SafeReader(str(directory)), planner=SafeLoadPlanner(), no_dist=no_dist)
 
 
 def read_tensors(directory: os.PathLike | str, keys: list[str] | None = None) -> dict[str, torch.Tensor]:

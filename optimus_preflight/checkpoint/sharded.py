@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.optim import Optimizer
 
-from optimus_preflight.checkpoint.dcp_io import METADATA_FILE, SafeReader, load_into
+from optimus_preflight.checkpoint.dcp_io import METADATA_FILE, SafeReader, load_into, plain_errors
 
 
 def is_sharded_checkpoint(path: Path) -> bool:
@@ -41,7 +41,8 @@ def sharded_state(model: nn.Module, optimizer: Optimizer) -> dict[str, Any]:
 
 def save_sharded(model: nn.Module, optimizer: Optimizer, directory: Path) -> None:
     """Collective: every rank calls it with the same ``directory``."""
-    dcp.save(sharded_state(model, optimizer), checkpoint_id=str(directory))
+    with plain_errors():  # the caller's ``except Exception`` sees any rank's failure
+        dcp.save(sharded_state(model, optimizer), checkpoint_id=str(directory))
 
 
 def saved_tensor_shapes(path: Path, prefix: str = "model.") -> dict[str, tuple[int, ...]]:

@@ -280,8 +280,10 @@ def load_state(path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
                                 f"({type(error).__name__}: {reason[:200]})") from None
     try:
         state = dcp_io.join_state(path, state) if dcp_io.is_index(state) else legacy.convert(path, state)
-    except (dcp_io.DcpFormatError, legacy.TensorFileError) as error:
-        raise CheckpointCorrupt(f"{path / STATE_FILE} and its tensor files do not form a checkpoint ({error})") from None
+    except Exception as error:  # an index that lies, a shard torch cannot read: "cannot load"
+        detail = str(error) if isinstance(error, (dcp_io.DcpFormatError, legacy.TensorFileError)) else (
+            f"{type(error).__name__}: {str(error).strip().splitlines()[-1][:200] if str(error).strip() else ''}")
+        raise CheckpointCorrupt(f"{path / STATE_FILE} and its tensor files do not form a checkpoint ({detail})") from None
     # A sharded checkpoint's model and optimizer are the DCP shards beside state.pt.
     in_shards = ("model", "optimizer") if isinstance(state, dict) and "sharded" in state else ()
     missing = [key for key in required if not isinstance(state, dict) or (key not in state and key not in in_shards)]
