@@ -134,12 +134,14 @@ def dcp_save_without_crc32(target: Path, state: Any) -> None:
 
 class AsyncDcp:
     """``dcp.async_save`` with one stager kept across saves (its host buffers are reused,
-    as a training run reuses them)."""
+    as a training run reuses them): DCP's DefaultStager, or the toolkit's HostStager."""
 
-    def __init__(self) -> None:
+    def __init__(self, own: bool) -> None:
         from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
-        self.stager = DefaultStager(StagingOptions(False, False, False, False))
+        from optimus_preflight.checkpoint.async_writer import HostStager
+
+        self.stager = HostStager() if own else DefaultStager(StagingOptions(False, False, False, False))
         self.blocked_s: list[float] = []
 
     def __call__(self, target: Path, state: Any) -> None:
@@ -149,6 +151,13 @@ class AsyncDcp:
         self.blocked_s.append(time.perf_counter() - started)
         future.result()
         _fsync_dir(target)
+
+
+def flat(state: Any) -> dict[str, torch.Tensor]:
+    """The tensors of ``state`` by key, as the toolkit hands them to DCP (dcp_io.split_state)."""
+    from optimus_preflight.checkpoint.dcp_io import split_state
+
+    return split_state(state)[1]
 
 
 def store_save(directory: Path) -> Callable[[Path, Any], None]:
@@ -166,28 +175,33 @@ def measure(megabytes: float, rounds: int, directory: Path) -> dict[str, list[fl
     state = adam_state(megabytes)
     size = tensor_bytes(state)
     payload = os.urandom(1 << 20) * max(1, size >> 20)
-    async_dcp = AsyncDcp()
+    default_stager, host_stager = AsyncDcp(own=False), AsyncDcp(own=True)
+    flat_state = flat(state)
     writers: dict[str, Callable[[Path, Any], None]] = {"plain write": lambda target, _: plain_write(target, payload),
                                                         "torch.save": torch_save}
     custom = custom_format()
     if custom is not None:
         writers["custom tensor format (v3)"] = custom
-    writers.update({"dcp.save": dcp_save, "dcp.save, zip CRC32 off": dcp_save_without_crc32, "dcp.async_save (until written)": async_dcp,
+    writers.update({"dcp.save": dcp_save, "dcp.save, zip CRC32 off": dcp_save_without_crc32,
+                    "dcp.async_save, DefaultStager": lambda target, _: default_stager(target, flat_state),
+                    "dcp.async_save, HostStager": lambda target, _: host_stager(target, flat_state),
                     "CheckpointStore.save (DCP+manifest)": store_save(directory)})
     times: dict[str, list[float]] = {name: [] for name in writers}
-    async_dcp(directory / "warm", state)  # the first staging allocates the host buffers: not a round
-    shutil.rmtree(directory / "warm")
-    async_dcp.blocked_s.clear()
+    for stager in (default_stager, host_stager):  # the first staging allocates the host buffers: not a round
+        stager(directory / "warm", flat_state)
+        shutil.rmtree(directory / "warm")
+        stager.blocked_s.clear()
     for index in range(rounds):
         for name, write in writers.items():
-            target = directory / f"round{index}-{len(times[name])}-{name.split()[0]}"
+            target = directory / f"round{index}-{len(times[name])}-{name.split()[0]}-{len(name)}"
             started = time.perf_counter()
             write(target, state)
             times[name].append(time.perf_counter() - started)
             shutil.rmtree(target, ignore_errors=True)
-    times["async blocked"] = async_dcp.blocked_s
+    times["async blocked, DefaultStager"] = default_stager.blocked_s
+    times["async blocked, HostStager"] = host_stager.blocked_s
     times["bytes"] = [float(size)] * rounds
-    async_dcp.stager.close()
+    default_stager.stager.close()
     return times
 
 
@@ -203,7 +217,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
             times = measure(megabytes, args.rounds, Path(tmp))
         size_mb = times.pop("bytes")[0] / 1e6
-        blocked = times.pop("async blocked")
+        blocked = {name: times.pop(f"async blocked, {name}") for name in ("DefaultStager", "HostStager")}
         plain = times["plain write"]
         print(f"\n{size_mb:.1f} MB of tensors, {args.rounds} rounds, in {args.dir}")
         print(f"{'':38s} {'MB/s min':>9s} {'median':>9s} {'max':>9s}   {'/ plain (median, per round)':s}")
@@ -213,9 +227,10 @@ def main() -> None:
             print(f"{name:38s} {min(speeds):9.0f} {statistics.median(speeds):9.0f} {max(speeds):9.0f}   "
                   f"{statistics.median(ratios):.2f} {[round(r, 2) for r in ratios]}")
         sync = times["CheckpointStore.save (DCP+manifest)"]
-        print(f"{'dcp.async_save: training blocked (s)':38s} {min(blocked):9.3f} {statistics.median(blocked):9.3f} "
-              f"{max(blocked):9.3f}   / CheckpointStore.save {statistics.median([b / s for b, s in zip(blocked, sync)]):.3f}")
-        last = {"plain": plain, "sync": sync, "blocked": blocked, "dcp": times["dcp.save"]}
+        for name, values in blocked.items():
+            print(f"{'async blocked (s), ' + name:38s} {min(values):9.3f} {statistics.median(values):9.3f} "
+                  f"{max(values):9.3f}   / CheckpointStore.save {statistics.median([b / s for b, s in zip(values, sync)]):.3f}")
+        last = {"plain": plain, "sync": sync, "blocked": blocked["HostStager"], "dcp": times["dcp.save, zip CRC32 off"]}
     save_ratio = [p / s for p, s in zip(last["plain"], last["sync"])]
     dcp_ratio = [p / s for p, s in zip(last["plain"], last["dcp"])]
     blocked_ratio = [b / s for b, s in zip(last["blocked"], last["sync"])]
