@@ -16,9 +16,24 @@ plain write's throughput. The last lines are ``name=value`` pairs for benchmarks
 goal >= 0.5), ``async_blocked_ratio`` (async save's training-blocked time / sync save time,
 goal <= 0.1), ``checkpoint_save_throughput_ratio`` (the first, alone).
 
-Measured on the 2-core development VM (torch 2.13 CPU, ext4), 2026-11-26, before the
-custom format was deleted (3 rounds, median MB/s; ratio to the plain write):
-see docs in the issue-27 report; the custom format is gone since, so its row is absent.
+Measured on the 2-core development VM shared with other jobs (torch 2.13 CPU, ext4),
+2026-11-26, 7 rounds, median MB/s (ratio to the plain write); the plain write itself
+ranged 350-2250 MB/s between rounds, so only same-round ratios mean much:
+
+  before the change (custom format still present)   9.5 MB          198.6 MB
+    plain write                                      1310 (1.00)     1747 (1.00)
+    torch.save                                        897 (0.68)     1290 (0.66)
+    custom tensor format (v3, no hashing)             474 (0.39)      781 (0.47)
+    dcp.save                                          514 (0.40)      606 (0.43)
+    dcp.save, zip CRC32 off                           584 (0.43)      853 (0.46)
+  after (DCP everywhere; a busier machine)
+    dcp.save, zip CRC32 off                           263 (0.29)      439 (0.96)
+    CheckpointStore.save (DCP + SHA-256 + rename)      95 (0.11)      248 (0.58)
+    async blocked / sync save: HostStager             0.036           0.127
+                               DCP's DefaultStager    1.132           3.760
+
+DCP was below 0.5 of the plain write, and so was the custom format; of the two, DCP with
+the zip CRC32 off was the faster at both sizes, so it is the one kept (issue 27).
 """
 
 from __future__ import annotations
