@@ -67,8 +67,8 @@ def _assert_one_clear_stop(rc: int, output: str, run_dir: Path) -> dict:
 
 
 def test_a_checkpoint_that_no_longer_fits_stops_the_run_with_one_message(tmp_path):
-    # The first checkpoint (~0.45 MB) fits; the next one cannot be written beside it.
-    rc, output, run_dir = run_on_small_disk(tmp_path, "700k")
+    # The first checkpoint (~0.66 MB: DCP's files) fits; the next one cannot be written beside it.
+    rc, output, run_dir = run_on_small_disk(tmp_path, "1000k")
     found = _assert_one_clear_stop(rc, output, run_dir)
     assert found["checkpoints"] == ["step_00000005"]
     verify(run_dir / "checkpoints" / "step_00000005")  # the last good one is intact

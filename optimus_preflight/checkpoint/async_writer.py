@@ -1,12 +1,14 @@
-"""Checkpoints written in the background (``checkpoint.async_save=true``).
+"""Checkpoints written in the background (``checkpoint.async_save=true``), with ``dcp.async_save``.
 
-The training thread copies the state into host memory (``HostSnapshot``: later optimizer
-steps cannot change what is written) and hands the copy to a writer thread, which runs
-the same ``CheckpointStore.save`` as a synchronous save: temporary directory, fsync,
-rename, ``latest`` pointer, manifest, retention. At most one write is in flight; the
-owner (``RunCheckpointer``) waits for it before the next save, on a stop signal and at
-the end of training, and turns a failed write into a StorageError at the next step
-boundary.
+On the training thread the state is taken apart (dcp_io.split_state) and
+``dcp.async_save`` stages its tensors into host memory through ``HostStager`` (later
+optimizer steps cannot change what is written), then writes them on DCP's own thread into
+the checkpoint's temporary directory. A writer thread of ours waits for that write and
+finishes the checkpoint with the same ``CheckpointStore.save`` as a synchronous save:
+``state.pt``, manifest, fsync, rename, ``latest`` pointer, retention. At most one write is
+in flight; the owner (``RunCheckpointer``) waits for it before the next save, on a stop
+signal and at the end of training, and turns a failed write into a StorageError at the
+next step boundary.
 
 The host copy is kept from one save to the next (its buffers are reused, pinned when
 the state lives on a GPU): ``async_save`` costs one extra copy of the checkpointed state
@@ -16,97 +18,91 @@ in host memory for the rest of the run.
 from __future__ import annotations
 
 import copy
-import ctypes
 import logging
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from torch import nn
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.staging import AsyncStager
 
+from optimus_preflight.checkpoint import dcp_io
 from optimus_preflight.checkpoint.store import CheckpointStore
-from optimus_preflight.checkpoint.tensor_file import bytes_view, map_tensors, storage_key, unsupported_reason
 
 log = logging.getLogger("optimus_preflight")
 
 
-COPY_CHUNK = 16 << 20  # bytes per memmove call
+COPY_CHUNK = 16 << 20  # bytes per copy call
 
 
-class HostSnapshot:
-    """Copies of a state in host memory; storages are copied whole, so views of one
-    storage stay views of one copy. The buffers of one snapshot are reused by the next
-    (the caller makes sure the previous one is no longer being written): no page of
-    them is faulted in again.
+class HostStager(AsyncStager):
+    """DCP's stager: copies of a flat ``{key: tensor}`` in host memory, into buffers
+    reused by the next save (the caller makes sure the previous one is written): no page
+    of them is faulted in again.
 
-    CPU storages are copied with plain memmoves of 16 MB spread over a few threads
-    (they release the GIL): torch's per-tensor copy_ splits every tensor across all of
-    its intra-op threads and waits for the slowest, which costs several times more on a
-    busy machine. GPU storages go to pinned buffers with asynchronous copies."""
+    CPU tensors are copied in 16 MB pieces spread over a few threads as NumPy byte copies
+    (they release the GIL and run single-threaded each): torch's copy_ splits every tensor
+    across all of its intra-op threads and waits for the slowest, which costs several
+    times more on a busy machine. GPU tensors go to pinned buffers with asynchronous
+    copies."""
+
+    _synchronize_after_execute = False  # stage() returns once the copy is complete
 
     def __init__(self) -> None:
-        self._buffers: list[torch.Tensor] = []
+        self._buffers: dict[str, torch.Tensor] = {}
         self.nbytes = 0
         self._threads = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
-    def _buffer(self, index: int, nbytes: int, pinned: bool) -> torch.Tensor:
-        if index < len(self._buffers):
-            buffer = self._buffers[index]
-            if buffer.numel() == nbytes and buffer.is_pinned() == pinned:
-                return buffer
-        buffer = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
-        if index < len(self._buffers):
-            self._buffers[index] = buffer
-        else:
-            self._buffers.append(buffer)
+    def _buffer(self, key: str, tensor: torch.Tensor, pinned: bool) -> torch.Tensor:
+        buffer = self._buffers.get(key)
+        if (buffer is None or buffer.shape != tensor.shape or buffer.dtype != tensor.dtype
+                or buffer.is_pinned() != pinned):
+            buffer = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=pinned)
+            self._buffers[key] = buffer
         return buffer
 
-    def take(self, state: Any) -> Any:
-        copies: dict[int, torch.UntypedStorage] = {}
-        moves: list[tuple[int, int, int]] = []  # (destination, source, bytes): CPU to CPU
+    def stage(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        staged: dict[str, torch.Tensor] = {}
+        pieces: list[tuple[Any, Any]] = []  # (destination, source) NumPy byte views: CPU to CPU
         devices: set[torch.device] = set()  # GPUs with copies in flight
-
-        def copy_tensor(tensor: torch.Tensor) -> torch.Tensor:
-            if unsupported_reason(tensor) is not None:  # saved by torch.save: a plain copy will do
-                return tensor.detach().to("cpu", copy=True)
-            if tensor.device.type == "meta":
-                return torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device="meta")
-            key = storage_key(tensor)
-            if key not in copies:
-                storage = tensor.untyped_storage()
-                buffer = self._buffer(len(copies), storage.nbytes(), pinned=tensor.device.type == "cuda")
-                if tensor.device.type != "cpu":
-                    buffer.copy_(bytes_view(storage), non_blocking=tensor.device.type == "cuda")
-                    if tensor.device.type == "cuda":
-                        devices.add(tensor.device)
-                else:
-                    moves.extend((buffer.data_ptr() + start, storage.data_ptr() + start, min(COPY_CHUNK, storage.nbytes() - start))
-                                 for start in range(0, storage.nbytes(), COPY_CHUNK))
-                copies[key] = buffer.untyped_storage()
-            view = torch.empty(0, dtype=tensor.dtype).set_(copies[key], tensor.storage_offset(), tensor.shape, tensor.stride())
-            if isinstance(tensor, nn.Parameter):
-                return nn.Parameter(view, requires_grad=tensor.requires_grad)
-            return view.requires_grad_(tensor.requires_grad) if tensor.requires_grad else view
-
-        # Tensors inside other objects are deep-copied with them.
-        snapshot = map_tensors(state, copy_tensor, copy.deepcopy)
-        # The sources stay alive meanwhile: ``state`` holds them.
-        if len(moves) > 1 and self._threads > 1:
+        for key, tensor in state_dict.items():
+            buffer = self._buffer(key, tensor, pinned=tensor.device.type == "cuda")
+            staged[key] = buffer
+            if tensor.device.type != "cpu":
+                buffer.copy_(tensor, non_blocking=tensor.device.type == "cuda")
+                if tensor.device.type == "cuda":
+                    devices.add(tensor.device)
+            elif not tensor.is_contiguous() or not tensor.numel():
+                buffer.copy_(tensor)
+            else:
+                source = tensor.detach().reshape(-1).view(torch.uint8).numpy()
+                target = buffer.reshape(-1).view(torch.uint8).numpy()
+                pieces.extend((target[start:start + COPY_CHUNK], source[start:start + COPY_CHUNK])
+                              for start in range(0, source.size, COPY_CHUNK))
+        copy_piece = lambda piece: piece[0].__setitem__(slice(None), piece[1])  # noqa: E731
+        if len(pieces) > 1 and self._threads > 1:
             with ThreadPoolExecutor(self._threads, thread_name_prefix="checkpoint-copy") as pool:
-                list(pool.map(lambda move: ctypes.memmove(*move), moves))
+                list(pool.map(copy_piece, pieces))
         else:
-            for move in moves:
-                ctypes.memmove(*move)
+            for piece in pieces:
+                copy_piece(piece)
         for device in devices:
             torch.cuda.synchronize(device)
-        del self._buffers[len(copies):]
-        self.nbytes = sum(buffer.numel() for buffer in self._buffers)
-        return snapshot
+        for key in [key for key in self._buffers if key not in state_dict]:
+            del self._buffers[key]
+        self.nbytes = sum(buffer.nbytes for buffer in self._buffers.values())
+        return staged
+
+    def synchronize_staging(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self._buffers.clear()
 
 
 @dataclass
@@ -126,7 +122,7 @@ class BackgroundWriter:
     def __init__(self, store: CheckpointStore, on_done: Callable[[BackgroundSave], object] = lambda save: None):
         self.store = store
         self.on_done = on_done
-        self.snapshot = HostSnapshot()
+        self.snapshot = HostStager()
         self._job: BackgroundSave | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -142,22 +138,46 @@ class BackgroundWriter:
         with self._lock:
             if self._job is not None:
                 raise RuntimeError("a checkpoint write is already in flight; collect it with wait() first")
-            snapshot = self.snapshot.take(state)
+            index, tensors = dcp_io.split_state(state)
+            index = copy.deepcopy(index)  # the rest of the state as it is now (meta placeholders cost nothing)
+            tmp = self.store.prepare(step)
+            try:
+                written = self._start_write(tensors, tmp) if tensors else None
+            except BaseException:
+                self.store.discard(tmp)
+                raise
             job = BackgroundSave(step, blocked_s=time.perf_counter() - started, waited_s=waited_s)
             self._job = job
-            self._thread = threading.Thread(target=self._write, args=(job, snapshot), name=f"checkpoint-step-{step}", daemon=True)
+            self._thread = threading.Thread(target=self._write, args=(job, index, written, tmp),
+                                            name=f"checkpoint-step-{step}", daemon=True)
             self._thread.start()
         return job
 
-    def _write(self, job: BackgroundSave, snapshot: Any) -> None:
+    def _start_write(self, tensors: dict[str, torch.Tensor], tmp: Path) -> Future:
+        """Stage ``tensors`` (on this thread) and write them on another. ``dcp.async_save``
+        refuses a process group without a CPU backend even when told no_dist (DDP on
+        NCCL, where rank 0 alone writes): there the same two steps run by hand."""
+        if not (torch.distributed.is_initialized() and "cpu" not in str(torch.distributed.get_backend_config())):
+            return dcp.async_save(tensors, storage_writer=dcp_io.writer(tmp), async_stager=self.snapshot, no_dist=True)
+        staged = self.snapshot.stage(tensors)
+        executor = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-dcp")
+        future = executor.submit(dcp_io.save_tensors, tmp, staged)
+        executor.shutdown(wait=False)
+        return future
+
+    def _write(self, job: BackgroundSave, index: Any, written: Future | None, tmp: Path) -> None:
         started = time.perf_counter()
         try:
-            job.path = self.store.save(snapshot, job.step)
+            if written is not None:
+                with dcp_io.plain_errors():
+                    written.result()  # DCP's thread: the tensors, fsynced
+            job.path = self.store.save(index, job.step, prepared=tmp)
         except BaseException as error:  # noqa: BLE001 - reported to the training thread
+            self.store.discard(tmp)
             job.error = error
         finally:
             job.write_s = time.perf_counter() - started
-            del snapshot
+            del index
             try:
                 self.on_done(job)
             finally:

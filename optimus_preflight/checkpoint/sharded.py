@@ -4,13 +4,13 @@ Every rank writes its own shard in parallel (``__<rank>_0.distcp``) and rank 0 w
 the ``.metadata`` index: no rank gathers the whole model. The shards sit in the step
 directory beside ``state.pt`` (everything else, as in any checkpoint) and are covered by
 the same manifest. DCP reshards on load, so a checkpoint of N ranks loads into M ranks,
-or into one unsharded process. Tensors only: DCP's files hold tensor bytes and a
-metadata index, no pickled code is executed to read the tensors back.
+or into one unsharded process. Reading goes through dcp_io's allow-listed index reader
+and a planner that reads the optimizer's param_groups with ``weights_only=True``: no
+pickled code runs (DCP's own reader would unpickle both freely).
 """
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.optim import Optimizer
 
-METADATA_FILE = ".metadata"
+from optimus_preflight.checkpoint.dcp_io import METADATA_FILE, SafeReader, load_into, plain_errors
 
 
 def is_sharded_checkpoint(path: Path) -> bool:
@@ -41,13 +41,14 @@ def sharded_state(model: nn.Module, optimizer: Optimizer) -> dict[str, Any]:
 
 def save_sharded(model: nn.Module, optimizer: Optimizer, directory: Path) -> None:
     """Collective: every rank calls it with the same ``directory``."""
-    dcp.save(sharded_state(model, optimizer), checkpoint_id=str(directory))
+    with plain_errors():  # the caller's ``except Exception`` sees any rank's failure
+        dcp.save(sharded_state(model, optimizer), checkpoint_id=str(directory))
 
 
 def saved_tensor_shapes(path: Path, prefix: str = "model.") -> dict[str, tuple[int, ...]]:
     """Names and global shapes of the tensors under ``prefix`` in a DCP checkpoint, read
     from its metadata index alone."""
-    metadata = dcp.FileSystemReader(str(path)).read_metadata()
+    metadata = SafeReader(str(path)).read_metadata()
     shapes: dict[str, tuple[int, ...]] = {}
     for key, entry in metadata.state_dict_metadata.items():
         if key.startswith(prefix) and hasattr(entry, "size"):
@@ -63,9 +64,8 @@ def load_sharded(model: nn.Module, optimizer: Optimizer | None, path: Path) -> N
     state: dict[str, Any] = {"model": model_state}
     if optimizer_state is not None:
         state["optimizer"] = optimizer_state
-    with warnings.catch_warnings():  # one unsharded process (a resume at world size 1)
-        warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process")
-        dcp.load(state, checkpoint_id=str(path))
+    # Collective under torchrun; one unsharded process reads alone (a resume at world size 1).
+    load_into(state, path, no_dist=not torch.distributed.is_initialized())
     if optimizer is None:
         from torch.distributed.checkpoint.state_dict import set_model_state_dict
 
@@ -95,14 +95,10 @@ def load_full_into_sharded(model: nn.Module, optimizer: Optimizer, model_state: 
 
 
 def full_model_state(path: Path) -> dict[str, torch.Tensor]:
-    """The whole model of a DCP checkpoint as plain CPU tensors, in one process without a
-    process group (for export and inspection)."""
-    metadata = dcp.FileSystemReader(str(path)).read_metadata()
-    state: dict[str, Any] = {}
-    for key, entry in metadata.state_dict_metadata.items():
-        if key.startswith("model.") and hasattr(entry, "size"):
-            state[key[len("model."):]] = torch.empty(tuple(entry.size), dtype=entry.properties.dtype)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process")
-        dcp.load({"model": state}, checkpoint_id=str(path), no_dist=True)
-    return state
+    """The whole model of a checkpoint's DCP files (an FSDP run's shards, or any other
+    run's: both key the model ``model.<name>``) as plain CPU tensors, in one process
+    without a process group (for export and inspection)."""
+    from optimus_preflight.checkpoint.dcp_io import read_tensors
+
+    keys = list(saved_tensor_shapes(path, prefix="model."))
+    return {key: tensor for key, tensor in zip(keys, read_tensors(path, [f"model.{key}" for key in keys]).values())}

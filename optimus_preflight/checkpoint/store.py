@@ -2,16 +2,17 @@
 
 Layout under ``<run_dir>/checkpoints``::
 
-    step_00000120/tensors.bin     the raw bytes of every tensor (tensor_file.py; a large
-                                  state: tensors-0.bin, tensors-1.bin..., written in parallel)
+    step_00000120/__0_0.distcp    the tensors, written by torch.distributed.checkpoint
+    step_00000120/.metadata       DCP's index of them (dcp_io.py; under FSDP: one
+                                  ``__<rank>_0.distcp`` per rank, sharded.py)
     step_00000120/state.pt        torch.save of the rest: the structure, numbers, strings,
-                                  and the index of tensors.bin (weights_only-loadable)
+                                  and which DCP key each tensor is (weights_only-loadable)
     step_00000120/manifest.json   size and SHA-256 of every file, written last
     latest                        name of the newest checkpoint (for people and tools)
 
-Checkpoints of ``format_version`` 2 and earlier hold the whole state in ``state.pt``
-(``torch.save``) and still load; so does a v3 state without tensors, or with a tensor
-``tensor_file`` does not store (sparse, quantized, a subclass): those are written that way.
+Checkpoints of ``format_version`` 3 (raw ``tensors.bin``) and 2 and earlier (one
+``state.pt``) still load, through ``legacy.convert``; a state without tensors is written
+as one ``state.pt``.
 
 A checkpoint is written into a hidden temporary directory beside its final name,
 every file is fsynced, then the directory is renamed into place (atomic on POSIX) and
@@ -31,42 +32,42 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
 import json
 import logging
 import os
 import shutil
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any
 
 import torch
-from torch.serialization import get_crc32_options, set_crc32_options
 
-from optimus_preflight.checkpoint.tensor_file import (
-    TensorFileError,
-    Unsupported,
-    is_index,
-    is_tensor_file_name,
-    join_state,
-    split_state,
-    write_tensors,
+from optimus_preflight.checkpoint.files import (  # noqa: F401 - names other modules import from here
+    FORMAT_VERSION,
+    MANIFEST_FILE,
+    STATE_FILE,
+    TMP_PREFIX,
+    CheckpointCorrupt,
+    _fsync_dir,
+    _save_hashed,
+    _sha256_of,
+    _write_text_atomic,
+    hash_files,
+    load_state,
+    read_manifest,
+    verify,
+    write_state,
 )
 from optimus_preflight.errors import StorageError
 
 log = logging.getLogger("optimus_preflight")
 
-STATE_FILE = "state.pt"
-MANIFEST_FILE = "manifest.json"
 POINTER_FILE = "latest"
 PREFIX = "step_"
 BEST_NAME = "best"  # checkpoint.monitor's best checkpoint, beside the step directories
-TMP_PREFIX = ".tmp-"
 ASIDE_PREFIX = "set-aside-"
-FORMAT_VERSION = 3  # 3: tensors in tensors.bin beside state.pt (tensor_file.py); 2: manifests carry run_id
 
 
 # Retention deletes checkpoints of at least this many bytes on a thread (CheckpointStore._delete).
@@ -80,112 +81,10 @@ def _finish_deletions() -> None:
         thread.join()
 
 
-class CheckpointCorrupt(Exception):
-    """The checkpoint is incomplete, altered or unloadable; the message says how."""
-
-
-
-
 @dataclass(frozen=True)
 class CheckpointRef:
     path: Path
     step: int
-
-
-class _HashingWriter:
-    """A file wrapper that hashes bytes as torch.save writes them: one pass, not two."""
-
-    def __init__(self, handle: BinaryIO):
-        self.handle = handle
-        self.digest = hashlib.sha256()
-        self.size = 0
-        # torch's zip writer reports a failed write as "unexpected pos": keep the real cause.
-        self.error: OSError | None = None
-
-    def write(self, data: bytes) -> int:
-        self.digest.update(data)
-        self.size += len(data)
-        try:
-            return self.handle.write(data)
-        except OSError as error:
-            self.error = error
-            raise
-
-    def flush(self) -> None:
-        self.handle.flush()
-
-
-@contextlib.contextmanager
-def _without_zip_crc32() -> Iterator[None]:
-    """The manifest's SHA-256 already covers every byte; torch's per-record CRC32 on
-    top costs about a fifth of torch.save's time."""
-    previous = get_crc32_options()
-    set_crc32_options(False)
-    try:
-        yield
-    finally:
-        set_crc32_options(previous)
-
-
-def _save_hashed(obj: Any, path: Path) -> dict[str, Any]:
-    """torch.save ``obj`` to ``path``, fsynced; returns its manifest entry."""
-    with open(path, "wb") as handle, _without_zip_crc32():
-        writer = _HashingWriter(handle)
-        try:
-            torch.save(obj, writer)
-        except RuntimeError:
-            if writer.error is not None:
-                raise writer.error from None
-            raise
-        handle.flush()
-        os.fsync(handle.fileno())
-    return {"bytes": writer.size, "sha256": writer.digest.hexdigest()}
-
-
-_fallback_said = False
-
-
-def write_state(directory: Path, state: Any) -> dict[str, dict[str, Any]]:
-    """Write ``state`` into ``directory`` as ``tensors.bin`` + ``state.pt`` (or, without
-    tensors or with one tensor_file cannot store, as one torch.save ``state.pt``); every
-    file fsynced. Returns the manifest entries."""
-    global _fallback_said
-    try:
-        split = split_state(state)
-    except Unsupported as why:
-        if not _fallback_said:
-            log.info("checkpoint: the state holds %s; it is written with torch.save in one file (slower)", why)
-            _fallback_said = True
-        split = None
-    if split is None or not split.index["tensors"]:
-        return {STATE_FILE: _save_hashed(state, directory / STATE_FILE)}
-    tensors = write_tensors(directory, split)
-    return {STATE_FILE: _save_hashed(split.index, directory / STATE_FILE), **tensors}
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def _sha256_of(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _step_of(path: Path) -> int | None:
@@ -196,90 +95,6 @@ def _step_of(path: Path) -> int | None:
         return int(name[len(PREFIX) :])
     except ValueError:
         return None
-
-
-def _check_manifest(manifest: Any, path: Path) -> dict[str, Any]:
-    files = manifest.get("files") if isinstance(manifest, dict) else None
-    if not isinstance(files, dict) or not files:
-        raise CheckpointCorrupt(f"{path / MANIFEST_FILE} is malformed (no 'files' table)")
-    for name, entry in files.items():
-        if not (isinstance(entry, dict) and isinstance(entry.get("bytes"), int) and isinstance(entry.get("sha256"), str)):
-            raise CheckpointCorrupt(f"{path / MANIFEST_FILE} is malformed (entry {name!r} lacks bytes/sha256)")
-        if Path(name).name != name:
-            raise CheckpointCorrupt(f"{path / MANIFEST_FILE} names a file outside its directory: {name!r}")
-    return manifest
-
-
-def read_manifest(path: Path) -> dict[str, Any]:
-    """The manifest of a checkpoint directory, checked for shape (not for content)."""
-    if not path.is_dir():
-        raise CheckpointCorrupt(f"{path} is not a checkpoint directory")
-    manifest_path = path / MANIFEST_FILE
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheckpointCorrupt(f"{path} has no {MANIFEST_FILE} (its write never finished)") from None
-    except (OSError, ValueError) as error:
-        raise CheckpointCorrupt(f"{manifest_path} is unreadable ({error})") from None
-    return _check_manifest(manifest, path)
-
-
-def verify(path: Path) -> dict[str, Any]:
-    """Return the manifest of a complete, unaltered checkpoint; raise CheckpointCorrupt otherwise."""
-    manifest = read_manifest(path)
-    for name, expected in manifest["files"].items():
-        file = path / name
-        if not file.is_file():
-            raise CheckpointCorrupt(f"{file} is missing")
-        size = file.stat().st_size
-        if size != expected["bytes"]:
-            raise CheckpointCorrupt(f"{file} has {size} bytes, the manifest says {expected['bytes']} (truncated?)")
-    # Large files are hashed in parallel (hashlib and reads release the GIL).
-    names = list(manifest["files"])
-    large = [name for name in names if manifest["files"][name]["bytes"] >= 1 << 20]
-    workers = min(len(large), os.cpu_count() or 1, 8)
-    if workers > 1:
-        with ThreadPoolExecutor(workers, thread_name_prefix="checkpoint-verify") as pool:
-            digests = dict(zip(large, pool.map(lambda name: _sha256_of(path / name), large)))
-    else:
-        digests = {}
-    for name in names:
-        digest = digests[name] if name in digests else _sha256_of(path / name)
-        if digest != manifest["files"][name]["sha256"]:
-            raise CheckpointCorrupt(f"{path / name} does not match its SHA-256 in the manifest (altered or damaged)")
-    return manifest
-
-
-def load_state(path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Load ``state.pt`` with ``weights_only=True`` (no pickled code runs) and, when it
-    is the index of a ``tensors.bin``, its tensors (memory-mapped, see tensor_file);
-    anything that does not load, or lacks a ``required`` key, is CheckpointCorrupt.
-    torch's advice to retry with weights_only=False is not passed on: that would
-    execute the file. A manifest of a newer format than this version writes is refused."""
-    version = None
-    with contextlib.suppress(CheckpointCorrupt):  # a bare state.pt loads without one
-        version = read_manifest(path).get("format_version")
-    if isinstance(version, int) and version > FORMAT_VERSION:
-        raise CheckpointCorrupt(f"{path} is of checkpoint format {version}, written by a newer optimus_preflight; "
-                                f"this one reads formats up to {FORMAT_VERSION}")
-    try:
-        state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as error:  # UnpicklingError, RuntimeError (zip), EOFError...: all "cannot load"
-        reason = next((line.strip() for line in str(error).splitlines() if "weights_only" not in line and line.strip()),
-                      type(error).__name__)
-        raise CheckpointCorrupt(f"{path / STATE_FILE} cannot be loaded as plain tensors and containers "
-                                f"({type(error).__name__}: {reason[:200]})") from None
-    if is_index(state):
-        try:
-            state = join_state(path, state)
-        except TensorFileError as error:
-            raise CheckpointCorrupt(f"{path / STATE_FILE} and its tensor files do not form a checkpoint ({error})") from None
-    # A sharded checkpoint's model and optimizer are the DCP shards beside state.pt.
-    in_shards = ("model", "optimizer") if isinstance(state, dict) and "sharded" in state else ()
-    missing = [key for key in required if not isinstance(state, dict) or (key not in state and key not in in_shards)]
-    if missing:
-        raise CheckpointCorrupt(f"{path / STATE_FILE} is not a training checkpoint (no {', '.join(missing)})")
-    return state
 
 
 class CheckpointStore:
@@ -388,9 +203,10 @@ class CheckpointStore:
 
     def _write(self, tmp: Path, state: dict[str, Any], step: int) -> int:
         tmp.mkdir(exist_ok=True)
-        # Files others wrote into a prepared directory (fsynced by their writers).
-        others = {file.name: {"bytes": file.stat().st_size, "sha256": _sha256_of(file)} for file in sorted(tmp.iterdir())
-                  if file.is_file() and file.name not in (STATE_FILE, MANIFEST_FILE) and not is_tensor_file_name(file.name)}
+        # Files others wrote into a prepared directory (fsynced by their writers): the
+        # shards of every rank under FSDP, a background save's DCP files.
+        others = hash_files(tmp, sorted(file.name for file in tmp.iterdir()
+                                        if file.is_file() and file.name not in (STATE_FILE, MANIFEST_FILE)))
         started = time.perf_counter()
         files = write_state(tmp, state)
         manifest = {
@@ -441,8 +257,7 @@ class CheckpointStore:
     def load(self, path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
         """Verify, then load with ``weights_only=True`` (see ``load_state``).
 
-        Tensors are memory-mapped, so a large checkpoint is not held twice in RAM while
-        it is copied into the model and optimizer.
+        Tensors are read into fresh CPU tensors (format 3's are memory-mapped).
         """
         self._verify(path)
         return load_state(path, required)
