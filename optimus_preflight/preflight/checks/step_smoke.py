@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from optimus_preflight.checkpoint.files import load_state, write_state
 from optimus_preflight.preflight.analyses.trial_steps import make_runner
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -54,14 +55,15 @@ class CheckpointRoundTripCheck(Check):
                        "scaler": ctx.training.scaler.state_dict()}
             if ctx.scheduler is not None:
                 payload["scheduler"] = ctx.scheduler.state_dict()
+            # The run's own checkpoint format (checkpoint/files.py): DCP tensor files and state.pt.
             with tempfile.TemporaryDirectory(prefix=".preflight-ckpt-", dir=ctx.run_dir) as directory:
-                path = Path(directory) / "checkpoint.pt"
+                path = Path(directory)
                 started = time.perf_counter()
-                torch.save(payload, path)
+                written = write_state(path, payload)
                 saved = time.perf_counter()
-                size = path.stat().st_size
+                size = sum(entry["bytes"] for entry in written.values())
                 try:
-                    loaded = torch.load(path, map_location="cpu", weights_only=True)
+                    loaded = load_state(path)
                 except Exception as error:
                     findings.error("CKPT_LOAD", f"the checkpoint does not load with weights_only=True: "
                                                 f"{str(error).splitlines()[0]}", fix_objects)
