@@ -4,11 +4,15 @@ Subclass it and override a builder (``build_model``, ``build_optimizer``,
 ``build_scheduler``, ``build_dataloaders``, ``build_test_dataloader``), ``compute_loss`` or
 ``validation_step``; the defaults build from the config's ``_target_`` entries.
 
-Why this module is long (~670 lines): the builders, the lifecycle and the training loop
+``TrainRecipe`` is one composition of the four mixins (mixins/): it builds the objects
+from the config and calls the mixins' own interface (``setup_training_context``,
+``run_training_iteration``, ``setup_interruption``/``exit_interrupted``,
+``run_preflight_checks``), as a loop of a user's own does.
+
+Why this module is long (~690 lines): the builders, the lifecycle and the training loop
 with its evaluation, test and callback events are in one class, so a reader sees the
-whole loop top to bottom. The logic around it lives in components (training/,
-reporting/, callbacks/); moving the loop onto the mixins' standalone interface is an
-open issue.
+whole loop top to bottom. The logic around it lives in the mixins and in components
+(training/, reporting/, callbacks/, checkpoint/).
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ Stop signals and forced exits are ``StopControl``'s (stop_control.py), the ranks
 agreement and the stuck-collective watchdog ``PeerWatch``'s (peer_watch.py); the loop
 (TrainingInterruptionMixin) calls the three.
 
+Why this module is long (~350 lines): synchronous, background and FSDP-sharded saves
+share one ordering (wait for the write in flight, then write) and one resume, so they
+stay in one place.
+
 With ``checkpoint.async_save=true`` the periodic checkpoints (those ``due`` asked for) are
 copied to host memory on the training thread and written by a background thread
 (async_writer.py), one at a time. Every other save (the final one, on a stop signal,

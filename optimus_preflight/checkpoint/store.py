@@ -25,6 +25,9 @@ Retention keeps the newest ``keep_last`` checkpoints of this run that verify: a
 damaged directory or another run's checkpoint never takes a slot and is never
 deleted, and a save never reuses a directory it did not write. Large checkpoints it
 drops are renamed out of sight at once and deleted on a thread (see ``_delete``).
+
+Why this module is long (~350 lines): writing, retention, the best link and setting
+aside are one directory's life cycle; the per-file work is in files.py.
 """
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import signal
 import sys
@@ -29,14 +30,12 @@ log = logging.getLogger("optimus_preflight")
 def script_resume_command() -> str:
     """A loop of the user's own: the same command again, from the same directory (its
     checkpoints resume by themselves)."""
-    import os
-
     return f"cd {shlex.quote(os.getcwd())} && {shlex.join([sys.executable, *sys.argv])}"
 
 
 class TrainingInterruptionMixin:
-    """Ctrl+C, SIGTERM and SIGUSR1 become a checkpoint at an optimizer-step boundary and
-    exit 128+signal; periodic and final checkpoints; a restart resumes bit-exact.
+    """Ctrl+C, SIGTERM, SIGHUP (unless ignored) and SIGUSR1 become a checkpoint at an
+    optimizer-step boundary and exit 128+signal; periodic and final checkpoints; a restart resumes bit-exact.
 
     ``TrainingInterruptionMixin(save_freq=0, output_path=None, checkpoint_callback=None)``
     (optimus_dl's interface): checkpoints every ``save_freq`` steps (0: only on a stop and
