@@ -17,6 +17,7 @@ from optimus_preflight.checkpoint.store import (
     CheckpointCorrupt,
     CheckpointStore,
     load_state,
+    read_manifest,
     verify,
 )
 from optimus_preflight.config.changes import EXPECTED_CHANGES
@@ -132,9 +133,13 @@ def pick_resume_point(value: str, store: CheckpointStore) -> ResumePoint | None:
         return None
     if value == "auto":
         skipped: list[tuple[Path, str]] = []
+        owner = run_owner(store)
         for ref in store.candidates():
             try:
                 state = store.load(ref.path, RESUME_KEYS)
+                foreign = not_this_runs(ref.path, ref.step, state, owner)
+                if foreign:
+                    raise CheckpointCorrupt(foreign)
             except CheckpointCorrupt as error:
                 log.warning("skipping checkpoint %s: %s", ref.path, error)
                 skipped.append((ref.path, str(error)))
@@ -159,7 +164,40 @@ def pick_resume_point(value: str, store: CheckpointStore) -> ResumePoint | None:
             key="checkpoint.resume",
             fix="Resume from an earlier checkpoint (see checkpoints/ in the run dir), or set checkpoint.resume=none.",
         ) from None
+    if path.parent.resolve() != store.directory.resolve():
+        manifest = _manifest(path) or {}
+        log.warning("resuming from another run's checkpoint: %s (run %s, step %s); this run continues its weights, "
+                    "optimizer and data position", path, manifest.get("run_id", "unknown"), manifest.get("step", "unknown"))
     return ResumePoint(path, state, explicit=True)
+
+
+def _manifest(path: Path) -> dict[str, Any] | None:
+    try:
+        return read_manifest(path)
+    except CheckpointCorrupt:
+        return None
+
+
+def run_owner(store: CheckpointStore) -> str | None:
+    """The run whose checkpoints these are: the run id most of them carry (a tie goes to
+    the one of the oldest). A checkpoint copied in from another run is then foreign."""
+    ids = [manifest.get("run_id") for ref in reversed(store.candidates()) if (manifest := _manifest(ref.path))]
+    ids = [run_id for run_id in ids if run_id]
+    return max(dict.fromkeys(ids), key=ids.count) if ids else None
+
+
+def not_this_runs(path: Path, step: int, state: dict[str, Any], owner: str | None) -> str | None:
+    """Why the checkpoint at ``path`` (named for ``step``) is not this run's, or None:
+    another run's id, or a step that disagrees with its name (a renamed copy)."""
+    manifest = _manifest(path) or {}
+    run_id = manifest.get("run_id")
+    if owner and run_id and run_id != owner:
+        return f"it was written by another run (run id {run_id}, this run's is {owner}): a copy that does not belong here"
+    saved_step = (state.get("run_state") or {}).get("step")
+    for what, value in (("its manifest", manifest.get("step")), ("its state", saved_step)):
+        if value is not None and int(value) != step:
+            return f"{what} says step {value} but its name says step {step}: a renamed or copied checkpoint"
+    return None
 
 
 def settle_resume(store: CheckpointStore, point: ResumePoint) -> None:
@@ -217,9 +255,23 @@ def check_optimizer_fits(optimizer: torch.optim.Optimizer, state: dict[str, Any]
         )
 
 
+# Changes on resume that alter what the run trains (the batches, their weighting, the
+# numerics, the random streams, the model): a WARNING, the rest an INFO line.
+TRAINING_CHANGES = ("data.batch_size", "trainer.accumulation_steps", "trainer.precision", "trainer.seed", "model.",
+                    "data.train", "optimizer._target_")
+
+
+def training_changes(changes: dict[str, tuple[Any, Any]]) -> dict[str, tuple[Any, Any]]:
+    return {key: value for key, value in changes.items() if key.startswith(TRAINING_CHANGES)}
+
+
 def log_config_changes(changes: dict[str, tuple[Any, Any]]) -> None:
+    altering = training_changes(changes)
+    if altering:
+        log.warning("the config changed since the checkpoint in ways that change training: %s",
+                    "; ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in altering.items()))
     for key, (old, new) in changes.items():
-        if key.startswith(EXPECTED_CHANGES):
+        if key.startswith(EXPECTED_CHANGES) or key in altering:
             continue
         log.info("config changed since the checkpoint: %s %r -> %r", key, old, new)
 
