@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from optimus_preflight.training.contracts import ContractError
+
 if TYPE_CHECKING:
     from optimus_preflight.preflight.preflight_context import PreflightContext
 
@@ -306,6 +308,8 @@ def run_check(check: Check, ctx: PreflightContext, results: dict[str, CheckResul
                            data=findings.data, detail=str(skip))
     except StopCheck:
         pass  # the findings so far are the result
+    except ContractError:
+        raise  # the recipe broke its contract (training/contracts.py): no check can judge it, exit 2
     except Exception as error:  # isolation: one broken check must not hide the others
         detail = "".join(traceback.format_exception_only(type(error), error)).strip()
         tail = traceback.extract_tb(error.__traceback__)[-1]
