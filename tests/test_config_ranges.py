@@ -31,7 +31,8 @@ def _stored_dataclasses() -> set[type]:
                 walk(value)
             elif getattr(value, "node", None) is not None:
                 kind = OmegaConf.get_type(value.node)
-                if dataclasses.is_dataclass(kind):
+                # Hydra's own plugins (launchers, sweepers) store theirs too: not this config's.
+                if dataclasses.is_dataclass(kind) and kind.__module__.startswith("optimus_preflight."):
                     found.add(kind)
 
     walk(ConfigStore.instance().repo)

@@ -127,8 +127,8 @@ def _bound_text(rng: Range, value: float) -> str:
     return f"must be {'<' if rng.hi_open else '<='} {_number(rng.hi)}"
 
 
-def check_ranges(cfg: DictConfig) -> None:
-    """Every number against the range its schema field declares (``schema.ranged``)."""
+def _range_errors(cfg: DictConfig) -> Iterator[tuple[bool, UserError]]:
+    """(whether the value is an interpolation, the error) for each number out of range."""
     for path, node, kind in _dataclass_nodes(cfg):
         for spec in dataclasses.fields(kind):
             rng = spec.metadata.get(RANGE)
@@ -146,8 +146,18 @@ def check_ranges(cfg: DictConfig) -> None:
                 if isinstance(example, tuple):
                     example = f"[{','.join(map(str, example))}]"
                 null = " or null" if _optional(kind, spec.name) else ""
-                raise UserError(f"{key} {_bound_text(rng, item)}{null}, got {value!r}.", key=key,
-                                fix=f"Set {key}={example}{rng.hint}.")
+                yield node._get_node(spec.name)._is_interpolation(), UserError(
+                    f"{key} {_bound_text(rng, item)}{null}, got {value!r}.", key=key, fix=f"Set {key}={example}{rng.hint}.")
+                break
+
+
+def check_ranges(cfg: DictConfig) -> None:
+    """Every number against the range its schema field declares (``schema.ranged``).
+    A value set directly is named before one that interpolates it (``data.train.block_size=0``,
+    not the ``model.block_size`` that follows it)."""
+    errors = sorted(_range_errors(cfg), key=lambda found: found[0])
+    if errors:
+        raise errors[0][1]
 
 
 def validate_config(cfg: DictConfig) -> None:
