@@ -5,7 +5,7 @@
 One recipe (the default char-LM, or the tiny preset with --tiny) in one process. Each
 round runs ``--steps`` optimizer steps with ``logging.dynamics_every_n_steps=0`` and
 ``--steps`` with it at ``--every``, through the real loop pieces (``_open_step_logger``,
-``run_training_iteration``, ``StepLogger.on_step``), in alternating order, so both
+``train_step``, ``StepLogger.on_step``), in alternating order, so both
 see the same machine conditions. With steps == every, each "on" segment holds exactly
 one measured step.
 
@@ -24,9 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from optimus_preflight.recipes.char_lm import CharLMRecipe
-
 from optimus_preflight import compose
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 
 def segment(recipe: CharLMRecipe, every: int, steps: int) -> tuple[float, list[float], list[int]]:
@@ -38,7 +37,7 @@ def segment(recipe: CharLMRecipe, every: int, steps: int) -> tuple[float, list[f
         started = time.perf_counter()
         for _ in range(steps):
             step_started = time.perf_counter()
-            result = recipe.run_training_iteration()
+            result = recipe.train_step()
             recipe.state.record_step(result.stepped, result.samples)
             record = logger.on_step(recipe.state.step, result, recipe.state.skipped_steps)
             per_step.append(time.perf_counter() - step_started)

@@ -29,7 +29,7 @@ from optimus_preflight.memory.cuda_rules import CUDA_CONTEXT_BYTES  # noqa: E402
 from optimus_preflight.memory.fsdp_estimate import estimate_fsdp_step  # noqa: E402
 from optimus_preflight.memory.fsdp_measure import measure_fsdp_steps  # noqa: E402
 from optimus_preflight.memory.result import GIB  # noqa: E402
-from optimus_preflight.preflight.checks.memory_fsdp import need_bytes, smallest_world_size  # noqa: E402
+from optimus_preflight.preflight.analyses.memory_fsdp import need_bytes, smallest_world_size  # noqa: E402
 from tests.fsdp_models import LLAMA_7B, adamw, llama_7b, lm_loss, validation_cases  # noqa: E402
 
 SEQ, MICRO_BATCH = 2048, 1

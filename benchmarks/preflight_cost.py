@@ -34,11 +34,11 @@ def measure(overrides: list[str], steps: int) -> tuple[float, dict[str, float], 
     total = time.perf_counter() - started
     if report.status != "passed":
         print(f"warning: preflight status {report.status}", file=sys.stderr)
-    recipe.run_training_iteration()  # warm-up
+    recipe.train_step()  # warm-up
     times = []
     for _ in range(steps):
         begin = time.perf_counter()
-        recipe.run_training_iteration()
+        recipe.train_step()
         times.append(time.perf_counter() - begin)
     return total, {check.name: check.elapsed_s for check in report.checks}, statistics.median(times)
 

@@ -193,7 +193,22 @@ def run_recipe(recipe_class: type, cfg: DictConfig, *, contain_bugs: bool = Fals
 
 def _with_default(argv: list[str], key: str, value: str) -> None:
     if not any(arg.lstrip("+").startswith(f"{key}=") for arg in argv):
-        argv.append(f"{key}={value}")
+        _add_overrides(argv, [f"{key}={value}"])
+
+
+def _add_overrides(argv: list[str], new: list[str]) -> None:
+    """Add overrides to the command line next to the user's: argparse takes the overrides
+    as one run of positionals, so ``a=1 --cfg job`` plus an override appended at the end
+    would be refused as an unrecognized argument."""
+    if not new:
+        return
+    given = get_args_parser().parse_args(argv[1:]).overrides
+    end = 1
+    for index in range(len(argv) - len(given), 0, -1):
+        if given and argv[index:index + len(given)] == given:
+            end = index + len(given)
+            break
+    argv[end:end] = new
 
 
 def _prepare_distributed(argv: list[str]) -> DistEnv:
@@ -214,7 +229,7 @@ def _prepare_distributed(argv: list[str]) -> DistEnv:
     _with_default(argv, "hydra.run.dir", f"outputs/{stamp}")
     _with_default(argv, "hydra.sweep.dir", f"multirun/{stamp}")
     if not env.is_main:
-        argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
+        _add_overrides(argv, ["hydra.output_subdir=null", "hydra/job_logging=stdout"])
     return env
 
 
@@ -241,7 +256,7 @@ def _add_declared_config(argv: list[str], args: Any) -> None:
             key="recipe",
             fix="Sweep one recipe class at a time (one -m command per recipe).",
         )
-    argv += list(declared.pop()) if declared else []
+    _add_overrides(argv, list(declared.pop()) if declared else [])
 
 
 def _print_help_and_exit(args: Any) -> None:

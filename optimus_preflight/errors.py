@@ -70,8 +70,12 @@ class PreflightFailed(Exception):
         super().__init__("preflight failed; see the report above and preflight.json")
 
 
-class TrainingInterrupted(Exception):
-    """A stop signal was handled: a checkpoint was saved, exit 128 + signal number."""
+class TrainingInterrupted(SystemExit):
+    """A stop signal was handled: a checkpoint was saved, exit 128 + signal number.
+
+    A ``SystemExit`` (code 128 + signal): a loop of the user's own that does not catch it
+    ends with that status and no traceback, and ``except Exception`` cannot swallow it.
+    """
 
     def __init__(self, signum: int, step: int, checkpoint: str | None, chained_handler=None):
         self.signum = signum
@@ -81,4 +85,7 @@ class TrainingInterrupted(Exception):
         # A handler that owned the signal before us (a scheduler's requeue logic), to be
         # called once the run has shut down cleanly.
         self.chained_handler = chained_handler
-        super().__init__(f"interrupted by signal {signum} at step {step}; checkpoint: {checkpoint}")
+        super().__init__(self.exit_code)
+
+    def __str__(self) -> str:
+        return f"interrupted by signal {self.signum} at step {self.step}; checkpoint: {self.checkpoint}"

@@ -30,9 +30,9 @@ from torch.utils.data import DataLoader
 
 from optimus_preflight.app import check_before_work, run_app
 from optimus_preflight.callbacks import CallbackList
+from optimus_preflight.callbacks.compile_watch import CompileWatchCallback
 from optimus_preflight.callbacks.monitors import BestCheckpoint, EarlyStopping
 from optimus_preflight.checkpoint import resume_command
-from optimus_preflight.checkpoint.checkpoint_state import Restorable
 from optimus_preflight.checkpoint.resume import refuse_to_start_over
 from optimus_preflight.checkpoint.resume_command import hydra_task_overrides
 from optimus_preflight.checkpoint.run_dir import RunDirectory, open_run_directory
@@ -40,16 +40,19 @@ from optimus_preflight.checkpoint.signals import StopRequested
 from optimus_preflight.checkpoint.store import CheckpointStore
 from optimus_preflight.config.instantiate import config_rejections, instantiate_node, node_target
 from optimus_preflight.config.reads import check_overrides_read, recording_reads
-from optimus_preflight.dynamics import monitor_for_recipe
+from optimus_preflight.dynamics.callback import DynamicsCallback
 from optimus_preflight.errors import PreflightFailed, TrainingInterrupted, UserError
-from optimus_preflight.memory import start_oom_observer
+from optimus_preflight.memory.oom_callback import OOMObserverCallback
 from optimus_preflight.mixins import (
     PreflightMixin,
     TrainingContextMixin,
     TrainingInterruptionMixin,
     TrainingIterationMixin,
 )
-from optimus_preflight.preflight.preflight_context import PreflightContext
+from optimus_preflight.preflight.defaults import default_checks
+from optimus_preflight.preflight.framework import Check
+from optimus_preflight.preflight.framework.context import PreflightContext
+from optimus_preflight.preflight.framework.report import PreflightReport
 from optimus_preflight.reporting.model_summary import format_model_summary, summarize_model, write_model_summary
 from optimus_preflight.reporting.progress import Progress
 from optimus_preflight.reporting.sinks import JsonlSink, MetricsLogger, make_tensorboard_sink
@@ -57,7 +60,7 @@ from optimus_preflight.reporting.step_log import StepLogger
 from optimus_preflight.reporting.summary import memory_peaks, params_sha256, peak_memory_bytes, write_json_atomic
 from optimus_preflight.reporting.trackers import Trackers
 from optimus_preflight.training import rng
-from optimus_preflight.training.compiling import CompileWatch, check_compile_config, compile_model
+from optimus_preflight.training.compiling import check_compile_config, compile_model
 from optimus_preflight.training.contracts import check_built, check_loaders, check_scheduler, check_test_loader
 from optimus_preflight.training.distributed import all_reduce_sum, union_of_names, unwrap
 from optimus_preflight.training.evaluation import evaluate_metrics
@@ -67,7 +70,7 @@ from optimus_preflight.training.monitoring import MetricMonitor
 from optimus_preflight.training.optim import build_optimizer, group_names
 from optimus_preflight.training.run_length import optimizer_steps_per_epoch, planned_max_steps
 from optimus_preflight.training.run_state import RunState
-from optimus_preflight.training.step import split_loss_output
+from optimus_preflight.training.step import StepResult, StepRunner, split_loss_output
 from optimus_preflight.training.strategy import build_for_verdict, place_model, verdict_only
 from optimus_preflight.training.user_metrics import MetricCollector, prefixed
 from optimus_preflight.training.worker_deaths import WorkerDeathGuard, WorkerDied
@@ -103,8 +106,15 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         check_before_work(cfg)
         self.cfg = cfg
         self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir()
+        # The recipe is one composition of the four mixins, each given its settings here.
+        TrainingContextMixin.__init__(self, cfg.trainer)
+        TrainingIterationMixin.__init__(self, cfg.trainer, log_freq=0)  # the StepLogger logs the recipe's steps
+        checkpoint = cfg.checkpoint
+        TrainingInterruptionMixin.__init__(
+            self, save_freq=checkpoint.every_n_steps, output_path=self.run_dir, keep_last=checkpoint.keep_last,
+            extra_signal=checkpoint.extra_signal, stop_timeout_s=checkpoint.stop_timeout_s, resume=checkpoint.resume,
+            resume_hint=lambda: resume_command(self.run_dir))
         self.state = RunState()
-        self._oom_observer = None
         self._is_set_up = False
         self.started_at = time.monotonic()  # reset by run()
         # The default builders that ran (a subclass's override may call them): their
@@ -114,7 +124,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self.worker_deaths = WorkerDeathGuard()
         self._running = False  # run(): the run dir is locked
         self.strategy = "single"  # single|ddp|fsdp, once setup placed the model
-        self.compile_watch: CompileWatch | None = None  # trainer.compile: warm-up and recompiles
+        self.metric_sinks: list[Any] = []  # where step records go, once training opened them
         self.metrics = MetricCollector()  # what self.log records
         self.steps_per_epoch: int | None = None  # optimizer steps per pass over train_loader, when it has a length
         self.test_loader: DataLoader | None = None
@@ -215,12 +225,16 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         refuse_to_start_over(self.cfg.checkpoint.resume, CheckpointStore(self.run_dir / "checkpoints"))
         self._build_objects(context)
         self._build_callbacks()
-        iteration = self.setup_training_iteration(context, self.train_loader, self.stop_requested, self._guarded_fetch)
+        self.batches = self.training_batches(self.train_loader)
         if self.callbacks.listens("before_optimizer_step"):
-            iteration.runner.optimizer_step_hooks.append(
+            self.runner.optimizer_step_hooks.append(
                 lambda: self.callbacks.fire("before_optimizer_step", self, self.state.step + 1))
-        parts = Restorable(self.model, self.optimizer, self.scheduler, context.scaler, self.state, iteration.stream)
-        checkpointer = self.setup_interruption(context, parts)
+        checkpointer = self.setup_interruption(
+            model=self.model, optimizer=self.optimizer, batches=self.batches, scheduler=self.scheduler,
+            training_context=context, run_state=self.state, config=OmegaConf.to_container(self.cfg, resolve=True),
+            resume=False)
+        self.add_last_words(self.write_forced_summary)
+        self.batches.interruptible = self._guarded_fetch  # a dead DataLoader worker is reported in the same waits
         self._is_set_up = True
         checkpointer.resume(self.cfg.checkpoint.resume, training=not self.cfg.preflight.only)  # the run state too: losses, a pending eval
         self.callbacks.load_state_dict(self.state.callbacks)
@@ -243,8 +257,20 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         for index, node in enumerate(self.cfg.get("callbacks") or []):
             with config_rejections("callbacks", node):
                 built.append(instantiate_node(node, f"callbacks[{index}]"))
-        self.callbacks = CallbackList([*self._monitoring_callbacks(), *built, *self._given_callbacks])
+        self.callbacks = CallbackList([*self._toolkit_callbacks(), *self._monitoring_callbacks(), *built, *self._given_callbacks])
         self.state.callback_state = self.callbacks.state_dict
+
+    def _toolkit_callbacks(self) -> list[Any]:
+        """The loop's own features that run on its events: first, so a user's callback
+        sees the records they complete."""
+        cfg, found = self.cfg, []
+        if cfg.logging.dynamics_every_n_steps:
+            found.append(DynamicsCallback())
+        if cfg.trainer.compile:
+            found.append(CompileWatchCallback())
+        if cfg.preflight.oom_observer:
+            found.append(OOMObserverCallback())
+        return found
 
     def _monitoring_callbacks(self) -> list[Any]:
         """checkpoint.monitor and trainer.early_stopping: the toolkit's own callbacks."""
@@ -272,7 +298,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
     def _guarded_fetch(self) -> Iterator[None]:
         """Around each training-data fetch: a stop signal ends the wait, and a dead
         worker is reported there (where the weights are at a step boundary)."""
-        with self.interruptible(), self.worker_deaths.fetching():
+        with self.stop_control.interruptible(), self.worker_deaths.fetching():
             yield
 
     def _build_objects(self, context: Any) -> None:
@@ -323,16 +349,15 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                     try:
                         report = self.preflight()
                     except StopRequested:  # e.g. Ctrl+C while the first batch will not come
-                        self.handle_training_interruption()
+                        self.exit_interrupted()
                     if report.failed:
                         status = "preflight_failed"
                         raise PreflightFailed(report)
                     if self.cfg.preflight.only:
                         status = None
                         return {"status": report.status, "preflight": report.to_dict()}
-                self._oom_observer = self._start_oom_observer()
                 if self.cfg.trainer.compile:  # after the preflight: its checks and estimate see the eager model
-                    self.compile_watch = CompileWatch(len(compile_model(self.model, self.cfg.trainer, self.strategy)))
+                    self.callbacks.find(CompileWatchCallback).start(len(compile_model(self.model, self.cfg.trainer, self.strategy)))
                 self.train()
             status = "completed"
         except TrainingInterrupted as error:
@@ -346,8 +371,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             self.callbacks.fire("on_exception", self, error)
             raise
         finally:
-            if self._oom_observer is not None:
-                self._oom_observer.stop()
+            self.callbacks.close()
             if status is not None:
                 summary = self.finalize(status, time.monotonic() - started)
             self.close()
@@ -357,8 +381,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         """Give back what setup took: the signal handlers and the run dir's lock.
         ``run()`` does this itself; call it after a bare ``setup()`` or ``preflight()``."""
         self._running = False
-        if self.interruption is not None:
-            self.interruption.close()
+        self.close_interruption()
         if self.run_directory is not None:
             self.run_directory.close()
 
@@ -380,7 +403,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         if self.test_loader is None:
             raise UserError(f"trainer.test_only=true, but {type(self).__qualname__}.build_test_dataloader() returns None",
                             key="trainer.test_only", fix="Return a DataLoader from build_test_dataloader(), or drop trainer.test_only.")
-        if self.interruption.resumed_from is None:
+        if self.checkpointer.resumed_from is None:
             raise UserError("trainer.test_only=true, but there is no checkpoint to test: the model would be untrained",
                             key="checkpoint.resume",
                             fix="Point checkpoint.resume at a checkpoint (e.g. RUN_DIR/checkpoints/best), or run in a run dir that has one.")
@@ -394,6 +417,17 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             step_logger.close()
         return self.state.final_metrics
 
+    @property
+    def runner(self) -> StepRunner:
+        """The component that runs this recipe's optimizer steps."""
+        return self.step_runner(self.model, self.optimizer, self.compute_loss, self.training_context, self.scheduler)
+
+    def train_step(self) -> StepResult | None:
+        """One optimizer step on the recipe's objects (TrainingIterationMixin); None when a
+        stop request abandoned it."""
+        return self.run_training_iteration(self.model, self.optimizer, self.compute_loss, self.batches,
+                                           self.training_context, self.scheduler)
+
     def _eval_due(self, step: int) -> bool:
         """Every trainer.eval_every_n_steps; 0: at the end of each epoch (of a loader with a
         length), as Lightning does. The loop adds the end of the run."""
@@ -404,36 +438,26 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
 
     def _train_loop(self, step_logger: StepLogger) -> None:
         trainer = self.cfg.trainer
-        interruption = self.interruption
+        checkpointer = self.checkpointer
         if self.state.eval_pending:
             self._evaluate(step_logger)
         while self.state.step < trainer.max_steps and self.state.stop_reason is None:
-            if interruption.stop_agreed():
-                self.handle_training_interruption()
-            watch = self.compile_watch
-            if watch is not None:
-                watch.start_step()
+            if self.interruption_requested():
+                self.exit_interrupted()
             if self.callbacks.listens("on_step_start"):
                 self.callbacks.fire("on_step_start", self, self.state.step + 1)
             self.metrics.start_step()
             try:
-                result = self.run_training_iteration()
-            except StopRequested:
-                result = None
+                result = self.train_step()
             finally:
                 self.metrics.end_step()
-            if result is None:  # stopped mid-window: roll back to the last boundary
-                self.optimizer.zero_grad(set_to_none=True)
-                self.handle_training_interruption()
+            if result is None:  # stopped mid-window: the gradients are dropped, the last boundary is saved
+                self.exit_interrupted()
             self.state.record_step(result.stepped, result.samples)
-            interruption.mark_boundary()
+            checkpointer.mark_boundary()
             done = self.state.step >= trainer.max_steps
-            warmup = watch is not None and watch.warmup_s is None
-            if watch is not None:
-                watch.end_step(self.state.step)
             record = step_logger.on_step(self.state.step, result, self.state.skipped_steps, force=done,
-                                         warmup_s=watch.warmup_s if warmup else None,
-                                         epoch=self.training_iteration.stream.position.epoch, user_metrics=self.metrics)
+                                         epoch=self.batches.position.epoch, user_metrics=self.metrics)
             if record is not None:
                 self.state.final_loss = record["loss"]
             if self.callbacks.listens("on_step_end"):
@@ -444,13 +468,13 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
                 self.state.eval_pending = True
                 self._evaluate(step_logger)
                 if self.state.eval_pending:
-                    self.handle_training_interruption()
-                interruption.mark_boundary()
-            if interruption.due(self.state.step):
-                self._saved(interruption.save())
+                    self.exit_interrupted()
+                checkpointer.mark_boundary()
+            if checkpointer.due(self.state.step):
+                self._saved(checkpointer.save())
         if self.state.stop_reason is not None:
             log.info("stopping at step %d: %s", self.state.step, self.state.stop_reason)
-        self._saved(interruption.save())  # the final checkpoint
+        self._saved(checkpointer.save())  # the final checkpoint
 
     def _saved(self, path: Path | None) -> None:
         if path is not None:
@@ -475,10 +499,10 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
     def keep_best(self, monitor: MetricMonitor) -> None:
         """A new best: this step's checkpoint (written now if it is not yet), linked as
         checkpoints/best."""
-        path = self.interruption.save()
+        path = self.checkpointer.save()
         self._saved(path)
         if path is not None and self.training_context.dist.is_main:
-            best = self.interruption.store.keep_as_best(path)
+            best = self.checkpointer.store.keep_as_best(path)
             log.info("new best %s %.6g at step %d: %s", monitor.metric, monitor.best, self.state.step, best)
 
     def _test(self, step_logger: StepLogger) -> None:
@@ -486,7 +510,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             return
         metrics = self._run_evaluation(self.test_loader, max_batches=None)
         if metrics is None:  # a stop during the test: the final checkpoint is on disk
-            self.handle_training_interruption()
+            self.exit_interrupted()
         metrics = prefixed(metrics, "test_")
         self.state.final_metrics.update(metrics)
         step_logger.on_eval(self.state.step, metrics, epoch=self._epoch())
@@ -510,7 +534,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         """A worker death surfaces only in a data fetch (WorkerDeathGuard), where the
         weights are those of the last completed step: save them, then stop."""
         self.optimizer.zero_grad(set_to_none=True)
-        path = self.interruption.save()
+        path = self.checkpointer.save()
         knobs = ("data.num_workers, data.prefetch_factor or data.batch_size" if "build_dataloaders" in self.default_builders_used
                  else "the DataLoader options in your build_dataloaders()")
         raise WorkerDied(
@@ -518,20 +542,6 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             key="data.num_workers",
             fix=f"{died.fix.rstrip('.')} ({knobs}). Then resume with: {resume_command(self.run_dir)}",
         ) from None
-
-    def _start_oom_observer(self) -> Any:
-        """With preflight.oom_observer=true on CUDA: an allocator history and, on an OOM, a
-        snapshot with a hint that uses the preflight's largest micro-batch that fits."""
-        check = self.preflight_report.check("memory.vram_headroom") if self.preflight_report else None
-        return start_oom_observer(
-            self.cfg,
-            self.run_dir,
-            rank=self.training_context.dist.rank,
-            model=unwrap(self.model),
-            optimizer=self.optimizer,
-            precision=self.training_context.precision,
-            largest_batch=check.data.get("largest_micro_batch") if check else None,
-        )
 
     def _evaluate(self, step_logger: StepLogger) -> None:
         if self.val_loader is None:
@@ -566,9 +576,11 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             self.trackers.open(self.cfg, self.run_dir, experiment=type(self).__name__, after_step=after,
                                ids=self.state.logger_ids)
             sinks += self.trackers.for_step_logger()
+        self.metric_sinks = sinks
         progress_mode = logging_cfg.progress if context.dist.is_main else "none"
         metrics = MetricsLogger(sinks)
-        self.interruption.add_last_words(lambda status: metrics.flush())  # a second Ctrl+C keeps what was logged
+        self.add_last_words(lambda status: metrics.flush())  # a second Ctrl+C keeps what was logged
+        self.checkpointer.before_save.append(metrics.sync)  # records up to a checkpoint are as durable as it
         return StepLogger(
             metrics,
             Progress(progress_mode, self.cfg.trainer.max_steps, self.state.step),
@@ -579,7 +591,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             world_size=context.dist.world_size,
             reduce_sum=all_reduce_sum if context.dist.is_distributed else None,
             union_names=union_of_names if context.dist.is_distributed else None,
-            dynamics=monitor_for_recipe(self, sinks),
+            wants_record=lambda step: self.callbacks.any_wants_step_logged(self, step),
+            extend_record=lambda step, result, record: self.callbacks.fire("on_step_record", self, step, result, record),
         )
 
     def build_summary(self, status: str, wall_time_s: float, *, hash_params: bool = True) -> dict[str, Any]:
@@ -598,7 +611,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             "wall_time_s": round(wall_time_s, 3),
             "peak_memory_bytes": peak_memory_bytes(context.device) if context else None,
             "memory": memory_peaks(context.device) if context else None,
-            "resumed_from": str(self.interruption.resumed_from) if self.interruption and self.interruption.resumed_from else None,
+            "resumed_from": str(self.checkpointer.resumed_from) if self.checkpointer and self.checkpointer.resumed_from else None,
             "params_sha256": params_sha256(unwrap(model)) if model is not None and hash_params else None,
             "skipped_steps": self.state.skipped_steps,
             "epoch": self._epoch(),
@@ -606,12 +619,12 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             "test": {k: v for k, v in self.state.final_metrics.items() if k.startswith("test_")} or None,
             "stop_reason": self.state.stop_reason,
             "best_checkpoint": self._best_summary(),
-            **(self.compile_watch.summary() if self.compile_watch is not None else {}),
+            **(watch.summary() if (watch := self.callbacks.find(CompileWatchCallback)) is not None else {}),
         }
 
     def _epoch(self) -> int | None:
-        iteration = getattr(self, "training_iteration", None)
-        return iteration.stream.position.epoch if iteration is not None else None
+        batches = getattr(self, "batches", None)
+        return batches.position.epoch if batches is not None else None
 
     def _best_summary(self) -> dict[str, Any] | None:
         best = self.callbacks.find(BestCheckpoint)
@@ -624,6 +637,15 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         """summary.json from a forced exit's thread: the weights may be mid-update, so
         they are not hashed."""
         return self.write_summary(self.build_summary(status, time.monotonic() - self.started_at, hash_params=False))
+
+    def preflight_checks(self) -> list[Check]:
+        """The checks ``preflight()`` runs: override to add or drop checks."""
+        return default_checks(self.cfg)
+
+    def preflight(self) -> PreflightReport:
+        """Set up (if not yet), then run the preflight checks on this recipe's objects."""
+        self.setup()
+        return self.run_preflight_checks(self.preflight_context(), self.preflight_checks())
 
     def preflight_context(self) -> PreflightContext:
         """What the preflight checks look at: this recipe's objects."""

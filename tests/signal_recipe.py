@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 
 import torch
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 from torch.utils.data import Dataset
+
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 
 def _plan():
@@ -78,13 +79,14 @@ def _signal_inside_a_long_cpp_call(signum, marker: Path, duration_s: float) -> N
     finish.start()
     waiting["line"] = sys._getframe().f_lineno + 1
     done.wait()
+    marker.with_suffix(".finished").write_text("the call ran to its end")
 
 
 class SelfSignalRecipe(CharLMRecipe):
     calls = {"train": 0, "eval": 0}
 
-    def setup_interruption(self, context, parts):
-        interruption = super().setup_interruption(context, parts)
+    def setup_interruption(self, **objects):
+        interruption = super().setup_interruption(**objects)
         if os.environ.get("STOP_AT_SAVE_RANK") == os.environ.get("RANK", "0"):
             save = interruption.save
 

@@ -3,10 +3,17 @@ defined or the list registered: never as a crashed preflight or a silent skip.""
 
 from __future__ import annotations
 
+import ast
+import importlib
+from pathlib import Path
+
 import pytest
 
+import optimus_preflight.preflight
 from optimus_preflight.preflight import DEFAULT_CHECKS, default_checks
-from optimus_preflight.preflight.framework import Check, CheckDefinitionError, Stage, run_checks, validate_checks
+from optimus_preflight.preflight.framework import Check, CheckDefinitionError, Stage, run_checks
+from optimus_preflight.preflight.framework.issues import FRAMEWORK_CODES
+from optimus_preflight.preflight.framework.registry import CODE_FORM, validate_checks
 from tests.conftest import tiny_config
 
 
@@ -113,3 +120,85 @@ def test_the_shipped_check_list_is_valid_and_every_requirement_exists():
     names = {cls.name for cls in DEFAULT_CHECKS}
     assert len(names) == len(DEFAULT_CHECKS)
     assert {needed for cls in DEFAULT_CHECKS for needed in cls.requires} <= names
+
+
+def test_codes_given_as_one_string_or_in_lower_case_are_refused():
+    with pytest.raises(CheckDefinitionError, match=r"codes='DP4': give a tuple .* such as \('DP4',\)"):
+        _define({"name": "test.one_code", "stage": Stage.DATA, "codes": "DP4"}, "OneCode")
+    with pytest.raises(CheckDefinitionError, match=r"give a tuple of the upper-case issue codes"):
+        _define({"name": "test.lower_code", "stage": Stage.DATA, "codes": ("dp4",)}, "LowerCode")
+
+
+# ----------------------------------------------- every code the shipped checks report is declared
+
+PREFLIGHT = Path(optimus_preflight.preflight.__file__).parent
+# Upper-case string literals of the preflight's source that are not issue codes.
+NOT_CODES = {"LOCAL_WORLD_SIZE", "GPU", "MEM", "SIGALRM", "SIGUSR2", "T", "CRASH", "ERROR", "WARN", "WARNING",
+             "DEFAULT_CHECKS", "CREDIT"}
+
+
+def _upper_case_literals(path: Path) -> set[str]:
+    """What the old regex read as codes: every upper-case string constant of a module."""
+    return {node.value for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and CODE_FORM.fullmatch(node.value)}
+
+
+def _shipped_checks() -> list[type[Check]]:
+    """The check classes the checks/ modules define (the registry may hold a test's subclass
+    under a shipped name)."""
+    modules = [importlib.import_module(f"optimus_preflight.preflight.checks.{path.stem}")
+               for path in sorted((PREFLIGHT / "checks").glob("*.py"))]
+    return [value for module in modules for value in vars(module).values()
+            if isinstance(value, type) and issubclass(value, Check) and value.__module__ == module.__name__
+            and value.__dict__.get("name")]
+
+
+def test_each_check_module_reports_only_codes_its_checks_declare():
+    assert set(DEFAULT_CHECKS) <= set(_shipped_checks())
+    for path in sorted((PREFLIGHT / "checks").glob("*.py")):
+        module = f"optimus_preflight.preflight.checks.{path.stem}"
+        declared = {code for cls in _shipped_checks() if cls.__module__ == module for code in cls.codes}
+        assert _upper_case_literals(path) - NOT_CODES - set(FRAMEWORK_CODES) <= declared, path.name
+
+
+def test_every_code_in_the_preflight_source_is_declared_and_every_declared_code_is_reported_somewhere():
+    literals = set().union(*(_upper_case_literals(path) for path in PREFLIGHT.rglob("*.py"))) - NOT_CODES
+    declared = {code for cls in _shipped_checks() for code in cls.codes}
+    assert literals - set(FRAMEWORK_CODES) - declared == set()
+    assert declared - literals == set()  # no stale declaration
+    assert set(FRAMEWORK_CODES) <= literals
+
+
+def test_the_analyses_codes_are_declared_by_the_checks_that_report_them():
+    """A helper in analyses/ reports on behalf of the check that calls it."""
+    by_check = {cls.name: set(cls.codes) for cls in _shipped_checks()}
+    assert {"O12", "O13", "O16"} <= by_check["step.loss_function"] and "O14" in by_check["step.targets"]
+    assert "O15" in by_check["step.padded_loss"] and "O1" in by_check["step.initial_loss"]
+    assert {"MEM1", "MEM2", "MEM3"} <= by_check["memory.vram_headroom"]
+
+
+# ------------------------------------------------------------- preflight/ by role
+
+ROLES = ["framework", "data_access", "analyses", "checks"]  # each imports only from those before it
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """Modules a file imports when it runs: an ``if TYPE_CHECKING:`` block names types only."""
+    tree = ast.parse(path.read_text())
+    skipped = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
+               and getattr(block.test, "id", None) == "TYPE_CHECKING" for stmt in block.body for node in ast.walk(stmt)}
+    return {node.module for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module and id(node) not in skipped}
+
+
+def test_the_preflight_roles_import_downwards_only():
+    upward = []
+    for rank, role in enumerate(ROLES):
+        for path in sorted((PREFLIGHT / role).glob("*.py")):
+            for module in _runtime_imports(path):
+                parts = module.split(".")
+                if parts[:2] == ["optimus_preflight", "preflight"] and len(parts) > 2:
+                    target = parts[2]
+                    if target not in ROLES[:rank + 1]:
+                        upward.append(f"{role}/{path.name} -> {module}")
+    assert not upward

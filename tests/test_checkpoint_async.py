@@ -40,7 +40,7 @@ class SlowWriteRecipe(SelfSignalRecipe):
     written (before the manifest and the rename; only at SLOW_WRITE_AT_STEP if set), and
     the one of FAIL_WRITE_AT_STEP fails as a full disk does."""
 
-    def setup_interruption(self, context, parts):
+    def setup_interruption(self, **objects):
         write_state = store_module.write_state
         delay = float(os.environ.get("WRITE_DELAY_S", "0"))
         fail_at = int(os.environ.get("FAIL_WRITE_AT_STEP", "0"))
@@ -56,7 +56,7 @@ class SlowWriteRecipe(SelfSignalRecipe):
             return files
 
         store_module.write_state = slow_write_state
-        return super().setup_interruption(context, parts)
+        return super().setup_interruption(**objects)
 
 
 # ------------------------------------------------------------------ unit tests
@@ -87,8 +87,7 @@ def held_writes(monkeypatch):
 
 @pytest.fixture
 def checkpointer(tmp_path):
-    made = RunCheckpointer(tmp_path, every_n_steps=2, keep_last=2, extra_signal=None, dist=DistEnv(), config={},
-                           stop_timeout_s=5.0, async_save=True)
+    made = RunCheckpointer(tmp_path, every_n_steps=2, keep_last=2, dist=DistEnv(), config={}, async_save=True)
     made.start(_parts())
     yield made
     made.close()

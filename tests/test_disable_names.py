@@ -7,9 +7,8 @@ import pytest
 
 from optimus_preflight import compose
 from optimus_preflight.errors import UserError
-from optimus_preflight.preflight import defaults
-from optimus_preflight.preflight.defaults import check_disable_names, issue_codes
-from optimus_preflight.preflight.framework import Check, Stage
+from optimus_preflight.preflight.defaults import check_disable_names
+from optimus_preflight.preflight.framework import Check, Stage, known_codes
 from optimus_preflight.recipe import TrainRecipe
 from tests.conftest import tiny_config
 
@@ -19,6 +18,7 @@ class ProjectCheck(Check):
 
     name = "project.vocab_size"
     stage = Stage.CONFIG
+    codes = ("PROJECT_VOCAB",)
 
     def run(self, ctx, findings):
         findings.warning("PROJECT_VOCAB", "the vocabulary is small", "grow it")
@@ -40,21 +40,49 @@ def test_check_names_and_issue_codes_are_accepted(disable):
     check_disable_names(disable)
 
 
-def test_every_code_a_check_reports_is_known():
-    assert {"O8", "DP15", "ENV_LOW_RAM", "MEM6", "PRECISION_CPU_FP16", "ENV_WORKERS", "PROJECT_VOCAB"} <= issue_codes()
+def test_every_code_a_check_declares_is_known_with_the_checks_that_declare_it():
+    known = known_codes()
+    assert {"O8", "DP15", "ENV_LOW_RAM", "MEM6", "PRECISION_CPU_FP16", "ENV_WORKERS", "PROJECT_VOCAB"} <= set(known)
+    assert set(known["DP15"]) == {"env.shared_memory", "data.loader_memory"}
+    assert known["PROJECT_VOCAB"] == ["project.vocab_size"] and "DATA_TIMEOUT" in known
+
+
+@pytest.mark.parametrize("entry", ["RANK", "CUDA", "PATH", "T"])
+def test_an_upper_case_word_of_the_source_that_no_check_declares_is_refused(entry):
+    """A regex over the source once accepted these: quoted upper-case words that are env
+    variables or device names, not issue codes, so the entry skipped nothing."""
+    with pytest.raises(UserError, match=f"preflight.disable: '{entry}' is neither"):
+        check_disable_names([entry])
+
+
+def test_a_code_a_check_reports_without_declaring_it_is_refused():
+    class Undeclared(Check):
+        name = "project.undeclared"
+        stage = Stage.CONFIG
+
+        def run(self, ctx, findings):
+            findings.warning("PROJECT_UNDECLARED", "found", "fix")
+
+    with pytest.raises(UserError, match="a check's issue codes are its `codes` attribute"):
+        check_disable_names(["PROJECT_UNDECLARED"])
+
+
+def test_close_matches_are_listed():
+    with pytest.raises(UserError) as caught:
+        check_disable_names(["MEM7"])
+    assert "Did you mean MEM" in str(caught.value) and "Other close matches: MEM" in str(caught.value)
 
 
 def test_a_misspelt_check_name_suggests_the_check_and_the_list_to_write():
     with pytest.raises(UserError) as caught:
         check_disable_names(["O6", "step.thruput"])
     text = str(caught.value)
-    assert text.startswith("preflight.disable: 'step.thruput' is neither a preflight check nor an issue code")
+    assert text.startswith("preflight.disable: 'step.thruput' is neither a preflight check nor an issue code a check declares")
     assert "Did you mean step.throughput? Set preflight.disable=[O6,step.throughput]" in text
     assert "optimus-train preflight.only=true" in text and "\n" not in text
 
 
-# Built, not quoted: a quoted upper-case token in this package's source counts as a known code.
-@pytest.mark.parametrize(("entry", "guess"), [(f"DP{155}", "DP15"), ("dp15", "DP15"), ("Step.Throughput", "step.throughput")])
+@pytest.mark.parametrize(("entry", "guess"), [("DP155", "DP15"), ("dp15", "DP15"), ("Step.Throughput", "step.throughput")])
 def test_a_misspelt_issue_code_suggests_the_code(entry, guess):
     with pytest.raises(UserError, match=f"Did you mean {guess}\\?"):
         check_disable_names([entry])
@@ -63,14 +91,6 @@ def test_a_misspelt_issue_code_suggests_the_code(entry, guess):
 def test_an_entry_like_nothing_known_shows_an_example_list():
     with pytest.raises(UserError, match=r"e\.g\. preflight\.disable=\[step\.throughput,O6\]"):
         check_disable_names(["zzzzzz"])
-
-
-def test_without_every_checks_source_a_dotted_typo_is_still_refused(monkeypatch):
-    """A check defined in a notebook cell has no source to read its codes from."""
-    monkeypatch.setattr(defaults, "issue_codes", lambda: None)
-    check_disable_names(["ANY_CODE"])
-    with pytest.raises(UserError, match="step.throughput"):
-        check_disable_names(["step.thruput"])
 
 
 def test_a_recipe_refuses_the_typo_before_touching_anything(tmp_path):

@@ -37,9 +37,19 @@ class HistogramRecorder:
         self.tags.append((tag, step))
 
 
+def attach(runner, monitor) -> list[int]:
+    """What DynamicsCallback does at before_optimizer_step: the returned list holds the
+    step the runner is in."""
+    current = [0]
+    runner.optimizer_step_hooks.append(lambda: monitor.before_optimizer_step(current[0]))
+    return current
+
+
 def drive(runner, monitor, batches, steps, *, every_n_steps=1):
-    """The training loop's step/log sequence, with the real StepLogger."""
+    """The training loop's step/log sequence, with the real StepLogger and the dynamics
+    callback's parts."""
     sink = ListSink()
+    current = attach(runner, monitor)
     logger = StepLogger(
         MetricsLogger([sink]),
         Progress("none", steps),
@@ -47,14 +57,19 @@ def drive(runner, monitor, batches, steps, *, every_n_steps=1):
         device=torch.device("cpu"),
         scaler=runner.scaler,
         group_names=monitor.group_names if monitor else ["0"],
-        dynamics=monitor,
+        wants_record=monitor.measures,
+        extend_record=lambda step, result, record: record.update(
+            monitor.on_logged_step(step, result, record["skipped_steps"], record["loss"])),
     )
     skipped = 0
     for step in range(1, steps + 1):
+        current[0] = step
         result = runner.run(window(batches))
         skipped += not result.stepped
         logger.on_step(step, result, skipped)
+        monitor.prepare(step + 1)
     logger.close()
+    monitor.close()
     return sink.records
 
 
@@ -123,11 +138,13 @@ def test_monitor_measures_only_its_steps_and_leaves_nothing_attached_between():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     runner, _ = make_runner(model, mean_squared_error, optimizer=optimizer)
     histograms = HistogramRecorder()
-    monitor = DynamicsMonitor(model, optimizer, runner, runner.scaler, every_n_steps=3, group_names=["all"], max_steps=7, histograms=histograms)
+    monitor = DynamicsMonitor(model, optimizer, runner.scaler, every_n_steps=3, group_names=["all"], max_steps=7, histograms=histograms)
     batch = _batch()
     seen = []
+    current = attach(runner, monitor)
     for step in range(1, 8):
-        armed = runner.before_optimizer_step is not None
+        current[0] = step
+        armed = monitor.measures(step)
         hooked = any(module._forward_hooks for module in model.modules())
         assert armed == hooked == (step % 3 == 0)
         weights = [p.detach().clone() for p in model.parameters()]
@@ -141,7 +158,7 @@ def test_monitor_measures_only_its_steps_and_leaves_nothing_attached_between():
         else:
             monitor.prepare(step + 1)
     assert seen == [3, 6]
-    assert runner.before_optimizer_step is None and not any(m._forward_hooks for m in model.modules())  # step 9 > max_steps
+    assert not monitor.measures(9) and not any(m._forward_hooks for m in model.modules())  # step 9 > max_steps
     tags = {tag for tag, _ in histograms.tags}
     assert {"weights/0.weight", "grads/0.weight", "activations/1"} <= tags
     assert {step for _, step in histograms.tags} == {3, 6}
@@ -151,7 +168,7 @@ def test_dead_fraction_and_scale_keys_through_the_step_logger():
     model = _relu_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # fixed weights: the hand count holds at every step
     runner, _ = make_runner(model, mean_squared_error, optimizer=optimizer, precision="fp16")
-    monitor = DynamicsMonitor(model, optimizer, runner, runner.scaler, every_n_steps=2, group_names=["all"], precision="fp16")
+    monitor = DynamicsMonitor(model, optimizer, runner.scaler, every_n_steps=2, group_names=["all"], precision="fp16")
     probe_input = _batch()[0]
     records = drive(runner, monitor, [_batch()], 4, every_n_steps=4)
     # Dynamics steps are logged even between logging steps (step 1 always is); others stay unlogged.
@@ -167,12 +184,12 @@ def test_monitor_never_stays_attached_past_a_step_it_missed():
     model = _relu_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     runner, _ = make_runner(model, mean_squared_error, optimizer=optimizer)
-    monitor = DynamicsMonitor(model, optimizer, runner, runner.scaler, every_n_steps=3, group_names=["all"], start_step=2)
-    assert monitor.measures(3) and runner.before_optimizer_step is not None
+    monitor = DynamicsMonitor(model, optimizer, runner.scaler, every_n_steps=3, group_names=["all"], start_step=2)
+    assert monitor.measures(3)
     monitor.prepare(5)  # step 3 was never reported (an interrupted window, say)
-    assert not monitor.measures(3) and runner.before_optimizer_step is None
+    assert not monitor.measures(3)
     assert not any(module._forward_hooks for module in model.modules())
     monitor.prepare(6)
     assert monitor.measures(6)
     monitor.close()
-    assert runner.before_optimizer_step is None and not any(module._forward_hooks for module in model.modules())
+    assert not monitor.measures(6) and not any(module._forward_hooks for module in model.modules())

@@ -7,11 +7,11 @@ import json
 
 import pytest
 import torch
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 from torch import nn
 
 from optimus_preflight.dynamics.monitor import DynamicsMonitor
 from optimus_preflight.dynamics.watchdog import Watchdog, default_rules
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 from tests.conftest import tiny_config
 from tests.step_helpers import make_runner, mean_squared_error
 from tests.test_dynamics_metrics import _batch, drive
@@ -81,7 +81,7 @@ def test_dead_relu_layer_warns_o25_once():
         model[0].bias.fill_(-100.0)  # every pre-activation negative: the layer is dead
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     runner, _ = make_runner(model, mean_squared_error, optimizer=optimizer)
-    monitor = DynamicsMonitor(model, optimizer, runner, runner.scaler, every_n_steps=1, group_names=["all"])
+    monitor = DynamicsMonitor(model, optimizer, runner.scaler, every_n_steps=1, group_names=["all"])
     records = drive(runner, monitor, [_batch()], 6)
     assert all(r["dead_fraction/1"] == 1.0 for r in records)
     assert codes(records) == ["O25"]
@@ -100,7 +100,7 @@ def test_overflowing_fp16_model_warns_o24_scale_and_skips():
 
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-9)
     runner, _ = make_runner(model, huge_loss, optimizer=optimizer, precision="fp16", init_scale=1024.0)
-    monitor = DynamicsMonitor(model, optimizer, runner, runner.scaler, every_n_steps=1, group_names=["all"], precision="fp16")
+    monitor = DynamicsMonitor(model, optimizer, runner.scaler, every_n_steps=1, group_names=["all"], precision="fp16")
     batch = (torch.randn(16, 8), torch.randn(16, 1))
     records = drive(runner, monitor, [batch], 9)
     assert all(r["loss"] == pytest.approx(records[0]["loss"]) for r in records)  # finite and plausible

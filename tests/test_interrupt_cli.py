@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 from optimus_preflight.checkpoint.resume import check_resume_value
 from optimus_preflight.checkpoint.store import MANIFEST_FILE, STATE_FILE
 from optimus_preflight.errors import UserError
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 from tests.conftest import REPO, run_cli, tiny_config
 
 SIGNALLING = ("recipe=char_lm_tiny", "logging.progress=none", "recipe._target_=tests.signal_recipe.SelfSignalRecipe", "trainer.max_steps=12", "checkpoint.every_n_steps=4")
@@ -24,8 +24,6 @@ def _checkpoints(run_dir):
 def test_second_ctrl_c_exits_at_once_and_keeps_the_last_checkpoint(tmp_path, where):
     """The second Ctrl+C ends the run at once, also while the main thread sits in one long
     C++ call (a backward, a big matmul), where Python-level handlers cannot run."""
-    import time
-
     run_dir = tmp_path / "run"
     marker = tmp_path / "second_sigint_sent_at"
     env = {"SIGNAL_NAME": "SIGINT", "SIGNAL_PHASE": "train", "SIGNAL_AT": "6"}
@@ -34,11 +32,10 @@ def test_second_ctrl_c_exits_at_once_and_keeps_the_last_checkpoint(tmp_path, whe
     else:
         env.update(SIGNAL_SECOND_IN_OP=str(marker), SIGNAL_OP_S="120")
     result = run_cli(run_dir, *SIGNALLING, cwd=REPO, env=env)
-    ended = time.monotonic()
     assert result.returncode == 130, result.output
     if where == "inside_a_cpp_call":
-        # The call would hold the main thread for 120 s; a generous bound well under it.
-        assert ended - float(marker.read_text()) < 30, result.output
+        # The process ended while the main thread was still inside the call.
+        assert marker.exists() and not marker.with_suffix(".finished").exists(), result.output
     assert "Traceback" not in result.output
     message = [line for line in result.stderr.splitlines() if "interrupted twice" in line]
     assert len(message) == 1, result.stderr

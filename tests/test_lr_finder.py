@@ -9,14 +9,14 @@ import random
 
 import pytest
 import torch
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 from torch import nn
 
 from optimus_preflight.dynamics.lr_finder import LRRangeResult, geometric_lrs, lr_range_test
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck, dynamics_checks, report
 from optimus_preflight.preflight.framework import CheckStatus, Findings, run_checks
-from optimus_preflight.preflight.preflight_context import PreflightContext
+from optimus_preflight.preflight.framework.context import PreflightContext
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 from tests.conftest import tiny_config
 
 
@@ -47,7 +47,7 @@ def _same(a, b) -> bool:
 def recipe(tmp_path_factory):
     recipe = CharLMRecipe(tiny_config("preflight.lr_finder=true"), run_dir=tmp_path_factory.mktemp("lr_finder"))
     recipe.setup()
-    recipe.run_training_iteration()  # real optimizer state (Adam moments) and a stepped scheduler
+    recipe.train_step()  # real optimizer state (Adam moments) and a stepped scheduler
     return recipe
 
 

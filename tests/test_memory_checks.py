@@ -7,14 +7,14 @@ from collections import namedtuple
 
 import pytest
 from omegaconf import OmegaConf
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 from optimus_preflight.memory.cuda_rules import CUDA_CONTEXT_BYTES
+from optimus_preflight.preflight.analyses.step_inputs import step_inputs
 from optimus_preflight.preflight.checks import memory_checks as memory_checks_module
 from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck, memory_checks
 from optimus_preflight.preflight.framework import Findings, Stage
-from optimus_preflight.preflight.preflight_context import PreflightContext
-from optimus_preflight.preflight.step_inputs import step_inputs
+from optimus_preflight.preflight.framework.context import PreflightContext
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 from tests.conftest import tiny_config
 
 GIB = 1 << 30
@@ -34,7 +34,7 @@ def make_context(recipe, *, first_batch=True, **overrides):
     for key, value in overrides.items():
         OmegaConf.update(ctx.cfg, key.replace("__", "."), value)
     if first_batch:
-        ctx.artifacts["first_batch"] = next(iter(recipe.train_loader))
+        ctx.artifacts.first_batch = next(iter(recipe.train_loader))
     return ctx
 
 
@@ -96,7 +96,7 @@ def test_vram_check_errors_when_the_step_does_not_fit_and_finds_the_largest_batc
         return estimate.required_bytes - estimate.context_bytes
 
     assert need(largest) <= findings.data["limit_bytes"] < need(largest + 1)
-    assert ctx.artifacts["memory.largest_micro_batch"] == largest
+    assert ctx.artifacts.largest_micro_batch == largest
 
 
 def test_vram_check_warns_within_10_percent_of_the_limit(recipe):

@@ -14,7 +14,7 @@ from optimus_preflight.memory.cuda_rules import CUDA_CONTEXT_BYTES
 from optimus_preflight.memory.optimizer_paths import FOR_LOOP, FOREACH, FUSED, fused, per_tensor, step_implementation
 from optimus_preflight.preflight.checks import memory_checks as memory_checks_module
 from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
-from tests.preflight_support import CLASSES, FEATURES, assert_quiet, codes, make_recipe, run
+from tests.preflight_support import CLASSES, FEATURES, assert_quiet, codes, make_recipe, plain_context, run
 
 GIB = 1 << 30
 WIDTH = 256
@@ -99,8 +99,8 @@ EXACT = ("preflight.memory.usable_fraction=1.0", "preflight.memory.reserve_gib=0
 
 
 def vram_need(tmp_path, optimizer) -> int:
-    recipe = make_recipe(tmp_path / "probe", "preflight.memory.target_gib=80", model=wide_mlp, optimizer=optimizer)
-    return run(recipe, VRAMHeadroomCheck)["memory.vram_headroom"].data["need_bytes"]
+    ctx = plain_context(tmp_path / "probe", "preflight.memory.target_gib=80", model=wide_mlp, optimizer=optimizer)
+    return run(ctx, VRAMHeadroomCheck)["memory.vram_headroom"].data["need_bytes"]
 
 
 def test_vram_check_names_foreach_false_when_foreach_temporaries_make_the_step_not_fit(tmp_path):
@@ -142,15 +142,15 @@ def test_vram_check_is_quiet_about_o11_when_the_optimizer_does_not_use_foreach(t
         return torch.optim.AdamW(m.parameters(), lr=1e-3, **options)
 
     need = vram_need(tmp_path, optimizer)
-    recipe = make_recipe(tmp_path, f"preflight.memory.target_gib={target_for(0.95 * need)}", *EXACT,
+    ctx = plain_context(tmp_path, f"preflight.memory.target_gib={target_for(0.95 * need)}", *EXACT,
                          model=wide_mlp, optimizer=optimizer)
-    result = run(recipe, VRAMHeadroomCheck)["memory.vram_headroom"]
+    result = run(ctx, VRAMHeadroomCheck)["memory.vram_headroom"]
     assert codes(result) == {"MEM1"}
 
 
 def test_vram_check_says_nothing_of_foreach_when_the_step_fits(tmp_path):
-    recipe = make_recipe(tmp_path, "preflight.memory.target_gib=80", model=wide_mlp)
-    result = run(recipe, VRAMHeadroomCheck)["memory.vram_headroom"]
+    ctx = plain_context(tmp_path, "preflight.memory.target_gib=80", model=wide_mlp)
+    result = run(ctx, VRAMHeadroomCheck)["memory.vram_headroom"]
     assert_quiet(result)
     assert result.data["optimizer_step"] == FOREACH and result.data["optimizer_temporaries_bytes"] > 0
 
@@ -162,14 +162,13 @@ def test_host_check_names_foreach_when_a_cpu_job_asks_for_it(tmp_path, monkeypat
     def optimizer(m):
         return torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=True)
 
-    recipe = make_recipe(tmp_path, "preflight.memory.reserve_gib=0.0", model=wide_mlp, optimizer=optimizer)
-    need = run(recipe, HostMemoryCheck)["memory.host_ram"].data["need_bytes"]
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    ctx = plain_context(tmp_path, "preflight.memory.reserve_gib=0.0", model=wide_mlp, optimizer=optimizer)
+    need = run(ctx, HostMemoryCheck)["memory.host_ram"].data["need_bytes"]
 
-    held = memory_checks_module.host_memory_held(PreflightContext.from_recipe(recipe))
+    held = memory_checks_module.host_memory_held(ctx)
     monkeypatch.setattr(memory_checks_module.psutil, "virtual_memory",
                         lambda: VirtualMemory(int(0.97 * need) - held, 4 * need))
-    result = run(recipe, HostMemoryCheck)["memory.host_ram"]
+    result = run(ctx, HostMemoryCheck)["memory.host_ram"]
     assert codes(result) == {"MEM4", "O11"}
     assert result.data["optimizer_step"] == FOREACH
 

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 from omegaconf import OmegaConf
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 from optimus_preflight.memory import estimate_step_memory
 from optimus_preflight.memory.cuda_rules import CUDA_CONTEXT_BYTES
@@ -17,11 +16,12 @@ from optimus_preflight.memory.fsdp_analytic import padded_shard_numel
 from optimus_preflight.memory.fsdp_estimate import _trace, estimate_fsdp_step
 from optimus_preflight.memory.fsdp_measure import measure_fsdp_steps
 from optimus_preflight.memory.fsdp_tracker import FSDPStorageTracker
+from optimus_preflight.preflight.analyses.memory_fsdp import PerRankEstimator, fsdp_world_size, smallest_world_size
+from optimus_preflight.preflight.analyses.step_inputs import step_inputs
 from optimus_preflight.preflight.checks.memory_checks import VRAMHeadroomCheck
-from optimus_preflight.preflight.checks.memory_fsdp import PerRankEstimator, fsdp_world_size, smallest_world_size
 from optimus_preflight.preflight.framework import Findings
-from optimus_preflight.preflight.preflight_context import PreflightContext
-from optimus_preflight.preflight.step_inputs import step_inputs
+from optimus_preflight.preflight.framework.context import PreflightContext
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 from tests.conftest import tiny_config
 from tests.fsdp_models import MLPStack, adamw, classification_loss, validation_cases
 
@@ -194,7 +194,7 @@ def make_context(recipe, **overrides):
     ctx.cfg = copy.deepcopy(recipe.cfg)
     for key, value in overrides.items():
         OmegaConf.update(ctx.cfg, key, value)
-    ctx.artifacts["first_batch"] = next(iter(recipe.train_loader))
+    ctx.artifacts.first_batch = next(iter(recipe.train_loader))
     return ctx
 
 

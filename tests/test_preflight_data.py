@@ -17,9 +17,8 @@ from optimus_preflight.preflight.checks import data_checks
 from optimus_preflight.preflight.checks.batch_checks import CollateCheck, FinalBatchCheck, SamplingCheck
 from optimus_preflight.preflight.checks.data_checks import DuplicateSamplesCheck, FirstBatchCheck, LoaderMemoryCheck
 from optimus_preflight.preflight.framework import CheckStatus
-from optimus_preflight.preflight.preflight_context import PreflightContext
 from optimus_preflight.training.distributed import DistEnv
-from tests.preflight_support import FEATURES, assert_quiet, classification_data, codes, make_recipe, run
+from tests.preflight_support import FEATURES, assert_quiet, classification_data, codes, plain_context, run
 
 
 class SleepsForever(Dataset):
@@ -38,11 +37,11 @@ def _children() -> set[int]:
 @pytest.mark.parametrize("workers", [2, 0])
 def test_hung_first_batch_is_caught_with_its_frame_and_nothing_left_running(tmp_path, workers):
     timeout = 2.0
-    recipe = make_recipe(tmp_path, f"data.num_workers={workers}", f"preflight.first_batch_timeout_s={timeout}",
+    ctx = plain_context(tmp_path, f"data.num_workers={workers}", f"preflight.first_batch_timeout_s={timeout}",
                          dataset=SleepsForever())
     before = _children()
     started = time.monotonic()
-    result = run(recipe, FirstBatchCheck)["data.first_batch"]
+    result = run(ctx, FirstBatchCheck)["data.first_batch"]
     elapsed = time.monotonic() - started
     assert result.status == CheckStatus.ERROR and codes(result) == {"DATA_TIMEOUT"}
     message = result.issues[0].message
@@ -67,8 +66,8 @@ class Ragged(Dataset):
 
 
 def test_ragged_samples_in_the_first_batch_report_their_shapes(tmp_path):
-    recipe = make_recipe(tmp_path, "data.batch_size=64", dataset=Ragged())
-    result = run(recipe, FirstBatchCheck)["data.first_batch"]
+    ctx = plain_context(tmp_path, "data.batch_size=64", dataset=Ragged())
+    result = run(ctx, FirstBatchCheck)["data.first_batch"]
     assert codes(result) == {"DP4"}
     assert "[(8,), ()]" in result.issues[0].message and "[(5,), ()]" in result.issues[0].message
 
@@ -87,16 +86,16 @@ class NormalizeBeforeToTensor(Dataset):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_normalize_before_to_tensor_is_named_with_the_order_fix(tmp_path, workers):
-    recipe = make_recipe(tmp_path, f"data.num_workers={workers}", dataset=NormalizeBeforeToTensor())
-    result = run(recipe, FirstBatchCheck)["data.first_batch"]
+    ctx = plain_context(tmp_path, f"data.num_workers={workers}", dataset=NormalizeBeforeToTensor())
+    result = run(ctx, FirstBatchCheck)["data.first_batch"]
     assert result.status == CheckStatus.ERROR and codes(result) == {"DP13"}
     assert "img should be Tensor Image" in result.issues[0].message
     assert "put ToTensor() before Normalize(mean, std)" in result.issues[0].fix
 
 
 def test_ragged_samples_later_in_the_dataset_are_found_by_the_collate_scan(tmp_path):
-    recipe = make_recipe(tmp_path, "data.shuffle=false", dataset=Ragged())
-    results = run(recipe, FirstBatchCheck, CollateCheck)
+    ctx = plain_context(tmp_path, "data.shuffle=false", dataset=Ragged())
+    results = run(ctx, FirstBatchCheck, CollateCheck)
     assert_quiet(results["data.first_batch"])  # the first 16 samples happen to agree
     assert codes(results["data.collate"]) == {"DP4"}
     assert "[(8,), ()]" in results["data.collate"].issues[0].message
@@ -116,9 +115,9 @@ class Stream(IterableDataset):
 
 @pytest.mark.parametrize("sharded", [False, True])
 def test_unsharded_iterable_dataset_repeats_samples_across_workers(tmp_path, sharded):
-    recipe = make_recipe(tmp_path, "data.num_workers=2", dataset=Stream(sharded),
+    ctx = plain_context(tmp_path, "data.num_workers=2", dataset=Stream(sharded),
                          loader=lambda data: DataLoader(data, batch_size=8, num_workers=2))
-    result = run(recipe, DuplicateSamplesCheck)["data.duplicates"]
+    result = run(ctx, DuplicateSamplesCheck)["data.duplicates"]
     if sharded:
         assert_quiet(result)
     else:
@@ -140,8 +139,8 @@ class WithBatchNorm(nn.Module):
     (("trainer.max_steps=8", "data.drop_last=true"), None),
 ])
 def test_final_batch_of_one_under_batchnorm(tmp_path, overrides, expected):
-    recipe = make_recipe(tmp_path, *overrides, model=WithBatchNorm, dataset=classification_data(33))
-    result = run(recipe, FinalBatchCheck)["data.final_batch"]
+    ctx = plain_context(tmp_path, *overrides, model=WithBatchNorm, dataset=classification_data(33))
+    result = run(ctx, FinalBatchCheck)["data.final_batch"]
     if expected is None:
         assert_quiet(result)
     else:
@@ -149,22 +148,21 @@ def test_final_batch_of_one_under_batchnorm(tmp_path, overrides, expected):
 
 
 def test_final_batch_is_quiet_without_batchnorm(tmp_path):
-    assert_quiet(run(make_recipe(tmp_path, dataset=classification_data(33)), FinalBatchCheck)["data.final_batch"])
+    assert_quiet(run(plain_context(tmp_path, dataset=classification_data(33)), FinalBatchCheck)["data.final_batch"])
 
 
 def test_unshuffled_training_loader_warns(tmp_path):
-    result = run(make_recipe(tmp_path, "data.shuffle=false"), SamplingCheck)["data.sampling"]
+    result = run(plain_context(tmp_path, "data.shuffle=false"), SamplingCheck)["data.sampling"]
     assert codes(result) == {"DP14"} and result.status == CheckStatus.WARNING
     assert result.issues[0].config_key == "data.shuffle"
 
 
 def test_sampler_not_sharded_across_ranks_fails(tmp_path):
-    recipe = make_recipe(tmp_path, loader=lambda data: DataLoader(data, batch_size=16, shuffle=True))
-    ctx = PreflightContext.from_recipe(recipe)
+    ctx = plain_context(tmp_path, loader=lambda data: DataLoader(data, batch_size=16, shuffle=True))
     ctx.training = dataclasses.replace(ctx.training, dist=DistEnv(rank=0, world_size=2))
     result = run(ctx, SamplingCheck)["data.sampling"]
     assert codes(result) == {"DP2"} and result.status == CheckStatus.ERROR
-    assert_quiet(run(make_recipe(tmp_path), SamplingCheck)["data.sampling"])
+    assert_quiet(run(plain_context(tmp_path), SamplingCheck)["data.sampling"])
 
 
 Memory = namedtuple("Memory", "total available")
@@ -174,19 +172,18 @@ Memory = namedtuple("Memory", "total available")
                                                     (6_000, CheckStatus.ERROR)])
 def test_loader_memory_from_the_measured_batch(tmp_path, monkeypatch, available, status):
     # 16 samples x (8 float32 + 1 int64) = 640 bytes; 2 workers x prefetch 4 = 8 batches in flight.
-    recipe = make_recipe(tmp_path, "data.num_workers=2", "data.prefetch_factor=4")
+    ctx = plain_context(tmp_path, "data.num_workers=2", "data.prefetch_factor=4")
     monkeypatch.setattr(data_checks.psutil, "virtual_memory", lambda: Memory(2 * available, available))
-    result = run(recipe, LoaderMemoryCheck)["data.loader_memory"]
+    result = run(ctx, LoaderMemoryCheck)["data.loader_memory"]
     assert result.data["total_bytes"] == 640 * 8
     assert result.status == status
     if status != CheckStatus.PASSED:
-        # make_recipe overrides build_dataloaders, so the fix names the DataLoader argument, not the key.
+        # The fix names the DataLoader argument (the key where it is read, the argument where not).
         assert codes(result) == {"DATA_RAM"} and "prefetch_factor" in result.issues[0].fix
 
 
 def test_worker_batches_larger_than_dev_shm_fail(tmp_path, monkeypatch):
-    recipe = make_recipe(tmp_path, "data.num_workers=2")
-    ctx = PreflightContext.from_recipe(recipe)
+    ctx = plain_context(tmp_path, "data.num_workers=2")
     run(ctx, FirstBatchCheck)
     usage = data_checks.shutil.disk_usage
     monkeypatch.setattr(data_checks.shutil, "disk_usage",
@@ -204,17 +201,17 @@ class Broken(Dataset):
 
 
 def test_a_dataset_that_raises_is_reported_not_crashed(tmp_path):
-    result = run(make_recipe(tmp_path, dataset=Broken()), FirstBatchCheck)["data.first_batch"]
+    result = run(plain_context(tmp_path, dataset=Broken()), FirstBatchCheck)["data.first_batch"]
     assert codes(result) == {"DATA_ERROR"} and "cannot read sample" in result.issues[0].message
 
 
 def test_an_empty_loader_is_reported(tmp_path):
-    result = run(make_recipe(tmp_path, dataset=classification_data(0)), FirstBatchCheck)["data.first_batch"]
+    result = run(plain_context(tmp_path, dataset=classification_data(0)), FirstBatchCheck)["data.first_batch"]
     assert codes(result) == {"DATA_EMPTY"}
 
 
 def test_healthy_loader_with_workers_is_quiet(tmp_path):
-    results = run(make_recipe(tmp_path, "data.num_workers=2"), FirstBatchCheck, LoaderMemoryCheck,
+    results = run(plain_context(tmp_path, "data.num_workers=2"), FirstBatchCheck, LoaderMemoryCheck,
                   DuplicateSamplesCheck, CollateCheck, FinalBatchCheck, SamplingCheck)
     for result in results.values():
         assert_quiet(result)

@@ -30,10 +30,10 @@ from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck, Unpi
 from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck, compare_counts, encode_count
 from optimus_preflight.preflight.checks.worker_pickling import WorkerPicklingCheck
 from optimus_preflight.preflight.framework import CheckStatus, Severity
-from optimus_preflight.preflight.preflight_context import PreflightContext
+from optimus_preflight.preflight.framework.context import PreflightContext
 from optimus_preflight.training.distributed import DistEnv
 from tests.conftest import REPO
-from tests.preflight_support import FEATURES, assert_quiet, classification_data, codes, make_recipe, run
+from tests.preflight_support import FEATURES, assert_quiet, classification_data, codes, make_recipe, plain_context, run
 
 MIB = 1024**2
 
@@ -98,16 +98,16 @@ def test_a_lambda_collate_fn_under_spawn_is_an_error_naming_it(tmp_path):
     (local_dataset(), "dataset (an instance of the class local_dataset.<locals>.Local, defined inside a function"),
 ])
 def test_an_unpicklable_dataset_under_forkserver_is_found_inside_it(tmp_path, dataset, culprit):
-    recipe = make_recipe(tmp_path, loader=loader_of(dataset, num_workers=2, multiprocessing_context="forkserver"))
-    result = run(recipe, WorkerPicklingCheck)["data.worker_pickling"]
+    ctx = plain_context(tmp_path, loader=loader_of(dataset, num_workers=2, multiprocessing_context="forkserver"))
+    result = run(ctx, WorkerPicklingCheck)["data.worker_pickling"]
     assert result.status == CheckStatus.ERROR and codes(result) == {"DP6"}
     assert result.issues[0].message.startswith(culprit), result.issues[0].message
 
 
 def test_under_fork_an_unpicklable_collate_fn_is_only_a_portability_note(tmp_path):
-    recipe = make_recipe(tmp_path, loader=loader_of(None, num_workers=2, collate_fn=lambda b: default_collate(b),
+    ctx = plain_context(tmp_path, loader=loader_of(None, num_workers=2, collate_fn=lambda b: default_collate(b),
                                                     multiprocessing_context="fork"))
-    result = run(recipe, WorkerPicklingCheck)["data.worker_pickling"]
+    result = run(ctx, WorkerPicklingCheck)["data.worker_pickling"]
     assert_quiet(result)
     assert severities(result) == {"info"} and "macOS" in result.issues[0].message
 
@@ -115,9 +115,9 @@ def test_under_fork_an_unpicklable_collate_fn_is_only_a_portability_note(tmp_pat
 @pytest.mark.parametrize("context", ["spawn", "fork"])
 def test_picklable_workers_are_quiet(tmp_path, context):
     dataset = Transformed(functools.partial(torch.mul, other=2))  # partial of a top-level function: fine
-    recipe = make_recipe(tmp_path, loader=loader_of(dataset, shuffle=True, num_workers=2, worker_init_fn=double,
+    ctx = plain_context(tmp_path, loader=loader_of(dataset, shuffle=True, num_workers=2, worker_init_fn=double,
                                                     multiprocessing_context=context))
-    result = run(recipe, WorkerPicklingCheck)["data.worker_pickling"]
+    result = run(ctx, WorkerPicklingCheck)["data.worker_pickling"]
     assert_quiet(result)
     assert not result.issues and result.data["start_method"] == context
 
@@ -135,8 +135,8 @@ def test_a_dataset_pickling_to_more_than_the_cap_warns_under_spawn(tmp_path, mon
     monkeypatch.setattr(worker_pickling, "PICKLE_CAP_BYTES", MIB)
     dataset = Transformed(double)
     dataset.captions = [f"caption {index}" * 8 for index in range(20_000)]  # ~2 MiB of Python strings
-    recipe = make_recipe(tmp_path, loader=loader_of(dataset, num_workers=2, multiprocessing_context="spawn"))
-    result = run(recipe, WorkerPicklingCheck)["data.worker_pickling"]
+    ctx = plain_context(tmp_path, loader=loader_of(dataset, num_workers=2, multiprocessing_context="spawn"))
+    result = run(ctx, WorkerPicklingCheck)["data.worker_pickling"]
     assert result.status == CheckStatus.WARNING and codes(result) == {"DP6"}
     assert "the dataset pickles to more than 1 MiB" in result.issues[0].message and "persistent_workers" in result.issues[0].fix
 
@@ -145,9 +145,9 @@ def test_a_class_from_an_interactive_main_is_an_error_under_spawn(tmp_path, monk
     notebook_class = type("NotebookDataset", (Transformed,), {"__module__": "__main__"})
     monkeypatch.setattr(sys.modules["__main__"], "NotebookDataset", notebook_class, raising=False)
     monkeypatch.setattr(worker_pickling, "main_is_importable", lambda: False)
-    recipe = make_recipe(tmp_path, loader=loader_of(notebook_class(double), num_workers=2,
+    ctx = plain_context(tmp_path, loader=loader_of(notebook_class(double), num_workers=2,
                                                     multiprocessing_context="spawn"))
-    result = run(recipe, WorkerPicklingCheck)["data.worker_pickling"]
+    result = run(ctx, WorkerPicklingCheck)["data.worker_pickling"]
     assert result.status == CheckStatus.ERROR and "NotebookDataset" in result.issues[0].message
     assert "interactive session" in result.issues[0].message
 
@@ -177,7 +177,7 @@ def to_pinnable_batch(samples):
 
 def on_gpu(recipe) -> PreflightContext:
     """The recipe's context as if it trained on a GPU (pinning is a no-op on a CPU run)."""
-    ctx = PreflightContext.from_recipe(recipe)
+    ctx = recipe
     ctx.training = dataclasses.replace(ctx.training, device=torch.device("cuda", 0))
     return ctx
 
@@ -201,8 +201,8 @@ def test_a_dataclass_batch_with_pin_memory_is_silently_left_unpinned(monkeypatch
 
 
 def test_pin_memory_with_a_dataclass_batch_warns_with_the_method_to_add(tmp_path, monkeypatch):
-    recipe = make_recipe(tmp_path, loader=loader_of(None, collate_fn=to_batch, pin_memory=True))
-    result = run(on_gpu(recipe), PinnedBatchCheck)["data.pin_memory"]
+    ctx = plain_context(tmp_path, loader=loader_of(None, collate_fn=to_batch, pin_memory=True))
+    result = run(on_gpu(ctx), PinnedBatchCheck)["data.pin_memory"]
     assert result.status == CheckStatus.WARNING and codes(result) == {"DP5"}
     issue = result.issues[0]
     assert "batch is a Batch" in issue.message and "in inputs, targets stay in pageable memory" in issue.message
@@ -226,8 +226,8 @@ def test_pin_memory_with_a_dataclass_batch_warns_with_the_method_to_add(tmp_path
     (to_batch, True, False),  # a CPU run pins nothing
 ])
 def test_pinnable_batches_are_quiet(tmp_path, collate_fn, pin, gpu):
-    recipe = make_recipe(tmp_path, loader=loader_of(None, collate_fn=collate_fn, pin_memory=pin))
-    result = run(on_gpu(recipe) if gpu else recipe, PinnedBatchCheck)["data.pin_memory"]
+    ctx = plain_context(tmp_path, loader=loader_of(None, collate_fn=collate_fn, pin_memory=pin))
+    result = run(on_gpu(ctx) if gpu else ctx, PinnedBatchCheck)["data.pin_memory"]
     assert_quiet(result)
 
 
@@ -312,8 +312,8 @@ class Flips(Dataset):
 
 def test_a_len_past_the_data_is_an_epoch_end_crash(tmp_path):
     # An off-by-one: the first batches are fine, the last index of every epoch is not.
-    recipe = make_recipe(tmp_path, dataset=Items(stored=255, length=256), loader=loader_of(None, shuffle=True))
-    result = run(recipe, DatasetLengthCheck)["data.dataset_length"]
+    ctx = plain_context(tmp_path, dataset=Items(stored=255, length=256), loader=loader_of(None, shuffle=True))
+    result = run(ctx, DatasetLengthCheck)["data.dataset_length"]
     assert result.status == CheckStatus.ERROR and codes(result) == {"DP7"}
     assert "dataset[255]" in result.issues[0].message and "IndexError" in result.issues[0].message
 
@@ -323,13 +323,13 @@ def test_a_len_past_the_data_is_an_epoch_end_crash(tmp_path):
     (Modulo(), "dataset[64] equals dataset[0]"),  # a defensive modulo by the length itself
 ])
 def test_a_wrapping_index_warns(tmp_path, dataset, says):
-    result = run(make_recipe(tmp_path, dataset=dataset), DatasetLengthCheck)["data.dataset_length"]
+    result = run(plain_context(tmp_path, dataset=dataset), DatasetLengthCheck)["data.dataset_length"]
     assert result.status == CheckStatus.WARNING and codes(result) == {"DP7"}
     assert says in result.issues[0].message and "IndexError" in result.issues[0].fix
 
 
 def test_a_len_short_of_the_data_warns(tmp_path):
-    result = run(make_recipe(tmp_path, dataset=Items(stored=80, length=64)), DatasetLengthCheck)["data.dataset_length"]
+    result = run(plain_context(tmp_path, dataset=Items(stored=80, length=64)), DatasetLengthCheck)["data.dataset_length"]
     assert result.status == CheckStatus.WARNING and codes(result) == {"DP7"}
     assert "under-reports" in result.issues[0].message
 
@@ -338,7 +338,7 @@ def test_a_len_short_of_the_data_warns(tmp_path):
                                      Flips(),
                                      [{"input_ids": torch.arange(8), "labels": torch.arange(8)}] * 64])
 def test_datasets_that_keep_the_length_contract_are_quiet(tmp_path, dataset):
-    result = run(make_recipe(tmp_path, dataset=dataset, loader=loader_of(None, shuffle=True)),
+    result = run(plain_context(tmp_path, dataset=dataset, loader=loader_of(None, shuffle=True)),
                  DatasetLengthCheck)["data.dataset_length"]
     assert_quiet(result)
     assert not result.issues
@@ -387,9 +387,9 @@ def cache_run(tmp_path, monkeypatch, dataset, available_gib: float, *overrides):
     monkeypatch.setattr(dataset_memory.psutil, "virtual_memory",
                         lambda: Memory(2 * available_gib * 1024**3, available_gib * 1024**3))
     # 20,000 steps x 16 samples: the run reads the whole 50,000-sample epoch.
-    recipe = make_recipe(tmp_path, "trainer.max_steps=20000", *overrides, model=flat_model, dataset=dataset,
+    ctx = plain_context(tmp_path, "trainer.max_steps=20000", *overrides, model=flat_model, dataset=dataset,
                          loader=loader_of(None, shuffle=True))
-    return run(recipe, DatasetCacheCheck)["data.dataset_cache"]
+    return run(ctx, DatasetCacheCheck)["data.dataset_cache"]
 
 
 @pytest.mark.parametrize(("available_gib", "status"), [(30.0, CheckStatus.ERROR), (80.0, CheckStatus.WARNING),
@@ -441,9 +441,9 @@ def test_a_memory_mapped_dataset_is_quiet_though_its_rss_grows(tmp_path, monkeyp
     np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(2000, 256 * 1024 // 4))[:] = 1.0
     dataset = Mapped(path)  # reading a fresh row pages in 256 KiB of the file: RSS grows, anonymous memory not
     monkeypatch.setattr(dataset_memory.psutil, "virtual_memory", lambda: Memory(2 * 1024**3, 1024**3))
-    recipe = make_recipe(tmp_path, "trainer.max_steps=20000", model=lambda: nn.Linear(256 * 1024 // 4, 4),
+    ctx = plain_context(tmp_path, "trainer.max_steps=20000", model=lambda: nn.Linear(256 * 1024 // 4, 4),
                          dataset=dataset, loader=loader_of(None, shuffle=True))
-    result = run(recipe, DatasetCacheCheck)["data.dataset_cache"]
+    result = run(ctx, DatasetCacheCheck)["data.dataset_cache"]
     assert_quiet(result)
     assert result.data["summary"] == "no steady growth while reading samples"
 
@@ -507,8 +507,7 @@ class FakePeers:
 def two_rank_run(tmp_path, monkeypatch, samples: int, other: int):
     group = FakePeers(other)
     monkeypatch.setattr(shard_checks, "peers", lambda: group)
-    recipe = make_recipe(tmp_path, dataset=Shard(samples), loader=loader_of(None))
-    ctx = PreflightContext.from_recipe(recipe)
+    ctx = plain_context(tmp_path, dataset=Shard(samples), loader=loader_of(None))
     ctx.training = dataclasses.replace(ctx.training, dist=DistEnv(rank=0, world_size=2))
     return run(ctx, RankBatchesCheck)["data.rank_batches"], group
 
@@ -545,8 +544,7 @@ def test_a_rank_that_cannot_count_still_posts(tmp_path, monkeypatch):
     assert result.status == CheckStatus.ERROR
     group = FakePeers(encode_count(13, True))
     monkeypatch.setattr(shard_checks, "peers", lambda: group)
-    recipe = make_recipe(tmp_path, dataset=Broken(40), loader=loader_of(None))
-    ctx = PreflightContext.from_recipe(recipe)
+    ctx = plain_context(tmp_path, dataset=Broken(40), loader=loader_of(None))
     ctx.training = dataclasses.replace(ctx.training, dist=DistEnv(rank=0, world_size=2))
     result = run(ctx, RankBatchesCheck)["data.rank_batches"]
     assert group.posted == [shard_checks.UNKNOWN] and "OSError" in result.data["count_error"]

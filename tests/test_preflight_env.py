@@ -7,6 +7,7 @@ from collections import namedtuple
 import pytest
 import torch
 
+from optimus_preflight.preflight.analyses.sizes import checkpoint_bytes_estimate, optimizer_state_bytes, tensor_bytes
 from optimus_preflight.preflight.checks import env_checks
 from optimus_preflight.preflight.checks.env_checks import (
     DeviceCheck,
@@ -17,15 +18,14 @@ from optimus_preflight.preflight.checks.env_checks import (
     device_findings,
 )
 from optimus_preflight.preflight.framework import CheckStatus
-from optimus_preflight.preflight.preflight_context import PreflightContext
-from optimus_preflight.preflight.sizes import checkpoint_bytes_estimate, optimizer_state_bytes, tensor_bytes
-from tests.preflight_support import assert_quiet, classifier, codes, make_recipe, run
+from optimus_preflight.preflight.framework.context import PreflightContext
+from tests.preflight_support import assert_quiet, classifier, codes, make_recipe, plain_context, run
 
 ENV = (DeviceCheck, SharedMemoryCheck, HostRamCheck, RunDirCheck, DiskSpaceCheck)
 
 
 def test_healthy_environment_is_quiet(tmp_path):
-    results = run(make_recipe(tmp_path), *ENV)
+    results = run(plain_context(tmp_path), *ENV)
     for result in results.values():
         assert_quiet(result)
     assert results["env.disk_space"].data["checkpoint_bytes"] > 0
@@ -48,9 +48,9 @@ Usage = namedtuple("Usage", "total used free")
 
 def test_small_dev_shm_with_workers_warns(tmp_path, monkeypatch):
     monkeypatch.setattr(env_checks.shutil, "disk_usage", lambda path: Usage(64 * 2**20, 0, 64 * 2**20))
-    result = run(make_recipe(tmp_path, "data.num_workers=2"), SharedMemoryCheck)["env.shared_memory"]
+    result = run(plain_context(tmp_path, "data.num_workers=2"), SharedMemoryCheck)["env.shared_memory"]
     assert codes(result) == {"DP15"} and result.status == CheckStatus.WARNING
-    assert_quiet(run(make_recipe(tmp_path), SharedMemoryCheck)["env.shared_memory"])  # no workers, no shm use
+    assert_quiet(run(plain_context(tmp_path), SharedMemoryCheck)["env.shared_memory"])  # no workers, no shm use
 
 
 Memory = namedtuple("Memory", "total available")
@@ -59,7 +59,7 @@ Memory = namedtuple("Memory", "total available")
 @pytest.mark.parametrize(("available_gib", "status"), [(1.0, CheckStatus.WARNING), (0.2, CheckStatus.ERROR)])
 def test_low_host_ram(tmp_path, monkeypatch, available_gib, status):
     monkeypatch.setattr(env_checks.psutil, "virtual_memory", lambda: Memory(2**34, int(available_gib * 2**30)))
-    result = run(make_recipe(tmp_path), HostRamCheck)["env.host_ram"]
+    result = run(plain_context(tmp_path), HostRamCheck)["env.host_ram"]
     assert codes(result) == {"ENV_LOW_RAM"} and result.status == status
 
 
@@ -75,10 +75,10 @@ def test_run_dir_that_cannot_be_written(tmp_path):
 @pytest.mark.parametrize(("free_factor", "status"), [(3.0, CheckStatus.ERROR), (4.5, CheckStatus.WARNING),
                                                      (100.0, CheckStatus.PASSED)])
 def test_disk_space_vs_kept_checkpoints(tmp_path, monkeypatch, free_factor, status):
-    recipe = make_recipe(tmp_path, "checkpoint.keep_last=3")
-    one = checkpoint_bytes_estimate(recipe.model, recipe.optimizer)
+    ctx = plain_context(tmp_path, "checkpoint.keep_last=3")
+    one = checkpoint_bytes_estimate(ctx.model, ctx.optimizer)
     monkeypatch.setattr(env_checks.shutil, "disk_usage", lambda path: Usage(0, 0, int(one * free_factor)))
-    result = run(recipe, DiskSpaceCheck)["env.disk_space"]
+    result = run(ctx, DiskSpaceCheck)["env.disk_space"]
     assert result.status == status and result.data["needed_bytes"] == 4 * one
     if status != CheckStatus.PASSED:
         assert codes(result) == {"ENV_DISK"} and result.issues[0].config_key == "checkpoint.keep_last"

@@ -18,7 +18,16 @@ from optimus_preflight.preflight.checks.adapter_checks import AdapterCheck
 from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
 from optimus_preflight.preflight.checks.model_checks import OptimizerParamsCheck
 from optimus_preflight.training.load_report import loads_into, recording_loads
-from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classification_data, codes, make_recipe, run
+from tests.preflight_support import (
+    CLASSES,
+    FEATURES,
+    assert_quiet,
+    classification_data,
+    codes,
+    make_recipe,
+    plain_context,
+    run,
+)
 
 FINETUNE_CHECKS = (LoadedWeightsCheck, FinetuneLRCheck, AdapterCheck)
 PRETRAINED_CLASSES = 10  # the checkpoint's head ("ImageNet's 1000")
@@ -76,7 +85,7 @@ def test_strict_false_load_of_a_ddp_checkpoint_is_an_error_naming_the_prefix(tmp
         model.load_state_dict(torch.load(path), strict=False)  # "strict=False, it has the same layers"
         return model
 
-    result = results(make_recipe(tmp_path, model=recorded(build)))["model.loaded_weights"]
+    result = results(plain_context(tmp_path, model=recorded(build)))["model.loaded_weights"]
     (issue,) = issues(result, "O20")
     assert issue.severity.value == "error"
     assert "'module.'" in issue.message and "0 of 6 tensors" in issue.message and "DDP" in issue.message
@@ -94,7 +103,7 @@ def test_strict_false_load_of_a_ddp_checkpoint_is_an_error_naming_the_prefix(tmp
         model.load_state_dict(state_dict, strict=False)
         return model
 
-    for result in results(make_recipe(tmp_path / "fixed", model=recorded(fixed))).values():
+    for result in results(plain_context(tmp_path / "fixed", model=recorded(fixed))).values():
         assert_quiet(result)
         assert not result.issues
 
@@ -113,7 +122,7 @@ def test_a_model_prefix_the_checkpoint_lacks_is_named_too(tmp_path, pretrained):
         wrapper.load_state_dict(pretrained, strict=False)
         return wrapper
 
-    (issue,) = issues(results(make_recipe(tmp_path, model=recorded(build)))["model.loaded_weights"], "O20")
+    (issue,) = issues(results(plain_context(tmp_path, model=recorded(build)))["model.loaded_weights"], "O20")
     assert issue.severity.value == "error" and "the model's keys start with 'model.'" in issue.message
     assert "model.model.load_state_dict(state_dict)" in issue.fix
 
@@ -133,7 +142,7 @@ def test_strict_false_still_raises_on_a_replaced_head_and_the_note_says_what_to_
         model.load_state_dict(state_dict, strict=False)
         return model
 
-    checks = results(make_recipe(tmp_path, model=recorded(build)))
+    checks = results(plain_context(tmp_path, model=recorded(build)))
     loaded = checks["model.loaded_weights"]
     assert_quiet(loaded)
     (info,) = issues(loaded, "O20", "info")
@@ -159,7 +168,7 @@ def test_a_whole_training_checkpoint_passed_to_load_state_dict_is_an_error(tmp_p
         model.load_state_dict(torch.load(path), strict=False)
         return model
 
-    (issue,) = issues(results(make_recipe(tmp_path, model=recorded(build)))["model.loaded_weights"], "O20")
+    (issue,) = issues(results(plain_context(tmp_path, model=recorded(build)))["model.loaded_weights"], "O20")
     assert issue.severity.value == "error" and "'model'" in issue.message
     assert "checkpoint['model']" in issue.fix
 
@@ -170,7 +179,7 @@ def test_a_backbone_block_missing_from_the_checkpoint_is_a_warning(tmp_path, pre
         model.load_state_dict(pretrained, strict=False)
         return model
 
-    result = results(make_recipe(tmp_path, model=recorded(build)))["model.loaded_weights"]
+    result = results(plain_context(tmp_path, model=recorded(build)))["model.loaded_weights"]
     (issue,) = issues(result, "O20")
     assert issue.severity.value == "warning" and "backbone.4.weight, backbone.4.bias" in issue.message
     assert "not a new head" in issue.message
@@ -186,7 +195,7 @@ def test_checkpoint_keys_the_model_lacks_are_a_warning(tmp_path):
         return model
 
     # backbone.4 exists only in the checkpoint: dropped.
-    result = results(make_recipe(tmp_path, model=recorded(build)))["model.loaded_weights"]
+    result = results(plain_context(tmp_path, model=recorded(build)))["model.loaded_weights"]
     (issue,) = issues(result, "O20")
     assert issue.severity.value == "warning" and "matched no key of the model" in issue.message
     assert "backbone.4.weight" in issue.message
@@ -200,7 +209,7 @@ def test_a_checkpoint_of_another_model_is_an_error(tmp_path):
         model.load_state_dict(other, strict=False)
         return model
 
-    (issue,) = issues(results(make_recipe(tmp_path, model=recorded(build)))["model.loaded_weights"], "O20")
+    (issue,) = issues(results(plain_context(tmp_path, model=recorded(build)))["model.loaded_weights"], "O20")
     assert issue.severity.value == "error" and "100% of the module's weights" in issue.message
 
 
@@ -219,7 +228,7 @@ def test_a_head_under_another_name_is_reported_as_new_without_a_warning(tmp_path
         model.load_state_dict(pretrained, strict=False)
         return model
 
-    result = results(make_recipe(tmp_path, model=recorded(build)))["model.loaded_weights"]
+    result = results(plain_context(tmp_path, model=recorded(build)))["model.loaded_weights"]
     assert_quiet(result)
     (info,) = issues(result, "O20")
     assert "classifier.weight" in info.message and "dropped from the checkpoint: head.weight" in info.message
@@ -236,7 +245,7 @@ def test_a_new_head_frozen_with_the_backbone_is_an_error(tmp_path, pretrained):
             p.requires_grad = True
         return model
 
-    result = results(make_recipe(tmp_path, model=recorded(build)))["model.loaded_weights"]
+    result = results(plain_context(tmp_path, model=recorded(build)))["model.loaded_weights"]
     (issue,) = issues(result, "O20")
     assert issue.severity.value == "error" and "head.weight, head.bias" in issue.message
     assert "random initialisation for the whole run" in issue.message and "requires_grad=True" in issue.fix
@@ -254,13 +263,13 @@ def replaced_head(pretrained: dict[str, torch.Tensor]) -> Callable[[], nn.Module
 
 
 def test_one_lr_for_a_loaded_backbone_and_a_new_head_is_advised_against(tmp_path, pretrained):
-    recipe = make_recipe(tmp_path, model=replaced_head(pretrained))  # the default AdamW builder: one LR
-    checks = results(recipe)
+    ctx = plain_context(tmp_path, model=replaced_head(pretrained))  # the default AdamW builder: one LR
+    checks = results(ctx)
     assert_quiet(checks["model.loaded_weights"])  # the load itself was complete
     result = checks["model.finetune_lr"]
     assert_quiet(result)  # advice, not a warning
     (info,) = issues(result, "O19", "info")
-    assert "head.weight, head.bias" in info.message and f"{recipe.cfg.optimizer.lr:g}" in info.message
+    assert "head.weight, head.bias" in info.message and f"{ctx.cfg.optimizer.lr:g}" in info.message
     assert "lr / 10" in info.fix
     assert result.data["backbone_lrs"] == result.data["head_lrs"]
 
@@ -280,7 +289,7 @@ def test_o19_sees_a_head_a_loaded_backbone_was_wrapped_with(tmp_path, pretrained
                                   if k.startswith("backbone.")})
         return Classifier(backbone)
 
-    checks = results(make_recipe(tmp_path, model=recorded(build)))
+    checks = results(plain_context(tmp_path, model=recorded(build)))
     assert_quiet(checks["model.loaded_weights"])
     assert not checks["model.loaded_weights"].issues  # the backbone loaded completely
     (info,) = issues(checks["model.finetune_lr"], "O19")
@@ -297,7 +306,7 @@ def test_o19_is_quiet_with_per_group_lrs_or_a_frozen_backbone(tmp_path, pretrain
         return torch.optim.AdamW([{"params": model.head.parameters(), "lr": 1e-3},
                                   {"params": model.backbone.parameters(), "lr": 1e-4}])
 
-    checks = results(make_recipe(tmp_path, model=replaced_head(pretrained), optimizer=optimizer))
+    checks = results(plain_context(tmp_path, model=replaced_head(pretrained), optimizer=optimizer))
     assert not issues(checks["model.finetune_lr"], "O19")
     for result in checks.values():
         assert_quiet(result)
@@ -384,8 +393,8 @@ def trainable_adamw(model: nn.Module) -> torch.optim.Optimizer:
 
 
 def adapter_result(tmp_path: Path, builder, *overrides: str):
-    recipe = make_recipe(tmp_path, *overrides, model=builder, optimizer=trainable_adamw)
-    return results(recipe)["model.adapters"]
+    ctx = plain_context(tmp_path, *overrides, model=builder, optimizer=trainable_adamw)
+    return results(ctx)["model.adapters"]
 
 
 def test_healthy_lora_is_quiet(tmp_path):
@@ -461,8 +470,8 @@ def test_adapters_built_after_the_optimizer_are_reported_by_o2(tmp_path):
     def optimizer(model: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.AdamW([p for n, p in model.named_parameters() if "lora_" not in n and p.requires_grad])
 
-    recipe = make_recipe(tmp_path, model=lora_model, optimizer=optimizer)
-    result = run(recipe, OptimizerParamsCheck)["model.optimizer_params"]
+    ctx = plain_context(tmp_path, model=lora_model, optimizer=optimizer)
+    result = run(ctx, OptimizerParamsCheck)["model.optimizer_params"]
     assert "O2" in codes(result) and "lora_A" in result.issues[0].message
 
 
@@ -536,7 +545,7 @@ def cnn() -> nn.Module:
 
 @pytest.mark.parametrize("model", [None, cnn], ids=["mlp", "cnn"])
 def test_quiet_on_plain_classifiers(tmp_path, model):
-    for result in results(make_recipe(tmp_path, model=model)).values():
+    for result in results(plain_context(tmp_path, model=model)).values():
         assert_quiet(result)
         assert not result.issues
 

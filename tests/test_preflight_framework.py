@@ -10,16 +10,16 @@ import multiprocessing
 import pytest
 
 from optimus_preflight.preflight import DEFAULT_CHECKS, default_checks, format_report
-from optimus_preflight.preflight.consensus import (
+from optimus_preflight.preflight.framework import Check, CheckResult, CheckStatus, Issue, Severity, Stage
+from optimus_preflight.preflight.framework.consensus import (
     agree_on_verdict,
     duplicated_rank_pairs,
     merge_rank_payloads,
     rank_payload,
 )
-from optimus_preflight.preflight.framework import Check, CheckResult, CheckStatus, Issue, Severity, Stage
-from optimus_preflight.preflight.preflight_context import PreflightContext
-from optimus_preflight.preflight.report import PreflightReport
-from optimus_preflight.preflight.runner import run_preflight_checks
+from optimus_preflight.preflight.framework.context import PreflightContext
+from optimus_preflight.preflight.framework.report import PreflightReport
+from optimus_preflight.preflight.framework.runner import run_preflight_checks
 from tests.conftest import tiny_config
 from tests.preflight_support import make_recipe
 
@@ -27,6 +27,7 @@ from tests.preflight_support import make_recipe
 class Warns(Check):
     name = "test.warns"
     stage = Stage.CONFIG
+    codes = ("TEST_WARN",)
 
     def run(self, ctx, findings):
         findings.warning("TEST_WARN", "something to look at", "look at it", "trainer.max_steps")
@@ -35,6 +36,7 @@ class Warns(Check):
 class Fails(Check):
     name = "test.fails"
     stage = Stage.DATA
+    codes = ("TEST_ERR",)
 
     def run(self, ctx, findings):
         findings.error("TEST_ERR", "something broken", "fix it")
@@ -124,9 +126,8 @@ def test_default_checks_follow_the_config(tiny_cfg):
 
 @pytest.mark.parametrize("overrides", [("recipe=char_lm_tiny",), ()], ids=["tiny", "default"])
 def test_shipped_recipes_pass_the_default_preflight_without_warnings(tmp_path, overrides):
-    from optimus_preflight.recipes.char_lm import CharLMRecipe
-
     from optimus_preflight import compose
+    from optimus_preflight.recipes.char_lm import CharLMRecipe
 
     recipe = CharLMRecipe(compose([*overrides, "logging.progress=none"]), run_dir=tmp_path)
     report = recipe.preflight()

@@ -24,7 +24,7 @@ from optimus_preflight.preflight.checks.input_scale import (
     scale_finding,
 )
 from optimus_preflight.preflight.framework import CheckStatus
-from tests.preflight_support import CLASSES, assert_quiet, codes, make_recipe, run
+from tests.preflight_support import CLASSES, assert_quiet, codes, make_recipe, plain_context, run
 
 MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
 STD = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
@@ -66,8 +66,8 @@ class Uint8CNN(nn.Module):
 
 
 def check_on(tmp_path, images: torch.Tensor, model=cnn):
-    recipe = make_recipe(tmp_path, model=model, dataset=TensorDataset(images, labels(len(images))))
-    return run(recipe, InputScaleCheck)[NAME]
+    ctx = plain_context(tmp_path, model=model, dataset=TensorDataset(images, labels(len(images))))
+    return run(ctx, InputScaleCheck)[NAME]
 
 
 # ---------------------------------------------------------------- healthy: quiet
@@ -93,12 +93,12 @@ def test_a_batchnorm_in_front_of_the_first_conv_normalises_unscaled_pixels(tmp_p
     def model():
         return nn.Sequential(nn.BatchNorm2d(3), *cnn())
 
-    recipe = make_recipe(tmp_path, model=model, dataset=TensorDataset(pixels() * 255, labels()))
-    before = {key: value.clone() for key, value in recipe.model.state_dict().items()}
-    result = run(recipe, InputScaleCheck)[NAME]
+    ctx = plain_context(tmp_path, model=model, dataset=TensorDataset(pixels() * 255, labels()))
+    before = {key: value.clone() for key, value in ctx.model.state_dict().items()}
+    result = run(ctx, InputScaleCheck)[NAME]
     assert_quiet(result)
     # The forward ran in train mode (BatchNorm updated its running stats) and was undone.
-    after = recipe.model.state_dict()
+    after = ctx.model.state_dict()
     assert all(torch.equal(before[key], after[key]) for key in before)
 
 

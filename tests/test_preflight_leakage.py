@@ -13,7 +13,6 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
-from optimus_preflight.recipes.char_lm import VOCAB_SIZE, CausalSelfAttention, CharTransformer, CharWindows
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset, random_split
 
@@ -25,8 +24,18 @@ from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck, 
 from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck, objective_of, probe_start
 from optimus_preflight.preflight.framework import CheckStatus
-from optimus_preflight.preflight.preflight_context import PreflightContext
-from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classification_data, codes, make_recipe, run
+from optimus_preflight.preflight.framework.context import PreflightContext
+from optimus_preflight.recipes.char_lm import VOCAB_SIZE, CausalSelfAttention, CharTransformer, CharWindows
+from tests.preflight_support import (
+    CLASSES,
+    FEATURES,
+    assert_quiet,
+    classification_data,
+    codes,
+    make_recipe,
+    plain_context,
+    run,
+)
 
 TARGETS = "step.target_leak"
 FEATURE = "data.label_in_features"
@@ -96,7 +105,7 @@ def test_a_char_lm_without_a_causal_mask_fires_leak_future(tmp_path):
 
 
 def test_a_classifier_has_no_token_objective(tmp_path):
-    result = run(make_recipe(tmp_path), TargetLeakCheck)[TARGETS]
+    result = run(plain_context(tmp_path), TargetLeakCheck)[TARGETS]
     assert_quiet(result)
     assert result.data["summary"] == "no token embedding in the model"
 
@@ -215,8 +224,8 @@ def leaky_features(extra: torch.Tensor, samples: int = 64) -> TensorDataset:
     (lambda y: F.one_hot(y, CLASSES).float(), "one-hot"),
 ])
 def test_a_feature_column_that_is_the_label_fires_leak_feature(tmp_path, column, kind):
-    recipe = make_recipe(tmp_path, dataset=leaky_features(column))
-    result = run(recipe, FeatureLabelCheck)[FEATURE]
+    ctx = plain_context(tmp_path, dataset=leaky_features(column))
+    result = run(ctx, FeatureLabelCheck)[FEATURE]
     assert codes(result) == {"LEAK_FEATURE"} and result.status == CheckStatus.WARNING
     assert kind in result.issues[0].message
     assert "drop" in result.issues[0].fix
@@ -241,9 +250,9 @@ def test_binary_float_labels_of_shape_n_1_are_read_too(tmp_path):
     def bce(module, batch):
         return F.binary_cross_entropy_with_logits(module(batch[0]), batch[1])
 
-    recipe = make_recipe(tmp_path, model=lambda: model, loss=bce,
+    ctx = plain_context(tmp_path, model=lambda: model, loss=bce,
                          dataset=TensorDataset(torch.cat([features, binary], dim=1), binary))
-    assert codes(run(recipe, FeatureLabelCheck)[FEATURE]) == {"LEAK_FEATURE"}
+    assert codes(run(ctx, FeatureLabelCheck)[FEATURE]) == {"LEAK_FEATURE"}
 
 
 def test_a_toy_regression_on_one_feature_is_not_a_leak(tmp_path):
@@ -253,12 +262,12 @@ def test_a_toy_regression_on_one_feature_is_not_a_leak(tmp_path):
     def mse(module, batch):
         return F.mse_loss(module(batch[0]), batch[1])
 
-    recipe = make_recipe(tmp_path, model=lambda: model, loss=mse, dataset=TensorDataset(inputs, 2 * inputs + 1))
-    assert_quiet(run(recipe, FeatureLabelCheck)[FEATURE])
+    ctx = plain_context(tmp_path, model=lambda: model, loss=mse, dataset=TensorDataset(inputs, 2 * inputs + 1))
+    assert_quiet(run(ctx, FeatureLabelCheck)[FEATURE])
 
 
 def test_healthy_and_coincidental_features_stay_quiet(tmp_path):
-    assert_quiet(run(make_recipe(tmp_path), FeatureLabelCheck)[FEATURE])
+    assert_quiet(run(plain_context(tmp_path), FeatureLabelCheck)[FEATURE])
     generator = torch.Generator().manual_seed(0)
     # Many binary features over a batch of 16 balanced binary labels: one may line up with
     # the labels by chance, so nothing is claimed.

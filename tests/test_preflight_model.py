@@ -13,26 +13,26 @@ from optimus_preflight.preflight.checks.model_checks import (
     WeightDecayCheck,
 )
 from optimus_preflight.preflight.framework import CheckStatus
-from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classifier, codes, make_recipe, run
+from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classifier, codes, plain_context, run
 
 WIRING = (OptimizerParamsCheck, ModesCheck, WeightDecayCheck, OptimizerEpsCheck)
 
 
 def test_healthy_wiring_is_quiet(tmp_path):
-    for result in run(make_recipe(tmp_path), *WIRING).values():
+    for result in run(plain_context(tmp_path), *WIRING).values():
         assert_quiet(result)
 
 
 def test_trainable_params_missing_from_the_optimizer(tmp_path):
-    recipe = make_recipe(tmp_path, optimizer=lambda m: torch.optim.AdamW(m[0].parameters()))
-    result = run(recipe, OptimizerParamsCheck)["model.optimizer_params"]
+    ctx = plain_context(tmp_path, optimizer=lambda m: torch.optim.AdamW(m[0].parameters()))
+    result = run(ctx, OptimizerParamsCheck)["model.optimizer_params"]
     assert codes(result) == {"O2"} and result.status == CheckStatus.ERROR
     assert "2.weight" in result.issues[0].message
 
 
 def test_optimizer_holding_tensors_that_are_not_the_models(tmp_path):
-    recipe = make_recipe(tmp_path, optimizer=lambda m: torch.optim.AdamW(classifier().parameters()))
-    result = run(recipe, OptimizerParamsCheck)["model.optimizer_params"]
+    ctx = plain_context(tmp_path, optimizer=lambda m: torch.optim.AdamW(classifier().parameters()))
+    result = run(ctx, OptimizerParamsCheck)["model.optimizer_params"]
     assert codes(result) == {"O2"} and result.data["foreign"] == 4
 
 
@@ -42,7 +42,7 @@ def test_frozen_params_left_in_the_optimizer(tmp_path):
         model[0].requires_grad_(False)
         return optimizer
 
-    result = run(make_recipe(tmp_path, optimizer=freeze_after_building), OptimizerParamsCheck)["model.optimizer_params"]
+    result = run(plain_context(tmp_path, optimizer=freeze_after_building), OptimizerParamsCheck)["model.optimizer_params"]
     assert codes(result) == {"O17"} and result.status == CheckStatus.WARNING
     assert "0.weight" in result.issues[0].message
 
@@ -54,7 +54,7 @@ def test_a_param_in_two_groups(tmp_path):
         optimizer.param_groups.append({**optimizer.defaults, "params": [model[0].weight]})
         return optimizer
 
-    result = run(make_recipe(tmp_path, optimizer=two_groups), OptimizerParamsCheck)["model.optimizer_params"]
+    result = run(plain_context(tmp_path, optimizer=two_groups), OptimizerParamsCheck)["model.optimizer_params"]
     assert codes(result) == {"OPT_DUPLICATE_PARAM"}
 
 
@@ -80,7 +80,7 @@ class AlwaysEval(KeepsDropoutOff):
 
 @pytest.mark.parametrize("model", [KeepsDropoutOff, AlwaysEval])
 def test_modules_stuck_in_eval_mode(tmp_path, model):
-    result = run(make_recipe(tmp_path, model=model), ModesCheck)["model.modes"]
+    result = run(plain_context(tmp_path, model=model), ModesCheck)["model.modes"]
     assert codes(result) == {"O5"} and result.status == CheckStatus.WARNING
 
 
@@ -104,7 +104,7 @@ class FrozenBackbone(nn.Module):
 
 @pytest.mark.parametrize("fixed", [False, True])
 def test_frozen_batchnorm_in_train_mode(tmp_path, fixed):
-    result = run(make_recipe(tmp_path, model=lambda: FrozenBackbone(fixed)), ModesCheck)["model.modes"]
+    result = run(plain_context(tmp_path, model=lambda: FrozenBackbone(fixed)), ModesCheck)["model.modes"]
     if fixed:
         assert_quiet(result)
     else:
@@ -112,16 +112,16 @@ def test_frozen_batchnorm_in_train_mode(tmp_path, fixed):
 
 
 def test_adam_with_weight_decay_suggests_adamw(tmp_path):
-    recipe = make_recipe(tmp_path, optimizer=lambda m: torch.optim.Adam(m.parameters(), weight_decay=0.01))
-    result = run(recipe, WeightDecayCheck)["model.weight_decay"]
+    ctx = plain_context(tmp_path, optimizer=lambda m: torch.optim.Adam(m.parameters(), weight_decay=0.01))
+    result = run(ctx, WeightDecayCheck)["model.weight_decay"]
     # Adam's coupled decay, and (one group for everything) decay on the biases.
     assert codes(result) == {"O6"} and len(result.issues) == 2
     assert any("AdamW" in issue.fix for issue in result.issues)
 
 
 def test_weight_decay_on_biases_and_norm_weights(tmp_path):
-    recipe = make_recipe(tmp_path, "optimizer.decay_bias_and_norm=true")
-    result = run(recipe, WeightDecayCheck)["model.weight_decay"]
+    ctx = plain_context(tmp_path, "optimizer.decay_bias_and_norm=true")
+    result = run(ctx, WeightDecayCheck)["model.weight_decay"]
     assert codes(result) == {"O6"} and result.issues[0].config_key == "optimizer.decay_bias_and_norm"
     assert "0.bias" in result.issues[0].message
 
@@ -133,8 +133,8 @@ def test_weight_decay_on_biases_and_norm_weights(tmp_path):
     (torch.float32, 1e-8, False),
 ])
 def test_adamw_eps_for_half_precision_state(tmp_path, dtype, eps, fires):
-    recipe = make_recipe(tmp_path, f"optimizer.eps={eps}", model=lambda: classifier().to(dtype))
-    result = run(recipe, OptimizerEpsCheck)["model.optimizer_eps"]
+    ctx = plain_context(tmp_path, f"optimizer.eps={eps}", model=lambda: classifier().to(dtype))
+    result = run(ctx, OptimizerEpsCheck)["model.optimizer_eps"]
     if fires:
         assert codes(result) == {"O10"} and result.issues[0].config_key == "optimizer.eps"
     else:

@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 from optimus_preflight.preflight.framework import Check, Stage
-from optimus_preflight.preflight.preflight_context import PreflightContext
-from optimus_preflight.preflight.preserve import TrainingStateSnapshot
-from optimus_preflight.preflight.runner import run_preflight_checks
+from optimus_preflight.preflight.framework.context import PreflightContext
+from optimus_preflight.preflight.framework.preserve import TrainingStateSnapshot
+from optimus_preflight.preflight.framework.runner import run_preflight_checks
 from optimus_preflight.reporting.summary import params_sha256
 from tests.conftest import tiny_config
 
@@ -46,7 +46,7 @@ def _everything(recipe) -> dict:
         "torch_rng": _state_bytes(torch.get_rng_state()),
         "loader_generator": _state_bytes(loader.generator.get_state()),
         "sampler": dict(vars(loader.sampler)),
-        "stream": recipe.training_iteration.stream.state_dict(),
+        "stream": recipe.batches.state_dict(),
     }
 
 
@@ -63,7 +63,7 @@ def test_full_preflight_leaves_training_bitwise_unchanged(tmp_path):
     overrides = ("trainer.accumulation_steps=2", "preflight.overfit_steps=3", "data.num_workers=1")
     with_preflight = _recipe(tmp_path / "a", *overrides)
     for _ in range(2):  # give the optimizer, scheduler and RNGs a non-initial state
-        with_preflight.run_training_iteration()
+        with_preflight.train_step()
     before = _everything(with_preflight)
     report = with_preflight.preflight()
     after = _everything(with_preflight)
@@ -75,11 +75,11 @@ def test_full_preflight_leaves_training_bitwise_unchanged(tmp_path):
     for key in before:
         assert before[key] == after[key], f"preflight changed {key}"
     for _ in range(2):
-        with_preflight.run_training_iteration()
+        with_preflight.train_step()
 
     without = _recipe(tmp_path / "b", *overrides)
     for _ in range(4):
-        without.run_training_iteration()
+        without.train_step()
     assert params_sha256(with_preflight.model) == params_sha256(without.model)
     assert _everything(with_preflight)["optimizer"] == _everything(without)["optimizer"]
 

@@ -19,18 +19,18 @@ from optimus_preflight.preflight.checks.step_checks import (
     LossFunctionCheck,
     TargetsCheck,
 )
-from optimus_preflight.preflight.checks.step_runs import AccumulationCheck, CheckpointRoundTripCheck, OverfitCheck
+from optimus_preflight.preflight.checks.step_runs import AccumulationCheck
+from optimus_preflight.preflight.checks.step_smoke import CheckpointRoundTripCheck, OverfitCheck
 from optimus_preflight.preflight.checks.throughput import MIN_WAIT_WORTH_FIXING_S, ThroughputCheck
 from optimus_preflight.preflight.framework import CheckStatus
-from optimus_preflight.preflight.preflight_context import PreflightContext
 from optimus_preflight.training.distributed import DistEnv
-from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classifier, codes, make_recipe, run
+from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classifier, codes, plain_context, run
 
 PROBE_CHECKS = (FirstStepCheck, GradientsCheck, LossFunctionCheck, TargetsCheck, InitialLossCheck)
 
 
 def test_probe_checks_are_quiet_on_a_healthy_classifier(tmp_path):
-    results = run(make_recipe(tmp_path), *PROBE_CHECKS)
+    results = run(plain_context(tmp_path), *PROBE_CHECKS)
     for result in results.values():
         assert_quiet(result)
     assert results["step.initial_loss"].data["applicable"]
@@ -48,7 +48,7 @@ def _ce(model, batch):
     (lambda m, b: _ce(m, b) * float("nan"), "LOSS_NONFINITE", "nan"),
 ])
 def test_the_loss_must_be_a_finite_scalar_attached_to_the_graph(tmp_path, loss, code, words):
-    result = run(make_recipe(tmp_path, loss=loss), FirstStepCheck)["step.first_step"]
+    result = run(plain_context(tmp_path, loss=loss), FirstStepCheck)["step.first_step"]
     assert codes(result) == {code} and result.status == CheckStatus.ERROR
     assert words in result.issues[0].message
 
@@ -59,7 +59,7 @@ def _raises(model, batch):
 
 
 def test_an_exception_in_compute_loss_names_the_users_frame(tmp_path):
-    result = run(make_recipe(tmp_path, loss=_raises), FirstStepCheck)["step.first_step"]
+    result = run(plain_context(tmp_path, loss=_raises), FirstStepCheck)["step.first_step"]
     assert codes(result) == {"STEP_ERROR"}
     assert "test_preflight_step.py" in result.issues[0].message and "_raises" in result.issues[0].message
 
@@ -69,7 +69,7 @@ def test_compute_loss_switching_the_model_to_eval(tmp_path):
         model.eval()
         return _ce(model, batch)
 
-    result = run(make_recipe(tmp_path, loss=loss), FirstStepCheck)["step.first_step"]
+    result = run(plain_context(tmp_path, loss=loss), FirstStepCheck)["step.first_step"]
     assert codes(result) == {"O5"}
 
 
@@ -85,11 +85,10 @@ class UnusedHead(nn.Module):
 
 
 def test_params_that_get_no_gradient_are_named(tmp_path):
-    recipe = make_recipe(tmp_path, model=UnusedHead)
-    result = run(recipe, GradientsCheck)["step.gradients"]
+    ctx = plain_context(tmp_path, model=UnusedHead)
+    result = run(ctx, GradientsCheck)["step.gradients"]
     assert codes(result) == {"GRAD_NONE"} and result.status == CheckStatus.WARNING
     assert "aux.weight" in result.issues[0].message
-    ctx = PreflightContext.from_recipe(recipe)
     ctx.training = dataclasses.replace(ctx.training, dist=DistEnv(rank=0, world_size=2))
     distributed = run(ctx, GradientsCheck)["step.gradients"]
     assert distributed.status == CheckStatus.ERROR and "find_unused_parameters" in distributed.issues[0].fix
@@ -99,9 +98,9 @@ def test_nonfinite_and_all_zero_gradients(tmp_path):
     def nan_bias_grad(model, batch):  # d sqrt(0 * b) / db = inf * 0 = nan; the loss stays finite
         return _ce(model, batch) + (model[0].bias * 0).sqrt().sum()
 
-    result = run(make_recipe(tmp_path, loss=nan_bias_grad), GradientsCheck)["step.gradients"]
+    result = run(plain_context(tmp_path, loss=nan_bias_grad), GradientsCheck)["step.gradients"]
     assert codes(result) == {"GRAD_NONFINITE"} and "0.bias" in result.issues[0].message
-    result = run(make_recipe(tmp_path, loss=lambda m, b: _ce(m, b) * 0), GradientsCheck)["step.gradients"]
+    result = run(plain_context(tmp_path, loss=lambda m, b: _ce(m, b) * 0), GradientsCheck)["step.gradients"]
     assert codes(result) == {"GRAD_ZERO"}
 
 
@@ -123,7 +122,7 @@ def _one_hot(batch):
     (_head(nn.Sigmoid()), lambda m, b: F.binary_cross_entropy_with_logits(m(b[0]), _one_hot(b)), "O13", "warning"),
 ])
 def test_what_reaches_the_criterion(tmp_path, model, loss, code, severity):
-    result = run(make_recipe(tmp_path, model=model, loss=loss), LossFunctionCheck)["step.loss_function"]
+    result = run(plain_context(tmp_path, model=model, loss=loss), LossFunctionCheck)["step.loss_function"]
     assert codes(result) == {code} and result.issues[0].severity.value == severity
 
 
@@ -132,7 +131,7 @@ def test_what_reaches_the_criterion(tmp_path, model, loss, code, severity):
     (classifier, lambda m, b: F.binary_cross_entropy_with_logits(m(b[0]), _one_hot(b))),
 ])
 def test_correct_criterion_pairings_are_quiet(tmp_path, model, loss):
-    assert_quiet(run(make_recipe(tmp_path, model=model, loss=loss), LossFunctionCheck)["step.loss_function"])
+    assert_quiet(run(plain_context(tmp_path, model=model, loss=loss), LossFunctionCheck)["step.loss_function"])
 
 
 def _labels(values: torch.Tensor) -> TensorDataset:
@@ -145,14 +144,14 @@ def _labels(values: torch.Tensor) -> TensorDataset:
     ((torch.arange(64) % CLASSES).int(), "int32"),
 ])
 def test_targets_out_of_range_or_of_the_wrong_dtype(tmp_path, targets, words):
-    results = run(make_recipe(tmp_path, dataset=_labels(targets)), FirstStepCheck, TargetsCheck)
+    results = run(plain_context(tmp_path, dataset=_labels(targets)), FirstStepCheck, TargetsCheck)
     assert codes(results["step.targets"]) == {"O14"} and words in results["step.targets"].issues[0].message
     assert results["step.first_step"].status == CheckStatus.ERROR  # on the CPU the criterion raises too
 
 
 def test_ignore_index_targets_are_not_out_of_range(tmp_path):
     targets = torch.where(torch.arange(64) % 5 == 0, -100, torch.arange(64) % CLASSES)
-    assert_quiet(run(make_recipe(tmp_path, dataset=_labels(targets)), TargetsCheck)["step.targets"])
+    assert_quiet(run(plain_context(tmp_path, dataset=_labels(targets)), TargetsCheck)["step.targets"])
 
 
 class Overconfident(nn.Module):
@@ -167,7 +166,7 @@ class Overconfident(nn.Module):
 
 
 def test_initial_loss_far_above_ln_classes(tmp_path):
-    result = run(make_recipe(tmp_path, model=Overconfident), InitialLossCheck)["step.initial_loss"]
+    result = run(plain_context(tmp_path, model=Overconfident), InitialLossCheck)["step.initial_loss"]
     assert codes(result) == {"O1"} and result.status == CheckStatus.WARNING
 
 
@@ -178,7 +177,7 @@ def _summed(model, batch):
 
 @pytest.mark.parametrize(("loss", "fires"), [(None, False), (_summed, True)])
 def test_accumulation_scaling_is_verified_numerically(tmp_path, loss, fires):
-    result = run(make_recipe(tmp_path, "trainer.accumulation_steps=2", loss=loss), AccumulationCheck)["step.accumulation"]
+    result = run(plain_context(tmp_path, "trainer.accumulation_steps=2", loss=loss), AccumulationCheck)["step.accumulation"]
     if fires:
         assert codes(result) == {"O9"} and result.data["norm_ratio"] == pytest.approx(0.5, rel=1e-3)
     else:
@@ -199,7 +198,7 @@ def test_accumulation_check_only_runs_when_accumulating(tiny_cfg):
     ((), None, None),
 ])
 def test_lr_schedule_length_vs_planned_steps(tmp_path, overrides, scheduler, severity):
-    result = run(make_recipe(tmp_path, *overrides, scheduler=scheduler), LrScheduleCheck)["config.lr_schedule"]
+    result = run(plain_context(tmp_path, *overrides, scheduler=scheduler), LrScheduleCheck)["config.lr_schedule"]
     if severity is None:
         assert_quiet(result)
     else:
@@ -213,15 +212,15 @@ def test_schedule_findings_tolerate_a_warmup_from_zero():
 
 # ------------------------------------------------------------------- overfit
 def test_overfit_smoke_passes_when_the_loop_can_memorise(tmp_path):
-    result = run(make_recipe(tmp_path, "preflight.overfit_steps=40", "optimizer.lr=0.01"), OverfitCheck)["step.overfit"]
+    result = run(plain_context(tmp_path, "preflight.overfit_steps=40", "optimizer.lr=0.01"), OverfitCheck)["step.overfit"]
     assert_quiet(result)
     assert result.data["best_loss"] < 0.5 * result.data["first_loss"]
 
 
 def test_overfit_smoke_fails_when_only_a_bias_learns(tmp_path):
-    recipe = make_recipe(tmp_path, "preflight.overfit_steps=40",
+    ctx = plain_context(tmp_path, "preflight.overfit_steps=40",
                          optimizer=lambda m: torch.optim.AdamW([m[2].bias], lr=0.05))
-    result = run(recipe, OverfitCheck)["step.overfit"]
+    result = run(ctx, OverfitCheck)["step.overfit"]
     assert codes(result) == {"O1"} and result.status == CheckStatus.ERROR
 
 
@@ -239,11 +238,11 @@ class LambdaWithState:
 
 
 def test_checkpoint_round_trip(tmp_path):
-    result = run(make_recipe(tmp_path), CheckpointRoundTripCheck)["step.checkpoint"]
+    result = run(plain_context(tmp_path), CheckpointRoundTripCheck)["step.checkpoint"]
     assert_quiet(result)
     assert result.data["bytes"] > 0
     assert not list((tmp_path / "run").glob(".preflight-ckpt-*"))  # the temp dir is gone
-    broken = make_recipe(tmp_path, scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, LambdaWithState()))
+    broken = plain_context(tmp_path, scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, LambdaWithState()))
     result = run(broken, CheckpointRoundTripCheck)["step.checkpoint"]
     assert codes(result) == {"CKPT_LOAD"}
 
@@ -273,9 +272,9 @@ class _SlowerThanTheStepCollate:
 def test_input_bound_burst_warns_and_reports_the_eta(tmp_path):
     collate = _SlowerThanTheStepCollate()
     # A long run: the wait adds up to hours (>= 0.02 s x 0.9 x 100000 steps).
-    recipe = make_recipe(tmp_path, "trainer.max_steps=100000", "scheduler.warmup_steps=10",
+    ctx = plain_context(tmp_path, "trainer.max_steps=100000", "scheduler.warmup_steps=10",
                          loader=lambda data: DataLoader(data, batch_size=16, collate_fn=collate))
-    result = run(recipe, ThroughputCheck)["step.throughput"]
+    result = run(ctx, ThroughputCheck)["step.throughput"]
     assert codes(result) == {"DATA_BOUND"} and result.data["bound"] == "input-bound"
     assert result.status == CheckStatus.WARNING and result.data["projected_wait_s"] >= MIN_WAIT_WORTH_FIXING_S
     assert "of the" in result.issues[0].message and "ETA" in result.issues[0].message
@@ -284,8 +283,8 @@ def test_input_bound_burst_warns_and_reports_the_eta(tmp_path):
 def test_an_input_bound_run_that_wastes_seconds_is_only_a_note(tmp_path):
     """The same starved loader on an 8-step run: the fix would save well under a minute."""
     collate = _SlowerThanTheStepCollate()
-    recipe = make_recipe(tmp_path, loader=lambda data: DataLoader(data, batch_size=16, collate_fn=collate))
-    result = run(recipe, ThroughputCheck)["step.throughput"]
+    ctx = plain_context(tmp_path, loader=lambda data: DataLoader(data, batch_size=16, collate_fn=collate))
+    result = run(ctx, ThroughputCheck)["step.throughput"]
     assert result.data["bound"] == "input-bound" and result.data["projected_wait_s"] < MIN_WAIT_WORTH_FIXING_S
     assert_quiet(result)
     assert [(issue.code, issue.severity.value) for issue in result.issues] == [("DATA_BOUND", "info")]
@@ -294,6 +293,6 @@ def test_an_input_bound_run_that_wastes_seconds_is_only_a_note(tmp_path):
 def test_a_healthy_compute_bound_burst_is_quiet_and_reports_the_eta(tmp_path):
     # A step that computes far longer than its batch takes to load, whatever the machine's
     # speed (the tiny classifier's step is as short as its data fetch).
-    healthy = run(make_recipe(tmp_path, model=_compute_heavy_classifier), ThroughputCheck)["step.throughput"]
+    healthy = run(plain_context(tmp_path, model=_compute_heavy_classifier), ThroughputCheck)["step.throughput"]
     assert_quiet(healthy)
     assert healthy.data["eta_s"] == pytest.approx(healthy.data["s_per_step"] * 8, abs=0.01)

@@ -12,13 +12,13 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.analyses.padding import as_rows, edge_padding, sequence_shapes
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
 from optimus_preflight.preflight.checks.model_checks import ModesCheck
-from optimus_preflight.preflight.checks.padding import as_rows, edge_padding, sequence_shapes
 from optimus_preflight.preflight.checks.step_checks import FirstStepCheck, PaddedLossCheck
 from optimus_preflight.preflight.checks.step_runs import AccumulationCheck, LossScaleCheck
 from optimus_preflight.preflight.framework import CheckStatus, Severity
-from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classifier, codes, make_recipe, run
+from tests.preflight_support import CLASSES, FEATURES, assert_quiet, classifier, codes, make_recipe, plain_context, run
 from tests.step_helpers import make_runner, window
 
 CONTRACT_CHECKS = (FirstStepCheck, PaddedLossCheck, LossScaleCheck)
@@ -57,7 +57,7 @@ def _token_ce(model, batch, **kwargs):
 
 
 def _lm_recipe(tmp_path, loss, dataset=None, *overrides):
-    return make_recipe(tmp_path, *overrides, model=TinyLM, loss=loss, dataset=dataset if dataset is not None else padded_tokens())
+    return plain_context(tmp_path, *overrides, model=TinyLM, loss=loss, dataset=dataset if dataset is not None else padded_tokens())
 
 
 def _loud(result):
@@ -152,20 +152,20 @@ def _ce(model, batch):
 
 def test_compute_loss_dividing_by_the_configured_steps_is_an_error(tmp_path):
     holder = {}
-    recipe = make_recipe(tmp_path, "trainer.accumulation_steps=4",
-                         loss=lambda m, b: _ce(m, b) / holder["recipe"].cfg.trainer.accumulation_steps)
-    holder["recipe"] = recipe
-    results = run(recipe, LossScaleCheck, AccumulationCheck)
+    ctx = plain_context(tmp_path, "trainer.accumulation_steps=4",
+                         loss=lambda m, b: _ce(m, b) / holder["ctx"].cfg.trainer.accumulation_steps)
+    holder["ctx"] = ctx
+    results = run(ctx, LossScaleCheck, AccumulationCheck)
     result = results["step.loss_scale"]
     assert codes(result) == {"O9"} and result.status == CheckStatus.ERROR
     assert "divides its loss by trainer.accumulation_steps" in result.issues[0].message
     assert "4x too small" in result.issues[0].message
-    assert recipe.cfg.trainer.accumulation_steps == 4  # the trial setting is put back
+    assert ctx.cfg.trainer.accumulation_steps == 4  # the trial setting is put back
     assert_quiet(results["step.accumulation"])  # blind to it: the full batch is divided as well
 
 
 def test_a_hard_coded_division_by_the_steps_is_a_warning(tmp_path):
-    result = run(make_recipe(tmp_path, "trainer.accumulation_steps=4", loss=lambda m, b: _ce(m, b) / 4),
+    result = run(plain_context(tmp_path, "trainer.accumulation_steps=4", loss=lambda m, b: _ce(m, b) / 4),
                  LossScaleCheck)["step.loss_scale"]
     assert codes(result) == {"O9"} and result.status == CheckStatus.WARNING
     assert "1/4 of its criterion's loss" in result.issues[0].message
@@ -185,7 +185,7 @@ def test_a_double_division_in_a_plain_loop(tmp_path):
 
 @pytest.mark.parametrize("steps", [1, 2])
 def test_a_mean_loss_with_or_without_accumulation_is_quiet(tmp_path, steps):
-    assert_quiet(run(make_recipe(tmp_path, f"trainer.accumulation_steps={steps}"), LossScaleCheck)["step.loss_scale"])
+    assert_quiet(run(plain_context(tmp_path, f"trainer.accumulation_steps={steps}"), LossScaleCheck)["step.loss_scale"])
 
 
 def _summed(model, batch):
@@ -198,7 +198,7 @@ def _manual_sum(model, batch):
 
 @pytest.mark.parametrize("loss", [_summed, _manual_sum])
 def test_a_summed_loss_without_accumulation_fires(tmp_path, loss):
-    result = run(make_recipe(tmp_path, loss=loss), LossScaleCheck)["step.loss_scale"]
+    result = run(plain_context(tmp_path, loss=loss), LossScaleCheck)["step.loss_scale"]
     assert codes(result) == {"O9"} and result.status == CheckStatus.WARNING
     assert "sum over the batch" in result.issues[0].message
 
@@ -207,12 +207,12 @@ def test_a_sum_divided_by_its_count_is_quiet(tmp_path):
     def mean_by_count(model, batch):
         return _summed(model, batch) / len(batch[1]), len(batch[1])
 
-    assert_quiet(run(make_recipe(tmp_path, loss=mean_by_count), LossScaleCheck)["step.loss_scale"])
+    assert_quiet(run(plain_context(tmp_path, loss=mean_by_count), LossScaleCheck)["step.loss_scale"])
 
 
 def test_the_accumulation_check_names_a_sum_as_the_cause(tmp_path):
-    recipe = make_recipe(tmp_path, "trainer.accumulation_steps=2", loss=_summed)
-    results = run(recipe, AccumulationCheck, LossScaleCheck)
+    ctx = plain_context(tmp_path, "trainer.accumulation_steps=2", loss=_summed)
+    results = run(ctx, AccumulationCheck, LossScaleCheck)
     issue = results["step.accumulation"].issues[0]
     assert issue.code == "O9" and "i.e. 1/2: compute_loss returns a sum" in issue.message
     assert_quiet(results["step.loss_scale"])  # reported once, by the check that measured it
@@ -230,7 +230,7 @@ def _eval_after_forward(model, batch):
 
 
 def test_compute_loss_leaving_the_model_in_eval_fires(tmp_path):
-    result = run(make_recipe(tmp_path, model=_dropout_classifier, loss=_eval_after_forward), FirstStepCheck)["step.first_step"]
+    result = run(plain_context(tmp_path, model=_dropout_classifier, loss=_eval_after_forward), FirstStepCheck)["step.first_step"]
     assert codes(result) == {"O5"} and result.status == CheckStatus.WARNING
     assert "leaves 1 dropout/BatchNorm module(s) in eval mode (2)" in result.issues[0].message
     assert "model.train(was_training)" in result.issues[0].fix
@@ -245,7 +245,7 @@ def test_a_forward_hook_switching_to_eval_fires(tmp_path):
         net.register_forward_hook(switch_to_eval)
         return net
 
-    result = run(make_recipe(tmp_path, model=model), FirstStepCheck)["step.first_step"]
+    result = run(plain_context(tmp_path, model=model), FirstStepCheck)["step.first_step"]
     assert codes(result) == {"O5"} and "leaves" in result.issues[0].message
 
 
@@ -260,7 +260,7 @@ class SwitchesOwnDropout(nn.Module):
 
 
 def test_a_dropout_switched_off_inside_the_forward_fires(tmp_path):
-    result = run(make_recipe(tmp_path, model=SwitchesOwnDropout), FirstStepCheck)["step.first_step"]
+    result = run(plain_context(tmp_path, model=SwitchesOwnDropout), FirstStepCheck)["step.first_step"]
     assert codes(result) == {"O5"} and "ran in eval mode during the training forward" in result.issues[0].message
 
 
@@ -273,7 +273,7 @@ def test_an_eval_pass_that_restores_train_mode_is_quiet(tmp_path):
         model.train(was_training)
         return _ce(model, batch) + 0 * reference.sum()
 
-    assert_quiet(run(make_recipe(tmp_path, model=_dropout_classifier, loss=with_teacher_pass), FirstStepCheck)["step.first_step"])
+    assert_quiet(run(plain_context(tmp_path, model=_dropout_classifier, loss=with_teacher_pass), FirstStepCheck)["step.first_step"])
 
 
 class Distilled(nn.Module):
@@ -294,7 +294,7 @@ def test_a_frozen_teacher_kept_in_eval_is_quiet(tmp_path):
         student, teacher = model(batch[0])
         return F.cross_entropy(student, batch[1]) + F.mse_loss(student, teacher)
 
-    assert_quiet(run(make_recipe(tmp_path, model=Distilled, loss=distill), FirstStepCheck)["step.first_step"])
+    assert_quiet(run(plain_context(tmp_path, model=Distilled, loss=distill), FirstStepCheck)["step.first_step"])
 
 
 class KeepsDropoutOff(nn.Module):
@@ -323,13 +323,13 @@ class FrozenNorm(nn.Module):
 
 
 def test_modes_the_model_check_owns_are_not_reported_twice(tmp_path):
-    results = run(make_recipe(tmp_path, model=KeepsDropoutOff), ModesCheck, FirstStepCheck)
+    results = run(plain_context(tmp_path, model=KeepsDropoutOff), ModesCheck, FirstStepCheck)
     assert codes(results["model.modes"]) == {"O5"}
     assert_quiet(results["step.first_step"])
 
 
 def test_frozen_batchnorm_put_in_eval_by_the_step_is_quiet(tmp_path):
-    assert_quiet(run(make_recipe(tmp_path, model=FrozenNorm), FirstStepCheck)["step.first_step"])
+    assert_quiet(run(plain_context(tmp_path, model=FrozenNorm), FirstStepCheck)["step.first_step"])
 
 
 # ------------------------------------------------------------- healthy setups
@@ -351,9 +351,9 @@ def _cnn():
 
 @pytest.mark.parametrize(("model", "dataset"), [(_dropout_classifier, None), (_cnn, _image_data())])
 def test_an_mlp_and_a_cnn_on_a_shuffled_loader_are_quiet(tmp_path, model, dataset):
-    recipe = make_recipe(tmp_path, model=model, dataset=dataset,
+    ctx = plain_context(tmp_path, model=model, dataset=dataset,
                          loader=lambda data: DataLoader(data, batch_size=16, shuffle=True))
-    for result in run(recipe, *CONTRACT_CHECKS).values():
+    for result in run(ctx, *CONTRACT_CHECKS).values():
         assert_quiet(result)
 
 
@@ -469,5 +469,5 @@ def test_a_teacher_pass_that_never_switches_back_fires(tmp_path):
         student = model(batch[0])  # still in eval mode
         return _ce(model, batch) + F.mse_loss(student, teacher)
 
-    result = run(make_recipe(tmp_path, model=_dropout_classifier, loss=teacher_then_student), FirstStepCheck)["step.first_step"]
+    result = run(plain_context(tmp_path, model=_dropout_classifier, loss=teacher_then_student), FirstStepCheck)["step.first_step"]
     assert codes(result) == {"O5"} and "the training forward ran with the model in eval mode" in result.issues[0].message

@@ -13,19 +13,19 @@ import torch
 from torch.utils.data import DataLoader
 
 from optimus_preflight.memory.cuda_rules import CUDA_CONTEXT_BYTES
+from optimus_preflight.preflight.analyses.memory_limit import gpu_memory_limit
 from optimus_preflight.preflight.checks import env_checks
 from optimus_preflight.preflight.checks.config_checks import CPU_FP16_SLOWDOWN, PrecisionCheck, cpu_fp16_finding
 from optimus_preflight.preflight.checks.env_checks import CpuCoresCheck, available_cores, workers_finding
 from optimus_preflight.preflight.checks.memory_checks import (
     VRAMHeadroomCheck,
-    gpu_memory_limit,
     smallest_target_gib,
     undersized_target,
 )
 from optimus_preflight.preflight.defaults import DEFAULT_CHECKS
 from optimus_preflight.preflight.framework import CheckStatus, Findings
 from tests.conftest import tiny_config
-from tests.preflight_support import assert_quiet, classification_data, codes, make_recipe, run
+from tests.preflight_support import assert_quiet, classification_data, codes, make_recipe, plain_context, run
 
 TORCH_WARNING = "This DataLoader will create"
 
@@ -62,14 +62,14 @@ def test_other_precisions_and_fp16_on_a_gpu_are_quiet(precision, device):
 
 
 def test_fp16_on_a_cpu_warns_through_the_check_on_a_real_recipe(tmp_path):
-    result = run(make_recipe(tmp_path, "trainer.precision=fp16", "trainer.device=cpu"), PrecisionCheck)["config.precision"]
+    result = run(plain_context(tmp_path, "trainer.precision=fp16", "trainer.device=cpu"), PrecisionCheck)["config.precision"]
     assert result.status == CheckStatus.WARNING and codes(result) == {"PRECISION_CPU_FP16"}
     assert result.issues[0].config_key == "trainer.precision"
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 def test_bf16_and_fp32_on_a_real_recipe_are_quiet(tmp_path, precision):
-    assert_quiet(run(make_recipe(tmp_path, f"trainer.precision={precision}"), PrecisionCheck)["config.precision"])
+    assert_quiet(run(plain_context(tmp_path, f"trainer.precision={precision}"), PrecisionCheck)["config.precision"])
 
 
 # ------------------------------------------------------------------ loader workers vs cores
@@ -93,7 +93,7 @@ def test_workers_check_warns_on_a_recipe_with_more_workers_than_cores(tmp_path, 
     monkeypatch.setattr(env_checks, "available_cores", lambda: 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the filter the check installs must not outlive this test
-        result = run(make_recipe(tmp_path, "data.num_workers=2"), CpuCoresCheck)["env.cpu_cores"]
+        result = run(plain_context(tmp_path, "data.num_workers=2"), CpuCoresCheck)["env.cpu_cores"]
     assert result.status == CheckStatus.WARNING and codes(result) == {"ENV_WORKERS"}
     assert result.issues[0].config_key == "data.num_workers" and "data.num_workers=1" in result.issues[0].fix
     assert result.data["cores"] == 1 and result.data["num_workers"] == 2
@@ -102,7 +102,7 @@ def test_workers_check_warns_on_a_recipe_with_more_workers_than_cores(tmp_path, 
 @pytest.mark.parametrize("workers", [0, 1])
 def test_workers_within_the_cores_are_quiet(tmp_path, monkeypatch, workers):
     monkeypatch.setattr(env_checks, "available_cores", lambda: 1)
-    assert_quiet(run(make_recipe(tmp_path, f"data.num_workers={workers}"), CpuCoresCheck)["env.cpu_cores"])
+    assert_quiet(run(plain_context(tmp_path, f"data.num_workers={workers}"), CpuCoresCheck)["env.cpu_cores"])
 
 
 def test_a_recipe_building_its_own_loader_gets_a_code_fix(tmp_path, monkeypatch):

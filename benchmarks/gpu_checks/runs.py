@@ -156,7 +156,7 @@ def target_limit(cfg: Any, target_gib: float) -> int:
     """The bytes the vram check allows on a target of ``target_gib`` (its own function when it
     has the signature this was written against, else the same formula)."""
     try:
-        from optimus_preflight.preflight.checks.memory_checks import gpu_memory_limit
+        from optimus_preflight.preflight.analyses.memory_limit import gpu_memory_limit
 
         return int(gpu_memory_limit(cfg, torch.device("cpu")).bytes)
     except Exception:
@@ -183,11 +183,11 @@ def pick_batches(need_a: int, batch_a: int, need_b: int, batch_b: int, limit: in
 
 def vram_section(ctx: Context, section: Section) -> None:
     from omegaconf import OmegaConf
-    from optimus_preflight.recipes.char_lm import CharLMRecipe
 
     from optimus_preflight import compose
     from optimus_preflight.config.instantiate import instantiate_node
     from optimus_preflight.memory import cuda_rules, estimate_training_step
+    from optimus_preflight.recipes.char_lm import CharLMRecipe
     from optimus_preflight.training.optim import build_optimizer
 
     section.columns = ["case", "batch_size", "need_bytes", "limit_bytes", "verdict", "codes", "real", "real_peak_bytes",

@@ -17,8 +17,8 @@ from typing import Any
 
 from optimus_preflight.errors import UserError
 
-EVENTS = ("on_fit_start", "on_step_start", "before_optimizer_step", "on_step_end", "on_eval_end", "on_checkpoint",
-          "on_fit_end", "on_exception")
+EVENTS = ("on_fit_start", "on_step_start", "before_optimizer_step", "on_step_record", "on_step_end", "on_eval_end",
+          "on_checkpoint", "on_fit_end", "on_exception", "wants_step_logged")
 
 
 class Callback:
@@ -30,6 +30,15 @@ class Callback:
 
     def before_optimizer_step(self, recipe: Any, step: int) -> None:
         """After the window's backward (gradients unscaled and clipped), before ``optimizer.step()``."""
+
+    def wants_step_logged(self, recipe: Any, step: int) -> bool:
+        """Whether step ``step`` must be logged for this callback (its record built) even
+        when ``logging.every_n_steps`` would skip it. Called after every step: keep it cheap."""
+        return False
+
+    def on_step_record(self, recipe: Any, step: int, result: Any, record: dict[str, Any]) -> None:
+        """On a logged step, before the record reaches the sinks and the progress line: add
+        your keys to ``record``. ``result``: the step's ``StepResult`` (tensors on the device)."""
 
     def on_step_end(self, recipe: Any, step: int, record: dict[str, Any] | None) -> None:
         """After optimizer step ``step``; ``record``: its metrics on a logged step, else None."""
@@ -76,6 +85,9 @@ class CallbackList:
         for callback in self.listeners[event]:
             getattr(callback, event)(recipe, *args)
 
+    def any_wants_step_logged(self, recipe: Any, step: int) -> bool:
+        return any(callback.wants_step_logged(recipe, step) for callback in self.listeners["wants_step_logged"])
+
     def _keys(self) -> list[str]:
         """A callback's ``state_key``, else its class and its place among those of its class:
         adding a callback of another class on resume does not move anyone's state."""
@@ -97,6 +109,12 @@ class CallbackList:
             saved = state.get(key)
             if saved is not None and hasattr(callback, "load_state_dict"):
                 callback.load_state_dict(saved)
+
+    def close(self) -> None:
+        """Give back what callbacks hold (hooks, recorders) when the run ends, however it ends."""
+        for callback in self.callbacks:
+            if callable(getattr(callback, "close", None)):
+                callback.close()
 
     def find(self, kind: type) -> Any:
         return next((c for c in self.callbacks if isinstance(c, kind)), None)

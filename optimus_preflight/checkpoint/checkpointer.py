@@ -1,4 +1,8 @@
-"""RunCheckpointer: periodic, final and on-signal checkpoints of one run, and its resume.
+"""RunCheckpointer: the checkpoints of one run (periodic, final, on a stop) and its resume.
+
+Stop signals and forced exits are ``StopControl``'s (stop_control.py), the ranks'
+agreement and the stuck-collective watchdog ``PeerWatch``'s (peer_watch.py); the loop
+(TrainingInterruptionMixin) calls the three.
 
 With ``checkpoint.async_save=true`` the periodic checkpoints (those ``due`` asked for) are
 copied to host memory on the training thread and written by a background thread
@@ -11,19 +15,16 @@ checkpoints, which every rank writes together, are always synchronous.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import signal
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, ContextManager, NoReturn
+from typing import Any, Callable
 
 import torch
 
 from optimus_preflight.checkpoint.async_writer import BackgroundSave, BackgroundWriter
 from optimus_preflight.checkpoint.checkpoint_state import Restorable, apply_state, build_state
-from optimus_preflight.checkpoint.forced_exit import ForcedExit, say, second_ctrl_c_message
 from optimus_preflight.checkpoint.resume import (
     ResumePoint,
     apply_lr_change,
@@ -34,15 +35,12 @@ from optimus_preflight.checkpoint.resume import (
     refresh_schedule,
     settle_resume,
 )
-from optimus_preflight.checkpoint.resume_command import resume_command
-from optimus_preflight.checkpoint.signals import StopSignals
 from optimus_preflight.checkpoint.store import CheckpointStore, read_manifest
 from optimus_preflight.config.changes import config_changes
-from optimus_preflight.errors import EXIT_USER_ERROR, StorageError, TrainingInterrupted, UserError
+from optimus_preflight.errors import StorageError, UserError
 from optimus_preflight.training import rng
 from optimus_preflight.training.distributed import DistEnv, broadcast_object, unwrap
-from optimus_preflight.training.distributed import peers as active_peers
-from optimus_preflight.training.peers import Bound, PeersUnresponsive, StuckWatchdog, main_thread_in
+from optimus_preflight.training.peers import main_thread_in
 from optimus_preflight.training.sharding import is_sharded
 
 log = logging.getLogger("optimus_preflight")
@@ -77,10 +75,8 @@ class RunCheckpointer:
         *,
         every_n_steps: int,
         keep_last: int,
-        extra_signal: str | None,
         dist: DistEnv,
         config: dict[str, Any],
-        stop_timeout_s: float,
         async_save: bool | None = None,
     ):
         self.run_dir = run_dir
@@ -90,25 +86,28 @@ class RunCheckpointer:
         # A fresh run's identity; a resume adopts the checkpoint's.
         self.store = CheckpointStore(run_dir / "checkpoints", keep_last, run_id=uuid.uuid4().hex[:16])
         self._resume_point: ResumePoint | None = None
-        self.signals = StopSignals(extra_signal)
         self.parts: Restorable | None = None
         self.boundary_rng: dict[str, Any] | None = None
         self.resumed_from: Path | None = None
         self.last_saved: Path | None = None
-        # Under torchrun: how long a rank with a stop request waits for its peers.
-        self.stop_timeout_s = stop_timeout_s
-        self.forced_exit = ForcedExit()
-        self.signals.force_quit = self._quit_at_once
-        self._watchdog: StuckWatchdog | None = None
-        self._training = False  # preflight's steps change the weights: never save those
+        # Set by the loop once training started: the preflight's steps change the weights,
+        # and a forced save must never write those.
+        self.training_started = False
+        # Called before each checkpoint is written: the metric files are made durable, so
+        # a resume after any kill finds every step up to the checkpoint's on disk.
+        self.before_save: list[Callable[[], None]] = []
+        # Under torchrun, the barrier every rank passes after a save (PeerWatch.after_save).
+        self.after_save: Callable[[Path | None], None] | None = None
         self.sharded = False
         # checkpoint.async_save (read from the config when not given).
         self.async_save = bool((config.get("checkpoint") or {}).get("async_save", False)) if async_save is None else async_save
         self.background: BackgroundWriter | None = None
         self._due_step: int | None = None  # the step due() last said a periodic checkpoint is due at
+        self.closed = True  # until start()
 
     def start(self, parts: Restorable) -> None:
         self.parts = parts
+        self.closed = False
         # FSDP2 under torchrun: every rank writes its shard (DCP); no rank holds the whole model.
         self.sharded = self.dist.is_distributed and is_sharded(unwrap(parts.model))
         if self.async_save and self.sharded:
@@ -117,102 +116,28 @@ class RunCheckpointer:
                             "so they are saved synchronously")
         elif self.async_save and self.dist.is_main:
             self.background = BackgroundWriter(self.store, on_done=self._background_done)
-        self.signals.install()
-        peers = active_peers() if self.dist.is_distributed else None
-        if peers is not None:
-            self._watchdog = StuckWatchdog(peers, lambda: self._bound(stop_shortens=True)()[0], self._abandon)
-            self._watchdog.start()
 
     def close(self) -> None:
+        self.closed = True
         # A run ending on an error still finishes the checkpoint in flight.
         if self.background is not None:
             job = self.background.wait()
             if job is not None and job.error is not None:
                 log.error("%s", self._background_error(job))
         self.store.wait_for_deletions()
-        if self._watchdog is not None:
-            self._watchdog.stop()
-        self.signals.uninstall()
-
-    # ------------------------------------------------------------ forced exits
-    def add_last_words(self, word: Callable[[str], object]) -> None:
-        """Something a forced exit (a second Ctrl+C, a silent torchrun peer) does before
-        it ends the process, given the run's status: write summary.json, flush metrics.
-        It runs on another thread while the main one may be mid-step."""
-        self.forced_exit.last_words.append(word)
-
-    def _quit_at_once(self) -> None:
-        """The second Ctrl+C: no new checkpoint, exit 130 now, even from inside a C++ op."""
-        message = lambda: say(second_ctrl_c_message(self.last_checkpoint(), resume_command(self.run_dir)))  # noqa: E731
-        self.forced_exit.run(128 + signal.SIGINT, "interrupted", [("message", message)])
 
     def last_checkpoint(self) -> Path | None:
         """The newest checkpoint of this run known to be complete on disk."""
         return self.last_saved or self.resumed_from
 
-    # ------------------------------------------------------------------ stopping
-    def stop_requested_in_window(self) -> bool:
-        # Under DDP one rank cannot abandon a window alone: the others would wait in
-        # its all-reduce forever. Ranks agree at the step boundary instead.
-        return self.signals.requested and not self.dist.is_distributed
-
-    def interruptible(self) -> ContextManager:
-        """A block in which a stop signal ends the current wait at once (StopRequested).
-        Under DDP a rank may not leave alone, so there it only sets the flag."""
-        if self.dist.is_distributed:
-            return contextlib.nullcontext()
-        return self.signals.interruptible()
-
-    def stop_here(self) -> NoReturn:
-        """Save this step boundary's checkpoint, say how to resume, and end the run with
-        the signal's exit code (TrainingInterrupted)."""
-        path = self.save()
-        signum = self.signals.received or signal.SIGINT
-        step = self.parts.run_state.step
-        log.warning("stopped by %s at step %d; checkpoint %s. Resume with:\n  %s",
-                    signal.Signals(signum).name, step, path, resume_command(self.run_dir))
-        raise TrainingInterrupted(signum, step, str(path), self.signals.chained_handler())
-
-    def stop_agreed(self) -> bool:
-        """At a step boundary: did any rank receive a stop signal? Under torchrun the
-        ranks agree through the store (optimus_preflight.training.peers); a rank that does not
-        answer ends the run with its rank named, after rank 0 saved this step."""
-        self.raise_if_background_failed()
-        peers = active_peers() if self.dist.is_distributed else None
-        if peers is None:
-            return self.signals.requested
-        self._training = True
-        try:
-            flags = peers.gather(self.signals.received or 0, during="the stop agreement at a step boundary", bound=self._bound(stop_shortens=True))
-        except PeersUnresponsive as error:
-            raise error.with_outcome(self._outcome(self._save_last_step())) from None
-        signum = max(flags)
-        if signum:
-            self.signals.request(signum)
-        return bool(signum)
-
-    def _bound(self, *, stop_shortens: bool) -> Bound:
-        """How long to wait for the peers: the process-group bound, or, once this rank
-        has a stop request, checkpoint.stop_timeout_s: ranks are in lockstep at step
-        boundaries, so a healthy peer answers within about a step."""
-        peers = active_peers()
-        dist_timeout_s = peers.timeout_s if peers is not None else 0.0
-
-        def bound() -> tuple[float, str]:
-            if stop_shortens and self.signals.stop_seen:
-                return min(self.stop_timeout_s, dist_timeout_s), "checkpoint.stop_timeout_s"
-            return dist_timeout_s, "trainer.dist_timeout_s"
-
-        return bound
-
-    def _save_last_step(self, *, from_main_thread: bool = True) -> Path | str:
+    def save_last_step(self, from_main_thread: bool = True) -> Path | str:
         """Rank 0's checkpoint of the last completed step (under DDP its weights are the
         whole model), or why there is none."""
         if self.sharded:
             return "under FSDP every rank writes its own shard, and a silent rank cannot"
         if not self.dist.is_main:
             return "rank 0 writes the checkpoints"
-        if not self._training or self.parts is None:
+        if not self.training_started or self.parts is None:
             return "training had not started"
         # The main thread is parked in a collective (off it) or at a step boundary, so
         # the state is that of the last boundary, unless it was updating the weights.
@@ -226,28 +151,6 @@ class RunCheckpointer:
         if self.last_saved is not None and self.last_saved.name == f"step_{step:08d}":
             return self.last_saved
         return self._write()
-
-    def _outcome(self, saved: Path | str) -> str:
-        resume = resume_command(self.run_dir)
-        if isinstance(saved, Path):
-            return f"Rank 0 saved checkpoint {saved}. Resume with: {resume}"
-        last = self.last_checkpoint()
-        on_disk = f"the last one on disk is {last}" if last else "there is none on disk yet"
-        return f"No new checkpoint ({saved}); {on_disk}. Resume with: {resume}"
-
-    def _abandon(self, silent: list[int], stuck_s: float) -> None:
-        """From the watchdog thread: the main thread is stuck in a collective that a silent
-        peer will never join. Save what can be saved, say so, exit 2 now."""
-        limit, key = self._bound(stop_shortens=True)()
-        error = PeersUnresponsive(silent, waited_s=stuck_s, limit_s=limit, key=key, during="a collective this rank is stuck in")
-        saved: list[Path | str] = ["saving it failed"]
-
-        def save() -> None:
-            saved[0] = self._save_last_step(from_main_thread=False)
-
-        steps = [("checkpoint", save), ("message", lambda: say(f"optimus-train: error: {error.with_outcome(self._outcome(saved[0]))}"))]
-        # A checkpoint of a big model may take a while; a hung disk still may not hold the exit.
-        self.forced_exit.run(EXIT_USER_ERROR, "failed", steps, grace_s=max(self.forced_exit.grace_s, limit))
 
     # ------------------------------------------------------------------- saving
     def mark_boundary(self) -> None:
@@ -274,20 +177,16 @@ class RunCheckpointer:
             return self.finish_background()  # e.g. the final checkpoint or a stop at a periodic step
         if self.last_saved is not None and self.last_saved.name == name:
             return self.last_saved  # e.g. the final checkpoint at a periodic step
+        for hook in self.before_save:
+            hook()
         background = self.background is not None and self._due_step == step
         if background:
             path = self._write_in_background(step)
         else:
             self.finish_background()
             path = self._write() if self.dist.is_main or self.sharded else None
-        peers = active_peers() if self.dist.is_distributed else None
-        if peers is not None:
-            # The others wait for rank 0's write, however long it takes (up to the
-            # process-group bound); only rank 0's own wait is cut short by a stop.
-            try:
-                peers.gather(0, during="the barrier after a checkpoint save", bound=self._bound(stop_shortens=self.dist.is_main))
-            except PeersUnresponsive as error:
-                raise error.with_outcome(self._outcome(path or "rank 0 writes the checkpoints")) from None
+        if self.after_save is not None:
+            self.after_save(path)
         if background:
             return path  # being written: last_saved names it once it is complete
         self.last_saved = path or self.store.directory / name

@@ -1,6 +1,6 @@
 """Stop signals as a component: handlers only set a flag; the loop decides where to stop.
 
-SIGINT, SIGTERM and one configurable extra signal (SLURM sends SIGUSR1 ahead of its time
+SIGINT, SIGTERM, SIGHUP (unless ignored, as under nohup) and one configurable extra signal (SLURM sends SIGUSR1 ahead of its time
 limit) request a stop. While the loop is blocked waiting for data, the handler also
 raises ``StopRequested`` so a stuck DataLoader cannot hold the stop hostage. A second
 SIGINT calls ``force_quit`` (or raises KeyboardInterrupt when none is set): the user
@@ -152,6 +152,11 @@ class StopSignals:
             log.warning("not on the main thread: stop signals will not save a checkpoint")
             return False
         self._pid = os.getpid()
+        # SIGHUP (an ssh session that drops, a terminal closed) stops the run like
+        # SIGTERM, unless the process was started to ignore it (nohup, setsid wrappers).
+        hangup = getattr(signal, "SIGHUP", None)
+        if hangup is not None and hangup not in self.signals and signal.getsignal(hangup) is not signal.SIG_IGN:
+            self.signals.append(hangup)
         for signum in self.signals:
             self._previous[signum] = signal.signal(signum, self._handle)
         if not self._watcher.start():

@@ -2,8 +2,8 @@
 
 Every ``every_n_steps`` steps it measures one optimizer step: forward hooks on the
 activation modules for that step's forward (dead fractions, activation samples), a
-copy of the weights just before ``optimizer.step()`` (through the StepRunner's
-``before_optimizer_step`` callback) for the update/weight ratio, the GradScaler scale
+copy of the weights just before ``optimizer.step()`` (``before_optimizer_step``, which
+``DynamicsCallback`` calls at that event) for the update/weight ratio, the GradScaler scale
 and the skip rate since the last measurement; with TensorBoard on, histograms of
 weights, gradients and activations. Between measurements nothing is attached and
 nothing is read back from the device. A Watchdog turns the values into warnings.
@@ -23,7 +23,7 @@ from optimus_preflight.dynamics.measures import activation_modules, skip_rate, s
 from optimus_preflight.dynamics.watchdog import Watchdog, default_rules
 from optimus_preflight.training.distributed import unwrap
 from optimus_preflight.training.optim import group_names
-from optimus_preflight.training.step import StepResult, StepRunner
+from optimus_preflight.training.step import StepResult
 
 log = logging.getLogger("optimus_preflight")
 
@@ -37,7 +37,6 @@ class DynamicsMonitor:
         self,
         model: nn.Module,
         optimizer: Optimizer,
-        runner: StepRunner,
         scaler: torch.amp.GradScaler,
         *,
         every_n_steps: int,
@@ -54,7 +53,6 @@ class DynamicsMonitor:
             raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
         self.model = model
         self.optimizer = optimizer
-        self.runner = runner
         self.scaler = scaler
         self.every_n_steps = every_n_steps
         self.group_names = group_names
@@ -84,9 +82,11 @@ class DynamicsMonitor:
             return
         self._armed_step = step
         self._probe = ActivationProbe(self._modules, keep_samples=self.histograms is not None)
-        self.runner.before_optimizer_step = self._before_optimizer_step
 
-    def _before_optimizer_step(self) -> None:
+    def before_optimizer_step(self, step: int) -> None:
+        """The final gradients exist (unscaled, clipped): snapshot the weights of an armed step."""
+        if self._armed_step != step:
+            return
         self._snapshot = snapshot_groups(self.optimizer)
         if self.histograms is not None and self._armed_step is not None:
             for group in self.optimizer.param_groups:
@@ -136,8 +136,6 @@ class DynamicsMonitor:
         """Detach everything; safe to call twice, and when nothing is armed."""
         if self._probe is not None:
             self._probe.remove()
-        if self.runner.before_optimizer_step == self._before_optimizer_step:
-            self.runner.before_optimizer_step = None
         self._probe = self._snapshot = None
         self._armed_step = None
 
@@ -152,7 +150,6 @@ def monitor_for_recipe(recipe: Any, sinks: list[Any]) -> DynamicsMonitor | None:
     return DynamicsMonitor(
         recipe.model,
         recipe.optimizer,
-        recipe.training_iteration.runner,
         context.scaler,
         every_n_steps=every,
         group_names=group_names(recipe.optimizer),

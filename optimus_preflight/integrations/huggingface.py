@@ -16,7 +16,7 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from optimus_preflight.errors import PreflightFailed
-from optimus_preflight.preflight.report import PreflightReport
+from optimus_preflight.preflight.framework.report import PreflightReport
 from optimus_preflight.preflight.standalone import run_preflight
 
 

@@ -27,7 +27,7 @@ except ImportError:  # the unified `lightning` package ships the same API under 
     import lightning.pytorch as pl  # type: ignore[no-redef]
 
 from optimus_preflight.errors import PreflightFailed
-from optimus_preflight.preflight.report import PreflightReport
+from optimus_preflight.preflight.framework.report import PreflightReport
 from optimus_preflight.preflight.standalone import run_preflight
 
 log = logging.getLogger("optimus_preflight")

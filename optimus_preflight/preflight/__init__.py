@@ -30,9 +30,9 @@ from optimus_preflight.preflight.checks.step_checks import (
     LossFunctionCheck,
     TargetsCheck,
 )
-from optimus_preflight.preflight.checks.step_runs import AccumulationCheck, CheckpointRoundTripCheck, OverfitCheck
+from optimus_preflight.preflight.checks.step_runs import AccumulationCheck
+from optimus_preflight.preflight.checks.step_smoke import CheckpointRoundTripCheck, OverfitCheck
 from optimus_preflight.preflight.checks.throughput import ThroughputCheck
-from optimus_preflight.preflight.console import format_report, log_report
 from optimus_preflight.preflight.defaults import DEFAULT_CHECKS, default_checks
 from optimus_preflight.preflight.framework import (
     Check,
@@ -44,10 +44,11 @@ from optimus_preflight.preflight.framework import (
     Stage,
     run_checks,
 )
-from optimus_preflight.preflight.preflight_context import PreflightContext
-from optimus_preflight.preflight.preserve import TrainingStateSnapshot, preserved_training_state
-from optimus_preflight.preflight.report import PreflightReport
-from optimus_preflight.preflight.runner import run_preflight_checks
+from optimus_preflight.preflight.framework.console import format_report, log_report
+from optimus_preflight.preflight.framework.context import PreflightContext
+from optimus_preflight.preflight.framework.preserve import TrainingStateSnapshot, preserved_training_state
+from optimus_preflight.preflight.framework.report import PreflightReport
+from optimus_preflight.preflight.framework.runner import run_preflight_checks
 from optimus_preflight.preflight.standalone import run_preflight
 
 __all__ = [

@@ -22,11 +22,11 @@ from optimus_preflight.config.seed_layouts import (
     our_loader_knobs,
     with_loader_settings,
 )
+from optimus_preflight.preflight.analyses.sizes import dataloader_host_bytes
 from optimus_preflight.preflight.checks.data_checks import RAM_ERROR_FRACTION, RAM_WARN_FRACTION
-from optimus_preflight.preflight.fetch import fetch_batches
-from optimus_preflight.preflight.guard import describe_hang
-from optimus_preflight.preflight.samples import batch_nbytes
-from optimus_preflight.preflight.sizes import dataloader_host_bytes
+from optimus_preflight.preflight.data_access.fetch import fetch_batches
+from optimus_preflight.preflight.data_access.guard import describe_hang
+from optimus_preflight.preflight.data_access.samples import batch_nbytes
 
 log = logging.getLogger("optimus_preflight")
 GIB = 1024**3

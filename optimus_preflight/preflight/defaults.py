@@ -1,15 +1,12 @@
 """The default check list. Extend it by appending a Check subclass to ``DEFAULT_CHECKS``
 (order within a stage is kept), or override ``preflight_checks()`` in a recipe.
 
-Also what ``preflight.disable`` may name: a defined check or an issue code."""
+Also what ``preflight.disable`` may name: a defined check, or an issue code a check declares."""
 
 from __future__ import annotations
 
 import difflib
-import re
-import sys
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from optimus_preflight.errors import UserError
@@ -21,6 +18,7 @@ from optimus_preflight.preflight.checks import (
     model_checks,
     step_checks,
     step_runs,
+    step_smoke,
     throughput,
 )
 from optimus_preflight.preflight.checks.adapter_checks import AdapterCheck
@@ -36,7 +34,8 @@ from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
 from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
 from optimus_preflight.preflight.checks.worker_pickling import WorkerPicklingCheck
-from optimus_preflight.preflight.framework import Check, known_checks, validate_checks
+from optimus_preflight.preflight.framework.check import Check
+from optimus_preflight.preflight.framework.registry import known_checks, known_codes, validate_checks
 
 DEFAULT_CHECKS: list[type[Check]] = [
     env_checks.DeviceCheck,
@@ -79,8 +78,8 @@ DEFAULT_CHECKS: list[type[Check]] = [
     TargetLeakCheck,
     step_runs.AccumulationCheck,
     step_runs.LossScaleCheck,
-    step_runs.CheckpointRoundTripCheck,
-    step_runs.OverfitCheck,
+    step_smoke.CheckpointRoundTripCheck,
+    step_smoke.OverfitCheck,
     LRFinderCheck,
     throughput.ThroughputCheck,
 ]
@@ -93,68 +92,35 @@ def default_checks(cfg: Any) -> list[Check]:
     return [check_class() for check_class in DEFAULT_CHECKS if check_class.applies(cfg)]
 
 
-# How issue codes are written: a quoted upper-case token such as "DP15" or "ENV_DISK".
-_CODE_LITERAL = re.compile(r"""["']([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*)["']""")
-
-
-def issue_codes() -> set[str] | None:
-    """The issue codes the defined checks can report, read from the source of the packages
-    that define checks: a code is a string literal, often in a helper module rather than
-    the check's own, so every file of those packages is read. None when a check's source
-    cannot be read (a notebook cell): then no code can be ruled out."""
-    files: set[Path] = set()
-    for top in {cls.__module__.split(".")[0] for cls in known_checks().values()}:
-        found = _source_files(sys.modules.get(top))
-        if not found:
-            return None
-        files.update(found)
-    codes: set[str] = set()
-    for path in files:
-        codes.update(_CODE_LITERAL.findall(path.read_text(encoding="utf-8", errors="replace")))
-    return codes
-
-
-def _source_files(module: Any) -> list[Path]:
-    """A package's .py files, or a plain module's own file; [] when there is no source."""
-    if module is None:
-        return []
-    if hasattr(module, "__path__"):
-        return [path for root in module.__path__ for path in Path(root).rglob("*.py")]
-    path = getattr(module, "__file__", None)
-    return [Path(path)] if path and path.endswith(".py") and Path(path).is_file() else []
-
-
-def _closest(entry: str, candidates: Iterable[str]) -> str | None:
+def _close_matches(entry: str, candidates: Iterable[str]) -> list[str]:
     # Case-blind, so "dp15" finds DP15 and "Step.Throughput" finds step.throughput.
     by_lower = {candidate.lower(): candidate for candidate in candidates}
-    close = difflib.get_close_matches(entry.lower(), by_lower, n=1)
-    return by_lower[close[0]] if close else None
+    return [by_lower[close] for close in difflib.get_close_matches(entry.lower(), by_lower, n=3)]
 
 
 def check_disable_names(disable: Iterable[str]) -> None:
-    """Refuse a ``preflight.disable`` entry that names no defined check and no issue code:
-    it would skip nothing, silently. Call it once the recipe's module (and so its own
-    checks) is imported, before any work."""
+    """Refuse a ``preflight.disable`` entry that names no defined check and no issue code a
+    check declares (``Check.codes``) or the framework reports: it would skip nothing,
+    silently. Call it once the recipe's module (and so its own checks) is imported,
+    before any work."""
     entries = list(disable)
-    checks = known_checks()
-    unknown = [entry for entry in entries if entry not in checks]
-    if not unknown:
-        return
-    codes = issue_codes()
-    # Without every code known, only a dotted entry (a check name's form) can be ruled out.
-    unknown = [entry for entry in unknown if ("." in entry if codes is None else entry not in codes)]
+    checks, codes = known_checks(), known_codes()
+    unknown = [entry for entry in entries if entry not in checks and entry not in codes]
     if not unknown:
         return
     entry = unknown[0]
-    guess = _closest(entry, [*checks, *(codes or ())])
-    listing = "`optimus-train preflight.only=true` prints every check's name and every issue's code."
-    if guess is None:
+    close = _close_matches(entry, [*checks, *codes])
+    listing = ("`optimus-train preflight.only=true` prints every check's name; a check's issue codes are its "
+               "`codes` attribute.")
+    if not close:
         fix = f"Name checks or issue codes as a list, e.g. preflight.disable=[step.throughput,O6]; {listing}"
     else:
-        fixed = ",".join(guess if name == entry else name for name in entries)
-        fix = f"Did you mean {guess}? Set preflight.disable=[{fixed}]; {listing}"
+        fixed = ",".join(close[0] if name == entry else name for name in entries)
+        others = f" Other close matches: {', '.join(close[1:])}." if close[1:] else ""
+        fix = f"Did you mean {close[0]}? Set preflight.disable=[{fixed}].{others} {listing}"
     raise UserError(
-        f"preflight.disable: {entry!r} is neither a preflight check nor an issue code, so it would skip nothing",
+        f"preflight.disable: {entry!r} is neither a preflight check nor an issue code a check declares, "
+        "so it would skip nothing",
         key="preflight.disable",
         fix=fix,
     )

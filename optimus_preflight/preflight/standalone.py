@@ -14,7 +14,6 @@ import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +27,9 @@ from optimus_preflight.config.schema import FAIL_ON, Config, DataConfig, GradSca
 from optimus_preflight.errors import PreflightFailed
 from optimus_preflight.preflight.defaults import default_checks
 from optimus_preflight.preflight.framework import Check, Issue
-from optimus_preflight.preflight.preflight_context import PreflightContext
-from optimus_preflight.preflight.report import PreflightReport
-from optimus_preflight.preflight.runner import REPORT_FILE, run_preflight_checks
+from optimus_preflight.preflight.framework.context import PreflightContext
+from optimus_preflight.preflight.framework.report import PreflightReport
+from optimus_preflight.preflight.framework.runner import REPORT_FILE, run_preflight_checks
 from optimus_preflight.training.distributed import DistEnv, unwrap
 from optimus_preflight.training.precision import PrecisionPlan, make_grad_scaler, resolve_precision
 from optimus_preflight.training.training_context import TrainingContext
@@ -85,15 +84,6 @@ def fix_for_foreign_loop(issue: Issue) -> str:
         return fix
     where = _PLAIN_EQUIVALENT.get(key.split(".", 1)[0], "your own code")
     return f"{issue.fix} (Outside a TrainRecipe, {key} stands for {where}: make the equivalent change there.)"
-
-
-@dataclass
-class ForeignLoop:
-    """Stands in for the recipe: the builders are the user's own code, and nothing has
-    trained yet (``state`` is read by the throughput check's ETA)."""
-
-    default_builders_used: frozenset[str] = frozenset()
-    state: Any = None
 
 
 class ForeignLoopContext(PreflightContext):
@@ -287,18 +277,10 @@ def run_preflight(
         warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
         directory = Path(run_dir) if run_dir is not None else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="preflight-")))
         directory.mkdir(parents=True, exist_ok=True)
-        ctx = ForeignLoopContext(
-            cfg=cfg,
-            recipe=ForeignLoop(),
-            model=model,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            train_loader=train_loader,  # type: ignore[arg-type]
-            val_loader=val_loader,  # type: ignore[arg-type]
-            compute_loss=loss_adapter(loss_fn),
-            training=training,
-            run_dir=directory,
-        )
+        # No recipe: the checks copy the live objects, and nothing has trained yet.
+        ctx = ForeignLoopContext.from_objects(cfg, model, optimizer, train_loader, loss_adapter(loss_fn),
+                                              run_dir=directory, scheduler=scheduler, val_loader=val_loader,
+                                              training=training)
         chosen = list(checks) if checks is not None else default_checks(cfg)
         report = run_preflight_checks(chosen, ctx, report_path=directory / REPORT_FILE if run_dir is not None else None)
     if raise_on_failure and report.failed:

@@ -140,6 +140,12 @@ class CsvSink:
             self._pending = []
             self._guard(lambda: (self._file.write(buffer.getvalue()), self._file.flush()))
 
+    def sync(self) -> None:
+        """Flush and fsync (as a checkpoint is written)."""
+        self.flush()
+        if self._file is not None and not self._file.closed:
+            self._guard(lambda: os.fsync(self._file.fileno()))
+
     def finish(self, summary: dict[str, Any], status: str) -> None:
         """Nothing to add: the summary has its own file."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -90,6 +91,16 @@ class JsonlSink:
         except OSError as error:
             raise StorageError.from_os_error(error, self.path.name, self.path.parent) from None
 
+    def sync(self) -> None:
+        """Flush and fsync: the records so far survive a SIGKILL or a power cut."""
+        if self._file.closed:
+            return
+        self.flush()
+        try:
+            os.fsync(self._file.fileno())
+        except OSError as error:
+            raise StorageError.from_os_error(error, self.path.name, self.path.parent) from None
+
     def close(self) -> None:
         """Never raises: it runs while a run is already stopping, maybe for this very disk."""
         if self._file.closed:
@@ -144,6 +155,15 @@ class MetricsLogger:
     def flush(self) -> None:
         for sink in self.sinks:
             if hasattr(sink, "flush"):
+                sink.flush()
+
+    def sync(self) -> None:
+        """Make every record so far durable (called as a checkpoint is written: what a
+        resume continues from is then on disk in the metric files too)."""
+        for sink in self.sinks:
+            if hasattr(sink, "sync"):
+                sink.sync()
+            elif hasattr(sink, "flush"):
                 sink.flush()
 
     def close(self) -> None:

@@ -28,8 +28,9 @@ class StepLogger:
         group_names: list[str],
         world_size: int = 1,
         reduce_sum: Callable[[Any], torch.Tensor] | None = None,
-        dynamics: Any = None,
         union_names: Callable[[list[str]], list[str]] | None = None,
+        wants_record: Callable[[int], bool] = lambda step: False,
+        extend_record: Callable[[int, StepResult, dict[str, Any]], None] = lambda step, result, record: None,
     ):
         self.metrics = metrics
         self.progress = progress
@@ -42,8 +43,10 @@ class StepLogger:
         # main rank has sinks.
         self.reduce_sum = reduce_sum
         self.union_names = union_names  # under DDP: every rank's metric names (training/distributed.py)
-        # A DynamicsMonitor (optimus_preflight.dynamics) or None; its steps are always logged.
-        self.dynamics = dynamics
+        # The callbacks' part of the record (optimus_preflight.callbacks): steps they need
+        # logged (a dynamics measurement, a compile warm-up), and the keys they add.
+        self.wants_record = wants_record
+        self.extend_record = extend_record
         self._reset()
 
     def _reset(self) -> None:
@@ -53,23 +56,16 @@ class StepLogger:
         self._since = time.perf_counter()
 
     def on_step(self, step: int, result: StepResult, skipped_steps: int, *, force: bool = False,
-                warmup_s: float | None = None, epoch: int | None = None,
-                user_metrics: Any = None) -> dict[str, Any] | None:
-        """``warmup_s``: this step compiled the model (torch.compile) and took that long;
-        it is logged with its time and left out of ``samples_per_s``. ``user_metrics``:
-        the recipe's MetricCollector, read (one transfer) on logged steps only."""
-        if warmup_s is not None:
-            force = True
+                epoch: int | None = None, user_metrics: Any = None) -> dict[str, Any] | None:
+        """``user_metrics``: the recipe's MetricCollector, read (one transfer) on logged
+        steps only."""
         self._steps += 1
         self._samples += result.samples
         for name in ("data_s", "forward_s", "backward_s", "optimizer_s"):
             setattr(self._times, name, getattr(self._times, name) + getattr(result.times, name))
         self.progress.advance()
-        dynamics = self.dynamics
         # Step 1 is always logged: the loss at initialisation is the first thing to check.
-        if not force and step != 1 and step % self.every_n_steps and not (dynamics is not None and dynamics.measures(step)):
-            if dynamics is not None:
-                dynamics.prepare(step + 1)
+        if not force and step != 1 and step % self.every_n_steps and not self.wants_record(step):
             return None
         loss_tensor = result.loss
         if self.reduce_sum is not None:  # the global mean over every rank's targets
@@ -89,13 +85,9 @@ class StepLogger:
             for name, value in user_metrics.step_values(self.reduce_sum, self.union_names).items():
                 record.setdefault(name, value)  # a metric named like a built-in one does not replace it
             self.progress.show(user_metrics.progress_bar)
-        if dynamics is not None:
-            record.update(dynamics.on_logged_step(step, result, skipped_steps, loss))
         elapsed = time.perf_counter() - self._since  # after .item(): the device is in sync
-        if warmup_s is None:
-            record["samples_per_s"] = self._samples * self.world_size / max(elapsed, 1e-9)
-        else:
-            record["compile_warmup_s"] = warmup_s
+        record["samples_per_s"] = self._samples * self.world_size / max(elapsed, 1e-9)
+        self.extend_record(step, result, record)
         for name, key in (("data_s", "data"), ("forward_s", "forward"), ("backward_s", "backward"), ("optimizer_s", "optimizer")):
             record[f"time/{key}_ms"] = 1000.0 * getattr(self._times, name) / self._steps
         record.update(memory_metrics(self.device))
@@ -105,8 +97,6 @@ class StepLogger:
         return record
 
     def close(self) -> None:
-        if self.dynamics is not None:
-            self.dynamics.close()
         self.progress.close()
         self.metrics.close()
 

@@ -60,6 +60,13 @@ def split_loss_output(output: Any, batch: Any) -> tuple[torch.Tensor, Count]:
     return loss.reshape(()), count
 
 
+def accumulation_context(model: nn.Module, is_last_microbatch: bool) -> contextlib.AbstractContextManager:
+    """DDP all-reduces on every backward unless told not to; only the window's last counts."""
+    if not is_last_microbatch and hasattr(model, "no_sync"):
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
 class StepRunner:
     """Runs forward/backward over a window of micro-batches and one optimizer update.
 
@@ -103,11 +110,11 @@ class StepRunner:
         self.world_size = world_size
         self._global_reference: torch.Tensor | None = None
         self.non_blocking = plan.device.type == "cuda"
-        # Set only for the steps that need it (dynamics metrics): called after unscaling
-        # and clipping, before the optimizer step, while the final gradients exist.
-        self.before_optimizer_step: Callable[[], None] | None = None
-        # The recipe's callbacks' before_optimizer_step (optimus_preflight.callbacks), after the one above.
+        # Called after unscaling and clipping, before the optimizer step, while the final
+        # gradients exist: the callbacks' before_optimizer_step (optimus_preflight.callbacks).
         self.optimizer_step_hooks: list[Callable[[], None]] = []
+        # Around each micro-batch's forward and backward (TrainingIterationMixin's, which a user may override).
+        self.accumulation_context: Callable[[nn.Module, bool], contextlib.AbstractContextManager] = accumulation_context
 
     def _reference(self, first_count: Count) -> Count:
         if self.reduce_sum is None:
@@ -120,12 +127,6 @@ class StepRunner:
         if self.reduce_sum is None:
             return reference / count_sum
         return self.world_size * reference / self.reduce_sum(count_sum)
-
-    def _sync_context(self, is_last: bool) -> contextlib.AbstractContextManager:
-        # DDP all-reduces on every backward unless told not to; only the last counts.
-        if not is_last and hasattr(self.model, "no_sync"):
-            return self.model.no_sync()
-        return contextlib.nullcontext()
 
     def run(self, window: Iterator[tuple[Any, bool]]) -> StepResult | None:
         """Returns None when a stop was requested mid-window: the partial gradients are
@@ -140,7 +141,7 @@ class StepRunner:
             batch = move_to_device(batch, self.plan.device, self.non_blocking)
             started = time.perf_counter()
             times.data_s += started - clock
-            with self._sync_context(is_last):
+            with self.accumulation_context(self.model, is_last):
                 with self.plan.autocast():
                     loss, count = split_loss_output(self.compute_loss(self.model, batch), batch)
                 if micro_batches == 0:
@@ -171,8 +172,6 @@ class StepRunner:
         grad_norm = total_norm(params)
         if self.clip_grad_norm is not None:
             clip_grads_(params, self.clip_grad_norm, grad_norm)
-        if self.before_optimizer_step is not None:
-            self.before_optimizer_step()
         for hook in self.optimizer_step_hooks:
             hook()
         stepped = self._optimizer_step(grad_norm)

@@ -40,11 +40,18 @@ class BatchStream:
         loader: DataLoader,
         accumulation_steps: int,
         interruptible: Callable[[], ContextManager] = contextlib.nullcontext,
+        should_stop: Callable[[], bool] = lambda: False,
     ):
         self.loader = loader
         self.accumulation_steps = accumulation_steps
         # Wraps each blocking fetch so a stop signal can end a wait on a stuck loader.
         self.interruptible = interruptible
+        # Asked between micro-batches: a stop request abandons the window (the step
+        # boundary stays clean for a checkpoint). Set by whoever handles stop signals.
+        self.should_stop = should_stop
+        # Windows committed since this object was made: tells a loop whether the last
+        # step completed or was abandoned.
+        self.windows_committed = 0
         self.position = DataPosition()
         self._iterator: Iterator[Any] | None = None
         # Set by load_state_dict: the recorded order of the epoch a resume continues.
@@ -146,3 +153,4 @@ class BatchStream:
         """Mark every batch handed out so far as consumed by a completed step. (The
         epoch's short last batch may overcount; the next fetch then ends the epoch.)"""
         self.position.samples_consumed = self._start + self._fetched * self.batch_size
+        self.windows_committed += 1

@@ -1,2 +1,3 @@
-"""The preflight checks, one module per subject (environment, config, data, batches,
-model, memory, step); the framework that runs them is one package up."""
+"""The preflight checks, and nothing else: one module per subject (environment, config,
+data, batches, model, memory, step). Each ``Check`` subclass declares its ``codes``. The
+framework that runs them, the data access and the analyses are sibling packages."""

@@ -36,7 +36,7 @@ from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.distributed import unwrap
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 # Beside adapters, a trainable share of the base model above this is not a head and norms.
 TRAINABLE_BASE = 0.5
@@ -132,6 +132,7 @@ class AdapterCheck(Check):
 
     name = "model.adapters"
     stage = Stage.MODEL
+    codes = ("O21",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         model = unwrap(ctx.model)

@@ -12,10 +12,10 @@ from torch import nn
 from torch.utils.data import BatchSampler, IterableDataset, SequentialSampler
 from torch.utils.data._utils.collate import default_collate
 
+from optimus_preflight.preflight.data_access.guard import DataGuard
+from optimus_preflight.preflight.data_access.samples import leaf_shapes
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.guard import DataGuard
-from optimus_preflight.preflight.preserve import preserved_data_state
-from optimus_preflight.preflight.samples import leaf_shapes
+from optimus_preflight.preflight.framework.preserve import preserved_data_state
 from optimus_preflight.training.epoch_replay import (
     can_skip_by_index,
     capture_order,
@@ -24,7 +24,7 @@ from optimus_preflight.training.epoch_replay import (
 )
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 COLLATE_SCAN_SAMPLES = 32
 # A scan of a slow (not hung) dataset stops reading after this long, with what it has.
@@ -59,6 +59,7 @@ class CollateCheck(Check):
 
     name = "data.collate"
     stage = Stage.DATA
+    codes = ("DP4",)
     requires = ("data.first_batch",)  # a loader that cannot yield one batch has nothing to scan
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -94,6 +95,7 @@ class FinalBatchCheck(Check):
 
     name = "data.final_batch"
     stage = Stage.DATA
+    codes = ("DP8",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
@@ -134,6 +136,7 @@ class SamplingCheck(Check):
 
     name = "data.sampling"
     stage = Stage.DATA
+    codes = ("DP2", "DP14", "RESUME_ORDER")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader

@@ -11,7 +11,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 # fp16 vs bf16 autocast, one training step of the default recipe (char_lm: forward,
 # backward, AdamW step; GradScaler for fp16) on this project's 2-core x86 CPU machine
@@ -93,6 +93,7 @@ class LrScheduleCheck(Check):
 
     name = "config.lr_schedule"
     stage = Stage.CONFIG
+    codes = ("O8",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         scheduler = ctx.scheduler
@@ -167,6 +168,7 @@ class PrecisionCheck(Check):
 
     name = "config.precision"
     stage = Stage.CONFIG
+    codes = ("PRECISION_CPU_FP16",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         precision, device = ctx.training.plan.precision, ctx.device.type

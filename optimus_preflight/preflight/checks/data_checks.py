@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING, Any
 import psutil
 from torch.utils.data import IterableDataset
 
+from optimus_preflight.preflight.analyses.sizes import dataloader_host_bytes
 from optimus_preflight.preflight.checks.batch_checks import describe_groups, is_map_style, shape_groups
-from optimus_preflight.preflight.fetch import FetchResult, fetch_batches
+from optimus_preflight.preflight.data_access.fetch import FetchResult, fetch_batches
+from optimus_preflight.preflight.data_access.guard import DataGuard
+from optimus_preflight.preflight.data_access.samples import batch_nbytes, describe_shapes, sample_hashes
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.guard import DataGuard
-from optimus_preflight.preflight.preserve import preserved_data_state
-from optimus_preflight.preflight.samples import batch_nbytes, describe_shapes, sample_hashes
-from optimus_preflight.preflight.sizes import dataloader_host_bytes
+from optimus_preflight.preflight.framework.preserve import preserved_data_state
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 FIRST_BATCH = "data.first_batch"
 RAGGED_MARKERS = ("stack expects each tensor to be equal size", "each element in list of batch should be of equal size")
@@ -51,6 +51,7 @@ class FirstBatchCheck(Check):
 
     name = FIRST_BATCH
     stage = Stage.DATA
+    codes = ("DATA_EMPTY", "DATA_ERROR", "DP4", "DP13")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
@@ -76,9 +77,9 @@ class FirstBatchCheck(Check):
                                     "DataLoader's batch_size <= its size when drop_last=True.")
         else:
             batch = result.batches[0]
-            ctx.artifacts["first_batch"] = batch
-            ctx.artifacts["first_batches"] = result.batches[:compared]
-            ctx.artifacts["window_batches"] = result.batches
+            ctx.artifacts.first_batch = batch
+            ctx.artifacts.first_batches = result.batches[:compared]
+            ctx.artifacts.window_batches = result.batches
             size = batch_nbytes(batch)
             findings.data.update(batch_bytes=size, shapes=describe_shapes(batch))
             findings.data["summary"] = f"first batch in {result.latency_s:.2f} s, {size / 1024:.1f} KiB"
@@ -132,11 +133,12 @@ class LoaderMemoryCheck(Check):
 
     name = "data.loader_memory"
     stage = Stage.DATA
+    codes = ("DATA_RAM", "DP15")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
-        batch_bytes = batch_nbytes(ctx.artifacts["first_batch"])
+        batch_bytes = batch_nbytes(ctx.artifacts.first_batch)
         workers = getattr(loader, "num_workers", 0)
         usage = dataloader_host_bytes(batch_bytes, workers, getattr(loader, "prefetch_factor", None), loader.pin_memory)
         available = psutil.virtual_memory().available
@@ -178,13 +180,14 @@ class DuplicateSamplesCheck(Check):
 
     name = "data.duplicates"
     stage = Stage.DATA
+    codes = ("DP2",)
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        batches = ctx.artifacts["first_batches"]
+        batches = ctx.artifacts.first_batches
         hashes = [sample_hashes(batch) for batch in batches]
         # Kept for the cross-rank comparison at the end of preflight.
-        ctx.artifacts["sample_hashes"] = hashes[0] if hashes else []
+        ctx.artifacts.sample_hashes = hashes[0] if hashes else []
         seen: set[str] = set()
         repeated = later = 0
         for index, digests in enumerate(hashes):

@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import DistributedSampler, RandomSampler, SequentialSampler
 
 from optimus_preflight.preflight.checks.batch_checks import is_map_style, sampler_chain
+from optimus_preflight.preflight.data_access.guard import DataGuard
+from optimus_preflight.preflight.data_access.samples import leaf_shapes, sample_digest
 from optimus_preflight.preflight.framework import Check, Findings, SkipCheck, Stage, StopCheck
-from optimus_preflight.preflight.guard import DataGuard
-from optimus_preflight.preflight.preserve import preserved_data_state
-from optimus_preflight.preflight.samples import leaf_shapes, sample_digest
+from optimus_preflight.preflight.framework.preserve import preserved_data_state
 from optimus_preflight.training.loaders import ResumableSampler
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 # Samplers that draw exactly range(len(dataset)): for any other, len is not the contract.
 INDEX_SAMPLERS = (SequentialSampler, RandomSampler, DistributedSampler, ResumableSampler)
@@ -92,6 +92,7 @@ class DatasetLengthCheck(Check):
 
     name = "data.dataset_length"
     stage = Stage.DATA
+    codes = ("DP7",)
     requires = ("data.first_batch",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:

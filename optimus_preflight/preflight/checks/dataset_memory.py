@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING
 import psutil
 
 from optimus_preflight.preflight.checks.batch_checks import is_map_style
+from optimus_preflight.preflight.data_access.guard import DataGuard
 from optimus_preflight.preflight.framework import Check, Findings, SkipCheck, Stage, StopCheck
-from optimus_preflight.preflight.guard import DataGuard
-from optimus_preflight.preflight.preserve import preserved_data_state
+from optimus_preflight.preflight.framework.preserve import preserved_data_state
 from optimus_preflight.training.batches import batch_size_of
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 MIB = 1024**2
 GIB = 1024**3
@@ -160,6 +160,7 @@ class DatasetCacheCheck(Check):
 
     name = "data.dataset_cache"
     stage = Stage.DATA
+    codes = ("DP9",)
     requires = ("data.first_batch",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -202,7 +203,7 @@ class DatasetCacheCheck(Check):
             per_epoch = guard.call(len, loader.sampler, what="len(sampler)") if loader.sampler is not None else size
         except TypeError:
             per_epoch = size
-        batch = getattr(loader, "batch_size", None) or batch_size_of(ctx.artifacts["first_batch"]) or 1
+        batch = getattr(loader, "batch_size", None) or batch_size_of(ctx.artifacts.first_batch) or 1
         planned = ctx.cfg.trainer.max_steps * ctx.cfg.trainer.accumulation_steps * batch
         local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.training.dist.world_size))
         reads = cached_samples(per_epoch, planned, workers, persistent)

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 import psutil
 import torch
 
+from optimus_preflight.preflight.analyses.sizes import checkpoint_bytes_estimate
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.sizes import checkpoint_bytes_estimate
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 GIB = 1024**3
 SHM_PATH = "/dev/shm"
@@ -62,6 +62,7 @@ def device_findings(
 class DeviceCheck(Check):
     name = "env.device"
     stage = Stage.ENVIRONMENT
+    codes = ("ENV_CPU", "ENV_CPU_DISTRIBUTED", "ENV_GPU_COUNT", "ENV_NO_CUDA")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         available = torch.cuda.is_available()
@@ -113,6 +114,7 @@ class CpuCoresCheck(Check):
 
     name = "env.cpu_cores"
     stage = Stage.ENVIRONMENT
+    codes = ("ENV_WORKERS",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         cores = available_cores()
@@ -134,6 +136,7 @@ class SharedMemoryCheck(Check):
 
     name = "env.shared_memory"
     stage = Stage.ENVIRONMENT
+    codes = ("DP15",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         if not os.path.isdir(SHM_PATH):
@@ -158,6 +161,7 @@ class SharedMemoryCheck(Check):
 class HostRamCheck(Check):
     name = "env.host_ram"
     stage = Stage.ENVIRONMENT
+    codes = ("ENV_LOW_RAM",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         memory = psutil.virtual_memory()
@@ -188,6 +192,7 @@ def probe_writable(directory: Path) -> str | None:
 class RunDirCheck(Check):
     name = "env.run_dir"
     stage = Stage.ENVIRONMENT
+    codes = ("ENV_RUN_DIR",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         findings.data["run_dir"] = str(ctx.run_dir)
@@ -211,6 +216,7 @@ class DiskSpaceCheck(Check):
 
     name = "env.disk_space"
     stage = Stage.ENVIRONMENT
+    codes = ("ENV_DISK",)
     # A model kept on the meta device does not fit this machine: it will train elsewhere.
     needs_weights = True
 

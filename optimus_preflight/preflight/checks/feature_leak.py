@@ -16,7 +16,7 @@ from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 
 @dataclass
@@ -131,10 +131,11 @@ class FeatureLabelCheck(Check):
 
     name = "data.label_in_features"
     stage = Stage.DATA
+    codes = ("LEAK_FEATURE",)
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        pair = _labels_of(ctx.artifacts["first_batch"])
+        pair = _labels_of(ctx.artifacts.first_batch)
         if pair is None:
             findings.data["summary"] = "not a (features, labels) batch"
             return

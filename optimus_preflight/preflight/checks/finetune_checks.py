@@ -39,7 +39,7 @@ from optimus_preflight.training.load_report import (
 )
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 ADAPTER = re.compile(r"(?:^|\.)lora_")
 # lora/peft as a word of a snake_case key or a CamelCase class name: lora_rank, use_lora,
@@ -229,6 +229,7 @@ class LoadedWeightsCheck(Check):
 
     name = "model.loaded_weights"
     stage = Stage.MODEL
+    codes = ("O20",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         found = provenance(ctx.model)
@@ -263,6 +264,7 @@ class FinetuneLRCheck(Check):
 
     name = "model.finetune_lr"
     stage = Stage.MODEL
+    codes = ("O19",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         found = provenance(ctx.model)

@@ -25,11 +25,11 @@ from torch import nn
 
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.preserve import preserved_training_state
+from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.batches import batch_size_of, leaves, move_to_device
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 MIN_SIDE = 8  # an image is at least 8x8 pixels
 MAX_CHANNELS = 4  # gray, RGB, RGBA / RGB-D
@@ -240,10 +240,11 @@ class InputScaleCheck(Check):
 
     name = "data.input_scale"
     stage = Stage.DATA
+    codes = ("DP10", "DP12")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        batch = ctx.artifacts["first_batch"]
+        batch = ctx.artifacts.first_batch
         images = [leaf for leaf in leaves(batch) if image_like(leaf)]
         if not images:
             findings.data["summary"] = "no image-like input in the first batch"

@@ -11,12 +11,12 @@ import torch
 from omegaconf import OmegaConf
 
 from optimus_preflight.dynamics.lr_finder import LRRangeResult, lr_range_test
+from optimus_preflight.preflight.data_access.guard import DataGuard
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.guard import DataGuard
 from optimus_preflight.reporting.json_records import dumps
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 log = logging.getLogger("optimus_preflight")
 
@@ -55,6 +55,7 @@ class LRFinderCheck(Check):
 
     name = "step.lr_finder"
     stage = Stage.STEP
+    codes = ("O7", "O7_FLAT", "O7_HIGH")
     requires = ("data.first_batch",)
 
     def __init__(self, num_steps: int = 100, start_lr: float = 1e-7, end_lr: float = 10.0):
@@ -87,7 +88,7 @@ class LRFinderCheck(Check):
                 ctx.model,
                 ctx.optimizer,
                 ctx.compute_loss,
-                cycled_batches(ctx.artifacts.get("first_batch"), source, self.num_steps),
+                cycled_batches(ctx.artifacts.first_batch, source, self.num_steps),
                 start_lr=self.start_lr,
                 end_lr=self.end_lr,
                 num_steps=self.num_steps,

@@ -12,7 +12,7 @@ from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.distributed import unwrap
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 HALF = (torch.float16, torch.bfloat16)
 NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm)
@@ -28,6 +28,7 @@ class OptimizerParamsCheck(Check):
 
     name = "model.optimizer_params"
     stage = Stage.MODEL
+    codes = ("O2", "O17", "OPT_DUPLICATE_PARAM")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         names = {param: name for name, param in ctx.model.named_parameters()}
@@ -89,6 +90,7 @@ class ModesCheck(Check):
 
     name = "model.modes"
     stage = Stage.MODEL
+    codes = ("O5", "O18")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         model = ctx.model
@@ -146,6 +148,7 @@ class WeightDecayCheck(Check):
 
     name = "model.weight_decay"
     stage = Stage.MODEL
+    codes = ("O6",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         optimizer = ctx.optimizer
@@ -217,6 +220,7 @@ class OptimizerEpsCheck(Check):
 
     name = "model.optimizer_eps"
     stage = Stage.MODEL
+    codes = ("O10",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         optimizer = ctx.optimizer

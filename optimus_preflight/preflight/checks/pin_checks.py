@@ -21,7 +21,7 @@ import torch
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 # A container's first SEARCH_WIDTH items stand for the rest.
 SEARCH_WIDTH = 64
@@ -91,6 +91,7 @@ class PinnedBatchCheck(Check):
 
     name = "data.pin_memory"
     stage = Stage.DATA
+    codes = ("DP5",)
     requires = ("data.first_batch",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -100,7 +101,7 @@ class PinnedBatchCheck(Check):
         if ctx.device.type == "cpu":  # nothing is pinned on a CPU run, and nothing needs to be
             findings.data["summary"] = "not applicable (training on the CPU)"
             return
-        parts = unpinnable_parts(ctx.artifacts["first_batch"])
+        parts = unpinnable_parts(ctx.artifacts.first_batch)
         findings.data["unpinned"] = [f"{part.path} ({part.kind})" for part in parts]
         findings.data["summary"] = "every tensor of the batch is pinned" if not parts else f"{len(parts)} unpinned part(s)"
         if not parts:

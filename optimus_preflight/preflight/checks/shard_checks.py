@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from optimus_preflight.preflight.checks.batch_checks import is_map_style
+from optimus_preflight.preflight.data_access.guard import DataGuard
 from optimus_preflight.preflight.framework import Check, Findings, SkipCheck, Stage, StopCheck
-from optimus_preflight.preflight.guard import DataGuard
-from optimus_preflight.preflight.preserve import preserved_data_state
+from optimus_preflight.preflight.framework.preserve import preserved_data_state
 from optimus_preflight.training.distributed import peers
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 COUNT_MAX_BATCHES = 10_000
 COUNT_BUDGET_S = 5.0
@@ -95,6 +95,7 @@ class RankBatchesCheck(Check):
 
     name = "data.rank_batches"
     stage = Stage.DATA
+    codes = ("DP3",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         group = peers()

@@ -14,13 +14,13 @@ from torch.utils.data import Subset
 
 from optimus_preflight.preflight.checks.batch_checks import is_map_style
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.data_access.guard import DataGuard
+from optimus_preflight.preflight.data_access.samples import sample_digest
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.guard import DataGuard
-from optimus_preflight.preflight.preserve import preserved_data_state
-from optimus_preflight.preflight.samples import sample_digest
+from optimus_preflight.preflight.framework.preserve import preserved_data_state
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 TRAIN_SAMPLES = 1024  # with VAL_SAMPLES: ~0.15 s on the char-LM (0.5 s at 4096)
 VAL_SAMPLES = 256
@@ -60,6 +60,7 @@ class SplitOverlapCheck(Check):
 
     name = "data.split_overlap"
     stage = Stage.DATA
+    codes = ("LEAK_SPLIT",)
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:

@@ -6,18 +6,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
-from optimus_preflight.preflight.checks.loss_spy import (
+from optimus_preflight.preflight.analyses.loss_findings import (
     init_loss_finding,
     loss_input_findings,
     target_findings,
 )
-from optimus_preflight.preflight.checks.padded_loss import padded_loss_findings
-from optimus_preflight.preflight.checks.probe import get_probe
+from optimus_preflight.preflight.analyses.padded_loss import padded_loss_findings
+from optimus_preflight.preflight.analyses.probe import get_probe
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 FIRST_STEP = "step.first_step"
 
@@ -31,6 +31,7 @@ class FirstStepCheck(Check):
 
     name = FIRST_STEP
     stage = Stage.STEP
+    codes = ("LOSS_NONFINITE", "O3", "O5", "O24", "STEP_ERROR")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -105,6 +106,7 @@ class GradientsCheck(Check):
 
     name = "step.gradients"
     stage = Stage.STEP
+    codes = ("GRAD_NONE", "GRAD_NONFINITE", "GRAD_ZERO")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -140,6 +142,7 @@ class LossFunctionCheck(Check):
 
     name = "step.loss_function"
     stage = Stage.STEP
+    codes = ("O12", "O13", "O16")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -156,6 +159,7 @@ class TargetsCheck(Check):
 
     name = "step.targets"
     stage = Stage.STEP
+    codes = ("O14",)
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -179,6 +183,7 @@ class InitialLossCheck(Check):
 
     name = "step.initial_loss"
     stage = Stage.STEP
+    codes = ("O1",)
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -196,6 +201,7 @@ class PaddedLossCheck(Check):
 
     name = "step.padded_loss"
     stage = Stage.STEP
+    codes = ("O15",)
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -208,5 +214,5 @@ class PaddedLossCheck(Check):
         findings.data["summary"] = (f"padding id {padded[0].value} in {padded[0].share:.0%} of the targets"
                                     if padded else "no padding in the targets the criterion trains on")
         returned = probe.loss.value if probe.loss is not None else None
-        for found in padded_loss_findings(probe.criterion_calls, returned, ctx.artifacts["first_batch"]):
+        for found in padded_loss_findings(probe.criterion_calls, returned, ctx.artifacts.first_batch):
             findings.add(found.severity, found.code, found.message, found.fix, code_fix=found.code_fix)

@@ -25,13 +25,13 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
+from optimus_preflight.preflight.data_access.samples import split_batch
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.preserve import preserved_training_state
-from optimus_preflight.preflight.samples import split_batch
+from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.batches import batch_size_of, move_to_device
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 CRITERIA = ("cross_entropy", "nll_loss")
 MIN_COMPARED = 16  # target positions needed to call an objective
@@ -222,13 +222,14 @@ class TargetLeakCheck(Check):
 
     name = "step.target_leak"
     stage = Stage.STEP
+    codes = ("LEAK_FUTURE", "LEAK_TARGETS")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         if not any(isinstance(module, nn.Embedding) for module in ctx.model.modules()):
             findings.data["summary"] = "no token embedding in the model"
             return
-        batch = probe_rows(ctx.artifacts["first_batch"])
+        batch = probe_rows(ctx.artifacts.first_batch)
         seen = loss_forward(ctx, batch)
         criterion = seen.criterion if seen is not None else None
         if criterion is None:

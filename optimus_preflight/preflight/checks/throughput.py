@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from optimus_preflight.preflight.analyses.trial_steps import make_runner
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
-from optimus_preflight.preflight.checks.step_runs import make_runner
+from optimus_preflight.preflight.data_access.guard import DataGuard
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.guard import DataGuard
-from optimus_preflight.preflight.preserve import preserved_training_state
+from optimus_preflight.preflight.framework.preserve import preserved_training_state
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 BURST_STEPS = 3  # timed, after one warm-up step
 BURST_BUDGET_S = 2.0
@@ -54,6 +54,7 @@ class ThroughputCheck(Check):
 
     name = "step.throughput"
     stage = Stage.STEP
+    codes = ("DATA_BOUND",)
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:

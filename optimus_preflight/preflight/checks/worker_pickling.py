@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from optimus_preflight.preflight.data_access.guard import DataGuard
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.guard import DataGuard
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 MIB = 1024**2
 # A dataset that pickles to more than this is itself the finding (a copy per worker
@@ -247,6 +247,7 @@ class WorkerPicklingCheck(Check):
 
     name = "data.worker_pickling"
     stage = Stage.DATA
+    codes = ("DP6",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader

@@ -28,17 +28,14 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from optimus_preflight.preflight.checks.loss_spy import CriterionCall, LossSpy
-from optimus_preflight.preflight.checks.padding import sequence_shapes
-from optimus_preflight.preflight.preserve import preserved_training_state
+from optimus_preflight.preflight.analyses.loss_spy import CriterionCall, LossSpy
+from optimus_preflight.preflight.analyses.padding import sequence_shapes
+from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.contracts import ContractError
 from optimus_preflight.training.step import runner_from_config
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
-
-PROBE_KEY = "step_probe"
-
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 @dataclass
 class LossReturn:
@@ -181,6 +178,6 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
 
 def get_probe(ctx: PreflightContext) -> StepProbe:
     """The probe of this preflight run (computed on first use; needs the first batch)."""
-    if PROBE_KEY not in ctx.artifacts:
-        ctx.artifacts[PROBE_KEY] = run_probe(ctx, ctx.artifacts["first_batch"])
-    return ctx.artifacts[PROBE_KEY]
+    if ctx.artifacts.step_probe is None:
+        ctx.artifacts.step_probe = run_probe(ctx, ctx.artifacts.first_batch)
+    return ctx.artifacts.step_probe

@@ -9,10 +9,7 @@ from typing import TYPE_CHECKING
 from optimus_preflight.checkpoint.training_snapshot import TrainingStateSnapshot
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
-
-SNAPSHOT_KEY = "training_state_snapshot"
-
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 def snapshot_of(ctx: PreflightContext) -> TrainingStateSnapshot:
     """A snapshot of the state a PreflightContext exposes."""
@@ -32,7 +29,7 @@ def preserved_training_state(ctx: PreflightContext) -> Iterator[TrainingStateSna
     Reuses the snapshot ``run_preflight`` takes before the first check (one copy of the
     weights per preflight, not one per check); a check run on its own takes its own.
     """
-    snapshot = ctx.artifacts.get(SNAPSHOT_KEY) or snapshot_of(ctx)
+    snapshot = ctx.artifacts.snapshot or snapshot_of(ctx)
     try:
         yield snapshot
     finally:

@@ -2,7 +2,7 @@
 
 A check that reads data (a sample, ``len(dataset)``, the loader's batches) does it
 through a ``DataGuard``. A call that hangs is reported on that check as DATA_TIMEOUT,
-naming the frame that blocks, and recorded in ``ctx.artifacts[HANG_KEY]``: every later
+naming the frame that blocks, and recorded in ``ctx.artifacts.data_hang``: every later
 guarded call skips its check at once ("the data code hung in data.collate"), so one
 hang costs the preflight one timeout, not one per check.
 """
@@ -16,14 +16,21 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from omegaconf import OmegaConf
 
-from optimus_preflight.preflight.fetch import DataHang, FetchResult, GuardedBatches, Hang, bounded_call, fetch_batches
+from optimus_preflight.preflight.data_access.fetch import (
+    DataHang,
+    FetchResult,
+    GuardedBatches,
+    Hang,
+    bounded_call,
+    fetch_batches,
+)
 from optimus_preflight.preflight.framework import Findings, SkipCheck, StopCheck
+from optimus_preflight.preflight.framework.issues import DATA_TIMEOUT
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 T = TypeVar("T")
-HANG_KEY = "data_hang"
 DEFAULT_TIMEOUT_S = 300.0
 
 
@@ -85,7 +92,7 @@ class DataGuard:
         self.timeout_s = preflight_timeout(ctx)
 
     def skip_if_hung(self) -> None:
-        earlier: HungEarlier | None = self.ctx.artifacts.get(HANG_KEY)
+        earlier = self.ctx.artifacts.data_hang
         if earlier is not None:
             at = f" at {earlier.hang.frame}" if earlier.hang.frame else ""
             raise SkipCheck(f"not run: the data code hung in {earlier.check} ({earlier.hang.headline}{at}), "
@@ -111,10 +118,10 @@ class DataGuard:
 
     def fail(self, hang: Hang) -> NoReturn:
         """Report the hang on this check, remember it for the later ones, end the check."""
-        self.ctx.artifacts[HANG_KEY] = HungEarlier(self.check, hang)
+        self.ctx.artifacts.data_hang = HungEarlier(self.check, hang)
         self.findings.data["stacks"] = hang.stacks
         report = describe_hang(hang, getattr(self.ctx.train_loader, "num_workers", 0))
-        self.findings.error("DATA_TIMEOUT", report.message, report.fix, report.config_key, code_fix=report.code_fix)
+        self.findings.error(DATA_TIMEOUT, report.message, report.fix, report.config_key, code_fix=report.code_fix)
         raise StopCheck(hang.headline)
 
 

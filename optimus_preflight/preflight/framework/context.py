@@ -1,23 +1,18 @@
-"""What a check may look at: the recipe's built objects, and artifacts earlier checks left.
+"""What a check may look at: the built objects of a run (a recipe's, or plain ones from
+any loop), and the typed ``artifacts`` earlier checks left (``framework.artifacts``).
 
 Conventions between checks:
-- ``artifacts["first_batch"]``: the real first training batch (as the loader yields it,
-  on the CPU), stored by the ``data.first_batch`` check. Checks that need a batch list
-  ``"data.first_batch"`` in ``requires``. ``artifacts["first_batches"]``: one batch per
-  worker for an IterableDataset, to compare them; ``artifacts["window_batches"]``: every
-  batch it fetched (two when a micro-batch of one sample must be split for accumulation).
-- ``artifacts["step_probe"]``: the observed first real step (``probe.get_probe``),
-  computed once by ``step.first_step`` and read by the other step checks.
-- ``artifacts["sample_hashes"]``: per-sample digests of the first batch, compared
-  across ranks at the end of preflight.
+- A check that reads ``artifacts.first_batch`` (or ``first_batches``, ``window_batches``)
+  lists ``"data.first_batch"`` in ``requires``; the step checks read the observed first
+  step through ``analyses.probe.get_probe``, computed once by ``step.first_step``.
 - User data code (a dataset's ``__getitem__``/``__len__``/``__iter__``, a sampler, a
   collate_fn, a worker_init_fn, iterating a loader) is only ever called through
-  ``guard.DataGuard`` (``call``, ``batches``), under ``preflight.first_batch_timeout_s``:
-  a hang is reported on the check that met it, naming the blocking frame, and recorded
-  in ``artifacts["data_hang"]`` so every later guarded call skips its check at once.
-  A check that reads samples also ``requires`` ``"data.first_batch"``.
+  ``data_access.guard.DataGuard`` (``call``, ``batches``), under
+  ``preflight.first_batch_timeout_s``: a hang is reported on the check that met it,
+  naming the blocking frame, and recorded in ``artifacts.data_hang`` so every later
+  guarded call skips its check at once.
 - A check that changes training state (runs a step, moves the model) does it inside
-  ``snapshot.preserved_training_state(ctx)``.
+  ``preserve.preserved_training_state(ctx)``.
 """
 
 from __future__ import annotations
@@ -34,16 +29,20 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
-from optimus_preflight.preflight.framework import builder_of
+from optimus_preflight.preflight.framework.artifacts import Artifacts
+from optimus_preflight.preflight.framework.execution import builder_of
+from optimus_preflight.training.distributed import DistEnv
 from optimus_preflight.training.loaders import ResumableSampler
-from optimus_preflight.training.training_context import TrainingContext
+from optimus_preflight.training.precision import make_grad_scaler
+from optimus_preflight.training.training_context import TrainingContext, resolve_plan
 
 
 @dataclass
 class PreflightContext:
     cfg: DictConfig
     # The recipe: its builders (build_model, build_optimizer, ...) make fresh copies
-    # for checks that must not touch the real objects.
+    # for checks that must not touch the real objects. None for plain objects: the
+    # checks then copy the live ones.
     recipe: Any
     model: nn.Module
     optimizer: Optimizer
@@ -53,7 +52,7 @@ class PreflightContext:
     compute_loss: Callable[[nn.Module, Any], Any]
     training: TrainingContext
     run_dir: Path
-    artifacts: dict[str, Any] = field(default_factory=dict)
+    artifacts: Artifacts = field(default_factory=Artifacts)
     # Checks run inside it: a stop signal then ends preflight at once (a first batch
     # that never comes must not hold a Ctrl+C hostage).
     interruptible: Callable[[], ContextManager] = contextlib.nullcontext
@@ -78,6 +77,31 @@ class PreflightContext:
         # A recipe's own build_dataloaders() that calls build_loader(dataset, cfg.data, ...)
         # reads the data keys too; build_loader's loaders are the ones with its sampler.
         return builder == "build_dataloaders" and isinstance(getattr(self.train_loader, "sampler", None), ResumableSampler)
+
+    @classmethod
+    def from_objects(
+        cls,
+        cfg: DictConfig,
+        model: nn.Module,
+        optimizer: Optimizer,
+        train_loader: Any,
+        compute_loss: Callable[[nn.Module, Any], Any],
+        *,
+        run_dir: Path,
+        scheduler: Any = None,
+        val_loader: Any = None,
+        training: TrainingContext | None = None,
+    ) -> PreflightContext:
+        """A context from plain objects, no recipe: ``cfg`` holds the settings the checks
+        read (``trainer``, ``data``, ``preflight``); ``training`` defaults to the device and
+        precision of ``cfg.trainer``, seeding nothing. Every config key applies."""
+        if training is None:
+            plan = resolve_plan(cfg.trainer)
+            training = TrainingContext(plan.device, plan, make_grad_scaler(plan, cfg.trainer.grad_scaler),
+                                       DistEnv.from_environment())
+        return cls(cfg=cfg, recipe=None, model=model, optimizer=optimizer, scheduler=scheduler,
+                   train_loader=train_loader, val_loader=val_loader, compute_loss=compute_loss,
+                   training=training, run_dir=Path(run_dir))
 
     @classmethod
     def from_recipe(cls, recipe: Any) -> PreflightContext:

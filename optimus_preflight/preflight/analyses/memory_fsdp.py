@@ -22,14 +22,13 @@ from optimus_preflight.memory.fsdp_estimate import estimate_fsdp_step
 from optimus_preflight.memory.fsdp_result import FSDPMemoryEstimate
 from optimus_preflight.memory.result import gib
 from optimus_preflight.memory.search import largest_fitting_batch, resize_batch
+from optimus_preflight.preflight.analyses.memory_limit import NEAR_LIMIT, MemoryLimit
+from optimus_preflight.preflight.analyses.step_inputs import StepInputs
 from optimus_preflight.preflight.framework import Findings
-from optimus_preflight.preflight.step_inputs import StepInputs
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.checks.memory_checks import MemoryLimit
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
-NEAR_LIMIT = 0.9
 MAX_WORLD_SIZE = 1024  # the world-size search stops here
 WORLD_KEY = "preflight.memory.world_size"
 

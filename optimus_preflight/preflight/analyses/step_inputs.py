@@ -18,18 +18,18 @@ from optimus_preflight.memory.estimate import estimate_training_step
 from optimus_preflight.memory.fake_copy import fake_copy_factory, optimizer_factory_like
 from optimus_preflight.memory.result import MemoryEstimate
 from optimus_preflight.memory.search import resize_batch
-from optimus_preflight.preflight.guard import fetch_first_batch, preflight_timeout
+from optimus_preflight.preflight.data_access.guard import fetch_first_batch, preflight_timeout
 from optimus_preflight.training.batches import batch_size_of
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 
 def first_batch(ctx: PreflightContext) -> Any:
     """The real first batch left by ``data.first_batch``, or one drawn from the loader
     under ``preflight.first_batch_timeout_s`` (RuntimeError naming the hang, not a wait
     without end, when it does not come)."""
-    batch = ctx.artifacts.get("first_batch") if getattr(ctx, "artifacts", None) is not None else None
+    batch = ctx.artifacts.first_batch
     if batch is None:
         batch = fetch_first_batch(ctx.train_loader, preflight_timeout(ctx)).batches[0]
     return batch

@@ -16,8 +16,9 @@ from typing import Any
 
 import torch.distributed as dist
 
-from optimus_preflight.preflight.framework import CheckResult, CheckStatus, Issue, Severity, Stage
-from optimus_preflight.preflight.report import PreflightReport
+from optimus_preflight.preflight.framework.execution import CheckResult
+from optimus_preflight.preflight.framework.issues import CHECK_CRASHED, CheckStatus, Issue, Severity, Stage
+from optimus_preflight.preflight.framework.report import PreflightReport
 
 CHECK_NAME = "distributed.ranks"
 DUPLICATE_FRACTION = 0.5
@@ -61,7 +62,7 @@ def merge_rank_payloads(local_rank: int, payloads: list[dict[str, Any]]) -> Chec
         for check, code, severity, message, fix, key in payload["issues"]:
             issues.append(Issue(code, Severity(severity), f"rank {rank}, {check}: {message}", fix, key))
         for check in payload["crashed"]:
-            issues.append(Issue("CHECK_CRASHED", Severity.WARNING, f"rank {rank}: check {check} crashed",
+            issues.append(Issue(CHECK_CRASHED, Severity.WARNING, f"rank {rank}: check {check} crashed",
                                 f"See rank {rank}'s log for the exception."))
     pairs = duplicated_rank_pairs({p["rank"]: p["sample_hashes"] for p in payloads})
     if pairs:

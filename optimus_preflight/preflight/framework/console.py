@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from optimus_preflight.preflight.framework import CheckStatus, Severity
-from optimus_preflight.preflight.report import PreflightReport
+from optimus_preflight.preflight.framework.issues import CheckStatus, Severity
+from optimus_preflight.preflight.framework.report import PreflightReport
 
 log = logging.getLogger("optimus_preflight")
 

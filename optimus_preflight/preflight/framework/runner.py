@@ -7,15 +7,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from optimus_preflight.preflight.consensus import agree_on_verdict
-from optimus_preflight.preflight.console import log_report
-from optimus_preflight.preflight.framework import Check, run_checks
-from optimus_preflight.preflight.preserve import SNAPSHOT_KEY, snapshot_of
-from optimus_preflight.preflight.report import PreflightReport
+from optimus_preflight.preflight.framework.check import Check
+from optimus_preflight.preflight.framework.consensus import agree_on_verdict
+from optimus_preflight.preflight.framework.console import log_report
+from optimus_preflight.preflight.framework.execution import run_checks
+from optimus_preflight.preflight.framework.preserve import snapshot_of
+from optimus_preflight.preflight.framework.report import PreflightReport
 from optimus_preflight.reporting.summary import write_json_atomic
 
 if TYPE_CHECKING:
-    from optimus_preflight.preflight.preflight_context import PreflightContext
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 REPORT_FILE = "preflight.json"
 
@@ -30,16 +31,16 @@ def run_preflight_checks(
     started = time.perf_counter()
     # Taken once, restored by every check that runs steps and once more at the end, so
     # not even a check that forgets to protect the state can change training.
-    snapshot = ctx.artifacts[SNAPSHOT_KEY] = snapshot_of(ctx)
+    snapshot = ctx.artifacts.snapshot = snapshot_of(ctx)
     try:
         with ctx.interruptible():
             results = run_checks(checks, ctx, policy.disable)
     finally:
         snapshot.restore()
-        del ctx.artifacts[SNAPSHOT_KEY]
+        ctx.artifacts.snapshot = None
     report = PreflightReport(results, 0.0, policy.fail_on)
     rank = ctx.training.dist.rank
-    agree_on_verdict(report, rank, ctx.artifacts.get("sample_hashes", []))
+    agree_on_verdict(report, rank, ctx.artifacts.sample_hashes)
     report.elapsed_s = time.perf_counter() - started
     if rank == 0:
         path = Path(ctx.run_dir) / REPORT_FILE if report_path is True else report_path or None

@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 
-from optimus_preflight.preflight.checks.loss_spy import CLASS_CRITERIA, CriterionCall, Finding, close
-from optimus_preflight.preflight.checks.padding import (
+from optimus_preflight.preflight.analyses.loss_findings import Finding, close
+from optimus_preflight.preflight.analyses.loss_spy import CLASS_CRITERIA, CriterionCall
+from optimus_preflight.preflight.analyses.padding import (
     MIN_SHARE,
     mask_disagreement,
 )

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from optimus_preflight.preflight.worker_stacks import (
+from optimus_preflight.preflight.data_access.worker_stacks import (
     DumpStacksOnSignal,
     dump_worker_stacks,
     hang_frame_from_stack,

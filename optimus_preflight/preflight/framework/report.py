@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from optimus_preflight.preflight.framework import CheckResult, CheckStatus, Severity
+from optimus_preflight.preflight.framework.execution import CheckResult
+from optimus_preflight.preflight.framework.issues import CheckStatus, Severity
 
 VERDICTS = ("passed", "warnings", "failed")
 

@@ -1,0 +1,178 @@
+"""What the criterion calls the loss spy recorded reveal (pure functions): the wrong kind
+of values fed to a criterion (O12, O13, O16), targets that cannot be right (O14), an
+initial loss far from chance (O1), and the ratio of the returned loss to the criterion's
+value (a sum, or a division by the accumulation steps)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from optimus_preflight.preflight.analyses.loss_spy import (
+    BINARY_CRITERIA,
+    CLASS_CRITERIA,
+    CriterionCall,
+)
+
+
+@dataclass
+class Finding:
+    code: str
+    severity: str  # error | warning | info
+    message: str
+    fix: str
+    code_fix: str | None = None
+
+
+def loss_input_findings(calls: list[CriterionCall], activations: dict[str, int]) -> list[Finding]:
+    """O12, O13, O16: the wrong kind of values fed to a criterion."""
+    found: list[Finding] = []
+    for call in calls:
+        stats = call.input
+        if stats is None or not stats.finite:
+            continue
+        if call.function == "cross_entropy" and stats.probability_rows:
+            found.append(Finding(
+                "O12", "error",
+                f"cross_entropy receives probabilities (non-negative rows summing to 1 over {call.n_classes} "
+                "classes): a softmax is applied before a loss that applies its own, so gradients are diluted "
+                "and the model learns slowly or not at all",
+                "Feed raw logits to CrossEntropyLoss: remove the nn.Softmax/F.softmax from the model's head "
+                "(apply softmax only at inference).",
+            ))
+        elif call.function == "cross_entropy" and stats.log_probability_rows:
+            found.append(Finding(
+                "O12", "info",
+                "cross_entropy receives log-probabilities (log_softmax output); harmless, since log_softmax "
+                "of log-probabilities changes nothing, but the extra log_softmax is wasted work",
+                "Feed raw logits to CrossEntropyLoss, or keep log_softmax and use NLLLoss.",
+            ))
+        elif call.function == "nll_loss" and not stats.log_probability_rows:
+            kind = "probabilities (softmax output)" if stats.probability_rows else "raw logits (values above 0)"
+            found.append(Finding(
+                "O16", "error",
+                f"nll_loss receives {kind}, not log-probabilities: NLLLoss just picks -input[target], so the "
+                "loss is meaningless",
+                "Apply F.log_softmax(logits, dim=1) before NLLLoss, or drop it and use CrossEntropyLoss on the "
+                "raw logits.",
+            ))
+        elif call.function == "binary_cross_entropy" and activations.get("sigmoid", 0):
+            found.append(Finding(
+                "O13", "warning",
+                "sigmoid followed by binary_cross_entropy (BCELoss): saturated sigmoids give log(0) = -inf "
+                "and NaN losses, and the gradient vanishes",
+                "Remove the sigmoid from the model and use BCEWithLogitsLoss on the raw logits "
+                "(pos_weight= for imbalanced labels).",
+            ))
+        elif (
+            call.function == "binary_cross_entropy_with_logits"
+            and activations.get("sigmoid", 0)
+            and stats.min is not None
+            and stats.min >= 0
+            and stats.max <= 1
+        ):
+            found.append(Finding(
+                "O13", "warning",
+                "binary_cross_entropy_with_logits receives values in [0, 1] after a sigmoid: the sigmoid is "
+                "applied twice, squashing every prediction towards 0.5-0.73",
+                "Remove the sigmoid before BCEWithLogitsLoss; it applies its own.",
+            ))
+    return found
+
+
+def target_findings(calls: list[CriterionCall]) -> list[Finding]:
+    """O14: targets out of range or of the wrong dtype/shape for the criterion."""
+    found: list[Finding] = []
+    for call in calls:
+        target, inputs = call.target, call.input
+        if target is None or inputs is None or target.min is None:
+            continue
+        if call.function in CLASS_CRITERIA:
+            if target.is_floating:
+                if target.shape != inputs.shape:
+                    found.append(Finding(
+                        "O14", "error",
+                        f"{call.function} gets floating-point targets of shape {target.shape} for input "
+                        f"{inputs.shape}: class-index targets must be integers (long), probability targets "
+                        "must have the input's shape",
+                        "Convert class labels with targets.long() (shape (N,)); for soft labels pass an (N, C) "
+                        "distribution.",
+                    ))
+                continue
+            if target.dtype not in ("int64", "uint8"):
+                found.append(Finding(
+                    "O14", "error",
+                    f"{call.function} gets {target.dtype} targets; it needs int64 (long) class indices",
+                    "Return targets as torch.long from the dataset or collate_fn (targets.long()).",
+                ))
+            if target.min < 0 or target.max >= call.n_classes:
+                found.append(Finding(
+                    "O14", "error",
+                    f"{call.function} targets span [{target.min:g}, {target.max:g}] but the input has "
+                    f"{call.n_classes} classes, so valid targets are 0..{call.n_classes - 1}"
+                    + (f" (or ignore_index={call.ignore_index})" if call.ignore_index is not None else "")
+                    + "; on a GPU this is an opaque device-side assert",
+                    "Remap labels to 0..C-1 (subtract 1 if they are 1-indexed), give the model's head as many "
+                    "outputs as there are classes, and mark padding with ignore_index.",
+                ))
+        elif call.function in BINARY_CRITERIA:
+            if not target.is_floating:
+                found.append(Finding(
+                    "O14", "error",
+                    f"{call.function} gets {target.dtype} targets; it needs floating-point targets",
+                    "Pass targets.float() to the binary loss.",
+                ))
+            elif target.min < 0 or target.max > 1:
+                found.append(Finding(
+                    "O14", "error",
+                    f"{call.function} targets span [{target.min:g}, {target.max:g}]; they must lie in [0, 1]",
+                    "Binary targets are 0/1 labels or probabilities; rescale or remap them.",
+                ))
+    return found
+
+
+def init_loss_finding(calls: list[CriterionCall]) -> tuple[Finding | None, dict[str, Any]]:
+    """O1 "verify the loss at init": with hard targets, a fresh classifier scores ~ln(C)."""
+    call = next((c for c in calls if c.function in CLASS_CRITERIA and c.hard_targets and c.loss is not None
+                 and c.reduction != "sum"), None)  # a sum is not comparable with ln(C)
+    if call is None or not call.n_classes or call.n_classes < 2 or not math.isfinite(call.loss):
+        return None, {"applicable": False}
+    expected = math.log(call.n_classes)
+    data = {"applicable": True, "loss": round(call.loss, 4), "ln_classes": round(expected, 4), "classes": call.n_classes}
+    if call.loss > 1.5 * expected + 0.5:
+        return Finding(
+            "O1", "warning",
+            f"initial loss {call.loss:.3f} is far above ln({call.n_classes}) = {expected:.3f}, the loss of "
+            "uniform predictions: the freshly initialised model is confidently wrong, which wastes the first "
+            "steps and can destabilise training",
+            "Initialise the output layer small (e.g. std=0.02, zero bias), check the inputs are normalised, "
+            "and check the targets line up with the inputs.",
+        ), data
+    return None, data
+
+
+# ------------------------------------------------------------ O9 double division
+_SAME = 1e-3  # relative: two ways of summing the same float32 values agree far closer
+
+
+def close(a: float, b: float) -> bool:
+    return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= _SAME * max(abs(a), abs(b), 1e-12)
+
+
+MEAN_REDUCTIONS = ("mean", "batchmean")
+
+
+def criterion_ratio(calls: list[CriterionCall], returned: float | None) -> float | None:
+    """returned / the criterion's value when compute_loss returns a constant multiple of
+    one mean criterion (or of the sum of all of them), else None. Several candidates:
+    the ratio to the one that is a clean 1/k, else to the single criterion."""
+    means = [c.loss for c in calls if c.reduction in MEAN_REDUCTIONS and c.loss is not None and c.error is None]
+    if returned is None or not means or not math.isfinite(returned):
+        return None
+    candidates = [*means, sum(means)] if len(means) > 1 else means
+    ratios = [returned / value for value in candidates if math.isfinite(value) and abs(value) > 1e-12]
+    for ratio in ratios:
+        if ratio > 0 and close(1 / ratio, round(1 / ratio)) and round(1 / ratio) > 1:
+            return ratio
+    return ratios[0] if len(means) == 1 and ratios else None
