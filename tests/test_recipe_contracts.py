@@ -15,7 +15,7 @@ from torch import nn
 
 from optimus_preflight import compose
 from optimus_preflight.checkpoint.run_dir import LOCK_FILE
-from optimus_preflight.errors import StorageError, UserError
+from optimus_preflight.errors import PreflightFailed, StorageError, UserError
 from optimus_preflight.training.contracts import (
     ContractError,
     check_built,
@@ -90,13 +90,25 @@ LOSS_RETURNS = {
 }
 
 
-@pytest.mark.parametrize("preflight", ["false", "true"])
 @pytest.mark.parametrize("kind", sorted(LOSS_RETURNS))
-def test_a_run_whose_compute_loss_breaks_the_contract_stops_with_one_line(tmp_path, kind, preflight):
+def test_a_run_whose_compute_loss_breaks_the_contract_stops_with_one_line(tmp_path, kind):
     recipe_class = type("BadLoss", (BlobsRecipe,), {"compute_loss": lambda self, m, b: LOSS_RETURNS[kind](m, b)})
-    cfg = compose(["trainer.max_steps=3", "logging.progress=none", f"preflight.enabled={preflight}"])
+    cfg = compose(["trainer.max_steps=3", "logging.progress=none", "preflight.enabled=false"])
     with pytest.raises(ContractError, match="^compute_loss returned "):
         recipe_class(cfg, run_dir=tmp_path / "run").run()
+
+
+@pytest.mark.parametrize("kind", ["triple", "zero_count"])
+def test_the_preflight_names_compute_loss_where_the_step_unpacks_its_result(tmp_path, kind):
+    """The preflight reports it as its first-step error (exit 3, in preflight.json), in
+    the contract's words: not ``too many values to unpack``."""
+    recipe_class = type("BadLoss", (BlobsRecipe,), {"compute_loss": lambda self, m, b: LOSS_RETURNS[kind](m, b)})
+    cfg = compose(["trainer.max_steps=3", "logging.progress=none"])
+    with pytest.raises(PreflightFailed) as caught:
+        recipe_class(cfg, run_dir=tmp_path / "run").run()
+    messages = [issue.message for check in caught.value.report.checks for issue in check.issues]
+    assert any("compute_loss returned " in message for message in messages), messages
+    assert not any("unpack" in message for message in messages)
 
 
 @pytest.mark.parametrize(("method", "value", "message"), [
@@ -149,7 +161,7 @@ def test_a_read_only_run_dir_is_a_storage_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_cli_shows_a_broken_loss_contract_as_one_line_with_the_preflight_on(tmp_path):
+def test_the_cli_names_compute_loss_with_the_preflight_off_and_on(tmp_path):
     (tmp_path / "bad_loss.py").write_text(textwrap.dedent("""
         from optimus_preflight.recipes.char_lm import CharLMRecipe
 
@@ -158,8 +170,9 @@ def test_the_cli_shows_a_broken_loss_contract_as_one_line_with_the_preflight_on(
                 loss, count = super().compute_loss(model, batch)
                 return loss, count, 0
     """))
-    result = run_cli(tmp_path / "run", "recipe=char_lm_tiny", "recipe._target_=bad_loss.BadLoss", "trainer.max_steps=2",
-                     cwd=tmp_path)
-    assert result.returncode == 2, result.output
-    assert "Traceback" not in result.output
-    assert "compute_loss returned a 3-tuple (Tensor, int, int); expected a scalar loss tensor" in result.output
+    for preflight, code in (("false", 2), ("true", 3)):
+        result = run_cli(tmp_path / preflight, "recipe=char_lm_tiny", "recipe._target_=bad_loss.BadLoss",
+                         "trainer.max_steps=2", f"preflight.enabled={preflight}", cwd=tmp_path)
+        assert result.returncode == code, result.output
+        assert "Traceback" not in result.output and "unpack" not in result.output
+        assert "compute_loss returned a 3-tuple (Tensor, int, int); expected a scalar loss tensor" in result.output

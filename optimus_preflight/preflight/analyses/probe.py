@@ -31,7 +31,6 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from optimus_preflight.preflight.analyses.loss_spy import CriterionCall, LossSpy
 from optimus_preflight.preflight.analyses.padding import sequence_shapes
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
-from optimus_preflight.training.contracts import ContractError
 from optimus_preflight.training.step import runner_from_config
 
 if TYPE_CHECKING:
@@ -159,8 +158,6 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
             probe.grad_norm = float(result.grad_norm)
             probe.modules_left_in_eval = [name for module, name in sensitive.items()
                                           if module not in stuck and not module.training]
-        except ContractError:
-            raise  # the recipe broke its contract (training/contracts.py): exit 2, the same message as a run's
         except Exception as error:
             probe.error = "".join(traceback.format_exception_only(type(error), error)).strip()
             probe.error_frame = _user_frame(error)

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from optimus_preflight.preflight.framework.check import Check, SkipCheck, StopCheck
 from optimus_preflight.preflight.framework.issues import STAGE_ORDER, CheckStatus, Findings, Issue, Severity, Stage
 from optimus_preflight.preflight.framework.registry import validate_checks
-from optimus_preflight.training.contracts import ContractError
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -120,8 +119,6 @@ def run_check(check: Check, ctx: PreflightContext, results: dict[str, CheckResul
                            data=findings.data, detail=str(skip))
     except StopCheck:
         pass  # the findings so far are the result
-    except ContractError:
-        raise  # the recipe broke its contract (training/contracts.py): no check can judge it, exit 2
     except Exception as error:  # isolation: one broken check must not hide the others
         detail = "".join(traceback.format_exception_only(type(error), error)).strip()
         tail = traceback.extract_tb(error.__traceback__)[-1]
