@@ -20,6 +20,7 @@ import hydra
 from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from omegaconf import DictConfig
 
 from optimus_preflight.checkpoint.resume import check_resume_value
@@ -90,6 +91,28 @@ def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
             job[index] = f"{parsed[index].get_key_element()}={value}"
             jobs.append(job)
     return jobs
+
+
+def check_override_syntax(overrides: list[str]) -> None:
+    """Each override parsed on its own, so a syntax error names the one that has it
+    (Hydra's own message names only the token it stopped at)."""
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parsed = parser.parse_override(override)
+        except HydraException as error:
+            reason = " ".join(str(error).split()).split(" See https://")[0]
+            raise UserError(f"cannot parse the override {override!r}: {reason}", key=_override_key(override),
+                            fix="Write it as key=value (+key=value adds a key, ~key removes one); quote a value "
+                            "with brackets, braces, commas or $ in single quotes inside the shell's: "
+                            "'key=[1,2]', 'key=${other.key}'.") from None
+        if not parsed.key_or_group:
+            raise UserError(f"the override {override!r} has no key", key=None,
+                            fix="Write it as key=value, e.g. trainer.max_steps=5.")
+
+
+def _override_key(override: str) -> str | None:
+    return override.lstrip("+~").split("=", 1)[0] or None
 
 
 def _is_hydra_override(override: str) -> bool:
@@ -272,6 +295,7 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
         _print_version_and_exit()
     args = get_args_parser().parse_args(sys.argv[1:])
     try:
+        check_override_syntax(args.overrides)
         _add_declared_config(sys.argv, args)
         args = get_args_parser().parse_args(sys.argv[1:])
         if args.help:

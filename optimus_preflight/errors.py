@@ -33,6 +33,14 @@ class UserError(Exception):
         return text
 
 
+# What a disk, not the code, answers: read-only, full, over quota, not ours to write.
+STORAGE_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EIO})
+
+
+def is_storage_error(error: BaseException) -> bool:
+    return isinstance(error, OSError) and error.errno in STORAGE_ERRNOS
+
+
 class StorageError(UserError):
     """The disk refused a file the run must write (full, read-only, gone): the run stops
     with one message instead of a chain of tracebacks."""

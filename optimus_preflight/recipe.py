@@ -65,6 +65,7 @@ from optimus_preflight.reporting.summary import memory_peaks, params_sha256, pea
 from optimus_preflight.reporting.trackers import Trackers
 from optimus_preflight.training import rng
 from optimus_preflight.training.compiling import check_compile_config, compile_model
+from optimus_preflight.training.contracts import check_built, check_loaders, check_scheduler, check_test_loader
 from optimus_preflight.training.distributed import all_reduce_sum, union_of_names, unwrap
 from optimus_preflight.training.evaluation import evaluate_metrics
 from optimus_preflight.training.load_report import recording_loads
@@ -318,21 +319,24 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         # recording_loads: what the builder's load_state_dict calls dropped (O20, model.loaded_weights).
         with config_rejections("model", cfg.get("model")), recording_loads():
             model = build_for_verdict(self.build_model) if verdict_only(cfg) else self.build_model()
+        check_built(model, nn.Module, "build_model")
         # The optimizer is built after the model is placed (moved, wrapped, sharded) so it
         # holds the tensors training updates (O2): FSDP2's are sharded DTensors.
         self.model, self.strategy = place_model(model, cfg.trainer, context)
         check_compile_config(cfg.trainer)
         with config_rejections("optimizer", cfg.get("optimizer")):
             self.optimizer = self.build_optimizer(model)
+        check_built(self.optimizer, Optimizer, "build_optimizer")
         # The loaders before the scheduler: with trainer.max_epochs, the schedule's length
         # follows the training loader's.
         with config_rejections("data", cfg.get("data")):
-            self.train_loader, self.val_loader = self.build_dataloaders()
-            self.test_loader = self.build_test_dataloader()
+            self.train_loader, self.val_loader = check_loaders(self.build_dataloaders())
+            self.test_loader = check_test_loader(self.build_test_dataloader())
         self.steps_per_epoch = optimizer_steps_per_epoch(self.train_loader, cfg.trainer.accumulation_steps)
         cfg.trainer.max_steps = planned_max_steps(cfg.trainer.max_steps, cfg.trainer.max_epochs, self.steps_per_epoch)
         with config_rejections("scheduler", cfg.get("scheduler")):
             self.scheduler = self.build_scheduler(self.optimizer)
+        check_scheduler(self.scheduler)
 
     def run(self) -> dict[str, Any]:
         """setup -> preflight -> train -> finalize; returns the summary. The run dir is

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tqdm.contrib.logging import _TqdmLoggingHandler
 
 from optimus_preflight.reporting.progress import Progress
 from optimus_preflight.reporting.run_log import log_to_files
@@ -66,7 +67,8 @@ def test_log_lines_go_through_the_bar_while_it_is_open(terminal_and_log):
     progress = Progress("auto", total_steps=20)
     assert progress._bar is not None  # a terminal: the bar is shown
     # tqdm's handler stands in for the console one: it clears the bar, writes, redraws.
-    assert [type(h).__name__ for h in root.handlers] == ["FileHandler", "_TqdmLoggingHandler"]
+    assert [type(h).__name__ for h in root.handlers] == ["FileHandler", "_BarLogHandler"]
+    assert isinstance(root.handlers[1], _TqdmLoggingHandler)
     for step in range(1, 21):
         progress.advance()
         if step % 10 == 0:

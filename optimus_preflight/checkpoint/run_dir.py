@@ -12,17 +12,19 @@ log and a ``failed`` summary, which is what a sweep table and the user need.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
 import os
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from optimus_preflight.errors import UserError
+from optimus_preflight.errors import StorageError, UserError, is_storage_error
 from optimus_preflight.reporting.run_log import open_deferred_logs
 from optimus_preflight.training.distributed import DistEnv, broadcast_object
 
@@ -37,6 +39,18 @@ _NO_LOCKING = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 def holds_a_run(directory: Path) -> bool:
     return any((directory / name).exists() for name in RUN_FILES)
+
+
+@contextlib.contextmanager
+def storage_errors(what: str, directory: Path) -> Iterator[None]:
+    """A disk that refuses the write (read-only, full, not ours) is the user's to fix:
+    StorageError (exit 2, one message); any other OSError stays a traceback."""
+    try:
+        yield
+    except OSError as error:
+        if not is_storage_error(error):
+            raise
+        raise StorageError.from_os_error(error, what, directory) from None
 
 
 class RunDirLock:
@@ -100,12 +114,14 @@ class RunDirectory:
         self.committed = False
 
     def open(self) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
+        with storage_errors("the run directory", self.path):
+            self.path.mkdir(parents=True, exist_ok=True)
         if not self.writer:
             return
         self.held_a_run = holds_a_run(self.path)
         if self.lock_required:
-            self.lock.acquire()
+            with storage_errors(f"the lock file {LOCK_FILE}", self.path):
+                self.lock.acquire()
             self.locked = True
 
     @property
@@ -117,7 +133,8 @@ class RunDirectory:
         if self.committed or not self._owned:
             return
         self.committed = True
-        write_hydra_files(self.path, task_config)
+        with storage_errors(f"{HYDRA_SUBDIR}/", self.path):
+            write_hydra_files(self.path, task_config)
         open_deferred_logs()
 
     @property

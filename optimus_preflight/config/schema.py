@@ -11,12 +11,51 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
+# Bounds every number must respect even where the meaning sets none: values end up in
+# int64 tensors, C calls and time arithmetic, which fail far from the config key.
+INT_MAX = 2**63 - 1
+FLOAT_MAX = 1e300  # finite: inf and nan are never a setting
+# Waits: well inside threading.TIMEOUT_MAX (~9.2e9 s) and datetime's range; ~3 years.
+SECONDS_MAX = 1e8
+# torch takes seeds below 2**64; the loaders add the epoch and rank to it.
+SEED_MAX = 2**63 - 1 - 2**32
+RANGE = "range"  # the key of a field's range in dataclasses.field(metadata=...)
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric field accepts: lo..hi, each end closed unless marked open.
+    null is governed by the field's Optional type, not here. ``example``: a good value
+    for the fix (defaults to the field's default); ``hint``: what that value means."""
+
+    lo: float
+    hi: float
+    lo_open: bool = False
+    hi_open: bool = False
+    example: Any = None
+    hint: str = ""
+
+    def __contains__(self, value: float) -> bool:
+        above = value > self.lo if self.lo_open else value >= self.lo
+        below = value < self.hi if self.hi_open else value <= self.hi
+        return above and below
+
+
+def ranged(default: Any, lo: float, hi: float = INT_MAX, *, lo_open: bool = False, hi_open: bool = False,
+           example: Any = None, hint: str = "") -> Any:
+    """A schema field with its range: ``x: int = ranged(1, 1)`` is ``x: int = 1`` that must be >= 1."""
+    return field(default=default, metadata={RANGE: Range(lo, hi, lo_open, hi_open, example, hint)})
+
+
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 MONITOR_MODES = ("min", "max")
 DEVICES = ("auto", "cpu", "cuda")
 FAIL_ON = ("error", "warning", "never")
 PROGRESS_MODES = ("auto", "bar", "lines", "none")
 STRATEGIES = ("ddp", "fsdp", "auto")
+# Signals a Python handler can catch and that nothing else needs: not SIGKILL/SIGSTOP (the
+# kernel refuses a handler), not the faults (SIGSEGV...), not SIGINT/SIGTERM (always handled).
+EXTRA_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGHUP", "SIGQUIT", "SIGALRM", "SIGXCPU", "SIGPWR")
 
 
 @dataclass
@@ -28,10 +67,10 @@ class RecipeConfig:
 @dataclass
 class GradScalerConfig:
     # torch.amp.GradScaler settings; used only when the resolved precision is fp16.
-    init_scale: float = 2.0**16
-    growth_factor: float = 2.0
-    backoff_factor: float = 0.5
-    growth_interval: int = 2000
+    init_scale: float = ranged(2.0**16, 0, FLOAT_MAX, lo_open=True, hint=" (torch's default)")
+    growth_factor: float = ranged(2.0, 1, FLOAT_MAX, lo_open=True, hint=" (torch's default)")
+    backoff_factor: float = ranged(0.5, 0, 1, lo_open=True, hi_open=True, hint=" (torch's default)")
+    growth_interval: int = ranged(2000, 1, hint=" (torch's default)")
 
 
 @dataclass
@@ -53,39 +92,39 @@ class EarlyStoppingConfig:
     # min: lower is better (a loss); max: higher is better (an accuracy).
     mode: str = "min"
     # Evaluations in a row without an improvement of more than min_delta before the run stops.
-    patience: int = 3
-    min_delta: float = 0.0
+    patience: int = ranged(3, 1, hint=" (evaluations without improvement before stopping)")
+    min_delta: float = ranged(0.0, 0, FLOAT_MAX)
 
 
 @dataclass
 class TrainerConfig:
     # Optimizer steps to run; null: as many as trainer.max_epochs takes. Either limit ends the run.
-    max_steps: Optional[int] = None
+    max_steps: Optional[int] = ranged(None, 1, example=500, hint=" (optimizer steps)")
     # Passes over the training loader; null: no epoch limit (trainer.max_steps ends the run).
-    max_epochs: Optional[int] = None
-    accumulation_steps: int = 1
+    max_epochs: Optional[int] = ranged(None, 1, example=10, hint=" (passes over the training data)")
+    accumulation_steps: int = ranged(1, 1, hint=" (no accumulation)")
     # auto: bf16 where the device runs it natively (a CUDA GPU with bf16), else fp32.
     precision: str = "auto"
     device: str = "auto"
-    seed: int = 0
+    seed: int = ranged(0, 0, SEED_MAX)
     # Clip the total gradient norm to this value; null logs the norm without clipping.
-    clip_grad_norm: Optional[float] = None
+    clip_grad_norm: Optional[float] = ranged(None, 0, FLOAT_MAX, lo_open=True, example=1.0, hint=", or null to log the norm without clipping")
     # Evaluate every N optimizer steps; 0: at the end of every epoch and of the run only.
-    eval_every_n_steps: int = 0
+    eval_every_n_steps: int = ranged(0, 0, hint=" (evaluate at the end of each epoch and of the run)")
     # Validation batches per evaluation; null evaluates the whole validation loader.
-    eval_max_batches: Optional[int] = None
+    eval_max_batches: Optional[int] = ranged(None, 1, example="null", hint=" (the whole validation set)")
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
     # Only run the recipe's test loader on the weights of checkpoint.resume, then exit.
     test_only: bool = False
     skip_nonfinite: bool = True
-    max_consecutive_skips: int = 20
+    max_consecutive_skips: int = ranged(20, 1, hint=" (steps with non-finite gradients in a row before the run stops)")
     # Opt-in because deterministic kernels are slower and some ops have none.
     deterministic: bool = False
     # DDP: needed when some parameters get no gradient in a step; costs a graph walk per step.
     ddp_find_unused_parameters: bool = False
     # torchrun: seconds a rank waits for its peers in any collective before it exits (2)
     # naming the ranks that did not answer. Must cover the slowest step and checkpoint save.
-    dist_timeout_s: float = 600.0
+    dist_timeout_s: float = ranged(600.0, 0, SECONDS_MAX, lo_open=True, hint=" (longer than the slowest step or checkpoint save)")
     # Under torchrun: ddp replicates the model on every rank; fsdp shards parameters,
     # gradients and optimizer state (FSDP2); auto picks fsdp when the step does not fit one device.
     strategy: str = "ddp"
@@ -106,16 +145,16 @@ class TrainerConfig:
 
 @dataclass
 class DataConfig:
-    batch_size: int = 32
-    num_workers: int = 0
+    batch_size: int = ranged(32, 1, hint=" (the micro-batch size per step)")
+    num_workers: int = ranged(0, 0, 1024, hint=" (load data in the main process)")
     pin_memory: bool = False
     # Batches prefetched per worker; null keeps torch's default (2) when workers > 0.
-    prefetch_factor: Optional[int] = None
+    prefetch_factor: Optional[int] = ranged(None, 1, 1024, example="null", hint=" (torch's default of 2)")
     persistent_workers: bool = False
     drop_last: bool = False
     shuffle: bool = True
     # Defaults to batch_size.
-    eval_batch_size: Optional[int] = None
+    eval_batch_size: Optional[int] = ranged(None, 1, example="null", hint=" (use data.batch_size)")
     # Dataset nodes instantiated through Hydra (`_target_` plus arguments).
     train: Any = None
     val: Any = None
@@ -124,10 +163,10 @@ class DataConfig:
 @dataclass
 class AdamWConfig:
     _target_: str = "torch.optim.AdamW"
-    lr: float = 1e-3
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    weight_decay: float = 0.01
+    lr: float = ranged(1e-3, 0, FLOAT_MAX, lo_open=True)
+    betas: tuple[float, float] = ranged((0.9, 0.999), 0, 1, hi_open=True, example="[0.9,0.999]")
+    eps: float = ranged(1e-8, 0, FLOAT_MAX)
+    weight_decay: float = ranged(0.01, 0, FLOAT_MAX, hint=" (or 0 for none)")
     # Biases and normalisation weights have no capacity to overfit; decaying them hurts (O6).
     decay_bias_and_norm: bool = False
 
@@ -135,10 +174,10 @@ class AdamWConfig:
 @dataclass
 class SGDConfig:
     _target_: str = "torch.optim.SGD"
-    lr: float = 0.1
-    momentum: float = 0.9
+    lr: float = ranged(0.1, 0, FLOAT_MAX, lo_open=True)
+    momentum: float = ranged(0.9, 0, 1)
     nesterov: bool = False
-    weight_decay: float = 0.0
+    weight_decay: float = ranged(0.0, 0, FLOAT_MAX)
     decay_bias_and_norm: bool = False
 
 
@@ -146,19 +185,19 @@ class SGDConfig:
 class WarmupCosineConfig:
     _target_: str = "optimus_preflight.training.optim.warmup_cosine"
     # Linear warmup steps; a run shorter than its warmup is clamped with a warning.
-    warmup_steps: int = 0
+    warmup_steps: int = ranged(0, 0, hint=" (no warmup)")
     # Warmup as a fraction of the schedule's length (e.g. 0.05); overrides warmup_steps when set.
-    warmup_fraction: Optional[float] = None
+    warmup_fraction: Optional[float] = ranged(None, 0, 1, hi_open=True, example=0.05, hint=" (5% of the run), or null")
     # LR at the end of the schedule, as a fraction of the peak LR.
-    min_lr_ratio: float = 0.1
+    min_lr_ratio: float = ranged(0.1, 0, 1, hint=" (the final LR as a fraction of the peak)")
     # Length of the schedule in optimizer steps; null follows trainer.max_steps.
-    total_steps: Optional[int] = None
+    total_steps: Optional[int] = ranged(None, 1, example="null", hint=" (follow trainer.max_steps)")
 
 
 @dataclass
 class ConstantLRConfig:
     _target_: str = "optimus_preflight.training.optim.constant"
-    warmup_steps: int = 0
+    warmup_steps: int = ranged(0, 0, hint=" (no warmup)")
 
 
 @dataclass
@@ -182,7 +221,7 @@ class WandbConfig:
 
 @dataclass
 class LoggingConfig:
-    every_n_steps: int = 10
+    every_n_steps: int = ranged(10, 1)
     # metrics.csv beside metrics.jsonl: one row per record, a column per metric.
     csv: bool = False
     mlflow: MLflowConfig = field(default_factory=MLflowConfig)
@@ -191,23 +230,23 @@ class LoggingConfig:
     # auto: a tqdm bar on a terminal, plain log lines otherwise (CI, SLURM logs).
     progress: str = "auto"
     # Seconds between flushes of metrics.jsonl; flushing every record costs time per step.
-    flush_every_s: float = 5.0
+    flush_every_s: float = ranged(5.0, 0, SECONDS_MAX)
     # Training-dynamics metrics (update/weight ratio, dead activations, scale, skip rate;
     # histograms when tensorboard=true) and their warnings, every N steps; 0 disables.
     # Not every step: they snapshot the weights and read tensors back from the device.
-    dynamics_every_n_steps: int = 50
+    dynamics_every_n_steps: int = ranged(50, 0, hint=", or 0 to turn the dynamics metrics and warnings off")
 
 
 @dataclass
 class MemoryPreflightConfig:
     # Check the step against a GPU of this many GiB instead of the local device.
-    target_gib: Optional[float] = None
+    target_gib: Optional[float] = ranged(None, 0, FLOAT_MAX, lo_open=True, example=80, hint=" for an 80 GiB GPU, or null to check the local device")
     # Usable share of a GPU's total memory, and what to leave free for other processes.
-    usable_fraction: float = 0.95
-    reserve_gib: float = 0.5
+    usable_fraction: float = ranged(0.95, 0, 1, lo_open=True)
+    reserve_gib: float = ranged(0.5, 0, FLOAT_MAX)
     # Ranks the model is sharded over (FSDP2): the check is then per rank of this many.
     # null: the run's own world size under trainer.strategy=fsdp, else one unsharded device.
-    world_size: Optional[int] = None
+    world_size: Optional[int] = ranged(None, 1, example=8, hint=" to check one rank of 8 sharding the model (FSDP), or null")
 
 
 @dataclass
@@ -217,9 +256,9 @@ class PreflightConfig:
     fail_on: str = "error"
     # Check names or issue codes to skip.
     disable: list[str] = field(default_factory=list)
-    first_batch_timeout_s: float = 300.0
+    first_batch_timeout_s: float = ranged(300.0, 0, SECONDS_MAX, lo_open=True)
     # Steps of the overfit-one-batch smoke test; 0 disables it.
-    overfit_steps: int = 0
+    overfit_steps: int = ranged(0, 0, hint=" to skip the overfit smoke test")
     oom_observer: bool = False
     # LR range test (O7) on copies of the model and optimizer: suggests optimizer.lr and
     # writes lr_finder.json/.png. Off by default: it costs ~100 extra training steps.
@@ -230,15 +269,15 @@ class PreflightConfig:
 @dataclass
 class CheckpointConfig:
     # 0 disables periodic saves; a final checkpoint is still written at the end.
-    every_n_steps: int = 200
-    keep_last: int = 3
+    every_n_steps: int = ranged(200, 0, hint=", or 0 to save only at the end")
+    keep_last: int = ranged(3, 1)
     # auto: newest valid checkpoint in the run dir; none: start fresh; or a path.
     resume: str = "auto"
     # Besides SIGINT and SIGTERM; SLURM sends SIGUSR1 ahead of its time limit.
     extra_signal: Optional[str] = "SIGUSR1"
     # torchrun: once a rank has a stop request, seconds it waits for the others to reach
     # the step boundary (a healthy peer needs about one step) before rank 0 saves alone.
-    stop_timeout_s: float = 60.0
+    stop_timeout_s: float = ranged(60.0, 0, SECONDS_MAX, lo_open=True, hint=" (longer than one training step)")
     # Copy periodic checkpoints to host memory and write them on a background thread (not under FSDP).
     async_save: bool = False
     # Keep the best checkpoint by this evaluation metric as checkpoints/best (never pruned); null: off.

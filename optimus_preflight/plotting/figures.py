@@ -24,6 +24,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, ScalarFormatter  # noqa: E402
 
 from optimus_preflight.plotting.runs import Run, label, numeric, swept_parameters  # noqa: E402
+from optimus_preflight.plotting.series import MAX_POINTS, downsample, smooth  # noqa: E402
 
 DPI = 100
 HEALTHY_RATIO = 1e-3
@@ -44,16 +45,6 @@ class Style:
 
     color: Any
     linestyle: Any
-
-
-def smooth(values: list[float]) -> list[float]:
-    """Centred moving average over ~1/15 of the curve: no lag, unlike an EMA."""
-    half = max(len(values) // 30, 1)
-    out = []
-    for index in range(len(values)):
-        window = [v for v in values[max(0, index - half) : index + half + 1] if math.isfinite(v)]
-        out.append(sum(window) / len(window) if window else float("nan"))
-    return out
 
 
 def _colors(count: int) -> list[Any]:
@@ -80,6 +71,10 @@ def _point_marker(points: int) -> str | None:
 def _line(ax: Axes, steps: list[int], values: list[float], style: Style, **kwargs: Any) -> Line2D:
     # below the patterned lines, so a solid curve never hides a coincident dashed one
     zorder = 1.9 if style.linestyle == "-" else 2.0
+    if len(steps) > 2 * MAX_POINTS:
+        steps, values = downsample(steps, values)
+        if "markevery" in kwargs:  # the stride was counted on the full series
+            kwargs["markevery"] = max(len(steps) // 8, 1)
     (line,) = ax.plot(steps, values, color=style.color, linestyle=style.linestyle, zorder=zorder, **kwargs)
     return line
 
@@ -93,7 +88,7 @@ def _curves(ax: Axes, runs: list[Run], styles: list[Style], key: str, *, smoothe
         drawn = True
         if smoothed and len(values) >= 20:
             if len(runs) == 1:  # the raw trace shows the noise; in a sweep it would bury the other runs
-                ax.plot(steps, values, color=style.color, alpha=0.25, linewidth=0.8)
+                ax.plot(*downsample(steps, values), color=style.color, alpha=0.25, linewidth=0.8)
             _line(ax, steps, smooth(values), style, **kwargs)
         else:
             options = {"marker": _point_marker(len(steps)), "markersize": 3, **kwargs}

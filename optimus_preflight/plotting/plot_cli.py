@@ -63,6 +63,10 @@ def run(argv: list[str] | None = None) -> int:
     if not path.is_dir():
         return fail(f"{path} is not a directory. Pass a run dir (outputs/<date>/<time>) or a sweep dir (multirun/<date>/<time>).")
     kind, runs = find_runs(path)
+    for damaged in (run for run in runs if run.skipped):
+        # A crash, a full disk or another writer can leave such lines; the rest still plots.
+        print(f"optimus-plot: skipped {damaged.skipped} line(s) of {damaged.path / 'metrics.jsonl'} that are not "
+              "metric records (not UTF-8, not a JSON object, cut short, or a step that is not a number)", file=sys.stderr)
     runs = [run for run in runs if run.records]
     if not runs:
         return fail(f"no metrics.jsonl with records in or below {path}. Pass the run dir a training run wrote (it holds metrics.jsonl).")

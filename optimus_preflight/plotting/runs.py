@@ -39,45 +39,70 @@ class Run:
     records: list[dict[str, Any]]
     summary: dict[str, Any] = field(default_factory=dict)
     overrides: dict[str, str] = field(default_factory=dict)
+    # Lines of metrics.jsonl that were not a record (not UTF-8, not JSON, not an object, a
+    # step that is not a number): left out, and counted for the reader.
+    skipped: int = 0
+    # Each series is read once: the panels ask for the same keys many times, and a long
+    # run has hundreds of thousands of records.
+    _series: dict[str, tuple[list[int], list[float]]] = field(default_factory=dict, repr=False)
+    _keys: set[str] | None = field(default=None, repr=False)
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
         """(steps, values) of one metric; for a step logged twice (a resumed run re-logs
         the steps after its checkpoint) the later value wins."""
-        by_step: dict[int, float] = {}
-        for record in self.records:
-            if key in record and "step" in record:
-                value = value_of(record, key)
-                if value is not None:
-                    by_step[int(record["step"])] = value
-        steps = sorted(by_step)
-        return steps, [by_step[s] for s in steps]
+        if key not in self._series:
+            by_step: dict[int, float] = {}
+            for record in self.records:
+                if key in record and "step" in record:
+                    value = _number(record, key)
+                    if value is not None:
+                        by_step[int(record["step"])] = value
+            steps = sorted(by_step)
+            self._series[key] = steps, [by_step[s] for s in steps]
+        return self._series[key]
+
+    def all_keys(self) -> set[str]:
+        if self._keys is None:
+            self._keys = set().union(*self.records) if self.records else set()
+        return self._keys
 
     def keys(self, prefix: str) -> list[str]:
-        return sorted({key for record in self.records for key in record if key.startswith(prefix)})
+        return sorted(key for key in self.all_keys() if key.startswith(prefix))
 
     def finite_keys(self) -> set[str]:
         """Keys with at least one finite number (a metric that was always NaN draws nothing)."""
-        found: set[str] = set()
-        for record in self.records:
-            for key in record.keys() - found:
-                value = value_of(record, key)
-                if value is not None and math.isfinite(value):
-                    found.add(key)
-        return found
+        return {key for key in self.all_keys() if any(math.isfinite(value) for value in self.series(key)[1])}
 
     def has(self, key: str) -> bool:
-        return any(key in record for record in self.records)
+        return key in self.all_keys()
 
     def warnings(self) -> list[dict[str, Any]]:
-        return [warning for record in self.records for warning in record.get("warnings", [])]
+        found = [warning for record in self.records for warning in _list(record.get("warnings"))]
+        return [warning for warning in found if isinstance(warning, dict) and _is_step(warning.get("step"))
+                and isinstance(warning.get("code"), str)]
 
     def final(self, key: str) -> float | None:
         """``final_<key>`` from summary.json, else the last logged value."""
-        value = value_of(self.summary, f"final_{key}")
+        value = _number(self.summary, f"final_{key}")
         if value is not None:
             return value
         _, values = self.series(key)
         return values[-1] if values else None
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _number(record: dict[str, Any], key: str) -> float | None:
+    try:
+        return value_of(record, key)
+    except (OverflowError, ValueError):  # an integer too large for a float
+        return None
+
+
+def _is_step(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def is_builtin(key: str) -> bool:
@@ -115,32 +140,63 @@ def _present(key: str, keys: set[str]) -> str | None:
     return key if key in keys else None
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line:
+def parse_record(line: bytes) -> dict[str, Any] | None:
+    """One line of metrics.jsonl as a record, or None for anything a crash, a full disk or
+    another writer can leave: bytes that are not UTF-8, a line cut short, JSON that is not
+    an object, a number too long to parse, a step that is not a step number."""
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        return None
+    if not isinstance(record, dict) or ("step" in record and not _is_step(record["step"])):
+        return None
+    return record
+
+
+def read_metrics(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """(the records, how many non-empty lines were not one)."""
+    records, skipped = [], 0
+    for line in path.read_bytes().splitlines():
+        if not line.strip():
             continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut short by a killed process
-    return records
+        record = parse_record(line)
+        if record is None:
+            skipped += 1
+        else:
+            records.append(record)
+    return records, skipped
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    return read_metrics(path)[0]
 
 
 def read_overrides(run_dir: Path) -> dict[str, str]:
     path = run_dir / ".hydra" / "overrides.yaml"
     if not path.is_file():
         return {}
-    items = yaml.safe_load(path.read_text()) or []
+    try:
+        items = yaml.safe_load(path.read_bytes().decode("utf-8")) or []
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}  # damaged: the run is labelled by its directory instead
+    if not isinstance(items, list):
+        return {}
     pairs = (str(item).split("=", 1) for item in items if "=" in str(item))
     return {key.lstrip("+~"): value for key, value in pairs}
 
 
+def _read_summary(path: Path) -> dict[str, Any]:
+    """summary.json, or nothing when it is missing or damaged (a run killed mid-write)."""
+    try:
+        summary = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
 def load_run(run_dir: Path) -> Run:
-    summary_path = run_dir / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-    return Run(run_dir, read_records(run_dir / METRICS_FILE), summary, read_overrides(run_dir))
+    records, skipped = read_metrics(run_dir / METRICS_FILE)
+    return Run(run_dir, records, _read_summary(run_dir / "summary.json"), read_overrides(run_dir), skipped)
 
 
 def _job_order(path: Path) -> tuple[int, str]:

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
+from optimus_preflight.config.schema import ranged
 from optimus_preflight.recipe import TrainRecipe
 from optimus_preflight.training.distributed import unwrap
 
@@ -202,21 +203,21 @@ class CharLMRecipe(TrainRecipe):
 @dataclass
 class CharTransformerConfig:
     _target_: str = "optimus_preflight.recipes.char_lm.CharTransformer"
-    vocab_size: int = VOCAB_SIZE
-    block_size: int = 128
-    n_layer: int = 4
-    n_head: int = 4
-    d_model: int = 128
-    dropout: float = 0.0
+    vocab_size: int = ranged(VOCAB_SIZE, 1)
+    block_size: int = ranged(128, 1)
+    n_layer: int = ranged(4, 1)
+    n_head: int = ranged(4, 1)
+    d_model: int = ranged(128, 1)
+    dropout: float = ranged(0.0, 0, 1, hi_open=True)
 
 
 @dataclass
 class StdlibCharWindowsConfig:
     _target_: str = "optimus_preflight.recipes.char_lm.stdlib_char_windows"
     split: str = "train"
-    block_size: int = 128
-    max_chars: int = 4_000_000
-    val_fraction: float = 0.05
+    block_size: int = ranged(128, 1)
+    max_chars: int = ranged(4_000_000, 2, hint=" (characters of the corpus to read)")
+    val_fraction: float = ranged(0.05, 0, 1, hi_open=True, hint=" (the share of the corpus held out)")
 
 
 def register_schemas(store) -> None:

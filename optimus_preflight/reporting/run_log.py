@@ -9,9 +9,60 @@ a run that never commits drops them (they were shown on the console).
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import sys
 from collections import deque
+from typing import TextIO
+
+# A console that is gone: a pipe whose reader exited (`| head`), a terminal closed (EIO).
+_GONE_ERRNOS = (errno.EPIPE, errno.EIO)
+
+
+def console_gone(error: BaseException | None) -> bool:
+    """Whether a write error means the reader of the stream is gone for good."""
+    if isinstance(error, OSError):
+        return error.errno in _GONE_ERRNOS
+    return isinstance(error, ValueError) and "closed file" in str(error)
+
+
+def silence_stream(stream: TextIO) -> None:
+    """Point a dead console stream's descriptor at /dev/null: what is still buffered, and
+    the interpreter's flush at exit, then go nowhere instead of raising again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass  # not a real descriptor (a test's StringIO): the handler's own flag suffices
+
+
+class QuietConsoleMixin:
+    """For a console log handler: once its reader is gone (``console_gone``), stop writing
+    to it without a word (there is nobody to read one) instead of a traceback per record;
+    the run goes on, and train.log and metrics.jsonl keep everything."""
+
+    console_is_gone = False
+    # Whether the failed write can only have been to this handler's own stream (not to a
+    # progress bar's, which a handler writing through the bar also touches).
+    owns_its_errors = True
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if not console_gone(sys.exc_info()[1]):
+            super().handleError(record)  # type: ignore[misc]
+            return
+        self.console_is_gone = True
+        if self.owns_its_errors:
+            silence_stream(self.stream)  # type: ignore[attr-defined]
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.console_is_gone:
+            super().emit(record)  # type: ignore[misc]
+
+
+class ConsoleHandler(QuietConsoleMixin, logging.StreamHandler):
+    """The console handler of conf/hydra/job_logging/optimus.yaml."""
 
 
 class _QuietFileHandler(logging.FileHandler):
@@ -70,7 +121,7 @@ def open_deferred_logs() -> None:
             handler.open()
 
 
-def _is_console(handler: logging.Handler) -> bool:
+def is_console(handler: logging.Handler) -> bool:
     # The same test as tqdm.contrib.logging's, so its bar-safe handler counts as console.
     return isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) in (sys.stdout, sys.stderr)
 
@@ -84,6 +135,6 @@ def log_to_files(logger: logging.Logger, level: int, message: str, *, exc_info: 
     current: logging.Logger | None = logger
     while current is not None:
         for handler in current.handlers:
-            if not _is_console(handler) and record.levelno >= handler.level:
+            if not is_console(handler) and record.levelno >= handler.level:
                 handler.handle(record)
         current = current.parent if current.propagate else None

@@ -12,6 +12,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from optimus_preflight.training.batches import batch_size_of, move_to_device
+from optimus_preflight.training.contracts import check_loss_output
 from optimus_preflight.training.distributed import all_reduce_sum
 from optimus_preflight.training.gradients import clip_grads_, params_with_grads, scale_grads_, total_norm
 from optimus_preflight.training.precision import PrecisionPlan
@@ -48,7 +49,7 @@ class StepResult:
 
 def split_loss_output(output: Any, batch: Any) -> tuple[torch.Tensor, Count]:
     """``compute_loss`` returns a mean loss, or ``(mean loss, number of targets it averages)``."""
-    loss, count = output if isinstance(output, tuple) else (output, None)
+    loss, count = check_loss_output(output)  # issue 29: a wrong return is a one-line user error
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         raise TypeError(
             "compute_loss must return a scalar loss tensor or (loss, count); "
