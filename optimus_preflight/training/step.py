@@ -49,7 +49,7 @@ class StepResult:
 
 def split_loss_output(output: Any, batch: Any) -> tuple[torch.Tensor, Count]:
     """``compute_loss`` returns a mean loss, or ``(mean loss, number of targets it averages)``."""
-    loss, count = check_loss_output(output)  # issue 29: a wrong return is a one-line user error
+    loss, count = check_loss_output(output)  # a wrong return is one line naming compute_loss, not a traceback
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         raise TypeError(
             "compute_loss must return a scalar loss tensor or (loss, count); "
