@@ -112,6 +112,7 @@ def test_subclass_overriding_one_builder_runs_by_target_and_by_main(tmp_path):
         ("optimizer=adam", "optimizer", "Available options: adamw, sgd"),
     ],
 )
+@pytest.mark.slow
 def test_bad_input_exits_2_with_one_message_and_no_traceback(tmp_path, override, key, fix):
     result = run_cli(tmp_path / "run", *TINY, override)
     assert result.returncode == 2, result.output
@@ -122,6 +123,7 @@ def test_bad_input_exits_2_with_one_message_and_no_traceback(tmp_path, override,
     assert not (tmp_path / "run").exists()  # nothing touched before validation
 
 
+@pytest.mark.slow
 def test_help_and_cfg_job_work(tmp_path):
     help_text = subprocess.run([*CLI, "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert help_text.returncode == 0 and "trainer" in help_text.stdout

@@ -241,6 +241,7 @@ def test_timeouts_must_be_positive_and_finite(override):
         validate_config(tiny_config(override))
 
 
+@pytest.mark.slow
 def test_ignored_stop_signals_reach_no_other_thread_either():
     """leave_together's guard: a SIGTERM sent to the process once its work is done must
     not kill it through a thread other than the main one (gloo's, the heartbeat's), as

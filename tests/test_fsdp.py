@@ -135,6 +135,7 @@ def test_files_written_into_a_prepared_directory_join_the_manifest(tmp_path):
         verify(path)
 
 
+@pytest.mark.slow
 def test_export_of_a_single_file_checkpoint_and_its_refusals(tmp_path, capsys):
     run_dir = tmp_path / "run"
     result = run_cli(run_dir, "recipe=char_lm_tiny", "logging.progress=none", "trainer.max_steps=2",

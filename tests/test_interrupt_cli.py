@@ -72,6 +72,7 @@ def test_truncated_newest_checkpoint_is_skipped_for_the_previous_one(tmp_path):
     assert resumed.summary()["resumed_from"].endswith("step_00000004")
 
 
+@pytest.mark.slow
 def test_missing_explicit_checkpoint_is_a_user_error(tmp_path):
     result = run_cli(tmp_path / "run", *SIGNALLING, f"checkpoint.resume={tmp_path / 'nope'}", cwd=REPO)
     assert result.returncode == 2 and "Traceback" not in result.output
@@ -105,6 +106,7 @@ def test_resume_paths_that_hold_no_checkpoint_are_rejected_before_any_work(tmp_p
     check_resume_value(str(unfinished))  # a checkpoint's shape: its contents are checked at load
 
 
+@pytest.mark.slow
 def test_resuming_from_a_run_dir_without_checkpoints_exits_2_and_writes_nothing(tmp_path):
     never_saved = tmp_path / "never_saved"
     (never_saved / ".hydra").mkdir(parents=True)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 
+
+@pytest.mark.slow
 def test_preflight_only_exits_0_when_passing_and_3_when_failing(cli, tmp_path):
     passed = cli("recipe=char_lm_tiny", "preflight.only=true", "logging.progress=none", run_dir=tmp_path / "ok")
     assert passed.returncode == 0, passed.output

@@ -90,6 +90,7 @@ def test_a_disk_that_fills_up_mid_run_stops_it_cleanly(tmp_path):
     assert not list(run_dir.glob(".*.tmp"))  # no half-written summary beside the real one
 
 
+@pytest.mark.slow
 def test_an_unwritable_checkpoints_dir_fails_the_preflight(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
