@@ -35,3 +35,15 @@ def test_a_change_that_alters_training_is_a_warning_naming_old_and_new(tmp_path)
     assert resumed.returncode == 0, resumed.output
     warning = next(line for line in resumed.output.splitlines() if "change training" in line)
     assert "WARNING" in warning and "trainer.accumulation_steps 1 -> 2" in warning
+
+
+@pytest.mark.slow
+def test_allow_config_change_false_refuses_a_change_that_alters_training(tmp_path):
+    run = tmp_path / "run"
+    assert run_cli(run, *TINY, "trainer.max_steps=10", cwd=REPO).returncode == 0
+    before = sorted(p.name for p in (run / "checkpoints").iterdir())
+    refused = run_cli(run, *TINY, "trainer.max_steps=20", "data.batch_size=4", "checkpoint.allow_config_change=false", cwd=REPO)
+    assert refused.returncode == 2, refused.output
+    assert "checkpoint.allow_config_change" in refused.output and "data.batch_size 16 -> 4" in refused.output
+    assert "Traceback" not in refused.output
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before

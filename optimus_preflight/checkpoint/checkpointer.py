@@ -319,7 +319,7 @@ class RunCheckpointer:
                 fix="Resume with the config the checkpoint was trained with, or start a new run in a new hydra.run.dir.",
             ) from None
         changes = config_changes(state.get("config") or {}, self.config)
-        log_config_changes(changes)
+        log_config_changes(changes, allowed=bool((self.config.get("checkpoint") or {}).get("allow_config_change", True)))
         old_lr, new_lr = changes.get("optimizer.lr", (None, None))
         apply_lr_change(self.parts.optimizer, self.parts.scheduler, old_lr, new_lr)
         if self.parts.scheduler is not None:

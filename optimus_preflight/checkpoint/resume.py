@@ -265,8 +265,16 @@ def training_changes(changes: dict[str, tuple[Any, Any]]) -> dict[str, tuple[Any
     return {key: value for key, value in changes.items() if key.startswith(TRAINING_CHANGES)}
 
 
-def log_config_changes(changes: dict[str, tuple[Any, Any]]) -> None:
+def log_config_changes(changes: dict[str, tuple[Any, Any]], *, allowed: bool = True) -> None:
+    """``allowed=False`` (checkpoint.allow_config_change=false): a change that alters
+    training is a UserError naming each key, before anything on disk changes."""
     altering = training_changes(changes)
+    if altering and not allowed:
+        listed = "; ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in altering.items())
+        raise UserError(f"the config changed since the checkpoint in ways that change training ({listed}), and "
+                        "checkpoint.allow_config_change=false", key="checkpoint.allow_config_change",
+                        fix="Resume with the checkpoint's values, set checkpoint.allow_config_change=true to accept "
+                        "the change, or start a new run in a new hydra.run.dir.")
     if altering:
         log.warning("the config changed since the checkpoint in ways that change training: %s",
                     "; ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in altering.items()))

@@ -284,6 +284,9 @@ class CheckpointConfig:
     monitor: Optional[str] = None
     # min: lower is better (val_loss); max: higher is better (val_acc).
     mode: str = "min"
+    # A resume whose config changes what is trained (batch size, accumulation, precision,
+    # seed, model, data): true warns listing old -> new; false refuses it (exit 2).
+    allow_config_change: bool = True
 
 
 @dataclass
