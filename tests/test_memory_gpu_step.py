@@ -158,8 +158,8 @@ def credit_model():
 
 
 def test_the_input_shape_is_inferred_from_credits_layout_and_ours(tiny_cfg):
-    from optimus_preflight.config.schema import Config
     from optimus_preflight.compat.credit_config import synthetic_input
+    from optimus_preflight.config.schema import Config
 
     for conf in (credit_conf(), OmegaConf.create(credit_conf())):
         spec = synthetic_input(conf)

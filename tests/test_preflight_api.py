@@ -12,12 +12,12 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from optimus_preflight.config.schema import Config
 from optimus_preflight.compat.credit import (
     check_dataloader_startup,
     dataloader_memory_estimate,
     estimate_dataloader_memory_gib,
 )
+from optimus_preflight.config.schema import Config
 from optimus_preflight.preflight import loader_startup as api
 from tests.conftest import tiny_config
 
