@@ -3,7 +3,7 @@
 Typed: the caller passes the loader, the settings to multiply by (``LoaderSettings``,
 with the config keys that set them so messages name the user's own keys) and, when it
 has one, an estimate made from its config. Reading a config into these is the caller's
-business (``optimus_preflight.compat`` reads other projects' layouts).
+business: the core knows its own config only, and not every loader comes from one.
 """
 
 from __future__ import annotations
