@@ -10,7 +10,8 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from optimus_preflight.memory import check_model_gpu_memory, estimate_step_memory, gpu_step_report
+from optimus_preflight.compat.credit import check_model_gpu_memory, gpu_step_report
+from optimus_preflight.memory import estimate_step_memory
 from optimus_preflight.memory.gpu_step import restored_training_state, run_synthetic_steps
 from optimus_preflight.memory.steps import run_training_steps
 from optimus_preflight.memory.tracker import StorageTracker
@@ -157,8 +158,8 @@ def credit_model():
 
 
 def test_the_input_shape_is_inferred_from_credits_layout_and_ours(tiny_cfg):
+    from optimus_preflight.compat.credit_config import synthetic_input
     from optimus_preflight.config.schema import Config
-    from optimus_preflight.config.seed_layouts import synthetic_input
 
     for conf in (credit_conf(), OmegaConf.create(credit_conf())):
         spec = synthetic_input(conf)

@@ -21,11 +21,10 @@ import torch
 from torch import nn
 from torch.cuda import _memory_viz
 
+from optimus_preflight.compat.composer import OOMObserver, literal_name
 from optimus_preflight.memory import flamegraph_svg, oom
 from optimus_preflight.memory.oom import (
-    OOMObserver,
     category_by_address,
-    literal_name,
     oom_hints,
     start_oom_observer,
     summarize_snapshot,
@@ -450,7 +449,7 @@ def test_the_observer_follows_preflight_oom_observer(tmp_path):
     if torch.cuda.is_available():
         assert observer.enabled and observer.hint_kwargs["largest_batch"] == 4
         assert observer.artifacts.snapshot == tmp_path / "oom" / "rank0_oom_snapshot.pickle"
-        assert observer.overwrite and observer.remote_file_name is None
+        assert observer.overwrite
         observer.stop()
     else:
         assert observer is None

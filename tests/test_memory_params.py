@@ -12,7 +12,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from optimus_preflight.memory import (
+from optimus_preflight.compat.nss import (
     bytes_per_base_weight,
     estimate_base_model_params,
     estimate_params_from_shape,

@@ -25,7 +25,7 @@ import pytest
 from torch.utils.data import DataLoader, IterableDataset
 
 from optimus_preflight import compose
-from optimus_preflight.preflight import check_dataloader_startup
+from optimus_preflight.compat.credit import check_dataloader_startup
 from optimus_preflight.preflight.data_access.fetch import GuardedBatches
 from tests import hang_recipes
 from tests.conftest import REPO, CliResult, run_cli, tiny_config

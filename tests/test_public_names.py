@@ -25,13 +25,17 @@ PUBLIC = {
     "optimus_preflight.callbacks": ["Callback"],
     "optimus_preflight.mixins": ["TrainingContextMixin", "PreflightMixin", "TrainingIterationMixin",
                                  "TrainingInterruptionMixin"],
-    "optimus_preflight.preflight": ["estimate_dataloader_memory_gib", "check_dataloader_startup",
-                                    "check_model_gpu_memory", "PreflightReport", "Check", "DEFAULT_CHECKS",
-                                    "default_checks", "run_preflight"],
-    "optimus_preflight.memory": ["param_count_from_empty_model", "estimate_params_from_shape",
-                                 "estimate_base_model_params", "bytes_per_base_weight", "estimate_step_memory",
-                                 "OOMObserver"],
+    "optimus_preflight.preflight": ["PreflightReport", "Check", "DEFAULT_CHECKS", "default_checks", "run_preflight"],
+    "optimus_preflight.preflight.loader_startup": ["check_first_batch", "LoaderSettings"],
+    "optimus_preflight.memory": ["meta_param_count", "shape_param_count", "base_model_param_count",
+                                 "bytes_per_weight", "estimate_step_memory", "check_gpu_step", "measure_gpu_step",
+                                 "OOMRecorder"],
     "optimus_preflight.training.loaders": ["build_loader", "ResumableSampler"],
+    "optimus_preflight.compat.credit": ["estimate_dataloader_memory_gib", "check_dataloader_startup",
+                                        "check_model_gpu_memory"],
+    "optimus_preflight.compat.nss": ["param_count_from_empty_model", "estimate_params_from_shape",
+                                     "estimate_base_model_params", "bytes_per_base_weight"],
+    "optimus_preflight.compat.composer": ["OOMObserver"],
 }
 
 

@@ -170,9 +170,9 @@ def _weights_digest(model: nn.Module) -> str:
 
 def check_model_section(ctx: Context, section: Section) -> None:
     from optimus_preflight import compose
+    from optimus_preflight.compat.credit import check_model_gpu_memory, gpu_step_report
+    from optimus_preflight.compat.credit_config import synthetic_input
     from optimus_preflight.config.instantiate import instantiate_node
-    from optimus_preflight.config.seed_layouts import synthetic_input
-    from optimus_preflight.memory import check_model_gpu_memory, gpu_step_report
 
     section.columns = ["precision", "logged", "predicted_alloc_bytes", "measured_alloc_bytes", "max_memory_allocated_bytes",
                        "alloc_error_pct", "state_restored", "status"]
@@ -224,7 +224,7 @@ def _forward_backward(model: nn.Module, batch: int, width: int, device: torch.de
 
 
 def oom_section(ctx: Context, section: Section) -> None:
-    from optimus_preflight.memory import OOMObserver
+    from optimus_preflight.compat.composer import OOMObserver
 
     section.columns = ["file", "size_bytes", "status"]
     folder = ctx.folder("oom") / "traces"

@@ -1,16 +1,12 @@
-"""``check_model_gpu_memory``: a real synthetic training step on the GPU, next to the prediction.
+"""A real synthetic training step on the GPU, next to the fake-tensor prediction.
 
-CREDIT's function of the same name runs a forward/backward/optimizer step on a zero
-batch shaped from the config and logs the peak VRAM, leaving the weights changed. This
-one keeps that contract (four arguments suffice: the zero batch is inferred from the
-config, CREDIT's layout or ours) and runs two steps under the configured autocast,
-then restores everything it touched (weights, buffers, gradients, optimizer and scaler
-state, RNG states). It calls the module inside a DDP wrapper, under ``no_sync``, so no
-collective is issued and the other ranks are not waited for. Every skip is logged.
-
-Extensions: ``batch=`` a real training batch instead of the zero one, ``loss_fn=``,
-``scaler=``, ``raise_on_oom=``; ``gpu_step_report`` returns the measurement and the
-fake-tensor prediction as an object.
+``check_gpu_step`` runs two training steps of a batch (a real one, or a zero batch made by
+a ``BatchMaker`` on the model's device) under the given precision, logs the peak VRAM
+beside the prediction and restores everything it touched (weights, buffers, gradients,
+optimizer and scaler state, RNG states). It calls the module inside a DDP wrapper, under
+``no_sync``, so no collective is issued and the other ranks are not waited for. Every
+skip is logged; an out-of-memory error is logged with the fix, and raised only on request.
+``measure_gpu_step`` returns the measurement and the prediction as an object.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -27,8 +23,6 @@ from torch import nn
 from torch.optim import Optimizer
 
 from optimus_preflight.checkpoint.training_snapshot import TrainingStateSnapshot
-from optimus_preflight.config.schema import PRECISIONS
-from optimus_preflight.config.seed_layouts import as_int, conf_get, is_credit_layout, synthetic_input
 from optimus_preflight.memory.estimate import estimate_training_step
 from optimus_preflight.memory.fake_copy import fake_copy_factory, optimizer_factory_like
 from optimus_preflight.memory.result import MemoryEstimate, gib
@@ -78,29 +72,16 @@ class GpuStepReport:
         return f"{measured}, predicted {gib(self.predicted_bytes)} ({self.error:+.1%}); {self.predicted.describe()}"
 
 
-def _config_value(conf: Any, dotted: str, default: Any) -> Any:
-    """Best effort, like the rest of the seed API: a config of any shape gives the default."""
-    value = conf_get(conf, dotted)
-    return default if value is None else value
-
-
-def _precision(conf: Any, device: torch.device) -> str:
-    requested = str(_config_value(conf, "trainer.precision", "fp32"))
-    if requested not in PRECISIONS:  # e.g. CREDIT's configs have no trainer.precision of this form
-        log.debug("check_model_gpu_memory: trainer.precision=%r is not one of %s; using fp32", requested, PRECISIONS)
-        return "fp32"
-    if requested != "auto":
-        return requested
+def _resolved(precision: str, device: torch.device) -> str:
+    if precision != "auto":
+        return precision
     from optimus_preflight.training.precision import resolve_precision
 
     return resolve_precision("auto", device)
 
 
-def _accumulation_steps(conf: Any) -> int:
-    return as_int(_config_value(conf, "trainer.accumulation_steps", 1), minimum=1) or 1
-
-
-def _is_fsdp(model: nn.Module) -> bool:
+def is_fsdp(model: nn.Module) -> bool:
+    """An FSDP-wrapped model: its step needs every rank, so a one-rank check cannot run it."""
     return any(
         "FullyShardedDataParallel" in cls.__name__ or cls.__name__.startswith("FSDP") for cls in type(model).__mro__
     )
@@ -124,24 +105,24 @@ def _device_total_bytes(device: torch.device) -> int | None:
         return None
 
 
-def gpu_step_report(
-    conf: Any,
+def measure_gpu_step(
     model: nn.Module,
     optimizer: Optimizer,
-    *,
     batch: Any,
     loss_fn: Callable[[nn.Module, Any], Any] | None = None,
+    *,
+    precision: str = "fp32",
+    accumulation_steps: int = 1,
     scaler: Any = None,
     meter: Any = None,
 ) -> GpuStepReport:
     """Predict (fake tensors) and, on CUDA (or with a ``meter``), measure two training
     steps of ``batch``. Where it measures, a failed prediction does not stop the
-    measurement: the real step is what the seed contract promises."""
+    measurement: the real step is the point. ``precision`` may be ``"auto"``."""
     loss_fn = loss_fn or default_loss
     module = unwrap(model)
     device = next(module.parameters()).device
-    precision = _precision(conf, device)
-    accumulation = _accumulation_steps(conf)
+    precision = _resolved(precision, device)
     measures = meter is not None or device.type == "cuda"
     try:
         predicted = estimate_training_step(
@@ -151,17 +132,17 @@ def gpu_step_report(
             optimizer_factory_like(optimizer, module),
             precision=precision,
             device="cuda" if device.type == "cuda" else "cpu",
-            accumulation_steps=accumulation,
+            accumulation_steps=accumulation_steps,
         )
     except Exception as error:
         if not measures:
             raise
-        log.debug("check_model_gpu_memory: no prediction (%s: %s)", type(error).__name__, error)
+        log.debug("GPU step: no prediction (%s: %s)", type(error).__name__, error)
         predicted = None
     if not measures:
         return GpuStepReport(predicted)
     measured = run_synthetic_steps(
-        model, optimizer, batch, loss_fn, precision=precision, accumulation_steps=accumulation, scaler=scaler,
+        model, optimizer, batch, loss_fn, precision=precision, accumulation_steps=accumulation_steps, scaler=scaler,
         meter=meter,
     )
     total = _device_total_bytes(device) if device.type == "cuda" else None
@@ -230,8 +211,8 @@ def run_synthetic_steps(
 
 
 def output_mean_loss(model: nn.Module, batch: Any) -> torch.Tensor:
-    """CREDIT's synthetic loss: the mean of the model's output (no targets needed); the
-    sum of the means of its floating tensors when it returns a structure."""
+    """A loss for a batch without targets: the mean of the model's output; the sum of
+    the means of its floating tensors when it returns a structure."""
     output = model(batch)
     values = [t for t in tensors(output) if t.is_floating_point()]
     if not values:
@@ -240,128 +221,99 @@ def output_mean_loss(model: nn.Module, batch: Any) -> torch.Tensor:
 
 
 def _release_cached_memory() -> None:
-    """Give the synthetic step's cached blocks back, as CREDIT does: training allocates
-    its own, and an OOM's leftovers would otherwise stay reserved."""
+    """Give the synthetic step's cached blocks back: training allocates its own, and an
+    OOM's leftovers would otherwise stay reserved."""
     try:
         torch.cuda.empty_cache()
     except Exception:  # nothing to give back where CUDA never started
         pass
 
 
-def _oom_message(error: BaseException, spec_text: str, credit: bool) -> str:
-    fix = ("reduce trainer.train_batch_size, train in bf16 mixed precision or use activation checkpointing" if credit
-           else "reduce data.batch_size, set trainer.precision=bf16 or use activation checkpointing; the "
+@runtime_checkable
+class BatchMaker(Protocol):
+    """Makes a batch on a device, e.g. zeros of the shape a config implies; on ``"meta"``
+    for the prediction alone, which needs shapes only."""
+
+    def make(self, device: torch.device | str) -> Any: ...
+
+    def describe(self) -> str: ...
+
+
+OOM_FIX = ("reduce data.batch_size, set trainer.precision=bf16 or use activation checkpointing; the "
            "memory.vram_headroom preflight check predicts the largest micro-batch that fits")
-    first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
-    return f"check_model_gpu_memory: the synthetic training step{spec_text} ran out of GPU memory ({first_line}). Fix: {fix}."
 
 
-def check_model_gpu_memory(
-    conf: Any,
+def check_gpu_step(
     model: nn.Module,
     optimizer: Optimizer,
-    rank: int = 0,
-    *,
-    batch: Any = None,
+    batch: Any | BatchMaker,
     loss_fn: Callable[[nn.Module, Any], Any] | None = None,
+    *,
+    precision: str = "fp32",
+    accumulation_steps: int = 1,
     scaler: Any = None,
     raise_on_oom: bool = False,
-) -> None:
-    """Run a synthetic forward/backward/optimizer step and log peak VRAM.
+    oom_fix: str = OOM_FIX,
+    name: str = "GPU step check",
+) -> GpuStepReport | None:
+    """Run two synthetic training steps of ``batch`` and log the peak VRAM beside the
+    prediction; everything the steps touched is restored, in every case.
 
-    Seed contract (CREDIT): builds a zero-filled batch of the input shape the config
-    implies, runs it through the model (the module inside a DDP wrapper), backpropagates,
-    steps the optimizer and logs the peak VRAM (``torch.cuda.max_memory_allocated``).
-    Returns None and does not raise (see ``raise_on_oom``); it skips, with one log line
-    (CREDIT skips silently),
-    when ``rank != 0`` (DEBUG), when CUDA is not available (the CPU-side fake-tensor
-    prediction is logged instead, or why it failed), when the input shape cannot be
-    inferred (WARNING), for an FSDP model (its step needs every rank), and when the
-    synthetic pass raises (WARNING with the error).
-
-    The input shape (see ``config.seed_layouts``): CREDIT's layout gives ``frames x (channels x
-    levels + surface_channels + input_only_channels)`` values per grid point, built as
-    the 5-D ``(trainer.train_batch_size, channels x levels + surface + input_only,
-    frames, image_height, image_width)`` float32 tensor CREDIT's models take in
-    ``forward`` (CREDIT's own preflight flattens frames into channels, a 4-D tensor that
-    CrossFormer's Conv3d patch embedding cannot take; the element count, hence the
-    memory, is the same), and the loss is the output's mean; ours gives ``(data.batch_size, block_size)`` int64 token ids with
-    targets of the same shape and cross-entropy.
-
-    Beyond the seed: two steps under ``trainer.precision``'s autocast and
-    ``trainer.accumulation_steps`` micro-batches, a fake-tensor prediction logged
-    next to the measurement, and everything the step touched restored afterwards
-    (weights, buffers, gradients, optimizer and scaler state, RNG), in every case.
-    ``batch=`` a real training batch instead of the zero one; ``loss_fn(model, batch)``
-    (default: cross-entropy over ``(inputs, targets)``, or the output's mean for the
-    CREDIT zero batch); ``scaler`` the fp16 GradScaler.
-
-    A CUDA out-of-memory error is logged as an ERROR with the fix and not raised,
-    unless ``raise_on_oom=True`` (then RuntimeError, after the state is restored). Not
-    raising by default keeps the documented contract (``-> None``; the seed's callers
-    call it unguarded, as a diagnostic before training) and the synthetic step is only
-    a proxy of the training step (a zero batch of the shape the config implies, none of
-    the activation checkpointing or memory handling the training code may add), so its
-    OOM is the strongest warning this check gives, not a proof the run cannot fit. A
-    run that must not start on it passes ``raise_on_oom=True``.
+    ``batch`` is a real batch or a ``BatchMaker`` (its batch is made on the model's
+    device, and on ``"meta"`` where only the prediction runs). Log lines start with
+    ``name``. Skips with one log line: an FSDP model (its step needs every rank), a model
+    without parameters, and any exception of the synthetic pass (WARNING with the
+    error). Without a CUDA device, or with the model not on one, the CPU-side prediction
+    is logged instead. A CUDA out-of-memory error is logged as an ERROR with ``oom_fix``
+    and, with ``raise_on_oom=True``, raised as RuntimeError after the state is restored:
+    the synthetic step is only a proxy of the training step, so by default its OOM is
+    the strongest warning, not a verdict. Returns the report, None after a skip or an OOM.
     """
-    if rank != 0:
-        log.debug("check_model_gpu_memory: skipped on rank %d (rank 0 reports)", rank)
-        return
-    if _is_fsdp(model):
-        log.warning("check_model_gpu_memory: skipped for an FSDP model (its step needs every rank)")
-        return
-    spec = None
-    if batch is None:
-        spec = synthetic_input(conf)
-        if spec is None:
-            log.warning(
-                "check_model_gpu_memory: skipped: cannot infer the input shape from the config (CREDIT's "
-                "model.channels/levels/surface_channels/input_only_channels, or data.batch_size with "
-                "data.train.block_size and model.vocab_size); pass batch=<first training batch>"
-            )
-            return
-        if loss_fn is None and not spec.with_targets:
-            loss_fn = output_mean_loss
-    spec_text = f" on a {spec.describe()}" if spec is not None else ""
-    credit = spec.layout == "credit" if spec is not None else is_credit_layout(conf)
-    input_text = f"; input: {spec.describe()}" if spec is not None else ""
+    if is_fsdp(model):
+        log.warning("%s: skipped for an FSDP model (its step needs every rank)", name)
+        return None
+    maker = batch if isinstance(batch, BatchMaker) else None
+    spec_text = f" on a {maker.describe()}" if maker is not None else ""
+    input_text = f"; input: {maker.describe()}" if maker is not None else ""
     try:
         device = next(unwrap(model).parameters()).device
     except Exception as error:  # a model without parameters has no step to measure
-        log.warning("check_model_gpu_memory: skipped: the model has no parameters (%s)", error)
-        return
+        log.warning("%s: skipped: the model has no parameters (%s)", name, error)
+        return None
+    step = dict(precision=precision, accumulation_steps=accumulation_steps, scaler=scaler)
     meter = _peak_meter(device) if torch.cuda.is_available() else None
     if meter is None:
         where = "no CUDA device" if not torch.cuda.is_available() else f"the model is on {device}, not on a CUDA device"
         try:
             # Meta tensors: the prediction needs shapes only, so no zero batch is allocated.
-            example = batch if batch is not None else spec.make("meta")
-            report = gpu_step_report(conf, model, optimizer, batch=example, loss_fn=loss_fn, scaler=scaler)
+            example = maker.make("meta") if maker is not None else batch
+            report = measure_gpu_step(model, optimizer, example, loss_fn, **step)
         except Exception as error:
-            log.info("check_model_gpu_memory: skipped: %s, and the CPU-side prediction failed (%s: %s)",
-                     where, type(error).__name__, error)
-            return
-        log.info("check_model_gpu_memory: %s: predicted CPU-side %s%s", where, report.predicted.describe(), input_text)
-        return
+            log.info("%s: skipped: %s, and the CPU-side prediction failed (%s: %s)",
+                     name, where, type(error).__name__, error)
+            return None
+        log.info("%s: %s: predicted CPU-side %s%s", name, where, report.predicted.describe(), input_text)
+        return report
     try:
-        example = batch if batch is not None else spec.make(device)
-        report = gpu_step_report(conf, model, optimizer, batch=example, loss_fn=loss_fn, scaler=scaler, meter=meter)
+        example = maker.make(device) if maker is not None else batch
+        report = measure_gpu_step(model, optimizer, example, loss_fn, meter=meter, **step)
     except torch.cuda.OutOfMemoryError as error:
         error.__traceback__ = None  # its frames hold the step's tensors, which empty_cache must get back
         example = None
-        message = _oom_message(error, spec_text, credit)
+        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        message = f"{name}: the synthetic training step{spec_text} ran out of GPU memory ({first_line}). Fix: {oom_fix}."
         _release_cached_memory()
         log.error(message)
         if raise_on_oom:
             raise RuntimeError(message) from None
-        return
+        return None
     except Exception as error:
         example = None
         _release_cached_memory()
-        log.warning("check_model_gpu_memory: skipped: the synthetic pass%s failed (%s: %s); pass batch= and "
-                    "loss_fn= if the model takes another input", spec_text, type(error).__name__, error)
-        return
+        log.warning("%s: skipped: the synthetic pass%s failed (%s: %s); pass batch= and "
+                    "loss_fn= if the model takes another input", name, spec_text, type(error).__name__, error)
+        return None
     example = None
     _release_cached_memory()
-    log.info("check_model_gpu_memory: %s%s", report.describe(), input_text)
+    log.info("%s: %s%s", name, report.describe(), input_text)
+    return report

@@ -1,35 +1,32 @@
-"""``OOMObserver``: on a CUDA out-of-memory error, leave evidence and say what to change.
+"""The OOM recorder: on a CUDA out-of-memory error, leave evidence and say what to change.
 
-It keeps the documented contract of MosaicML Composer's ``composer.callbacks.OOMObserver``
-(the same constructor arguments, defaults and file names) without Composer's Trainer.
 While started (``preflight.oom_observer=true``), the CUDA caching allocator records its
 history with Python-only stacks (full C++ stacks make dumps take minutes). When an
-allocation fails, the allocator calls the observer before the exception unwinds, with
-everything still live. The observer then writes these files in ``folder``, each name
-starting with ``filename`` (both are format strings with ``{run_name}`` and ``{rank}``):
+allocation fails, the allocator calls the recorder before the exception unwinds, with
+everything still live. The recorder then writes these files in ``folder``, each name
+starting with ``prefix``:
 
-- ``<filename>_snapshot.pickle``: ``torch.cuda.memory._snapshot()``; open it at
+- ``<prefix>_snapshot.pickle``: ``torch.cuda.memory._snapshot()``; open it at
   https://pytorch.org/memory_viz.
-- ``<filename>_trace_plot.html`` and ``<filename>_segment_plot.html``: torch's
+- ``<prefix>_trace_plot.html`` and ``<prefix>_segment_plot.html``: torch's
   ``trace_plot`` and ``segment_plot``. The snapshot is embedded in each page, but the
   page imports MemoryViz.js from cdn.jsdelivr.net when a browser opens it. So viewing
   needs a network connection; writing them does not.
-- ``<filename>_segment_flamegraph.svg`` and ``<filename>_memory_flamegraph.svg``:
+- ``<prefix>_segment_flamegraph.svg`` and ``<prefix>_memory_flamegraph.svg``:
   torch's ``segments`` and ``memory`` folded stacks. A local ``flamegraph.pl`` draws
   them if one is on PATH or in torch's cache, and ``flamegraph_svg`` draws them
   otherwise. Torch's default formatter is never used, because it downloads
   ``flamegraph.pl`` from GitHub when the script is missing.
-- ``<filename>_summary.txt`` (not a Composer file): live bytes by category, the largest
-  live allocations, and hints.
+- ``<prefix>_summary.txt``: live bytes by category, the largest live allocations, and hints.
 
 It also logs the hints: the largest batch predicted to fit, bf16, activation
 checkpointing. Each file is written on its own, so one that fails is logged and the rest
 are still written. Nothing raised while writing them hides the OOM. The allocator may
-call the observer more than once for one error (convolutions retry with less workspace),
+call the recorder more than once for one error (convolutions retry with less workspace),
 and only the first call writes.
 
-``remote_file_name`` is accepted and kept for Composer compatibility. Nothing is
-uploaded, though, because this package has no uploaders.
+One module, longer than most: the snapshot summary and hints exist only to be written by
+the recorder at the OOM, and read best next to it.
 """
 
 from __future__ import annotations
@@ -51,22 +48,14 @@ from torch.optim import Optimizer
 from optimus_preflight.memory.advice import memory_hints
 from optimus_preflight.memory.oom_files import (
     OOMArtifacts,
-    default_rank,
-    default_run_name,
     ensure_folder_is_empty,
     flamegraph_formatter,
-    format_name,
-    literal_name,
     local_flamegraph_script,
     write_artifact,
 )
 from optimus_preflight.memory.result import gib
 
 log = logging.getLogger("optimus_preflight")
-
-DEFAULT_FOLDER = "{run_name}/torch_traces"
-DEFAULT_FILENAME = "rank{rank}_oom"
-DEFAULT_REMOTE_FILE_NAME = "{run_name}/oom_traces/rank{rank}_oom"
 
 # Frame-based fallback labels, for blocks not matched to a known tensor.
 _FRAME_RULES = (
@@ -184,23 +173,15 @@ def oom_hints(summary: SnapshotSummary, **kwargs: Any) -> list[str]:
     return memory_hints(breakdown, **kwargs)
 
 
-class OOMObserver:
-    """Records CUDA allocator history and, on an OOM, writes Composer's five visualisations,
-    a summary and a hint.
+class OOMRecorder:
+    """Records CUDA allocator history and, on an OOM, writes the snapshot, its trace and
+    segment plots and flamegraphs, a summary and a hint, as ``folder/prefix_*``.
 
-    The positional arguments and their defaults are Composer's. ``folder`` and
-    ``filename`` are format strings with ``{run_name}`` and ``{rank}``. They are resolved
-    here in the constructor, so a bad field fails now and not inside the OOM handler. With
-    ``overwrite=False`` the resolved folder must be empty: ``start()`` raises
-    FileExistsError if it is not. ``remote_file_name`` is kept as an attribute, but
-    nothing is uploaded.
-
-    The keyword-only arguments are this package's own. ``rank`` defaults to ``$RANK``,
-    else 0. ``run_name`` defaults to ``$RUN_NAME``, else the local time. ``model`` and
-    ``optimizer`` let the summary tell parameters, gradients and optimizer state apart.
-    ``hint_kwargs`` go to ``memory_hints`` (``precision``, ``batch_size``,
-    ``largest_batch``, ...). ``snapshot_fn`` replaces ``torch.cuda.memory._snapshot``,
-    for tests.
+    ``max_entries``: the allocator events kept. With ``overwrite=False`` the folder must
+    be empty: ``start()`` raises FileExistsError if it is not. ``model`` and ``optimizer``
+    let the summary tell parameters, gradients and optimizer state apart. ``hint_kwargs``
+    go to ``memory_hints`` (``precision``, ``batch_size``, ``largest_batch``, ...).
+    ``snapshot_fn`` replaces ``torch.cuda.memory._snapshot``, for tests.
 
     ``start()`` returns False, and does nothing, without CUDA. After an OOM, ``written``
     lists the files written and ``failed`` the files that could not be written.
@@ -208,51 +189,35 @@ class OOMObserver:
 
     def __init__(
         self,
-        max_entries: int = 100_000,
-        folder: str | os.PathLike[str] = DEFAULT_FOLDER,
-        filename: str = DEFAULT_FILENAME,
-        remote_file_name: str | None = DEFAULT_REMOTE_FILE_NAME,
-        overwrite: bool = False,
+        folder: str | os.PathLike[str],
+        prefix: str,
         *,
-        rank: int | None = None,
-        run_name: str | None = None,
+        max_entries: int = 100_000,
+        overwrite: bool = False,
         model: nn.Module | None = None,
         optimizer: Optimizer | None = None,
         hint_kwargs: dict[str, Any] | None = None,
         snapshot_fn: Callable[[], dict[str, Any]] | None = None,
     ):
-        if not filename:
-            raise ValueError("OOMObserver: filename must name the files, e.g. 'rank{rank}_oom'")
+        if not prefix:
+            raise ValueError("the OOM recorder needs a prefix to name its files, e.g. 'rank0_oom'")
         self.max_entries = max_entries
-        self.folder = os.fspath(folder)
-        self.filename = filename
-        self.remote_file_name = remote_file_name
         self.overwrite = overwrite
-        self.rank = default_rank() if rank is None else rank
-        self.run_name = run_name or default_run_name()
         self.model = model
         self.optimizer = optimizer
         self.hint_kwargs = hint_kwargs or {}
         self.snapshot_fn = snapshot_fn
-        self.folder_path = Path(format_name(self.folder, run_name=self.run_name, rank=self.rank))
-        prefix = self.folder_path / format_name(filename, run_name=self.run_name, rank=self.rank)
-        self.artifacts = OOMArtifacts.from_prefix(prefix)
+        self.folder_path = Path(folder)
+        self.artifacts = OOMArtifacts.from_prefix(self.folder_path / prefix)
         self.enabled = False
         self.fired = False
         self.written: list[Path] = []
         self.failed: list[Path] = []
-        if remote_file_name is not None and remote_file_name != DEFAULT_REMOTE_FILE_NAME:
-            log.info(
-                "OOMObserver: remote_file_name=%r is kept for Composer compatibility, but nothing is "
-                "uploaded; the files stay in %s",
-                remote_file_name,
-                self.folder_path,
-            )
 
     def check_folder(self) -> None:
         """With ``overwrite=False``, raise FileExistsError unless the trace folder is empty.
 
-        ``start()`` checks once, as Composer does, and ``write()`` does not check again.
+        ``start()`` checks once and ``write()`` does not check again.
         By the time of an OOM, the folder may hold another rank's files: the default
         folder is shared by all ranks.
         """
@@ -266,10 +231,9 @@ class OOMObserver:
         # rehearsal too, and not only on the GPU job.
         self.check_folder()
         if not torch.cuda.is_available():
-            log.info("OOMObserver: no CUDA device, nothing to observe")
+            log.info("OOM recorder: no CUDA device, nothing to observe")
             return False
-        # Created now, as Composer does: a folder that cannot be made should fail the start,
-        # not the OOM handler.
+        # Created now: a folder that cannot be made should fail the start, not the OOM handler.
         self.folder_path.mkdir(parents=True, exist_ok=True)
         torch.cuda.memory._record_memory_history(
             enabled="all", context="all", stacks="python", max_entries=self.max_entries
@@ -292,7 +256,7 @@ class OOMObserver:
             snapshot = self.snapshot_fn() if self.snapshot_fn else torch.cuda.memory._snapshot()
             self.write(snapshot, request_bytes=alloc, device_free=device_free)
         except Exception as error:  # never mask the OOM itself
-            log.warning("OOMObserver: could not write the OOM report: %s", error)
+            log.warning("OOM recorder: could not write the OOM report: %s", error)
 
     def write(
         self, snapshot: dict[str, Any], request_bytes: int | None = None, device_free: int | None = None
@@ -310,7 +274,7 @@ class OOMObserver:
                 summary.oom_request_bytes, summary.device_free_bytes = request_bytes, device_free
             hints = oom_hints(summary, **self.hint_kwargs)
         except Exception as error:
-            log.warning("OOMObserver: could not summarize the snapshot: %s: %s", type(error).__name__, error)
+            log.warning("OOM recorder: could not summarize the snapshot: %s: %s", type(error).__name__, error)
 
         def summary_text() -> str:
             if summary is None:
@@ -336,7 +300,7 @@ class OOMObserver:
                 self.written.append(path)
             except Exception as error:
                 self.failed.append(path)
-                log.warning("OOMObserver: could not write %s: %s: %s", path, type(error).__name__, error)
+                log.warning("OOM recorder: could not write %s: %s: %s", path, type(error).__name__, error)
         log.error(
             "CUDA out of memory: wrote %d of %d files to %s (open %s at https://pytorch.org/memory_viz; "
             "the HTML plots load MemoryViz.js from a CDN when opened), summary %s. %s",
@@ -359,27 +323,22 @@ def start_oom_observer(
     optimizer: Optimizer | None = None,
     precision: str | None = None,
     largest_batch: int | None = None,
-) -> OOMObserver | None:
-    """The observer the recipe attaches when ``preflight.oom_observer=true`` (None without
+) -> OOMRecorder | None:
+    """The recorder the recipe attaches when ``preflight.oom_observer=true`` (None without
     CUDA or when disabled). ``precision`` is the resolved one; ``largest_batch`` is what the
     ``memory.vram_headroom`` check found (``artifacts["memory.largest_micro_batch"]``).
 
     The files go to ``<run_dir>/oom/rank<r>_oom_*``. The folder may already hold files,
     because a resumed run reuses its run directory and the OOM that stopped the previous
-    attempt left its files there. Composer's ``overwrite=False`` would refuse to start
-    then, so overwrite is on. A new OOM replaces that rank's old files, which have the
-    same names, and the newest OOM is the one to act on. Nothing is uploaded, so
-    ``remote_file_name`` is None.
+    attempt left its files there, so overwrite is on: a new OOM replaces that rank's old
+    files, which have the same names, and the newest OOM is the one to act on.
     """
     if not cfg.preflight.oom_observer:
         return None
-    observer = OOMObserver(
-        folder=literal_name(str(Path(run_dir) / "oom")),
-        filename=DEFAULT_FILENAME,
-        remote_file_name=None,
+    recorder = OOMRecorder(
+        Path(run_dir) / "oom",
+        f"rank{rank}_oom",
         overwrite=True,
-        rank=rank,
-        run_name=Path(run_dir).name,
         model=model,
         optimizer=optimizer,
         hint_kwargs={
@@ -389,4 +348,4 @@ def start_oom_observer(
             "largest_batch": largest_batch,
         },
     )
-    return observer if observer.start() else None
+    return recorder if recorder.start() else None

@@ -1,5 +1,5 @@
-"""Where ``OOMObserver`` writes its files and how: names from Composer's format strings,
-the overwrite rule, the five artefact paths, and flamegraphs drawn without a download.
+"""Where the OOM recorder writes its files and how: the overwrite rule, the artefact
+paths, and flamegraphs drawn without a download.
 """
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ import logging
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -22,50 +21,24 @@ log = logging.getLogger("optimus_preflight")
 FLAMEGRAPH_TIMEOUT_S = 120.0
 
 
-def format_name(template: str, *, run_name: str, rank: int) -> str:
-    """``template`` with ``{run_name}`` and ``{rank}`` filled in; a ValueError names any other field."""
-    try:
-        return template.format(run_name=run_name, rank=rank)
-    except (AttributeError, KeyError, IndexError, ValueError) as error:
-        raise ValueError(
-            f"OOMObserver: cannot format {template!r} ({type(error).__name__}: {error}); "
-            "the fields it may use are {run_name} and {rank}, and literal braces are written {{ and }}"
-        ) from None
-
-
-def literal_name(text: str) -> str:
-    """``text`` as a format string that formats to itself: a run directory may contain braces."""
-    return text.replace("{", "{{").replace("}", "}}")
-
-
-def default_run_name() -> str:
-    """``$RUN_NAME``, else the local time. Ranks started in different seconds can get
-    different names, so multi-rank runs should set RUN_NAME or pass ``run_name``."""
-    return os.environ.get("RUN_NAME") or time.strftime("run-%Y%m%d-%H%M%S")
-
-
-def default_rank() -> int:
-    return int(os.environ.get("RANK", 0))
-
-
 def ensure_folder_is_empty(folder: Path) -> None:
     """Raise FileExistsError if ``folder`` holds a file, searching sub-folders too.
 
-    Hidden files and folders (a leading ``.``) do not count, as in Composer. A missing
-    folder counts as empty.
+    Hidden files and folders (a leading ``.``) do not count: tools keep caches and
+    markers there. A missing folder counts as empty.
     """
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(name for name in dirs if not name.startswith("."))
         for name in sorted(files):
             if not name.startswith("."):
                 raise FileExistsError(
-                    f"OOMObserver: the trace folder {folder} is not empty ({Path(root) / name} exists), "
+                    f"the OOM trace folder {folder} is not empty ({Path(root) / name} exists), "
                     "and with overwrite=False it must be. Pass overwrite=True to let new OOM traces "
                     "replace old ones, or choose another folder."
                 )
 
 
-# Composer's suffixes, in the order they are written; the summary is this package's own.
+# In the order they are written: the snapshot first, the evidence every other file is drawn from.
 ARTIFACT_SUFFIXES = {
     "snapshot": "_snapshot.pickle",
     "trace_plot": "_trace_plot.html",
@@ -78,7 +51,7 @@ ARTIFACT_SUFFIXES = {
 
 @dataclass(frozen=True)
 class OOMArtifacts:
-    """Where one observer writes each file: the resolved ``folder/filename`` plus a suffix."""
+    """Where one recorder writes each file: ``folder/prefix`` plus a suffix."""
 
     snapshot: Path
     trace_plot: Path
@@ -138,7 +111,7 @@ def flamegraph_formatter(title: str, script: Path | None = None) -> Callable[[st
             try:
                 return run_flamegraph_script(script, folded)
             except (OSError, subprocess.SubprocessError) as error:
-                log.info("OOMObserver: %s failed (%s); drawing the flamegraph without it", script, error)
+                log.info("OOM recorder: %s failed (%s); drawing the flamegraph without it", script, error)
         return render_flamegraph_svg(folded, title=title)
 
     return format_flamegraph

@@ -2,8 +2,8 @@
 
 Model configs (dicts, OmegaConf nodes, Hugging Face configs, plain objects) are read by
 duck typing under Hugging Face names and their aliases; ``FAMILIES`` holds the layout
-facts a config does not state. Training configs are NeMo Safe Synthesizer's, bitsandbytes'
-or ours. ``transformers`` is an optional extra: it is imported only inside
+facts a config does not state. Training configs are bitsandbytes' (``load_in_4bit``,
+``load_in_8bit``) or carry our fields (``mode``, ``quant_bits``, ``weight_dtype``). ``transformers`` is an optional extra: it is imported only inside
 ``build_on_meta``, whose None then sends callers to the shape formula.
 """
 
@@ -61,7 +61,7 @@ ALIASES = {
     "type_vocab_size": ("type_vocab_size",),
 }
 REQUIRED = ("hidden_size", "num_hidden_layers")
-DEFAULT_VOCAB = 32_000  # Llama/Mistral's, the seed formula's default
+DEFAULT_VOCAB = 32_000  # Llama/Mistral's
 
 
 def shape_value(config: Any, name: str) -> Any:
@@ -111,51 +111,6 @@ def family_of(config: Any) -> Family:
     return _GPT2 if config is not None and config_field(config, "n_embd") is not None else Family()
 
 
-# NeMo Safe Synthesizer's TrainingHyperparams: peft_implementation ('lora', 'QLORA', later
-# 'loftq'), quantize_model (default False), quantization_bits (4 or 8, default 8), and in
-# later versions quantization_scheme (with effective_bits).
-NSS_KEYS = ("peft_implementation", "quantize_model", "quantization_bits", "quantization_scheme")
-_PEFT_IMPLEMENTATIONS = ("lora", "qlora", "loftq")
-_NSS_DEFAULT_BITS = 8
-
-
-def nss_bytes_per_weight(settings: Any, weight_bytes: float) -> float:
-    """NSS's rule: quantize_model decides; the PEFT name only stands in when it is absent."""
-    peft = config_field(settings, "peft_implementation")
-    if peft is not None and (not isinstance(peft, str) or peft.lower() not in _PEFT_IMPLEMENTATIONS):
-        accepted = ", ".join(repr(name) for name in _PEFT_IMPLEMENTATIONS)
-        raise ValueError(f"peft_implementation must be one of {accepted} (any case), got {peft!r}")
-    bits = config_field(settings, "quantization_bits")
-    if bits is not None and (isinstance(bits, bool) or bits not in (4, 8)):
-        raise ValueError(f"quantization_bits must be 4 or 8, got {bits!r}")
-    quantize = config_field(settings, "quantize_model")
-    if quantize is not None and not isinstance(quantize, bool):
-        raise ValueError(f"quantize_model must be true or false, got {quantize!r}")
-    if quantize is None:
-        quantize = peft is not None and peft.lower() in ("qlora", "loftq")
-    elif not quantize and peft is not None and peft.lower() != "lora":
-        # NSS's own default is peft_implementation='QLORA' with quantize_model=False: bf16 base weights.
-        log.debug("peft_implementation=%r with quantize_model=False: base weights unquantized", peft)
-    if not quantize:
-        return weight_bytes
-    scheme = config_field(settings, "quantization_scheme")
-    if scheme is not None:
-        effective = getattr(scheme, "effective_bits", None)
-        if isinstance(effective, bool) or not isinstance(effective, (int, float)) or effective <= 0:
-            raise ValueError(f"quantization_scheme must carry a positive effective_bits, got {scheme!r}")
-        bits = effective
-    return (bits or _NSS_DEFAULT_BITS) / 8 + 0.1
-
-
-def training_settings(config: Any) -> Any:
-    """The node holding NSS training fields: ``config`` itself, or a whole NSS config's ``training``."""
-    if config is not None and not any(has_field(config, key) for key in NSS_KEYS):
-        training = config_field(config, "training")
-        if training is not None and any(has_field(training, key) for key in NSS_KEYS):
-            return training
-    return config
-
-
 def mode_from_config(settings: Any, quant_bits: int | None, weight_dtype: Any) -> tuple[str, int | None, Any]:
     """``(mode, quant_bits, weight_dtype)`` from a bitsandbytes config or our own fields."""
 
@@ -167,10 +122,11 @@ def mode_from_config(settings: Any, quant_bits: int | None, weight_dtype: Any) -
         return "qlora", 4 if read("load_in_4bit", False) else 8, weight_dtype
     quant_bits, weight_dtype, mode = read("quant_bits", quant_bits), read("weight_dtype", weight_dtype), read("mode")
     if mode is None:
-        # A config describes a fine-tuning run the NSS way unless it says mode='full':
-        # adapters on frozen base weights.
+        # A training config without a mode describes a parameter-efficient fine-tune (full
+        # training of a base model is the exception that says so): adapters on frozen weights.
         mode = "qlora" if quant_bits else "lora"
-        log.debug("no training mode in the %s given; assuming %s, as NSS does", type(settings).__name__, mode)
+        log.debug("no training mode in the %s given; assuming %s (adapters on frozen base weights)",
+                  type(settings).__name__, mode)
     return str(mode), quant_bits, weight_dtype
 
 

@@ -1,8 +1,9 @@
 """Parameter counts without allocating a model, and bytes per base weight by training mode.
 
-``param_count_from_empty_model`` builds the model on the meta device (exact, no memory);
-``estimate_params_from_shape`` is a closed-form count for when only a config is at hand;
-``estimate_base_model_params`` prefers the first and labels which one answered. Configs
+``meta_param_count`` builds the model on the meta device (exact, no memory);
+``shape_param_count`` is a closed-form count for when only a config is at hand;
+``base_model_param_count`` prefers the first and labels which one answered;
+``bytes_per_weight`` is the training memory per base weight by training mode. Configs
 are read by duck typing (dicts, OmegaConf nodes, Hugging Face configs, plain objects):
 ``transformers`` is used only when it happens to be installed.
 """
@@ -19,18 +20,14 @@ from torch import nn
 from optimus_preflight.memory.param_configs import (
     ALIASES,
     DEFAULT_VOCAB,
-    NSS_KEYS,
     REQUIRED,
     build_on_meta,
     config_field,
     family_of,
-    has_field,
     is_config_like,
     mode_from_config,
     model_type_of,
-    nss_bytes_per_weight,
     shape_value,
-    training_settings,
 )
 
 log = logging.getLogger(__name__)
@@ -58,7 +55,7 @@ def _meta_count(config_or_factory: Any) -> tuple[int, bool] | None:
     return (count_parameters(model), True) if isinstance(model, nn.Module) else None
 
 
-def param_count_from_empty_model(factory: Callable[[], nn.Module] | Any) -> int | None:
+def meta_param_count(factory: Callable[[], nn.Module] | Any) -> int | None:
     """Count parameters of a model built on the meta device: no memory, no download.
 
     ``factory`` is a callable returning an ``nn.Module``, or a Hugging Face config: a
@@ -69,13 +66,13 @@ def param_count_from_empty_model(factory: Callable[[], nn.Module] | Any) -> int 
     configs (a masked-LM family without ``is_decoder``, or ``is_encoder_decoder``). Tied
     weights count once. Returns None when ``transformers`` is missing, the architecture is
     unknown or custom (``trust_remote_code``), or construction fails; callers fall back to
-    ``estimate_params_from_shape``.
+    ``shape_param_count``.
     """
     counted = _meta_count(factory)
     return None if counted is None else counted[0]
 
 
-def estimate_params_from_shape(
+def shape_param_count(
     config: Any = None,
     *,
     hidden_size: int | None = None,
@@ -167,14 +164,14 @@ def estimate_params_from_shape(
     return layers * per_layer + embeddings + norm + extra
 
 
-def estimate_base_model_params(config_or_factory: Any) -> tuple[int, Literal["exact", "approximate"]] | None:
+def base_model_param_count(config_or_factory: Any) -> tuple[int, Literal["exact", "approximate"]] | None:
     """``(n_params, method)`` for the base model, or None when neither path can count it.
 
-    ``"exact"``: built on the meta device (``param_count_from_empty_model``), the declared
+    ``"exact"``: built on the meta device (``meta_param_count``), the declared
     or causal-LM architecture. ``"approximate"``: either the base model of an encoder
     config that declares no ``architectures`` (the task head is unknown), or, when no
     meta build is possible (no ``transformers``, custom architecture), the shape formula
-    of ``estimate_params_from_shape``: exact on Llama-style and the listed non-gated
+    of ``shape_param_count``: exact on Llama-style and the listed non-gated
     families, otherwise off by up to +50% of the MLP (non-gated) or the missing experts
     (MoE). None for a factory that cannot build on meta, or a config without
     ``hidden_size``/``num_hidden_layers``; flag downstream VRAM estimates as heuristic
@@ -186,7 +183,7 @@ def estimate_base_model_params(config_or_factory: Any) -> tuple[int, Literal["ex
     if callable(config_or_factory) and not is_config_like(config_or_factory):
         return None
     try:
-        return estimate_params_from_shape(config_or_factory), "approximate"
+        return shape_param_count(config_or_factory), "approximate"
     except (ValueError, TypeError):  # missing required fields, or non-numeric ones
         return None
 
@@ -194,7 +191,7 @@ def estimate_base_model_params(config_or_factory: Any) -> tuple[int, Literal["ex
 _DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 
 
-def _dtype_bytes(weight_dtype: str | torch.dtype) -> int:
+def dtype_bytes(weight_dtype: str | torch.dtype) -> int:
     if isinstance(weight_dtype, torch.dtype):
         return torch.empty((), dtype=weight_dtype).element_size()
     if str(weight_dtype) not in _DTYPE_BYTES:
@@ -202,7 +199,7 @@ def _dtype_bytes(weight_dtype: str | torch.dtype) -> int:
     return _DTYPE_BYTES[str(weight_dtype)]
 
 
-def bytes_per_base_weight(
+def bytes_per_weight(
     mode: str | Any = "full",
     *,
     quant_bits: int | None = None,
@@ -224,29 +221,18 @@ def bytes_per_base_weight(
     With a config instead (dict, OmegaConf node, dataclass, pydantic model, any object),
     checked in this order:
 
-    - NeMo Safe Synthesizer training settings (any of ``peft_implementation``,
-      ``quantize_model``, ``quantization_bits``, ``quantization_scheme``; also under a
-      ``training`` node): never full training. ``quantize_model`` decides: true gives
-      ``bits / 8 + 0.1`` with ``quantization_scheme.effective_bits``, else
-      ``quantization_bits``, else NSS's default 8; false gives 2 bytes, even with
-      ``peft_implementation='QLORA'`` (NSS's default pairing). Without ``quantize_model``,
-      ``peft_implementation`` 'qlora'/'loftq' means quantized and 'lora' does not (any
-      case). Values outside 'lora'/'qlora'/'loftq', 4/8 and booleans raise ValueError
-      naming the key.
     - bitsandbytes style ``load_in_4bit``/``load_in_8bit``: QLoRA at 4 or 8 bits.
     - ``mode``/``quant_bits``/``weight_dtype`` fields, as for the string form.
     - Without a ``mode`` (no recognised field at all included, or None): LoRA, 2 bytes in
-      bf16 (QLoRA when ``quant_bits`` is set), logged at debug: NSS trains with PEFT.
+      bf16 (QLoRA when ``quant_bits`` is set), logged at debug: a config that names no
+      mode describes a parameter-efficient fine-tune.
     """
     if isinstance(mode, (int, float, bytes)):  # bool included
         raise TypeError(f"mode must be a mode string or a training config, got {mode!r}")
     if not isinstance(mode, str):
-        settings = training_settings(mode)
-        if settings is not None and any(has_field(settings, key) for key in NSS_KEYS):
-            return nss_bytes_per_weight(settings, float(_dtype_bytes(weight_dtype or "bf16")))
-        mode, quant_bits, weight_dtype = mode_from_config(settings, quant_bits, weight_dtype)
+        mode, quant_bits, weight_dtype = mode_from_config(mode, quant_bits, weight_dtype)
     mode = mode.lower()
-    weight_bytes = _dtype_bytes(weight_dtype or ("bf16" if mode == "lora" else "fp32"))
+    weight_bytes = dtype_bytes(weight_dtype or ("bf16" if mode == "lora" else "fp32"))
     if mode == "qlora":
         bits = quant_bits or 4
         if bits not in (4, 8):

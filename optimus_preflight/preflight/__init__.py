@@ -1,10 +1,9 @@
 """Preflight: checks that catch hangs, OOMs and silent mistraining before a long run.
 
-Public API: the seed functions, the framework, the default checks and the report.
+Public API: the framework, the default checks and the report; the first-batch startup
+check of a loader is ``preflight.loader_startup.check_first_batch``.
 """
 
-from optimus_preflight.memory import check_model_gpu_memory
-from optimus_preflight.preflight.api import check_dataloader_startup, estimate_dataloader_memory_gib
 from optimus_preflight.preflight.checks.batch_checks import CollateCheck, FinalBatchCheck, SamplingCheck
 from optimus_preflight.preflight.checks.config_checks import LrScheduleCheck
 from optimus_preflight.preflight.checks.data_checks import DuplicateSamplesCheck, FirstBatchCheck, LoaderMemoryCheck
@@ -52,10 +51,6 @@ from optimus_preflight.preflight.framework.runner import run_preflight_checks
 from optimus_preflight.preflight.standalone import run_preflight
 
 __all__ = [
-    # seed API (names and roles of the CREDIT reference)
-    "estimate_dataloader_memory_gib",
-    "check_dataloader_startup",
-    "check_model_gpu_memory",
     # framework and report
     "Check",
     "CheckResult",

@@ -45,7 +45,7 @@ def judge(
             f"The {what} memory estimate could not trace the step and used the formula fallback "
             f"(a lower bound): {estimate.reason}",
             "Avoid data-dependent ops (.item(), boolean masks, nonzero) in the model and loss, "
-            "or check the memory on the GPU with check_model_gpu_memory.",
+            "or measure the step on the GPU with optimus_preflight.memory.check_gpu_step.",
         )
     if need <= NEAR_LIMIT * limit.bytes:
         return

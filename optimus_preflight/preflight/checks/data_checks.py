@@ -28,7 +28,7 @@ TRANSFORM_ORDER_MARKERS = ("img should be Tensor Image", "tensor is not a torch 
                            "pic should be PIL Image or ndarray. Got <class 'torch.Tensor'>")
 MIB = 1024**2
 GIB = 1024**3
-# Share of available host RAM the DataLoader may hold (CREDIT's thresholds).
+# Share of available host RAM the DataLoader may hold before a warning, and before an error.
 RAM_WARN_FRACTION = 0.5
 RAM_ERROR_FRACTION = 0.8
 DUPLICATE_FRACTION = 0.5

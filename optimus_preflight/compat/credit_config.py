@@ -1,12 +1,9 @@
-"""What the seed API reads from a training config: loader settings and input shapes,
-from CREDIT's layout or ours, best effort.
+"""What the CREDIT-shaped functions read from a training config: loader settings and
+input shapes, from CREDIT's layout or ours, best effort.
 
-The seed functions take "the full training config" and must work on whatever a caller
-hands them: a plain dict (CREDIT loads YAML with ``yaml.safe_load``), an OmegaConf
-DictConfig, our composed config, ``{}``. So every reader here returns ``None`` for
-"absent or unusable" and never raises; a value of the wrong type is coerced where the
-intent is plain (``"16"``, ``16.0``) and unusable otherwise. Readers log at DEBUG why a
-layout is incomplete: that is how a 0.0 estimate or a skipped check is explained.
+Every reader returns ``None`` for "absent or unusable" and never raises (see
+``config.lenient``). Readers log at DEBUG why a layout is incomplete: that is how a 0.0
+estimate or a skipped check is explained.
 
 CREDIT's keys (from ``credit/trainers/preflight.py`` and its model constructors):
 - loader: ``trainer.thread_workers`` (default 4), ``trainer.prefetch_factor`` (4),
@@ -26,14 +23,15 @@ reads ``data.train.block_size`` (or ``model.block_size``) and ``model.vocab_size
 from __future__ import annotations
 
 import logging
-import math
-import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import ListConfig
+
+from optimus_preflight.config.lenient import as_bool, as_int, conf_get
+from optimus_preflight.preflight.loader_startup import LoaderSettings
 
 log = logging.getLogger("optimus_preflight")
 
@@ -43,59 +41,6 @@ TOKEN_BYTES = 8  # int64 token ids, as the dataset yields them
 CREDIT_HEIGHT, CREDIT_WIDTH = 721, 1440
 CREDIT_WORKERS, CREDIT_PREFETCH, CREDIT_BATCH = 4, 4, 1
 _UNUSABLE = object()
-
-
-def conf_get(conf: Any, dotted: str) -> Any:
-    """The value at ``dotted`` in a dict, DictConfig or attribute object; None when it
-    is absent, MISSING (``???``), an interpolation that does not resolve, or when
-    anything on the way is not a container."""
-    node = conf
-    for part in dotted.split("."):
-        if node is None:
-            return None
-        try:
-            if isinstance(node, DictConfig):
-                node = OmegaConf.select(node, part, default=None, throw_on_missing=False)
-            elif isinstance(node, Mapping):
-                node = node.get(part)
-            elif isinstance(node, (str, bytes, int, float, list, tuple, ListConfig)):
-                return None
-            else:
-                node = getattr(node, part, None)
-        except Exception:  # a broken interpolation, a property that raises: absent, for a best-effort reader
-            return None
-    return node
-
-
-def as_int(value: Any, minimum: int = 0) -> int | None:
-    """``value`` as an int >= ``minimum``: ints, integral floats and numeric strings;
-    None for anything else (booleans included: ``True`` workers is a typo, not 1)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, numbers.Integral):  # numpy ints too
-        value = int(value)
-    elif isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            return None
-    if isinstance(value, numbers.Real) and not isinstance(value, int):
-        if not math.isfinite(value) or not float(value).is_integer():
-            return None
-        value = int(value)
-    if isinstance(value, int) and value >= minimum:
-        return value
-    return None
-
-
-def as_bool(value: Any) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    return None
 
 
 def _setting(conf: Any, key: str, default: Any, minimum: int = 0) -> Any:
@@ -130,31 +75,6 @@ def _level_count(value: Any) -> int | None:
 
 
 # ------------------------------------------------------------------ loader settings
-@dataclass(frozen=True)
-class LoaderKnobs:
-    """The DataLoader settings an estimate multiplies by, and the config keys that set
-    them (so messages name the user's own keys)."""
-
-    batch_size: int | None
-    num_workers: int
-    prefetch_factor: int | None  # None: torch's default (2) when there are workers
-    pin_memory: bool
-    layout: str  # "credit", "ours", or "none" (no config: torch's defaults)
-    workers_key: str = "the DataLoader's num_workers"
-    prefetch_key: str = "the DataLoader's prefetch_factor"
-    batch_key: str = "the DataLoader's batch_size"
-    pin_key: str | None = "the DataLoader's pin_memory"
-
-    def describe(self) -> str:
-        prefetch = self.prefetch_factor if self.prefetch_factor is not None else "default"
-        return (f"{self.workers_key}={self.num_workers}, {self.prefetch_key}={prefetch}, "
-                f"{self.batch_key}={self.batch_size if self.batch_size is not None else '?'}")
-
-    def fix(self) -> str:
-        pin = f", or set {self.pin_key}=false" if self.pin_key and self.pin_memory else ""
-        return f"lower {self.workers_key}, {self.prefetch_key} or {self.batch_key}{pin}"
-
-
 def is_credit_layout(conf: Any) -> bool:
     """CREDIT's trainer keys or its ``data.source`` block are there."""
     keys = ("trainer.thread_workers", "trainer.train_batch_size", "data.source")
@@ -165,19 +85,19 @@ def is_our_layout(conf: Any) -> bool:
     return any(conf_get(conf, key) is not None for key in ("data.batch_size", "data.num_workers", "data.train"))
 
 
-def credit_loader_knobs(conf: Any) -> LoaderKnobs | None:
+def credit_loader_settings(conf: Any) -> LoaderSettings | None:
     """CREDIT's loader settings, with CREDIT's defaults for absent keys; None when one
-    is present but unusable."""
+    is present but unusable. CREDIT's config has no pin_memory key to suggest."""
     workers = _setting(conf, "trainer.thread_workers", CREDIT_WORKERS)
     prefetch = _setting(conf, "trainer.prefetch_factor", CREDIT_PREFETCH, minimum=1)
     batch = _setting(conf, "trainer.train_batch_size", CREDIT_BATCH, minimum=1)
     if _UNUSABLE in (workers, prefetch, batch):
         return None
-    return LoaderKnobs(batch, workers, prefetch, False, "credit", "trainer.thread_workers", "trainer.prefetch_factor",
-                       "trainer.train_batch_size", None)
+    return LoaderSettings(batch, workers, prefetch, False, "trainer.thread_workers", "trainer.prefetch_factor",
+                          "trainer.train_batch_size", None)
 
 
-def our_loader_knobs(conf: Any) -> LoaderKnobs | None:
+def our_loader_settings(conf: Any) -> LoaderSettings | None:
     """Our ``data.*`` loader settings with the schema's defaults; None when one is
     present but unusable."""
     batch = _setting(conf, "data.batch_size", None, minimum=1)
@@ -189,43 +109,18 @@ def our_loader_knobs(conf: Any) -> LoaderKnobs | None:
         if pin is None:
             log.debug("preflight config: data.pin_memory=%r is not a boolean", pin_raw)
         return None
-    return LoaderKnobs(batch, workers, prefetch, pin, "ours", "data.num_workers", "data.prefetch_factor",
-                       "data.batch_size", "data.pin_memory")
+    return LoaderSettings(batch, workers, prefetch, pin, "data.num_workers", "data.prefetch_factor",
+                          "data.batch_size", "data.pin_memory")
 
 
-def config_loader_knobs(conf: Any) -> LoaderKnobs | None:
+def config_loader_settings(conf: Any) -> LoaderSettings | None:
     """Ours where the config has our ``data`` keys, else CREDIT's where it has CREDIT's
     keys; None for a config with neither (or with unusable values)."""
     if is_our_layout(conf):
-        return our_loader_knobs(conf)
+        return our_loader_settings(conf)
     if is_credit_layout(conf):
-        return credit_loader_knobs(conf)
+        return credit_loader_settings(conf)
     return None
-
-
-def with_loader_settings(knobs: LoaderKnobs | None, loader: Any) -> LoaderKnobs:
-    """The settings the loader object really has override the config's: it is the
-    DataLoader that will run, whatever the config says (a recipe may build its own)."""
-    base = knobs or LoaderKnobs(None, 0, None, False, "none")
-    if loader is None:
-        return base
-    workers = as_int(getattr(loader, "num_workers", None))
-    prefetch = as_int(getattr(loader, "prefetch_factor", None), minimum=1)
-    pin = getattr(loader, "pin_memory", None)
-    batch = as_int(getattr(loader, "batch_size", None), minimum=1)
-    has_workers = workers is not None
-    return LoaderKnobs(
-        batch if batch is not None else base.batch_size,
-        workers if has_workers else base.num_workers,
-        # A DataLoader without workers reports prefetch_factor=None: that is its truth too.
-        prefetch if prefetch is not None or has_workers else base.prefetch_factor,
-        pin if isinstance(pin, bool) else base.pin_memory,
-        base.layout,
-        base.workers_key,
-        base.prefetch_key,
-        base.batch_key,
-        base.pin_key,
-    )
 
 
 # ------------------------------------------------------------------ sample sizes
@@ -290,7 +185,8 @@ def lm_sample_bytes(conf: Any) -> int | None:
 # ------------------------------------------------------------------ model inputs
 @dataclass(frozen=True)
 class SyntheticInput:
-    """A zero-filled batch of the shape the config says the model takes."""
+    """A zero-filled batch of the shape the config says the model takes (a
+    ``memory.gpu_step.BatchMaker``)."""
 
     layout: str  # "credit" or "char_lm"
     shape: tuple[int, ...]
