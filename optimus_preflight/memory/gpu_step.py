@@ -7,6 +7,9 @@ optimizer and scaler state, RNG states). It calls the module inside a DDP wrappe
 ``no_sync``, so no collective is issued and the other ranks are not waited for. Every
 skip is logged; an out-of-memory error is logged with the fix, and raised only on request.
 ``measure_gpu_step`` returns the measurement and the prediction as an object.
+
+Why this module is long (~320 lines): the restore of everything a real step touches,
+and the DDP/FSDP handling of the wrapped module, must sit next to the step they undo.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Each panel draws one family of metrics for any number of runs, so a run and a sw
 share the same drawing code: one run gives one curve per panel, a sweep one per job.
 In a sweep every run has its own colour *and* line style, so runs whose curves
 coincide stay distinguishable, and the legend naming the runs sits outside the axes.
+
+Why this module is long (~500 lines): every figure shares the panel, axis and legend
+rules here, so a run, a sweep and the LR range test look alike.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ Memory columns say what they measure, so that only like is put beside like:
 prediction of a training step's tensors on ``predicted_for`` (the job's GPU or
 preflight.memory.target_gib, else host RAM). summary.csv also keeps the earlier
 ``peak_memory_gib`` and ``predicted_peak_gib`` for scripts that read them.
+
+Why this module is long (~330 lines): the columns' meanings and the reading of each
+job's files must agree, so they are defined together.
 """
 
 from __future__ import annotations
