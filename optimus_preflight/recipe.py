@@ -46,7 +46,7 @@ from optimus_preflight.config.instantiate import config_rejections, instantiate_
 from optimus_preflight.config.reads import check_overrides_read, recording_reads
 from optimus_preflight.dynamics.callback import DynamicsCallback
 from optimus_preflight.errors import PreflightFailed, TrainingInterrupted, UserError
-from optimus_preflight.memory.oom_callback import OOMObserverCallback
+from optimus_preflight.memory.oom_callback import OOMRecorderCallback
 from optimus_preflight.mixins import (
     PreflightMixin,
     TrainingContextMixin,
@@ -273,7 +273,7 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         if cfg.trainer.compile:
             found.append(CompileWatchCallback())
         if cfg.preflight.oom_observer:
-            found.append(OOMObserverCallback())
+            found.append(OOMRecorderCallback())
         return found
 
     def _monitoring_callbacks(self) -> list[Any]:

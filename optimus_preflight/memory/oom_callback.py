@@ -10,7 +10,7 @@ from optimus_preflight.memory.oom import start_oom_observer
 from optimus_preflight.training.distributed import unwrap
 
 
-class OOMObserverCallback(Callback):
+class OOMRecorderCallback(Callback):
     """On CUDA: an allocator history and, on an out-of-memory error, a snapshot with a
     hint that uses the preflight's largest micro-batch that fits (memory/oom.py)."""
 
