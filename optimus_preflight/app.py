@@ -5,6 +5,9 @@ Overrides are composed and validated before Hydra starts the job, so a bad value
 exits 2 with one message and no run directory is created for it. This module imports
 no recipe: ``TrainRecipe.main()`` calls ``run_app`` with its class, and the console
 script (cli.py) passes how to find the class a config names.
+
+Why this module is long (~340 lines): what happens before Hydra (checks, the recipe's
+declared config, torchrun's shared run dir) and the jobs' exit codes are one sequence.
 """
 
 from __future__ import annotations
