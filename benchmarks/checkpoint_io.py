@@ -50,6 +50,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed.checkpoint as dcp
 
+from optimus_preflight.checkpoint.files import fsync_dir
 from optimus_preflight.checkpoint.store import CheckpointStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,14 +84,6 @@ def tensor_bytes(state: Any) -> int:
 
     walk(state)
     return total
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def plain_write(target: Path, payload: bytes) -> None:
@@ -131,7 +124,7 @@ def custom_format() -> Callable[[Path, Any], None] | None:
 
 def dcp_save(target: Path, state: Any) -> None:
     dcp.save(state, storage_writer=dcp.FileSystemWriter(str(target), sync_files=True), no_dist=True)
-    _fsync_dir(target)
+    fsync_dir(target)
 
 
 def dcp_save_without_crc32(target: Path, state: Any) -> None:
@@ -165,7 +158,7 @@ class AsyncDcp:
                                 async_stager=self.stager, no_dist=True)
         self.blocked_s.append(time.perf_counter() - started)
         future.result()
-        _fsync_dir(target)
+        fsync_dir(target)
 
 
 def flat(state: Any) -> dict[str, torch.Tensor]:

@@ -80,7 +80,7 @@ def write_state(directory: Path, state: Any) -> dict[str, dict[str, Any]]:
     if not tensors:
         return {STATE_FILE: _save_hashed(state, directory / STATE_FILE)}
     dcp_io.save_tensors(directory, tensors)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return {STATE_FILE: _save_hashed(index, directory / STATE_FILE), **hash_files(directory, _dcp_files(directory))}
 
 
@@ -104,7 +104,7 @@ def hash_files(directory: Path, names: list[str]) -> dict[str, dict[str, Any]]:
             for name in names}
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

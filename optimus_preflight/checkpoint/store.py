@@ -53,10 +53,10 @@ from optimus_preflight.checkpoint.files import (  # noqa: F401 - names other mod
     STATE_FILE,
     TMP_PREFIX,
     CheckpointCorrupt,
-    _fsync_dir,
     _save_hashed,
     _sha256_of,
     _write_text_atomic,
+    fsync_dir,
     hash_files,
     load_state,
     read_manifest,
@@ -195,7 +195,7 @@ class CheckpointStore:
                 self.set_aside([final], "replaced")  # another run's or a damaged one: kept, never reused
             written = self._write(tmp, state, step)
             os.rename(tmp, final)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
             _write_text_atomic(self.directory / POINTER_FILE, final.name + "\n")
         except OSError as error:
             raise self._storage_error(error, tmp, step) from None
@@ -222,7 +222,7 @@ class CheckpointStore:
             "files": {**files, **others},
         }
         _write_text_atomic(tmp / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         return sum(entry["bytes"] for entry in manifest["files"].values())
 
     def keep_as_best(self, path: Path) -> Path:
@@ -246,11 +246,11 @@ class CheckpointStore:
                     os.link(source, target)
                 except OSError:  # a filesystem without hard links
                     shutil.copy2(source, target)
-            _fsync_dir(tmp)
+            fsync_dir(tmp)
             if best.exists():
                 os.replace(best, old)
             os.replace(tmp, best)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
             if old.exists():
                 shutil.rmtree(old)
         except OSError as error:

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
+import torch
 from torch import nn
 from torch.optim import Optimizer
 
@@ -238,7 +239,5 @@ def _batches_of(stream: BatchStream) -> Iterator[Any]:
         yield batch
 
 
-def _disabled_scaler() -> Any:
-    import torch
-
+def _disabled_scaler() -> torch.amp.GradScaler:
     return torch.amp.GradScaler("cpu", enabled=False)
