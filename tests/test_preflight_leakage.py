@@ -153,15 +153,18 @@ class TokenData(Dataset):
     """{"input_ids", "labels"} samples: labels = input_ids (as HF causal LMs take them),
     or BERT-style masking of every fourth token."""
 
-    def __init__(self, masked: bool = False, samples: int = 32, length: int = 16):
+    def __init__(self, masked: bool = False, samples: int = 32, length: int = 16, shifted: bool = False):
         self.ids = torch.randint(5, HF_VOCAB, (samples, length), generator=torch.Generator().manual_seed(0))
         self.masked = masked
+        self.shifted = shifted  # labels shifted by hand, as for a model that does not shift itself
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         ids = self.ids[index]
+        if self.shifted:
+            return {"input_ids": ids, "labels": torch.cat([ids[1:], torch.tensor([-100])])}
         if not self.masked:
             return {"input_ids": ids, "labels": ids.clone()}
         chosen = torch.zeros_like(ids, dtype=torch.bool)
@@ -192,6 +195,26 @@ def test_hf_causal_lms_shift_labels_inside_and_are_quiet(transformers):
         result = leak_check(model, TokenData())
         assert_quiet(result)
         assert result.data["objective"] == "next_token" and result.data["change_before"] == 0.0
+
+
+def test_labels_shifted_by_hand_into_a_hf_causal_lm_fire_shift_twice(transformers):
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=HF_VOCAB, n_positions=32, n_embd=32,
+                                                                n_layer=2, n_head=2))
+    result = leak_check(gpt2, TokenData(shifted=True))
+    assert codes(result) == {"LM_SHIFT_TWICE"} and result.status == CheckStatus.ERROR
+    assert "labels=input_ids" in result.issues[0].fix and result.data["objective"] == "shifted_twice"
+
+
+def test_targets_two_tokens_ahead_in_a_hand_written_loss_fire_shift_twice(tmp_path):
+    class TwiceShifted(CharWindows):
+        def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+            chunk = self.tokens[index * self.block_size : (index + 1) * self.block_size + 2].long()
+            return chunk[:-2], chunk[2:]
+
+    recipe = make_recipe(tmp_path, classification=False, dataset=TwiceShifted(char_tokens(), 32))
+    result = run(recipe, TargetLeakCheck)[TARGETS]
+    assert codes(result) == {"LM_SHIFT_TWICE"}
+    assert "ids[:, 1:]" in result.issues[0].fix
 
 
 def test_a_bert_masked_lm_is_quiet(transformers):

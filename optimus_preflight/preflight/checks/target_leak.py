@@ -11,6 +11,9 @@ the sequence on replaced must leave the logits before it unchanged; if they move
 attention sees the future (a missing causal mask): error. Hugging Face ``*ForCausalLM``
 models take ``labels=input_ids`` and shift inside, which the comparison sees as the
 next-token objective it is; a masked LM (BERT) compares neither way and is left alone.
+Targets equal to the input token *two* positions later mean labels shifted twice (by
+hand, then again inside a Hugging Face causal LM): the model is taught to skip a token
+(``LM_SHIFT_TWICE``).
 """
 
 
@@ -48,6 +51,7 @@ class Objective:
     aligned: float  # share of targets equal to the input token at their own position
     shifted: float  # share equal to the input token one position later
     compared: int
+    skipped: float = 0.0  # share equal to the input token two positions later
 
     @property
     def kind(self) -> str:
@@ -57,6 +61,8 @@ class Objective:
             return "copy"
         if self.shifted >= MATCH and self.aligned < MISMATCH:
             return "next_token"
+        if self.skipped >= MATCH and self.shifted < MISMATCH and self.aligned < MISMATCH:
+            return "shifted_twice"
         return "other"
 
 
@@ -89,7 +95,13 @@ def objective_of(ids: torch.Tensor, target: torch.Tensor, ignore_index: int | No
     compared = int(valid.sum())
     if compared == 0 or int(valid[:, :reach].sum()) == 0:
         return Objective(0.0, 0.0, 0)
-    return Objective(float(aligned.sum()) / compared, float(shifted.sum()) / int(valid[:, :reach].sum()), compared)
+    skip_reach = min(width, ids.shape[1] - 2)
+    skipped = 0.0
+    if skip_reach > 0 and int(valid[:, :skip_reach].sum()) > 0:
+        hits = (grid[:, :skip_reach] == ids[:, 2 : skip_reach + 2]) & valid[:, :skip_reach]
+        skipped = float(hits.sum()) / int(valid[:, :skip_reach].sum())
+    return Objective(float(aligned.sum()) / compared, float(shifted.sum()) / int(valid[:, :reach].sum()), compared,
+                     skipped)
 
 
 @dataclass
@@ -222,7 +234,7 @@ class TargetLeakCheck(Check):
 
     name = "step.target_leak"
     stage = Stage.STEP
-    codes = ("LEAK_FUTURE", "LEAK_TARGETS")
+    codes = ("LEAK_FUTURE", "LEAK_TARGETS", "LM_SHIFT_TWICE")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -246,6 +258,10 @@ class TargetLeakCheck(Check):
                 findings.data["summary"] = "targets equal the input tokens at their own positions"
                 self._report_copy(objective, findings)
                 return
+            if objective.kind == "shifted_twice":
+                findings.data["summary"] = "targets equal the input tokens two positions later"
+                self._report_shifted_twice(ctx.model, objective, findings)
+                return
             grid = target_grid(token_input.ids, criterion.target)
             probe = probe_start(grid, criterion.ignore_index) if grid is not None else None
             first = position_logits(criterion.logits, grid, [probe[0] - 1, probe[0]]) if probe else None
@@ -268,6 +284,23 @@ class TargetLeakCheck(Check):
             f"{objective.aligned:.0%} of the {objective.compared} targets that reach the loss equal the input token at "
             "the same position: the model is taught to copy the token it is given, so the loss falls to ~0 within a "
             "few steps and the model learns nothing it can use to predict",
+            fix,
+        )
+
+    @staticmethod
+    def _report_shifted_twice(model: nn.Module, objective: Objective, findings: Findings) -> None:
+        hf_causal = type(model).__name__.endswith(("ForCausalLM", "LMHeadModel"))
+        where = ("this Hugging Face model shifts `labels` by one inside its forward, so labels shifted by hand "
+                 "are shifted twice" if hf_causal else "the targets were shifted once too often")
+        fix = ("Pass the unshifted ids as labels (labels=input_ids, padding set to -100): the model shifts them "
+               "itself." if hf_causal else
+               "Shift once: inputs = ids[:, :-1], targets = ids[:, 1:], compared position by position with the "
+               "logits; a Hugging Face *ForCausalLM model shifts `labels` itself, so pass it labels=input_ids.")
+        findings.error(
+            "LM_SHIFT_TWICE",
+            f"{objective.skipped:.0%} of the {objective.compared} targets that reach the loss equal the input token "
+            f"two positions later: {where}, and the model learns to predict the token after next, which it "
+            "can never use to generate",
             fix,
         )
 
