@@ -185,6 +185,19 @@ def test_accumulation_scaling_is_verified_numerically(tmp_path, loss, fires):
         assert result.data["norm_ratio"] == pytest.approx(1.0, abs=1e-4)
 
 
+def _zeroes_gradients(model, batch):
+    model.zero_grad()  # "clean slate for each batch": throws the window's earlier micro-batches away
+    return F.cross_entropy(model(batch[0]), batch[1])
+
+
+def test_zero_grad_inside_compute_loss_is_named_as_the_cause(tmp_path):
+    ctx = plain_context(tmp_path, "trainer.accumulation_steps=4", loss=_zeroes_gradients)
+    result = run(ctx, AccumulationCheck)["step.accumulation"]
+    assert codes(result) == {"O9"} and result.status == CheckStatus.ERROR
+    assert "zero_grad()" in result.issues[0].message and "Remove the zero_grad()" in result.issues[0].fix
+    assert result.data["zero_grad_calls"] == 4
+
+
 def test_accumulation_check_only_runs_when_accumulating(tiny_cfg):
     assert not AccumulationCheck.applies(tiny_cfg)
 

@@ -6,6 +6,8 @@ overfit smoke are ``step_smoke``."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -37,6 +39,30 @@ class GradRecorder(Optimizer):
 
     def step(self, closure: Any = None) -> None:
         self.grads = [p.grad.detach().float().flatten().clone() for g in self.param_groups for p in g["params"] if p.grad is not None]
+
+
+@contextmanager
+def foreign_zero_grads(own: Optimizer) -> Iterator[list[str]]:
+    """Records every ``Optimizer.zero_grad`` / ``Module.zero_grad`` call not made on
+    ``own`` (the step's optimizer) while it is open: inside a window only user code
+    (compute_loss, a hook) makes them, and each one throws the micro-batches so far away."""
+    calls: list[str] = []
+    optimizer_zero_grad, module_zero_grad = Optimizer.zero_grad, torch.nn.Module.zero_grad
+
+    def on_optimizer(self: Optimizer, *args: Any, **kwargs: Any) -> Any:
+        if self is not own:
+            calls.append(f"{type(self).__name__}.zero_grad()")
+        return optimizer_zero_grad(self, *args, **kwargs)
+
+    def on_module(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        calls.append(f"{type(self).__name__}.zero_grad()")
+        return module_zero_grad(self, *args, **kwargs)
+
+    Optimizer.zero_grad, torch.nn.Module.zero_grad = on_optimizer, on_module  # type: ignore[method-assign]
+    try:
+        yield calls
+    finally:
+        Optimizer.zero_grad, torch.nn.Module.zero_grad = optimizer_zero_grad, module_zero_grad  # type: ignore[method-assign]
 
 
 def compare_gradients(accumulated: list[torch.Tensor], full: list[torch.Tensor]) -> tuple[float, float]:
@@ -91,7 +117,8 @@ class AccumulationCheck(Check):
             make_runner(ctx, ctx.model, recorder, accumulation_steps=1, clip=False).run(iter([(batch, True)]))
             full = recorder.grads
             window = [(part, index == steps - 1) for index, part in enumerate(micro)]
-            make_runner(ctx, ctx.model, recorder, accumulation_steps=steps, clip=False).run(iter(window))
+            with foreign_zero_grads(recorder) as zeroed:
+                make_runner(ctx, ctx.model, recorder, accumulation_steps=steps, clip=False).run(iter(window))
             accumulated = recorder.grads
         if not full or len(full) != len(accumulated):
             findings.info("O9", "not verified: no gradients to compare")
@@ -101,6 +128,20 @@ class AccumulationCheck(Check):
         findings.data.update(accumulation_steps=steps, samples=size, norm_ratio=round(ratio, 5), cosine=round(cosine, 6))
         findings.data["summary"] = (f"{steps} micro-batches vs one batch of {size} samples: norm ratio {ratio:.4f}, "
                                     f"cosine {cosine:.5f}")
+        if zeroed and (abs(ratio - 1) > ACCUMULATION_RTOL or cosine < 1 - ACCUMULATION_RTOL):
+            findings.data["zero_grad_calls"] = len(zeroed)
+            findings.error(
+                "O9",
+                f"{zeroed[0]} is called {len(zeroed)} time(s) inside one accumulation window of {steps} "
+                "micro-batches (from compute_loss or a hook), so each call discards the gradients accumulated so "
+                f"far: the step gets {ratio:.3g}x the gradient of the same samples in one batch (cosine "
+                f"{cosine:.3f}), essentially the last micro-batch's",
+                "Remove the zero_grad() call from compute_loss (and from any hook): the training step zeroes the "
+                "gradients once per optimizer step, after it.",
+                code_fix="Remove the zero_grad() call from your loss function or hook: zero the gradients once per "
+                         "optimizer step, after optimizer.step().",
+            )
+            return
         if abs(ratio - 1) > ACCUMULATION_RTOL or cosine < 1 - ACCUMULATION_RTOL:
             # A sum over the micro-batch grows with its size; the step's weighting by each
             # micro-batch's share comes on top, so K micro-batches give 1/K of one batch.
