@@ -121,6 +121,40 @@ def test_unsharded_iterable_dataset_repeats_samples_across_workers(tmp_path, sha
         assert codes(result) == {"DP2"} and result.status == CheckStatus.ERROR
 
 
+class Windows(Dataset):
+    """Sliding windows over a signal; a stride of int(64 * 0.01) == 0 serves window 0 for every index."""
+
+    def __init__(self, stride_fraction: float, toy: bool = False):
+        self.signal = torch.randn(4096, generator=torch.Generator().manual_seed(0))
+        self.stride = int(FEATURES * stride_fraction)
+        self.toy = toy
+
+    def __len__(self) -> int:
+        return 256
+
+    def __getitem__(self, index: int):
+        if self.toy:  # XOR: four distinct rows, repeated on purpose
+            bits = torch.tensor([index % 2, (index // 2) % 2], dtype=torch.float32)
+            return torch.cat([bits, torch.zeros(FEATURES - 2)]), int(bits[0]) ^ int(bits[1])
+        start = index * self.stride
+        return self.signal[start : start + FEATURES], 1
+
+
+@pytest.mark.parametrize(("dataset", "fires"), [
+    (Windows(0.01), True),             # stride 0: one window under 256 indices
+    (Windows(0.5), False),
+    (Windows(0.5, toy=True), False),   # a toy task with few distinct rows is not a bug
+])
+def test_a_dataset_serving_one_sample_for_every_index(tmp_path, dataset, fires):
+    ctx = plain_context(tmp_path, dataset=dataset, loader=lambda data: DataLoader(data, batch_size=32, shuffle=True))
+    result = run(ctx, FirstBatchCheck, DuplicateSamplesCheck)["data.duplicates"]
+    if fires:
+        assert codes(result) == {"DATA_IDENTICAL"} and result.status == CheckStatus.WARNING
+        assert "1 distinct sample(s) among its 32" in result.issues[0].message
+    else:
+        assert_quiet(result)
+
+
 class WithBatchNorm(nn.Module):
     def __init__(self):
         super().__init__()

@@ -32,6 +32,11 @@ GIB = 1024**3
 RAM_WARN_FRACTION = 0.5
 RAM_ERROR_FRACTION = 0.8
 DUPLICATE_FRACTION = 0.5
+# A first batch of at least this many samples whose distinct samples (inputs and targets
+# together) are at most this share of it: the dataset serves one sample under many
+# indices. A toy task with four distinct rows in a batch of 32 (12.5%) stays quiet.
+IDENTICAL_MIN_BATCH = 8
+IDENTICAL_MAX_DISTINCT = 0.1
 SHARD_FIX = ("Shard inside __iter__: info = torch.utils.data.get_worker_info(); keep items where "
              "index % (info.num_workers * world_size) == rank * info.num_workers + info.id.")
 
@@ -176,11 +181,30 @@ class LoaderMemoryCheck(Check):
 
 
 class DuplicateSamplesCheck(Check):
-    """DP2: an IterableDataset that is not sharded yields every sample once per worker."""
+    """DP2: an IterableDataset that is not sharded yields every sample once per worker;
+    DATA_IDENTICAL: a first batch made of (nearly) one sample, whatever the dataset type."""
+
+    @staticmethod
+    def _identical_samples(digests: list[str], findings: Findings) -> None:
+        distinct = len(set(digests))
+        if len(digests) < IDENTICAL_MIN_BATCH or distinct > IDENTICAL_MAX_DISTINCT * len(digests):
+            return
+        findings.data["distinct_in_first"] = distinct
+        fix = ("Check the index arithmetic in the dataset's __getitem__ (or the iterator of an IterableDataset): a "
+               "stride or offset that rounds to 0 (e.g. int(window * 0.01)), an index that is never used, or a "
+               "cached sample returned for every index. Print dataset[0] and dataset[1] to compare.")
+        findings.warning(
+            "DATA_IDENTICAL",
+            f"the first batch holds {distinct} distinct sample(s) among its {len(digests)} (inputs and targets "
+            "compared by value): the dataset serves the same sample under different indices, so the model trains on "
+            f"{distinct} example(s) however long it runs",
+            fix,
+            code_fix=fix,
+        )
 
     name = "data.duplicates"
     stage = Stage.DATA
-    codes = ("DP2",)
+    codes = ("DP2", "DATA_IDENTICAL")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -198,6 +222,8 @@ class DuplicateSamplesCheck(Check):
         within = len(hashes[0]) - len(set(hashes[0])) if hashes else 0
         findings.data.update(batches_compared=len(hashes), repeated_across_batches=repeated, repeated_in_first=within)
         findings.data["summary"] = f"{len(hashes)} batch(es) hashed, {repeated} repeated samples"
+        if hashes:
+            self._identical_samples(hashes[0], findings)
         if later and repeated / later >= DUPLICATE_FRACTION:
             workers = ctx.train_loader.num_workers
             findings.error(
