@@ -30,8 +30,8 @@ def loss_input_findings(calls: list[CriterionCall], activations: dict[str, int])
     found: list[Finding] = []
     for call in calls:
         stats = call.input
-        if stats is None or not stats.finite:
-            continue
+        if stats is None or not stats.finite or stats.wrong_dims:
+            continue  # normalised over the wrong dim: loss_shapes.norm_dim_findings explains it
         if call.function == "cross_entropy" and stats.probability_rows:
             found.append(Finding(
                 "O12", "error",

@@ -20,17 +20,19 @@ What the statistics reveal (pure functions in ``loss_findings``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
+from optimus_preflight.preflight.analyses.loss_shapes import normalised_dims
 from optimus_preflight.preflight.analyses.padding import (
     PaddingProfile,
     as_rows,
     edge_padding,
 )
+from optimus_preflight.preflight.analyses.target_profile import TargetProfile, profile_target
 
 CLASS_CRITERIA = ("cross_entropy", "nll_loss")
 BINARY_CRITERIA = ("binary_cross_entropy", "binary_cross_entropy_with_logits")
@@ -59,6 +61,8 @@ class TensorStats:
     # Along the class dimension (criteria over classes only).
     probability_rows: bool = False
     log_probability_rows: bool = False
+    # Other dims the values are normalised over: (dim, "probabilities" | "log-probabilities").
+    wrong_dims: list[tuple[int, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -86,6 +90,8 @@ class CriterionCall:
     target_numel: int | None = None  # before ignored positions are dropped
     padding: PaddingProfile | None = None  # padding it trains on (not ignored)
     sums: ElementwiseSums | None = None
+    target_shape: tuple[int, ...] | None = None  # as passed, before ignored positions are dropped
+    profile: TargetProfile | None = None  # classes, ignored share, multi-hot rows
 
     @property
     def hard_targets(self) -> bool:
@@ -120,6 +126,11 @@ def _stats(tensor: torch.Tensor, class_dim: int | None) -> TensorStats:
             if stats.max <= _TOL:
                 lse = torch.logsumexp(values, dim=class_dim)
                 stats.log_probability_rows = bool(torch.allclose(lse, torch.zeros_like(lse), atol=_TOL))
+            if not (stats.probability_rows or stats.log_probability_rows):
+                # dim 0 only when no row was cut off: a partial column sums to anything
+                whole = values.shape[0] == tensor.shape[0]
+                stats.wrong_dims = [(dim, kind) for dim, kind in normalised_dims(values, class_dim)
+                                    if dim > 0 or whole]
     return stats
 
 
@@ -187,7 +198,10 @@ class LossSpy(TorchFunctionMode):
             ignore_index=ignore_index,
             reduction=_reduction(name, args, kwargs),
             target_numel=target.numel() if isinstance(target, torch.Tensor) else None,
+            target_shape=tuple(target.shape) if isinstance(target, torch.Tensor) else None,
         )
+        if isinstance(target, torch.Tensor) and name in CLASS_CRITERIA + BINARY_CRITERIA:
+            record.profile = profile_target(name, target, ignore_index, self.shapes, class_dim)
         pad_mask = None
         if name in CLASS_CRITERIA and isinstance(target, torch.Tensor) and not target.is_floating_point():
             rows = as_rows(target, self.shapes)

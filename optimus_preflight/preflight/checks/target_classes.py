@@ -1,0 +1,69 @@
+"""More batches for a one-class verdict (``step.targets``). The step sees one batch, and
+a batch of an imbalanced binary task can hold one class by chance (at 5% positives, a
+batch of 32 has none 19% of the time). So when the first batch's targets hold a single
+value, the loader is read on (labels only, no forward) until another value shows up,
+``ONE_CLASS_MIN_TARGETS`` targets are seen, the epoch ends or the budget runs out.
+
+The labels are found in the batch as the leaf whose kept values are exactly the
+criterion's one value: the same tensor, or the one it was flattened or shifted from.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from optimus_preflight.preflight.analyses.target_profile import ONE_CLASS_MIN_TARGETS
+from optimus_preflight.preflight.data_access.guard import DataGuard
+from optimus_preflight.preflight.framework.preserve import preserved_data_state
+from optimus_preflight.training.batches import leaves
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.analyses.loss_spy import CriterionCall
+    from optimus_preflight.preflight.framework import Findings
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+SCAN_BATCHES = 32
+SCAN_BUDGET_S = 2.0
+
+
+def _kept(leaf: torch.Tensor, ignore_index: int | None) -> torch.Tensor:
+    return leaf[leaf != ignore_index] if ignore_index is not None and not leaf.is_floating_point() else leaf.reshape(-1)
+
+
+def label_leaf(batch: Any, call: CriterionCall) -> int | None:
+    """Index (in ``leaves(batch)`` order) of the tensor holding the criterion's labels."""
+    value, hard = call.profile.only_value, call.hard_targets
+    for index, leaf in enumerate(leaves(batch)):
+        if not isinstance(leaf, torch.Tensor) or leaf.dim() == 0 or leaf.is_floating_point() == hard:
+            continue
+        kept = _kept(leaf, call.ignore_index)
+        if kept.numel() and bool((kept == value).all()):
+            return index
+    return None
+
+
+def scan_labels(ctx: PreflightContext, findings: Findings, check: str, call: CriterionCall) -> tuple[int, int, bool]:
+    """(targets seen, batches read, whole epoch read) while every label equals the first
+    batch's one value; (0, n, False) as soon as another value shows up."""
+    seen, batches = call.profile.kept, 1
+    index = label_leaf(ctx.artifacts.first_batch, call)
+    if index is None or seen >= ONE_CLASS_MIN_TARGETS:
+        return seen, batches, False
+    guard = DataGuard(ctx, check, findings)
+    seen, batches, started = 0, 0, time.perf_counter()
+    with preserved_data_state(ctx), guard.batches(ctx.train_loader, "labels for step.targets") as stream:
+        for batch in stream:
+            found = list(leaves(batch))
+            if index >= len(found) or not isinstance(found[index], torch.Tensor):
+                return seen, batches, False  # another batch structure: judge no further
+            kept = _kept(found[index], call.ignore_index)
+            if bool((kept != call.profile.only_value).any()):
+                return 0, batches + 1, False
+            seen, batches = seen + kept.numel(), batches + 1
+            if seen >= ONE_CLASS_MIN_TARGETS or batches >= SCAN_BATCHES or \
+                    time.perf_counter() - started > SCAN_BUDGET_S:
+                return seen, batches, False
+    return seen, batches, True
