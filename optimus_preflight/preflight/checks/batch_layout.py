@@ -1,0 +1,78 @@
+"""``step.batch_layout``: a sequence module that reads its batch axis from the wrong
+dimension (``analyses/batch_layout.py``): a time-major batch into a ``batch_first=True``
+module (BATCH_TIME_MAJOR), or a batch-major one into a ``batch_first=False`` module
+(BATCH_NOT_TIME_MAJOR). Judged on what the modules received during the observed step,
+against the loader's batch size."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from optimus_preflight.preflight.analyses.batch_layout import misread_axis
+from optimus_preflight.preflight.analyses.probe import get_probe
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.training.batches import leaves
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+
+def _time_major_leaf(batch: object, batch_size: int) -> tuple[int, ...] | None:
+    """The shape of a batch tensor laid out (time, batch, ...), if any."""
+    for leaf in leaves(batch):
+        if isinstance(leaf, torch.Tensor) and leaf.dim() >= 2 and leaf.shape[1] == batch_size \
+                and leaf.shape[0] != batch_size:
+            return tuple(leaf.shape)
+    return None
+
+
+class BatchLayoutCheck(Check):
+    """A sequence module whose batch axis is not where the batch's samples are."""
+
+    name = "step.batch_layout"
+    stage = Stage.STEP
+    codes = ("BATCH_TIME_MAJOR", "BATCH_NOT_TIME_MAJOR")
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        probe = get_probe(ctx)
+        batch_size = getattr(ctx.train_loader, "batch_size", None)
+        findings.data["modules"] = [{"name": s.name, "kind": s.kind, "batch_first": s.batch_first, "input": list(s.shape)}
+                                    for s in probe.layout_inputs]
+        findings.data["summary"] = (f"{len(probe.layout_inputs)} sequence module(s) checked against batch size {batch_size}"
+                                    if probe.layout_inputs else "no batch_first-aware sequence module ran")
+        if not isinstance(batch_size, int) or batch_size < 2:
+            return
+        record = misread_axis(probe.layout_inputs, batch_size)
+        if record is None:
+            return
+        module = f"{record.kind} '{record.name}'"
+        if record.batch_first:
+            batch_shape = _time_major_leaf(ctx.artifacts.first_batch, batch_size)
+            seen = (f"the batch holds a tensor of shape {batch_shape}, time-major, and " if batch_shape else "")
+            findings.warning(
+                "BATCH_TIME_MAJOR",
+                f"{seen}{module} has batch_first=True but receives {record.shape}: the loader's batch of "
+                f"{batch_size} samples is dim 1, so the module takes the {record.shape[0]} time steps for the "
+                f"batch and runs its {_mixing(record.kind)} across the {batch_size} samples instead of along each "
+                "sequence. Nothing raises when the targets are laid out the same way",
+                "Collate batch-major: torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True) in the collate_fn "
+                "(or x.transpose(0, 1) before the module); or build the module with batch_first=False if the "
+                "whole model is time-major.",
+            )
+        else:
+            findings.warning(
+                "BATCH_NOT_TIME_MAJOR",
+                f"{module} has batch_first=False (the default: it reads (time, batch, features)) but receives "
+                f"{record.shape}, with the loader's batch of {batch_size} samples at dim 0: it takes the "
+                f"{batch_size} samples for time steps and runs its {_mixing(record.kind)} across them",
+                f"Build the module with batch_first=True (nn.{record.kind}(..., batch_first=True)), or pass it "
+                "x.transpose(0, 1).",
+            )
+
+
+def _mixing(kind: str) -> str:
+    return "recurrence" if kind in ("LSTM", "GRU", "RNN") else "attention"
