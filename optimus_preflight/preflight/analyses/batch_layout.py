@@ -27,6 +27,7 @@ class ModuleInput:
     kind: str  # the class name: LSTM, TransformerEncoderLayer, ...
     batch_first: bool
     shape: tuple[int, ...]
+    recurrent: bool  # an RNN mixes along time by recurrence, the others by attention
 
 
 def layout_modules(model: nn.Module) -> dict[nn.Module, str]:
@@ -50,7 +51,8 @@ class LayoutWatch:
         name = self._names[module]
         # A PackedSequence carries its own layout; an unbatched 2-D input has no batch axis.
         if isinstance(first, torch.Tensor) and first.dim() >= 3 and all(s.name != name for s in self.seen):
-            self.seen.append(ModuleInput(name, type(module).__name__, bool(module.batch_first), tuple(first.shape)))
+            self.seen.append(ModuleInput(name, type(module).__name__, bool(module.batch_first), tuple(first.shape),
+                                         isinstance(module, nn.RNNBase)))
 
     def close(self) -> None:
         for handle in self._handles:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from optimus_preflight.preflight.analyses.batch_layout import misread_axis
+from optimus_preflight.preflight.analyses.batch_layout import ModuleInput, misread_axis
 from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -57,7 +57,7 @@ class BatchLayoutCheck(Check):
                 "BATCH_TIME_MAJOR",
                 f"{seen}{module} has batch_first=True but receives {record.shape}: the loader's batch of "
                 f"{batch_size} samples is dim 1, so the module takes the {record.shape[0]} time steps for the "
-                f"batch and runs its {_mixing(record.kind)} across the {batch_size} samples instead of along each "
+                f"batch and runs its {_mixing(record)} across the {batch_size} samples instead of along each "
                 "sequence. Nothing raises when the targets are laid out the same way",
                 "Collate batch-major: torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True) in the collate_fn "
                 "(or x.transpose(0, 1) before the module); or build the module with batch_first=False if the "
@@ -68,11 +68,11 @@ class BatchLayoutCheck(Check):
                 "BATCH_NOT_TIME_MAJOR",
                 f"{module} has batch_first=False (the default: it reads (time, batch, features)) but receives "
                 f"{record.shape}, with the loader's batch of {batch_size} samples at dim 0: it takes the "
-                f"{batch_size} samples for time steps and runs its {_mixing(record.kind)} across them",
+                f"{batch_size} samples for time steps and runs its {_mixing(record)} across them",
                 f"Build the module with batch_first=True (nn.{record.kind}(..., batch_first=True)), or pass it "
                 "x.transpose(0, 1).",
             )
 
 
-def _mixing(kind: str) -> str:
-    return "recurrence" if kind in ("LSTM", "GRU", "RNN") else "attention"
+def _mixing(record: ModuleInput) -> str:
+    return "recurrence" if record.recurrent else "attention"
