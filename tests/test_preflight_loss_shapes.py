@@ -304,3 +304,38 @@ def test_a_packed_lstm_is_quiet():
 
     report = preflight(Packed(), sequences(batch_first=True), loss)
     assert not issues(report), issues(report)
+
+
+def test_log_softmax_over_time_then_flattened_for_nll_loss():
+    def flattened(model, batch):
+        tokens, tags = batch
+        return F.nll_loss(model(tokens).reshape(-1, TAGS), tags.reshape(-1))
+
+    report = preflight(Tagger(dim=1), loader(*tagging_data()), flattened)
+    found = issues(report)
+    assert set(found) == {"LOSS_NORM_DIM"}, found
+    assert "the 12 positions of each sequence" in found["LOSS_NORM_DIM"].message
+    assert not issues(preflight(Tagger(dim=-1), loader(*tagging_data()), flattened))
+
+
+def test_kl_div_against_a_prior_is_quiet_and_against_a_transposed_target_is_not():
+    x = features()
+    prior = torch.softmax(torch.randn(1, CLASSES), dim=1)
+
+    def to_prior(model, batch):
+        return F.kl_div(F.log_softmax(model(batch[0]), dim=1), prior, reduction="batchmean")
+
+    assert not issues(preflight(mlp(CLASSES), loader(x, torch.zeros(256)), to_prior))
+
+    def per_sample(model, batch):
+        inputs, targets = batch
+        return F.kl_div(F.log_softmax(model(inputs), dim=1)[:, :1], targets.unsqueeze(0), reduction="batchmean")
+
+    assert "LOSS_BROADCAST" in issues(preflight(mlp(CLASSES), loader(x, torch.rand(256)), per_sample))
+
+
+def test_bce_with_a_column_prediction_and_a_flat_target_gets_the_view_as_its_fix():
+    x = features()
+    report = preflight(mlp(1), loader(x, (x[:, 0] > 0).float()), nn.BCEWithLogitsLoss())
+    issue = issues(report)["STEP_ERROR"]
+    assert "prediction.squeeze(-1)" in issue.fix

@@ -2,7 +2,9 @@
 target shapes differ, and which dimension a class criterion's input was normalised over.
 
 - Broadcasting: ``mse_loss``/``l1_loss``/``smooth_l1_loss``/``huber_loss`` broadcast a
-  target of another shape (torch 2.13 only warns, and a warning filter or a log hides it).
+  target of another shape (torch 2.13 only warns, and a warning filter or a log hides it;
+  ``kl_div`` does not even warn; the binary losses raise, and ``shape_error_fix`` turns
+  that error into the view to apply).
   A ``(B, 1)`` prediction against a ``(B,)`` target broadcasts to ``(B, B)``: every
   prediction is compared with every sample's target, and the model learns the batch mean.
   The bug is exactly "the broadcast shape is larger than both operands": a scalar or
@@ -17,6 +19,7 @@ target shapes differ, and which dimension a class criterion's input was normalis
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -27,8 +30,41 @@ if TYPE_CHECKING:
 
 # Elementwise criteria that broadcast a target of another shape instead of raising
 # (binary_cross_entropy and its logits variant raise a ValueError on torch 2.13).
-BROADCASTING_CRITERIA = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
+# kl_div broadcasts without even a warning.
+BROADCASTING_CRITERIA = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div")
 _TOL = 1e-2  # as loss_spy: half-precision values round
+
+
+@dataclass
+class WrongNormalisation:
+    where: str  # "dim 2", or the sequence positions a flattened (B*T, C) input came from
+    size: int
+    kind: str  # "probabilities" | "log-probabilities"
+
+
+def wrong_normalisation(values: torch.Tensor, shape: tuple[int, ...], class_dim: int,
+                        sequences: list[tuple[int, int]]) -> list[WrongNormalisation]:
+    """Where ``values`` (the first rows of a criterion input of ``shape``, finite floats,
+    not normalised over ``class_dim``) are normalised instead: another dim, or, for a
+    flattened ``(B*T, C)`` input, the ``T`` positions of each of the batch's
+    ``sequences`` ((rows, length) shapes), the trace of ``log_softmax(dim=1)`` on
+    ``(B, T, C)`` logits before ``.view(-1, C)``."""
+    whole = values.shape[0] == shape[0]
+    found = [WrongNormalisation(f"dim {dim}", shape[dim], kind) for dim, kind in normalised_dims(values, class_dim)
+             if dim > 0 or whole]  # dim 0 only when no row was cut off: a partial column sums to anything
+    if found or values.dim() != 2 or class_dim != 1:
+        return found
+    for rows, length in sequences:
+        sequences_kept = min(rows, values.shape[0] // max(length, 1))
+        if rows * length != shape[0] or length < 2 or sequences_kept < 1:
+            continue
+        grouped = values[:sequences_kept * length].reshape(sequences_kept, length, values.shape[1])
+        for dim, kind in normalised_dims(grouped, 2):
+            if dim == 1:
+                where = (f"the {length} positions of each sequence (the (B, T, C) = ({rows}, {length}, "
+                         f"{values.shape[1]}) tensor it was flattened from, dim 1)")
+                return [WrongNormalisation(where, length, kind)]
+    return found
 
 
 def normalised_dims(values: torch.Tensor, class_dim: int) -> list[tuple[int, str]]:
@@ -92,6 +128,19 @@ def broadcast_findings(calls: list[CriterionCall]) -> list[Finding]:
     return found
 
 
+def shape_error_fix(calls: list[CriterionCall]) -> str | None:
+    """The fix for a step that raised inside a criterion given one prediction per target in
+    another shape (binary_cross_entropy's 'target size ... different to the input size')."""
+    for call in calls:
+        if call.error is None or call.input is None or call.target_shape is None:
+            continue
+        prediction, target = call.input.shape, call.target_shape
+        if prediction != target and math.prod(prediction) == math.prod(target):
+            return (f"{call.function} got a prediction of shape {prediction} and a target of shape {target}: give it "
+                    f"one shape, {_squeeze_hint(prediction, target)} (prediction.view_as(target)).")
+    return None
+
+
 def _squeeze_hint(prediction: tuple[int, ...], target: tuple[int, ...]) -> str:
     if len(prediction) == len(target) + 1 and prediction[-1] == 1:
         return "prediction.squeeze(-1)"
@@ -110,13 +159,13 @@ def norm_dim_findings(calls: list[CriterionCall]) -> list[Finding]:
         stats = call.input
         if stats is None or not stats.wrong_dims or call.n_classes is None:
             continue
-        dim, kind = stats.wrong_dims[0]
+        wrong = stats.wrong_dims[0]
         class_dim = 1 if len(stats.shape) >= 2 else 0
-        size = stats.shape[dim]
         found.append(Finding(
             "LOSS_NORM_DIM", "error",
-            f"{call.function} gets an input of shape {stats.shape} that holds {kind} normalised over dim "
-            f"{dim} (size {size}), but {call.function} reads the {call.n_classes} classes from dim {class_dim}: "
+            f"{call.function} gets an input of shape {stats.shape} that holds {wrong.kind} normalised over "
+            f"{wrong.where} (size {wrong.size}), but {call.function} reads the {call.n_classes} classes from dim "
+            f"{class_dim}: "
             f"a softmax/log_softmax ran over the wrong dimension (e.g. dim=1 of (B, T, C) logits, which is T), "
             "so each position's class scores are not a distribution and the loss trains the wrong thing",
             (f"Normalise over the class dimension, the one of size {call.n_classes}: F.log_softmax(logits, dim=-1) "

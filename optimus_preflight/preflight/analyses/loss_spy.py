@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from optimus_preflight.preflight.analyses.loss_shapes import normalised_dims
+from optimus_preflight.preflight.analyses.loss_shapes import WrongNormalisation, wrong_normalisation
 from optimus_preflight.preflight.analyses.padding import (
     PaddingProfile,
     as_rows,
@@ -61,8 +61,8 @@ class TensorStats:
     # Along the class dimension (criteria over classes only).
     probability_rows: bool = False
     log_probability_rows: bool = False
-    # Other dims the values are normalised over: (dim, "probabilities" | "log-probabilities").
-    wrong_dims: list[tuple[int, str]] = field(default_factory=list)
+    # Normalised over something other than the class dim (loss_shapes.wrong_normalisation).
+    wrong_dims: list[WrongNormalisation] = field(default_factory=list)
 
 
 @dataclass
@@ -98,7 +98,7 @@ class CriterionCall:
         return self.target is not None and not self.target.is_floating
 
 
-def _stats(tensor: torch.Tensor, class_dim: int | None) -> TensorStats:
+def _stats(tensor: torch.Tensor, class_dim: int | None, shapes: list[tuple[int, int]] | None = None) -> TensorStats:
     """Statistics of the first ``SAMPLE_ROWS`` rows: an LM's logits can be gigabytes,
     and a float copy of all of them could itself run a GPU out of memory. Integer
     tensors (class targets) are small and are scanned whole, so no bad label hides."""
@@ -127,10 +127,7 @@ def _stats(tensor: torch.Tensor, class_dim: int | None) -> TensorStats:
                 lse = torch.logsumexp(values, dim=class_dim)
                 stats.log_probability_rows = bool(torch.allclose(lse, torch.zeros_like(lse), atol=_TOL))
             if not (stats.probability_rows or stats.log_probability_rows):
-                # dim 0 only when no row was cut off: a partial column sums to anything
-                whole = values.shape[0] == tensor.shape[0]
-                stats.wrong_dims = [(dim, kind) for dim, kind in normalised_dims(values, class_dim)
-                                    if dim > 0 or whole]
+                stats.wrong_dims = wrong_normalisation(values, tuple(tensor.shape), class_dim, shapes or [])
     return stats
 
 
@@ -215,7 +212,7 @@ class LossSpy(TorchFunctionMode):
                 pad_mask = torch.zeros(target.shape, dtype=torch.bool, device=target.device)  # ignored positions only
         if isinstance(target, torch.Tensor) and ignore_index is not None and not target.is_floating_point():
             target = target[target != ignore_index]  # ignored positions may hold any sentinel
-        record.input = _stats(inputs, class_dim) if isinstance(inputs, torch.Tensor) else None
+        record.input = _stats(inputs, class_dim, self.shapes) if isinstance(inputs, torch.Tensor) else None
         record.target = _stats(target, None) if isinstance(target, torch.Tensor) else None
         return record, pad_mask
 

@@ -78,11 +78,10 @@ def all_ignored(call: CriterionCall) -> bool:
     return profile is not None and profile.total > 0 and profile.kept == 0 and call.ignore_index is not None
 
 
-def all_ignored_message(call: CriterionCall) -> tuple[str, str]:
-    """(message, fix) for a criterion whose every target is ignore_index."""
-    reduction = call.reduction
-    effect = ("the mean over zero targets is 0/0 = NaN" if reduction == "mean"
-              else "the loss is 0 with no gradient")
+def all_ignored_message(call: CriterionCall, nan: bool) -> tuple[str, str]:
+    """(message, fix) for a criterion whose every target is ignore_index; ``nan``: the
+    returned loss is NaN (a mean, or a sum divided by the count of targets: 0/0)."""
+    effect = "a loss averaged over zero targets is 0/0 = NaN" if nan else "the loss is 0 with no gradient"
     return (
         f"every one of the {call.profile.total} targets {call.function} got is ignore_index "
         f"({call.ignore_index}): {effect}, so nothing trains. The labels are the cause, not the inputs or "
@@ -104,7 +103,7 @@ def profile_findings(calls: list[CriterionCall]) -> list[Finding]:
         if profile is None:
             continue
         if all_ignored(call):
-            message, fix = all_ignored_message(call)
+            message, fix = all_ignored_message(call, nan=call.reduction == "mean")
             found.append(Finding("TARGET_ALL_IGNORED", "error", message, fix))
         elif call.ignore_index is not None and profile.total >= MIN_TARGETS and \
                 profile.kept < (1 - MOSTLY_IGNORED) * profile.total and _rows_empty(profile):

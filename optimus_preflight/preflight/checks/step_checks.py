@@ -11,7 +11,11 @@ from optimus_preflight.preflight.analyses.loss_findings import (
     loss_input_findings,
     target_findings,
 )
-from optimus_preflight.preflight.analyses.loss_shapes import broadcast_findings, norm_dim_findings
+from optimus_preflight.preflight.analyses.loss_shapes import (
+    broadcast_findings,
+    norm_dim_findings,
+    shape_error_fix,
+)
 from optimus_preflight.preflight.analyses.padded_loss import padded_loss_findings
 from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.analyses.target_profile import (
@@ -71,11 +75,12 @@ class FirstStepCheck(Check):
         elif probe.error is not None:
             where = f" at {probe.error_frame}" if probe.error_frame else ""
             findings.error("STEP_ERROR", f"the first training step raised {probe.error.splitlines()[0]}{where}",
-                           "Fix the error; the traceback frame above is where it happened in your code.")
+                           shape_error_fix(probe.criterion_calls)
+                           or "Fix the error; the traceback frame above is where it happened in your code.")
         elif loss is not None and not loss.finite and any(all_ignored(c) for c in probe.criterion_calls):
             # 0/0 over no targets: the labels, not the inputs or the learning rate
-            findings.error("TARGET_ALL_IGNORED", *all_ignored_message(next(c for c in probe.criterion_calls
-                                                                            if all_ignored(c))))
+            ignored = next(c for c in probe.criterion_calls if all_ignored(c))
+            findings.error("TARGET_ALL_IGNORED", *all_ignored_message(ignored, nan=True))
         elif loss is not None and not loss.finite:
             findings.error(
                 "LOSS_NONFINITE",
