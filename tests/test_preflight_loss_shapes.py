@@ -339,3 +339,17 @@ def test_bce_with_a_column_prediction_and_a_flat_target_gets_the_view_as_its_fix
     report = preflight(mlp(1), loader(x, (x[:, 0] > 0).float()), nn.BCEWithLogitsLoss())
     issue = issues(report)["STEP_ERROR"]
     assert "prediction.squeeze(-1)" in issue.fix
+
+
+def test_a_constant_target_built_in_compute_loss_is_not_a_one_class_dataset():
+    """MoCo's InfoNCE: the positive logit first, labels = zeros(N); nothing in the batch is constant."""
+    x = features()
+
+    def info_nce(model, batch):
+        embeddings = F.normalize(model(batch[0]), dim=1)
+        positives = (embeddings * embeddings.roll(1, 0)).sum(1, keepdim=True)
+        logits = torch.cat([positives, embeddings @ embeddings.roll(2, 0).T], dim=1) / 0.07
+        return F.cross_entropy(logits, torch.zeros(len(logits), dtype=torch.long))
+
+    report = preflight(mlp(16), loader(x, torch.randint(0, 3, (256,)), batch_size=256), info_nce)
+    assert "TARGET_ONE_CLASS" not in issues(report)

@@ -62,7 +62,9 @@ def profile_target(function: str, target: torch.Tensor, ignore_index: int | None
             if rows is not None:
                 profile.rows = int(rows.shape[0])
                 profile.rows_without_target = int((~rows.any(dim=1)).sum())
-        if kept.numel() and (hard or function.startswith("binary")):
+        # Per-sample binary targets only: a (B, H, W) float mask is no label column, and a
+        # sort of millions of its values would cost more than the step.
+        if kept.numel() and (hard or (function.startswith("binary") and profile.per_sample)):
             unique = torch.unique(kept)
             profile.distinct = unique.numel()
             profile.only_value = float(unique[0]) if unique.numel() == 1 else None

@@ -20,11 +20,14 @@ if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
 
 
-def _time_major_leaf(batch: object, batch_size: int) -> tuple[int, ...] | None:
-    """The shape of a batch tensor laid out (time, batch, ...), if any."""
+def _laid_out(batch: object, batch_size: int, batch_axis: int) -> tuple[int, ...] | None:
+    """The shape of a batch tensor with its ``batch_size`` samples at ``batch_axis`` (0 or 1)
+    and another size on the other leading axis, if any: the data's own layout, which a
+    module's input only confirms (a module may see a (words, chars) tensor whose char
+    axis happens to equal the batch size)."""
     for leaf in leaves(batch):
-        if isinstance(leaf, torch.Tensor) and leaf.dim() >= 2 and leaf.shape[1] == batch_size \
-                and leaf.shape[0] != batch_size:
+        if isinstance(leaf, torch.Tensor) and leaf.dim() >= 2 and leaf.shape[batch_axis] == batch_size \
+                and leaf.shape[1 - batch_axis] != batch_size:
             return tuple(leaf.shape)
     return None
 
@@ -47,15 +50,15 @@ class BatchLayoutCheck(Check):
         if not isinstance(batch_size, int) or batch_size < 2:
             return
         record = misread_axis(probe.layout_inputs, batch_size)
-        if record is None:
+        data_shape = None if record is None else \
+            _laid_out(ctx.artifacts.first_batch, batch_size, 1 if record.batch_first else 0)
+        if record is None or data_shape is None:
             return
         module = f"{record.kind} '{record.name}'"
         if record.batch_first:
-            batch_shape = _time_major_leaf(ctx.artifacts.first_batch, batch_size)
-            seen = (f"the batch holds a tensor of shape {batch_shape}, time-major, and " if batch_shape else "")
             findings.warning(
                 "BATCH_TIME_MAJOR",
-                f"{seen}{module} has batch_first=True but receives {record.shape}: the loader's batch of "
+                f"the batch holds a tensor of shape {data_shape}, time-major, and {module} has batch_first=True but receives {record.shape}: the loader's batch of "
                 f"{batch_size} samples is dim 1, so the module takes the {record.shape[0]} time steps for the "
                 f"batch and runs its {_mixing(record)} across the {batch_size} samples instead of along each "
                 "sequence. Nothing raises when the targets are laid out the same way",

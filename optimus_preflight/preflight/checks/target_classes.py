@@ -6,6 +6,9 @@ value, the loader is read on (labels only, no forward) until another value shows
 
 The labels are found in the batch as the leaf whose kept values are exactly the
 criterion's one value: the same tensor, or the one it was flattened or shifted from.
+A constant target that is not in the batch is built by ``compute_loss`` on purpose
+(MoCo's InfoNCE: ``labels = zeros(N)``, the positive at index 0; a GAN's all-real
+labels), and says nothing about the data: no verdict.
 """
 
 from __future__ import annotations
@@ -47,10 +50,13 @@ def label_leaf(batch: Any, call: CriterionCall) -> int | None:
 
 def scan_labels(ctx: PreflightContext, findings: Findings, check: str, call: CriterionCall) -> tuple[int, int, bool]:
     """(targets seen, batches read, whole epoch read) while every label equals the first
-    batch's one value; (0, n, False) as soon as another value shows up."""
+    batch's one value; (0, n, False) as soon as another value shows up, or when the
+    target is not one of the batch's tensors."""
     seen, batches = call.profile.kept, 1
     index = label_leaf(ctx.artifacts.first_batch, call)
-    if index is None or seen >= ONE_CLASS_MIN_TARGETS:
+    if index is None:
+        return 0, batches, False
+    if seen >= ONE_CLASS_MIN_TARGETS:
         return seen, batches, False
     guard = DataGuard(ctx, check, findings)
     seen, batches, started = 0, 0, time.perf_counter()
