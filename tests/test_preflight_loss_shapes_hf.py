@@ -68,3 +68,18 @@ def test_hugging_face_losses_are_quiet(build, make_batch):
     report = preflight(build(), token_batches(make_batch), None)
     assert report.check("step.targets").data["targets"], "the spy sees the criterion inside the model"
     assert not set(issues(report)) & NEW_CODES, issues(report)
+
+
+def test_a_time_major_batch_into_a_hugging_face_model():
+    def time_major(rows):
+        ids = torch.nn.utils.rnn.pad_sequence([row["input_ids"][:8 + i % 5] for i, row in enumerate(rows)])
+        return {"input_ids": ids, "labels": ids}  # (T, B): pad_sequence's default layout
+
+    generator = torch.Generator().manual_seed(0)
+    rows = [causal_lm(generator, index) for index in range(SAMPLES)]
+    loader = torch.utils.data.DataLoader(rows, batch_size=8, collate_fn=time_major)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=32,
+                                                                 n_layer=1, n_head=2))
+    issue = issues(preflight(model, loader, None))["BATCH_TIME_MAJOR"]
+    assert "'input_ids' has shape (12, 8)" in issue.message and "batch_first=True" in issue.fix

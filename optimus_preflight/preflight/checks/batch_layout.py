@@ -6,6 +6,7 @@ against the loader's batch size."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import torch
@@ -49,6 +50,18 @@ class BatchLayoutCheck(Check):
                                     if probe.layout_inputs else "no batch_first-aware sequence module ran")
         if not isinstance(batch_size, int) or batch_size < 2:
             return
+        hf_shape = _hugging_face_time_major(ctx.model, ctx.artifacts.first_batch, batch_size)
+        if hf_shape is not None:
+            name = getattr(ctx.model, "main_input_name", "input_ids")
+            findings.warning(
+                "BATCH_TIME_MAJOR",
+                f"the batch's {name!r} has shape {hf_shape}: the loader's batch of {batch_size} samples is dim 1, "
+                f"but {type(ctx.model).__name__} reads (batch, sequence), so it takes the {hf_shape[0]} positions "
+                f"for samples and attends across the {batch_size} samples",
+                "Collate batch-major: pad with torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True) (or a "
+                "transformers DataCollator) so every tensor of the batch is (batch, sequence).",
+            )
+            return
         record = misread_axis(probe.layout_inputs, batch_size)
         data_shape = None if record is None else \
             _laid_out(ctx.artifacts.first_batch, batch_size, 1 if record.batch_first else 0)
@@ -75,6 +88,19 @@ class BatchLayoutCheck(Check):
                 f"Build the module with batch_first=True (nn.{record.kind}(..., batch_first=True)), or pass it "
                 "x.transpose(0, 1).",
             )
+
+
+def _hugging_face_time_major(model: object, batch: object, batch_size: int) -> tuple[int, ...] | None:
+    """A Hugging Face model (batch-major by contract: ``main_input_name``) given a mapping
+    batch whose main input is (sequence, batch)."""
+    name = getattr(model, "main_input_name", None)
+    if not isinstance(name, str) or not isinstance(batch, Mapping):
+        return None
+    tensor = batch.get(name)
+    if isinstance(tensor, torch.Tensor) and tensor.dim() >= 2 and tensor.shape[1] == batch_size \
+            and tensor.shape[0] != batch_size:
+        return tuple(tensor.shape)
+    return None
 
 
 def _mixing(record: ModuleInput) -> str:
