@@ -30,6 +30,8 @@ from optimus_preflight.preflight.checks.target_classes import scan_labels
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
 if TYPE_CHECKING:
+    from optimus_preflight.preflight.analyses.loss_spy import CriterionCall
+    from optimus_preflight.preflight.analyses.probe import StepProbe
     from optimus_preflight.preflight.framework.context import PreflightContext
 
 FIRST_STEP = "step.first_step"
@@ -77,10 +79,9 @@ class FirstStepCheck(Check):
             findings.error("STEP_ERROR", f"the first training step raised {probe.error.splitlines()[0]}{where}",
                            shape_error_fix(probe.criterion_calls)
                            or "Fix the error; the traceback frame above is where it happened in your code.")
-        elif loss is not None and not loss.finite and any(all_ignored(c) for c in probe.criterion_calls):
+        elif _nan_from_ignored_targets(probe) is not None:
             # 0/0 over no targets: the labels, not the inputs or the learning rate
-            ignored = next(c for c in probe.criterion_calls if all_ignored(c))
-            findings.error("TARGET_ALL_IGNORED", *all_ignored_message(ignored, nan=True))
+            findings.error("TARGET_ALL_IGNORED", *all_ignored_message(_nan_from_ignored_targets(probe), nan=True))
         elif loss is not None and not loss.finite:
             findings.error(
                 "LOSS_NONFINITE",
@@ -117,6 +118,15 @@ class FirstStepCheck(Check):
         if probe.scaler_enabled and probe.completed and not probe.stepped:
             findings.info("O24", "the GradScaler skipped the first step (inf/NaN at the initial scale); normal while "
                                  "it calibrates, a problem if it keeps happening")
+
+
+def _nan_from_ignored_targets(probe: StepProbe) -> CriterionCall | None:
+    """The criterion call whose every target is ignore_index, when the step ran and its
+    loss is non-finite: ``step.first_step`` names that cause instead of a NaN diagnosis."""
+    loss = probe.loss
+    if probe.error is not None or loss is None or loss.kind != "tensor" or loss.finite or not loss.requires_grad:
+        return None
+    return next((call for call in probe.criterion_calls if all_ignored(call)), None)
 
 
 class GradientsCheck(Check):
@@ -200,9 +210,9 @@ class TargetsCheck(Check):
         ignored = [c for c in calls if all_ignored(c)]
         if ignored:
             findings.data["summary"] = f"{ignored[0].function}: all {ignored[0].profile.total} targets are ignore_index"
-        reported_nan = probe.loss is not None and not probe.loss.finite  # step.first_step named the cause
+        reported = _nan_from_ignored_targets(probe) is not None  # by step.first_step
         for found in [*target_findings(calls), *profile_findings(calls)]:
-            if not (found.code == "TARGET_ALL_IGNORED" and reported_nan):
+            if not (found.code == "TARGET_ALL_IGNORED" and reported):
                 findings.add(found.severity, found.code, found.message, found.fix, "data.train")
         candidate = next((c for c in calls if one_class_candidate(c)), None)
         if candidate is not None:
