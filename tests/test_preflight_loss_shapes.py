@@ -353,3 +353,77 @@ def test_a_constant_target_built_in_compute_loss_is_not_a_one_class_dataset():
 
     report = preflight(mlp(16), loader(x, torch.randint(0, 3, (256,)), batch_size=256), info_nce)
     assert "TARGET_ONE_CLASS" not in issues(report)
+
+
+# --------------------------------------------------------- more healthy setups, all quiet
+class Segmenter(nn.Module):
+    def __init__(self, classes: int):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, classes, 3, padding=1)
+
+    def forward(self, images):
+        return self.conv(images)
+
+
+class Encoder(nn.Module):
+    """A batch-first transformer classifier over (B, T, F) features."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        layer = nn.TransformerEncoderLayer(FEATURES, 2, 16, batch_first=True, dropout=0.0)
+        self.encoder, self.head = nn.TransformerEncoder(layer, 1), nn.Linear(FEATURES, CLASSES)
+
+    def forward(self, x):
+        return self.head(self.encoder(x).mean(1))
+
+
+def _segmentation(binary: bool):
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randn(64, 3, 8, 8, generator=generator)
+    if binary:
+        return Segmenter(1), loader(images, (torch.rand(64, 1, 8, 8, generator=generator) > 0.5).float(),
+                                    batch_size=16), nn.BCEWithLogitsLoss()
+    masks = torch.randint(0, 3, (64, 8, 8), generator=generator)
+    masks[:, 0] = 255  # an unlabelled border
+    return Segmenter(3), loader(images, masks, batch_size=16), nn.CrossEntropyLoss(ignore_index=255)
+
+
+def _distillation():
+    teacher = mlp(CLASSES).requires_grad_(False)
+
+    def loss(model, batch):
+        inputs, labels = batch
+        logits = model(inputs)
+        soft = F.kl_div(F.log_softmax(logits / 2, dim=1), F.softmax(teacher(inputs) / 2, dim=1), reduction="batchmean")
+        return F.cross_entropy(logits, labels) + soft
+
+    x = features()
+    return mlp(CLASSES), loader(x, torch.randint(0, CLASSES, (256,))), loss
+
+
+def _transformer():
+    x = torch.randn(64, 10, FEATURES, generator=torch.Generator().manual_seed(0))
+    return Encoder(), loader(x, torch.randint(0, CLASSES, (64,)), batch_size=16), nn.CrossEntropyLoss()
+
+
+def _focal():
+    x = features()
+
+    def loss(model, batch):
+        inputs, targets = batch
+        logits = model(inputs).squeeze(-1)
+        bce = F.binary_cross_entropy_with_logits(logits, targets, reduction="none")
+        return ((1 - torch.exp(-bce)) ** 2 * bce).mean()
+
+    return mlp(1), loader(x, (x[:, 0] > 1.5).float()), loss
+
+
+@pytest.mark.parametrize("setup", [lambda: _segmentation(False), lambda: _segmentation(True), _distillation,
+                                   _transformer, _focal],
+                         ids=["segmentation-ce", "segmentation-bce", "distillation", "transformer", "focal"])
+def test_more_healthy_setups_are_quiet(setup):
+    model, data, loss = setup()
+    report = preflight(model, data, loss)
+    assert not set(issues(report)) & NEW_CODES, issues(report)
