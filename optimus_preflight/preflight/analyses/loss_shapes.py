@@ -149,6 +149,12 @@ def _squeeze_hint(prediction: tuple[int, ...], target: tuple[int, ...]) -> str:
     return f"prediction.view({', '.join(str(n) for n in target)})"
 
 
+def _example(wrong: WrongNormalisation) -> str:
+    if wrong.where == "dim 0":
+        return "dim=0 normalises each class over the batch"
+    return "e.g. dim=1 of (B, T, C) logits, which is T"
+
+
 def norm_dim_findings(calls: list[CriterionCall]) -> list[Finding]:
     """LOSS_NORM_DIM: a class criterion's input normalised over a dim that is not its
     class dim (a softmax/log_softmax with the wrong ``dim=``)."""
@@ -165,9 +171,8 @@ def norm_dim_findings(calls: list[CriterionCall]) -> list[Finding]:
             "LOSS_NORM_DIM", "error",
             f"{call.function} gets an input of shape {stats.shape} that holds {wrong.kind} normalised over "
             f"{wrong.where} (size {wrong.size}), but {call.function} reads the {call.n_classes} classes from dim "
-            f"{class_dim}: "
-            f"a softmax/log_softmax ran over the wrong dimension (e.g. dim=1 of (B, T, C) logits, which is T), "
-            "so each position's class scores are not a distribution and the loss trains the wrong thing",
+            f"{class_dim}: a softmax/log_softmax ran over the wrong dimension ({_example(wrong)}), so each "
+            "sample's class scores are not a distribution and the loss trains the wrong thing",
             (f"Normalise over the class dimension, the one of size {call.n_classes}: F.log_softmax(logits, dim=-1) "
              "on (B, T, C) logits (dim=1 on (B, C) ones), then move the classes to dim 1 for the criterion "
              "(logits.transpose(1, 2) or .reshape(-1, C)).") if call.function == "nll_loss" else
