@@ -15,7 +15,11 @@ What the statistics reveal (pure functions in ``loss_findings``):
 - padding the criterion trains on (``padded_loss.py``): with ``reduction='none'`` the
   sums over all and over unpadded positions are kept, to tell which one the returned
   loss divides;
-- the returned loss against the criterion's value: ``loss / accumulation_steps``.
+- the returned loss against the criterion's value: ``loss / accumulation_steps``;
+- an input normalised over another dim than the class dim, and the target's shape as
+  passed (``loss_shapes.py``: wrong-dim softmax, broadcasting elementwise losses);
+- the target's profile (``target_profile.py``): ignored share, distinct classes,
+  multi-hot rows of float targets.
 """
 
 from __future__ import annotations
