@@ -43,14 +43,17 @@ class WrongNormalisation:
 
 
 def wrong_normalisation(values: torch.Tensor, shape: tuple[int, ...], class_dim: int,
-                        sequences: list[tuple[int, int]]) -> list[WrongNormalisation]:
+                        sequences: list[tuple[int, int]], low: float, high: float) -> list[WrongNormalisation]:
     """Where ``values`` (the first rows of a criterion input of ``shape``, finite floats,
     not normalised over ``class_dim``) are normalised instead: another dim, or, for a
     flattened ``(B*T, C)`` input, the ``T`` positions of each of the batch's
     ``sequences`` ((rows, length) shapes), the trace of ``log_softmax(dim=1)`` on
-    ``(B, T, C)`` logits before ``.view(-1, C)``."""
+    ``(B, T, C)`` logits before ``.view(-1, C)``. ``low``/``high``: the values' range
+    (raw logits, both signs, are ruled out without another pass over a large tensor)."""
+    if low < 0 and high > _TOL:
+        return []
     whole = values.shape[0] == shape[0]
-    found = [WrongNormalisation(f"dim {dim}", shape[dim], kind) for dim, kind in normalised_dims(values, class_dim)
+    found = [WrongNormalisation(f"dim {dim}", shape[dim], kind) for dim, kind in normalised_dims(values, class_dim, low, high)
              if dim > 0 or whole]  # dim 0 only when no row was cut off: a partial column sums to anything
     if found or values.dim() != 2 or class_dim != 1:
         return found
@@ -59,7 +62,7 @@ def wrong_normalisation(values: torch.Tensor, shape: tuple[int, ...], class_dim:
         if rows * length != shape[0] or length < 2 or sequences_kept < 1:
             continue
         grouped = values[:sequences_kept * length].reshape(sequences_kept, length, values.shape[1])
-        for dim, kind in normalised_dims(grouped, 2):
+        for dim, kind in normalised_dims(grouped, 2, low, high):
             if dim == 1:
                 where = (f"the {length} positions of each sequence (the (B, T, C) = ({rows}, {length}, "
                          f"{values.shape[1]}) tensor it was flattened from, dim 1)")
@@ -67,14 +70,12 @@ def wrong_normalisation(values: torch.Tensor, shape: tuple[int, ...], class_dim:
     return found
 
 
-def normalised_dims(values: torch.Tensor, class_dim: int) -> list[tuple[int, str]]:
+def normalised_dims(values: torch.Tensor, class_dim: int, low: float, high: float) -> list[tuple[int, str]]:
     """(dim, "probabilities" | "log-probabilities") for each dim other than ``class_dim``
-    along which ``values`` (finite floats) are normalised. Dim 0 only when ``values``
-    holds the whole tensor (the spy keeps the first rows of a large one)."""
+    along which ``values`` (finite floats in [``low``, ``high``]) are normalised."""
     found: list[tuple[int, str]] = []
     if values.numel() == 0:
         return found
-    low, high = float(values.min()), float(values.max())
     for dim in range(values.dim()):
         if dim == class_dim or values.shape[dim] < 2:
             continue

@@ -131,7 +131,8 @@ def _stats(tensor: torch.Tensor, class_dim: int | None, shapes: list[tuple[int, 
                 lse = torch.logsumexp(values, dim=class_dim)
                 stats.log_probability_rows = bool(torch.allclose(lse, torch.zeros_like(lse), atol=_TOL))
             if not (stats.probability_rows or stats.log_probability_rows):
-                stats.wrong_dims = wrong_normalisation(values, tuple(tensor.shape), class_dim, shapes or [])
+                stats.wrong_dims = wrong_normalisation(values, tuple(tensor.shape), class_dim, shapes or [],
+                                                       stats.min, stats.max)
     return stats
 
 
