@@ -427,3 +427,26 @@ def test_more_healthy_setups_are_quiet(setup):
     model, data, loss = setup()
     report = preflight(model, data, loss)
     assert not set(issues(report)) & NEW_CODES, issues(report)
+
+
+def test_reading_on_for_labels_leaves_the_loaders_order_unchanged():
+    """The one-class scan iterates the loader past the first batch; training then sees
+    the same shuffled order as without the preflight."""
+    x = features()
+    order = torch.cat(list(DataLoader(range(256), batch_size=32, shuffle=True,
+                                      generator=torch.Generator().manual_seed(7))))
+    labels = torch.zeros(256, dtype=torch.long)
+    labels[order[64::10]] = 1  # none in the first two batches: the scan reads on
+
+    def seeded():
+        return DataLoader(TensorDataset(x, labels), batch_size=32, shuffle=True,
+                          generator=torch.Generator().manual_seed(7))
+
+    checked, plain = seeded(), seeded()
+    torch.manual_seed(3)
+    report = preflight(mlp(2), checked, nn.CrossEntropyLoss())
+    assert report.check("step.targets").data["one_class_scan"]["batches"] == 3  # another class in the third
+    assert "TARGET_ONE_CLASS" not in issues(report)
+    torch.manual_seed(3)
+    for (a, _), (b, _) in zip(checked, plain, strict=True):
+        assert torch.equal(a, b)

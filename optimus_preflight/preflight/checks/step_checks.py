@@ -217,6 +217,7 @@ class TargetsCheck(Check):
         candidate = next((c for c in calls if one_class_candidate(c)), None)
         if candidate is not None:
             seen, batches, whole_epoch = scan_labels(ctx, findings, self.name, candidate)
+            findings.data["one_class_scan"] = {"targets": seen, "batches": batches, "whole_epoch": whole_epoch}
             found = one_class_finding(candidate, seen, batches, whole_epoch)
             if found is not None:
                 findings.add(found.severity, found.code, found.message, found.fix, "data.train")
