@@ -450,3 +450,10 @@ def test_reading_on_for_labels_leaves_the_loaders_order_unchanged():
     torch.manual_seed(3)
     for (a, _), (b, _) in zip(checked, plain, strict=True):
         assert torch.equal(a, b)
+
+
+def test_class_labels_stored_as_a_column_get_the_squeeze_as_their_fix():
+    x = features()
+    report = preflight(mlp(CLASSES), loader(x, torch.randint(0, CLASSES, (256, 1))), nn.CrossEntropyLoss())
+    issue = issues(report)["STEP_ERROR"]
+    assert "target.squeeze(-1)" in issue.fix and "(32, 1)" in issue.fix

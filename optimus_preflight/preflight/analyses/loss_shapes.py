@@ -136,6 +136,13 @@ def shape_error_fix(calls: list[CriterionCall]) -> str | None:
         if call.error is None or call.input is None or call.target_shape is None:
             continue
         prediction, target = call.input.shape, call.target_shape
+        if call.function in ("cross_entropy", "nll_loss") and len(prediction) >= 2:
+            wanted = prediction[:1] + prediction[2:]  # the input without its class dim
+            if target == (*wanted, 1):
+                return (f"{call.function} got class-index targets of shape {target} for an input of shape "
+                        f"{prediction}: it wants {wanted}, one index per sample (position); pass "
+                        "target.squeeze(-1) (labels stored as a column).")
+            continue
         if prediction != target and math.prod(prediction) == math.prod(target):
             return (f"{call.function} got a prediction of shape {prediction} and a target of shape {target}: give it "
                     f"one shape, {_squeeze_hint(prediction, target)} (prediction.view_as(target)).")

@@ -56,8 +56,8 @@ def scan_labels(ctx: PreflightContext, findings: Findings, check: str, call: Cri
     index = label_leaf(ctx.artifacts.first_batch, call)
     if index is None:
         return 0, batches, False
-    if seen >= ONE_CLASS_MIN_TARGETS:
-        return seen, batches, False
+    if seen >= ONE_CLASS_MIN_TARGETS or ctx.artifacts.data_hang is not None:
+        return seen, batches, False  # enough already; or the data code hung once: no more calls into it
     guard = DataGuard(ctx, check, findings)
     seen, batches, started = 0, 0, time.perf_counter()
     with preserved_data_state(ctx), guard.batches(ctx.train_loader, "labels for step.targets") as stream:
