@@ -37,15 +37,18 @@ def _kept(leaf: torch.Tensor, ignore_index: int | None) -> torch.Tensor:
 
 
 def label_leaf(batch: Any, call: CriterionCall) -> int | None:
-    """Index (in ``leaves(batch)`` order) of the tensor holding the criterion's labels."""
+    """Index (in ``leaves(batch)`` order) of the tensor holding the criterion's labels:
+    one of the target's size first (an all-ones attention mask beside all-one labels is
+    not the labels), else one it was shifted or reshaped from."""
     value, hard = call.profile.only_value, call.hard_targets
+    matches = []
     for index, leaf in enumerate(leaves(batch)):
         if not isinstance(leaf, torch.Tensor) or leaf.dim() == 0 or leaf.is_floating_point() == hard:
             continue
         kept = _kept(leaf, call.ignore_index)
         if kept.numel() and bool((kept == value).all()):
-            return index
-    return None
+            matches.append((leaf.numel() != call.profile.total, index))
+    return min(matches)[1] if matches else None
 
 
 def scan_labels(ctx: PreflightContext, findings: Findings, check: str, call: CriterionCall) -> tuple[int, int, bool]:
