@@ -170,6 +170,7 @@ def one_class_finding(call: CriterionCall, seen: int, batches: int, whole_epoch:
         f"all {seen} targets {call.function} got in {where} are {shown}: one class{of}. A model trained on "
         "one class learns to predict it whatever the input, with a loss that looks healthy",
         "Check the labels the dataset returns: a label read from the wrong column or field, a constant "
-        "placeholder, or data filtered down to one class. With extremely imbalanced data, sample the minority "
-        "class more (WeightedRandomSampler) or weight it in the loss.",
+        "placeholder, or data filtered down to one class; data sorted by class needs shuffle=True in the "
+        "training DataLoader. With extremely imbalanced data, sample the minority class more "
+        "(WeightedRandomSampler) or weight it in the loss.",
     )
