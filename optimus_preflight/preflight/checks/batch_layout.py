@@ -71,8 +71,8 @@ class BatchLayoutCheck(Check):
         if record.batch_first:
             findings.warning(
                 "BATCH_TIME_MAJOR",
-                f"the batch holds a tensor of shape {data_shape}, time-major, and {module} has batch_first=True but receives {record.shape}: the loader's batch of "
-                f"{batch_size} samples is dim 1, so the module takes the {record.shape[0]} time steps for the "
+                f"the batch holds a tensor of shape {data_shape}, time-major, and {module} has batch_first=True "
+                f"but receives {record.shape}: the loader's batch of {batch_size} samples is dim 1, so the module takes the {record.shape[0]} time steps for the "
                 f"batch and runs its {_mixing(record)} across the {batch_size} samples instead of along each "
                 "sequence. Nothing raises when the targets are laid out the same way",
                 "Collate batch-major: torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True) in the collate_fn "
@@ -92,13 +92,14 @@ class BatchLayoutCheck(Check):
 
 def _hugging_face_time_major(model: object, batch: object, batch_size: int) -> tuple[int, ...] | None:
     """A Hugging Face model (batch-major by contract: ``main_input_name``) given a mapping
-    batch whose main input is (sequence, batch)."""
+    batch whose main input is token ids laid out (sequence, batch). Token ids only: pixel
+    values (B, 3, H, W) of a short first batch under batch_size=3 would look the same."""
     name = getattr(model, "main_input_name", None)
     if not isinstance(name, str) or not isinstance(batch, Mapping):
         return None
     tensor = batch.get(name)
-    if isinstance(tensor, torch.Tensor) and tensor.dim() >= 2 and tensor.shape[1] == batch_size \
-            and tensor.shape[0] != batch_size:
+    if isinstance(tensor, torch.Tensor) and tensor.dim() == 2 and not tensor.is_floating_point() \
+            and tensor.shape[1] == batch_size and tensor.shape[0] != batch_size:
         return tuple(tensor.shape)
     return None
 
