@@ -22,6 +22,7 @@ from optimus_preflight.preflight.checks import (
     throughput,
 )
 from optimus_preflight.preflight.checks.adapter_checks import AdapterCheck
+from optimus_preflight.preflight.checks.batch_layout import BatchLayoutCheck
 from optimus_preflight.preflight.checks.dataset_checks import DatasetLengthCheck
 from optimus_preflight.preflight.checks.dataset_memory import DatasetCacheCheck
 from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
@@ -77,6 +78,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     step_checks.TargetsCheck,
     step_checks.PaddedLossCheck,
     step_checks.InitialLossCheck,
+    BatchLayoutCheck,
     TargetLeakCheck,
     step_runs.AccumulationCheck,
     step_runs.LossScaleCheck,

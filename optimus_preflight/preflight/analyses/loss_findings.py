@@ -30,8 +30,8 @@ def loss_input_findings(calls: list[CriterionCall], activations: dict[str, int])
     found: list[Finding] = []
     for call in calls:
         stats = call.input
-        if stats is None or not stats.finite:
-            continue
+        if stats is None or not stats.finite or stats.wrong_dims:
+            continue  # normalised over the wrong dim: loss_shapes.norm_dim_findings explains it
         if call.function == "cross_entropy" and stats.probability_rows:
             found.append(Finding(
                 "O12", "error",
@@ -54,8 +54,11 @@ def loss_input_findings(calls: list[CriterionCall], activations: dict[str, int])
                 "O16", "error",
                 f"nll_loss receives {kind}, not log-probabilities: NLLLoss just picks -input[target], so the "
                 "loss is meaningless",
-                "Apply F.log_softmax(logits, dim=1) before NLLLoss, or drop it and use CrossEntropyLoss on the "
-                "raw logits.",
+                ("Apply F.log_softmax(logits, dim=1) before NLLLoss, or drop it and use CrossEntropyLoss on the "
+                 "raw logits.") if len(stats.shape) < 3 else
+                (f"Apply F.log_softmax over the class dimension (the one of size {call.n_classes}: dim=-1 of "
+                 "(B, T, C) logits, before moving the classes to dim 1 for NLLLoss), or drop it and use "
+                 "CrossEntropyLoss on the raw logits."),
             ))
         elif call.function == "binary_cross_entropy" and activations.get("sigmoid", 0):
             found.append(Finding(

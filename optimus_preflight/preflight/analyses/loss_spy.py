@@ -15,22 +15,28 @@ What the statistics reveal (pure functions in ``loss_findings``):
 - padding the criterion trains on (``padded_loss.py``): with ``reduction='none'`` the
   sums over all and over unpadded positions are kept, to tell which one the returned
   loss divides;
-- the returned loss against the criterion's value: ``loss / accumulation_steps``.
+- the returned loss against the criterion's value: ``loss / accumulation_steps``;
+- an input normalised over another dim than the class dim, and the target's shape as
+  passed (``loss_shapes.py``: wrong-dim softmax, broadcasting elementwise losses);
+- the target's profile (``target_profile.py``): ignored share, distinct classes,
+  multi-hot rows of float targets.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
+from optimus_preflight.preflight.analyses.loss_shapes import WrongNormalisation, wrong_normalisation
 from optimus_preflight.preflight.analyses.padding import (
     PaddingProfile,
     as_rows,
     edge_padding,
 )
+from optimus_preflight.preflight.analyses.target_profile import TargetProfile, profile_target
 
 CLASS_CRITERIA = ("cross_entropy", "nll_loss")
 BINARY_CRITERIA = ("binary_cross_entropy", "binary_cross_entropy_with_logits")
@@ -59,6 +65,8 @@ class TensorStats:
     # Along the class dimension (criteria over classes only).
     probability_rows: bool = False
     log_probability_rows: bool = False
+    # Normalised over something other than the class dim (loss_shapes.wrong_normalisation).
+    wrong_dims: list[WrongNormalisation] = field(default_factory=list)
 
 
 @dataclass
@@ -86,13 +94,15 @@ class CriterionCall:
     target_numel: int | None = None  # before ignored positions are dropped
     padding: PaddingProfile | None = None  # padding it trains on (not ignored)
     sums: ElementwiseSums | None = None
+    target_shape: tuple[int, ...] | None = None  # as passed, before ignored positions are dropped
+    profile: TargetProfile | None = None  # classes, ignored share, multi-hot rows
 
     @property
     def hard_targets(self) -> bool:
         return self.target is not None and not self.target.is_floating
 
 
-def _stats(tensor: torch.Tensor, class_dim: int | None) -> TensorStats:
+def _stats(tensor: torch.Tensor, class_dim: int | None, shapes: list[tuple[int, int]] | None = None) -> TensorStats:
     """Statistics of the first ``SAMPLE_ROWS`` rows: an LM's logits can be gigabytes,
     and a float copy of all of them could itself run a GPU out of memory. Integer
     tensors (class targets) are small and are scanned whole, so no bad label hides."""
@@ -120,6 +130,9 @@ def _stats(tensor: torch.Tensor, class_dim: int | None) -> TensorStats:
             if stats.max <= _TOL:
                 lse = torch.logsumexp(values, dim=class_dim)
                 stats.log_probability_rows = bool(torch.allclose(lse, torch.zeros_like(lse), atol=_TOL))
+            if not (stats.probability_rows or stats.log_probability_rows):
+                stats.wrong_dims = wrong_normalisation(values, tuple(tensor.shape), class_dim, shapes or [],
+                                                       stats.min, stats.max)
     return stats
 
 
@@ -187,7 +200,10 @@ class LossSpy(TorchFunctionMode):
             ignore_index=ignore_index,
             reduction=_reduction(name, args, kwargs),
             target_numel=target.numel() if isinstance(target, torch.Tensor) else None,
+            target_shape=tuple(target.shape) if isinstance(target, torch.Tensor) else None,
         )
+        if isinstance(target, torch.Tensor) and name in CLASS_CRITERIA + BINARY_CRITERIA:
+            record.profile = profile_target(name, target, ignore_index, self.shapes, class_dim)
         pad_mask = None
         if name in CLASS_CRITERIA and isinstance(target, torch.Tensor) and not target.is_floating_point():
             rows = as_rows(target, self.shapes)
@@ -201,7 +217,7 @@ class LossSpy(TorchFunctionMode):
                 pad_mask = torch.zeros(target.shape, dtype=torch.bool, device=target.device)  # ignored positions only
         if isinstance(target, torch.Tensor) and ignore_index is not None and not target.is_floating_point():
             target = target[target != ignore_index]  # ignored positions may hold any sentinel
-        record.input = _stats(inputs, class_dim) if isinstance(inputs, torch.Tensor) else None
+        record.input = _stats(inputs, class_dim, self.shapes) if isinstance(inputs, torch.Tensor) else None
         record.target = _stats(target, None) if isinstance(target, torch.Tensor) else None
         return record, pad_mask
 

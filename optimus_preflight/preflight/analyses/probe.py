@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, ModuleInput
 from optimus_preflight.preflight.analyses.loss_spy import CriterionCall, LossSpy
 from optimus_preflight.preflight.analyses.padding import sequence_shapes
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
@@ -63,6 +64,7 @@ class StepProbe:
     criterion_calls: list[CriterionCall] = field(default_factory=list)
     activations: dict[str, int] = field(default_factory=dict)
     scaler_enabled: bool = False
+    layout_inputs: list[ModuleInput] = field(default_factory=list)  # batch_first modules (batch_layout)
 
     @property
     def completed(self) -> bool:
@@ -149,6 +151,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         handles = [model.register_forward_pre_hook(on_forward)]
         handles += [module.register_forward_pre_hook(on_sensitive_forward) for module in sensitive]
         handles += [param.register_post_accumulate_grad_hook(on_grad) for param in trainable]
+        layout = LayoutWatch(model)
         runner = runner_from_config(ctx.cfg.trainer, ctx.training, model, ctx.optimizer, observed_loss,
                                     scheduler=ctx.scheduler)
         started = time.perf_counter()
@@ -165,6 +168,8 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
             probe.step_s = time.perf_counter() - started
             for handle in handles:
                 handle.remove()
+            layout.close()
+    probe.layout_inputs = layout.seen
     probe.criterion_calls = spy.calls
     probe.activations = spy.activations
     if probe.completed:

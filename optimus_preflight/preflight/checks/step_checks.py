@@ -11,12 +11,27 @@ from optimus_preflight.preflight.analyses.loss_findings import (
     loss_input_findings,
     target_findings,
 )
+from optimus_preflight.preflight.analyses.loss_shapes import (
+    broadcast_findings,
+    norm_dim_findings,
+    shape_error_fix,
+)
 from optimus_preflight.preflight.analyses.padded_loss import padded_loss_findings
 from optimus_preflight.preflight.analyses.probe import get_probe
+from optimus_preflight.preflight.analyses.target_profile import (
+    all_ignored,
+    all_ignored_message,
+    one_class_candidate,
+    one_class_finding,
+    profile_findings,
+)
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.checks.target_classes import scan_labels
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
 if TYPE_CHECKING:
+    from optimus_preflight.preflight.analyses.loss_spy import CriterionCall
+    from optimus_preflight.preflight.analyses.probe import StepProbe
     from optimus_preflight.preflight.framework.context import PreflightContext
 
 FIRST_STEP = "step.first_step"
@@ -31,7 +46,7 @@ class FirstStepCheck(Check):
 
     name = FIRST_STEP
     stage = Stage.STEP
-    codes = ("LOSS_NONFINITE", "O3", "O5", "O24", "STEP_ERROR")
+    codes = ("LOSS_NONFINITE", "O3", "O5", "O24", "STEP_ERROR", "TARGET_ALL_IGNORED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -62,7 +77,11 @@ class FirstStepCheck(Check):
         elif probe.error is not None:
             where = f" at {probe.error_frame}" if probe.error_frame else ""
             findings.error("STEP_ERROR", f"the first training step raised {probe.error.splitlines()[0]}{where}",
-                           "Fix the error; the traceback frame above is where it happened in your code.")
+                           shape_error_fix(probe.criterion_calls)
+                           or "Fix the error; the traceback frame above is where it happened in your code.")
+        elif _nan_from_ignored_targets(probe) is not None:
+            # 0/0 over no targets: the labels, not the inputs or the learning rate
+            findings.error("TARGET_ALL_IGNORED", *all_ignored_message(_nan_from_ignored_targets(probe), nan=True))
         elif loss is not None and not loss.finite:
             findings.error(
                 "LOSS_NONFINITE",
@@ -99,6 +118,15 @@ class FirstStepCheck(Check):
         if probe.scaler_enabled and probe.completed and not probe.stepped:
             findings.info("O24", "the GradScaler skipped the first step (inf/NaN at the initial scale); normal while "
                                  "it calibrates, a problem if it keeps happening")
+
+
+def _nan_from_ignored_targets(probe: StepProbe) -> CriterionCall | None:
+    """The criterion call whose every target is ignore_index, when the step ran and its
+    loss is non-finite: ``step.first_step`` names that cause instead of a NaN diagnosis."""
+    loss = probe.loss
+    if probe.error is not None or loss is None or loss.kind != "tensor" or loss.finite or not loss.requires_grad:
+        return None
+    return next((call for call in probe.criterion_calls if all_ignored(call)), None)
 
 
 class GradientsCheck(Check):
@@ -138,11 +166,12 @@ class GradientsCheck(Check):
 
 
 class LossFunctionCheck(Check):
-    """O12 softmax into CrossEntropyLoss, O16 NLLLoss without log_softmax, O13 sigmoid + BCELoss."""
+    """O12 softmax into CrossEntropyLoss, O16 NLLLoss without log_softmax, O13 sigmoid + BCELoss;
+    a softmax over the wrong dim, and an elementwise loss that broadcasts its operands."""
 
     name = "step.loss_function"
     stage = Stage.STEP
-    codes = ("O12", "O13", "O16")
+    codes = ("O12", "O13", "O16", "LOSS_NORM_DIM", "LOSS_BROADCAST")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -150,20 +179,24 @@ class LossFunctionCheck(Check):
         calls = probe.criterion_calls
         findings.data.update(criteria=sorted({call.function for call in calls}), activations=probe.activations)
         findings.data["summary"] = ", ".join(findings.data["criteria"]) or "no known criterion seen"
-        for found in loss_input_findings(calls, probe.activations):
+        for found in [*loss_input_findings(calls, probe.activations), *norm_dim_findings(calls),
+                      *broadcast_findings(calls)]:
             findings.add(found.severity, found.code, found.message, found.fix)
 
 
 class TargetsCheck(Check):
-    """O14: classification targets outside [0, C) or of the wrong dtype for the criterion."""
+    """O14: classification targets outside [0, C) or of the wrong dtype for the criterion;
+    targets all or mostly ignore_index, of one class only, or multi-hot rows fed to
+    cross_entropy (``target_profile``)."""
 
     name = "step.targets"
     stage = Stage.STEP
-    codes = ("O14",)
+    codes = ("O14", "TARGET_ALL_IGNORED", "TARGET_MOSTLY_IGNORED", "TARGET_ONE_CLASS", "TARGET_MULTI_HOT")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        calls = get_probe(ctx).criterion_calls
+        probe = get_probe(ctx)
+        calls = probe.criterion_calls
         findings.data["targets"] = [
             {"criterion": c.function, "dtype": c.target.dtype, "min": c.target.min, "max": c.target.max,
              "classes": c.n_classes}
@@ -174,8 +207,20 @@ class TargetsCheck(Check):
             f"{t['criterion']}: {t['dtype']} targets in [{t['min']:g}, {t['max']:g}]" + (f" for {t['classes']} classes" if t["classes"] else "")
             for t in described
         ) or "no known criterion seen"
-        for found in target_findings(calls):
-            findings.add(found.severity, found.code, found.message, found.fix, "data.train")
+        ignored = [c for c in calls if all_ignored(c)]
+        if ignored:
+            findings.data["summary"] = f"{ignored[0].function}: all {ignored[0].profile.total} targets are ignore_index"
+        reported = _nan_from_ignored_targets(probe) is not None  # by step.first_step
+        for found in [*target_findings(calls), *profile_findings(calls)]:
+            if not (found.code == "TARGET_ALL_IGNORED" and reported):
+                findings.add(found.severity, found.code, found.message, found.fix, "data.train")
+        candidate = next((c for c in calls if one_class_candidate(c)), None)
+        if candidate is not None:
+            seen, batches, whole_epoch = scan_labels(ctx, findings, self.name, candidate)
+            findings.data["one_class_scan"] = {"targets": seen, "batches": batches, "whole_epoch": whole_epoch}
+            found = one_class_finding(candidate, seen, batches, whole_epoch)
+            if found is not None:
+                findings.add(found.severity, found.code, found.message, found.fix, "data.train")
 
 
 class InitialLossCheck(Check):

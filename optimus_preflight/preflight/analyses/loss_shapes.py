@@ -1,0 +1,191 @@
+"""Shapes at the criterion: what an elementwise loss really averages when its input and
+target shapes differ, and which dimension a class criterion's input was normalised over.
+
+- Broadcasting: ``mse_loss``/``l1_loss``/``smooth_l1_loss``/``huber_loss`` broadcast a
+  target of another shape (torch 2.13 only warns, and a warning filter or a log hides it;
+  ``kl_div`` does not even warn; the binary losses raise, and ``shape_error_fix`` turns
+  that error into the view to apply).
+  A ``(B, 1)`` prediction against a ``(B,)`` target broadcasts to ``(B, B)``: every
+  prediction is compared with every sample's target, and the model learns the batch mean.
+  The bug is exactly "the broadcast shape is larger than both operands": a scalar or
+  per-row target expanded over a prediction keeps the prediction's shape and is left alone.
+- The normalisation dimension: ``nll_loss``/``cross_entropy`` read classes from dim 1
+  (dim 0 of an unbatched input). Probabilities or log-probabilities normalised over
+  another dim (``log_softmax(dim=1)`` of ``(B, T, C)`` logits, then a transpose) are
+  neither raw logits nor the criterion's log-probabilities; saying "raw logits" sends the
+  user to add a log_softmax over the class dim on top of the wrong one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.analyses.loss_findings import Finding
+    from optimus_preflight.preflight.analyses.loss_spy import CriterionCall
+
+# Elementwise criteria that broadcast a target of another shape instead of raising
+# (binary_cross_entropy and its logits variant raise a ValueError on torch 2.13).
+# kl_div broadcasts without even a warning.
+BROADCASTING_CRITERIA = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div")
+_TOL = 1e-2  # as loss_spy: half-precision values round
+
+
+@dataclass
+class WrongNormalisation:
+    where: str  # "dim 2", or the sequence positions a flattened (B*T, C) input came from
+    size: int
+    kind: str  # "probabilities" | "log-probabilities"
+
+
+def wrong_normalisation(values: torch.Tensor, shape: tuple[int, ...], class_dim: int,
+                        sequences: list[tuple[int, int]], low: float, high: float) -> list[WrongNormalisation]:
+    """Where ``values`` (the first rows of a criterion input of ``shape``, finite floats,
+    not normalised over ``class_dim``) are normalised instead: another dim, or, for a
+    flattened ``(B*T, C)`` input, the ``T`` positions of each of the batch's
+    ``sequences`` ((rows, length) shapes), the trace of ``log_softmax(dim=1)`` on
+    ``(B, T, C)`` logits before ``.view(-1, C)``. ``low``/``high``: the values' range
+    (raw logits, both signs, are ruled out without another pass over a large tensor)."""
+    if low < 0 and high > _TOL:
+        return []
+    whole = values.shape[0] == shape[0]
+    found = [WrongNormalisation(f"dim {dim}", shape[dim], kind) for dim, kind in normalised_dims(values, class_dim, low, high)
+             if dim > 0 or whole]  # dim 0 only when no row was cut off: a partial column sums to anything
+    if found or values.dim() != 2 or class_dim != 1:
+        return found
+    for rows, length in sequences:
+        sequences_kept = min(rows, values.shape[0] // max(length, 1))
+        if rows * length != shape[0] or length < 2 or sequences_kept < 1:
+            continue
+        grouped = values[:sequences_kept * length].reshape(sequences_kept, length, values.shape[1])
+        for dim, kind in normalised_dims(grouped, 2, low, high):
+            if dim == 1:
+                where = (f"the {length} positions of each sequence (the (B, T, C) = ({rows}, {length}, "
+                         f"{values.shape[1]}) tensor it was flattened from, dim 1)")
+                return [WrongNormalisation(where, length, kind)]
+    return found
+
+
+def normalised_dims(values: torch.Tensor, class_dim: int, low: float, high: float) -> list[tuple[int, str]]:
+    """(dim, "probabilities" | "log-probabilities") for each dim other than ``class_dim``
+    along which ``values`` (finite floats in [``low``, ``high``]) are normalised."""
+    found: list[tuple[int, str]] = []
+    if values.numel() == 0:
+        return found
+    for dim in range(values.dim()):
+        if dim == class_dim or values.shape[dim] < 2:
+            continue
+        if low >= 0:
+            sums = values.sum(dim=dim)
+            if torch.allclose(sums, torch.ones_like(sums), atol=_TOL):
+                found.append((dim, "probabilities"))
+                continue
+        if high <= _TOL:
+            lse = torch.logsumexp(values, dim=dim)
+            if torch.allclose(lse, torch.zeros_like(lse), atol=_TOL):
+                found.append((dim, "log-probabilities"))
+    return found
+
+
+def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    try:
+        return tuple(torch.broadcast_shapes(a, b))
+    except RuntimeError:
+        return None
+
+
+def broadcast_findings(calls: list[CriterionCall]) -> list[Finding]:
+    """LOSS_BROADCAST: an elementwise loss whose input and target broadcast to a shape
+    larger than both, so it pairs every prediction with other samples' targets."""
+    from optimus_preflight.preflight.analyses.loss_findings import Finding
+
+    found: list[Finding] = []
+    for call in calls:
+        if call.function not in BROADCASTING_CRITERIA or call.input is None or call.target_shape is None:
+            continue
+        prediction, target = call.input.shape, call.target_shape
+        if prediction == target:
+            continue
+        result = broadcast_shape(prediction, target)
+        if result is None or math.prod(result) <= max(math.prod(prediction), math.prod(target)):
+            continue
+        same_size = math.prod(prediction) == math.prod(target)
+        view = (f"prediction.view_as(target) (here {_squeeze_hint(prediction, target)})" if same_size
+                else "a prediction of the target's shape")
+        found.append(Finding(
+            "LOSS_BROADCAST", "error",
+            f"{call.function} gets a prediction of shape {prediction} and a target of shape {target}: they "
+            f"broadcast to {result}, so the loss compares every prediction with every other sample's target "
+            f"({math.prod(result)} terms instead of {max(math.prod(prediction), math.prod(target))}) and the "
+            "model learns to predict the batch mean. torch only warns 'Using a target size ... different to "
+            "the input size'",
+            f"Give the criterion the prediction in the target's shape: {view}, or make the target the "
+            "prediction's shape in the dataset.",
+        ))
+    return found
+
+
+def shape_error_fix(calls: list[CriterionCall]) -> str | None:
+    """The fix for a step that raised inside a criterion given one prediction per target in
+    another shape (binary_cross_entropy's 'target size ... different to the input size')."""
+    for call in calls:
+        if call.error is None or call.input is None or call.target_shape is None:
+            continue
+        prediction, target = call.input.shape, call.target_shape
+        if call.function in ("cross_entropy", "nll_loss") and len(prediction) >= 2:
+            wanted = prediction[:1] + prediction[2:]  # the input without its class dim
+            if target == (*wanted, 1):
+                return (f"{call.function} got class-index targets of shape {target} for an input of shape "
+                        f"{prediction}: it wants {wanted}, one index per sample (position); pass "
+                        "target.squeeze(-1) (labels stored as a column).")
+            continue
+        if prediction != target and math.prod(prediction) == math.prod(target):
+            return (f"{call.function} got a prediction of shape {prediction} and a target of shape {target}: give it "
+                    f"one shape, {_squeeze_hint(prediction, target)} (prediction.view_as(target)).")
+    return None
+
+
+def _squeeze_hint(prediction: tuple[int, ...], target: tuple[int, ...]) -> str:
+    if len(prediction) == len(target) + 1 and prediction[-1] == 1:
+        return "prediction.squeeze(-1)"
+    if len(target) == len(prediction) + 1 and target[-1] == 1:
+        return "target.squeeze(-1), or prediction.unsqueeze(-1)"
+    return f"prediction.view({', '.join(str(n) for n in target)})"
+
+
+def _example(wrong: WrongNormalisation) -> str:
+    if wrong.where == "dim 0":
+        return "dim=0 normalises each class over the batch"
+    return "e.g. dim=1 of (B, T, C) logits, which is T"
+
+
+def norm_dim_findings(calls: list[CriterionCall]) -> list[Finding]:
+    """LOSS_NORM_DIM: a class criterion's input normalised over a dim that is not its
+    class dim (a softmax/log_softmax with the wrong ``dim=``)."""
+    from optimus_preflight.preflight.analyses.loss_findings import Finding
+
+    found: list[Finding] = []
+    for call in calls:
+        stats = call.input
+        if stats is None or not stats.wrong_dims or call.n_classes is None:
+            continue
+        wrong = stats.wrong_dims[0]
+        class_dim = 1 if len(stats.shape) >= 2 else 0
+        found.append(Finding(
+            "LOSS_NORM_DIM", "error",
+            f"{call.function} gets an input of shape {stats.shape} that holds {wrong.kind} normalised over "
+            f"{wrong.where} (size {wrong.size}), but {call.function} reads the {call.n_classes} classes from dim "
+            f"{class_dim}: a softmax/log_softmax ran over the wrong dimension ({_example(wrong)}), so each "
+            "sample's class scores are not a distribution and the loss trains the wrong thing",
+            (f"Normalise over the class dimension, the one of size {call.n_classes}: F.log_softmax(logits, dim=-1) "
+             "on (B, T, C) logits (dim=1 on (B, C) ones), then move the classes to dim 1 for the criterion "
+             "(logits.transpose(1, 2) or .reshape(-1, C)).") if call.function == "nll_loss" else
+            (f"Remove the softmax/log_softmax: cross_entropy applies log_softmax itself over dim {class_dim}, "
+             f"the class dimension (size {call.n_classes}); pass the raw logits with the classes at dim 1 "
+             "(logits.transpose(1, 2) or .reshape(-1, C))."),
+        ))
+    return found

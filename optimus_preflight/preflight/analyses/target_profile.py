@@ -1,0 +1,176 @@
+"""What the targets a criterion gets say about the labels (tensor statistics, then pure
+findings), beyond their range and dtype (``loss_findings.target_findings``):
+
+- every target is ``ignore_index``: the mean over no targets is 0/0, a NaN loss whose
+  cause is the labels, not the inputs or the learning rate;
+- nearly every target ignored, with most rows holding none: a collator or truncation that
+  masks the answers away (a prompt-masked fine-tune keeps at least one target per row);
+- one class only: a label column read wrong, or a constant label. A batch of an
+  imbalanced binary task can hold one class by chance, so this is judged on at least
+  ``ONE_CLASS_MIN_TARGETS`` targets, or on a whole epoch (the check reads more batches
+  when the first holds one class);
+- multi-hot float targets to ``cross_entropy``: it accepts (B, C) class probabilities,
+  and a multi-hot row (several 1s) is read as a distribution of mass > 1, a loss that
+  scales with the number of labels and a softmax that can only spread between them.
+  One-hot and soft labels sum to 1 per row and are fine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from optimus_preflight.preflight.analyses.padding import as_rows
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.analyses.loss_findings import Finding
+    from optimus_preflight.preflight.analyses.loss_spy import CriterionCall
+
+MOSTLY_IGNORED = 0.95
+MIN_TARGETS = 32  # fewer say nothing about a share
+ONE_CLASS_MIN_TARGETS = 256
+_ROW_SUM_TOL = 1e-3
+
+
+@dataclass
+class TargetProfile:
+    total: int  # target positions, ignored ones included
+    kept: int  # not equal to ignore_index
+    rows: int | None = None  # with a (rows, positions) structure
+    rows_without_target: int | None = None
+    distinct: int = 0  # distinct kept values
+    only_value: float | None = None  # the value, when there is one
+    per_sample: bool = False  # one target per sample ((B,) or (B, 1)): classification
+    # Float targets of a class criterion (probabilities), summed along the class dim.
+    row_sum_max: float | None = None
+    binary: bool = False  # every float target is 0 or 1
+
+
+def profile_target(function: str, target: torch.Tensor, ignore_index: int | None,
+                   shapes: list[tuple[int, int]], class_dim: int | None) -> TargetProfile:
+    with torch.no_grad():
+        values = target.detach()
+        hard = not values.is_floating_point()
+        valid = values != ignore_index if hard and ignore_index is not None else None
+        kept = values[valid] if valid is not None else values.reshape(-1)
+        profile = TargetProfile(total=values.numel(), kept=kept.numel(),
+                                per_sample=values.dim() == 1 or (values.dim() == 2 and values.shape[1] == 1))
+        if valid is not None:
+            rows = as_rows(valid, shapes)
+            if rows is not None:
+                profile.rows = int(rows.shape[0])
+                profile.rows_without_target = int((~rows.any(dim=1)).sum())
+        # Per-sample binary targets only: a (B, H, W) float mask is no label column, and a
+        # sort of millions of its values would cost more than the step.
+        if kept.numel() and (hard or (function.startswith("binary") and profile.per_sample)):
+            unique = torch.unique(kept)
+            profile.distinct = unique.numel()
+            profile.only_value = float(unique[0]) if unique.numel() == 1 else None
+        if not hard and class_dim is not None and values.dim() > class_dim and values.numel():
+            floats = values.float()
+            profile.row_sum_max = float(floats.sum(dim=class_dim).max())
+            profile.binary = bool(((floats == 0) | (floats == 1)).all())
+    return profile
+
+
+def all_ignored(call: CriterionCall) -> bool:
+    profile = call.profile
+    return profile is not None and profile.total > 0 and profile.kept == 0 and call.ignore_index is not None
+
+
+def all_ignored_message(call: CriterionCall, nan: bool) -> tuple[str, str]:
+    """(message, fix) for a criterion whose every target is ignore_index; ``nan``: the
+    returned loss is NaN (a mean, or a sum divided by the count of targets: 0/0)."""
+    effect = "a loss averaged over zero targets is 0/0 = NaN" if nan else "the loss is 0 with no gradient"
+    return (
+        f"every one of the {call.profile.total} targets {call.function} got is ignore_index "
+        f"({call.ignore_index}): {effect}, so nothing trains. The labels are the cause, not the inputs or "
+        "the learning rate",
+        f"Check how the labels are built: a collator or tokenisation step that sets every label to "
+        f"{call.ignore_index} (prompt masking past the truncation length, a mask computed on the wrong "
+        "tensor, or labels copied from the padded positions); each batch needs targets that are real class "
+        "ids.",
+    )
+
+
+def profile_findings(calls: list[CriterionCall]) -> list[Finding]:
+    """TARGET_ALL_IGNORED, TARGET_MOSTLY_IGNORED, TARGET_MULTI_HOT for each call."""
+    from optimus_preflight.preflight.analyses.loss_findings import Finding
+
+    found: list[Finding] = []
+    for call in calls:
+        profile = call.profile
+        if profile is None:
+            continue
+        if all_ignored(call):
+            message, fix = all_ignored_message(call, nan=call.reduction == "mean")
+            found.append(Finding("TARGET_ALL_IGNORED", "error", message, fix))
+        elif call.ignore_index is not None and profile.total >= MIN_TARGETS and \
+                profile.kept < (1 - MOSTLY_IGNORED) * profile.total and _rows_empty(profile):
+            share = 1 - profile.kept / profile.total
+            rows = (f"; {profile.rows_without_target} of {profile.rows} rows have no target at all"
+                    if profile.rows else "")
+            found.append(Finding(
+                "TARGET_MOSTLY_IGNORED", "warning",
+                f"{share:.1%} of the {profile.total} targets {call.function} got are ignore_index "
+                f"({call.ignore_index}), only {profile.kept} train{rows}: each step learns from a sliver of "
+                "the batch, and the loss of so few targets is noisy",
+                "Check the label masking: truncation that cuts the answer off, or a mask that covers more than "
+                "the prompt and the padding. If it is deliberate, larger batches keep the step's targets up.",
+            ))
+        if call.function == "cross_entropy" and profile.binary and profile.row_sum_max is not None and \
+                profile.row_sum_max > 1 + _ROW_SUM_TOL:
+            found.append(Finding(
+                "TARGET_MULTI_HOT", "error",
+                f"cross_entropy gets multi-hot float targets (0/1 values, rows summing up to "
+                f"{profile.row_sum_max:g}): it reads float targets as one probability distribution per sample, "
+                "so a row with several labels is a 'distribution' of mass > 1, the loss grows with the label "
+                "count, and the softmax can only split one unit of probability between the labels",
+                "For multi-label data use BCEWithLogitsLoss on the logits and these float targets (one "
+                "independent yes/no per class); for one label per sample pass class indices "
+                "(targets.argmax(dim=1), dtype long) or normalise the rows to sum to 1.",
+            ))
+    return found
+
+
+def _rows_empty(profile: TargetProfile) -> bool:
+    """A sequence target needs most rows empty too: prompt-masked fine-tunes keep few
+    targets per row, but keep some in every row."""
+    if profile.rows is None:
+        return True
+    return profile.rows_without_target is not None and profile.rows_without_target * 2 >= profile.rows
+
+
+def one_class_candidate(call: CriterionCall) -> bool:
+    """Hard class targets, or per-sample binary ones, holding a single value."""
+    profile = call.profile
+    if profile is None or profile.distinct != 1:
+        return False
+    if call.function in ("cross_entropy", "nll_loss"):
+        return call.hard_targets and (call.n_classes or 0) >= 2
+    return call.function.startswith("binary") and profile.per_sample
+
+
+def one_class_finding(call: CriterionCall, seen: int, batches: int, whole_epoch: bool) -> Finding | None:
+    """TARGET_ONE_CLASS when ``seen`` targets over ``batches`` batches hold only one
+    value: enough of them, or the whole epoch."""
+    from optimus_preflight.preflight.analyses.loss_findings import Finding
+
+    if seen < (MIN_TARGETS if whole_epoch else ONE_CLASS_MIN_TARGETS):
+        return None
+    value = call.profile.only_value
+    shown = f"{value:g}"
+    of = (f" of the model's {call.n_classes} classes" if call.function in ("cross_entropy", "nll_loss")
+          else " (a binary target)")
+    where = "the whole epoch" if whole_epoch else f"the first {batches} batch(es)"
+    return Finding(
+        "TARGET_ONE_CLASS", "warning",
+        f"all {seen} targets {call.function} got in {where} are {shown}: one class{of}. A model trained on "
+        "one class learns to predict it whatever the input, with a loss that looks healthy",
+        "Check the labels the dataset returns: a label read from the wrong column or field, a constant "
+        "placeholder, or data filtered down to one class; data sorted by class needs shuffle=True in the "
+        "training DataLoader. With extremely imbalanced data, sample the minority class more "
+        "(WeightedRandomSampler) or weight it in the loss.",
+    )

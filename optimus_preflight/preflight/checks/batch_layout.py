@@ -1,0 +1,108 @@
+"""``step.batch_layout``: a sequence module that reads its batch axis from the wrong
+dimension (``analyses/batch_layout.py``): a time-major batch into a ``batch_first=True``
+module (BATCH_TIME_MAJOR), or a batch-major one into a ``batch_first=False`` module
+(BATCH_NOT_TIME_MAJOR). Judged on what the modules received during the observed step,
+against the loader's batch size."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import torch
+
+from optimus_preflight.preflight.analyses.batch_layout import ModuleInput, misread_axis
+from optimus_preflight.preflight.analyses.probe import get_probe
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.training.batches import leaves
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+
+def _laid_out(batch: object, batch_size: int, batch_axis: int) -> tuple[int, ...] | None:
+    """The shape of a batch tensor with its ``batch_size`` samples at ``batch_axis`` (0 or 1)
+    and another size on the other leading axis, if any: the data's own layout, which a
+    module's input only confirms (a module may see a (words, chars) tensor whose char
+    axis happens to equal the batch size)."""
+    for leaf in leaves(batch):
+        if isinstance(leaf, torch.Tensor) and leaf.dim() >= 2 and leaf.shape[batch_axis] == batch_size \
+                and leaf.shape[1 - batch_axis] != batch_size:
+            return tuple(leaf.shape)
+    return None
+
+
+class BatchLayoutCheck(Check):
+    """A sequence module whose batch axis is not where the batch's samples are."""
+
+    name = "step.batch_layout"
+    stage = Stage.STEP
+    codes = ("BATCH_TIME_MAJOR", "BATCH_NOT_TIME_MAJOR")
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        probe = get_probe(ctx)
+        batch_size = getattr(ctx.train_loader, "batch_size", None)
+        findings.data["modules"] = [{"name": s.name, "kind": s.kind, "batch_first": s.batch_first, "input": list(s.shape)}
+                                    for s in probe.layout_inputs]
+        findings.data["summary"] = (f"{len(probe.layout_inputs)} sequence module(s) checked against batch size {batch_size}"
+                                    if probe.layout_inputs else "no batch_first-aware sequence module ran")
+        if not isinstance(batch_size, int) or batch_size < 2:
+            return
+        hf_shape = _hugging_face_time_major(ctx.model, ctx.artifacts.first_batch, batch_size)
+        if hf_shape is not None:
+            name = getattr(ctx.model, "main_input_name", "input_ids")
+            findings.warning(
+                "BATCH_TIME_MAJOR",
+                f"the batch's {name!r} has shape {hf_shape}: the loader's batch of {batch_size} samples is dim 1, "
+                f"but {type(ctx.model).__name__} reads (batch, sequence), so it takes the {hf_shape[0]} positions "
+                f"for samples and attends across the {batch_size} samples",
+                "Collate batch-major: pad with torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True) (or a "
+                "transformers DataCollator) so every tensor of the batch is (batch, sequence).",
+            )
+            return
+        record = misread_axis(probe.layout_inputs, batch_size)
+        data_shape = None if record is None else \
+            _laid_out(ctx.artifacts.first_batch, batch_size, 1 if record.batch_first else 0)
+        if record is None or data_shape is None:
+            return
+        module = f"{record.kind} '{record.name}'"
+        if record.batch_first:
+            findings.warning(
+                "BATCH_TIME_MAJOR",
+                f"the batch holds a tensor of shape {data_shape}, time-major, and {module} has batch_first=True "
+                f"but receives {record.shape}: the loader's batch of {batch_size} samples is dim 1, so the module takes the {record.shape[0]} time steps for the "
+                f"batch and runs its {_mixing(record)} across the {batch_size} samples instead of along each "
+                "sequence. Nothing raises when the targets are laid out the same way",
+                "Collate batch-major: torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True) in the collate_fn "
+                "(or x.transpose(0, 1) before the module); or build the module with batch_first=False if the "
+                "whole model is time-major.",
+            )
+        else:
+            findings.warning(
+                "BATCH_NOT_TIME_MAJOR",
+                f"{module} has batch_first=False (the default: it reads (time, batch, features)) but receives "
+                f"{record.shape}, with the loader's batch of {batch_size} samples at dim 0: it takes the "
+                f"{batch_size} samples for time steps and runs its {_mixing(record)} across them",
+                f"Build the module with batch_first=True (nn.{record.kind}(..., batch_first=True)), or pass it "
+                "x.transpose(0, 1).",
+            )
+
+
+def _hugging_face_time_major(model: object, batch: object, batch_size: int) -> tuple[int, ...] | None:
+    """A Hugging Face model (batch-major by contract: ``main_input_name``) given a mapping
+    batch whose main input is token ids laid out (sequence, batch). Token ids only: pixel
+    values (B, 3, H, W) of a short first batch under batch_size=3 would look the same."""
+    name = getattr(model, "main_input_name", None)
+    if not isinstance(name, str) or not isinstance(batch, Mapping):
+        return None
+    tensor = batch.get(name)
+    if isinstance(tensor, torch.Tensor) and tensor.dim() == 2 and not tensor.is_floating_point() \
+            and tensor.shape[1] == batch_size and tensor.shape[0] != batch_size:
+        return tuple(tensor.shape)
+    return None
+
+
+def _mixing(record: ModuleInput) -> str:
+    return "recurrence" if record.recurrent else "attention"

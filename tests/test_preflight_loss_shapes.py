@@ -1,0 +1,459 @@
+"""What reaches the criterion, end to end through ``run_preflight``: shapes that
+broadcast, a softmax over the wrong dim, targets of one class, multi-hot rows into
+cross_entropy, ignored targets, and sequence batches whose batch axis a module misreads.
+Each broken setup is written the way users write it, beside the healthy one it is
+mistaken for."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.batch_layout import BatchLayoutCheck
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.step_checks import (
+    FirstStepCheck,
+    InitialLossCheck,
+    LossFunctionCheck,
+    TargetsCheck,
+)
+from optimus_preflight.preflight.framework import Severity
+
+NEW_CODES = {"LOSS_BROADCAST", "LOSS_NORM_DIM", "TARGET_ONE_CLASS", "TARGET_MULTI_HOT", "TARGET_ALL_IGNORED",
+             "TARGET_MOSTLY_IGNORED", "BATCH_TIME_MAJOR", "BATCH_NOT_TIME_MAJOR"}
+FEATURES, CLASSES, VOCAB, TAGS = 8, 5, 50, 5
+
+
+def preflight(model, loader, loss_fn):
+    checks = [FirstBatchCheck(), FirstStepCheck(), LossFunctionCheck(), TargetsCheck(), InitialLossCheck(),
+              BatchLayoutCheck()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's own broadcasting warning: the report must say it
+        return run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=loss_fn,
+                             checks=checks)
+
+
+def issues(report) -> dict[str, object]:
+    return {issue.code: issue for _, issue in report.issues() if issue.severity != Severity.INFO}
+
+
+def mlp(outputs: int) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, outputs))
+
+
+def features(samples: int = 256) -> torch.Tensor:
+    return torch.randn(samples, FEATURES, generator=torch.Generator().manual_seed(0))
+
+
+def loader(*tensors: torch.Tensor, batch_size: int = 32, shuffle: bool = True) -> DataLoader:
+    return DataLoader(TensorDataset(*tensors), batch_size=batch_size, shuffle=shuffle)
+
+
+# ------------------------------------------------------------ broadcasting at the loss
+@pytest.mark.parametrize("criterion", [nn.MSELoss(), nn.L1Loss(), nn.SmoothL1Loss(), nn.HuberLoss()])
+def test_a_column_prediction_against_a_flat_target_broadcasts_to_batch_by_batch(criterion):
+    x = features()
+    report = preflight(mlp(1), loader(x, x.sum(1)), criterion)  # target (B,), prediction (B, 1)
+    found = issues(report)["LOSS_BROADCAST"]
+    assert found.severity == Severity.ERROR
+    assert "(32, 1)" in found.message and "(32,)" in found.message and "(32, 32)" in found.message
+    assert "squeeze(-1)" in found.fix
+
+
+@pytest.mark.parametrize("target", [lambda x: x.sum(1, keepdim=True), lambda x: x.sum(1)])
+def test_matching_regression_shapes_are_quiet(target):
+    x = features()
+
+    def loss(model, batch):
+        inputs, y = batch
+        prediction = model(inputs)
+        return F.mse_loss(prediction.view_as(y), y) + 1e-4 * F.l1_loss(prediction, torch.zeros(()))  # scalar target
+
+    report = preflight(mlp(1), loader(x, target(x)), loss)
+    assert not issues(report), issues(report)
+
+
+# --------------------------------------------------------- the normalisation dimension
+class Tagger(nn.Module):
+    """(B, T) tokens -> (B, T, C) log-probabilities over ``dim``."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        torch.manual_seed(0)
+        self.dim = dim
+        self.embed, self.head = nn.Embedding(VOCAB, 16), nn.Linear(16, TAGS)
+
+    def forward(self, tokens):
+        return F.log_softmax(self.head(self.embed(tokens)), dim=self.dim)
+
+
+def tagging_data(samples: int = 256, length: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    return (torch.randint(0, VOCAB, (samples, length), generator=generator),
+            torch.randint(0, TAGS, (samples, length), generator=generator))
+
+
+def nll_over_positions(model, batch):
+    tokens, tags = batch
+    return F.nll_loss(model(tokens).transpose(1, 2), tags)  # classes to dim 1, as nll_loss wants
+
+
+def test_log_softmax_over_the_time_dim_is_named_not_called_raw_logits():
+    report = preflight(Tagger(dim=1), loader(*tagging_data()), nll_over_positions)
+    found = issues(report)
+    assert set(found) == {"LOSS_NORM_DIM"}, found  # not O16 "raw logits", whose fix repeats the bug
+    issue = found["LOSS_NORM_DIM"]
+    assert "dim 2 (size 12)" in issue.message and f"{TAGS} classes from dim 1" in issue.message
+    assert "dim=-1" in issue.fix and f"size {TAGS}" in issue.fix
+
+
+def test_log_softmax_over_the_class_dim_is_quiet():
+    report = preflight(Tagger(dim=-1), loader(*tagging_data()), nll_over_positions)
+    assert not issues(report), issues(report)
+
+
+def test_softmax_over_the_batch_into_cross_entropy():
+    x = features()
+    model = nn.Sequential(mlp(CLASSES), nn.Softmax(dim=0))
+    report = preflight(model, loader(x, torch.randint(0, CLASSES, (256,))), nn.CrossEntropyLoss())
+    issue = issues(report)["LOSS_NORM_DIM"]
+    assert "dim 0 (size 32)" in issue.message and "raw logits" in issue.fix
+    assert "O12" not in issues(report)
+
+
+# -------------------------------------------------------------------- target classes
+def test_targets_of_one_class_warn():
+    x = features()
+    report = preflight(mlp(CLASSES), loader(x, torch.ones(256, dtype=torch.long)), nn.CrossEntropyLoss())
+    issue = issues(report)["TARGET_ONE_CLASS"]
+    assert issue.severity == Severity.WARNING and "are 1: one class of the model's 5 classes" in issue.message
+
+
+def test_a_binary_task_whose_first_batches_hold_no_positive_is_quiet():
+    """5% positives, all of them after the first four batches of an unshuffled loader."""
+    x = features()
+    labels = torch.zeros(256, dtype=torch.long)
+    labels[128::10] = 1
+    report = preflight(mlp(2), loader(x, labels, shuffle=False), nn.CrossEntropyLoss())
+    assert "TARGET_ONE_CLASS" not in issues(report)
+    bce = loader(x, labels.float().unsqueeze(1), shuffle=False)
+    assert "TARGET_ONE_CLASS" not in issues(preflight(mlp(1), bce, nn.BCEWithLogitsLoss()))
+
+
+def test_a_small_batch_of_one_class_says_nothing_on_its_own():
+    x = features(16)  # the whole epoch: 16 targets, too few to call it one class
+    report = preflight(mlp(CLASSES), loader(x, torch.full((16,), 3), batch_size=8), nn.CrossEntropyLoss())
+    assert "TARGET_ONE_CLASS" not in issues(report)
+
+
+def test_multi_hot_rows_into_cross_entropy():
+    x = features()
+    multi_hot = (torch.rand(256, CLASSES, generator=torch.Generator().manual_seed(1)) < 0.4).float()
+    multi_hot[:, 0] = 1  # at least one label per row, several in most
+    report = preflight(mlp(CLASSES), loader(x, multi_hot), nn.CrossEntropyLoss())
+    issue = issues(report)["TARGET_MULTI_HOT"]
+    assert issue.severity == Severity.ERROR and "BCEWithLogitsLoss" in issue.fix
+    # the fix works: the same targets into BCEWithLogitsLoss are a healthy multi-label setup
+    assert not issues(preflight(mlp(CLASSES), loader(x, multi_hot), nn.BCEWithLogitsLoss()))
+
+
+@pytest.mark.parametrize("soft", ["one_hot", "soft", "smoothing"])
+def test_probability_targets_and_label_smoothing_are_quiet(soft):
+    x = features()
+    labels = torch.randint(0, CLASSES, (256,), generator=torch.Generator().manual_seed(2))
+    if soft == "one_hot":
+        targets, criterion = F.one_hot(labels, CLASSES).float(), nn.CrossEntropyLoss()
+    elif soft == "soft":
+        targets, criterion = torch.softmax(torch.randn(256, CLASSES), dim=1), nn.CrossEntropyLoss()
+    else:
+        targets, criterion = labels, nn.CrossEntropyLoss(label_smoothing=0.1)
+    report = preflight(mlp(CLASSES), loader(x, targets), criterion)
+    assert not issues(report), issues(report)
+
+
+# ------------------------------------------------------------------ ignored targets
+def test_all_targets_ignored_is_named_instead_of_a_nan_diagnosis():
+    x = features()
+    report = preflight(mlp(CLASSES), loader(x, torch.full((256,), -100)), nn.CrossEntropyLoss())
+    found = issues(report)
+    assert "LOSS_NONFINITE" not in found
+    issue = found["TARGET_ALL_IGNORED"]
+    assert issue.severity == Severity.ERROR and "ignore_index (-100)" in issue.message and "NaN" in issue.message
+    assert report.check("step.first_step").issues[0].code == "TARGET_ALL_IGNORED"
+
+
+def test_all_targets_ignored_under_a_sum_is_caught_by_the_targets_check():
+    x = features()
+    report = preflight(mlp(CLASSES), loader(x, torch.full((256,), -100)), nn.CrossEntropyLoss(reduction="sum"))
+    assert "TARGET_ALL_IGNORED" in {issue.code for issue in report.check("step.targets").issues}
+
+
+def _sequence_labels(keep_rows: int, keep_per_row: int) -> tuple[torch.Tensor, torch.Tensor]:
+    tokens, tags = tagging_data()
+    labels = torch.full_like(tags, -100)
+    labels[:, :keep_per_row] = tags[:, :keep_per_row]
+    labels[keep_rows:] = -100
+    return tokens, labels
+
+
+def tagger_ce(model, batch):
+    tokens, tags = batch
+    return F.cross_entropy(model.head(model.embed(tokens)).reshape(-1, TAGS), tags.reshape(-1))
+
+
+def test_nearly_every_target_ignored_with_empty_rows_warns():
+    tokens, labels = _sequence_labels(keep_rows=0, keep_per_row=1)
+    labels[::16, 0] = tagging_data()[1][::16, 0]  # 2 of 32 rows keep one target: 99.5% ignored
+    report = preflight(Tagger(dim=-1), loader(tokens, labels, shuffle=False), tagger_ce)
+    issue = issues(report)["TARGET_MOSTLY_IGNORED"]
+    assert "30 of 32 rows have no target" in issue.message
+
+
+def test_one_answer_token_per_row_is_a_healthy_prompt_masked_fine_tune():
+    tokens, labels = _sequence_labels(keep_rows=256, keep_per_row=1)  # 92% ignored, every row trains
+    tokens, labels = torch.cat([tokens, tokens], 1), torch.cat([labels, torch.full_like(labels, -100)], 1)  # 96%
+    report = preflight(Tagger(dim=-1), loader(tokens, labels), tagger_ce)
+    assert not issues(report), issues(report)
+
+
+# ------------------------------------------------------------ the sequence batch axis
+class Sequences(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        generator = torch.Generator().manual_seed(index)
+        length = int(torch.randint(5, 20, (1,), generator=generator))
+        return torch.randn(length, FEATURES, generator=generator), torch.randint(0, 3, (length,), generator=generator)
+
+
+def collate(batch_first: bool):
+    def stack(items):
+        pad = nn.utils.rnn.pad_sequence
+        return (pad([x for x, _ in items], batch_first=batch_first),
+                pad([y for _, y in items], batch_first=batch_first, padding_value=-100))
+    return stack
+
+
+class RecurrentTagger(nn.Module):
+    def __init__(self, batch_first: bool, transpose: bool = False, cell: type[nn.Module] = nn.LSTM):
+        super().__init__()
+        torch.manual_seed(0)
+        self.transpose = transpose
+        self.rnn, self.head = cell(FEATURES, 16, batch_first=batch_first), nn.Linear(16, 3)
+
+    def forward(self, x):
+        if self.transpose:
+            x = x.transpose(0, 1)
+        out, _ = self.rnn(x)
+        return self.head(out.transpose(0, 1) if self.transpose else out)
+
+
+def per_position(model, batch):
+    x, y = batch
+    return F.cross_entropy(model(x).reshape(-1, 3), y.reshape(-1))
+
+
+def sequences(batch_first: bool) -> DataLoader:
+    return DataLoader(Sequences(), batch_size=8, shuffle=True, collate_fn=collate(batch_first))
+
+
+def test_a_time_major_batch_into_a_batch_first_lstm():
+    report = preflight(RecurrentTagger(batch_first=True), sequences(batch_first=False), per_position)
+    issue = issues(report)["BATCH_TIME_MAJOR"]
+    assert "batch_first=True" in issue.message and "batch_first=True" in issue.fix
+
+
+def test_a_batch_major_batch_into_a_default_gru():
+    report = preflight(RecurrentTagger(batch_first=False, cell=nn.GRU), sequences(batch_first=True), per_position)
+    assert "nn.GRU(..., batch_first=True)" in issues(report)["BATCH_NOT_TIME_MAJOR"].fix
+
+
+@pytest.mark.parametrize(("model_batch_first", "data_batch_first", "transpose"), [
+    (True, True, False), (False, False, False), (True, False, True),
+])
+def test_sequence_modules_reading_the_batch_axis_right_are_quiet(model_batch_first, data_batch_first, transpose):
+    model = RecurrentTagger(batch_first=model_batch_first, transpose=transpose)
+    report = preflight(model, sequences(batch_first=data_batch_first), per_position)
+    assert not issues(report), issues(report)
+
+
+def test_a_packed_lstm_is_quiet():
+    class Packed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.rnn, self.head = nn.LSTM(FEATURES, 16, batch_first=True), nn.Linear(16, 3)
+
+        def forward(self, x, lengths):
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+            out, _ = self.rnn(packed)
+            return self.head(nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])[0])
+
+    def loss(model, batch):
+        x, y = batch
+        lengths = (y != -100).sum(1)
+        return F.cross_entropy(model(x, lengths).reshape(-1, 3), y.reshape(-1))
+
+    report = preflight(Packed(), sequences(batch_first=True), loss)
+    assert not issues(report), issues(report)
+
+
+def test_log_softmax_over_time_then_flattened_for_nll_loss():
+    def flattened(model, batch):
+        tokens, tags = batch
+        return F.nll_loss(model(tokens).reshape(-1, TAGS), tags.reshape(-1))
+
+    report = preflight(Tagger(dim=1), loader(*tagging_data()), flattened)
+    found = issues(report)
+    assert set(found) == {"LOSS_NORM_DIM"}, found
+    assert "the 12 positions of each sequence" in found["LOSS_NORM_DIM"].message
+    assert not issues(preflight(Tagger(dim=-1), loader(*tagging_data()), flattened))
+
+
+def test_kl_div_against_a_prior_is_quiet_and_against_a_transposed_target_is_not():
+    x = features()
+    prior = torch.softmax(torch.randn(1, CLASSES), dim=1)
+
+    def to_prior(model, batch):
+        return F.kl_div(F.log_softmax(model(batch[0]), dim=1), prior, reduction="batchmean")
+
+    assert not issues(preflight(mlp(CLASSES), loader(x, torch.zeros(256)), to_prior))
+
+    def per_sample(model, batch):
+        inputs, targets = batch
+        return F.kl_div(F.log_softmax(model(inputs), dim=1)[:, :1], targets.unsqueeze(0), reduction="batchmean")
+
+    assert "LOSS_BROADCAST" in issues(preflight(mlp(CLASSES), loader(x, torch.rand(256)), per_sample))
+
+
+def test_bce_with_a_column_prediction_and_a_flat_target_gets_the_view_as_its_fix():
+    x = features()
+    report = preflight(mlp(1), loader(x, (x[:, 0] > 0).float()), nn.BCEWithLogitsLoss())
+    issue = issues(report)["STEP_ERROR"]
+    assert "prediction.squeeze(-1)" in issue.fix
+
+
+def test_a_constant_target_built_in_compute_loss_is_not_a_one_class_dataset():
+    """MoCo's InfoNCE: the positive logit first, labels = zeros(N); nothing in the batch is constant."""
+    x = features()
+
+    def info_nce(model, batch):
+        embeddings = F.normalize(model(batch[0]), dim=1)
+        positives = (embeddings * embeddings.roll(1, 0)).sum(1, keepdim=True)
+        logits = torch.cat([positives, embeddings @ embeddings.roll(2, 0).T], dim=1) / 0.07
+        return F.cross_entropy(logits, torch.zeros(len(logits), dtype=torch.long))
+
+    report = preflight(mlp(16), loader(x, torch.randint(0, 3, (256,)), batch_size=256), info_nce)
+    assert "TARGET_ONE_CLASS" not in issues(report)
+
+
+# --------------------------------------------------------- more healthy setups, all quiet
+class Segmenter(nn.Module):
+    def __init__(self, classes: int):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, classes, 3, padding=1)
+
+    def forward(self, images):
+        return self.conv(images)
+
+
+class Encoder(nn.Module):
+    """A batch-first transformer classifier over (B, T, F) features."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        layer = nn.TransformerEncoderLayer(FEATURES, 2, 16, batch_first=True, dropout=0.0)
+        self.encoder, self.head = nn.TransformerEncoder(layer, 1), nn.Linear(FEATURES, CLASSES)
+
+    def forward(self, x):
+        return self.head(self.encoder(x).mean(1))
+
+
+def _segmentation(binary: bool):
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randn(64, 3, 8, 8, generator=generator)
+    if binary:
+        return Segmenter(1), loader(images, (torch.rand(64, 1, 8, 8, generator=generator) > 0.5).float(),
+                                    batch_size=16), nn.BCEWithLogitsLoss()
+    masks = torch.randint(0, 3, (64, 8, 8), generator=generator)
+    masks[:, 0] = 255  # an unlabelled border
+    return Segmenter(3), loader(images, masks, batch_size=16), nn.CrossEntropyLoss(ignore_index=255)
+
+
+def _distillation():
+    teacher = mlp(CLASSES).requires_grad_(False)
+
+    def loss(model, batch):
+        inputs, labels = batch
+        logits = model(inputs)
+        soft = F.kl_div(F.log_softmax(logits / 2, dim=1), F.softmax(teacher(inputs) / 2, dim=1), reduction="batchmean")
+        return F.cross_entropy(logits, labels) + soft
+
+    x = features()
+    return mlp(CLASSES), loader(x, torch.randint(0, CLASSES, (256,))), loss
+
+
+def _transformer():
+    x = torch.randn(64, 10, FEATURES, generator=torch.Generator().manual_seed(0))
+    return Encoder(), loader(x, torch.randint(0, CLASSES, (64,)), batch_size=16), nn.CrossEntropyLoss()
+
+
+def _focal():
+    x = features()
+
+    def loss(model, batch):
+        inputs, targets = batch
+        logits = model(inputs).squeeze(-1)
+        bce = F.binary_cross_entropy_with_logits(logits, targets, reduction="none")
+        return ((1 - torch.exp(-bce)) ** 2 * bce).mean()
+
+    return mlp(1), loader(x, (x[:, 0] > 1.5).float()), loss
+
+
+@pytest.mark.parametrize("setup", [lambda: _segmentation(False), lambda: _segmentation(True), _distillation,
+                                   _transformer, _focal],
+                         ids=["segmentation-ce", "segmentation-bce", "distillation", "transformer", "focal"])
+def test_more_healthy_setups_are_quiet(setup):
+    model, data, loss = setup()
+    report = preflight(model, data, loss)
+    assert not set(issues(report)) & NEW_CODES, issues(report)
+
+
+def test_reading_on_for_labels_leaves_the_loaders_order_unchanged():
+    """The one-class scan iterates the loader past the first batch; training then sees
+    the same shuffled order as without the preflight."""
+    x = features()
+    order = torch.cat(list(DataLoader(range(256), batch_size=32, shuffle=True,
+                                      generator=torch.Generator().manual_seed(7))))
+    labels = torch.zeros(256, dtype=torch.long)
+    labels[order[64::10]] = 1  # none in the first two batches: the scan reads on
+
+    def seeded():
+        return DataLoader(TensorDataset(x, labels), batch_size=32, shuffle=True,
+                          generator=torch.Generator().manual_seed(7))
+
+    checked, plain = seeded(), seeded()
+    torch.manual_seed(3)
+    report = preflight(mlp(2), checked, nn.CrossEntropyLoss())
+    assert report.check("step.targets").data["one_class_scan"]["batches"] == 3  # another class in the third
+    assert "TARGET_ONE_CLASS" not in issues(report)
+    torch.manual_seed(3)
+    for (a, _), (b, _) in zip(checked, plain, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_class_labels_stored_as_a_column_get_the_squeeze_as_their_fix():
+    x = features()
+    report = preflight(mlp(CLASSES), loader(x, torch.randint(0, CLASSES, (256, 1))), nn.CrossEntropyLoss())
+    issue = issues(report)["STEP_ERROR"]
+    assert "target.squeeze(-1)" in issue.fix and "(32, 1)" in issue.fix
