@@ -31,6 +31,7 @@ from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
 from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
 from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
+from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageCheck
 from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
 from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
@@ -62,6 +63,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     DatasetCacheCheck,
     batch_checks.FinalBatchCheck,
     batch_checks.SamplingCheck,
+    SamplerCoverageCheck,
     ValidationLoaderCheck,
     SplitOverlapCheck,
     RankBatchesCheck,
