@@ -158,6 +158,17 @@ def test_healthy_samplers_are_quiet(make):
     assert loud(report) == []
 
 
+def test_balancing_an_extremely_skewed_dataset_is_quiet():
+    # Nine classes of ten samples beside one of 9,910, balanced by per-sample weights: the
+    # majority is drawn a tenth as often, the minorities a hundred times each.
+    labels = torch.cat([torch.zeros(9910, dtype=torch.long), torch.arange(1, 10).repeat_interleave(10)])
+    data = TensorDataset(torch.randn(len(labels), FEATURES), labels)
+    weights = (1.0 / torch.bincount(labels).float())[labels]
+    report = check(DataLoader(data, batch_size=100, sampler=WeightedRandomSampler(weights, len(labels))),
+                   [SamplerCoverageCheck])
+    assert loud(report) == []
+
+
 def test_drawing_leaves_the_loaders_order_unchanged():
     data = imbalanced()
     weights = (1.0 / torch.bincount(data.tensors[1]).float())[data.tensors[1]]
