@@ -101,6 +101,25 @@ def test_parameters_in_a_plain_list_are_reported():
     assert "gates[0] (an nn.Parameter in a plain container)" in issue.message
 
 
+def test_layers_in_a_plain_list_are_reported():
+    class Stack(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = [nn.Linear(16, 16) for _ in range(2)]  # not an nn.ModuleList
+            self.inp, self.out = nn.Linear(FEATURES, 16), nn.Linear(16, CLASSES)
+
+        def forward(self, x):
+            hidden = torch.relu(self.inp(x))
+            for block in self.blocks:
+                hidden = torch.relu(block(hidden))
+            return self.out(hidden)
+
+    model = Stack()
+    issue = issue_of(preflight(model, torch.optim.SGD(model.parameters(), lr=0.1)), "model.unregistered_tensors")
+    assert "4 learnable tensor(s)" in issue.message and "blocks[0].weight (of a layer in a plain container)" in issue.message
+    assert "nn.ModuleList" in issue.fix
+
+
 def test_an_unregistered_tensor_added_to_the_optimizer_by_hand_is_a_warning_not_a_copy():
     model = ScaledMLP()
     optimizer = torch.optim.AdamW([*model.parameters(), model.scale], lr=1e-3)

@@ -2,8 +2,8 @@
 
 A leaf tensor with ``requires_grad=True`` is a statement that it should learn. Kept as a
 plain module attribute (``self.scale = torch.ones(1, requires_grad=True)``), or an
-``nn.Parameter`` in a plain list or dict (not ``nn.ParameterList``/``ParameterDict``),
-it is not registered: ``model.parameters()`` (and so the optimizer built from it),
+``nn.Parameter`` (or a layer) in a plain list or dict (not ``nn.ParameterList``,
+``nn.ModuleList``, ...), it is not registered: ``model.parameters()`` (and so the optimizer built from it),
 ``model.to(device)``, ``state_dict()`` and DDP/FSDP all miss it. Tensors the loss holds
 (a loss module with parameters, a learnable loss weight in a closure) are outside the
 model by design, and only the optimizer can train them.
@@ -28,16 +28,21 @@ def _is_learnable_leaf(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.requires_grad and value.is_leaf
 
 
-def _tensors_in(value: Any, path: str, depth: int = _CONTAINER_DEPTH) -> Iterator[tuple[str, torch.Tensor]]:
-    """Learnable leaf tensors in ``value`` and the lists, tuples and dicts it holds."""
+def _tensors_in(value: Any, path: str, depth: int = _CONTAINER_DEPTH,
+                contained: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
+    """Learnable leaf tensors in ``value`` and the lists, tuples and dicts it holds; and
+    the trainable parameters of modules *inside* those containers (a plain list of layers
+    instead of an ``nn.ModuleList`` registers none of them)."""
     if _is_learnable_leaf(value):
         yield path, value
+    elif contained and isinstance(value, nn.Module):
+        yield from ((f"{path}.{name}", param) for name, param in value.named_parameters() if param.requires_grad)
     elif depth > 0 and isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            yield from _tensors_in(item, f"{path}[{index}]", depth - 1)
+            yield from _tensors_in(item, f"{path}[{index}]", depth - 1, contained=True)
     elif depth > 0 and isinstance(value, Mapping) and not isinstance(value, nn.Module):
         for key, item in value.items():
-            yield from _tensors_in(item, f"{path}[{key!r}]", depth - 1)
+            yield from _tensors_in(item, f"{path}[{key!r}]", depth - 1, contained=True)
 
 
 def unregistered_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:

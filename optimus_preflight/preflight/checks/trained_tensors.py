@@ -34,7 +34,12 @@ def optimized_ids(optimizer: torch.optim.Optimizer) -> set[int]:
 
 
 def _describe(name: str, tensor: torch.Tensor) -> str:
-    kind = "an nn.Parameter in a plain container" if isinstance(tensor, nn.Parameter) else "a tensor with requires_grad=True"
+    if not isinstance(tensor, nn.Parameter):
+        kind = "a tensor with requires_grad=True"
+    elif "]." in name:
+        kind = "of a layer in a plain container"
+    else:
+        kind = "an nn.Parameter in a plain container"
     return f"{name} ({kind})"
 
 
