@@ -245,13 +245,38 @@ class FunctionalDropout(nn.Module):
         return self.head(F.dropout(torch.relu(self.body(x)), p=self.dropout, training=self.training))
 
 
-@pytest.mark.parametrize("build", [lambda: mlp_with_dropout(0.9), lambda: FunctionalDropout(0.8),
-                                   lambda: nn.LSTM(FEATURES, 8, num_layers=2, dropout=0.9)],
-                         ids=["nn.Dropout", "functional", "lstm"])
-def test_a_keep_probability_given_as_p_is_a_warning(build):
+class LiteralDropout(nn.Module):
+    """The rate written into the forward: no module or config holds it."""
+
+    def __init__(self):
+        super().__init__()
+        self.body, self.head = nn.Linear(FEATURES, 16), nn.Linear(16, CLASSES)
+
+    def forward(self, x):
+        return self.head(F.dropout(torch.relu(self.body(x)), 0.9, self.training))
+
+
+class LastStep(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(FEATURES, 8, num_layers=2, dropout=0.9, batch_first=True)
+        self.head = nn.Linear(8, CLASSES)
+
+    def forward(self, x):
+        return self.head(self.lstm(x.unsqueeze(1))[0][:, -1])
+
+
+@pytest.mark.parametrize(("build", "named"), [
+    (lambda: mlp_with_dropout(0.9), "2 (Dropout) p=0.9"),
+    (lambda: FunctionalDropout(0.8), "dropout (FunctionalDropout) p=0.8"),
+    (LiteralDropout, "a dropout call in LiteralDropout's forward p=0.9"),
+    (LastStep, "lstm.dropout (LSTM) p=0.9"),
+], ids=["nn.Dropout", "functional", "literal", "lstm"])
+def test_a_keep_probability_given_as_p_is_a_warning(build, named):
     model = build()
     report = run_preflight(model, torch.optim.SGD(model.parameters(), lr=0.1), loader(),
-                           checks=[cls() for cls in DROPOUT])
+                           checks=[FirstBatchCheck(), *(cls() for cls in DROPOUT)])
+    assert named in issue_of(report, "model.dropout_rate").message
     assert loud(report) == [("model.dropout_rate", "DROPOUT_KEEP_PROB", "warning")]
     issue = issue_of(report, "model.dropout_rate")
     assert "probability of ZEROING" in issue.message and "1 - keep_prob" in issue.fix
@@ -260,7 +285,7 @@ def test_a_keep_probability_given_as_p_is_a_warning(build):
 def test_p_of_one_is_an_error():
     model = mlp_with_dropout(1.0)
     report = run_preflight(model, torch.optim.SGD(model.parameters(), lr=0.1), loader(),
-                           checks=[cls() for cls in DROPOUT])
+                           checks=[FirstBatchCheck(), *(cls() for cls in DROPOUT)])
     assert loud(report) == [("model.dropout_rate", "DROPOUT_KEEP_PROB", "error")]
 
 
@@ -268,7 +293,7 @@ def test_p_of_one_is_an_error():
 def test_usual_dropout_rates_are_quiet(p):
     model = mlp_with_dropout(p)
     report = run_preflight(model, torch.optim.SGD(model.parameters(), lr=0.1), loader(),
-                           checks=[cls() for cls in DROPOUT])
+                           checks=[FirstBatchCheck(), *(cls() for cls in DROPOUT)])
     assert loud(report) == []
 
 
@@ -318,7 +343,7 @@ def token_loader() -> DataLoader:
     return DataLoader(rows, batch_size=8, shuffle=True)
 
 
-HF_CHECKS = (DropoutRateCheck, TiedEmbeddingsCheck, UnregisteredTensorsCheck)
+HF_CHECKS = (FirstBatchCheck, DropoutRateCheck, TiedEmbeddingsCheck, UnregisteredTensorsCheck)
 
 
 def hf_preflight(model, optimizer=None):

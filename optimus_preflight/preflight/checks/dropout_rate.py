@@ -9,8 +9,10 @@ step, which is almost always a keep-probability typed into a drop-probability. A
 every activation is zeroed and nothing downstream can learn.
 
 Read from the modules (dropout layers, and float attributes named like a dropout rate:
-what a layer hands to ``F.dropout`` or ``scaled_dot_product_attention(dropout_p=...)``)
-and from Hugging Face configs (every float field named like one, nested configs too).
+what a layer hands to ``F.dropout`` or ``scaled_dot_product_attention(dropout_p=...)``),
+from Hugging Face configs (every float field named like one, nested configs too), and
+from one no-grad training-mode forward on the first batch that records the rate of
+every dropout call (``F.dropout(x, 0.9)`` with the rate written in the forward).
 Only parts that train count: a frozen teacher's dropout never runs in training.
 """
 
@@ -19,9 +21,14 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.framework.preserve import preserved_training_state
+from optimus_preflight.training.batches import move_to_device
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -42,10 +49,14 @@ def _trains(module: nn.Module) -> bool:
     return not params or any(param.requires_grad for param in params)
 
 
-def module_rates(model: nn.Module) -> dict[str, float]:
-    """``{module name or module.attribute: p}`` at or above KEEP_LIKE, for the modules of
-    parts that train."""
-    found: dict[str, float] = {}
+def _label(name: str, module: nn.Module) -> str:
+    return f"{name} ({type(module).__name__})" if name else type(module).__name__
+
+
+def module_rates(model: nn.Module) -> dict[str, tuple[str, float]]:
+    """``{module name: (label, p)}`` for rates at or above KEEP_LIKE that the modules of
+    parts that train hold: a dropout layer's ``p``, or a float attribute named like a rate."""
+    found: dict[str, tuple[str, float]] = {}
     parents = dict(model.named_modules())
     for name, module in parents.items():
         parent = parents[name.rpartition(".")[0]] if name else module
@@ -53,11 +64,11 @@ def module_rates(model: nn.Module) -> dict[str, float]:
             continue
         if isinstance(module, nn.modules.dropout._DropoutNd):
             if module.p >= KEEP_LIKE:
-                found[f"{name} ({type(module).__name__})" if name else type(module).__name__] = float(module.p)
+                found[name] = (_label(name, module), float(module.p))
             continue
         for attribute, value in vars(module).items():
             if _is_rate(attribute, value) and value >= KEEP_LIKE:
-                found[f"{name}.{attribute} ({type(module).__name__})" if name else attribute] = value
+                found.setdefault(name, (f"{name + '.' if name else ''}{attribute} ({type(module).__name__})", value))
     return found
 
 
@@ -87,6 +98,77 @@ def config_rates(model: nn.Module) -> dict[str, float]:
     return found
 
 
+LOSS = "<loss>"
+DROPOUT_FUNCTIONS = frozenset({"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+                               "feature_alpha_dropout", "feature_dropout"})
+
+
+def called_rate(func: Any, args: tuple, kwargs: dict[str, Any]) -> float | None:
+    """The drop probability a call applies in training: ``F.dropout``'s family (``p``,
+    ``training``; torch.dropout's ``(input, p, train)``) and ``scaled_dot_product_attention``'s
+    ``dropout_p``; None for any other call or one that drops nothing."""
+    name = getattr(func, "__name__", "")
+    if name in DROPOUT_FUNCTIONS:
+        rate = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+        active = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
+    elif name == "scaled_dot_product_attention":
+        rate, active = kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0), True
+    else:
+        return None
+    return float(rate) if active and isinstance(rate, (int, float)) and rate > 0 else None
+
+
+class DropoutCalls(TorchFunctionMode):
+    """Records the rate of each dropout call, by the innermost module running it."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.rates: dict[str, float] = {}  # by module name ("" for the model, "<loss>" outside it)
+        self._stack: list[str] = []
+        names = {module: name for name, module in model.named_modules()}
+        self._handles = [handle for module, name in names.items() for handle in (
+            module.register_forward_pre_hook(lambda *_, name=name: self._enter(name)),
+            module.register_forward_hook(lambda *_: self._leave()))]
+
+    # Hooks return None: a value returned by a forward hook would replace the output.
+    def _enter(self, name: str) -> None:
+        self._stack.append(name)
+
+    def _leave(self) -> None:
+        if self._stack:
+            self._stack.pop()
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        rate = called_rate(func, args, kwargs)
+        if rate is not None and rate >= KEEP_LIKE:
+            self.rates.setdefault(self._stack[-1] if self._stack else LOSS, rate)
+        return func(*args, **kwargs)
+
+
+def forward_rates(ctx: PreflightContext) -> dict[str, float]:
+    """Rates of KEEP_LIKE and more applied in one training-mode forward on the first batch
+    (no gradient; weights, RNGs and modes restored); empty where that forward fails."""
+    batch = ctx.artifacts.first_batch
+    if batch is None or not ctx.weights_materialized:
+        return {}
+    recorder = DropoutCalls(ctx.model)
+    try:
+        with preserved_training_state(ctx):
+            ctx.model.train()
+            with torch.no_grad(), ctx.training.plan.autocast(), recorder:
+                ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
+    except Exception:  # the step checks report a forward that fails
+        return {}
+    finally:
+        recorder.close()
+    return recorder.rates
+
+
 def _listing(rates: dict[str, float], limit: int = 5) -> str:
     items = [f"{name}={value:g}" if name.startswith("config.") else f"{name} p={value:g}" for name, value in rates.items()]
     return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
@@ -98,12 +180,21 @@ class DropoutRateCheck(Check):
     name = "model.dropout_rate"
     stage = Stage.MODEL
     codes = ("DROPOUT_KEEP_PROB",)
+    requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         configs = config_rates(ctx.model)
         modules = module_rates(ctx.model)
+        # What the forward applies: also rates written into its code, which no module or
+        # config holds (a module that holds its rate is named once).
+        by_name = dict(ctx.model.named_modules())
+        for name, rate in forward_rates(ctx).items():
+            if name not in modules:
+                label = "compute_loss" if name == LOSS else _label(name, by_name[name])
+                modules[name] = (f"a dropout call in {label}'s forward" if name != LOSS else "a dropout call in "
+                                 "compute_loss", rate)
         # Layers built from a flagged config field carry its value: name the field, once.
-        unexplained = {name: p for name, p in modules.items() if p not in configs.values()}
+        unexplained = {label: p for label, p in modules.values() if p not in configs.values()}
         rates = {**configs, **unexplained}
         findings.data.update(high_rates=len(rates), highest=max(rates.values(), default=None))
         findings.data["summary"] = f"{len(rates)} dropout rate(s) of {KEEP_LIKE:g} or more"
