@@ -187,3 +187,19 @@ def test_drawing_leaves_the_loaders_order_unchanged():
 def test_expected_distinct():
     assert expected_distinct(1000, 1) == pytest.approx(1.0)
     assert expected_distinct(1000, 1000) == pytest.approx(632.3, abs=0.5)
+
+
+def test_blank_images_in_both_splits_are_not_a_leak():
+    # A fifth of the images are blank (a "background" class): identical, and no leak.
+    generator = torch.Generator().manual_seed(0)
+    images = torch.rand(300, 1, 8, 8, generator=generator)
+    labels = torch.randint(1, 4, (300,), generator=generator)
+    images[::5], labels[::5] = 0.0, 0
+    data = TensorDataset(images, labels)
+    train, val = random_split(data, [0.8, 0.2], generator=torch.Generator().manual_seed(0))
+    net = nn.Sequential(nn.Flatten(), nn.Linear(64, 4))
+    report = run_preflight(net, torch.optim.SGD(net.parameters(), lr=0.1), DataLoader(train, batch_size=16, shuffle=True),
+                           val_loader=DataLoader(val, batch_size=16), loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), SplitOverlapCheck()])
+    assert loud(report) == []
+    assert result_of(report, "data.split_overlap").data["shared"] == 0

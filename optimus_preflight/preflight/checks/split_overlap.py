@@ -11,6 +11,8 @@ import operator
 import time
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import torch
 from torch.utils.data import Subset
 
 from optimus_preflight.preflight.checks.batch_checks import is_map_style
@@ -19,6 +21,7 @@ from optimus_preflight.preflight.data_access.guard import DataGuard
 from optimus_preflight.preflight.data_access.samples import sample_digest
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_data_state
+from optimus_preflight.training.batches import leaves
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -53,12 +56,24 @@ def spread(size: int, count: int) -> list[int]:
     return sorted({round(i * (size - 1) / (count - 1)) for i in range(count)})
 
 
+def is_blank(sample: Any) -> bool:
+    """Whether every tensor or array of a sample that has more than one value holds a single
+    value (a blank image, a row of padding): equal copies of it say nothing of a split."""
+    arrays = [np.asarray(leaf.detach().cpu()) if isinstance(leaf, torch.Tensor) else leaf
+              for leaf in leaves(sample) if isinstance(leaf, (torch.Tensor, np.ndarray))]
+    arrays = [array.reshape(-1) for array in arrays if array.size > 1]
+    return bool(arrays) and all(bool((array == array[0]).all()) for array in arrays)
+
+
 def read_digests(dataset: Any, indices: list[int], guard: DataGuard, deadline: float) -> list[str]:
+    """Digests of the samples at ``indices`` (blank ones left out), until ``deadline``."""
     digests = []
-    for index in indices:
-        if digests and time.perf_counter() > deadline:
+    for read, index in enumerate(indices):
+        if read and time.perf_counter() > deadline:
             break
-        digests.append(sample_digest(guard.call(operator.getitem, dataset, index, what=f"dataset[{index}]")))
+        sample = guard.call(operator.getitem, dataset, index, what=f"dataset[{index}]")
+        if not is_blank(sample):
+            digests.append(sample_digest(sample))
     return digests
 
 
