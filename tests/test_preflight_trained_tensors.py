@@ -443,3 +443,44 @@ def test_a_recipe_sets_train_mode_itself(tmp_path):
     ctx = plain_context(tmp_path, model=bn_cnn)
     ctx.model.eval()
     assert_quiet(run(ctx, ModesCheck)["model.modes"])
+
+
+# ---------------------------------------------------------------- a recipe's objects, the full default list
+
+def test_a_recipe_model_with_an_unregistered_tensor_and_a_criterion_it_forgot(tmp_path):
+    from tests import preflight_support as support
+
+    class Gain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gain = torch.ones(support.CLASSES, requires_grad=True)
+
+        def forward(self, x):
+            return x * self.gain
+
+    centers = torch.randn(support.CLASSES, support.CLASSES, requires_grad=True)
+
+    def loss(model, batch):  # a centre loss whose centres live beside the recipe's loss
+        inputs, targets = batch
+        logits = model(inputs)
+        return F.cross_entropy(logits, targets) + 0.1 * (logits - centers[targets]).pow(2).mean()
+
+    ctx = support.plain_context(tmp_path, model=lambda: support.classifier().append(Gain()), loss=loss)
+    results = support.run(ctx, UnregisteredTensorsCheck, LossTensorsCheck)
+    assert support.codes(results["model.unregistered_tensors"]) == {"PARAM_UNREGISTERED"}
+    assert "3.gain" in results["model.unregistered_tensors"].issues[0].message
+    assert support.codes(results["step.loss_tensors"]) == {"O2"}
+    assert "centers" in results["step.loss_tensors"].issues[0].message
+
+
+def test_the_full_default_preflight_restores_tensors_outside_the_model():
+    torch.manual_seed(0)
+    model = ScaledMLP()
+    criterion = CenterLoss()
+    optimizer = torch.optim.AdamW([*model.parameters(), model.scale, *criterion.parameters()], lr=1e-2)
+    scale, centers = model.scale.detach().clone(), criterion.centers.detach().clone()
+    report = run_preflight(model, optimizer, loader(), loss_fn=criterion)
+    assert ("model.unregistered_tensors", "PARAM_UNREGISTERED", "warning") in loud(report)
+    assert not any(name in ("step.loss_tensors", "model.optimizer_params") for name, _, _ in loud(report))
+    assert torch.equal(model.scale.detach(), scale) and torch.equal(criterion.centers.detach(), centers)
+    assert model.scale.grad is None and criterion.centers.grad is None and not optimizer.state

@@ -12,7 +12,8 @@ model by design, and only the optimizer can train them.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+import itertools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ from torch import nn
 _REGISTRIES = frozenset({"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"})
 _CONTAINER_DEPTH = 2  # self.weights = [[...]] is as deep as user code usually nests
 _CALLABLE_DEPTH = 3  # loss_fn -> helper -> global criterion
+_CONTAINER_ITEMS = 1000  # a list that long is data (a cache, a file list), not layers
 
 
 def _is_learnable_leaf(value: Any) -> bool:
@@ -38,10 +40,10 @@ def _tensors_in(value: Any, path: str, depth: int = _CONTAINER_DEPTH,
     elif contained and isinstance(value, nn.Module):
         yield from ((f"{path}.{name}", param) for name, param in value.named_parameters() if param.requires_grad)
     elif depth > 0 and isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
+        for index, item in enumerate(value[:_CONTAINER_ITEMS]):
             yield from _tensors_in(item, f"{path}[{index}]", depth - 1, contained=True)
-    elif depth > 0 and isinstance(value, Mapping) and not isinstance(value, nn.Module):
-        for key, item in value.items():
+    elif depth > 0 and isinstance(value, dict):  # not any Mapping: a config's values may resolve or raise
+        for key, item in itertools.islice(value.items(), _CONTAINER_ITEMS):
             yield from _tensors_in(item, f"{path}[{key!r}]", depth - 1, contained=True)
 
 
