@@ -297,12 +297,32 @@ def test_usual_dropout_rates_are_quiet(p):
     assert loud(report) == []
 
 
-def test_a_frozen_teacher_with_high_dropout_is_not_counted():
-    model = nn.Sequential(mlp_with_dropout(0.9), nn.Linear(CLASSES, CLASSES))
-    model[0].requires_grad_(False)
-    report = run_preflight(model, torch.optim.SGD(model[1].parameters(), lr=0.1), loader(),
-                           checks=[cls() for cls in DROPOUT])
-    assert loud(report) == []
+class FrozenTeacher(nn.Module):
+    def __init__(self, keep_teacher_in_eval: bool):
+        super().__init__()
+        self.keep = keep_teacher_in_eval
+        self.teacher = mlp_with_dropout(0.9).requires_grad_(False)
+        self.head = nn.Linear(CLASSES, CLASSES)
+
+    def forward(self, x):
+        return self.head(self.teacher(x))
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if self.keep:
+            self.teacher.eval()
+        return self
+
+
+@pytest.mark.parametrize("keep_in_eval", [True, False])
+def test_a_frozen_part_counts_only_when_its_dropout_runs_in_training(keep_in_eval):
+    model = FrozenTeacher(keep_in_eval)
+    report = run_preflight(model, torch.optim.SGD(model.head.parameters(), lr=0.1), loader(),
+                           checks=[FirstBatchCheck(), *(cls() for cls in DROPOUT)])
+    if keep_in_eval:
+        assert loud(report) == []
+    else:  # model.train() turns the frozen part's dropout on: the head trains on what survives
+        assert "teacher.2 (Dropout) p=0.9" in issue_of(report, "model.dropout_rate").message
 
 
 # ---------------------------------------------------------------- Hugging Face configs and ties

@@ -189,10 +189,16 @@ class DropoutRateCheck(Check):
         # config holds (a module that holds its rate is named once).
         by_name = dict(ctx.model.named_modules())
         for name, rate in forward_rates(ctx).items():
-            if name not in modules:
-                label = "compute_loss" if name == LOSS else _label(name, by_name[name])
-                modules[name] = (f"a dropout call in {label}'s forward" if name != LOSS else "a dropout call in "
-                                 "compute_loss", rate)
+            if name in modules:
+                continue
+            module = by_name.get(name)
+            if module is None:
+                label = "a dropout call in compute_loss"
+            elif isinstance(module, nn.modules.dropout._DropoutNd):  # in a frozen part that trains in train mode
+                label = _label(name, module)
+            else:
+                label = f"a dropout call in {_label(name, module)}'s forward"
+            modules[name] = (label, rate)
         # Layers built from a flagged config field carry its value: name the field, once.
         unexplained = {label: p for label, p in modules.values() if p not in configs.values()}
         rates = {**configs, **unexplained}
