@@ -13,7 +13,8 @@ what a layer hands to ``F.dropout`` or ``scaled_dot_product_attention(dropout_p=
 from Hugging Face configs (every float field named like one, nested configs too), and
 from one no-grad training-mode forward on the first batch that records the rate of
 every dropout call (``F.dropout(x, 0.9)`` with the rate written in the forward).
-Only parts that train count: a frozen teacher's dropout never runs in training.
+The modules and configs of frozen parts are not read (a frozen teacher kept in eval mode
+never drops anything in training); the forward shows where their dropout does run.
 """
 
 from __future__ import annotations
