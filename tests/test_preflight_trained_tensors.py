@@ -504,3 +504,20 @@ def test_the_full_default_preflight_restores_tensors_outside_the_model():
     assert not any(name in ("step.loss_tensors", "model.optimizer_params") for name, _, _ in loud(report))
     assert torch.equal(model.scale.detach(), scale) and torch.equal(criterion.centers.detach(), centers)
     assert model.scale.grad is None and criterion.centers.grad is None and not optimizer.state
+
+
+def test_a_healthy_batchnorm_cnn_passes_the_full_default_preflight_quietly():
+    from optimus_preflight.training.optim import weight_decay_groups
+
+    generator = torch.Generator().manual_seed(0)
+    images = (torch.rand(160, 3, 12, 12, generator=generator) - 0.45) / 0.25
+    labels = torch.randint(0, CLASSES, (160,), generator=generator)
+    train, val = torch.utils.data.random_split(TensorDataset(images, labels), [0.8, 0.2],
+                                               generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    cnn = nn.Sequential(nn.Conv2d(3, 8, 3, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.Dropout(0.5),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, CLASSES))
+    optimizer = torch.optim.AdamW(weight_decay_groups(cnn, 0.01, decay_bias_and_norm=False), lr=1e-3)
+    report = run_preflight(cnn, optimizer, DataLoader(train, batch_size=16, shuffle=True, drop_last=True),
+                           val_loader=DataLoader(val, batch_size=16), loss_fn=nn.CrossEntropyLoss())
+    assert loud(report) == []
