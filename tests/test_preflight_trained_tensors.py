@@ -521,3 +521,30 @@ def test_a_healthy_batchnorm_cnn_passes_the_full_default_preflight_quietly():
     report = run_preflight(cnn, optimizer, DataLoader(train, batch_size=16, shuffle=True, drop_last=True),
                            val_loader=DataLoader(val, batch_size=16), loss_fn=nn.CrossEntropyLoss())
     assert loud(report) == []
+
+
+def test_ties_from_output_and_input_embeddings_where_the_model_declares_no_mapping():
+    """Older transformers declare ties by tie_word_embeddings and the embedding getters."""
+    from types import SimpleNamespace
+
+    from optimus_preflight.preflight.checks.tied_embeddings import declared_ties, untied_pairs
+
+    class OldStyleLM(nn.Module):
+        def __init__(self, tie: bool):
+            super().__init__()
+            self.config = SimpleNamespace(tie_word_embeddings=tie, to_dict=dict)
+            self.embed = nn.Embedding(VOCAB, 8)
+            self.head = nn.Linear(8, VOCAB, bias=False)
+
+        def get_input_embeddings(self):
+            return self.embed
+
+        def get_output_embeddings(self):
+            return self.head
+
+    assert declared_ties(OldStyleLM(tie=False)) == []
+    untied = OldStyleLM(tie=True)
+    assert declared_ties(untied) == [("head.weight", "embed.weight")]
+    assert untied_pairs(untied) == [("head.weight", "embed.weight", False)]
+    untied.head.weight = untied.embed.weight  # what tie_weights() does
+    assert untied_pairs(untied) == []
