@@ -56,13 +56,22 @@ def spread(size: int, count: int) -> list[int]:
     return sorted({round(i * (size - 1) / (count - 1)) for i in range(count)})
 
 
+def _single_valued(leaf: Any) -> bool | None:
+    """For a tensor or array of more than one value, whether all its values are equal."""
+    if isinstance(leaf, torch.Tensor) and leaf.numel() > 1:
+        flat = leaf.detach().reshape(-1)
+        return bool((flat == flat[0]).all())
+    if isinstance(leaf, np.ndarray) and leaf.size > 1:
+        flat = leaf.reshape(-1)
+        return bool((flat == flat[0]).all())
+    return None  # a scalar (a label), or not an array
+
+
 def is_blank(sample: Any) -> bool:
     """Whether every tensor or array of a sample that has more than one value holds a single
     value (a blank image, a row of padding): equal copies of it say nothing of a split."""
-    arrays = [np.asarray(leaf.detach().cpu()) if isinstance(leaf, torch.Tensor) else leaf
-              for leaf in leaves(sample) if isinstance(leaf, (torch.Tensor, np.ndarray))]
-    arrays = [array.reshape(-1) for array in arrays if array.size > 1]
-    return bool(arrays) and all(bool((array == array[0]).all()) for array in arrays)
+    verdicts = [verdict for verdict in map(_single_valued, leaves(sample)) if verdict is not None]
+    return bool(verdicts) and all(verdicts)
 
 
 def read_digests(dataset: Any, indices: list[int], guard: DataGuard, deadline: float) -> list[str]:
