@@ -548,3 +548,40 @@ def test_ties_from_output_and_input_embeddings_where_the_model_declares_no_mappi
     assert untied_pairs(untied) == [("head.weight", "embed.weight", False)]
     untied.head.weight = untied.embed.weight  # what tie_weights() does
     assert untied_pairs(untied) == []
+
+
+class ScaledAfterRequiresGrad(nn.Module):
+    """The scale applied after requires_grad=True: the attribute is a product, not a leaf."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, CLASSES))
+        self.bias = torch.zeros(CLASSES, requires_grad=True) * 0.01
+
+    def forward(self, x):
+        return self.net(x) + self.bias
+
+
+def test_a_learnable_tensor_scaled_after_requires_grad_is_an_orphan():
+    model = ScaledAfterRequiresGrad()
+    report = preflight(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    assert loud(report) == [("model.unregistered_tensors", "PARAM_UNREGISTERED", "error")]
+    issue = issue_of(report, "model.unregistered_tensors")
+    assert "bias (computed from a tensor with requires_grad: MulBackward0)" in issue.message
+    assert "nn.Parameter(torch.randn(n) * 0.01)" in issue.fix
+
+
+def test_an_activation_cached_by_a_forward_is_not_an_orphan():
+    class KeepsLastLogits(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, CLASSES))
+            self.last = None
+
+        def forward(self, x):
+            self.last = self.net(x)  # kept for inspection, attached to the graph
+            return self.last
+
+    model = KeepsLastLogits()
+    model(torch.randn(2, FEATURES))  # a sanity forward before the preflight
+    assert loud(preflight(model, torch.optim.SGD(model.parameters(), lr=0.1))) == []

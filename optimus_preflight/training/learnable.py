@@ -128,3 +128,45 @@ def loss_tensors(compute_loss: Callable[..., Any], model: nn.Module) -> list[tup
 
     visit(compute_loss, _CALLABLE_DEPTH)
     return list(found.values())
+
+
+_GRAPH_NODES = 256  # enough to see past a scale or a .to(device); an activation's graph meets a parameter first
+
+
+def _graph_leaves(tensor: torch.Tensor, registered: set[int]) -> list[torch.Tensor] | None:
+    """The leaf tensors ``tensor`` was computed from, or None once the walk meets a
+    registered tensor (an activation cached by a forward) or grows past _GRAPH_NODES."""
+    found: list[torch.Tensor] = []
+    stack, seen = [tensor.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if len(seen) > _GRAPH_NODES:
+            return None
+        variable = getattr(node, "variable", None)  # an AccumulateGrad node: the leaf it feeds
+        if isinstance(variable, torch.Tensor):
+            if id(variable) in registered:
+                return None
+            found.append(variable)
+        stack.extend(next_node for next_node, _ in getattr(node, "next_functions", ()))
+    return found
+
+
+def orphaned_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` for non-leaf tensors with ``requires_grad`` that the model's
+    modules keep as attributes and that were computed from learnable leaves the model does
+    not hold (``nn.Parameter(...).cuda()``, ``torch.randn(n, requires_grad=True) * 0.01``):
+    gradients flow past them to a leaf nothing can update."""
+    registered = {id(tensor) for tensor in model.parameters()}
+    found: dict[int, tuple[str, torch.Tensor]] = {}
+    for module_name, module in model.named_modules():
+        for attribute, value in vars(module).items():
+            if (attribute in _REGISTRIES or not isinstance(value, torch.Tensor) or value.is_leaf
+                    or not value.requires_grad):
+                continue
+            leaves = _graph_leaves(value, registered)
+            if leaves:
+                found.setdefault(id(value), (f"{module_name}.{attribute}" if module_name else attribute, value))
+    return list(found.values())

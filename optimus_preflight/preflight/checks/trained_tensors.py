@@ -18,7 +18,7 @@ from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.batches import move_to_device
-from optimus_preflight.training.learnable import loss_tensors, unregistered_tensors
+from optimus_preflight.training.learnable import loss_tensors, orphaned_tensors, unregistered_tensors
 from optimus_preflight.training.step import split_loss_output
 
 if TYPE_CHECKING:
@@ -61,7 +61,9 @@ class UnregisteredTensorsCheck(Check):
         in_optimizer = optimized_ids(ctx.optimizer)
         left_out = [_describe(name, tensor) for name, tensor in loose if id(tensor) not in in_optimizer]
         added = [_describe(name, tensor) for name, tensor in loose if id(tensor) in in_optimizer]
-        findings.data.update(unregistered=len(loose), not_in_optimizer=len(left_out))
+        orphans = [f"{name} (computed from a tensor with requires_grad: {tensor.grad_fn.name()})"
+                   for name, tensor in orphaned_tensors(ctx.model)]
+        findings.data.update(unregistered=len(loose), not_in_optimizer=len(left_out), orphaned=len(orphans))
         findings.data["summary"] = f"{len(loose)} learnable tensor(s) outside the registered parameters"
         missed = ("model.to(device) leaves them where they are, and state_dict() (so every checkpoint) does not "
                   "save them")
@@ -72,6 +74,16 @@ class UnregisteredTensorsCheck(Check):
                 f"{_names(left_out)}. model.parameters() does not list them, so the optimizer does not hold them "
                 f"and they never change; {missed}",
                 REGISTER_FIX,
+            )
+        if orphans:
+            findings.error(
+                "PARAM_UNREGISTERED",
+                f"{len(orphans)} tensor(s) the model keeps are the result of an operation on a learnable tensor, not "
+                f"the learnable tensor itself: {_names(orphans)}. Gradients flow through them to a leaf that neither "
+                "the model nor the optimizer holds, so what the forward uses never changes",
+                "Make the operation first and the parameter last: self.w = nn.Parameter(torch.randn(n) * 0.01), not "
+                "torch.randn(n, requires_grad=True) * 0.01 or nn.Parameter(...).cuda() (move the whole model with "
+                "model.to(device) instead).",
             )
         if added:
             findings.warning(
