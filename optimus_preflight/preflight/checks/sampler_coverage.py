@@ -81,8 +81,8 @@ class SamplerCoverageCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
-        if not can_skip_by_index(loader):  # an IterableDataset, or not a torch DataLoader
-            findings.data["summary"] = "no index sampler"
+        if not can_skip_by_index(loader) or not hasattr(loader.dataset, "__len__"):
+            findings.data["summary"] = "no index sampler over a sized dataset"
             return
         guard = DataGuard(ctx, self.name, findings)
         size = guard.call(len, loader.dataset, what="len(dataset)")
