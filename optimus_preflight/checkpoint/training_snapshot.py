@@ -5,7 +5,9 @@ Preflight runs real steps on the real objects (so autocast, the GradScaler and t
 optimizer are the ones training will use) and must leave no trace: after ``restore``,
 training continues bitwise as if preflight had never run. Covered: parameters and
 buffers (persistent or not, e.g. BatchNorm running stats) including which tensor object
-each module attribute holds, gradients, ``requires_grad`` flags, train/eval modes, the
+each module attribute holds, gradients, ``requires_grad`` flags, the tensors the optimizer
+holds besides the model's parameters and the gradients of learnable tensors outside
+them (``training.learnable``), train/eval modes, the
 optimizer (state, param groups, the scheduler's step-tracking flag), the LR scheduler,
 the GradScaler, the Python/numpy/torch/CUDA RNGs and the DataLoaders' generators and
 sampler positions (iterating a loader draws worker seeds from its generator).
@@ -26,6 +28,7 @@ from torch.optim import Optimizer
 
 from optimus_preflight.training import rng
 from optimus_preflight.training.batches import map_batch
+from optimus_preflight.training.learnable import unregistered_tensors
 
 _SIMPLE = (int, float, bool, str, type(None))
 
@@ -72,6 +75,46 @@ class _ModuleTensors:
             param.requires_grad_(requires_grad)
         for param, grad in self.grads:
             param.grad = None if grad is None else grad.to(param.device, copy=True)
+
+
+@dataclass
+class _LooseTensors:
+    """Tensors a step can change that ``model.parameters()`` does not list: what the
+    optimizer holds besides the model's parameters (a loss module's weights, a learnable
+    loss weight), which a step updates, and learnable tensors kept as plain attributes of
+    the model or reached by the loss, whose gradients a backward accumulates."""
+
+    values: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    grads: list[tuple[torch.Tensor, torch.Tensor | None]] = field(default_factory=list)
+    requires_grad: list[tuple[torch.Tensor, bool]] = field(default_factory=list)
+
+    @classmethod
+    def capture(cls, model: nn.Module | None, optimizer: Optimizer | None, extra: Iterable[torch.Tensor]) -> _LooseTensors:
+        owned = {id(param) for param in model.parameters()} if model is not None else set()
+        stepped = [param for group in optimizer.param_groups for param in group["params"]
+                   if id(param) not in owned] if optimizer is not None else []
+        loose = list(stepped)
+        if model is not None:
+            loose += [tensor for _, tensor in unregistered_tensors(model)]
+        loose += list(extra)
+        snap, seen = cls(), set(owned)
+        for tensor in loose:
+            if id(tensor) in seen:
+                continue
+            seen.add(id(tensor))
+            snap.grads.append((tensor, None if tensor.grad is None else _to_host(tensor.grad)))
+            snap.requires_grad.append((tensor, tensor.requires_grad))
+        snap.values = [(param, _to_host(param)) for param in dict.fromkeys(stepped)]
+        return snap
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        for tensor, saved in self.values:
+            tensor.copy_(saved)
+        for tensor, requires_grad in self.requires_grad:
+            tensor.requires_grad_(requires_grad)
+        for tensor, grad in self.grads:
+            tensor.grad = None if grad is None else grad.to(tensor.device, copy=True)
 
 
 def _reshard(model: nn.Module | None) -> None:
@@ -123,12 +166,14 @@ class TrainingStateSnapshot:
         scheduler: Any = None,
         scaler: Any = None,
         loaders: Iterable[Any] = (),
+        extra_tensors: Iterable[torch.Tensor] = (),
     ):
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.scaler = scaler
         self._tensors = _ModuleTensors.capture(model) if model is not None else None
+        self._loose = _LooseTensors.capture(model, optimizer, extra_tensors) if model is not None else None
         self._optimizer_state = _to_host(optimizer.state_dict()) if optimizer is not None else None
         # Set by an LR scheduler's step tracking; it decides whether torch warns later.
         self._optimizer_flags = {k: v for k, v in vars(optimizer).items() if k == "_opt_called"} if optimizer else {}
@@ -141,6 +186,8 @@ class TrainingStateSnapshot:
     def restore(self) -> None:
         if self._tensors is not None:
             self._tensors.restore()
+        if self._loose is not None:
+            self._loose.restore()
         if self.optimizer is not None:
             self.optimizer.load_state_dict(_to_host(self._optimizer_state))
             vars(self.optimizer).pop("_opt_called", None)

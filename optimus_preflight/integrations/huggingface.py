@@ -58,7 +58,8 @@ class PreflightTrainerCallback(TrainerCallback):
             max_steps=int(state.max_steps) if state.max_steps and state.max_steps > 0 else None,
             clip_grad_norm=float(args.max_grad_norm) if args.max_grad_norm else None,
             run_dir=self.run_dir or args.output_dir,
-            **self.preflight_kwargs,
+            # The trainer's loop calls model.train() before its first step.
+            **{"loop_calls_train": True, **self.preflight_kwargs},
         )
         if self.report.failed:
             raise PreflightFailed(self.report)

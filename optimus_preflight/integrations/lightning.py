@@ -103,7 +103,8 @@ class PreflightCallback(pl.Callback):
             max_steps=int(stepping) if math.isfinite(stepping) and stepping >= 1 else None,
             clip_grad_norm=trainer.gradient_clip_val if trainer.gradient_clip_algorithm == "norm" else None,
             run_dir=self.run_dir or trainer.log_dir or trainer.default_root_dir,
-            **self.preflight_kwargs,
+            # The trainer's loop calls model.train() before its first step.
+            **{"loop_calls_train": True, **self.preflight_kwargs},
         )
         if self.report.failed:
             raise PreflightFailed(self.report)

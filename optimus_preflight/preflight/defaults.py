@@ -25,15 +25,19 @@ from optimus_preflight.preflight.checks.adapter_checks import AdapterCheck
 from optimus_preflight.preflight.checks.batch_layout import BatchLayoutCheck
 from optimus_preflight.preflight.checks.dataset_checks import DatasetLengthCheck
 from optimus_preflight.preflight.checks.dataset_memory import DatasetCacheCheck
+from optimus_preflight.preflight.checks.dropout_rate import DropoutRateCheck
 from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
 from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
 from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
 from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
 from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
+from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageCheck
 from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
 from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
+from optimus_preflight.preflight.checks.tied_embeddings import TiedEmbeddingsCheck
+from optimus_preflight.preflight.checks.trained_tensors import LossTensorsCheck, UnregisteredTensorsCheck
 from optimus_preflight.preflight.checks.val_loader import ValidationLoaderCheck
 from optimus_preflight.preflight.checks.worker_pickling import WorkerPicklingCheck
 from optimus_preflight.preflight.framework.check import Check
@@ -60,13 +64,17 @@ DEFAULT_CHECKS: list[type[Check]] = [
     DatasetCacheCheck,
     batch_checks.FinalBatchCheck,
     batch_checks.SamplingCheck,
+    SamplerCoverageCheck,
     ValidationLoaderCheck,
     SplitOverlapCheck,
     RankBatchesCheck,
     model_checks.OptimizerParamsCheck,
+    UnregisteredTensorsCheck,
     model_checks.ModesCheck,
     model_checks.WeightDecayCheck,
     model_checks.OptimizerEpsCheck,
+    DropoutRateCheck,
+    TiedEmbeddingsCheck,
     LoadedWeightsCheck,
     AdapterCheck,
     FinetuneLRCheck,
@@ -74,6 +82,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     HostMemoryCheck,
     step_checks.FirstStepCheck,
     step_checks.GradientsCheck,
+    LossTensorsCheck,
     step_checks.LossFunctionCheck,
     step_checks.TargetsCheck,
     step_checks.PaddedLossCheck,

@@ -222,6 +222,7 @@ def run_preflight(
     lr_finder: bool = False,
     target_gib: float | None = None,
     raise_on_failure: bool = False,
+    loop_calls_train: bool = False,
     dist: DistEnv | None = None,
 ) -> PreflightReport:
     """Run the preflight checks on your own model, optimizer and loaders; return the report.
@@ -242,6 +243,9 @@ def run_preflight(
       issue codes to skip; ``fail_on``: ``error``, ``warning`` or ``never``.
     - ``raise_on_failure``: raise ``PreflightFailed`` (carrying the report) when the
       verdict is failed under ``fail_on``, as a recipe exits 3.
+    - ``loop_calls_train``: your loop calls ``model.train()`` itself before its first step
+      (Lightning's and the Hugging Face Trainer's do); otherwise a model in eval mode
+      now is reported, as the loop would train it in eval mode.
     - Under torchrun, call it on every rank: the ranks agree on one verdict.
     """
     device = _model_device(model)
@@ -281,6 +285,7 @@ def run_preflight(
         ctx = ForeignLoopContext.from_objects(cfg, model, optimizer, train_loader, loss_adapter(loss_fn),
                                               run_dir=directory, scheduler=scheduler, val_loader=val_loader,
                                               training=training)
+        ctx.loop_sets_train_mode = loop_calls_train
         chosen = list(checks) if checks is not None else default_checks(cfg)
         report = run_preflight_checks(chosen, ctx, report_path=directory / REPORT_FILE if run_dir is not None else None)
     if raise_on_failure and report.failed:

@@ -8,8 +8,10 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from optimus_preflight.preflight.analyses.probe import mode_sensitive_modules
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.distributed import unwrap
+from optimus_preflight.training.learnable import loss_tensors, unregistered_tensors
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -32,6 +34,9 @@ class OptimizerParamsCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         names = {param: name for name, param in ctx.model.named_parameters()}
+        # Learnable tensors outside model.parameters() that the optimizer rightly holds (a
+        # loss module's weights) or that model.unregistered_tensors reports: not copies.
+        loose = {id(tensor) for _, tensor in [*unregistered_tensors(ctx.model), *loss_tensors(ctx.compute_loss, ctx.model)]}
         in_optimizer: dict[torch.Tensor, int] = {}
         repeated: list[str] = []
         foreign = 0
@@ -40,7 +45,7 @@ class OptimizerParamsCheck(Check):
                 if param in in_optimizer:
                     repeated.append(names.get(param, "<not a model parameter>"))
                 in_optimizer[param] = in_optimizer.get(param, 0) + 1
-                foreign += param not in names
+                foreign += param not in names and id(param) not in loose
         missing = [name for param, name in names.items() if param.requires_grad and param not in in_optimizer]
         frozen = [name for param, name in names.items() if not param.requires_grad and param in in_optimizer]
         findings.data.update(model_params=len(names), optimizer_params=len(in_optimizer), missing=len(missing),
@@ -95,6 +100,11 @@ class ModesCheck(Check):
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         model = ctx.model
         saved = [(module, module.training) for module in model.modules()]
+        # The modes the caller left: a plain loop that evaluated (or loaded a model that
+        # comes in eval mode) and never called model.train() trains in them.
+        called_in_eval = [f"{name} ({type(module).__name__})" for module, name in mode_sensitive_modules(model).items()
+                          if not module.training]
+        was_eval = not model.training
         try:
             model.train()
             stuck = [
@@ -119,8 +129,19 @@ class ModesCheck(Check):
         finally:
             for module, training in saved:
                 module.training = training
-        findings.data.update(modules_stuck_in_eval=len(stuck), frozen_batchnorm_in_train=len(drifting))
-        findings.data["summary"] = f"after model.train(): {len(stuck)} module(s) stuck in eval, {len(drifting)} frozen BatchNorm(s) in train"
+        findings.data.update(modules_stuck_in_eval=len(stuck), frozen_batchnorm_in_train=len(drifting),
+                             model_in_eval_when_called=was_eval)
+        findings.data["summary"] = ("model in eval mode when called; " if was_eval else "") + (
+            f"after model.train(): {len(stuck)} module(s) stuck in eval, {len(drifting)} frozen BatchNorm(s) in train")
+        if was_eval and called_in_eval and not ctx.loop_sets_train_mode and not (top_in_eval or stuck):
+            findings.warning(
+                "O5",
+                f"the model was in eval mode when the preflight was called ({len(called_in_eval)} dropout/BatchNorm "
+                f"module(s) in eval: {_names(called_in_eval)}): a loop that does not call model.train() before its "
+                "first step trains with dropout off and BatchNorm normalising by running statistics it never updates",
+                "Call model.train() before your training loop, and again after every evaluation pass (model.eval()). "
+                "If your loop already calls model.train() itself, pass run_preflight(loop_calls_train=True).",
+            )
         if top_in_eval or stuck:
             what = "the model itself" if top_in_eval else f"{len(stuck)} module(s): {_names(stuck)}"
             findings.warning(

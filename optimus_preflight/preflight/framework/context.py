@@ -56,6 +56,10 @@ class PreflightContext:
     # Checks run inside it: a stop signal then ends preflight at once (a first batch
     # that never comes must not hold a Ctrl+C hostage).
     interruptible: Callable[[], ContextManager] = contextlib.nullcontext
+    # Whether the loop calls model.train() itself before its first step (a recipe, the
+    # Lightning and Hugging Face loops do); False for a loop of the user's own, where a
+    # model left in eval mode trains in eval mode.
+    loop_sets_train_mode: bool = True
 
     @property
     def weights_materialized(self) -> bool:

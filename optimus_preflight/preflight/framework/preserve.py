@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from optimus_preflight.checkpoint.training_snapshot import TrainingStateSnapshot
+from optimus_preflight.training.learnable import loss_tensors
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -19,6 +20,8 @@ def snapshot_of(ctx: PreflightContext) -> TrainingStateSnapshot:
         ctx.scheduler,
         ctx.training.scaler,
         loaders=(ctx.train_loader, ctx.val_loader),
+        # A trial step's backward also reaches the loss's own learnable tensors.
+        extra_tensors=[tensor for _, tensor in loss_tensors(ctx.compute_loss, ctx.model)],
     )
 
 

@@ -1,0 +1,221 @@
+"""A dropout probability that reads like a keep-probability (``model.dropout_rate``).
+
+torch's ``p`` (``nn.Dropout(p)``, ``F.dropout(x, p)``, ``nn.LSTM(dropout=...)``, Hugging
+Face's ``hidden_dropout_prob``, ``attention_probs_dropout_prob``, ``resid_pdrop``, ...) is
+the probability of *zeroing* an activation; TensorFlow 1's ``keep_prob`` and some papers
+give the probability of keeping it. 0.1-0.5 is the usual range (0.5 on wide fully
+connected layers is classic); at 0.8 and above four in five activations are dropped every
+step, which is almost always a keep-probability typed into a drop-probability. At 1.0
+every activation is zeroed and nothing downstream can learn.
+
+Read from the modules (dropout layers, and float attributes named like a dropout rate:
+what a layer hands to ``F.dropout`` or ``scaled_dot_product_attention(dropout_p=...)``),
+from Hugging Face configs (every float field named like one, nested configs too), and
+from one no-grad training-mode forward on the first batch that records the rate of
+every dropout call (``F.dropout(x, 0.9)`` with the rate written in the forward).
+The modules and configs of frozen parts are not read (a frozen teacher kept in eval mode
+never drops anything in training); the forward shows where their dropout does run.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.framework.preserve import preserved_training_state
+from optimus_preflight.training.batches import move_to_device
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+KEEP_LIKE = 0.8  # p at or above this reads as a keep-probability
+# dropout, attention_dropout, hidden_dropout_prob, resid_pdrop, drop_rate, drop_path_rate,
+# dropout_p; not keep_prob, use_dropout (a bool) or layerdrop's siblings with another meaning.
+RATE_NAME = re.compile(r"(dropout|pdrop|drop_prob|drop_rate|drop_path)", re.IGNORECASE)
+CONFIG_DEPTH = 2  # a multimodal config's text_config / vision_config
+
+
+def _is_rate(name: str, value: Any) -> bool:
+    return isinstance(value, float) and not isinstance(value, bool) and RATE_NAME.search(name) is not None
+
+
+def _trains(module: nn.Module) -> bool:
+    params = list(module.parameters())
+    return not params or any(param.requires_grad for param in params)
+
+
+def _label(name: str, module: nn.Module) -> str:
+    return f"{name} ({type(module).__name__})" if name else type(module).__name__
+
+
+def module_rates(model: nn.Module) -> dict[str, tuple[str, float]]:
+    """``{module name: (label, p)}`` for rates at or above KEEP_LIKE that the modules of
+    parts that train hold: a dropout layer's ``p``, or a float attribute named like a rate."""
+    found: dict[str, tuple[str, float]] = {}
+    parents = dict(model.named_modules())
+    for name, module in parents.items():
+        parent = parents[name.rpartition(".")[0]] if name else module
+        if not _trains(parent):
+            continue
+        if isinstance(module, nn.modules.dropout._DropoutNd):
+            if module.p >= KEEP_LIKE:
+                found[name] = (_label(name, module), float(module.p))
+            continue
+        for attribute, value in vars(module).items():
+            if _is_rate(attribute, value) and value >= KEEP_LIKE:
+                found.setdefault(name, (f"{name + '.' if name else ''}{attribute} ({type(module).__name__})", value))
+    return found
+
+
+def _config_fields(config: Any, prefix: str, depth: int) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for key, value in vars(config).items():
+        if key.startswith("_"):
+            continue
+        if _is_rate(key, value) and value >= KEEP_LIKE:
+            found[f"{prefix}{key}"] = value
+        elif depth > 0 and hasattr(value, "to_dict") and hasattr(value, "__dict__"):  # a nested config
+            found.update(_config_fields(value, f"{prefix}{key}.", depth - 1))
+    return found
+
+
+def config_rates(model: nn.Module) -> dict[str, float]:
+    """Rates at or above KEEP_LIKE declared in the configs of the (Hugging Face) models
+    inside ``model``, as ``config.<field>``."""
+    found: dict[str, float] = {}
+    seen: set[int] = set()
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is None or id(config) in seen or not hasattr(config, "to_dict") or not _trains(module):
+            continue
+        seen.add(id(config))
+        found.update(_config_fields(config, "config.", CONFIG_DEPTH))
+    return found
+
+
+LOSS = "<loss>"
+DROPOUT_FUNCTIONS = frozenset({"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+                               "feature_alpha_dropout", "feature_dropout"})
+
+
+def called_rate(func: Any, args: tuple, kwargs: dict[str, Any]) -> float | None:
+    """The drop probability a call applies in training: ``F.dropout``'s family (``p``,
+    ``training``; torch.dropout's ``(input, p, train)``) and ``scaled_dot_product_attention``'s
+    ``dropout_p``; None for any other call or one that drops nothing."""
+    name = getattr(func, "__name__", "")
+    if name in DROPOUT_FUNCTIONS:
+        rate = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+        active = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
+    elif name == "scaled_dot_product_attention":
+        rate, active = kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0), True
+    else:
+        return None
+    return float(rate) if active and isinstance(rate, (int, float)) and rate > 0 else None
+
+
+class DropoutCalls(TorchFunctionMode):
+    """Records the rate of each dropout call, by the innermost module running it."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.rates: dict[str, float] = {}  # by module name ("" for the model, "<loss>" outside it)
+        self._stack: list[str] = []
+        names = {module: name for name, module in model.named_modules()}
+        self._handles = [handle for module, name in names.items() for handle in (
+            module.register_forward_pre_hook(lambda *_, name=name: self._enter(name)),
+            module.register_forward_hook(lambda *_: self._leave()))]
+
+    # Hooks return None: a value returned by a forward hook would replace the output.
+    def _enter(self, name: str) -> None:
+        self._stack.append(name)
+
+    def _leave(self) -> None:
+        if self._stack:
+            self._stack.pop()
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        rate = called_rate(func, args, kwargs)
+        if rate is not None and rate >= KEEP_LIKE:
+            self.rates.setdefault(self._stack[-1] if self._stack else LOSS, rate)
+        return func(*args, **kwargs)
+
+
+def forward_rates(ctx: PreflightContext) -> dict[str, float]:
+    """Rates of KEEP_LIKE and more applied in one training-mode forward on the first batch
+    (no gradient; weights, RNGs and modes restored); empty where that forward fails."""
+    batch = ctx.artifacts.first_batch
+    if batch is None or not ctx.weights_materialized:
+        return {}
+    recorder = DropoutCalls(ctx.model)
+    try:
+        with preserved_training_state(ctx):
+            ctx.model.train()
+            with torch.no_grad(), ctx.training.plan.autocast(), recorder:
+                ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
+    except Exception:  # the step checks report a forward that fails
+        return {}
+    finally:
+        recorder.close()
+    return recorder.rates
+
+
+def _listing(rates: dict[str, float], limit: int = 5) -> str:
+    items = [f"{name}={value:g}" if name.startswith("config.") else f"{name} p={value:g}" for name, value in rates.items()]
+    return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+class DropoutRateCheck(Check):
+    """Dropout probabilities of 0.8 and more: a keep-probability given as ``p``."""
+
+    name = "model.dropout_rate"
+    stage = Stage.MODEL
+    codes = ("DROPOUT_KEEP_PROB",)
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        configs = config_rates(ctx.model)
+        modules = module_rates(ctx.model)
+        # What the forward applies: also rates written into its code, which no module or
+        # config holds (a module that holds its rate is named once).
+        by_name = dict(ctx.model.named_modules())
+        for name, rate in forward_rates(ctx).items():
+            if name in modules:
+                continue
+            module = by_name.get(name)
+            if module is None:
+                label = "a dropout call in compute_loss"
+            elif isinstance(module, nn.modules.dropout._DropoutNd):  # in a frozen part that trains in train mode
+                label = _label(name, module)
+            else:
+                label = f"a dropout call in {_label(name, module)}'s forward"
+            modules[name] = (label, rate)
+        # Layers built from a flagged config field carry its value: name the field, once.
+        unexplained = {label: p for label, p in modules.values() if p not in configs.values()}
+        rates = {**configs, **unexplained}
+        findings.data.update(high_rates=len(rates), highest=max(rates.values(), default=None))
+        findings.data["summary"] = f"{len(rates)} dropout rate(s) of {KEEP_LIKE:g} or more"
+        if not rates:
+            return
+        everything = [name for name, p in rates.items() if p >= 1.0]
+        what = (f"of {KEEP_LIKE:g} or more drop {'every activation' if everything else 'most activations'} in "
+                f"training: {_listing(rates)}. p is the probability of ZEROING an activation, not of keeping it")
+        consequence = ("; at p=1 the output is all zeros and nothing after it can learn" if everything else
+                       "; the network trains on a fifth of its signal or less and underfits")
+        where = ("set the config field before the model is built: from_pretrained(name, hidden_dropout_prob=0.1, "
+                 "...) or the config you build it from" if configs else
+                 "pass the drop probability where the layers are built: nn.Dropout(p=0.1) for a keep-probability of "
+                 "0.9 (p = 1 - keep_prob)")
+        fix = (f"Use p = 1 - keep_prob (typically 0.1-0.5): {where}.")
+        severity = "error" if everything else "warning"
+        findings.add(severity, "DROPOUT_KEEP_PROB", f"{len(rates)} dropout rate(s) {what}{consequence}", fix)

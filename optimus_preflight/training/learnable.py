@@ -1,0 +1,172 @@
+"""Learnable tensors that ``model.parameters()`` does not list.
+
+A leaf tensor with ``requires_grad=True`` is a statement that it should learn. Kept as a
+plain module attribute (``self.scale = torch.ones(1, requires_grad=True)``), or an
+``nn.Parameter`` (or a layer) in a plain list or dict (not ``nn.ParameterList``,
+``nn.ModuleList``, ...), it is not registered: ``model.parameters()`` (and so the optimizer built from it),
+``model.to(device)``, ``state_dict()`` and DDP/FSDP all miss it. Tensors the loss holds
+(a loss module with parameters, a learnable loss weight in a closure) are outside the
+model by design, and only the optimizer can train them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+# Module attributes that are the module's own registries, not user data.
+_REGISTRIES = frozenset({"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"})
+_CONTAINER_DEPTH = 2  # self.weights = [[...]] is as deep as user code usually nests
+_CALLABLE_DEPTH = 3  # loss_fn -> helper -> global criterion
+_CONTAINER_ITEMS = 1000  # a list that long is data (a cache, a file list), not layers
+
+
+def _is_learnable_leaf(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.requires_grad and value.is_leaf
+
+
+def _tensors_in(value: Any, path: str, depth: int = _CONTAINER_DEPTH,
+                contained: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
+    """Learnable leaf tensors in ``value`` and the lists, tuples and dicts it holds; and
+    the trainable parameters of modules *inside* those containers (a plain list of layers
+    instead of an ``nn.ModuleList`` registers none of them)."""
+    if _is_learnable_leaf(value):
+        yield path, value
+    elif contained and isinstance(value, nn.Module):
+        yield from ((f"{path}.{name}", param) for name, param in value.named_parameters() if param.requires_grad)
+    elif depth > 0 and isinstance(value, (list, tuple)):
+        for index, item in enumerate(value[:_CONTAINER_ITEMS]):
+            yield from _tensors_in(item, f"{path}[{index}]", depth - 1, contained=True)
+    elif depth > 0 and isinstance(value, dict):  # not any Mapping: a config's values may resolve or raise
+        for key, item in itertools.islice(value.items(), _CONTAINER_ITEMS):
+            yield from _tensors_in(item, f"{path}[{key!r}]", depth - 1, contained=True)
+
+
+def unregistered_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` for the learnable leaf tensors the model's modules hold outside
+    their registered parameters and buffers, each once, named as ``model.<path>``."""
+    registered = {id(tensor) for tensor in model.parameters()} | {id(tensor) for tensor in model.buffers()}
+    found: dict[int, tuple[str, torch.Tensor]] = {}
+    for module_name, module in model.named_modules():
+        for attribute, value in vars(module).items():
+            if attribute in _REGISTRIES or isinstance(value, nn.Module):
+                continue
+            path = f"{module_name}.{attribute}" if module_name else attribute
+            for name, tensor in _tensors_in(value, path):
+                if id(tensor) not in registered:
+                    found.setdefault(id(tensor), (name, tensor))
+    return list(found.values())
+
+
+def _referenced_objects(fn: Any) -> Iterator[tuple[str, Any]]:
+    """What a function can reach when it runs: its closure, defaults, the globals its
+    code names, a bound method's instance attributes, a partial's arguments."""
+    if isinstance(fn, nn.Module):
+        return
+    partial_args = getattr(fn, "args", None), getattr(fn, "keywords", None)
+    if callable(getattr(fn, "func", None)) and isinstance(partial_args[0], tuple):  # functools.partial
+        yield "func", fn.func
+        yield from ((f"args[{i}]", value) for i, value in enumerate(partial_args[0]))
+        yield from ((str(key), value) for key, value in (partial_args[1] or {}).items())
+        return
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and not inspect.ismodule(owner) and hasattr(owner, "__dict__"):
+        yield from ((f"self.{key}", value) for key, value in vars(owner).items())
+    function = getattr(fn, "__func__", fn)
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return
+    for name, cell in zip(code.co_freevars, getattr(function, "__closure__", None) or ()):
+        try:
+            yield name, cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+    for index, value in enumerate(getattr(function, "__defaults__", None) or ()):
+        yield f"default[{index}]", value
+    scope = getattr(function, "__globals__", {})
+    for name in code.co_names:
+        if name in scope:
+            yield name, scope[name]
+
+
+def loss_tensors(compute_loss: Callable[..., Any], model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` for the learnable leaf tensors that ``compute_loss`` reaches
+    outside ``model``: the parameters of loss modules it holds (a loss with its own
+    weights, a teacher), and tensors with ``requires_grad`` in its closure, its
+    defaults, the globals it names or (a bound method) its instance's attributes;
+    through the functions it calls by those names, to a small depth."""
+    excluded = {id(tensor) for tensor in model.parameters()}
+    model_ids = {id(module) for module in model.modules()}
+    found: dict[int, tuple[str, torch.Tensor]] = {}
+    seen: set[int] = set()
+
+    def add(name: str, tensor: torch.Tensor) -> None:
+        if id(tensor) not in excluded:
+            found.setdefault(id(tensor), (name, tensor))
+
+    def visit(fn: Any, depth: int) -> None:
+        for name, value in _referenced_objects(fn):
+            if id(value) in seen or id(value) in model_ids:
+                continue
+            seen.add(id(value))
+            if isinstance(value, nn.Module):
+                for param_name, param in value.named_parameters():
+                    if param.requires_grad:
+                        add(f"{name}.{param_name}", param)
+                for tensor_name, tensor in unregistered_tensors(value):
+                    add(f"{name}.{tensor_name}", tensor)
+            elif isinstance(value, (torch.Tensor, list, tuple, dict)):
+                for tensor_name, tensor in _tensors_in(value, name):
+                    add(tensor_name, tensor)
+            elif depth > 0 and (inspect.isfunction(value) or inspect.ismethod(value) or hasattr(value, "func")):
+                visit(value, depth - 1)
+
+    visit(compute_loss, _CALLABLE_DEPTH)
+    return list(found.values())
+
+
+_GRAPH_NODES = 256  # enough to see past a scale or a .to(device); an activation's graph meets a parameter first
+
+
+def _graph_leaves(tensor: torch.Tensor, registered: set[int]) -> list[torch.Tensor] | None:
+    """The leaf tensors ``tensor`` was computed from, or None once the walk meets a
+    registered tensor (an activation cached by a forward) or grows past _GRAPH_NODES."""
+    found: list[torch.Tensor] = []
+    stack, seen = [tensor.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if len(seen) > _GRAPH_NODES:
+            return None
+        variable = getattr(node, "variable", None)  # an AccumulateGrad node: the leaf it feeds
+        if isinstance(variable, torch.Tensor):
+            if id(variable) in registered:
+                return None
+            found.append(variable)
+        stack.extend(next_node for next_node, _ in getattr(node, "next_functions", ()))
+    return found
+
+
+def orphaned_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` for non-leaf tensors with ``requires_grad`` that the model's
+    modules keep as attributes and that were computed from learnable leaves the model does
+    not hold (``nn.Parameter(...).cuda()``, ``torch.randn(n, requires_grad=True) * 0.01``):
+    gradients flow past them to a leaf nothing can update."""
+    registered = {id(tensor) for tensor in model.parameters()}
+    found: dict[int, tuple[str, torch.Tensor]] = {}
+    for module_name, module in model.named_modules():
+        for attribute, value in vars(module).items():
+            if (attribute in _REGISTRIES or not isinstance(value, torch.Tensor) or value.is_leaf
+                    or not value.requires_grad):
+                continue
+            leaves = _graph_leaves(value, registered)
+            if leaves:
+                found.setdefault(id(value), (f"{module_name}.{attribute}" if module_name else attribute, value))
+    return list(found.values())

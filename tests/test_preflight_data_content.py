@@ -1,0 +1,205 @@
+"""Data judged by content: validation rows identical to training rows although the
+split's indices are disjoint (a table with duplicate rows), and a training sampler that
+can only draw a handful of the dataset's samples. Each defect is written the way users
+write it and run through ``run_preflight``; each has a healthy twin that stays quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import (
+    DataLoader,
+    RandomSampler,
+    SubsetRandomSampler,
+    TensorDataset,
+    WeightedRandomSampler,
+    random_split,
+)
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageCheck, expected_distinct
+from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
+from optimus_preflight.preflight.framework import Severity
+
+FEATURES, CLASSES = 6, 3
+
+
+def table(rows: int = 400, seed: int = 0) -> TensorDataset:
+    generator = torch.Generator().manual_seed(seed)
+    features = torch.randn(rows, FEATURES, generator=generator)
+    return TensorDataset(features, features[:, :CLASSES].argmax(1))
+
+
+def model() -> nn.Module:
+    return nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, CLASSES))
+
+
+def check(train_loader, checks, val_loader=None):
+    net = model()
+    report = run_preflight(net, torch.optim.SGD(net.parameters(), lr=0.1), train_loader, val_loader=val_loader,
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), *(cls() for cls in checks)])
+    return report
+
+
+def result_of(report, name):
+    return next(result for result in report.checks if result.name == name)
+
+
+def loud(report):
+    return [(check.name, issue.code, issue.severity.value) for check, issue in report.issues()
+            if issue.severity != Severity.INFO]
+
+
+# ---------------------------------------------------------------- duplicate rows on both sides of a split
+
+def with_duplicates(share: float, rows: int = 400) -> TensorDataset:
+    """A table where ``share`` of the rows are copies of others (a scraped set, an
+    oversampled CSV appended to itself), in shuffled order."""
+    base = table(rows)
+    copies = int(rows * share)
+    features, labels = base.tensors
+    order = torch.randperm(rows + copies, generator=torch.Generator().manual_seed(1))
+    return TensorDataset(torch.cat([features, features[:copies]])[order], torch.cat([labels, labels[:copies]])[order])
+
+
+def split_report(data):
+    train, val = random_split(data, [0.8, 0.2], generator=torch.Generator().manual_seed(0))
+    return check(DataLoader(train, batch_size=32, shuffle=True), [SplitOverlapCheck],
+                 val_loader=DataLoader(val, batch_size=32))
+
+
+def test_a_table_with_duplicate_rows_leaks_through_a_disjoint_split():
+    report = split_report(with_duplicates(0.5))
+    assert loud(report) == [("data.split_overlap", "LEAK_SPLIT", "warning")]
+    issue = next(issue for _, issue in report.issues())
+    assert "indices are disjoint, but the rows they select are not" in issue.message
+    assert "drop_duplicates" in issue.fix
+    assert result_of(report, "data.split_overlap").data["shared"] > 10
+
+
+@pytest.mark.parametrize("share", [0.0, 0.01])
+def test_a_split_of_a_table_with_few_or_no_duplicates_is_quiet(share):
+    report = split_report(with_duplicates(share))
+    assert loud(report) == []
+    assert result_of(report, "data.split_overlap").data["validation_read"] > 0
+
+
+def test_padded_token_rows_of_distinct_texts_are_quiet():
+    # Short texts padded to one length share most of their tokens, not all of them.
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.zeros(300, 24, dtype=torch.long)
+    lengths = torch.randint(3, 10, (300,), generator=generator)
+    for row, length in enumerate(lengths):
+        ids[row, :length] = torch.randint(1, 500, (int(length),), generator=generator)
+    data = TensorDataset(ids, torch.randint(0, 2, (300,), generator=generator))
+    train, val = random_split(data, [0.8, 0.2], generator=torch.Generator().manual_seed(0))
+    net = nn.Sequential(nn.Embedding(500, 8), nn.Flatten(), nn.Linear(24 * 8, 2))
+    report = run_preflight(net, torch.optim.SGD(net.parameters(), lr=0.1), DataLoader(train, batch_size=16, shuffle=True),
+                           val_loader=DataLoader(val, batch_size=16), loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), SplitOverlapCheck()])
+    assert loud(report) == []
+
+
+# ---------------------------------------------------------------- samplers that reach a few samples
+
+def imbalanced(rows: int = 600, minority: float = 0.05) -> TensorDataset:
+    data = table(rows)
+    labels = (torch.rand(rows, generator=torch.Generator().manual_seed(2)) < minority).long()
+    return TensorDataset(data.tensors[0], labels)
+
+
+def test_class_weights_given_to_weighted_random_sampler():
+    data = imbalanced()
+    labels = data.tensors[1]
+    class_weights = 1.0 / torch.bincount(labels).float()
+    sampler = WeightedRandomSampler(class_weights, num_samples=len(data))  # the bug: per class, not per sample
+    report = check(DataLoader(data, batch_size=32, sampler=sampler), [SamplerCoverageCheck])
+    assert loud(report) == [("data.sampler_coverage", "SAMPLER_COVERAGE", "error")]
+    issue = next(issue for _, issue in report.issues())
+    assert "2 weights but the training dataset has 600 samples" in issue.message
+    assert "class_weights[labels]" in issue.fix
+    # The printed fix works where it fired.
+    fixed = WeightedRandomSampler(class_weights[labels], num_samples=len(labels))
+    assert loud(check(DataLoader(data, batch_size=32, sampler=fixed), [SamplerCoverageCheck])) == []
+
+
+def test_a_sampler_stuck_on_a_few_indices_is_measured():
+    class FirstFew(torch.utils.data.Sampler):
+        """A custom sampler whose range is wrong: it should span len(dataset)."""
+
+        def __init__(self, size: int):
+            self.size = size
+
+        def __len__(self) -> int:
+            return self.size
+
+        def __iter__(self):
+            return iter(torch.randint(0, 8, (self.size,)).tolist())
+
+    data = table(500)
+    report = check(DataLoader(data, batch_size=25, sampler=FirstFew(len(data))), [SamplerCoverageCheck])
+    assert loud(report) == [("data.sampler_coverage", "SAMPLER_COVERAGE", "error")]
+    result = result_of(report, "data.sampler_coverage")
+    assert result.data["distinct"] <= 8 and result.data["draws"] == 500
+
+
+@pytest.mark.parametrize("make", [
+    lambda data: dict(shuffle=True),
+    lambda data: dict(sampler=RandomSampler(data, replacement=True)),
+    lambda data: dict(sampler=SubsetRandomSampler(range(0, len(data), 2))),
+    lambda data: dict(sampler=WeightedRandomSampler(
+        (1.0 / torch.bincount(data.tensors[1]).float())[data.tensors[1]], num_samples=len(data))),
+], ids=["shuffle", "with-replacement", "subset", "per-sample-weights"])
+def test_healthy_samplers_are_quiet(make):
+    data = imbalanced(minority=0.01)
+    report = check(DataLoader(data, batch_size=32, **make(data)), [SamplerCoverageCheck])
+    assert loud(report) == []
+
+
+def test_balancing_an_extremely_skewed_dataset_is_quiet():
+    # Nine classes of ten samples beside one of 9,910, balanced by per-sample weights: the
+    # majority is drawn a tenth as often, the minorities a hundred times each.
+    labels = torch.cat([torch.zeros(9910, dtype=torch.long), torch.arange(1, 10).repeat_interleave(10)])
+    data = TensorDataset(torch.randn(len(labels), FEATURES), labels)
+    weights = (1.0 / torch.bincount(labels).float())[labels]
+    report = check(DataLoader(data, batch_size=100, sampler=WeightedRandomSampler(weights, len(labels))),
+                   [SamplerCoverageCheck])
+    assert loud(report) == []
+
+
+def test_drawing_leaves_the_loaders_order_unchanged():
+    data = imbalanced()
+    weights = (1.0 / torch.bincount(data.tensors[1]).float())[data.tensors[1]]
+
+    def epoch_after(run_check: bool) -> list[torch.Tensor]:
+        sampler = WeightedRandomSampler(weights, len(data), generator=torch.Generator().manual_seed(3))
+        loader = DataLoader(data, batch_size=32, sampler=sampler)
+        torch.manual_seed(0)
+        if run_check:
+            check(loader, [SamplerCoverageCheck])
+        return [batch[0] for batch in loader]
+
+    assert all(torch.equal(a, b) for a, b in zip(epoch_after(True), epoch_after(False), strict=True))
+
+
+def test_expected_distinct():
+    assert expected_distinct(1000, 1) == pytest.approx(1.0)
+    assert expected_distinct(1000, 1000) == pytest.approx(632.3, abs=0.5)
+
+
+def test_blank_images_in_both_splits_are_not_a_leak():
+    # A fifth of the images are blank (a "background" class): identical, and no leak.
+    generator = torch.Generator().manual_seed(0)
+    images = torch.rand(300, 1, 8, 8, generator=generator)
+    labels = torch.randint(1, 4, (300,), generator=generator)
+    images[::5], labels[::5] = 0.0, 0
+    data = TensorDataset(images, labels)
+    train, val = random_split(data, [0.8, 0.2], generator=torch.Generator().manual_seed(0))
+    net = nn.Sequential(nn.Flatten(), nn.Linear(64, 4))
+    report = run_preflight(net, torch.optim.SGD(net.parameters(), lr=0.1), DataLoader(train, batch_size=16, shuffle=True),
+                           val_loader=DataLoader(val, batch_size=16), loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), SplitOverlapCheck()])
+    assert loud(report) == []
+    assert result_of(report, "data.split_overlap").data["shared"] == 0
