@@ -451,6 +451,22 @@ def test_a_model_in_train_mode_or_a_loop_that_sets_it_is_quiet():
     assert loud(report) == []
 
 
+def test_a_hugging_face_model_from_pretrained_in_eval_is_only_a_note(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=64, num_labels=CLASSES)
+    transformers.BertForSequenceClassification(config).save_pretrained(tmp_path / "bert")
+    model = transformers.BertForSequenceClassification.from_pretrained(tmp_path / "bert")
+    assert not model.training  # from_pretrained's own eval(); loops written for it call model.train()
+    ids = torch.randint(0, VOCAB, (64, 8), generator=torch.Generator().manual_seed(0))
+    data = [{"input_ids": row, "labels": torch.tensor(i % CLASSES)} for i, row in enumerate(ids)]
+    report = run_preflight(model, torch.optim.AdamW(model.parameters(), lr=1e-4),
+                           DataLoader(data, batch_size=8, shuffle=True), checks=[ModesCheck()])
+    assert loud(report) == []
+    issue = issue_of(report, "model.modes")
+    assert issue.severity.value == "info" and "from_pretrained returns it so" in issue.message
+
+
 def test_a_model_without_dropout_or_batchnorm_in_eval_is_quiet():
     model = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, CLASSES)).eval()
     report = run_preflight(model, torch.optim.SGD(model.parameters(), lr=0.1), loader(), checks=[ModesCheck()])

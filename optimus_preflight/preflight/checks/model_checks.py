@@ -134,10 +134,16 @@ class ModesCheck(Check):
         findings.data["summary"] = ("model in eval mode when called; " if was_eval else "") + (
             f"after model.train(): {len(stuck)} module(s) stuck in eval, {len(drifting)} frozen BatchNorm(s) in train")
         if was_eval and called_in_eval and not ctx.loop_sets_train_mode and not (top_in_eval or stuck):
-            findings.warning(
+            # Hugging Face's from_pretrained returns the model in eval mode by design, and
+            # loops written for it call model.train() themselves: there it is only a note.
+            loaded = bool(getattr(getattr(unwrap(ctx.model), "config", None), "_name_or_path", ""))
+            findings.add(
+                "info" if loaded else "warning",
                 "O5",
                 f"the model was in eval mode when the preflight was called ({len(called_in_eval)} dropout/BatchNorm "
-                f"module(s) in eval: {_names(called_in_eval)}): a loop that does not call model.train() before its "
+                f"module(s) in eval: {_names(called_in_eval)}"
+                + ("; from_pretrained returns it so" if loaded else "")
+                + "): a loop that does not call model.train() before its "
                 "first step trains with dropout off and BatchNorm normalising by running statistics it never updates",
                 "Call model.train() before your training loop, and again after every evaluation pass (model.eval()). "
                 "If your loop already calls model.train() itself, pass run_preflight(loop_calls_train=True).",
