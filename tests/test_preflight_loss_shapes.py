@@ -56,6 +56,32 @@ def loader(*tensors: torch.Tensor, batch_size: int = 32, shuffle: bool = True) -
     return DataLoader(TensorDataset(*tensors), batch_size=batch_size, shuffle=shuffle)
 
 
+# ------------------------------------------------------------ regression target scale
+def price_mse(model, batch):
+    inputs, y = batch
+    return F.mse_loss(model(inputs).squeeze(-1), y)
+
+
+def test_raw_price_targets_far_above_the_predictions_warn():
+    x = features()
+    prices = 250_000 + 50_000 * x[:, 0]  # dollars, as read from the CSV
+    found = issues(preflight(mlp(1), loader(x, prices), price_mse))["TARGET_SCALE"]
+    assert found.severity == Severity.WARNING and "Standardise" in found.fix
+    assert "targets in [" in found.message
+
+
+def test_standardised_targets_or_a_head_at_their_scale_are_quiet():
+    x = features()
+    prices = 250_000 + 50_000 * x[:, 0]
+    standardised = (prices - prices.mean()) / prices.std()
+    assert not issues(preflight(mlp(1), loader(x, standardised), price_mse))
+
+    head = mlp(1)
+    with torch.no_grad():
+        head[-1].bias.fill_(float(prices.mean()))  # the last layer starts at the targets' scale
+    assert "TARGET_SCALE" not in issues(preflight(head, loader(x, prices), price_mse))
+
+
 # ------------------------------------------------------------ broadcasting at the loss
 @pytest.mark.parametrize("criterion", [nn.MSELoss(), nn.L1Loss(), nn.SmoothL1Loss(), nn.HuberLoss()])
 def test_a_column_prediction_against_a_flat_target_broadcasts_to_batch_by_batch(criterion):

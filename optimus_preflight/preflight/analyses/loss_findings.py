@@ -135,6 +135,39 @@ def target_findings(calls: list[CriterionCall]) -> list[Finding]:
     return found
 
 
+# Regression targets this large while the model's predictions are this many times smaller:
+# a fresh model's outputs are O(1), and whatever the optimizer, the head must grow by the
+# targets' scale before the loss says anything but "predict the mean": Adam moves a weight
+# by ~lr per step, so a 1e4 scale at lr=1e-3 takes millions of steps; SGD's gradient grows
+# with the scale instead and diverges. Standardised or log targets start at the right scale.
+TARGET_SCALE = 100.0
+TARGET_SCALE_RATIO = 100.0
+SCALE_CRITERIA = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
+
+
+def regression_scale_findings(calls: list[CriterionCall]) -> list[Finding]:
+    """TARGET_SCALE: regression targets orders of magnitude larger than the predictions."""
+    for call in calls:
+        target, inputs = call.target, call.input
+        if (call.function not in SCALE_CRITERIA or target is None or inputs is None or target.min is None
+                or inputs.min is None or not (target.is_floating and target.finite and inputs.finite)):
+            continue
+        target_scale = max(abs(target.min), abs(target.max))
+        prediction_scale = max(abs(inputs.min), abs(inputs.max))
+        if target_scale >= TARGET_SCALE and target_scale >= TARGET_SCALE_RATIO * max(prediction_scale, 1e-12):
+            return [Finding(
+                "TARGET_SCALE", "warning",
+                f"{call.function} gets targets in [{target.min:.4g}, {target.max:.4g}] but predictions within "
+                f"±{prediction_scale:.3g}: the model must first grow its outputs {target_scale / max(prediction_scale, 1e-12):.0f}x "
+                "before it learns anything beyond the mean, which takes Adam a learning rate's worth per step "
+                "(millions of steps at this scale) and makes SGD's gradients blow up",
+                "Standardise the regression targets with the training set's statistics "
+                "((y - y_mean) / y_std, or log1p(y) for prices and counts) and invert that on the predictions; "
+                "or let the model's last layer start at the target scale (initialise its bias to y_mean).",
+            )]
+    return []
+
+
 def init_loss_finding(calls: list[CriterionCall]) -> tuple[Finding | None, dict[str, Any]]:
     """O1 "verify the loss at init": with hard targets, a fresh classifier scores ~ln(C)."""
     call = next((c for c in calls if c.function in CLASS_CRITERIA and c.hard_targets and c.loss is not None

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from optimus_preflight.preflight.analyses.loss_findings import (
     init_loss_finding,
     loss_input_findings,
+    regression_scale_findings,
     target_findings,
 )
 from optimus_preflight.preflight.analyses.loss_shapes import (
@@ -191,7 +192,8 @@ class TargetsCheck(Check):
 
     name = "step.targets"
     stage = Stage.STEP
-    codes = ("O14", "TARGET_ALL_IGNORED", "TARGET_MOSTLY_IGNORED", "TARGET_ONE_CLASS", "TARGET_MULTI_HOT")
+    codes = ("O14", "TARGET_ALL_IGNORED", "TARGET_MOSTLY_IGNORED", "TARGET_ONE_CLASS", "TARGET_MULTI_HOT",
+             "TARGET_SCALE")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -211,7 +213,7 @@ class TargetsCheck(Check):
         if ignored:
             findings.data["summary"] = f"{ignored[0].function}: all {ignored[0].profile.total} targets are ignore_index"
         reported = _nan_from_ignored_targets(probe) is not None  # by step.first_step
-        for found in [*target_findings(calls), *profile_findings(calls)]:
+        for found in [*target_findings(calls), *profile_findings(calls), *regression_scale_findings(calls)]:
             if not (found.code == "TARGET_ALL_IGNORED" and reported):
                 findings.add(found.severity, found.code, found.message, found.fix, "data.train")
         candidate = next((c for c in calls if one_class_candidate(c)), None)
