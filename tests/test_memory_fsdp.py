@@ -16,7 +16,8 @@ from optimus_preflight.memory.fsdp_analytic import padded_shard_numel
 from optimus_preflight.memory.fsdp_estimate import _trace, estimate_fsdp_step
 from optimus_preflight.memory.fsdp_measure import measure_fsdp_steps
 from optimus_preflight.memory.fsdp_tracker import FSDPStorageTracker
-from optimus_preflight.preflight.analyses.memory_fsdp import PerRankEstimator, fsdp_world_size, smallest_world_size
+from optimus_preflight.preflight.analyses.memory_fsdp import PerRankEstimator, smallest_world_size
+from optimus_preflight.preflight.analyses.memory_strategy import rank_plan
 from optimus_preflight.preflight.analyses.step_inputs import step_inputs
 from optimus_preflight.preflight.checks.memory_checks import VRAMHeadroomCheck
 from optimus_preflight.preflight.framework import Findings
@@ -48,17 +49,33 @@ def test_smallest_world_size_doubles_the_ranks_until_one_fits_or_more_stop_helpi
     assert smallest_world_size(need, 10**6, start=1024) == (None, {})  # nothing above the start to try
 
 
-def test_the_checked_world_size_is_the_configured_one_or_the_sharded_runs():
-    def ctx(configured=None, strategy="fsdp", placed=None, ranks=4):
-        cfg = OmegaConf.create({"preflight": {"memory": {"world_size": configured}}, "trainer": {"strategy": strategy}})
+def test_the_judged_step_follows_trainer_strategy_over_the_configured_or_run_ranks():
+    def ctx(configured=None, strategy="fsdp", placed=None, ranks=4, target=80, params=10**9):
+        cfg = OmegaConf.create({"preflight": {"memory": {"world_size": configured, "target_gib": target}},
+                                "trainer": {"strategy": strategy}})
         dist = SimpleNamespace(is_distributed=ranks > 1, world_size=ranks)
-        return SimpleNamespace(cfg=cfg, training=SimpleNamespace(dist=dist), recipe=SimpleNamespace(strategy=placed))
+        model = torch.nn.Linear(params, 1, bias=False, device="meta")
+        return SimpleNamespace(cfg=cfg, training=SimpleNamespace(dist=dist), recipe=SimpleNamespace(strategy=placed),
+                               model=model, device=torch.device("cpu"))
 
-    assert fsdp_world_size(ctx(configured=8, strategy="ddp", placed="ddp")) == 8  # "what if sharded over 8?"
-    assert fsdp_world_size(ctx(placed="fsdp")) == 4  # torchrun, trainer.strategy=fsdp: the run's ranks
-    assert fsdp_world_size(ctx(strategy="auto", placed="fsdp")) == 4  # auto chose to shard
-    assert fsdp_world_size(ctx(strategy="auto", placed="ddp")) is None
-    assert fsdp_world_size(ctx(ranks=1, placed="single")) is None  # one process: nothing is sharded
+    def plan(**kwargs):
+        found = rank_plan(ctx(**kwargs))
+        return found.label, found.world_size
+
+    # "Would it fit on 8 GPUs?" asks about the strategy the run is configured with.
+    assert plan(configured=8, strategy="ddp", ranks=1) == ("ddp", 8)
+    assert plan(configured=8, strategy="fsdp", ranks=1) == ("fsdp", 8)
+    assert plan(configured=1, strategy="ddp", ranks=1) == ("single", 1)
+    assert plan(placed="fsdp") == ("fsdp", 4)  # torchrun, trainer.strategy=fsdp: the run's ranks
+    assert plan(strategy="auto", placed="fsdp") == ("fsdp", 4)  # auto chose to shard at setup
+    assert plan(strategy="auto", placed="ddp") == ("ddp", 4)
+    assert plan(strategy="ddp", ranks=1, placed="single") == ("single", 1)  # one process: one device
+    # auto from a machine that is not the job: the training rule on the target GPU, stated.
+    big = rank_plan(ctx(configured=8, strategy="auto", ranks=1, params=6 * 10**9))  # 96 GB of states > half of 80 GiB
+    small = rank_plan(ctx(configured=8, strategy="auto", ranks=1, params=10**9))
+    assert (big.label, small.label) == ("fsdp", "ddp")
+    assert "auto chose fsdp" in big.reason and "16 bytes per parameter" in big.reason
+    assert rank_plan(ctx(configured=1, strategy="auto", ranks=1, params=6 * 10**9)).label == "single"
 
 
 def test_tracker_follows_storage_resizes_as_fsdp2_frees_and_regathers():
@@ -209,7 +226,8 @@ def run_check(ctx) -> Findings:
 
 
 def test_vram_check_is_quiet_per_rank_when_it_fits(recipe):
-    findings = run_check(make_context(recipe, **{"preflight.memory.target_gib": 80, "preflight.memory.world_size": 4}))
+    findings = run_check(make_context(recipe, **{"preflight.memory.target_gib": 80, "preflight.memory.world_size": 4,
+                                                "trainer.strategy": "fsdp"}))
     assert findings.issues == []
     assert findings.data["per_rank"] and findings.data["world_size"] == 4
     assert "one rank of 4" in findings.data["summary"]
@@ -220,7 +238,7 @@ def test_vram_check_names_the_smallest_world_size_and_largest_micro_batch_that_f
     shared: dict = {}  # the check's estimator reuses the traces this test makes to pick the limit
     init = PerRankEstimator.__init__
     monkeypatch.setattr(PerRankEstimator, "__init__", lambda self, *args: (init(self, *args), setattr(self, "cache", shared))[0])
-    ctx = make_context(recipe, **{"preflight.memory.world_size": 2, **EXACT})
+    ctx = make_context(recipe, **{"preflight.memory.world_size": 2, "trainer.strategy": "fsdp", **EXACT})
     estimator = PerRankEstimator(ctx, step_inputs(ctx), "fp32")
     two, four = estimator.need(2, BATCH), estimator.need(4, BATCH)
     assert four < two

@@ -2,8 +2,9 @@
 
 Each check estimates two real training steps on fake tensors (the recipe's model,
 optimizer, loss and first batch, the configured precision and accumulation); the GPU
-check estimates one rank of an FSDP2 job instead when ``preflight.memory.world_size`` is
-set or the run shards with ``trainer.strategy=fsdp`` (memory_fsdp). Each compares
+check judges one rank of the job ``trainer.strategy`` describes (memory_strategy): a full
+replica under DDP (plus its gradient buckets), one rank of an FSDP2 job under fsdp
+(memory_fsdp), over ``preflight.memory.world_size`` ranks or the run's own. Each compares
 the peak with the usable memory and, when it does not fit or is within 10% of the
 limit, searches the estimator for the largest micro-batch that fits.
 
@@ -26,8 +27,9 @@ import torch
 
 from optimus_preflight.memory import cuda_rules, optimizer_paths
 from optimus_preflight.memory.result import GIB, gib
-from optimus_preflight.preflight.analyses.memory_fsdp import check_per_rank, fsdp_world_size, per_rank_need_of
+from optimus_preflight.preflight.analyses.memory_fsdp import check_per_rank, per_rank_need_of
 from optimus_preflight.preflight.analyses.memory_limit import MemoryLimit, gpu_memory_limit
+from optimus_preflight.preflight.analyses.memory_strategy import RankPlan, advise_sharding, ddp_bucket_bytes, rank_plan
 from optimus_preflight.preflight.analyses.memory_verdict import judge, optimizer_step_finding
 from optimus_preflight.preflight.analyses.sizes import local_storage
 from optimus_preflight.preflight.analyses.step_inputs import StepInputs, step_inputs
@@ -74,14 +76,6 @@ def gpu_precision(ctx: PreflightContext) -> str:
     return "bf16" if requested == "auto" else requested
 
 
-def ddp_bucket_bytes(ctx: PreflightContext) -> int:
-    """DDP's gradient buckets copy every trainable gradient (gradient_as_bucket_view=False)."""
-    if not ctx.training.dist.is_distributed:
-        return 0
-    model = unwrap(ctx.model)
-    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-
-
 class VRAMHeadroomCheck(Check):
     """Predicted peak of a training step vs the usable memory of the GPU it will run on."""
 
@@ -109,17 +103,20 @@ class VRAMHeadroomCheck(Check):
             return
         inputs = step_inputs(ctx)
         precision = gpu_precision(ctx)
-        world_size = fsdp_world_size(ctx)
-        if world_size is not None:  # one rank of an FSDP2 job (memory_fsdp)
-            estimate = check_per_rank(ctx, findings, limit, inputs, precision, world_size)
+        plan = rank_plan(ctx)
+        findings.data.update(strategy=plan.label, world_size=plan.world_size, strategy_reason=plan.reason)
+        if plan.strategy == "fsdp":  # one rank of an FSDP2 job (memory_fsdp)
+            estimate = check_per_rank(ctx, findings, limit, inputs, precision, plan.world_size)
             ctx.artifacts.memory_estimate = estimate
             ctx.artifacts.largest_micro_batch = findings.data.get("largest_micro_batch")
             optimizer_step_finding(findings, what="GPU", estimate=estimate, need=findings.data["need_bytes"],
                                    limit=limit, inputs=inputs,
-                                   need_of=per_rank_need_of(ctx, inputs, precision, world_size),
+                                   need_of=per_rank_need_of(ctx, inputs, precision, plan.world_size),
                                    has_fused=optimizer_paths.supports_fused(ctx.optimizer))
+            mention_auto(findings, plan)
             return
-        ddp = ddp_bucket_bytes(ctx)
+        # A replica (DDP, or one process): what the rank count does not shrink.
+        ddp = ddp_bucket_bytes(ctx.model, plan.world_size)
 
         def need_for_batch(micro_batch: int) -> int:
             estimate = inputs.estimate(micro_batch, device="cuda", precision=precision)
@@ -145,8 +142,10 @@ class VRAMHeadroomCheck(Check):
             codes=("MEM1", "MEM2"),
             precision=precision,
             extra=extra,
+            who="step" if plan.world_size == 1 else plan.subject(),
         )
         ctx.artifacts.largest_micro_batch = findings.data.get("largest_micro_batch")
+        advise_sharding(ctx, findings, limit=limit, inputs=inputs, precision=precision, plan=plan, need=need)
 
         def need_of(other: StepInputs) -> int:
             other_estimate = other.estimate(other.batch_size, device="cuda", precision=precision)
@@ -154,6 +153,13 @@ class VRAMHeadroomCheck(Check):
 
         optimizer_step_finding(findings, what="GPU", estimate=estimate, need=need, limit=limit, inputs=inputs,
                                need_of=need_of, has_fused=optimizer_paths.supports_fused(ctx.optimizer))
+        mention_auto(findings, plan)
+
+
+def mention_auto(findings: Findings, plan: RankPlan) -> None:
+    """trainer.strategy=auto: the summary says what it chose and why."""
+    if "=auto" in plan.reason:
+        findings.data["summary"] += f"; {plan.reason}"
 
 
 def host_memory_held(ctx: PreflightContext) -> int:
