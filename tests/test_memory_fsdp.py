@@ -330,7 +330,7 @@ def test_the_6b_verdict_follows_trainer_strategy_at_1_2_and_8_ranks(recipe_6b, s
         assert f"Set trainer.strategy=fsdp: sharded over {n} ranks one rank needs {gib(need['fsdp', n])}" in issue.fix
     one = errors["ddp", 1][0]  # one GPU: sharding needs ranks, and 2 is the fewest that fit
     assert one.config_key == "trainer.strategy" and verdicts["ddp", 1].data["fsdp_world_size"] == 2
-    assert f"trainer.strategy=fsdp and shard over 2 GPUs (preflight.memory.world_size=2" in one.fix
+    assert "trainer.strategy=fsdp and shard over 2 GPUs (preflight.memory.world_size=2" in one.fix
     assert gib(need["fsdp", 2]) in one.fix
     assert "preflight.memory.world_size=2" in errors["fsdp", 1][0].fix  # FSDP at 1 rank: more ranks
 

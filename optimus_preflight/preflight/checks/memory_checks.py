@@ -23,18 +23,20 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import psutil
-import torch
 
 from optimus_preflight.memory import cuda_rules, optimizer_paths
 from optimus_preflight.memory.result import GIB, gib
 from optimus_preflight.preflight.analyses.memory_fsdp import check_per_rank, per_rank_need_of
-from optimus_preflight.preflight.analyses.memory_limit import MemoryLimit, gpu_memory_limit
+from optimus_preflight.preflight.analyses.memory_limit import (
+    gpu_memory_limit,
+    gpu_precision,
+    host_memory_held,
+    host_memory_limit,
+)
 from optimus_preflight.preflight.analyses.memory_strategy import RankPlan, advise_sharding, ddp_bucket_bytes, rank_plan
 from optimus_preflight.preflight.analyses.memory_verdict import judge, optimizer_step_finding
-from optimus_preflight.preflight.analyses.sizes import local_storage
 from optimus_preflight.preflight.analyses.step_inputs import StepInputs, step_inputs
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.training.distributed import unwrap
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -65,15 +67,6 @@ def undersized_target(memory: Any) -> tuple[str, str] | None:
         f"Set preflight.memory.target_gib to the GPU's total memory, above {smallest:.2f} "
         "(e.g. preflight.memory.target_gib=24 for a 24 GiB GPU), or null to check the local device.",
     )
-
-
-def gpu_precision(ctx: PreflightContext) -> str:
-    """The precision the job will use on the GPU, also when checked from a CPU machine."""
-    if ctx.device.type == "cuda":
-        return ctx.training.plan.precision
-    requested = str(ctx.cfg.trainer.precision)
-    # auto picks bf16 on a GPU that supports it (every GPU worth a target check does).
-    return "bf16" if requested == "auto" else requested
 
 
 class VRAMHeadroomCheck(Check):
@@ -162,23 +155,6 @@ def mention_auto(findings: Findings, plan: RankPlan) -> None:
         findings.data["summary"] += f"; {plan.reason}"
 
 
-def host_memory_held(ctx: PreflightContext) -> int:
-    """Bytes the live model and optimizer already hold in RAM (counted in the estimate too)."""
-    seen: set[int] = set()
-    total = 0
-    model = unwrap(ctx.model)
-    tensors = list(model.parameters()) + list(model.buffers())
-    tensors += [v for state in ctx.optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
-    for tensor in tensors:
-        if tensor.device.type != "cpu":
-            continue
-        storage = local_storage(tensor)
-        if storage.data_ptr() not in seen:
-            seen.add(storage.data_ptr())
-            total += storage.nbytes()
-    return total
-
-
 class HostMemoryCheck(Check):
     """For CPU training: predicted peak of a training step vs available host RAM."""
 
@@ -197,14 +173,7 @@ class HostMemoryCheck(Check):
         estimate = inputs.estimate(inputs.batch_size, device="cpu", precision=precision)
         available = psutil.virtual_memory().available
         held = host_memory_held(ctx)
-        reserve = float(ctx.cfg.preflight.memory.reserve_gib) * GIB
-        limit = MemoryLimit(
-            int(available + held - reserve),
-            f"this machine has {gib(available)} of RAM available + {gib(held)} already held by the model "
-            f"and optimizer, less the {ctx.cfg.preflight.memory.reserve_gib:g} GiB reserve "
-            f"(preflight.memory.reserve_gib)",
-            "preflight.memory.reserve_gib",
-        )
+        limit = host_memory_limit(ctx, available, held)
         if ctx.artifacts.memory_estimate is None:
             ctx.artifacts.memory_estimate = estimate
         findings.data.update(limit=asdict(limit), precision=precision, available_bytes=available, held_bytes=held)
