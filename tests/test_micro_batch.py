@@ -94,3 +94,35 @@ def test_micro_batch_size_must_be_a_positive_integer_or_auto(value):
     assert raised.value.key == "trainer.micro_batch_size" and "trainer.micro_batch_size=auto" in raised.value.fix
     for ok in ("auto", "4", "null"):
         validate_config(compose([*TINY, f"trainer.micro_batch_size={ok}"]))
+
+
+def test_auto_on_a_cpu_job_fits_host_ram(tmp_path, monkeypatch):
+    """Without a GPU to judge, the verdict (memory.host_ram) and so auto use host RAM:
+    with RAM for 20 samples of 48 and none more, the run trains on 16 x 3."""
+    from collections import namedtuple
+
+    from optimus_preflight.preflight.analyses import micro_batch as micro_batch_module
+    from optimus_preflight.preflight.analyses.memory_limit import host_memory_held
+
+    host = ("data.batch_size=48", "data.train.block_size=256", "preflight.memory.reserve_gib=0.0")
+    probe = CharLMRecipe(tiny_config(*host), run_dir=tmp_path / "probe")
+    probe.setup()
+    try:
+        ctx = PreflightContext.from_recipe(probe)
+        _, memory, need = memory_need(ctx, step_inputs(ctx), 48)
+        held = host_memory_held(ctx)
+        headroom = (need(20) + need(21)) // 2
+    finally:
+        probe.close()
+    assert memory == "host" and need(20) < need(21)
+    available = int(headroom / NEAR_LIMIT) - held
+    memory_state = namedtuple("VirtualMemory", "available total")(available, 2 * available)
+    monkeypatch.setattr(micro_batch_module.psutil, "virtual_memory", lambda: memory_state)
+    recipe = CharLMRecipe(tiny_config(*host, "trainer.micro_batch_size=auto"), run_dir=tmp_path / "run")
+    recipe.setup()
+    try:
+        assert (recipe.cfg.data.batch_size, recipe.cfg.trainer.accumulation_steps) == (16, 3)
+        assert recipe.batches.accumulation_steps == 3 and recipe.train_loader.batch_size == 16
+        assert recipe.val_loader.batch_size == 48  # evaluation keeps the configured batch
+    finally:
+        recipe.close()
