@@ -368,6 +368,13 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self.optimization_config.accumulation_steps = plan.accumulation_steps
         rng.restore(before_loaders)
         self._build_loaders()
+        built = getattr(self.train_loader, "batch_size", None)
+        if built is not None and built != plan.micro_batch:  # accumulating the wrong batches would change the step
+            raise UserError(
+                f"trainer.micro_batch_size={cfg.trainer.micro_batch_size} set data.batch_size={plan.micro_batch}, but "
+                f"{type(self).__qualname__}.build_dataloaders() built a training loader of batch_size={built}",
+                key="trainer.micro_batch_size",
+                fix="Build the training loader with batch_size=self.cfg.data.batch_size, or set trainer.micro_batch_size=null.")
 
     def run(self) -> dict[str, Any]:
         """setup -> preflight -> train -> finalize; returns the summary. The run dir is

@@ -126,3 +126,19 @@ def test_auto_on_a_cpu_job_fits_host_ram(tmp_path, monkeypatch):
         assert recipe.val_loader.batch_size == 48  # evaluation keeps the configured batch
     finally:
         recipe.close()
+
+
+def test_a_recipe_whose_loader_ignores_data_batch_size_is_refused(tmp_path):
+    """Accumulating 4 batches that are not micro-batches would train 4x the batch: refused."""
+    from torch.utils.data import DataLoader
+
+    class FixedBatchRecipe(CharLMRecipe):
+        def build_dataloaders(self):
+            train, val = super().build_dataloaders()
+            return DataLoader(train.dataset, batch_size=16), val
+
+    recipe = FixedBatchRecipe(tiny_config("data.batch_size=16", "trainer.micro_batch_size=4"), run_dir=tmp_path / "run")
+    with pytest.raises(UserError) as raised:
+        recipe.setup()
+    recipe.close()
+    assert raised.value.key == "trainer.micro_batch_size" and "batch_size=16" in raised.value.message

@@ -122,10 +122,11 @@ def check_per_rank(ctx: PreflightContext, findings: Findings, limit: MemoryLimit
                                    current_need=need, upper=2 * batch_size if fits else batch_size)
     findings.data["largest_micro_batch"] = search.largest
     findings.data["search_probes"] = {str(n): v for n, v in sorted(search.probes.items())}
+    at = f"At {world_size} rank{'s' if world_size > 1 else ''}"
     if search.largest == 0:
-        batch_text = f"At {world_size} ranks not even a micro-batch of 1 fits."
+        batch_text = f"{at} not even a micro-batch of 1 fits."
     else:
-        batch_text = (f"At {world_size} ranks the largest micro-batch predicted to fit is {search.largest}"
+        batch_text = (f"{at} the largest micro-batch predicted to fit is {search.largest}"
                       f"{' or more' if search.at_least else ''} (data.batch_size={batch_size} now).")
     sentences, fixes = [batch_text], []
     if not fits:
