@@ -80,8 +80,8 @@ def table_7b(world_sizes: list[int], target_gib: float) -> dict[bool, int | None
 
 
 def quick_verdict(target_gib: float, world_size: int = 8) -> int | None:
-    """What ``preflight.memory.world_size=8 preflight.memory.target_gib=80`` answers: one
-    rank's need at 8 ranks, and the smallest world size (doubling from 1) that fits."""
+    """What ``trainer.strategy=fsdp preflight.memory.world_size=8 preflight.memory.target_gib=80``
+    answers: one rank's need at 8 ranks, and the smallest world size (doubling from 1) that fits."""
     limit = usable_bytes(target_gib)
     started = time.perf_counter()
     need = need_bytes(estimate_7b(world_size, False))

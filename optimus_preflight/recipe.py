@@ -53,6 +53,7 @@ from optimus_preflight.mixins import (
     TrainingInterruptionMixin,
     TrainingIterationMixin,
 )
+from optimus_preflight.preflight.analyses.micro_batch import micro_batch_plan
 from optimus_preflight.preflight.defaults import default_checks
 from optimus_preflight.preflight.framework import Check
 from optimus_preflight.preflight.framework.context import PreflightContext
@@ -329,14 +330,51 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         check_built(self.optimizer, Optimizer, "build_optimizer")
         # The loaders before the scheduler: with trainer.max_epochs, the schedule's length
         # follows the training loader's.
-        with config_rejections("data", cfg.get("data")):
-            self.train_loader, self.val_loader = check_loaders(self.build_dataloaders())
-            self.test_loader = check_test_loader(self.build_test_dataloader())
+        before_loaders = rng.capture()  # a dataset may draw from the generators: a rebuild draws the same
+        self._build_loaders()
+        self._split_batch(context, before_loaders)
         self.steps_per_epoch = optimizer_steps_per_epoch(self.train_loader, cfg.trainer.accumulation_steps)
         cfg.trainer.max_steps = planned_max_steps(cfg.trainer.max_steps, cfg.trainer.max_epochs, self.steps_per_epoch)
         with config_rejections("scheduler", cfg.get("scheduler")):
             self.scheduler = self.build_scheduler(self.optimizer)
         check_scheduler(self.scheduler)
+
+    def _build_loaders(self) -> None:
+        with config_rejections("data", self.cfg.get("data")):
+            self.train_loader, self.val_loader = check_loaders(self.build_dataloaders())
+            self.test_loader = check_test_loader(self.build_test_dataloader())
+
+    def _split_batch(self, context: Any, before_loaders: dict[str, Any]) -> None:
+        """``trainer.micro_batch_size``: micro-batches of that size (or auto's), accumulated
+        to the batch per optimizer step the config asks; the loaders are rebuilt with it
+        (evaluation keeps the configured size) from the generators' state of the first build,
+        so they hold the same data. Before the run length and the scheduler, which count
+        optimizer steps."""
+        cfg = self.cfg
+        ctx = PreflightContext(cfg=cfg, recipe=self, model=self.model, optimizer=self.optimizer, scheduler=None,
+                               train_loader=self.train_loader, val_loader=self.val_loader,
+                               compute_loss=self.compute_loss, training=context, run_dir=self.run_dir)
+        plan = micro_batch_plan(ctx)
+        if plan is None:
+            return
+        log.info("%s", plan.describe(cfg))
+        unchanged = (plan.micro_batch, plan.accumulation_steps) == (cfg.data.batch_size, cfg.trainer.accumulation_steps)
+        if unchanged and cfg.trainer.micro_batch_size != "auto":  # auto fetched a batch: start the loader afresh
+            return
+        if "eval_batch_size" in cfg.data and cfg.data.eval_batch_size is None:
+            cfg.data.eval_batch_size = cfg.data.batch_size
+        cfg.data.batch_size, cfg.trainer.accumulation_steps = plan.micro_batch, plan.accumulation_steps
+        # The mixins hold their own copy of the trainer settings: the step's windows follow it.
+        self.optimization_config.accumulation_steps = plan.accumulation_steps
+        rng.restore(before_loaders)
+        self._build_loaders()
+        built = getattr(self.train_loader, "batch_size", None)
+        if built is not None and built != plan.micro_batch:  # accumulating the wrong batches would change the step
+            raise UserError(
+                f"trainer.micro_batch_size={cfg.trainer.micro_batch_size} set data.batch_size={plan.micro_batch}, but "
+                f"{type(self).__qualname__}.build_dataloaders() built a training loader of batch_size={built}",
+                key="trainer.micro_batch_size",
+                fix="Build the training loader with batch_size=self.cfg.data.batch_size, or set trainer.micro_batch_size=null.")
 
     def run(self) -> dict[str, Any]:
         """setup -> preflight -> train -> finalize; returns the summary. The run dir is

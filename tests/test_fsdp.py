@@ -266,7 +266,7 @@ def test_a_model_too_large_for_this_machine_gets_the_per_rank_verdict_without_be
 
     monkeypatch.setattr(strategy_module, "HOST_SHARE", 0.0)
     cfg = tiny_config("preflight.only=true", "preflight.memory.target_gib=2", "preflight.memory.world_size=2",
-                      "data.batch_size=4")
+                      "trainer.strategy=fsdp", "data.batch_size=4")
     recipe = CharLMRecipe(cfg, run_dir=tmp_path / "run")
     try:
         report = recipe.preflight()

@@ -16,8 +16,10 @@ from optimus_preflight.memory.fsdp_analytic import padded_shard_numel
 from optimus_preflight.memory.fsdp_estimate import _trace, estimate_fsdp_step
 from optimus_preflight.memory.fsdp_measure import measure_fsdp_steps
 from optimus_preflight.memory.fsdp_tracker import FSDPStorageTracker
-from optimus_preflight.preflight.analyses.memory_fsdp import PerRankEstimator, fsdp_world_size, smallest_world_size
-from optimus_preflight.preflight.analyses.step_inputs import step_inputs
+from optimus_preflight.memory.result import gib
+from optimus_preflight.preflight.analyses.memory_fsdp import PerRankEstimator, smallest_world_size
+from optimus_preflight.preflight.analyses.memory_strategy import rank_plan
+from optimus_preflight.preflight.analyses.step_inputs import StepInputs, step_inputs
 from optimus_preflight.preflight.checks.memory_checks import VRAMHeadroomCheck
 from optimus_preflight.preflight.framework import Findings
 from optimus_preflight.preflight.framework.context import PreflightContext
@@ -48,17 +50,33 @@ def test_smallest_world_size_doubles_the_ranks_until_one_fits_or_more_stop_helpi
     assert smallest_world_size(need, 10**6, start=1024) == (None, {})  # nothing above the start to try
 
 
-def test_the_checked_world_size_is_the_configured_one_or_the_sharded_runs():
-    def ctx(configured=None, strategy="fsdp", placed=None, ranks=4):
-        cfg = OmegaConf.create({"preflight": {"memory": {"world_size": configured}}, "trainer": {"strategy": strategy}})
+def test_the_judged_step_follows_trainer_strategy_over_the_configured_or_run_ranks():
+    def ctx(configured=None, strategy="fsdp", placed=None, ranks=4, target=80, params=10**9):
+        cfg = OmegaConf.create({"preflight": {"memory": {"world_size": configured, "target_gib": target}},
+                                "trainer": {"strategy": strategy}})
         dist = SimpleNamespace(is_distributed=ranks > 1, world_size=ranks)
-        return SimpleNamespace(cfg=cfg, training=SimpleNamespace(dist=dist), recipe=SimpleNamespace(strategy=placed))
+        model = torch.nn.Linear(params, 1, bias=False, device="meta")
+        return SimpleNamespace(cfg=cfg, training=SimpleNamespace(dist=dist), recipe=SimpleNamespace(strategy=placed),
+                               model=model, device=torch.device("cpu"))
 
-    assert fsdp_world_size(ctx(configured=8, strategy="ddp", placed="ddp")) == 8  # "what if sharded over 8?"
-    assert fsdp_world_size(ctx(placed="fsdp")) == 4  # torchrun, trainer.strategy=fsdp: the run's ranks
-    assert fsdp_world_size(ctx(strategy="auto", placed="fsdp")) == 4  # auto chose to shard
-    assert fsdp_world_size(ctx(strategy="auto", placed="ddp")) is None
-    assert fsdp_world_size(ctx(ranks=1, placed="single")) is None  # one process: nothing is sharded
+    def plan(**kwargs):
+        found = rank_plan(ctx(**kwargs))
+        return found.label, found.world_size
+
+    # "Would it fit on 8 GPUs?" asks about the strategy the run is configured with.
+    assert plan(configured=8, strategy="ddp", ranks=1) == ("ddp", 8)
+    assert plan(configured=8, strategy="fsdp", ranks=1) == ("fsdp", 8)
+    assert plan(configured=1, strategy="ddp", ranks=1) == ("single", 1)
+    assert plan(placed="fsdp") == ("fsdp", 4)  # torchrun, trainer.strategy=fsdp: the run's ranks
+    assert plan(strategy="auto", placed="fsdp") == ("fsdp", 4)  # auto chose to shard at setup
+    assert plan(strategy="auto", placed="ddp") == ("ddp", 4)
+    assert plan(strategy="ddp", ranks=1, placed="single") == ("single", 1)  # one process: one device
+    # auto from a machine that is not the job: the training rule on the target GPU, stated.
+    big = rank_plan(ctx(configured=8, strategy="auto", ranks=1, params=6 * 10**9))  # 96 GB of states > half of 80 GiB
+    small = rank_plan(ctx(configured=8, strategy="auto", ranks=1, params=10**9))
+    assert (big.label, small.label) == ("fsdp", "ddp")
+    assert "auto chose fsdp" in big.reason and "16 bytes per parameter" in big.reason
+    assert rank_plan(ctx(configured=1, strategy="auto", ranks=1, params=6 * 10**9)).label == "single"
 
 
 def test_tracker_follows_storage_resizes_as_fsdp2_frees_and_regathers():
@@ -209,7 +227,8 @@ def run_check(ctx) -> Findings:
 
 
 def test_vram_check_is_quiet_per_rank_when_it_fits(recipe):
-    findings = run_check(make_context(recipe, **{"preflight.memory.target_gib": 80, "preflight.memory.world_size": 4}))
+    findings = run_check(make_context(recipe, **{"preflight.memory.target_gib": 80, "preflight.memory.world_size": 4,
+                                                "trainer.strategy": "fsdp"}))
     assert findings.issues == []
     assert findings.data["per_rank"] and findings.data["world_size"] == 4
     assert "one rank of 4" in findings.data["summary"]
@@ -220,7 +239,7 @@ def test_vram_check_names_the_smallest_world_size_and_largest_micro_batch_that_f
     shared: dict = {}  # the check's estimator reuses the traces this test makes to pick the limit
     init = PerRankEstimator.__init__
     monkeypatch.setattr(PerRankEstimator, "__init__", lambda self, *args: (init(self, *args), setattr(self, "cache", shared))[0])
-    ctx = make_context(recipe, **{"preflight.memory.world_size": 2, **EXACT})
+    ctx = make_context(recipe, **{"preflight.memory.world_size": 2, "trainer.strategy": "fsdp", **EXACT})
     estimator = PerRankEstimator(ctx, step_inputs(ctx), "fp32")
     two, four = estimator.need(2, BATCH), estimator.need(4, BATCH)
     assert four < two
@@ -240,3 +259,83 @@ def test_vram_check_names_the_smallest_world_size_and_largest_micro_batch_that_f
     assert "preflight.memory.world_size=4" in issue.fix and f"data.batch_size={largest}" in issue.fix
     assert "trainer.activation_checkpointing=true" in issue.fix
     assert findings.data["need_bytes"] == two
+
+
+# ------------------------------------------ a 6.4B model: the verdict follows trainer.strategy
+SHAPE_6B = ("model.n_layer=32", "model.d_model=4096", "model.n_head=32", "data.train.block_size=2048",
+            "data.batch_size=1", "trainer.precision=bf16", "preflight.memory.target_gib=80")
+
+
+@pytest.fixture(scope="module")
+def recipe_6b(tmp_path_factory):
+    """The README's 6.4B char transformer, never allocated: a verdict-only run keeps it on
+    the meta device (here whatever the RAM, by making the host share 0)."""
+    from optimus_preflight.training import strategy as strategy_module
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(strategy_module, "HOST_SHARE", 0.0)
+    recipe = CharLMRecipe(tiny_config("preflight.only=true", "preflight.memory.world_size=8", *SHAPE_6B),
+                          run_dir=tmp_path_factory.mktemp("memory_6b"))
+    recipe.setup()
+    assert all(p.is_meta for p in recipe.model.parameters())
+    yield recipe
+    recipe.close()
+    patch.undo()
+
+
+@pytest.fixture
+def shared_traces(monkeypatch):
+    """Each (strategy, ranks, micro-batch) traced once across the checks of one test."""
+    fsdp: dict = {}
+    init = PerRankEstimator.__init__
+    monkeypatch.setattr(PerRankEstimator, "__init__", lambda self, *args: (init(self, *args), setattr(self, "cache", fsdp))[0])
+    replica: dict = {}
+    estimate = StepInputs.estimate
+
+    def cached(self, micro_batch, *, device, precision):
+        key = (micro_batch, device, precision, self.build_optimizer)
+        if key not in replica:
+            replica[key] = estimate(self, micro_batch, device=device, precision=precision)
+        return replica[key]
+
+    monkeypatch.setattr(StepInputs, "estimate", cached)
+
+
+def test_the_6b_verdict_follows_trainer_strategy_at_1_2_and_8_ranks(recipe_6b, shared_traces):
+    verdicts = {}
+    for strategy in ("ddp", "fsdp"):
+        for ranks in (1, 2, 8):
+            ctx = make_context(recipe_6b, **{"trainer.strategy": strategy, "preflight.memory.world_size": ranks})
+            verdicts[strategy, ranks] = run_check(ctx)
+    need = {key: found.data["need_bytes"] for key, found in verdicts.items()}
+    limit = verdicts["ddp", 1].data["limit_bytes"]
+    errors = {key: [i for i in found.issues if i.code == "MEM1"] for key, found in verdicts.items()}
+
+    # DDP: a full replica on every rank, which no rank count shrinks; over 80 GiB at each.
+    assert all(errors["ddp", n] for n in (1, 2, 8))
+    assert need["ddp", 2] == need["ddp", 8] > need["ddp", 1] > limit  # + the gradient buckets with ranks
+    buckets = verdicts["ddp", 8].data["ddp_bucket_bytes"]
+    assert need["ddp", 8] - need["ddp", 1] == buckets > 24 * GIB  # a bf16-trained fp32 gradient copy of 6.4B
+    assert verdicts["ddp", 8].data["strategy"] == "ddp" and verdicts["ddp", 1].data["strategy"] == "single"
+    assert "One rank of 8 (DDP: a full replica) needs" in errors["ddp", 8][0].message
+    # FSDP: shards shrink with the ranks; one rank of 8 fits.
+    assert need["fsdp", 1] > need["fsdp", 2] > need["fsdp", 8]
+    assert errors["fsdp", 1] and not verdicts["fsdp", 2].issues and not verdicts["fsdp", 8].issues
+    assert need["fsdp", 8] < 0.3 * limit and "one rank of 8 (FSDP2)" in verdicts["fsdp", 8].data["summary"]
+
+    # The fix is true: DDP names trainer.strategy=fsdp with what FSDP's own verdict needs there.
+    for n in (2, 8):
+        issue = errors["ddp", n][0]
+        assert issue.config_key == "trainer.strategy"
+        assert f"Set trainer.strategy=fsdp: sharded over {n} ranks one rank needs {gib(need['fsdp', n])}" in issue.fix
+    one = errors["ddp", 1][0]  # one GPU: sharding needs ranks, and 2 is the fewest that fit
+    assert one.config_key == "trainer.strategy" and verdicts["ddp", 1].data["fsdp_world_size"] == 2
+    assert "trainer.strategy=fsdp and shard over 2 GPUs (preflight.memory.world_size=2" in one.fix
+    assert gib(need["fsdp", 2]) in one.fix
+    assert "preflight.memory.world_size=2" in errors["fsdp", 1][0].fix  # FSDP at 1 rank: more ranks
+
+
+def test_auto_states_its_choice_for_the_6b_model(recipe_6b, shared_traces):
+    found = run_check(make_context(recipe_6b, **{"trainer.strategy": "auto", "preflight.memory.world_size": 8}))
+    assert found.data["strategy"] == "fsdp" and not found.issues
+    assert "trainer.strategy=auto chose fsdp" in found.data["summary"] and "16 bytes per parameter" in found.data["summary"]

@@ -103,6 +103,11 @@ class TrainerConfig:
     # Passes over the training loader; null: no epoch limit (trainer.max_steps ends the run).
     max_epochs: Optional[int] = ranged(None, 1, example=10, hint=" (passes over the training data)")
     accumulation_steps: int = ranged(1, 1, hint=" (no accumulation)")
+    # Samples per forward pass (per rank). The batch of one optimizer step stays what
+    # data.batch_size x accumulation_steps asks; the loader yields micro-batches of this
+    # size and accumulation becomes that batch / micro_batch_size (a divisor of it).
+    # null: data.batch_size as it is; auto: the largest divisor the memory estimate fits.
+    micro_batch_size: Any = None
     # auto: bf16 where the device runs it natively (a CUDA GPU with bf16), else fp32.
     precision: str = "auto"
     device: str = "auto"

@@ -46,6 +46,10 @@ RULES = (
     Rule("trainer.early_stopping.monitor", lambda v: v is None or str(v).startswith("val_"), "must name an evaluation metric (val_loss, val_<name>) or be null", "Set trainer.early_stopping.monitor=val_loss, or val_<name> for a metric your validation_step returns or logs."),
     Rule("checkpoint.mode", lambda v: v in MONITOR_MODES, "must be min or max", "Set checkpoint.mode=min for a loss, max for an accuracy."),
     Rule("trainer.strategy", lambda v: v in STRATEGIES, f"must be one of {'|'.join(STRATEGIES)}", "Set trainer.strategy=ddp (replicate the model) or trainer.strategy=fsdp (shard it)."),
+    Rule("trainer.micro_batch_size", lambda v: v is None or v == "auto" or (type(v) is int and v >= 1),
+         "must be a positive integer, auto or null",
+         "Set trainer.micro_batch_size=auto (the largest micro-batch that fits memory), a positive integer dividing "
+         "data.batch_size x trainer.accumulation_steps, or null (micro-batches of data.batch_size)."),
     Rule("trainer.compile_mode", lambda v: v in (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"), "must be null, default, reduce-overhead, max-autotune or max-autotune-no-cudagraphs", "Set trainer.compile_mode=null for torch's default."),
     Rule("logging.progress", lambda v: v in PROGRESS_MODES, f"must be one of {'|'.join(PROGRESS_MODES)}", "Set logging.progress=auto."),
     Rule("checkpoint.extra_signal", lambda v: v is None or v in EXTRA_SIGNALS, f"must be one of {', '.join(EXTRA_SIGNALS)} or null",

@@ -48,11 +48,19 @@ def resolve_strategy(trainer: TrainerConfig, context: TrainingContext, model: nn
         return trainer.strategy
     params = sum(p.numel() for p in model.parameters())
     local = int(torch.cuda.device_count() or 1) if context.device.type == "cuda" else context.dist.local_world_size
-    need, have = STATE_BYTES_PER_PARAM * params, device_bytes_per_rank(context.device, local)
-    chosen = "fsdp" if need > AUTO_SHARE * have else "ddp"
-    log.info("trainer.strategy=auto: %s (a replica's parameters, gradients and optimizer state take %.1f GiB "
-             "of %.1f GiB per rank)", chosen, need / 2**30, have / 2**30)
+    chosen, reason = auto_strategy(params, device_bytes_per_rank(context.device, local))
+    log.info("trainer.strategy=auto: %s (%s)", chosen, reason)
     return chosen
+
+
+def auto_strategy(params: int, device_bytes: int) -> tuple[str, str]:
+    """What ``trainer.strategy=auto`` picks for ``params`` parameters on ranks of
+    ``device_bytes`` each, and why: one rule for training and the preflight's memory verdict."""
+    need = STATE_BYTES_PER_PARAM * params
+    chosen = "fsdp" if need > AUTO_SHARE * device_bytes else "ddp"
+    return chosen, (f"a replica's parameters, gradients and optimizer state take {need / 2**30:.1f} GiB "
+                    f"({STATE_BYTES_PER_PARAM} bytes per parameter), {'more' if chosen == 'fsdp' else 'not more'} "
+                    f"than {AUTO_SHARE:.0%} of {device_bytes / 2**30:.1f} GiB per rank")
 
 
 # A verdict-only run materializes the model when its parameters take at most this share

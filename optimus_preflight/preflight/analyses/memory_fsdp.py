@@ -1,8 +1,8 @@
 """The per-rank GPU memory verdict of ``memory.vram_headroom`` for FSDP2 jobs.
 
-Used when ``preflight.memory.world_size`` is set (any run: "would it fit on N GPUs
-sharded?") or when the run itself shards the model (``trainer.strategy=fsdp`` under
-torchrun: the run's world size). The estimate is the FSDP2 trace of one rank
+Used when the job shards the model: ``trainer.strategy=fsdp`` (or ``auto`` choosing it;
+see memory_strategy), over ``preflight.memory.world_size`` ranks ("would it fit on N GPUs
+sharded?") or, under torchrun, the run's world size. The estimate is the FSDP2 trace of one rank
 (``estimate_fsdp_step``) with the recipe's model, optimizer, loss and first batch, the
 run's block classes, resharding and activation checkpointing. When the step does not fit
 (or is within 10% of the limit) the check searches the same estimator for the largest
@@ -23,6 +23,7 @@ from optimus_preflight.memory.fsdp_result import FSDPMemoryEstimate
 from optimus_preflight.memory.result import gib
 from optimus_preflight.memory.search import largest_fitting_batch, resize_batch
 from optimus_preflight.preflight.analyses.memory_limit import NEAR_LIMIT, MemoryLimit
+from optimus_preflight.preflight.analyses.memory_verdict import breakdown_measurements, fallback_finding
 from optimus_preflight.preflight.analyses.step_inputs import StepInputs
 from optimus_preflight.preflight.framework import Findings
 
@@ -31,21 +32,6 @@ if TYPE_CHECKING:
 
 MAX_WORLD_SIZE = 1024  # the world-size search stops here
 WORLD_KEY = "preflight.memory.world_size"
-
-
-def fsdp_world_size(ctx: PreflightContext) -> int | None:
-    """The ranks to check one of: ``preflight.memory.world_size``, else the run's world
-    size when the run shards with FSDP (torchrun), else None (the unsharded check)."""
-    configured = getattr(ctx.cfg.preflight.memory, "world_size", None)
-    if configured is not None:
-        return int(configured)
-    dist = getattr(getattr(ctx, "training", None), "dist", None)
-    if dist is None or not dist.is_distributed:
-        return None
-    placed = getattr(getattr(ctx, "recipe", None), "strategy", None)
-    if placed == "fsdp" or (placed is None and str(ctx.cfg.trainer.strategy) == "fsdp"):
-        return int(dist.world_size)
-    return None
 
 
 class PerRankEstimator:
@@ -124,14 +110,11 @@ def check_per_rank(ctx: PreflightContext, findings: Findings, limit: MemoryLimit
         limit=asdict(limit), precision=precision, activation_checkpointing=estimator.checkpointing,
         utilization=round(need / limit.bytes, 4) if limit.bytes > 0 else None, estimate=estimate.to_dict(),
         summary=f"{what} needs {gib(need)} of {gib(limit.bytes)} usable GPU memory ({estimate.method} estimate)",
+        **breakdown_measurements(estimate),
     )
-    if estimate.method != "fake":
-        findings.warning(
-            "MEM3",
-            f"The per-rank FSDP memory estimate could not trace the step and used the formula fallback "
-            f"(a lower bound: {'; '.join(estimate.notes)}): {estimate.reason}",
-            "Avoid data-dependent ops (.item(), boolean masks, nonzero) in the model and loss.",
-        )
+    fallback_finding(findings, what="per-rank FSDP", estimate=estimate, need=need, limit=limit,
+                     fix="Avoid data-dependent ops (.item(), boolean masks, nonzero) in the model and loss.",
+                     detail=f": {'; '.join(estimate.notes)}" if estimate.notes else "")
     if need <= NEAR_LIMIT * limit.bytes:
         return estimate
     fits = need <= limit.bytes
@@ -139,10 +122,11 @@ def check_per_rank(ctx: PreflightContext, findings: Findings, limit: MemoryLimit
                                    current_need=need, upper=2 * batch_size if fits else batch_size)
     findings.data["largest_micro_batch"] = search.largest
     findings.data["search_probes"] = {str(n): v for n, v in sorted(search.probes.items())}
+    at = f"At {world_size} rank{'s' if world_size > 1 else ''}"
     if search.largest == 0:
-        batch_text = f"At {world_size} ranks not even a micro-batch of 1 fits."
+        batch_text = f"{at} not even a micro-batch of 1 fits."
     else:
-        batch_text = (f"At {world_size} ranks the largest micro-batch predicted to fit is {search.largest}"
+        batch_text = (f"{at} the largest micro-batch predicted to fit is {search.largest}"
                       f"{' or more' if search.at_least else ''} (data.batch_size={batch_size} now).")
     sentences, fixes = [batch_text], []
     if not fits:

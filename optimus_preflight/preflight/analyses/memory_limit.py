@@ -1,14 +1,20 @@
-"""The GPU memory a training step may use: the configured target GPU, else the local one."""
+"""The memory a training step may use: the configured target GPU, else the local one; host
+RAM for a job that trains on the CPU."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from optimus_preflight.memory import cuda_rules
 from optimus_preflight.memory.result import GIB, gib
+from optimus_preflight.preflight.analyses.sizes import local_storage
+from optimus_preflight.training.distributed import unwrap
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
 
 NEAR_LIMIT = 0.9  # warn when the need is above this share of the limit
 
@@ -47,4 +53,43 @@ def gpu_memory_limit(cfg: Any, device: torch.device) -> MemoryLimit | None:
         f"{gib(total)} - {gib(context)} CUDA context, {gib(free)} free + {gib(held)} held by this process "
         f"- {memory.reserve_gib:g} GiB reserve)",
         "preflight.memory.usable_fraction",
+    )
+
+
+def gpu_precision(ctx: PreflightContext) -> str:
+    """The precision the job will use on the GPU, also when checked from a CPU machine."""
+    if ctx.device.type == "cuda":
+        return ctx.training.plan.precision
+    requested = str(ctx.cfg.trainer.precision)
+    # auto picks bf16 on a GPU that supports it (every GPU worth a target check does).
+    return "bf16" if requested == "auto" else requested
+
+
+
+def host_memory_held(ctx: PreflightContext) -> int:
+    """Bytes the live model and optimizer already hold in RAM (counted in the estimate too)."""
+    seen: set[int] = set()
+    total = 0
+    model = unwrap(ctx.model)
+    tensors = list(model.parameters()) + list(model.buffers())
+    tensors += [v for state in ctx.optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    for tensor in tensors:
+        if tensor.device.type != "cpu":
+            continue
+        storage = local_storage(tensor)
+        if storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+    return total
+
+
+def host_memory_limit(ctx: PreflightContext, available: int, held: int) -> MemoryLimit:
+    """Host RAM a CPU training step may use: what is ``available`` plus what the live model
+    and optimizer already ``held`` (the estimate counts them too), less the reserve."""
+    reserve_gib = float(ctx.cfg.preflight.memory.reserve_gib)
+    return MemoryLimit(
+        int(available + held - reserve_gib * GIB),
+        f"this machine has {gib(available)} of RAM available + {gib(held)} already held by the model "
+        f"and optimizer, less the {reserve_gib:g} GiB reserve (preflight.memory.reserve_gib)",
+        "preflight.memory.reserve_gib",
     )

@@ -30,23 +30,21 @@ def judge(
     codes: tuple[str, str],
     precision: str,
     extra: str = "",
+    who: str = "step",
 ) -> None:
-    """Error above the limit, warning above 90% of it; either way say what fits."""
+    """Error above the limit, warning above 90% of it; either way say what fits.
+    ``who``: what needs the memory (``one rank of 8 (DDP: a full replica)``)."""
     findings.data.update(
         need_bytes=need,
         limit_bytes=limit.bytes,
         utilization=round(need / limit.bytes, 4) if limit.bytes > 0 else None,
         estimate=estimate.to_dict(),
-        summary=f"step needs {gib(need)} of {gib(limit.bytes)} usable {what} memory ({estimate.method} estimate)",
+        summary=f"{who} needs {gib(need)} of {gib(limit.bytes)} usable {what} memory ({estimate.method} estimate)",
+        **breakdown_measurements(estimate),
     )
-    if estimate.method != "fake":
-        findings.warning(
-            "MEM3",
-            f"The {what} memory estimate could not trace the step and used the formula fallback "
-            f"(a lower bound): {estimate.reason}",
-            "Avoid data-dependent ops (.item(), boolean masks, nonzero) in the model and loss, "
-            "or measure the step on the GPU with optimus_preflight.memory.check_gpu_step.",
-        )
+    fallback_finding(findings, what=what, estimate=estimate, need=need, limit=limit,
+                     fix="Avoid data-dependent ops (.item(), boolean masks, nonzero) in the model and loss, "
+                         "or measure the step on the GPU with optimus_preflight.memory.check_gpu_step.")
     if need <= NEAR_LIMIT * limit.bytes:
         return
     batch_size = inputs.batch_size
@@ -64,8 +62,9 @@ def judge(
         fit_text = "Not even a micro-batch of 1 fits."
     else:
         fit_text = f"The largest micro-batch predicted to fit is {search.largest}{' or more' if search.at_least else ''} (data.batch_size={batch_size} now)."
+    subject = "The training step" if who == "step" else who[0].upper() + who[1:]
     message = (
-        f"The training step needs {gib(need)} of {what} memory ({estimate.describe(overheads=False)}{extra}); "
+        f"{subject} needs {gib(need)} of {what} memory ({estimate.describe(overheads=False)}{extra}); "
         f"{limit.description}. {fit_text}"
     )
     hints = memory_hints(
@@ -81,6 +80,36 @@ def judge(
         findings.error(codes[0], "Will not fit: " + message, fix, "data.batch_size")
     else:
         findings.warning(codes[1], f"Within {1 - NEAR_LIMIT:.0%} of the limit: " + message, fix, "data.batch_size")
+
+
+def breakdown_measurements(estimate: MemoryEstimate) -> dict[str, int]:
+    """The estimate's composition at the peak, as plain measurements of the check (bytes)."""
+    parts = estimate.breakdown
+    return {
+        "parameters_bytes": int(parts.get("params", 0)),
+        "gradients_bytes": int(parts.get("grads", 0)),
+        "optimizer_state_bytes": int(parts.get("optimizer_state", 0)),
+        "activations_bytes": int(parts.get("activations", 0)),
+        "other_bytes": int(parts.get("other", 0)),
+        "peak_bytes": int(estimate.peak_bytes),
+    }
+
+
+def fallback_finding(findings: Findings, *, what: str, estimate: MemoryEstimate, need: int, limit: MemoryLimit,
+                     fix: str, detail: str = "") -> None:
+    """MEM3 when the step could not be traced and the formula stood in. The formula is a
+    lower bound, which only matters near the limit: there it is a warning (the real peak
+    may be over); far below the limit the step fits anyway, and a note says which ops kept
+    the trace from running (e.g. pack_padded_sequence's data-dependent lengths)."""
+    if estimate.method == "fake":
+        return
+    text = (f"The {what} memory estimate could not trace the step and used the formula fallback "
+            f"(a lower bound{detail}): {estimate.reason}")
+    if need > NEAR_LIMIT * limit.bytes:
+        findings.warning("MEM3", text, fix)
+    else:
+        findings.info("MEM3", f"{text.rstrip('.')}. The formula's {gib(need)} is far below the {gib(limit.bytes)} usable, "
+                              "so the step fits even with a margin for what it misses.", fix)
 
 
 # Below these the foreach temporaries are not worth a line: their share of the peak, and

@@ -2,8 +2,9 @@
 
 Each check estimates two real training steps on fake tensors (the recipe's model,
 optimizer, loss and first batch, the configured precision and accumulation); the GPU
-check estimates one rank of an FSDP2 job instead when ``preflight.memory.world_size`` is
-set or the run shards with ``trainer.strategy=fsdp`` (memory_fsdp). Each compares
+check judges one rank of the job ``trainer.strategy`` describes (memory_strategy): a full
+replica under DDP (plus its gradient buckets), one rank of an FSDP2 job under fsdp
+(memory_fsdp), over ``preflight.memory.world_size`` ranks or the run's own. Each compares
 the peak with the usable memory and, when it does not fit or is within 10% of the
 limit, searches the estimator for the largest micro-batch that fits.
 
@@ -22,17 +23,20 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import psutil
-import torch
 
 from optimus_preflight.memory import cuda_rules, optimizer_paths
 from optimus_preflight.memory.result import GIB, gib
-from optimus_preflight.preflight.analyses.memory_fsdp import check_per_rank, fsdp_world_size, per_rank_need_of
-from optimus_preflight.preflight.analyses.memory_limit import MemoryLimit, gpu_memory_limit
+from optimus_preflight.preflight.analyses.memory_fsdp import check_per_rank, per_rank_need_of
+from optimus_preflight.preflight.analyses.memory_limit import (
+    gpu_memory_limit,
+    gpu_precision,
+    host_memory_held,
+    host_memory_limit,
+)
+from optimus_preflight.preflight.analyses.memory_strategy import RankPlan, advise_sharding, ddp_bucket_bytes, rank_plan
 from optimus_preflight.preflight.analyses.memory_verdict import judge, optimizer_step_finding
-from optimus_preflight.preflight.analyses.sizes import local_storage
 from optimus_preflight.preflight.analyses.step_inputs import StepInputs, step_inputs
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.training.distributed import unwrap
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -65,23 +69,6 @@ def undersized_target(memory: Any) -> tuple[str, str] | None:
     )
 
 
-def gpu_precision(ctx: PreflightContext) -> str:
-    """The precision the job will use on the GPU, also when checked from a CPU machine."""
-    if ctx.device.type == "cuda":
-        return ctx.training.plan.precision
-    requested = str(ctx.cfg.trainer.precision)
-    # auto picks bf16 on a GPU that supports it (every GPU worth a target check does).
-    return "bf16" if requested == "auto" else requested
-
-
-def ddp_bucket_bytes(ctx: PreflightContext) -> int:
-    """DDP's gradient buckets copy every trainable gradient (gradient_as_bucket_view=False)."""
-    if not ctx.training.dist.is_distributed:
-        return 0
-    model = unwrap(ctx.model)
-    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-
-
 class VRAMHeadroomCheck(Check):
     """Predicted peak of a training step vs the usable memory of the GPU it will run on."""
 
@@ -109,17 +96,20 @@ class VRAMHeadroomCheck(Check):
             return
         inputs = step_inputs(ctx)
         precision = gpu_precision(ctx)
-        world_size = fsdp_world_size(ctx)
-        if world_size is not None:  # one rank of an FSDP2 job (memory_fsdp)
-            estimate = check_per_rank(ctx, findings, limit, inputs, precision, world_size)
+        plan = rank_plan(ctx)
+        findings.data.update(strategy=plan.label, world_size=plan.world_size, strategy_reason=plan.reason)
+        if plan.strategy == "fsdp":  # one rank of an FSDP2 job (memory_fsdp)
+            estimate = check_per_rank(ctx, findings, limit, inputs, precision, plan.world_size)
             ctx.artifacts.memory_estimate = estimate
             ctx.artifacts.largest_micro_batch = findings.data.get("largest_micro_batch")
             optimizer_step_finding(findings, what="GPU", estimate=estimate, need=findings.data["need_bytes"],
                                    limit=limit, inputs=inputs,
-                                   need_of=per_rank_need_of(ctx, inputs, precision, world_size),
+                                   need_of=per_rank_need_of(ctx, inputs, precision, plan.world_size),
                                    has_fused=optimizer_paths.supports_fused(ctx.optimizer))
+            mention_auto(findings, plan)
             return
-        ddp = ddp_bucket_bytes(ctx)
+        # A replica (DDP, or one process): what the rank count does not shrink.
+        ddp = ddp_bucket_bytes(ctx.model, plan.world_size)
 
         def need_for_batch(micro_batch: int) -> int:
             estimate = inputs.estimate(micro_batch, device="cuda", precision=precision)
@@ -145,8 +135,10 @@ class VRAMHeadroomCheck(Check):
             codes=("MEM1", "MEM2"),
             precision=precision,
             extra=extra,
+            who="step" if plan.world_size == 1 else plan.subject(),
         )
         ctx.artifacts.largest_micro_batch = findings.data.get("largest_micro_batch")
+        advise_sharding(ctx, findings, limit=limit, inputs=inputs, precision=precision, plan=plan, need=need)
 
         def need_of(other: StepInputs) -> int:
             other_estimate = other.estimate(other.batch_size, device="cuda", precision=precision)
@@ -154,23 +146,13 @@ class VRAMHeadroomCheck(Check):
 
         optimizer_step_finding(findings, what="GPU", estimate=estimate, need=need, limit=limit, inputs=inputs,
                                need_of=need_of, has_fused=optimizer_paths.supports_fused(ctx.optimizer))
+        mention_auto(findings, plan)
 
 
-def host_memory_held(ctx: PreflightContext) -> int:
-    """Bytes the live model and optimizer already hold in RAM (counted in the estimate too)."""
-    seen: set[int] = set()
-    total = 0
-    model = unwrap(ctx.model)
-    tensors = list(model.parameters()) + list(model.buffers())
-    tensors += [v for state in ctx.optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
-    for tensor in tensors:
-        if tensor.device.type != "cpu":
-            continue
-        storage = local_storage(tensor)
-        if storage.data_ptr() not in seen:
-            seen.add(storage.data_ptr())
-            total += storage.nbytes()
-    return total
+def mention_auto(findings: Findings, plan: RankPlan) -> None:
+    """trainer.strategy=auto: the summary says what it chose and why."""
+    if "=auto" in plan.reason:
+        findings.data["summary"] += f"; {plan.reason}"
 
 
 class HostMemoryCheck(Check):
@@ -191,14 +173,7 @@ class HostMemoryCheck(Check):
         estimate = inputs.estimate(inputs.batch_size, device="cpu", precision=precision)
         available = psutil.virtual_memory().available
         held = host_memory_held(ctx)
-        reserve = float(ctx.cfg.preflight.memory.reserve_gib) * GIB
-        limit = MemoryLimit(
-            int(available + held - reserve),
-            f"this machine has {gib(available)} of RAM available + {gib(held)} already held by the model "
-            f"and optimizer, less the {ctx.cfg.preflight.memory.reserve_gib:g} GiB reserve "
-            f"(preflight.memory.reserve_gib)",
-            "preflight.memory.reserve_gib",
-        )
+        limit = host_memory_limit(ctx, available, held)
         if ctx.artifacts.memory_estimate is None:
             ctx.artifacts.memory_estimate = estimate
         findings.data.update(limit=asdict(limit), precision=precision, available_bytes=available, held_bytes=held)
