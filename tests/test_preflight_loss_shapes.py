@@ -56,6 +56,41 @@ def loader(*tensors: torch.Tensor, batch_size: int = 32, shuffle: bool = True) -
     return DataLoader(TensorDataset(*tensors), batch_size=batch_size, shuffle=shuffle)
 
 
+def hand_written_mse(model, batch):
+    inputs, y = batch
+    return ((model(inputs) - y) ** 2).mean()  # (B, 1) - (B,): (B, B)
+
+
+def hand_written_bce(model, batch):
+    inputs, y = batch
+    p = torch.sigmoid(model(inputs)).clamp(1e-6, 1 - 1e-6)
+    return -(y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()
+
+
+@pytest.mark.parametrize("loss", [hand_written_mse, hand_written_bce])
+def test_a_hand_written_loss_that_broadcasts_a_prediction_column(loss):
+    x = features()
+    found = issues(preflight(mlp(1), loader(x, (x.sum(1) > 0).float()), loss))["LOSS_BROADCAST"]
+    assert "(32, 1)" in found.message and "(32,)" in found.message and "(32, 32)" in found.message
+    assert "prediction.squeeze(-1)" in found.fix
+
+
+def pairwise_ranking(model, batch):
+    inputs, y = batch
+    scores = model(inputs)  # (B, 1)
+    margins = scores - scores.T  # every pair of predictions: deliberate
+    wanted = (y[:, None] > y[None, :]).float()
+    return (F.softplus(-margins) * wanted).sum() / wanted.sum().clamp_min(1) + ((scores.squeeze(-1) - y) ** 2).mean()
+
+
+def test_hand_written_losses_of_one_shape_and_pairwise_terms_are_quiet():
+    x = features()
+    y = x.sum(1)
+    fixed = lambda model, batch: ((model(batch[0]).squeeze(-1) - batch[1]) ** 2).mean()  # noqa: E731
+    assert not issues(preflight(mlp(1), loader(x, y), fixed))
+    assert not issues(preflight(mlp(1), loader(x, y), pairwise_ranking))
+
+
 # ------------------------------------------------------------ regression target scale
 def price_mse(model, batch):
     inputs, y = batch

@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 
 import torch
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 from torch import nn
+
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 # Large enough that fp16's backward overflows at any GradScaler scale above ~1e-3 for the
 # tiny recipe's 512 targets, while the loss itself (computed in fp32 under autocast) stays finite.

@@ -9,6 +9,8 @@ target shapes differ, and which dimension a class criterion's input was normalis
   prediction is compared with every sample's target, and the model learns the batch mean.
   The bug is exactly "the broadcast shape is larger than both operands": a scalar or
   per-row target expanded over a prediction keeps the prediction's shape and is left alone.
+  A hand-written loss (``((pred - y) ** 2).mean()``) calls no criterion; its arithmetic
+  between a learnable ``(B, 1)`` column and a constant ``(B,)`` vector is the same bug.
 - The normalisation dimension: ``nll_loss``/``cross_entropy`` read classes from dim 1
   (dim 0 of an unbatched input). Probabilities or log-probabilities normalised over
   another dim (``log_softmax(dim=1)`` of ``(B, T, C)`` logits, then a transpose) are
@@ -26,7 +28,7 @@ import torch
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.analyses.loss_findings import Finding
-    from optimus_preflight.preflight.analyses.loss_spy import CriterionCall
+    from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall
 
 # Elementwise criteria that broadcast a target of another shape instead of raising
 # (binary_cross_entropy and its logits variant raise a ValueError on torch 2.13).
@@ -127,6 +129,27 @@ def broadcast_findings(calls: list[CriterionCall]) -> list[Finding]:
             "prediction's shape in the dataset.",
         ))
     return found
+
+
+def column_broadcast_findings(broadcasts: list[ColumnBroadcast], calls: list[CriterionCall]) -> list[Finding]:
+    """LOSS_BROADCAST for a hand-written loss: arithmetic between the prediction column
+    ``(B, 1)`` and the batch's ``(B,)`` targets, which builds a ``(B, B)`` table of every
+    prediction against every target before it is averaged."""
+    from optimus_preflight.preflight.analyses.loss_findings import Finding
+
+    if not broadcasts or broadcast_findings(calls):
+        return []
+    found = broadcasts[0]
+    rows = found.learnable_shape[0]
+    squeeze = ("prediction.squeeze(-1)" if found.learnable_shape == (rows, 1) else "target.squeeze(-1)")
+    return [Finding(
+        "LOSS_BROADCAST", "error",
+        f"compute_loss combines a tensor of shape {found.learnable_shape} computed by the model with a constant of "
+        f"shape {found.constant_shape} (`{found.op}`): they broadcast to ({rows}, {rows}), so every prediction is "
+        f"compared with every sample's target ({rows * rows} terms instead of {rows}) and the model learns to "
+        "predict the batch mean",
+        f"Give both one shape before the arithmetic: {squeeze} (or target.view_as(prediction)).",
+    )]
 
 
 def shape_error_fix(calls: list[CriterionCall]) -> str | None:

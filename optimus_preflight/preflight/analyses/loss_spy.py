@@ -50,6 +50,9 @@ _LEGACY_INDEX = {"cross_entropy": (3, 5), "nll_loss": (3, 5), "binary_cross_entr
                  "binary_cross_entropy_with_logits": (3, 4), "mse_loss": (2, 3), "l1_loss": (2, 3),
                  "smooth_l1_loss": (2, 3), "kl_div": (2, 3)}
 ACTIVATIONS = ("sigmoid", "softmax", "log_softmax")
+# Elementwise arithmetic a hand-written loss is made of ((pred - y) ** 2, y * log(p)).
+ARITHMETIC = frozenset({"sub", "__sub__", "__rsub__", "rsub", "add", "__add__", "__radd__", "mul", "__mul__",
+                        "__rmul__", "div", "__truediv__", "__rtruediv__", "true_divide"})
 _TOL = 1e-2  # half-precision logits round; real logits never come this close by chance
 SAMPLE_ROWS = 1024
 
@@ -79,6 +82,34 @@ class ElementwiseSums:
     targets: int  # positions not equal to ignore_index
     unpadded: float  # over the positions that are neither ignored nor padding
     unpadded_targets: int
+
+
+@dataclass
+class ColumnBroadcast:
+    """Arithmetic between a learnable ``(n, 1)`` column and a constant ``(n,)`` vector (or
+    the reverse), which broadcasts to ``(n, n)``: a prediction column against the batch's
+    targets in a hand-written loss. Pairwise terms (``s[:, None] - s[None, :]``) combine
+    two learnable or two constant operands and are not recorded."""
+
+    op: str
+    learnable_shape: tuple[int, ...]
+    constant_shape: tuple[int, ...]
+
+
+def column_broadcast(name: str, args: tuple) -> ColumnBroadcast | None:
+    if name not in ARITHMETIC or len(args) < 2:
+        return None
+    first, second = args[0], args[1]
+    if not (isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor)):
+        return None
+    if first.requires_grad == second.requires_grad:
+        return None
+    learnable, constant = (first, second) if first.requires_grad else (second, first)
+    shapes = {tuple(learnable.shape), tuple(constant.shape)}
+    rows = learnable.shape[0] if learnable.dim() else 0
+    if rows >= 2 and shapes == {(rows, 1), (rows,)}:
+        return ColumnBroadcast(name.strip("_"), tuple(learnable.shape), tuple(constant.shape))
+    return None
 
 
 @dataclass
@@ -162,6 +193,10 @@ class LossSpy(TorchFunctionMode):
         self.calls: list[CriterionCall] = []
         self.activations: dict[str, int] = {name: 0 for name in ACTIVATIONS}
         self.shapes = shapes or []
+        self.column_broadcasts: list[ColumnBroadcast] = []
+        # The rows of the batch compute_loss gets: only a column that long is a per-sample
+        # prediction (a learnable (d, 1) weight column is the model's business).
+        self.batch_rows: int | None = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -172,6 +207,10 @@ class LossSpy(TorchFunctionMode):
             self.calls.append(record)
         elif name in ACTIVATIONS:
             self.activations[name] += 1
+        elif name in ARITHMETIC and not self.column_broadcasts:
+            found = column_broadcast(name, args)
+            if found is not None and found.learnable_shape[0] == self.batch_rows:
+                self.column_broadcasts.append(found)
         try:
             out = func(*args, **kwargs)
         except Exception as error:

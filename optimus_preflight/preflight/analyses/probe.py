@@ -29,9 +29,10 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, ModuleInput
-from optimus_preflight.preflight.analyses.loss_spy import CriterionCall, LossSpy
+from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy
 from optimus_preflight.preflight.analyses.padding import sequence_shapes
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
+from optimus_preflight.training.batches import batch_size_of
 from optimus_preflight.training.step import runner_from_config
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ class StepProbe:
     modules_left_in_eval: list[str] = field(default_factory=list)  # in train before the step, eval after
     criterion_calls: list[CriterionCall] = field(default_factory=list)
     activations: dict[str, int] = field(default_factory=dict)
+    column_broadcasts: list[ColumnBroadcast] = field(default_factory=list)
     scaler_enabled: bool = False
     layout_inputs: list[ModuleInput] = field(default_factory=list)  # batch_first modules (batch_layout)
 
@@ -105,6 +107,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     spy = LossSpy(sequence_shapes(batch))
 
     def observed_loss(module: nn.Module, data: Any) -> Any:
+        spy.batch_rows = batch_size_of(data)
         with spy:
             output = ctx.compute_loss(module, data)
         loss = output[0] if isinstance(output, tuple) else output
@@ -172,6 +175,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.layout_inputs = layout.seen
     probe.criterion_calls = spy.calls
     probe.activations = spy.activations
+    probe.column_broadcasts = spy.column_broadcasts
     if probe.completed:
         probe.params_without_grad = [names[p] for p in trainable if p not in received]
         probe.params_nonfinite_grad = [names[p] for p, ok in received.items() if ok is not None and not bool(ok)]
