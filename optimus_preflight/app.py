@@ -12,8 +12,10 @@ declared config, torchrun's shared run dir) and the jobs' exit codes are one seq
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -282,6 +284,13 @@ def _print_version_and_exit() -> None:
     sys.exit(EXIT_OK)
 
 
+def _quit_at_once(signum: int, frame: Any) -> None:
+    """Ctrl+C once the jobs are over: the process is on its way out (torch and
+    multiprocessing join the data workers at exit), so it ends now, without a traceback."""
+    os.write(2, b"optimus-train: interrupted while exiting: stopped at once; checkpoints already on disk are intact.\n")
+    os._exit(128 + signal.SIGINT)
+
+
 def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = None) -> None:
     """Run the app for ``recipe_class``, or for the class each job's ``recipe._target_``
     names, found by ``resolve``."""
@@ -357,6 +366,8 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
         print("optimus-train: interrupted: stopped at once; checkpoints already on disk are intact.", file=sys.stderr)
         sys.exit(130)
     finally:
+        with contextlib.suppress(ValueError):  # off the main thread Python sets no handler
+            signal.signal(signal.SIGINT, _quit_at_once)
         if stop_timeouts and all(code == EXIT_OK or code >= 128 for code in exit_codes):  # jobs ran, and ended cleanly
             leave_together(stop_timeouts[-1])
         destroy_process_group()

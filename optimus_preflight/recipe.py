@@ -44,6 +44,7 @@ from optimus_preflight.checkpoint.signals import StopRequested
 from optimus_preflight.checkpoint.store import CheckpointStore
 from optimus_preflight.config.instantiate import config_rejections, instantiate_node, node_target
 from optimus_preflight.config.reads import check_overrides_read, recording_reads
+from optimus_preflight.config.schema import DataConfig
 from optimus_preflight.dynamics.callback import DynamicsCallback
 from optimus_preflight.errors import PreflightFailed, TrainingInterrupted, UserError
 from optimus_preflight.memory.oom_callback import OOMRecorderCallback
@@ -91,6 +92,13 @@ def default_run_dir() -> Path:
     return Path("outputs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
 
 
+def fetch_timeout_s(cfg: DictConfig) -> float | None:
+    """data.fetch_timeout_s; the schema's default for a recipe whose own data_config has no such key."""
+    default = DataConfig.__dataclass_fields__["fetch_timeout_s"].default
+    value = OmegaConf.select(cfg, "data.fetch_timeout_s", default=default)
+    return None if value is None else float(value)
+
+
 def _ensure_logging() -> None:
     # Under Hydra the root logger is configured; elsewhere INFO lines would vanish.
     if not logging.getLogger().handlers:
@@ -117,7 +125,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         TrainingInterruptionMixin.__init__(
             self, save_freq=checkpoint.every_n_steps, output_path=self.run_dir, keep_last=checkpoint.keep_last,
             extra_signal=checkpoint.extra_signal, stop_timeout_s=checkpoint.stop_timeout_s, resume=checkpoint.resume,
-            resume_hint=lambda: resume_command(self.run_dir))
+            resume_hint=lambda: resume_command(self.run_dir), fetch_timeout_s=fetch_timeout_s(cfg),
+            fetch_timeout_key="data.fetch_timeout_s")
         self.state = RunState()
         self._is_set_up = False
         self.started_at = time.monotonic()  # reset by run()
@@ -300,9 +309,9 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
 
     @contextlib.contextmanager
     def _guarded_fetch(self) -> Iterator[None]:
-        """Around each training-data fetch: a stop signal ends the wait, and a dead
-        worker is reported there (where the weights are at a step boundary)."""
-        with self.stop_control.interruptible(), self.worker_deaths.fetching():
+        """Around each training-data fetch: a stop signal or the data watchdog ends the
+        wait, and a dead worker is reported there (where the weights are at a step boundary)."""
+        with self.stop_control.fetching(), self.worker_deaths.fetching():
             yield
 
     def _build_objects(self, context: Any) -> None:
