@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+import traceback
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -52,6 +53,7 @@ from optimus_preflight.training.distributed import (
     init_process_group,
     leave_together,
 )
+from optimus_preflight.training.error_context import bug_location
 from optimus_preflight.training.training_context import resolve_plan
 
 log = logging.getLogger("optimus_preflight")
@@ -161,11 +163,14 @@ class SweepInterrupted(BaseException):
         super().__init__(exit_code)
 
 
-def run_recipe(recipe_class: type, cfg: DictConfig, *, contain_bugs: bool = False) -> int:
+def run_recipe(recipe_class: type, cfg: DictConfig, *, contain_bugs: bool = False,
+               bug_lines: list[str] | None = None) -> int:
     """Run one job and map its outcome to an exit code.
 
     A bug propagates (Hydra prints the traceback, exit 1), except inside a sweep,
     where it is logged with its traceback and the sweep goes on (``contain_bugs``).
+    Where a bug is in the user's code (a sample, a recipe method), one line naming it
+    goes to ``bug_lines``, for the app to print after the traceback (``bug_location``).
     """
     try:
         recipe_class(cfg).run()
@@ -186,12 +191,19 @@ def run_recipe(recipe_class: type, cfg: DictConfig, *, contain_bugs: bool = Fals
             # checkpoint it will resume from is on disk.
             error.chained_handler(error.signum, None)
         return error.exit_code
-    except Exception:
+    except Exception as error:
+        where = bug_location(error, recipe_class)
         if not contain_bugs:
             # Hydra prints the traceback to the terminal only: train.log keeps it too.
             log_to_files(log, logging.ERROR, "job failed with an unexpected error (a bug in the recipe or the toolkit)", exc_info=True)
+            if where is not None:
+                log_to_files(log, logging.ERROR, where)
+                if bug_lines is not None:
+                    bug_lines.append(where)
             raise
         log.exception("job failed with an unexpected error (a bug: please report it)")
+        if where is not None:
+            log.error("%s", where)
         return EXIT_INTERNAL
     return EXIT_OK
 
@@ -323,6 +335,7 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
     os.environ.setdefault("SUBMITIT_PREEMPT_SIGNAL", _extra_signal_name(args.overrides))
 
     exit_codes: list[int] = []
+    bug_lines: list[str] = []  # where a bug in the user's code happened: the last line printed
     sweep_dirs: list[Path] = []
     stop_timeouts: list[float] = []
 
@@ -338,7 +351,7 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
         cls = recipe_class or resolve(cfg)
         stop_timeouts.append(cfg.checkpoint.stop_timeout_s)
         try:
-            code = run_recipe(cls, cfg, contain_bugs=args.multirun)
+            code = run_recipe(cls, cfg, contain_bugs=args.multirun, bug_lines=bug_lines)
         except UnreadOverride as error:
             sweep_dirs.append(Path(hydra_cfg.sweep.dir))
             raise SweepInterrupted(error.exit_code, rerun=False) from None
@@ -353,7 +366,16 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
         return code
 
     try:
-        _task()
+        try:
+            _task()
+        except Exception:  # HYDRA_FULL_ERROR=1 or a debugger: Hydra lets the bug through
+            if not bug_lines:
+                raise
+            traceback.print_exc()
+            sys.exit(EXIT_INTERNAL)
+        finally:
+            for line in bug_lines:  # after the traceback Hydra printed
+                print(f"optimus-train: {line}", file=sys.stderr, flush=True)
     except SweepInterrupted as stop:
         write_sweep_summary(sweep_dirs[-1])
         if stop.rerun:

@@ -29,6 +29,7 @@ from optimus_preflight.preflight.data_access.worker_stacks import (
     innermost_first,
     stop_workers,
 )
+from optimus_preflight.training.error_context import name_failing_samples
 
 _PACKAGE = str(Path(optimus_preflight.__file__).parent)
 _RECIPES = str(Path(optimus_preflight.__file__).parent / "recipes")
@@ -36,12 +37,21 @@ _RECIPES = str(Path(optimus_preflight.__file__).parent / "recipes")
 WORKER_GRACE_S = 1.0
 
 
+class TrainingWorkerInit(DumpStacksOnSignal):
+    """worker_init_fn of the training loader's workers: stacks on SIGUSR2 (for the
+    watchdog), a failing sample named on its error, then the loader's own init."""
+
+    def __call__(self, worker_id: int) -> None:
+        name_failing_samples()
+        super().__call__(worker_id)
+
+
 def open_watched(loader: Any, stacks_dir: str) -> Iterator[Any]:
     """``iter(loader)``, its new workers registered to dump their stacks into ``stacks_dir``."""
     if DUMP_SIGNAL is None or not getattr(loader, "num_workers", 0) or not hasattr(loader, "worker_init_fn"):
         return iter(loader)
     original = loader.worker_init_fn
-    loader.worker_init_fn = DumpStacksOnSignal(original, stacks_dir)
+    loader.worker_init_fn = TrainingWorkerInit(original, stacks_dir)
     try:
         return iter(loader)
     finally:
@@ -55,7 +65,7 @@ def _workers(iterator: Any) -> list[Any]:
 def _dumps_stacks(iterator: Any, stacks_dir: str) -> bool:
     """Were this iterator's workers started by ``open_watched`` (else SIGUSR2 would end them)?"""
     init = getattr(iterator, "_worker_init_fn", None)
-    return isinstance(init, DumpStacksOnSignal) and init.directory == stacks_dir
+    return isinstance(init, TrainingWorkerInit) and init.directory == stacks_dir
 
 
 def _owing_worker(iterator: Any) -> int | None:
