@@ -64,7 +64,7 @@ HELP_HEADER = """usage: {prog} [-m] [--cfg job] [--version] [--hydra-help] [KEY=
 
 Train a recipe, after a preflight that catches OOMs, hangs and silent mistraining.
 Exit codes: 0 ok, 1 internal error, 2 user error (bad config, a run dir in use or full,
-a dead data worker, a silent peer), 3 preflight failed, 128+signal after a clean stop
+a dead or stalled data worker, a silent peer), 3 preflight failed, 128+signal after a clean stop
 with a checkpoint.
 
   {prog} trainer.max_steps=500 optimizer.lr=1e-3
