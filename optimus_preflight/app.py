@@ -110,12 +110,23 @@ def check_override_syntax(overrides: list[str]) -> None:
         except HydraException as error:
             reason = " ".join(str(error).split()).split(" See https://")[0]
             raise UserError(f"cannot parse the override {override!r}: {reason}", key=_override_key(override),
-                            fix="Write it as key=value (+key=value adds a key, ~key removes one); quote a value "
-                            "with brackets, braces, commas or $ in single quotes inside the shell's: "
-                            "'key=[1,2]', 'key=${other.key}'.") from None
+                            fix=_unclosed(override) + "Write it as key=value (+key=value adds a key, ~key removes "
+                            "one); quote a value with brackets, braces, commas or $ in single quotes inside the "
+                            "shell's: 'key=[1,2]', 'key=${other.key}'.") from None
         if not parsed.key_or_group:
             raise UserError(f"the override {override!r} has no key", key=None,
                             fix="Write it as key=value, e.g. trainer.max_steps=5.")
+
+
+def _unclosed(override: str) -> str:
+    """The fix for a list, dict or quote left open (``key=[0.9,0.95``): close it."""
+    for opening, closing, what in (("[", "]", "list"), ("{", "}", "brace"), ("(", ")", "parenthesis")):
+        if override.count(opening) > override.count(closing):
+            return f"Close the {what} with {closing!r} ({override}{closing * (override.count(opening) - override.count(closing))}). "
+    for quote in ("'", '"'):
+        if override.count(quote) % 2:
+            return f"Close the quote with {quote}. "
+    return ""
 
 
 def _override_key(override: str) -> str | None:

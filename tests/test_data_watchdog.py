@@ -6,6 +6,10 @@ the blocking frame, exit 2 and the resume command; no worker outlives the run.""
 from __future__ import annotations
 
 import inspect
+import os
+import re
+import subprocess
+import sys
 import time
 import traceback
 
@@ -141,3 +145,23 @@ def test_the_watchdog_names_the_main_threads_frame_and_ends_the_wait():
     finally:
         watchdog.uninstall()
     assert stalls and stalls[0].frame.endswith("time.sleep(600)  # a generous bound: the watchdog ends it long before")
+
+
+@pytest.mark.slow
+def test_the_watchdog_in_a_loop_of_ones_own(tmp_path):
+    """TrainingInterruptionMixin(fetch_timeout_s=...): the same stop, exit 2, in a plain script."""
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "HANG_AT_SAMPLE": "50", "FETCH_TIMEOUT_S": "10"}
+    stalled = subprocess.run([sys.executable, "-m", "tests.standalone_loop", str(run_dir), "12"], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert stalled.returncode == 2, stalled.stdout + stalled.stderr
+    assert "Traceback" not in stalled.stderr
+    assert ('fetch_timeout_s: no training batch within 10 s: the main process blocks at File '
+            f'"{REPO}/tests/standalone_loop.py"') in stalled.stderr and "in __getitem__: time.sleep(3600)" in stalled.stderr
+    stopped = int(re.search(r"stopped at step (\d+) with checkpoint", stalled.stderr).group(1))
+    verify(run_dir / "checkpoints" / f"step_{stopped:08d}")
+    env.pop("HANG_AT_SAMPLE")
+    resumed = subprocess.run([sys.executable, "-m", "tests.standalone_loop", str(run_dir), "12"], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0 and "weights" in resumed.stdout, resumed.stderr
+    assert f"step {stopped + 1}\n" in resumed.stdout and "step 1\n" not in resumed.stdout
