@@ -165,3 +165,24 @@ def test_the_watchdog_in_a_loop_of_ones_own(tmp_path):
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0 and "weights" in resumed.stdout, resumed.stderr
     assert f"step {stopped + 1}\n" in resumed.stdout and "step 1\n" not in resumed.stdout
+
+
+def test_a_stream_whose_workers_a_stop_ended_restarts_at_its_committed_position():
+    import torch
+    from torch.utils.data import DataLoader
+
+    from optimus_preflight.training.stream import BatchStream
+
+    def windows(detach_after: int | None) -> list[list[int]]:
+        torch.manual_seed(0)
+        stream = BatchStream(DataLoader(list(range(40)), batch_size=4, shuffle=True), accumulation_steps=2)
+        seen = []
+        for index in range(8):
+            seen.append([int(x) for batch, _ in stream.window() for x in batch])
+            stream.commit()
+            if index == detach_after:
+                next(stream.window())  # a window in flight, abandoned by the stop
+                stream.detach_iterator()
+        return seen
+
+    assert windows(detach_after=2) == windows(detach_after=None)

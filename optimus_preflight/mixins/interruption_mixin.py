@@ -268,15 +268,9 @@ class TrainingInterruptionMixin:
     def _release_workers(self, *, hung: bool) -> None:
         """A stop: end the training loader's workers now (a stalled or stopped one too), so
         the process's exit does not wait on them. The stream starts fresh ones if used again."""
-        stream = self.checkpointer.parts.stream
-        iterator = stream.loader_iterator
-        if iterator is None:
-            return
-        release_workers(iterator, hung=hung)
-        if getattr(stream.loader, "_iterator", None) is iterator:  # persistent workers
-            stream.loader._iterator = None
-        stream.loader_iterator = None
-        stream._iterator = None
+        iterator = self.checkpointer.parts.stream.detach_iterator()
+        if iterator is not None:
+            release_workers(iterator, hung=hung)
 
     def _save_and_notify(self, iteration: int, collective: Any, **kwargs: Any) -> Path | None:
         path = self.checkpointer.save()

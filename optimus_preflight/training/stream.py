@@ -79,6 +79,16 @@ class BatchStream:
         self._replay = order
         self._iterator = None
 
+    def detach_iterator(self) -> Iterator[Any] | None:
+        """Let go of this epoch's loader iterator (a stop is ending its workers) and return
+        it. Used again, the stream restarts the epoch at its committed position, in the
+        recorded order, as a resume from its own state would."""
+        iterator, self.loader_iterator, self._iterator = self.loader_iterator, None, None
+        self._replay = self.position.order
+        if getattr(self.loader, "_iterator", None) is iterator and iterator is not None:
+            self.loader._iterator = None  # persistent workers: the loader would reuse it
+        return iterator
+
     def _start_epoch(self) -> None:
         """Start the position's epoch: recorded fresh, or replayed after a resume."""
         sampler = getattr(self.loader, "sampler", None)
