@@ -530,18 +530,24 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self.callbacks.fire("on_eval_end", self, self.state.step, metrics)
 
     def _run_evaluation(self, loader: DataLoader, max_batches: int | None) -> dict[str, float] | None:
-        with self.worker_deaths.fetching():  # evaluation leaves the weights as they are
-            return evaluate_metrics(
-                self.model,
-                loader,
-                self.validation_step,
-                self.training_context.plan,
-                self.metrics,
-                max_batches=max_batches,
-                should_stop=self.stop_requested,
-                reduce_sum=all_reduce_sum if self.training_context.dist.is_distributed else None,
-                union=union_of_names if self.training_context.dist.is_distributed else None,
-            )
+        """None when a stop ended it: a stop signal, or the data watchdog (its waits for
+        batches are watched like training's, ``watched_batches``)."""
+        dist = self.training_context.dist
+        try:
+            with self.worker_deaths.fetching():  # evaluation leaves the weights as they are
+                return evaluate_metrics(
+                    self.model,
+                    self.watched_batches(loader),
+                    self.validation_step,
+                    self.training_context.plan,
+                    self.metrics,
+                    max_batches=max_batches,
+                    should_stop=self.stop_requested,
+                    reduce_sum=all_reduce_sum if dist.is_distributed else None,
+                    union=union_of_names if dist.is_distributed else None,
+                )
+        except StopRequested:
+            return None
 
     def _stop_after_worker_death(self, died: WorkerDied) -> NoReturn:
         """A worker death surfaces only in a data fetch (WorkerDeathGuard), where the

@@ -4,7 +4,7 @@ the one-Ctrl+C exit and the error-context tests.
 Environment:
 - STALL_AT_READ=N: the N-th sample a process (the main one or each worker) reads
   blocks for an hour, on its own line (the frame the watchdog must name), after
-  appending its pid to $HANG_PIDS.
+  appending its pid to $HANG_PIDS. STALL_VAL_AT_READ=N: the same in the validation data.
 - STOP_WORKER_AT_STEP=N: at training step N, SIGSTOP DataLoader worker 0 (its pid is
   written to $STOPPED_PID); with CTRL_C_FILE=<path>, once the main thread waits for a
   batch (its stack sits in torch's data queue), send this process one SIGINT and write
@@ -42,11 +42,11 @@ def _record_pid() -> None:
 class FaultyWindows(Dataset):
     """The recipe's own samples, with the fault the environment asks for."""
 
-    def __init__(self, inner: Dataset):
+    def __init__(self, inner: Dataset, stall_at: int = 0, raise_at: int = 0):
         self.inner = inner
         self.reads = 0
-        self.stall_at = int(os.environ.get("STALL_AT_READ", "0"))
-        self.raise_at = int(os.environ.get("RAISE_AT_READ", "0"))
+        self.stall_at = stall_at
+        self.raise_at = raise_at
 
     def __len__(self) -> int:
         return len(self.inner)
@@ -123,8 +123,11 @@ class FaultyDataRecipe(CharLMRecipe):
         self._maybe_raise("build_dataloaders")
         train, val = super().build_dataloaders()
         dist = self.training_context.dist
-        train = build_loader(FaultyWindows(train.dataset), self.cfg.data, train=True, seed=self.cfg.trainer.seed,
-                             rank=dist.rank, world_size=dist.world_size)
+        options = dict(seed=self.cfg.trainer.seed, rank=dist.rank, world_size=dist.world_size)
+        train = build_loader(FaultyWindows(train.dataset, int(os.environ.get("STALL_AT_READ", "0")),
+                                           int(os.environ.get("RAISE_AT_READ", "0"))), self.cfg.data, train=True, **options)
+        val = build_loader(FaultyWindows(val.dataset, int(os.environ.get("STALL_VAL_AT_READ", "0"))), self.cfg.data,
+                           train=False, **options)
         return train, val
 
     @staticmethod

@@ -186,3 +186,20 @@ def test_a_stream_whose_workers_a_stop_ended_restarts_at_its_committed_position(
         return seen
 
     assert windows(detach_after=2) == windows(detach_after=None)
+
+
+@pytest.mark.slow
+def test_an_evaluation_batch_that_never_comes_stops_the_run_the_same_way(tmp_path):
+    run_dir = tmp_path / "run"
+    # Each worker's 5th validation read blocks: the evaluation after step 4.
+    stalled = run_cli(run_dir, *RUN, WATCHDOG, "data.num_workers=2", "trainer.eval_every_n_steps=4", cwd=REPO,
+                      env={"STALL_VAL_AT_READ": "5"})
+    assert stalled.returncode == 2, stalled.output
+    assert "Traceback" not in stalled.output
+    assert "no evaluation batch within 10 s: DataLoader worker" in stalled.output and SLEEP_FRAME in stalled.output
+    assert stalled.summary()["steps"] == 4
+    verify(run_dir / "checkpoints" / "step_00000004")
+    resumed = run_cli(run_dir, *RUN, WATCHDOG, "data.num_workers=2", "trainer.eval_every_n_steps=4", cwd=REPO)
+    assert resumed.returncode == 0, resumed.output
+    evaluated = [r["step"] for r in resumed.metrics() if "val_loss" in r]
+    assert evaluated == [4, 8, 12], evaluated  # the interrupted evaluation ran on resume

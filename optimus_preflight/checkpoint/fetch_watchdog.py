@@ -50,21 +50,23 @@ class Stall:
     frame: str | None = None  # 'File "x.py", line 12, in __getitem__: time.sleep(3600)'
     stack: list[str] = field(default_factory=list)  # the blocking thread's frames, innermost first
     state: str = ""  # without a frame: "is stopped (SIGSTOP ...)"; default "blocks"
+    what: str = "training batch"  # or "evaluation batch"
 
     def headline(self) -> str:
         """One line: what did not come, and where the data code blocks."""
         state = f"blocks at {self.frame}" if self.frame else (self.state or "blocks")
-        return f"no training batch within {self.timeout_s:g} s: {self.where} {state}"
+        return f"no {self.what} within {self.timeout_s:g} s: {self.where} {state}"
 
 
-Describe = Callable[[traceback.StackSummary], Stall]
+# (the iterator waited on, or None: the training stream's; the main thread's stack) -> Stall
+Describe = Callable[[Any, traceback.StackSummary], Stall]
 
 
 class FetchWatchdog:
     """Watches the waits for training batches (see the module docstring).
 
-    ``describe(main_stack)`` names the hang (called on the watchdog's thread, with the
-    main thread's stack at that moment); ``on_stall(stall)`` records it before the wait is
+    ``describe(subject, main_stack)`` names the hang (called on the watchdog's thread,
+    with what ``watching`` was given and the main thread's stack at that moment); ``on_stall(stall)`` records it before the wait is
     interrupted; ``on_stuck(stall)`` ends the process when the interrupted wait does not
     end within ``escalate_s``.
     """
@@ -79,6 +81,7 @@ class FetchWatchdog:
         self.stall: Stall | None = None
         self._changed = threading.Condition()
         self._started: float | None = None  # when the current wait began; None between waits
+        self._subject: Any = None  # what the current wait waits on (a loader iterator), for describe
         self._wait_id = 0
         self._interrupting: int | None = None  # the wait the interrupt was sent for
         self._closed = False
@@ -107,20 +110,22 @@ class FetchWatchdog:
         signal.signal(INTERRUPT_SIGNAL, self._previous)
 
     @contextmanager
-    def watching(self) -> Iterator[None]:
-        """One wait for a training batch."""
+    def watching(self, subject: Any = None) -> Iterator[None]:
+        """One wait for a batch (of ``subject``, a loader iterator; None: the training stream's)."""
         if self._thread is None:
             yield
             return
         with self._changed:
             self._wait_id += 1
             self._started = time.monotonic()
+            self._subject = subject
             self._changed.notify_all()
         try:
             yield
         finally:
             with self._changed:
                 self._started = None
+                self._subject = None
                 self._changed.notify_all()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
@@ -168,12 +173,13 @@ class FetchWatchdog:
         """The next wait that passes its timeout, described; None once closed."""
         with self._changed:
             wait_id = self._overdue()
+            subject = self._subject
         if wait_id is None:
             return None
         main = sys._current_frames().get(self._main_ident)
         stack = traceback.extract_stack(main) if main is not None else traceback.StackSummary()
         try:
-            return wait_id, self.describe(stack)
+            return wait_id, self.describe(subject, stack)
         except Exception as error:  # noqa: BLE001 - naming the hang must not keep it from ending
             log.warning("data watchdog: could not read the stacks: %r", error)
             return wait_id, Stall(self.timeout_s)

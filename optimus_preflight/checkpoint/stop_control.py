@@ -15,7 +15,7 @@ import logging
 import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable, ContextManager
+from typing import Any, Callable, ContextManager
 
 from optimus_preflight.checkpoint.fetch_watchdog import Describe, FetchWatchdog, Stall
 from optimus_preflight.checkpoint.forced_exit import ForcedExit, say, second_ctrl_c_message
@@ -39,7 +39,7 @@ class StopControl:
         # Where the data code blocked, once the watchdog stopped the run.
         self.stall: Stall | None = None
         self.watchdog = None if fetch_timeout_s is None else FetchWatchdog(
-            fetch_timeout_s, describe=describe_stall or (lambda stack: Stall(fetch_timeout_s)),
+            fetch_timeout_s, describe=describe_stall or (lambda subject, stack: Stall(fetch_timeout_s)),
             on_stall=self._stalled, on_stuck=self._quit_stuck)
 
     def install(self) -> None:
@@ -98,13 +98,14 @@ class StopControl:
         return self.signals.interruptible()
 
     @contextlib.contextmanager
-    def fetching(self) -> Iterator[None]:
-        """A wait for a training batch: interruptible, and watched by the data watchdog."""
+    def fetching(self, subject: Any = None) -> Iterator[None]:
+        """A wait for a batch: interruptible, and watched by the data watchdog. ``subject``:
+        the loader iterator waited on (None: the training stream's), for naming a stall."""
         if self.stall is not None:
             raise StopRequested("data watchdog")
         with self.interruptible():
             if self.watchdog is None:
                 yield
             else:
-                with self.watchdog.watching():
+                with self.watchdog.watching(subject):
                     yield

@@ -126,8 +126,12 @@ class TrainingInterruptionMixin:
         self._stacks_dir = tempfile.mkdtemp(prefix="optimus-data-stacks-") if timeout_s is not None else None
         stream = batches
 
-        def describe(main_stack: traceback.StackSummary) -> Stall:
-            return describe_stall(stream.loader_iterator, main_stack, self._stacks_dir or "", timeout_s)
+        def describe(subject: Any, main_stack: traceback.StackSummary) -> Stall:
+            if subject is None:
+                return describe_stall(stream.loader_iterator, main_stack, self._stacks_dir or "", timeout_s)
+            stall = describe_stall(subject, main_stack, self._stacks_dir or "", timeout_s)
+            stall.what = "evaluation batch"  # watched_batches
+            return stall
 
         stop = StopControl(settings["extra_signal"], dist, resume_hint=settings["resume_hint"],
                            last_checkpoint=checkpointer.last_checkpoint, fetch_timeout_s=timeout_s,
@@ -193,6 +197,23 @@ class TrainingInterruptionMixin:
             except StopIteration:  # the step reads more than one window's worth
                 stream.commit()
                 self._window = None
+
+    def watched_batches(self, loader: Iterable[Any]) -> Iterator[Any]:
+        """The batches of another loader (an evaluation's), each wait for one interruptible by
+        a stop signal and watched by the data watchdog, like the training stream's: a stop
+        raises ``StopRequested`` out of the loop over them, and ends the loader's workers."""
+        stop = self.stop_control
+        iterator = open_watched(loader, self._stacks_dir) if self._stacks_dir is not None else iter(loader)
+        try:
+            while True:
+                with stop.fetching(iterator):
+                    batch = next(iterator, _END)
+                if batch is _END:
+                    return
+                yield batch
+        finally:
+            if stop.requested:
+                release_workers(iterator, hung=stop.stall is not None)
 
     def _commit_batches(self) -> None:
         if self._window is not None:
@@ -277,6 +298,9 @@ class TrainingInterruptionMixin:
         if self.checkpoint_callback is not None and path is not None:
             self.checkpoint_callback(checkpoint_path=path, iteration=iteration, collective=collective, **kwargs)
         return path
+
+
+_END = object()
 
 
 def _batches_of(stream: BatchStream) -> Iterator[Any]:
