@@ -12,9 +12,12 @@ declared config, torchrun's shared run dir) and the jobs' exit codes are one seq
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import sys
+import traceback
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -50,6 +53,7 @@ from optimus_preflight.training.distributed import (
     init_process_group,
     leave_together,
 )
+from optimus_preflight.training.error_context import bug_location
 from optimus_preflight.training.training_context import resolve_plan
 
 log = logging.getLogger("optimus_preflight")
@@ -60,7 +64,7 @@ HELP_HEADER = """usage: {prog} [-m] [--cfg job] [--version] [--hydra-help] [KEY=
 
 Train a recipe, after a preflight that catches OOMs, hangs and silent mistraining.
 Exit codes: 0 ok, 1 internal error, 2 user error (bad config, a run dir in use or full,
-a dead data worker, a silent peer), 3 preflight failed, 128+signal after a clean stop
+a dead or stalled data worker, a silent peer), 3 preflight failed, 128+signal after a clean stop
 with a checkpoint.
 
   {prog} trainer.max_steps=500 optimizer.lr=1e-3
@@ -106,12 +110,23 @@ def check_override_syntax(overrides: list[str]) -> None:
         except HydraException as error:
             reason = " ".join(str(error).split()).split(" See https://")[0]
             raise UserError(f"cannot parse the override {override!r}: {reason}", key=_override_key(override),
-                            fix="Write it as key=value (+key=value adds a key, ~key removes one); quote a value "
-                            "with brackets, braces, commas or $ in single quotes inside the shell's: "
-                            "'key=[1,2]', 'key=${other.key}'.") from None
+                            fix=_unclosed(override) + "Write it as key=value (+key=value adds a key, ~key removes "
+                            "one); quote a value with brackets, braces, commas or $ in single quotes inside the "
+                            "shell's: 'key=[1,2]', 'key=${other.key}'.") from None
         if not parsed.key_or_group:
             raise UserError(f"the override {override!r} has no key", key=None,
                             fix="Write it as key=value, e.g. trainer.max_steps=5.")
+
+
+def _unclosed(override: str) -> str:
+    """The fix for a list, dict or quote left open (``key=[0.9,0.95``): close it."""
+    for opening, closing, what in (("[", "]", "list"), ("{", "}", "brace"), ("(", ")", "parenthesis")):
+        if override.count(opening) > override.count(closing):
+            return f"Close the {what} with {closing!r} ({override}{closing * (override.count(opening) - override.count(closing))}). "
+    for quote in ("'", '"'):
+        if override.count(quote) % 2:
+            return f"Close the quote with {quote}. "
+    return ""
 
 
 def _override_key(override: str) -> str | None:
@@ -159,11 +174,14 @@ class SweepInterrupted(BaseException):
         super().__init__(exit_code)
 
 
-def run_recipe(recipe_class: type, cfg: DictConfig, *, contain_bugs: bool = False) -> int:
+def run_recipe(recipe_class: type, cfg: DictConfig, *, contain_bugs: bool = False,
+               bug_lines: list[str] | None = None) -> int:
     """Run one job and map its outcome to an exit code.
 
     A bug propagates (Hydra prints the traceback, exit 1), except inside a sweep,
     where it is logged with its traceback and the sweep goes on (``contain_bugs``).
+    Where a bug is in the user's code (a sample, a recipe method), one line naming it
+    goes to ``bug_lines``, for the app to print after the traceback (``bug_location``).
     """
     try:
         recipe_class(cfg).run()
@@ -184,12 +202,19 @@ def run_recipe(recipe_class: type, cfg: DictConfig, *, contain_bugs: bool = Fals
             # checkpoint it will resume from is on disk.
             error.chained_handler(error.signum, None)
         return error.exit_code
-    except Exception:
+    except Exception as error:
+        where = bug_location(error, recipe_class)
         if not contain_bugs:
             # Hydra prints the traceback to the terminal only: train.log keeps it too.
             log_to_files(log, logging.ERROR, "job failed with an unexpected error (a bug in the recipe or the toolkit)", exc_info=True)
+            if where is not None:
+                log_to_files(log, logging.ERROR, where)
+                if bug_lines is not None:
+                    bug_lines.append(where)
             raise
         log.exception("job failed with an unexpected error (a bug: please report it)")
+        if where is not None:
+            log.error("%s", where)
         return EXIT_INTERNAL
     return EXIT_OK
 
@@ -282,6 +307,13 @@ def _print_version_and_exit() -> None:
     sys.exit(EXIT_OK)
 
 
+def _quit_at_once(signum: int, frame: Any) -> None:
+    """Ctrl+C once the jobs are over: the process is on its way out (torch and
+    multiprocessing join the data workers at exit), so it ends now, without a traceback."""
+    os.write(2, b"optimus-train: interrupted while exiting: stopped at once; checkpoints already on disk are intact.\n")
+    os._exit(128 + signal.SIGINT)
+
+
 def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = None) -> None:
     """Run the app for ``recipe_class``, or for the class each job's ``recipe._target_``
     names, found by ``resolve``."""
@@ -314,6 +346,7 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
     os.environ.setdefault("SUBMITIT_PREEMPT_SIGNAL", _extra_signal_name(args.overrides))
 
     exit_codes: list[int] = []
+    bug_lines: list[str] = []  # where a bug in the user's code happened: the last line printed
     sweep_dirs: list[Path] = []
     stop_timeouts: list[float] = []
 
@@ -329,7 +362,7 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
         cls = recipe_class or resolve(cfg)
         stop_timeouts.append(cfg.checkpoint.stop_timeout_s)
         try:
-            code = run_recipe(cls, cfg, contain_bugs=args.multirun)
+            code = run_recipe(cls, cfg, contain_bugs=args.multirun, bug_lines=bug_lines)
         except UnreadOverride as error:
             sweep_dirs.append(Path(hydra_cfg.sweep.dir))
             raise SweepInterrupted(error.exit_code, rerun=False) from None
@@ -344,7 +377,16 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
         return code
 
     try:
-        _task()
+        try:
+            _task()
+        except Exception:  # HYDRA_FULL_ERROR=1 or a debugger: Hydra lets the bug through
+            if not bug_lines:
+                raise
+            traceback.print_exc()
+            sys.exit(EXIT_INTERNAL)
+        finally:
+            for line in bug_lines:  # after the traceback Hydra printed
+                print(f"optimus-train: {line}", file=sys.stderr, flush=True)
     except SweepInterrupted as stop:
         write_sweep_summary(sweep_dirs[-1])
         if stop.rerun:
@@ -357,6 +399,8 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
         print("optimus-train: interrupted: stopped at once; checkpoints already on disk are intact.", file=sys.stderr)
         sys.exit(130)
     finally:
+        with contextlib.suppress(ValueError):  # off the main thread Python sets no handler
+            signal.signal(signal.SIGINT, _quit_at_once)
         if stop_timeouts and all(code == EXIT_OK or code >= 128 for code in exit_codes):  # jobs ran, and ended cleanly
             leave_together(stop_timeouts[-1])
         destroy_process_group()

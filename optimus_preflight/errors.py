@@ -89,3 +89,21 @@ class TrainingInterrupted(SystemExit):
 
     def __str__(self) -> str:
         return f"interrupted by signal {self.signum} at step {self.step}; checkpoint: {self.checkpoint}"
+
+
+class DataStalled(TrainingInterrupted):
+    """No training batch came within the data watchdog's timeout: the run stopped at the
+    last step boundary with a checkpoint. Exit 2, a user error (the data code hangs),
+    and, like any stop, a ``SystemExit``: no traceback, the message was logged."""
+
+    def __init__(self, message: str, step: int, checkpoint: str | None):
+        SystemExit.__init__(self, EXIT_USER_ERROR)
+        self.signum = None
+        self.step = step
+        self.checkpoint = checkpoint
+        self.exit_code = EXIT_USER_ERROR
+        self.chained_handler = None
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message

@@ -44,6 +44,7 @@ from optimus_preflight.checkpoint.signals import StopRequested
 from optimus_preflight.checkpoint.store import CheckpointStore
 from optimus_preflight.config.instantiate import config_rejections, instantiate_node, node_target
 from optimus_preflight.config.reads import check_overrides_read, recording_reads
+from optimus_preflight.config.schema import DataConfig
 from optimus_preflight.dynamics.callback import DynamicsCallback
 from optimus_preflight.errors import PreflightFailed, TrainingInterrupted, UserError
 from optimus_preflight.memory.oom_callback import OOMRecorderCallback
@@ -92,6 +93,13 @@ def default_run_dir() -> Path:
     return Path("outputs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
 
 
+def fetch_timeout_s(cfg: DictConfig) -> float | None:
+    """data.fetch_timeout_s; the schema's default for a recipe whose own data_config has no such key."""
+    default = DataConfig.__dataclass_fields__["fetch_timeout_s"].default
+    value = OmegaConf.select(cfg, "data.fetch_timeout_s", default=default)
+    return None if value is None else float(value)
+
+
 def _ensure_logging() -> None:
     # Under Hydra the root logger is configured; elsewhere INFO lines would vanish.
     if not logging.getLogger().handlers:
@@ -118,7 +126,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         TrainingInterruptionMixin.__init__(
             self, save_freq=checkpoint.every_n_steps, output_path=self.run_dir, keep_last=checkpoint.keep_last,
             extra_signal=checkpoint.extra_signal, stop_timeout_s=checkpoint.stop_timeout_s, resume=checkpoint.resume,
-            resume_hint=lambda: resume_command(self.run_dir))
+            resume_hint=lambda: resume_command(self.run_dir), fetch_timeout_s=fetch_timeout_s(cfg),
+            fetch_timeout_key="data.fetch_timeout_s")
         self.state = RunState()
         self._is_set_up = False
         self.started_at = time.monotonic()  # reset by run()
@@ -301,9 +310,9 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
 
     @contextlib.contextmanager
     def _guarded_fetch(self) -> Iterator[None]:
-        """Around each training-data fetch: a stop signal ends the wait, and a dead
-        worker is reported there (where the weights are at a step boundary)."""
-        with self.stop_control.interruptible(), self.worker_deaths.fetching():
+        """Around each training-data fetch: a stop signal or the data watchdog ends the
+        wait, and a dead worker is reported there (where the weights are at a step boundary)."""
+        with self.stop_control.fetching(), self.worker_deaths.fetching():
             yield
 
     def _build_objects(self, context: Any) -> None:
@@ -559,18 +568,24 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         self.callbacks.fire("on_eval_end", self, self.state.step, metrics)
 
     def _run_evaluation(self, loader: DataLoader, max_batches: int | None) -> dict[str, float] | None:
-        with self.worker_deaths.fetching():  # evaluation leaves the weights as they are
-            return evaluate_metrics(
-                self.model,
-                loader,
-                self.validation_step,
-                self.training_context.plan,
-                self.metrics,
-                max_batches=max_batches,
-                should_stop=self.stop_requested,
-                reduce_sum=all_reduce_sum if self.training_context.dist.is_distributed else None,
-                union=union_of_names if self.training_context.dist.is_distributed else None,
-            )
+        """None when a stop ended it: a stop signal, or the data watchdog (its waits for
+        batches are watched like training's, ``watched_batches``)."""
+        dist = self.training_context.dist
+        try:
+            with self.worker_deaths.fetching():  # evaluation leaves the weights as they are
+                return evaluate_metrics(
+                    self.model,
+                    self.watched_batches(loader),
+                    self.validation_step,
+                    self.training_context.plan,
+                    self.metrics,
+                    max_batches=max_batches,
+                    should_stop=self.stop_requested,
+                    reduce_sum=all_reduce_sum if dist.is_distributed else None,
+                    union=union_of_names if dist.is_distributed else None,
+                )
+        except StopRequested:
+            return None
 
     def _stop_after_worker_death(self, died: WorkerDied) -> NoReturn:
         """A worker death surfaces only in a data fetch (WorkerDeathGuard), where the

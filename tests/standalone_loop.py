@@ -3,7 +3,8 @@
 HANG_AT_SAMPLE=k: the dataset blocks forever on sample k (once: a marker file says it
 happened). PAUSE_AT_STEP=n: after step n the loop's own code waits until a file ``go`` appears in
 the run dir (a stop lands in user code between steps; it takes effect when that code
-returns to the loop). Each event is announced on stdout before it happens.
+returns to the loop). FETCH_TIMEOUT_S=s: the data watchdog's timeout (default 600).
+Each event is announced on stdout before it happens.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class Loop(TrainingContextMixin, TrainingIterationMixin, TrainingInterruptionMix
         settings = TrainerConfig(accumulation_steps=3, clip_grad_norm=1.0, seed=0, precision="fp32")
         TrainingContextMixin.__init__(self, settings)
         TrainingIterationMixin.__init__(self, settings, log_freq=0)
-        TrainingInterruptionMixin.__init__(self, save_freq=5, output_path=run_dir)
+        TrainingInterruptionMixin.__init__(self, save_freq=5, output_path=run_dir,
+                                           fetch_timeout_s=float(os.environ.get("FETCH_TIMEOUT_S", "600")))
 
     def fit(self, steps: int) -> str:
         context = self.setup_training_context("cpu")

@@ -118,3 +118,16 @@ def test_the_cli_refuses_a_bad_value_before_touching_an_existing_run_dir(tmp_pat
         assert "Traceback" not in result.output, override
         assert override in result.stderr or f"{override.split('=')[0]} must be" in result.stderr, result.stderr
     assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")} == before
+
+
+@pytest.mark.parametrize("override, fix", [
+    ("optimizer.betas=[0.9,0.95", "Close the list with ']' (optimizer.betas=[0.9,0.95])"),
+    ("trainer.max_steps=${trainer.seed", "Close the brace with '}'"),
+    ("=5", "Write it as key=value"),
+])
+def test_a_syntax_error_names_the_override_and_the_fix(override, fix):
+    from optimus_preflight.app import check_override_syntax
+
+    with pytest.raises(UserError) as caught:
+        check_override_syntax(["trainer.max_steps=5", override])
+    assert repr(override) in str(caught.value) and fix in str(caught.value)

@@ -33,6 +33,8 @@ BUILDER_OF_GROUP = {
     "optimizer": "build_optimizer",
     "scheduler": "build_scheduler",
 }
+# Keys of those groups the loop itself reads, whatever the builders do.
+TOOLKIT_KEYS = frozenset({"data.fetch_timeout_s"})
 _INTERPOLATION = re.compile(r"\$\{([^}:]+)\}")
 
 
@@ -203,7 +205,7 @@ def check_overrides_read(overrides: Sequence[str], reads: ReadLog, recipe_class:
     for key in override_keys(overrides):
         group = key.split(".", 1)[0]
         builder = BUILDER_OF_GROUP.get(group)
-        if builder is None or reads.covers(key) or _source_mentions(recipe_class, key.rsplit(".", 1)[1]):
+        if builder is None or key in TOOLKIT_KEYS or reads.covers(key) or _source_mentions(recipe_class, key.rsplit(".", 1)[1]):
             continue
         read = [k for k in reads.read_under(group) if k != group]
         what = f"it reads {', '.join(read[:8])}" if read else f"it reads nothing under cfg.{group}"

@@ -160,6 +160,11 @@ class DataConfig:
     shuffle: bool = True
     # Defaults to batch_size.
     eval_batch_size: Optional[int] = ranged(None, 1, example="null", hint=" (use data.batch_size)")
+    # The data watchdog: no training batch within this many seconds stops the run at the
+    # last step boundary with a checkpoint, naming the frame the data code blocks in
+    # (exit 2). null: no watchdog (a hung worker then hangs the run).
+    fetch_timeout_s: Optional[float] = ranged(600.0, 0, SECONDS_MAX, lo_open=True, example=600,
+                                              hint=" (10 minutes), or null for no watchdog")
     # Dataset nodes instantiated through Hydra (`_target_` plus arguments).
     train: Any = None
     val: Any = None

@@ -3,8 +3,11 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import shutil
 import signal
 import sys
+import tempfile
+import traceback
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Callable, NoReturn
@@ -15,10 +18,13 @@ from torch.optim import Optimizer
 
 from optimus_preflight.checkpoint import RunCheckpointer
 from optimus_preflight.checkpoint.checkpoint_state import Restorable
+from optimus_preflight.checkpoint.fetch_watchdog import Stall
 from optimus_preflight.checkpoint.peer_watch import PeerWatch
 from optimus_preflight.checkpoint.signals import StopRequested
 from optimus_preflight.checkpoint.stop_control import StopControl
-from optimus_preflight.errors import TrainingInterrupted
+from optimus_preflight.errors import DataStalled, TrainingInterrupted
+from optimus_preflight.mixins.data_workers import describe_stall, open_watched, release_workers
+from optimus_preflight.reporting.run_log import log_to_files
 from optimus_preflight.training.distributed import DistEnv
 from optimus_preflight.training.distributed import peers as active_peers
 from optimus_preflight.training.run_state import RunState
@@ -53,7 +59,11 @@ class TrainingInterruptionMixin:
     step, waiting for data, in your code between steps), ends the loop at the next
     boundary with a checkpoint and ``TrainingInterrupted``, a ``SystemExit`` with code
     128+signal: the process ends without a traceback unless you catch it. Running the
-    same command again continues the run. ``handle_training_interruption(iteration,
+    same command again continues the run. The data watchdog (``fetch_timeout_s``,
+    default 600; None: off): no batch within that time stops the run the same way, naming
+    the frame the data code blocks in (a worker's or the main process's), with
+    ``DataStalled`` (exit 2). Either stop ends the loader's workers, so the exit never
+    waits on one that hangs. ``handle_training_interruption(iteration,
     collective)`` saves at the current boundary (and calls ``checkpoint_callback``) for a
     loop that stops by itself. Owns ``self.checkpointer`` (saves and resume),
     ``self.stop_control`` (the stop signals, forced exits) and, under torchrun,
@@ -75,12 +85,16 @@ class TrainingInterruptionMixin:
         stop_timeout_s: float = 60.0,
         resume: str = "auto",
         resume_hint: Callable[[], str] = script_resume_command,
+        fetch_timeout_s: float | None = 600.0,
+        fetch_timeout_key: str = "fetch_timeout_s",
     ):
         self.save_freq = save_freq
         self.output_path = Path(output_path) if output_path is not None else None
         self.checkpoint_callback = checkpoint_callback
+        # fetch_timeout_key: how the stall message names the setting (the recipe's config key).
         self.interruption_settings = dict(keep_last=keep_last, extra_signal=extra_signal, stop_timeout_s=stop_timeout_s,
-                                          resume=resume, resume_hint=resume_hint)
+                                          resume=resume, resume_hint=resume_hint, fetch_timeout_s=fetch_timeout_s,
+                                          fetch_timeout_key=fetch_timeout_key)
 
     def setup_interruption(
         self,
@@ -106,8 +120,22 @@ class TrainingInterruptionMixin:
         scaler = training_context.scaler if training_context is not None else _disabled_scaler()
         checkpointer = RunCheckpointer(self.output_path, every_n_steps=self.save_freq, keep_last=settings["keep_last"],
                                        dist=dist, config=config or {})
+        if not isinstance(batches, BatchStream):
+            batches = BatchStream(batches, accumulation_steps=1)
+        timeout_s = settings["fetch_timeout_s"]
+        self._stacks_dir = tempfile.mkdtemp(prefix="optimus-data-stacks-") if timeout_s is not None else None
+        stream = batches
+
+        def describe(subject: Any, main_stack: traceback.StackSummary) -> Stall:
+            if subject is None:
+                return describe_stall(stream.loader_iterator, main_stack, self._stacks_dir or "", timeout_s)
+            stall = describe_stall(subject, main_stack, self._stacks_dir or "", timeout_s)
+            stall.what = "evaluation batch"  # watched_batches
+            return stall
+
         stop = StopControl(settings["extra_signal"], dist, resume_hint=settings["resume_hint"],
-                           last_checkpoint=checkpointer.last_checkpoint)
+                           last_checkpoint=checkpointer.last_checkpoint, fetch_timeout_s=timeout_s,
+                           describe_stall=describe)
         peers = active_peers() if dist.is_distributed else None
         peer_watch = None if peers is None else PeerWatch(
             peers, stop, stop_timeout_s=settings["stop_timeout_s"], save_last_step=checkpointer.save_last_step,
@@ -116,9 +144,9 @@ class TrainingInterruptionMixin:
             checkpointer.after_save = lambda path: peer_watch.after_save(path, is_main=dist.is_main)
         self.checkpointer, self.stop_control, self.peer_watch = checkpointer, stop, peer_watch
         self._window: Iterator[tuple[Any, bool]] | None = None
-        if not isinstance(batches, BatchStream):
-            batches = BatchStream(batches, accumulation_steps=1)
-        batches.interruptible = stop.interruptible
+        batches.interruptible = stop.fetching
+        if self._stacks_dir is not None:
+            batches.open_iterator = lambda loader: open_watched(loader, self._stacks_dir)
         batches.should_stop = stop.requested_in_window
         checkpointer.start(Restorable(model, optimizer, scheduler, scaler, run_state or RunState(), batches))
         stop.install()
@@ -170,6 +198,23 @@ class TrainingInterruptionMixin:
                 stream.commit()
                 self._window = None
 
+    def watched_batches(self, loader: Iterable[Any]) -> Iterator[Any]:
+        """The batches of another loader (an evaluation's), each wait for one interruptible by
+        a stop signal and watched by the data watchdog, like the training stream's: a stop
+        raises ``StopRequested`` out of the loop over them, and ends the loader's workers."""
+        stop = self.stop_control
+        iterator = open_watched(loader, self._stacks_dir) if self._stacks_dir is not None else iter(loader)
+        try:
+            while True:
+                with stop.fetching(iterator):
+                    batch = next(iterator, _END)
+                if batch is _END:
+                    return
+                yield batch
+        finally:
+            if stop.requested:
+                release_workers(iterator, hung=stop.stall is not None)
+
     def _commit_batches(self) -> None:
         if self._window is not None:
             self.checkpointer.parts.stream.commit()
@@ -211,8 +256,19 @@ class TrainingInterruptionMixin:
         ``TrainingInterrupted`` (exit 128+signal)."""
         checkpointer, stop = self.checkpointer, self.stop_control
         path = self._save_and_notify(checkpointer.parts.run_state.step, None)
-        signum = stop.received or signal.SIGINT
         step = checkpointer.parts.run_state.step
+        self._release_workers(hung=stop.stall is not None)
+        if stop.stall is not None:
+            key = self.interruption_settings["fetch_timeout_key"]
+            message = (f"{stop.stall.headline()}; stopped at step {step} with checkpoint {path}. Fix the data code "
+                       f"there, or raise {key} if batches are legitimately that slow ({key}=null: no watchdog). "
+                       f"Then resume with: {stop.resume_hint()}")
+            log_to_files(log, logging.WARNING, "the stalled thread's stack, innermost first:\n  "
+                         + "\n  ".join(stop.stall.stack or ["(none)"]))
+            log.error("%s: %s", key, message)
+            self.close_interruption()
+            raise DataStalled(f"{key}: {message}", step, str(path))
+        signum = stop.received or signal.SIGINT
         log.warning("stopped by %s at step %d; checkpoint %s. Resume with:\n  %s",
                     signal.Signals(signum).name, step, path, stop.resume_hint())
         chained = stop.signals.chained_handler()
@@ -226,12 +282,25 @@ class TrainingInterruptionMixin:
             if self.peer_watch is not None:
                 self.peer_watch.close()
             self.stop_control.uninstall()
+        if getattr(self, "_stacks_dir", None) is not None:
+            shutil.rmtree(self._stacks_dir, ignore_errors=True)
+            self._stacks_dir = None
+
+    def _release_workers(self, *, hung: bool) -> None:
+        """A stop: end the training loader's workers now (a stalled or stopped one too), so
+        the process's exit does not wait on them. The stream starts fresh ones if used again."""
+        iterator = self.checkpointer.parts.stream.detach_iterator()
+        if iterator is not None:
+            release_workers(iterator, hung=hung)
 
     def _save_and_notify(self, iteration: int, collective: Any, **kwargs: Any) -> Path | None:
         path = self.checkpointer.save()
         if self.checkpoint_callback is not None and path is not None:
             self.checkpoint_callback(checkpoint_path=path, iteration=iteration, collective=collective, **kwargs)
         return path
+
+
+_END = object()
 
 
 def _batches_of(stream: BatchStream) -> Iterator[Any]:

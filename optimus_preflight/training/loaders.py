@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from optimus_preflight.config.schema import DataConfig
+from optimus_preflight.training.error_context import name_failing_samples
 
 
 class ResumableSampler(Sampler[int]):
@@ -111,8 +112,8 @@ def quiet_orphaned_fd_sharer() -> None:
 
 
 class _WorkerInit:
-    """ignore_sigint_in_worker and quiet_orphaned_fd_sharer, then the user's
-    worker_init_fn (picklable for spawn)."""
+    """ignore_sigint_in_worker, quiet_orphaned_fd_sharer and name_failing_samples, then
+    the user's worker_init_fn (picklable for spawn)."""
 
     def __init__(self, user_init: Callable[[int], None] | None):
         self.user_init = user_init
@@ -120,6 +121,7 @@ class _WorkerInit:
     def __call__(self, worker_id: int) -> None:
         ignore_sigint_in_worker(worker_id)
         quiet_orphaned_fd_sharer()
+        name_failing_samples()
         if self.user_init is not None:
             self.user_init(worker_id)
 

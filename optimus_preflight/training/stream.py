@@ -53,6 +53,10 @@ class BatchStream:
         # step completed or was abandoned.
         self.windows_committed = 0
         self.position = DataPosition()
+        # Starts the loader's iterator (the data watchdog wraps it to read worker stacks).
+        self.open_iterator: Callable[[Any], Iterator[Any]] = iter
+        # The loader's own iterator of this epoch (its workers, for the watchdog and a stop).
+        self.loader_iterator: Iterator[Any] | None = None
         self._iterator: Iterator[Any] | None = None
         # Set by load_state_dict: the recorded order of the epoch a resume continues.
         self._replay: dict[str, Any] | None = None
@@ -74,6 +78,16 @@ class BatchStream:
         self.position = DataPosition(int(state["epoch"]), int(state["samples_consumed"]), order)
         self._replay = order
         self._iterator = None
+
+    def detach_iterator(self) -> Iterator[Any] | None:
+        """Let go of this epoch's loader iterator (a stop is ending its workers) and return
+        it. Used again, the stream restarts the epoch at its committed position, in the
+        recorded order, as a resume from its own state would."""
+        iterator, self.loader_iterator, self._iterator = self.loader_iterator, None, None
+        self._replay = self.position.order
+        if getattr(self.loader, "_iterator", None) is iterator and iterator is not None:
+            self.loader._iterator = None  # persistent workers: the loader would reuse it
+        return iterator
 
     def _start_epoch(self) -> None:
         """Start the position's epoch: recorded fresh, or replayed after a resume."""
@@ -103,18 +117,22 @@ class BatchStream:
         sampler = getattr(self.loader, "sampler", None)
         if hasattr(sampler, "set_start"):
             sampler.set_start(offset)
-            return iter(self.loader)
+            return self._open(self.loader)
         if offset and can_skip_by_index(self.loader):
             view, index_sampler = seekable_view(self.loader, offset, self.batch_size)
-            iterator = iter(view)
+            iterator = self._open(view)
             index_sampler.prime()  # the sampler's own draw happens now, under the replayed RNGs
             return iterator
-        iterator = iter(self.loader)
-        with self.interruptible():
-            for _ in range(offset // self.batch_size):
+        iterator = self._open(self.loader)
+        for _ in range(offset // self.batch_size):
+            with self.interruptible():  # one wait per batch, as in training
                 if next(iterator, _END) is _END:
                     break
         return iterator
+
+    def _open(self, loader: Any) -> Iterator[Any]:
+        self.loader_iterator = self.open_iterator(loader)
+        return self.loader_iterator
 
     def _fetch(self) -> Any | None:
         try:
