@@ -293,8 +293,9 @@ def _print_help_and_exit(args: Any) -> None:
     from optimus_preflight.config.registration import group_schemas
 
     cfg = compose(_job_overrides(args.overrides, False)[0] if not args.multirun else [], source=_source(args))
-    program = Path(sys.argv[0]).name
-    print(HELP_HEADER.format(prog="optimus-train" if program in ("cli.py", "optimus-train", "__main__.py") else f"python {program}"))
+    from optimus_preflight.config.invocation import program
+
+    print(HELP_HEADER.format(prog=program()))
     print(config_help(cfg, group_schemas()))
     print(HELP_FOOTER)
     sys.exit(EXIT_OK)

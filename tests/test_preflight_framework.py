@@ -98,20 +98,30 @@ def test_a_crashing_check_is_isolated_and_its_dependents_skipped(tmp_path):
                                 "fix": "look at it", "config_key": "trainer.max_steps"}]
 
 
-def test_console_shows_checks_then_issues_with_fixes_then_the_verdict(tmp_path, caplog):
+def test_console_shows_the_count_then_issues_with_fixes_then_skips_then_the_verdict(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="optimus_preflight"):
-        report, path = _report(tmp_path, [Warns(), Fails(), Crashes()])
+        report, path = _report(tmp_path, [Warns(), Fails(), Crashes(), NeedsFails()])
     text = format_report(report, path)
     lines = text.splitlines()
-    assert lines[0] == "preflight: 3 checks"
-    assert lines[1].split()[:2] == ["CRASH", "test.crashes"]
-    assert lines.index("issues:") > 3
+    assert lines[0].startswith("preflight: 4 checks: 0 passed, 1 with warnings, 1 with errors, 1 crashed, 1 skipped (")
+    assert lines[1].split()[:2] == ["CRASH", "test.crashes"]  # a crash is no issue: its line stays
+    assert lines.index("issues:") == 2
     assert any(line.strip() == "ERROR TEST_ERR [test.fails] something broken" for line in lines)
     assert "fix: fix it" in text and "fix (trainer.max_steps): look at it" in text
+    assert "  skipped test.needs_fails: requires test.fails, which did not pass" in lines
     assert lines[-1].startswith("preflight FAILED") and str(path) in lines[-1]
+    assert "training will not start" in lines[-1]
     logged = [r.getMessage() for r in caplog.records if r.name == "optimus_preflight"]
     assert logged[-len(lines):] == lines  # the same text went through the optimus_preflight logger
     assert any(r.levelno == logging.ERROR and "TEST_ERR" in r.getMessage() for r in caplog.records)
+
+
+def test_verbose_console_has_a_line_for_every_check(tmp_path):
+    report, path = _report(tmp_path, [Warns(), Fails(), Crashes(), NeedsFails()])
+    lines = format_report(report, path, verbose=True).splitlines()
+    labels = {line.split()[1]: line.split()[0] for line in lines[1:5]}
+    assert labels == {"test.crashes": "CRASH", "test.warns": "WARN", "test.fails": "ERROR", "test.needs_fails": "skip"}
+    assert not any(line.startswith("  skipped") for line in lines)  # the skip is among the check lines
 
 
 def test_default_checks_follow_the_config(tiny_cfg):

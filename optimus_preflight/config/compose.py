@@ -15,6 +15,7 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from optimus_preflight.config.invocation import program
 from optimus_preflight.config.recipe_config import is_generated_option, recipe_overrides, selecting_overrides
 from optimus_preflight.config.registration import register_configs
 from optimus_preflight.config.validate import validate_config
@@ -151,7 +152,7 @@ def config_error(error: Exception, overrides: Sequence[str], source: ConfigSourc
         return UserError(
             f"invalid value for {key}: {reason}",
             key=key,
-            fix="Pass a value of the type the schema declares (see `optimus-train --cfg job`).",
+            fix=f"Pass a value of the type the schema declares (see `{program()} --cfg job`).",
         )
     reason = " ".join(str(error).split())
     if cause is not None and str(cause).strip() and str(cause).splitlines()[0] not in reason:

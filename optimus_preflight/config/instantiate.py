@@ -22,6 +22,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from optimus_preflight.config.changes import RENAMED_TARGETS
+from optimus_preflight.config.invocation import program
 from optimus_preflight.errors import UserError
 
 
@@ -131,7 +132,7 @@ def check_arguments(target: Any, node: DictConfig, key: str, extra: dict[str, An
         raise UserError(
             f"{key} does not match {getattr(target, '__qualname__', target)}{signature}: {error}",
             key=key,
-            fix=f"Remove or rename the offending keys under {key} (see `optimus-train --cfg job`).",
+            fix=f"Remove or rename the offending keys under {key} (see `{program()} --cfg job`).",
         ) from None
 
 
@@ -212,8 +213,8 @@ def rejection_error(group: str, node: Any, error: BaseException) -> UserError:
         f"the {group} builder rejected {', '.join(keys) or f'the {group} config'}: {text} "
         f"({type(error).__name__}{location})",
         key=keys[0] if keys else group,
-        fix=(f"Change {named} (`optimus-train --cfg job` prints the composed values)." if keys
-             else f"Check the values under {group} (`optimus-train --cfg job` prints them)."),
+        fix=(f"Change {named} (`{program()} --cfg job` prints the composed values)." if keys
+             else f"Check the values under {group} (`{program()} --cfg job` prints them)."),
     )
 
 

@@ -273,6 +273,9 @@ class PreflightConfig:
     # LR range test (O7) on copies of the model and optimizer: suggests optimizer.lr and
     # writes lr_finder.json/.png. Off by default: it costs ~100 extra training steps.
     lr_finder: bool = False
+    # Console: a line for every check (passed and skipped ones too); by default only the
+    # issues, a count of the passed checks and the memory table. preflight.json has all.
+    verbose: bool = False
     memory: MemoryPreflightConfig = field(default_factory=MemoryPreflightConfig)
 
 

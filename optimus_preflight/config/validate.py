@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError, InterpolationToMissingValueError, OmegaConfBaseException
 
+from optimus_preflight.config.invocation import program
 from optimus_preflight.config.schema import (
     EXTRA_SIGNALS,
     FAIL_ON,
@@ -102,7 +103,7 @@ def check_interpolations(cfg: DictConfig) -> None:
             parent[name]
         except (InterpolationKeyError, InterpolationToMissingValueError) as error:
             raise UserError(f"{key}={child._value()} points to a key that has no value ({str(error).splitlines()[0]})",
-                            key=key, fix=f"Point {key} at an existing key (see `optimus-train --cfg job`), or give it a value.") from None
+                            key=key, fix=f"Point {key} at an existing key (see `{program()} --cfg job`), or give it a value.") from None
         except OmegaConfBaseException as error:
             if "HydraConfig was not set" in str(error):
                 continue

@@ -9,6 +9,7 @@ import difflib
 from collections.abc import Iterable
 from typing import Any
 
+from optimus_preflight.config.invocation import program
 from optimus_preflight.errors import UserError
 from optimus_preflight.preflight.checks import (
     batch_checks,
@@ -123,8 +124,8 @@ def check_disable_names(disable: Iterable[str]) -> None:
         return
     entry = unknown[0]
     close = _close_matches(entry, [*checks, *codes])
-    listing = ("`optimus-train preflight.only=true` prints every check's name; a check's issue codes are its "
-               "`codes` attribute.")
+    listing = (f"`{program()} preflight.only=true preflight.verbose=true` prints every check's name; a check's "
+               "issue codes are its `codes` attribute.")
     if not close:
         fix = f"Name checks or issue codes as a list, e.g. preflight.disable=[step.throughput,O6]; {listing}"
     else:

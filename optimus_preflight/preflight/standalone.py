@@ -47,6 +47,7 @@ _KEYWORD_OF_KEY = {
     "preflight.first_batch_timeout_s": "first_batch_timeout_s",
     "preflight.overfit_steps": "overfit_steps",
     "preflight.lr_finder": "lr_finder",
+    "preflight.verbose": "verbose",
     "preflight.disable": "disable",
     "preflight.fail_on": "fail_on",
 }
@@ -158,6 +159,7 @@ def foreign_loop_config(
     overfit_steps: int,
     lr_finder: bool,
     target_gib: float | None,
+    verbose: bool = False,
 ) -> DictConfig:
     """The schema's defaults, with what the user's loop really does written in: the
     DataLoader's own settings, the loop's precision, accumulation, clipping and length."""
@@ -183,7 +185,16 @@ def foreign_loop_config(
     cfg.preflight.overfit_steps = overfit_steps
     cfg.preflight.lr_finder = lr_finder
     cfg.preflight.memory.target_gib = target_gib
+    cfg.preflight.verbose = verbose
     return cfg
+
+
+def failure_outcome(raise_on_failure: bool) -> str:
+    """What a failed verdict does in a loop of the user's own, for the console's last line."""
+    if raise_on_failure:
+        return "run_preflight raises PreflightFailed, before your loop's first step"
+    return ("nothing stops your loop: run_preflight only returns the report (raise_on_failure=True raises "
+            "PreflightFailed instead)")
 
 
 def _validate(precision: str, accumulation_steps: int, max_steps: int | None, fail_on: str, device: torch.device) -> str:
@@ -221,6 +232,7 @@ def run_preflight(
     overfit_steps: int = 0,
     lr_finder: bool = False,
     target_gib: float | None = None,
+    verbose: bool = False,
     raise_on_failure: bool = False,
     loop_calls_train: bool = False,
     dist: DistEnv | None = None,
@@ -241,6 +253,8 @@ def run_preflight(
       without it nothing is written and scratch files go to a temporary directory.
     - ``checks``: instances to run instead of the defaults; ``disable``: check names or
       issue codes to skip; ``fail_on``: ``error``, ``warning`` or ``never``.
+    - ``verbose``: a console line for every check (by default: the issues, a count of the
+      passed checks and the memory table); ``preflight.json`` has every check either way.
     - ``raise_on_failure``: raise ``PreflightFailed`` (carrying the report) when the
       verdict is failed under ``fail_on``, as a recipe exits 3.
     - ``loop_calls_train``: your loop calls ``model.train()`` itself before its first step
@@ -265,6 +279,7 @@ def run_preflight(
         overfit_steps=overfit_steps,
         lr_finder=lr_finder,
         target_gib=target_gib,
+        verbose=verbose,
     )
     plan = PrecisionPlan(resolved, device)
     training = TrainingContext(
@@ -286,6 +301,7 @@ def run_preflight(
                                               run_dir=directory, scheduler=scheduler, val_loader=val_loader,
                                               training=training)
         ctx.loop_sets_train_mode = loop_calls_train
+        ctx.failure_outcome = failure_outcome(raise_on_failure)
         chosen = list(checks) if checks is not None else default_checks(cfg)
         report = run_preflight_checks(chosen, ctx, report_path=directory / REPORT_FILE if run_dir is not None else None)
     if raise_on_failure and report.failed:

@@ -52,6 +52,7 @@ class StepProbe:
     loss: LossReturn | None = None
     error: str | None = None
     error_frame: str | None = None
+    error_traceback: str | None = None  # the whole of it, for preflight.json (the console has one line)
     stepped: bool = False
     grad_norm: float | None = None
     step_s: float = 0.0
@@ -167,6 +168,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         except Exception as error:
             probe.error = "".join(traceback.format_exception_only(type(error), error)).strip()
             probe.error_frame = _user_frame(error)
+            probe.error_traceback = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         finally:
             probe.step_s = time.perf_counter() - started
             for handle in handles:

@@ -78,9 +78,14 @@ class FirstStepCheck(Check):
             )
         elif probe.error is not None:
             where = f" at {probe.error_frame}" if probe.error_frame else ""
+            findings.data["traceback"] = probe.error_traceback
             findings.error("STEP_ERROR", f"the first training step raised {probe.error.splitlines()[0]}{where}",
                            shape_error_fix(probe.criterion_calls)
-                           or "Fix the error; the traceback frame above is where it happened in your code.")
+                           or (f"Fix the error at {probe.error_frame}, the last frame of your code it passed through; "
+                               "the full traceback is in the report: the data['traceback'] of step.first_step (preflight.json)."
+                               if probe.error_frame else
+                               "Fix the error; call compute_loss (or your loss function) on one batch by hand to "
+                               "see its full traceback."))
         elif _nan_from_ignored_targets(probe) is not None:
             # 0/0 over no targets: the labels, not the inputs or the learning rate
             findings.error("TARGET_ALL_IGNORED", *all_ignored_message(_nan_from_ignored_targets(probe), nan=True))

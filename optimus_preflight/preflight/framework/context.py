@@ -60,6 +60,10 @@ class PreflightContext:
     # Lightning and Hugging Face loops do); False for a loop of the user's own, where a
     # model left in eval mode trains in eval mode.
     loop_sets_train_mode: bool = True
+    # What a failed verdict does where this preflight runs, for its last console line: a
+    # recipe does not start training; run_preflight raises PreflightFailed or only
+    # returns the report (standalone.failure_outcome).
+    failure_outcome: str = "training will not start"
 
     @property
     def weights_materialized(self) -> bool:

@@ -4,6 +4,7 @@ and each fix is fitted to what the recipe reads."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -16,6 +17,7 @@ from optimus_preflight.preflight.framework.registry import validate_checks
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
+    from optimus_preflight.preflight.framework.live import LiveCheckLine
 
 
 @dataclass
@@ -135,13 +137,15 @@ def run_check(check: Check, ctx: PreflightContext, results: dict[str, CheckResul
     return CheckResult(check.name, check.stage, _status_of(issues), time.perf_counter() - started, issues, findings.data)
 
 
-def run_checks(checks: Iterable[Check], ctx: PreflightContext, disabled: Iterable[str] = ()) -> list[CheckResult]:
-    """Run checks stage by stage (stable within a stage)."""
+def run_checks(checks: Iterable[Check], ctx: PreflightContext, disabled: Iterable[str] = (),
+               live: LiveCheckLine | None = None) -> list[CheckResult]:
+    """Run checks stage by stage (stable within a stage); ``live`` shows the running one."""
     checks = list(checks)
     validate_checks(checks)
     ordered = sorted(checks, key=lambda check: STAGE_ORDER.index(check.stage))
     disabled_set = frozenset(disabled)
     results: dict[str, CheckResult] = {}
     for check in ordered:
-        results[check.name] = run_check(check, ctx, results, disabled_set)
+        with live.running(check.name) if live is not None else contextlib.nullcontext():
+            results[check.name] = run_check(check, ctx, results, disabled_set)
     return list(results.values())

@@ -11,6 +11,7 @@ from optimus_preflight.preflight.framework.check import Check
 from optimus_preflight.preflight.framework.consensus import agree_on_verdict
 from optimus_preflight.preflight.framework.console import log_report
 from optimus_preflight.preflight.framework.execution import run_checks
+from optimus_preflight.preflight.framework.live import LiveCheckLine
 from optimus_preflight.preflight.framework.preserve import snapshot_of
 from optimus_preflight.preflight.framework.report import PreflightReport
 from optimus_preflight.reporting.summary import write_json_atomic
@@ -32,19 +33,21 @@ def run_preflight_checks(
     # Taken once, restored by every check that runs steps and once more at the end, so
     # not even a check that forgets to protect the state can change training.
     snapshot = ctx.artifacts.snapshot = snapshot_of(ctx)
+    rank = ctx.training.dist.rank
+    live = LiveCheckLine.for_console() if rank == 0 else None
     try:
         with ctx.interruptible():
-            results = run_checks(checks, ctx, policy.disable)
+            results = run_checks(checks, ctx, policy.disable, live)
     finally:
         snapshot.restore()
         ctx.artifacts.snapshot = None
     report = PreflightReport(results, 0.0, policy.fail_on)
-    rank = ctx.training.dist.rank
     agree_on_verdict(report, rank, ctx.artifacts.sample_hashes)
     report.elapsed_s = time.perf_counter() - started
     if rank == 0:
         path = Path(ctx.run_dir) / REPORT_FILE if report_path is True else report_path or None
         if path is not None:
             write_json_atomic(path, report.to_dict())
-        log_report(report, path)
+        log_report(report, path, verbose=bool(policy.get("verbose", False)),
+                   failure_outcome=getattr(ctx, "failure_outcome", "training will not start"))
     return report
