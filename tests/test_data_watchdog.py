@@ -133,7 +133,7 @@ def test_null_disables_the_watchdog():
 def test_the_watchdog_names_the_main_threads_frame_and_ends_the_wait():
     stalls: list[Stall] = []
 
-    def describe(subject: object, stack: traceback.StackSummary) -> Stall:
+    def describe(subject, stack: traceback.StackSummary) -> Stall:
         return Stall(0.5, frame=f"{stack[-1].name}: {stack[-1].line}")
 
     watchdog = FetchWatchdog(0.5, describe=describe, on_stall=stalls.append, on_stuck=lambda stall: None)
