@@ -1,0 +1,179 @@
+"""Run the blind preflight evaluation set and score it.
+
+    .venv/bin/python -m benchmarks.blind_preflight.run [--only NAME[,NAME]] [--json out.json] [--verbose]
+
+Each case runs ``run_preflight(...)`` in its own subprocess (a crash or a hang in one case
+does not stop the rest; ``--timeout`` seconds per case). Scoring, from the findings of
+severity warning or error only (info is ignored):
+
+- broken case: DIAGNOSED if a finding's message or fix matches the case's ``cause_pattern``
+  (case-insensitive); WRONG_CAUSE if something fired but nothing matches; MISSED if nothing fired.
+- healthy case: FALSE_ALARM if any warning or error fired (or a check crashed), else OK.
+- HARNESS_ERROR: the case could not be built or ``run_preflight`` itself raised / timed out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+
+
+def child(name: str, out_path: str) -> None:
+    from benchmarks.blind_preflight.registry import load_all
+
+    cases = load_all()
+    result: dict = {"name": name}
+    try:
+        kwargs = cases[name].build()
+        from optimus_preflight.preflight import run_preflight
+
+        kwargs.setdefault("first_batch_timeout_s", 60.0)
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            report = run_preflight(**kwargs)
+        result["elapsed_s"] = round(time.perf_counter() - start, 2)
+        result["status"] = report.status
+        findings = []
+        for check in report.checks:
+            for issue in check.issues:
+                findings.append({"check": check.name, "severity": issue.severity.value, "code": issue.code,
+                                 "message": issue.message, "fix": issue.fix})
+            if check.status.value == "crashed":
+                findings.append({"check": check.name, "severity": "crashed", "code": "CRASHED",
+                                 "message": str(check.detail or "")[-2000:], "fix": ""})
+        result["findings"] = findings
+    except BaseException:  # noqa: BLE001 - report whatever stopped the case
+        result["harness_error"] = traceback.format_exc()[-4000:]
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+
+
+def run_case(name: str, timeout: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="blind-") as tmp:
+        out = os.path.join(tmp, "result.json")
+        env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+                   TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                   TRANSFORMERS_VERBOSITY="error")
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run([sys.executable, "-m", "benchmarks.blind_preflight.run", "--child", name, "--out", out],
+                                  capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            return {"name": name, "harness_error": f"timed out after {timeout:.0f} s",
+                    "wall_s": round(time.perf_counter() - start, 1)}
+        wall = round(time.perf_counter() - start, 1)
+        if not os.path.exists(out):
+            return {"name": name, "harness_error": f"exit {proc.returncode}: {proc.stderr[-3000:]}", "wall_s": wall}
+        with open(out) as f:
+            result = json.load(f)
+        result["wall_s"] = wall
+        return result
+
+
+def fired(result: dict) -> list[dict]:
+    return [f for f in result.get("findings", []) if f["severity"] in ("warning", "error", "crashed")]
+
+
+def score(case, result: dict) -> tuple[str, list[dict]]:
+    if "harness_error" in result:
+        return "HARNESS_ERROR", []
+    alarms = fired(result)
+    if case.healthy:
+        return ("FALSE_ALARM" if alarms else "OK"), []
+    pattern = re.compile(case.cause_pattern, re.IGNORECASE)
+    matched = [f for f in alarms if f["severity"] != "crashed"
+               and (pattern.search(f["message"]) or pattern.search(f["fix"]))]
+    if matched:
+        return "DIAGNOSED", matched
+    return ("WRONG_CAUSE" if alarms else "MISSED"), []
+
+
+def codes_of(result: dict) -> str:
+    tags = []
+    for f in fired(result):
+        tag = {"error": "E", "warning": "W", "crashed": "C"}[f["severity"]] + ":" + (
+            f["code"] if f["severity"] != "crashed" else f["check"])
+        if tag not in tags:
+            tags.append(tag)
+    return " ".join(tags) or "-"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", help="comma-separated case names (or substrings)")
+    parser.add_argument("--json", help="write every case's findings and outcome here")
+    parser.add_argument("--verbose", action="store_true", help="print every finding (message and fix) per case")
+    parser.add_argument("--timeout", type=float, default=180.0)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child, args.out)
+        return 0
+
+    from benchmarks.blind_preflight.registry import load_all
+
+    cases = load_all()
+    names = list(cases)
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+        names = [n for n in names if any(w == n for w in wanted)] or [n for n in names if any(w in n for w in wanted)]
+        if not names:
+            print(f"no case matches {args.only!r}", file=sys.stderr)
+            return 2
+
+    rows, records = [], []
+    total_start = time.perf_counter()
+    for name in names:
+        case = cases[name]
+        result = run_case(name, args.timeout)
+        outcome, matched = score(case, result)
+        rows.append((name, case.family, outcome, codes_of(result), result.get("wall_s", 0.0)))
+        records.append({"name": name, "family": case.family, "bug": case.bug, "cause_pattern": case.cause_pattern,
+                        "outcome": outcome, "matched": matched, **result})
+        print(f"{name:44s} {case.family:16s} {outcome:14s} {result.get('wall_s', 0.0):6.1f}s  {codes_of(result)}",
+              flush=True)
+        if args.verbose:
+            if "harness_error" in result:
+                print("    harness error: " + result["harness_error"].strip().replace("\n", "\n    "))
+            for f in result.get("findings", []):
+                print(f"    [{f['severity']}] {f['check']} {f['code']}: {f['message']}")
+                if f["fix"]:
+                    print(f"        fix: {f['fix']}")
+    elapsed = time.perf_counter() - total_start
+
+    broken = [r for r in rows if cases[r[0]].cause_pattern is not None]
+    good = [r for r in rows if cases[r[0]].cause_pattern is None]
+    print()
+    print(f"{'case':44s} {'family':16s} {'outcome':14s} codes fired (E/W: error/warning, C: check crashed)")
+    print("-" * 110)
+    for name, family, outcome, codes, _ in rows:
+        print(f"{name:44s} {family:16s} {outcome:14s} {codes}")
+    print("-" * 110)
+    diagnosed = sum(r[2] == "DIAGNOSED" for r in broken)
+    wrong = sum(r[2] == "WRONG_CAUSE" for r in broken)
+    missed = sum(r[2] == "MISSED" for r in broken)
+    harness = sum(r[2] == "HARNESS_ERROR" for r in rows)
+    alarms = sum(r[2] == "FALSE_ALARM" for r in good)
+    pct = 100.0 * diagnosed / len(broken) if broken else 0.0
+    print(f"broken diagnosed {diagnosed}/{len(broken)} ({pct:.0f}%), healthy false alarms {alarms}/{len(good)}")
+    print(f"broken: {diagnosed} diagnosed, {wrong} wrong cause, {missed} missed; harness errors {harness}; "
+          f"{elapsed:.0f} s in all")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"cases": records, "diagnosed": diagnosed, "broken": len(broken),
+                       "false_alarms": alarms, "healthy": len(good)}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
