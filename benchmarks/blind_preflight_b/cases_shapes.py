@@ -102,12 +102,19 @@ def _spam(n, s, vocab=500, length=20):
     return tokens, spam.float()
 
 
-def focal_loss(logits, target, gamma=2.0, alpha=0.25):
-    p = torch.sigmoid(logits)
-    ce = -(target * F.logsigmoid(logits) + (1 - target) * F.logsigmoid(-logits))
-    p_t = p * target + (1 - p) * (1 - target)
-    a_t = alpha * target + (1 - alpha) * (1 - target)
-    return (a_t * (1 - p_t) ** gamma * ce).mean()
+class FocalLoss(nn.Module):
+    """Binary focal loss (Lin et al.), written out by hand."""
+
+    def __init__(self, gamma=2.0, alpha=0.25):
+        super().__init__()
+        self.gamma, self.alpha = gamma, alpha
+
+    def forward(self, logits, target):
+        p = torch.sigmoid(logits)
+        ce = -(target * F.logsigmoid(logits) + (1 - target) * F.logsigmoid(-logits))
+        p_t = p * target + (1 - p) * (1 - target)
+        a_t = self.alpha * target + (1 - self.alpha) * (1 - target)
+        return (a_t * (1 - p_t) ** self.gamma * ce).mean()
 
 
 @case("spam_gru_focal_loss_b1_vs_b", "shapes",
@@ -119,7 +126,7 @@ def spam_gru_focal_loss_b1_vs_b():
     model = SpamGRU()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     return dict(model=model, optimizer=optimizer, train_loader=loader(TensorDataset(tokens, labels), 64),
-                loss_fn=focal_loss)
+                loss_fn=FocalLoss())
 
 
 class TinySegNet(nn.Module):
