@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset, TensorDataset, WeightedRandomSampler, random_split
 
-from benchmarks.blind_preflight_b.registry import case, loader, seed, teacher_classes
+from benchmarks.blind_preflight_b.registry import case, loader, seed, teacher_classes, decay_groups
 
 LEAK = (r"overlap|leak|duplicat|identical|same (rows|samples|examples|images|inputs|content)"
         r"|(appear|also|present|occur)\w* in (both|the training|train)|validation[^.]*training (samples|rows|data|set)")
@@ -298,5 +298,5 @@ def roberta_tickets_getitem_uses_stale_loop_index():
                            intermediate_size=64, max_position_embeddings=64, num_labels=3, pad_token_id=1,
                            bos_token_id=0, eos_token_id=2)
     model = RobertaForSequenceClassification(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-4)
+    optimizer = torch.optim.AdamW(decay_groups(model), lr=5e-4)
     return dict(model=model, optimizer=optimizer, train_loader=loader(EncodedTickets(512, 0), 16), loss_fn=None)

@@ -12,7 +12,7 @@ from benchmarks.blind_preflight_b.cases_data import Utterances
 from benchmarks.blind_preflight_b.cases_mechanics import _commands
 from benchmarks.blind_preflight_b.cases_shapes import _shapes_masks
 from benchmarks.blind_preflight_b.cases_trained import LMStream, PatchViT, ReviewSet, _pets
-from benchmarks.blind_preflight_b.registry import healthy, loader, seed, teacher_classes
+from benchmarks.blind_preflight_b.registry import healthy, loader, seed, teacher_classes, decay_groups
 
 
 def packed_collate(batch):
@@ -136,7 +136,7 @@ def tiny_vit_patches():
     seed()
     x, y = _pets(640, 1)
     model = PatchViT()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
+    optimizer = torch.optim.AdamW(decay_groups(model, 0.05), lr=1e-3)
     return dict(model=model, optimizer=optimizer, train_loader=loader(TensorDataset(x, y), 32),
                 loss_fn=nn.CrossEntropyLoss())
 
@@ -149,7 +149,7 @@ def distilbert_from_config_accumulated():
     config = DistilBertConfig(vocab_size=120, dim=32, hidden_dim=64, n_layers=2, n_heads=2, max_position_embeddings=64,
                               num_labels=2, pad_token_id=0)
     model = DistilBertForSequenceClassification(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-4)
+    optimizer = torch.optim.AdamW(decay_groups(model), lr=5e-4)
     return dict(model=model, optimizer=optimizer, train_loader=loader(ReviewSet(512, 0), 16), loss_fn=None,
                 accumulation_steps=2)
 
@@ -163,7 +163,7 @@ def llama_tiny_causal_lm():
                          num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
                          bos_token_id=1, eos_token_id=2, pad_token_id=0)
     model = LlamaForCausalLM(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(decay_groups(model), lr=1e-3)
     return dict(model=model, optimizer=optimizer, train_loader=loader(LMStream(256, 32, 64, s=4), 16), loss_fn=None)
 
 
@@ -288,6 +288,6 @@ def speech_gru_plain_accumulation():
     seed()
     x, y = _commands(1024, 1)
     model = SpeechCommandGRU()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    optimizer = torch.optim.AdamW(decay_groups(model), lr=2e-3)
     return dict(model=model, optimizer=optimizer, train_loader=loader(TensorDataset(x, y), 16),
                 loss_fn=nn.CrossEntropyLoss(), accumulation_steps=4)

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
-from benchmarks.blind_preflight_b.registry import case, loader, seed, teacher_classes, teacher_regression, token_sequences
+from benchmarks.blind_preflight_b.registry import case, loader, seed, teacher_classes, teacher_regression, token_sequences, decay_groups
 
 ZERO_GRAD = (r"zero_grad|(grad\w*|accumulat\w*)[^.]*(cleared|reset|zeroed|discarded|lost|overwritten|only the last)"
              r"|only the last (micro.?batch|batch)")
@@ -72,7 +72,7 @@ def speech_gru_pre_hook_clears_grads():
     x, y = _commands(1024, 0)
     model = SpeechCommandGRU()
     model.register_forward_pre_hook(free_grads_hook)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    optimizer = torch.optim.AdamW(decay_groups(model), lr=2e-3)
     return dict(model=model, optimizer=optimizer, train_loader=loader(TensorDataset(x, y), 16),
                 loss_fn=nn.CrossEntropyLoss(), accumulation_steps=4)
 
@@ -123,7 +123,7 @@ def bert_nli_hf_loss_divided_by_accum_twice():
     config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=64, num_labels=3)
     model = BertForSequenceClassification(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-4)
+    optimizer = torch.optim.AdamW(decay_groups(model), lr=5e-4)
 
     def compute_loss(model, batch):
         return model(**batch).loss / gradient_accumulation_steps
@@ -155,7 +155,7 @@ def llama_labels_preshifted_by_hand():
                          num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1, eos_token_id=2,
                          pad_token_id=0)
     model = LlamaForCausalLM(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(decay_groups(model), lr=1e-3)
     return dict(model=model, optimizer=optimizer, train_loader=loader(ShiftedLM(256, 32, 64), 16), loss_fn=None)
 
 
@@ -183,5 +183,5 @@ def neox_labels_rolled_by_hand():
                            num_attention_heads=4, max_position_embeddings=64, bos_token_id=1, eos_token_id=2,
                            rotary_pct=0.5)
     model = GPTNeoXForCausalLM(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(decay_groups(model), lr=1e-3)
     return dict(model=model, optimizer=optimizer, train_loader=loader(RolledLM(256, 32, 64, s=3), 16), loss_fn=None)

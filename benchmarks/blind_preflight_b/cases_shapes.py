@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
-from benchmarks.blind_preflight_b.registry import case, loader, seed, teacher_classes, teacher_regression
+from benchmarks.blind_preflight_b.registry import case, loader, seed, teacher_classes, teacher_regression, decay_groups
 
 BROADCAST = (r"broadcast|shape|squeeze|unsqueeze|\(\s*B\s*,\s*1\s*\)|\(\s*\d+\s*,\s*1\s*\)|\(\s*B\s*,\s*B"
              r"|\(\s*\d+\s*,\s*\d+\s*,\s*2\s*\)|\(\s*B\s*,\s*1\s*,\s*2\s*\)")
@@ -234,7 +234,7 @@ def intent_transformer_default_seq_first():
     seed()
     tokens, y = _intents(1024, 0)
     model = IntentTransformer()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(decay_groups(model), lr=1e-3)
     return dict(model=model, optimizer=optimizer, train_loader=loader(TensorDataset(tokens, y), 32),
                 loss_fn=nn.CrossEntropyLoss())
 

@@ -8,7 +8,7 @@ from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset, TensorDataset
 
-from benchmarks.blind_preflight_b.registry import case, loader, seed, teacher_classes
+from benchmarks.blind_preflight_b.registry import case, loader, seed, teacher_classes, decay_groups
 
 SINGLE = (r"one class|single class|only (one|a single|1) (class|label|value|distinct)|(labels?|targets?)[^.]*(all|always) "
           r"(the same|equal|identical|\d)|all (the )?(labels|targets)[^.]*(same|equal|identical)|constant"
@@ -248,7 +248,7 @@ def t5_reverse_labels_pad_mask_inverted():
     config = T5Config(vocab_size=40, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
                       pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, dropout_rate=0.0)
     model = T5ForConditionalGeneration(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(decay_groups(model), lr=1e-3)
     return dict(model=model, optimizer=optimizer, train_loader=loader(ReverseDigits(512, 0), 16, collate_fn=t5_collate),
                 loss_fn=None)
 

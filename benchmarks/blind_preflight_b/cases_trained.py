@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
-from benchmarks.blind_preflight_b.registry import case, loader, seed, teacher_classes, token_sequences
+from benchmarks.blind_preflight_b.registry import case, loader, seed, teacher_classes, token_sequences, decay_groups
 
 UNREGISTERED = (r"nn\.Parameter|ParameterDict|ModuleList|ModuleDict|register_(parameter|buffer|module)"
                 r"|not (a |an )?(registered|module parameter|parameter|submodule)|plain (tensor|attribute|list|dict)"
@@ -203,7 +203,7 @@ def gpt2_pdrop_as_keep_prob():
     config = GPT2Config(vocab_size=64, n_positions=48, n_embd=32, n_layer=2, n_head=2, bos_token_id=1, eos_token_id=2,
                         resid_pdrop=0.9, embd_pdrop=0.9, attn_pdrop=0.9)
     model = GPT2LMHeadModel(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(decay_groups(model), lr=1e-3)
     return dict(model=model, optimizer=optimizer, train_loader=loader(LMStream(256, 32, 64), 16), loss_fn=None)
 
 
@@ -217,7 +217,7 @@ def gpt2_head_initialised_from_embedding_clone():
                         tie_word_embeddings=True)
     model = GPT2LMHeadModel(config)
     model.lm_head.weight = nn.Parameter(model.transformer.wte.weight.detach().clone())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(decay_groups(model), lr=1e-3)
     return dict(model=model, optimizer=optimizer, train_loader=loader(LMStream(256, 32, 64, s=1), 16), loss_fn=None)
 
 
@@ -235,7 +235,7 @@ def llama_input_embeddings_reinitialised_untied():
     new_emb = nn.Embedding(64, 32, padding_idx=0)
     nn.init.normal_(new_emb.weight, std=0.02)
     model.set_input_embeddings(new_emb)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(decay_groups(model), lr=1e-3)
     return dict(model=model, optimizer=optimizer, train_loader=loader(LMStream(256, 32, 64, s=2), 16), loss_fn=None)
 
 
@@ -266,7 +266,7 @@ def distilbert_reloaded_from_checkpoint_stays_eval():
     with tempfile.TemporaryDirectory() as ckpt:
         warm.save_pretrained(ckpt)
         model = DistilBertForSequenceClassification.from_pretrained(ckpt)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-4)
+    optimizer = torch.optim.AdamW(decay_groups(model), lr=5e-4)
     return dict(model=model, optimizer=optimizer, train_loader=loader(ReviewSet(512, 0), 16), loss_fn=None)
 
 
@@ -302,6 +302,6 @@ def vit_left_in_eval_by_profiling_helper():
     x, y = _pets(640, 1)
     model = PatchViT()
     count_flops_and_print_summary(model, x[:2])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
+    optimizer = torch.optim.AdamW(decay_groups(model, 0.05), lr=1e-3)
     return dict(model=model, optimizer=optimizer, train_loader=loader(TensorDataset(x, y), 32),
                 loss_fn=nn.CrossEntropyLoss())

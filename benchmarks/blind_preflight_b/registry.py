@@ -20,6 +20,13 @@ def healthy(name: str, description: str):
     return case(name, "healthy", description, None)
 
 
+def decay_groups(model, weight_decay: float = 0.01) -> list[dict]:
+    """AdamW parameter groups as the Hugging Face Trainer builds them: no decay on biases and norm weights."""
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    return [{"params": [p for n, p in params if p.ndim >= 2], "weight_decay": weight_decay},
+            {"params": [p for n, p in params if p.ndim < 2], "weight_decay": 0.0}]
+
+
 def all_case_modules() -> list[str]:
     return [
         "benchmarks.blind_preflight_b.cases_shapes",
