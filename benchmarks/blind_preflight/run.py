@@ -1,6 +1,7 @@
 """Run the blind preflight evaluation set and score it.
 
     .venv/bin/python -m benchmarks.blind_preflight.run [--only NAME[,NAME]] [--json out.json] [--verbose]
+    .venv/bin/python -m benchmarks.blind_preflight.run --set b ...    # the second set, benchmarks/blind_preflight_b
 
 Each case runs ``run_preflight(...)`` in its own subprocess (a crash or a hang in one case
 does not stop the rest; ``--timeout`` seconds per case). Scoring, from the findings of
@@ -25,11 +26,16 @@ import time
 import traceback
 import warnings
 
+REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind_preflight_b.registry"}
 
-def child(name: str, out_path: str) -> None:
-    from benchmarks.blind_preflight.registry import load_all
 
-    cases = load_all()
+def load_cases(which: str = "a"):
+    import importlib
+    return importlib.import_module(REGISTRIES[which]).load_all()
+
+
+def child(name: str, out_path: str, which: str = "a") -> None:
+    cases = load_cases(which)
     result: dict = {"name": name}
     try:
         kwargs = cases[name].build()
@@ -57,7 +63,7 @@ def child(name: str, out_path: str) -> None:
         json.dump(result, f)
 
 
-def run_case(name: str, timeout: float) -> dict:
+def run_case(name: str, timeout: float, which: str = "a") -> dict:
     with tempfile.TemporaryDirectory(prefix="blind-") as tmp:
         out = os.path.join(tmp, "result.json")
         env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
@@ -65,7 +71,8 @@ def run_case(name: str, timeout: float) -> dict:
                    TRANSFORMERS_VERBOSITY="error")
         start = time.perf_counter()
         try:
-            proc = subprocess.run([sys.executable, "-m", "benchmarks.blind_preflight.run", "--child", name, "--out", out],
+            proc = subprocess.run([sys.executable, "-m", "benchmarks.blind_preflight.run", "--child", name, "--out", out,
+                                   "--set", which],
                                   capture_output=True, text=True, timeout=timeout, env=env)
         except subprocess.TimeoutExpired:
             return {"name": name, "harness_error": f"timed out after {timeout:.0f} s",
@@ -113,16 +120,16 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="write every case's findings and outcome here")
     parser.add_argument("--verbose", action="store_true", help="print every finding (message and fix) per case")
     parser.add_argument("--timeout", type=float, default=180.0)
+    parser.add_argument("--set", default="a", choices=sorted(REGISTRIES),
+                        help="a: benchmarks/blind_preflight (default); b: benchmarks/blind_preflight_b")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child, args.out)
+        child(args.child, args.out, args.set)
         return 0
 
-    from benchmarks.blind_preflight.registry import load_all
-
-    cases = load_all()
+    cases = load_cases(args.set)
     names = list(cases)
     if args.only:
         wanted = [w.strip() for w in args.only.split(",") if w.strip()]
@@ -135,7 +142,7 @@ def main(argv=None) -> int:
     total_start = time.perf_counter()
     for name in names:
         case = cases[name]
-        result = run_case(name, args.timeout)
+        result = run_case(name, args.timeout, args.set)
         outcome, matched = score(case, result)
         rows.append((name, case.family, outcome, codes_of(result), result.get("wall_s", 0.0)))
         records.append({"name": name, "family": case.family, "bug": case.bug, "cause_pattern": case.cause_pattern,

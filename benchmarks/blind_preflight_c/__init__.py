@@ -1,0 +1,1 @@
+"""Set c: a further blind preflight evaluation set (see README.md)."""
