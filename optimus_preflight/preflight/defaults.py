@@ -33,6 +33,7 @@ from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
 from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
 from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
+from optimus_preflight.preflight.checks.sample_mixing import SampleMixingCheck
 from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageCheck
 from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
 from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
@@ -90,6 +91,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     step_checks.InitialLossCheck,
     BatchLayoutCheck,
     TargetLeakCheck,
+    SampleMixingCheck,
     step_runs.AccumulationCheck,
     step_runs.LossScaleCheck,
     step_smoke.CheckpointRoundTripCheck,

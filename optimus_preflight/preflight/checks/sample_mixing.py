@@ -1,0 +1,162 @@
+"""Samples of a batch that reach each other's outputs (``step.sample_mixing``).
+
+A model computes each sample's output from that sample alone (in eval mode: no dropout,
+BatchNorm on its running statistics). When it does not, the batch axis is being read as
+another axis: a ``(B, T, ...)`` batch into a module built with ``batch_first=False`` (its
+attention or recurrence runs across the sentences of the batch), a time-major batch into
+a ``batch_first=True`` one, a softmax or a mean over dim 0. Shapes cannot tell these apart
+when the batch size equals the sequence length; the outputs can.
+
+The probe: one forward of the first samples of the first batch in eval mode without
+gradients, then a second with sample 0 replaced by sample 1 (a real sample, so token ids
+and masks stay valid). Only sample 0's outputs may move; when most of the output moves,
+the samples are mixed. The batch axis of each input is dim 0 (the default collate's), else
+the first of the loader's batch size.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.framework.preserve import preserved_training_state
+from optimus_preflight.training.batches import batch_size_of, move_to_device
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+MIN_SAMPLES = 4  # fewer: one sample is too large a share of the output to tell
+MIXED_SHARE = 0.5  # of the output's elements moved by changing one sample
+PROBE_SAMPLES = 16
+
+
+def _tensor_leaves(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return [leaf for item in value.values() for leaf in _tensor_leaves(item)]
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _tensor_leaves(item)]
+    return []
+
+
+def batch_axis(tensor: torch.Tensor, size: int) -> int | None:
+    if tensor.dim() == 0:
+        return None
+    if tensor.shape[0] == size:
+        return 0
+    return next((dim for dim, length in enumerate(tensor.shape) if length == size), None)
+
+
+def _map(value: Any, fn) -> Any:
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, dict) or hasattr(value, "items"):
+        mapped = {key: _map(item, fn) for key, item in value.items()}
+        try:
+            return type(value)(mapped)  # a BatchEncoding stays one: models read it by attribute too
+        except Exception:
+            return mapped
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*[_map(item, fn) for item in value])
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map(item, fn) for item in value)
+    return value
+
+
+def first_samples(batch: Any, size: int, keep: int) -> Any:
+    def cut(tensor: torch.Tensor) -> torch.Tensor:
+        axis = batch_axis(tensor, size)
+        return tensor if axis is None else tensor.narrow(axis, 0, keep)
+    return _map(batch, cut)
+
+
+def with_sample_zero_replaced(batch: Any, size: int) -> Any:
+    """``batch`` with sample 0 a copy of sample 1, along each tensor's batch axis."""
+    def replace(tensor: torch.Tensor) -> torch.Tensor:
+        axis = batch_axis(tensor, size)
+        if axis is None:
+            return tensor
+        changed = tensor.clone()
+        changed.select(axis, 0).copy_(tensor.select(axis, 1))
+        return changed
+    return _map(batch, replace)
+
+
+def moved_share(first: list[torch.Tensor], second: list[torch.Tensor]) -> float | None:
+    """The share of output elements that differ between two forwards (per-sample outputs only)."""
+    moved = total = 0
+    for a, b in zip(first, second):
+        if a.shape != b.shape or a.dim() == 0 or not a.is_floating_point():
+            continue
+        a, b = a.float(), b.float()
+        tolerance = 1e-4 * float(a.abs().max().clamp_min(1e-12))
+        moved += int(((a - b).abs() > tolerance).sum())
+        total += a.numel()
+    return moved / total if total else None
+
+
+class SampleMixingCheck(Check):
+    """BATCH_MIXING: one sample's input changes other samples' outputs."""
+
+    name = "step.sample_mixing"
+    stage = Stage.STEP
+    codes = ("BATCH_MIXING",)
+    requires = (FIRST_STEP,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        batch = ctx.artifacts.first_batch
+        size = getattr(ctx.train_loader, "batch_size", None) or batch_size_of(batch)
+        if not size or size < MIN_SAMPLES:
+            findings.data["summary"] = "batch too small to probe"
+            return
+        keep = min(size, PROBE_SAMPLES)
+        probe = first_samples(batch, size, keep)
+        outputs = [self._outputs(ctx, probe), self._outputs(ctx, with_sample_zero_replaced(probe, keep))]
+        if outputs[0] is None or outputs[1] is None:
+            findings.data["summary"] = "the forward could not be observed"
+            return
+        share = moved_share(*outputs)
+        if not share:  # sample 1 equals sample 0, or nothing per-sample came out
+            findings.data["summary"] = "no per-sample output moved"
+            return
+        findings.data.update(samples=keep, moved_share=round(share, 4))
+        findings.data["summary"] = f"changing sample 0 of {keep} moved {share:.0%} of the model's output"
+        if share > MIXED_SHARE and share > 3 / keep:
+            findings.warning(
+                "BATCH_MIXING",
+                f"changing one sample of a batch of {keep} changes {share:.0%} of the model's outputs (only that "
+                "sample's share should move, in eval mode): the model mixes the samples of a batch. Usually the "
+                "batch axis is read as another one: a (B, T, ...) batch into nn.TransformerEncoderLayer / "
+                "nn.MultiheadAttention / nn.LSTM built without batch_first=True (attention or recurrence then runs "
+                "across the batch), a time-major batch into a batch_first module, or a softmax/mean over dim 0",
+                "Give sequence modules the layout of the batch (batch_first=True for (B, T, ...) batches, or "
+                "x.transpose(0, 1) before them), and normalise over the feature or class dim, never dim 0. If "
+                "samples are meant to interact (a set model), disable the issue BATCH_MIXING.",
+            )
+
+    @staticmethod
+    def _outputs(ctx: PreflightContext, batch: Any) -> list[torch.Tensor] | None:
+        seen: list[Any] = []
+
+        def keep_output(module: nn.Module, args: tuple, output: Any) -> None:
+            if not seen:
+                seen.append(output)
+
+        handle = ctx.model.register_forward_hook(keep_output)
+        try:
+            with preserved_training_state(ctx), torch.no_grad():
+                ctx.model.eval()  # no dropout, running BatchNorm statistics: samples are independent
+                with ctx.training.plan.autocast():
+                    ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
+        except Exception:
+            return None
+        finally:
+            handle.remove()
+        if not seen:
+            return None
+        return [leaf.detach() for leaf in _tensor_leaves(seen[0]) if leaf.dim() > 0]
