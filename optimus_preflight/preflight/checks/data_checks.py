@@ -13,7 +13,12 @@ from optimus_preflight.preflight.analyses.sizes import dataloader_host_bytes
 from optimus_preflight.preflight.checks.batch_checks import describe_groups, is_map_style, shape_groups
 from optimus_preflight.preflight.data_access.fetch import FetchResult, fetch_batches
 from optimus_preflight.preflight.data_access.guard import DataGuard
-from optimus_preflight.preflight.data_access.samples import batch_nbytes, describe_shapes, sample_hashes
+from optimus_preflight.preflight.data_access.samples import (
+    batch_nbytes,
+    describe_shapes,
+    input_digests,
+    sample_hashes,
+)
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_data_state
 
@@ -185,11 +190,22 @@ class DuplicateSamplesCheck(Check):
     DATA_IDENTICAL: a first batch made of (nearly) one sample, whatever the dataset type."""
 
     @staticmethod
-    def _identical_samples(digests: list[str], findings: Findings) -> None:
+    def _identical_samples(digests: list[str], findings: Findings, inputs_only: bool = False) -> None:
         distinct = len(set(digests))
         if len(digests) < IDENTICAL_MIN_BATCH or distinct > IDENTICAL_MAX_DISTINCT * len(digests):
             return
         findings.data["distinct_in_first"] = distinct
+        if inputs_only:  # the targets differ, the inputs do not: nothing to learn them from
+            findings.warning(
+                "DATA_IDENTICAL",
+                f"the first batch's inputs (its largest field) hold {distinct} distinct value(s) among its "
+                f"{len(digests)} samples while their targets differ: the dataset serves the same input under "
+                "different indices (e.g. a fixed row, path or cache slot), so the model cannot tell the samples apart",
+                "Check how the dataset's __getitem__ picks the input for an index: a constant index (v[0] instead "
+                "of v[idx]), a file path that does not contain the index (an f-string with doubled braces), a "
+                "cache that returns one entry. Print dataset[0] and dataset[1] to compare.",
+            )
+            return
         fix = ("Check the index arithmetic in the dataset's __getitem__ (or the iterator of an IterableDataset): a "
                "stride or offset that rounds to 0 (e.g. int(window * 0.01)), an index that is never used, or a "
                "cached sample returned for every index. Print dataset[0] and dataset[1] to compare.")
@@ -224,6 +240,8 @@ class DuplicateSamplesCheck(Check):
         findings.data["summary"] = f"{len(hashes)} batch(es) hashed, {repeated} repeated samples"
         if hashes:
             self._identical_samples(hashes[0], findings)
+            if "distinct_in_first" not in findings.data and batches:
+                self._identical_samples(input_digests(batches[0]), findings, inputs_only=True)
         if later and repeated / later >= DUPLICATE_FRACTION:
             workers = ctx.train_loader.num_workers
             findings.error(

@@ -76,6 +76,21 @@ def _leaf_rows(leaf: Any, size: int) -> list[bytes] | None:
     return None
 
 
+def input_digests(batch: Any) -> list[str]:
+    """One digest per sample of the batch's largest field alone (the inputs: the image, the
+    token ids, the feature row), the one with the most distinct rows among equally large
+    ones (input_ids over an attention mask of ones); [] without per-sample fields."""
+    size = batch_size_of(batch)
+    fields = [rows for rows in (_leaf_rows(leaf, size) for leaf in leaves(batch, is_leaf=per_sample_values(size)))
+              if rows is not None and size > 0]
+    if not fields:
+        return []
+    largest = max(len(rows[0]) for rows in fields)
+    candidates = [[hashlib.blake2b(row, digest_size=12).hexdigest() for row in rows]
+                  for rows in fields if len(rows[0]) == largest]
+    return max(candidates, key=lambda digests: len(set(digests)))
+
+
 def sample_hashes(batch: Any) -> list[str]:
     """One digest per sample (row along the batch dimension) over all of its values."""
     size = batch_size_of(batch)
