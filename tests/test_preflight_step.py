@@ -198,6 +198,29 @@ def test_zero_grad_inside_compute_loss_is_named_as_the_cause(tmp_path):
     assert result.data["zero_grad_calls"] == 4
 
 
+class ClearsGradsInAHook(nn.Module):
+    """A forward pre-hook that sets every .grad to None: "free memory before each batch"."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = classifier()
+        self.register_forward_pre_hook(self._clear)
+
+    def _clear(self, module, args):
+        for param in self.parameters():
+            param.grad = None
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def test_grads_set_to_none_in_a_hook_are_named_as_the_cause(tmp_path):
+    ctx = plain_context(tmp_path, "trainer.accumulation_steps=4", model=ClearsGradsInAHook)
+    result = run(ctx, AccumulationCheck)["step.accumulation"]
+    assert codes(result) == {"O9"} and "p.grad = None" in result.issues[0].message
+    assert result.data["cleared_between_micro_batches"] == 3
+
+
 def test_accumulation_check_only_runs_when_accumulating(tiny_cfg):
     assert not AccumulationCheck.applies(tiny_cfg)
 

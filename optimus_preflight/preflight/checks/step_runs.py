@@ -65,6 +65,42 @@ def foreign_zero_grads(own: Optimizer) -> Iterator[list[str]]:
         Optimizer.zero_grad, torch.nn.Module.zero_grad = optimizer_zero_grad, module_zero_grad  # type: ignore[method-assign]
 
 
+@contextmanager
+def cleared_gradients(params: list[torch.Tensor]) -> Iterator[list[int]]:
+    """Counts the micro-batches (after the first) whose backward found the gradient
+    accumulated so far gone: a ``p.grad = None`` in a hook or the model's forward, which no
+    zero_grad() spy sees. Watched on a few parameters: the incoming gradient against the
+    total after accumulation (equal means nothing was there to add to)."""
+    cleared = [0]  # the most any watched parameter saw (one may get no gradient at all)
+    per_param: dict[int, int] = {}
+    watched = params[:3]
+    incoming: dict[int, torch.Tensor] = {}
+    had_total: dict[int, bool] = {}
+    handles = []
+    for index, param in enumerate(watched):
+        def on_grad(grad: torch.Tensor, index: int = index) -> None:
+            incoming[index] = grad.detach().clone()
+
+        def on_accumulated(param: torch.Tensor, index: int = index) -> None:
+            arrived = incoming.pop(index, None)
+            if arrived is None or param.grad is None:
+                return
+            total = param.grad.detach()
+            nonzero = bool(arrived.abs().sum() > 0)
+            if had_total.get(index) and nonzero and torch.equal(total, arrived):
+                per_param[index] = per_param.get(index, 0) + 1
+                cleared[0] = max(per_param.values())
+            had_total[index] = bool(total.abs().sum() > 0)
+
+        handles.append(param.register_hook(on_grad))
+        handles.append(param.register_post_accumulate_grad_hook(on_accumulated))
+    try:
+        yield cleared
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def compare_gradients(accumulated: list[torch.Tensor], full: list[torch.Tensor]) -> tuple[float, float]:
     """(norm ratio accumulated/full, cosine similarity) of two gradient lists."""
     a, b = torch.cat(accumulated), torch.cat(full)
@@ -117,7 +153,7 @@ class AccumulationCheck(Check):
             make_runner(ctx, ctx.model, recorder, accumulation_steps=1, clip=False).run(iter([(batch, True)]))
             full = recorder.grads
             window = [(part, index == steps - 1) for index, part in enumerate(micro)]
-            with foreign_zero_grads(recorder) as zeroed:
+            with foreign_zero_grads(recorder) as zeroed, cleared_gradients(params) as cleared:
                 make_runner(ctx, ctx.model, recorder, accumulation_steps=steps, clip=False).run(iter(window))
             accumulated = recorder.grads
         if not full or len(full) != len(accumulated):
@@ -128,7 +164,22 @@ class AccumulationCheck(Check):
         findings.data.update(accumulation_steps=steps, samples=size, norm_ratio=round(ratio, 5), cosine=round(cosine, 6))
         findings.data["summary"] = (f"{steps} micro-batches vs one batch of {size} samples: norm ratio {ratio:.4f}, "
                                     f"cosine {cosine:.5f}")
-        if zeroed and (abs(ratio - 1) > ACCUMULATION_RTOL or cosine < 1 - ACCUMULATION_RTOL):
+        mismatch = abs(ratio - 1) > ACCUMULATION_RTOL or cosine < 1 - ACCUMULATION_RTOL
+        if not zeroed and cleared[0] and mismatch:
+            findings.data["cleared_between_micro_batches"] = cleared[0]
+            findings.error(
+                "O9",
+                f"the gradients accumulated so far are gone when {cleared[0]} of the {steps - 1} later micro-batches of "
+                "a window run backward (set to None or zeroed outside zero_grad(): a hook or the model's forward "
+                f"doing p.grad = None), so the step gets {ratio:.3g}x the gradient of the same samples in one batch "
+                f"(cosine {cosine:.3f}), essentially the last micro-batch's",
+                "Remove the code that clears .grad from the hook or forward: the training step zeroes the "
+                "gradients once per optimizer step, after it.",
+                code_fix="Remove the code that clears .grad from your hook or forward: zero the gradients once per "
+                         "optimizer step, after optimizer.step().",
+            )
+            return
+        if zeroed and mismatch:
             findings.data["zero_grad_calls"] = len(zeroed)
             findings.error(
                 "O9",
