@@ -71,7 +71,7 @@ INPUTS: list[tuple[tuple[str, ...], str]] = [
     (("recipe=no_such_recipe",), "recipe"),
     (("recipe._target_=no.such.Recipe",), "recipe._target_"),
     (("callbacks=[{_target_:no.such.Callback}]",), "callbacks"),
-    (("hydra.run.dir=/proc/optimus",), "hydra.run.dir"),
+    (("hydra.run.dir=/proc/optimus",), "/proc/optimus"),
     # The recipe's contracts, through a test recipe whose compute_loss/builders misbehave.
     (("recipe._target_=tests.bad_input_recipes.LossReturnsNone",), "compute_loss"),
     (("recipe._target_=tests.bad_input_recipes.LossReturnsString",), "compute_loss"),
@@ -84,12 +84,16 @@ INPUTS: list[tuple[tuple[str, ...], str]] = [
 def attempt(overrides: tuple[str, ...], must_name: str, root: Path) -> tuple[bool, str]:
     run_dir = root / f"run_{abs(hash(overrides))}"
     started = time.perf_counter()
-    done = subprocess.run([*CLI, *BASE, *overrides, f"hydra.run.dir={run_dir}"], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+    own_dir = any(override.startswith("hydra.run.dir=") for override in overrides)
+    where = [] if own_dir else [f"hydra.run.dir={run_dir}"]
+    done = subprocess.run([*CLI, *BASE, *overrides, *where], cwd=REPO, capture_output=True, text=True, timeout=300)
     elapsed = time.perf_counter() - started
     err_lines = [line for line in done.stderr.splitlines() if line.strip()]
     last = err_lines[-1] if err_lines else (done.stdout.strip().splitlines() or [""])[-1]
-    ran = run_dir.exists() and any((run_dir / name).exists() for name in ("checkpoints", "metrics.jsonl"))
+    # A contract breach can only show when compute_loss is first called, after the (new) run
+    # dir exists: what counts is that no step was recorded and no checkpoint written.
+    metrics, checkpoints = run_dir / "metrics.jsonl", run_dir / "checkpoints"
+    ran = (metrics.exists() and metrics.stat().st_size > 0) or (checkpoints.exists() and any(checkpoints.iterdir()))
     problems = []
     if done.returncode != 2:
         problems.append(f"exit {done.returncode}")

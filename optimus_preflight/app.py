@@ -315,6 +315,22 @@ def _quit_at_once(signum: int, frame: Any) -> None:
     os._exit(128 + signal.SIGINT)
 
 
+def _check_output_dir(overrides: list[str], multirun: bool) -> None:
+    """An explicit ``hydra.run.dir`` (``hydra.sweep.dir`` under -m) that cannot be created
+    is a storage error with the key named: Hydra creates it before any of our code runs,
+    and would print a bare FileNotFoundError/PermissionError traceback."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = [override.split("=", 1)[1] for override in overrides if override.startswith(f"{key}=")]
+    if not given or "${" in given[-1]:
+        return
+    directory = Path(given[-1]).expanduser()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"{key}={given[-1]}: cannot create the directory ({error.strerror or error})",
+                        key=key, fix=f"Point {key} at a directory this user can create and write.") from None
+
+
 def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = None) -> None:
     """Run the app for ``recipe_class``, or for the class each job's ``recipe._target_``
     names, found by ``resolve``."""
@@ -338,6 +354,7 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
             _print_help_and_exit(args)
         if not (args.hydra_help or args.info or args.shell_completion):
             check_overrides(args.overrides, args.multirun, resolve, _source(args))
+            _check_output_dir(args.overrides, args.multirun)
     except UserError as error:
         print(f"optimus-train: error: {error}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)

@@ -33,3 +33,17 @@ def test_messages_name_the_program_the_user_ran(monkeypatch, argv0, expected):
 
     monkeypatch.setattr(sys, "argv", [argv0, "trainer.max_steps=1"])
     assert program() == expected
+
+
+def test_an_output_dir_that_cannot_be_created_is_a_user_error_naming_the_key(tmp_path):
+    from optimus_preflight.app import _check_output_dir
+    from optimus_preflight.errors import UserError
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(UserError, match=r"hydra\.run\.dir=.*a_file/run: cannot create the directory"):
+        _check_output_dir([f"hydra.run.dir={blocker}/run"], multirun=False)
+    with pytest.raises(UserError, match=r"hydra\.sweep\.dir"):
+        _check_output_dir([f"hydra.sweep.dir={blocker}/sweep"], multirun=True)
+    _check_output_dir([f"hydra.run.dir={tmp_path}/fine"], multirun=False)
+    assert (tmp_path / "fine").is_dir()
