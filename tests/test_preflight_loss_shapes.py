@@ -91,6 +91,36 @@ def test_hand_written_losses_of_one_shape_and_pairwise_terms_are_quiet():
     assert not issues(preflight(mlp(1), loader(x, y), pairwise_ranking))
 
 
+def tag_logits() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Embedding(VOCAB, 16), nn.Linear(16, TAGS))  # (B, T) -> (B, T, C) logits
+
+
+def ner_batches(pad_with: int, ignore_index: int):
+    """Tag sequences where tag 0 ("O") is most tokens, right-padded with ``pad_with``."""
+    g = torch.Generator().manual_seed(0)
+    tags = torch.where(torch.rand(128, 12, generator=g) < 0.8, 0, torch.randint(1, TAGS, (128, 12), generator=g))
+    lengths = torch.randint(6, 13, (128,), generator=g)
+    tags[torch.arange(12)[None, :] >= lengths[:, None]] = pad_with
+    tokens = torch.randint(1, VOCAB, (128, 12), generator=g)
+
+    def loss(model, batch):
+        return F.cross_entropy(model(batch[0]).transpose(1, 2), batch[1], ignore_index=ignore_index)
+
+    return loader(tokens, tags), loss
+
+
+def test_an_ignore_index_that_is_also_the_o_tag_warns():
+    batches, loss = ner_batches(pad_with=0, ignore_index=0)  # pad 0 and ignore 0, but 0 is also "O"
+    found = issues(preflight(tag_logits(), batches, loss))["TARGET_IGNORED_CLASS"]
+    assert "ignore_index=0 is also class 0" in found.message and "-100" in found.fix
+
+
+def test_padding_with_its_own_ignored_id_is_quiet():
+    batches, loss = ner_batches(pad_with=-100, ignore_index=-100)
+    assert not issues(preflight(tag_logits(), batches, loss))
+
+
 # ------------------------------------------------------------ regression target scale
 def price_mse(model, batch):
     inputs, y = batch

@@ -46,6 +46,9 @@ class TargetProfile:
     # Float targets of a class criterion (probabilities), summed along the class dim.
     row_sum_max: float | None = None
     binary: bool = False  # every float target is 0 or 1
+    # Positions equal to ignore_index between kept targets of their row: not padding at a
+    # sequence's ends but tokens inside it (an ignore_index that is also a real tag).
+    ignored_inside: int = 0
 
 
 def profile_target(function: str, target: torch.Tensor, ignore_index: int | None,
@@ -62,6 +65,11 @@ def profile_target(function: str, target: torch.Tensor, ignore_index: int | None
             if rows is not None:
                 profile.rows = int(rows.shape[0])
                 profile.rows_without_target = int((~rows.any(dim=1)).sum())
+                # Kept targets both before and after a position: inside the sequence, not
+                # the padding at either end (left- or right-padded).
+                kept_before = rows.int().cummax(dim=1).values.bool()
+                kept_after = rows.flip(1).int().cummax(dim=1).values.flip(1).bool()
+                profile.ignored_inside = int((~rows & kept_before & kept_after).sum())
         # Per-sample binary targets only: a (B, H, W) float mask is no label column, and a
         # sort of millions of its values would cost more than the step.
         if kept.numel() and (hard or (function.startswith("binary") and profile.per_sample)):
@@ -120,6 +128,9 @@ def profile_findings(calls: list[CriterionCall]) -> list[Finding]:
                 "Check the label masking: truncation that cuts the answer off, or a mask that covers more than "
                 "the prompt and the padding. If it is deliberate, larger batches keep the step's targets up.",
             ))
+        ignored_class = _ignored_class_finding(call)
+        if ignored_class is not None:
+            found.append(ignored_class)
         if call.function == "cross_entropy" and profile.binary and profile.row_sum_max is not None and \
                 profile.row_sum_max > 1 + _ROW_SUM_TOL:
             found.append(Finding(
@@ -133,6 +144,30 @@ def profile_findings(calls: list[CriterionCall]) -> list[Finding]:
                 "(targets.argmax(dim=1), dtype long) or normalise the rows to sum to 1.",
             ))
     return found
+
+
+IGNORED_INSIDE_SHARE = 0.1  # of all positions: more than stray separators
+
+
+def _ignored_class_finding(call: CriterionCall) -> Finding | None:
+    """TARGET_IGNORED_CLASS: an ignore_index inside 0..C-1 (a class the model predicts) that
+    marks many positions inside the sequences, not only the padding at their ends: the
+    ignore_index is also a real tag (0 = "O" in NER), which then never trains."""
+    from optimus_preflight.preflight.analyses.loss_findings import Finding
+
+    profile, ignore = call.profile, call.ignore_index
+    if (profile is None or ignore is None or not call.n_classes or not 0 <= ignore < call.n_classes
+            or profile.total < MIN_TARGETS or profile.ignored_inside <= IGNORED_INSIDE_SHARE * profile.total):
+        return None
+    share = profile.ignored_inside / profile.total
+    return Finding(
+        "TARGET_IGNORED_CLASS", "warning",
+        f"{call.function}'s ignore_index={ignore} is also class {ignore} of the model's {call.n_classes} outputs, and "
+        f"{share:.0%} of the {profile.total} target positions carry it inside the sequences (not only as padding "
+        f"at their ends): those positions never train, and the model never learns to predict class {ignore}",
+        f"Pad the targets with -100 (CrossEntropyLoss's default ignore_index) or another id outside 0.."
+        f"{call.n_classes - 1}, and keep ignore_index for padding only; class {ignore} then trains like the others.",
+    )
 
 
 def _rows_empty(profile: TargetProfile) -> bool:

@@ -199,7 +199,7 @@ class TargetsCheck(Check):
     name = "step.targets"
     stage = Stage.STEP
     codes = ("O14", "TARGET_ALL_IGNORED", "TARGET_MOSTLY_IGNORED", "TARGET_ONE_CLASS", "TARGET_MULTI_HOT",
-             "TARGET_SCALE")
+             "TARGET_SCALE", "TARGET_IGNORED_CLASS")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
