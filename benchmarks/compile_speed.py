@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 from optimus_preflight import compose
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 from optimus_preflight.training.distributed import unwrap
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 import torch
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 from optimus_preflight import compose
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 from optimus_preflight.training.batches import move_to_device
 
 

@@ -66,11 +66,11 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 from torch.utils.data import DataLoader
 
 from optimus_preflight import compose
 from optimus_preflight.config.instantiate import instantiate_node
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 from optimus_preflight.training.optim import build_optimizer
 from optimus_preflight.training.precision import resolve_device, resolve_precision
 

@@ -11,8 +11,9 @@ import os
 import time
 
 import torch
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 SAMPLES = 64
 BATCH = 4

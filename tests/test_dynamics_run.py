@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 from optimus_preflight.errors import UserError
 from optimus_preflight.plotting.plot_cli import run as plot_cli
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 from tests.conftest import tiny_config
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

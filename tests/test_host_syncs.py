@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 from tests.conftest import tiny_config
 
 READS = ("item", "__bool__", "__float__", "__int__", "tolist")

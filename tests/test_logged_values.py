@@ -6,9 +6,9 @@ import json
 
 import pytest
 import torch
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 from torch import nn
 
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 from optimus_preflight.reporting.sinks import lr_metrics
 from optimus_preflight.training.optim import warmup_cosine
 from tests.conftest import tiny_config

@@ -6,9 +6,9 @@ import json
 
 import pytest
 import torch
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 from torch import nn
 
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 from optimus_preflight.reporting.progress import use_bar
 from optimus_preflight.reporting.summary import params_sha256
 from tests.conftest import tiny_config

@@ -9,13 +9,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from optimus_preflight.preflight import PreflightReport
 from optimus_preflight.preflight.defaults import DEFAULT_CHECKS
 from optimus_preflight.recipe import TrainRecipe
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 from tests.conftest import tiny_config
 
 # The checks that are skipped on this machine or by default, so that "every check ran" means

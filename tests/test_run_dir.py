@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 from optimus_preflight.checkpoint.store import MANIFEST_FILE, POINTER_FILE, STATE_FILE, verify
 from optimus_preflight.errors import UserError
+from optimus_preflight.recipes.char_lm import CharLMRecipe
 from tests.conftest import CLI, REPO, run_cli, tiny_config
 
 TINY = ("recipe=char_lm_tiny", "logging.progress=none", "trainer.max_steps=12", "checkpoint.every_n_steps=3")

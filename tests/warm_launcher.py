@@ -37,12 +37,12 @@ import threading
 import hydra  # noqa: F401
 import numpy as np
 import omegaconf  # noqa: F401
-import optimus_preflight.recipes.char_lm  # noqa: F401
 import torch  # noqa: F401
 import torch._dynamo  # noqa: F401
 
 import optimus_preflight  # noqa: F401
 import optimus_preflight.app  # noqa: F401  # not .cli: runpy must import the module it runs
+import optimus_preflight.recipes.char_lm  # noqa: F401
 
 CLI_MODULE = "optimus_preflight.cli"
 

@@ -7,6 +7,7 @@ import os
 import signal
 
 import psutil
+
 from optimus_preflight.recipes.char_lm import CharLMRecipe
 
 

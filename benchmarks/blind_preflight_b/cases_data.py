@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset, TensorDataset, WeightedRandomSampler, random_split
 
-from benchmarks.blind_preflight_b.registry import case, loader, seed, teacher_classes, decay_groups
+from benchmarks.blind_preflight_b.registry import case, decay_groups, loader, seed, teacher_classes
 
 LEAK = (r"overlap|leak|duplicat|identical|same (rows|samples|examples|images|inputs|content)"
         r"|(appear|also|present|occur)\w* in (both|the training|train)|validation[^.]*training (samples|rows|data|set)")

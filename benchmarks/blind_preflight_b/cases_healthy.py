@@ -12,7 +12,7 @@ from benchmarks.blind_preflight_b.cases_data import Utterances
 from benchmarks.blind_preflight_b.cases_mechanics import _commands
 from benchmarks.blind_preflight_b.cases_shapes import _shapes_masks
 from benchmarks.blind_preflight_b.cases_trained import LMStream, PatchViT, ReviewSet, _pets
-from benchmarks.blind_preflight_b.registry import healthy, loader, seed, teacher_classes, decay_groups
+from benchmarks.blind_preflight_b.registry import decay_groups, healthy, loader, seed, teacher_classes
 
 
 def packed_collate(batch):

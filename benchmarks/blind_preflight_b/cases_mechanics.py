@@ -8,7 +8,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
-from benchmarks.blind_preflight_b.registry import case, loader, seed, teacher_classes, teacher_regression, token_sequences, decay_groups
+from benchmarks.blind_preflight_b.registry import (
+    case,
+    decay_groups,
+    loader,
+    seed,
+    teacher_classes,
+    teacher_regression,
+    token_sequences,
+)
 
 ZERO_GRAD = (r"zero_grad|(grad\w*|accumulat\w*)[^.]*(cleared|reset|zeroed|discarded|lost|overwritten|only the last)"
              r"|only the last (micro.?batch|batch)")

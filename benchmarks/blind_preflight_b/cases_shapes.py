@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
-from benchmarks.blind_preflight_b.registry import case, loader, seed, teacher_classes, teacher_regression, decay_groups
+from benchmarks.blind_preflight_b.registry import case, decay_groups, loader, seed, teacher_classes
 
 BROADCAST = (r"broadcast|shape|squeeze|unsqueeze|\(\s*B\s*,\s*1\s*\)|\(\s*\d+\s*,\s*1\s*\)|\(\s*B\s*,\s*B"
              r"|\(\s*\d+\s*,\s*\d+\s*,\s*2\s*\)|\(\s*B\s*,\s*1\s*,\s*2\s*\)")

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset, TensorDataset
 
-from benchmarks.blind_preflight_b.registry import case, loader, seed, teacher_classes, decay_groups
+from benchmarks.blind_preflight_b.registry import case, decay_groups, loader, seed
 
 SINGLE = (r"one class|single class|only (one|a single|1) (class|label|value|distinct)|(labels?|targets?)[^.]*(all|always) "
           r"(the same|equal|identical|\d)|all (the )?(labels|targets)[^.]*(same|equal|identical)|constant"

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
-from benchmarks.blind_preflight_b.registry import case, loader, seed, teacher_classes, token_sequences, decay_groups
+from benchmarks.blind_preflight_b.registry import case, decay_groups, loader, seed, teacher_classes, token_sequences
 
 UNREGISTERED = (r"nn\.Parameter|ParameterDict|ModuleList|ModuleDict|register_(parameter|buffer|module)"
                 r"|not (a |an )?(registered|module parameter|parameter|submodule)|plain (tensor|attribute|list|dict)"

@@ -6,10 +6,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_sequence
-from torch.utils.data import Dataset, TensorDataset, random_split
+from torch.utils.data import TensorDataset, random_split
 
-from benchmarks.blind_preflight_c.registry import healthy, loader, seed, teacher_classes, teacher_regression, \
-    token_sequences
+from benchmarks.blind_preflight_c.registry import (
+    healthy,
+    loader,
+    seed,
+    teacher_regression,
+    token_sequences,
+)
 
 
 class PackedGRU(nn.Module):

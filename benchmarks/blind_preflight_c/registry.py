@@ -3,8 +3,7 @@ The data helpers (seed, loader, teacher_*) are set a's, imported unchanged."""
 
 from __future__ import annotations
 
-from benchmarks.blind_preflight.registry import (Case, loader, seed, teacher_classes,  # noqa: F401
-                                                 teacher_regression, token_sequences)
+from benchmarks.blind_preflight.registry import Case, loader, seed, teacher_classes, teacher_regression, token_sequences  # noqa: F401
 
 CASES: dict[str, Case] = {}
 
