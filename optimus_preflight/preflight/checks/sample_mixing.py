@@ -24,7 +24,7 @@ from torch import nn
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
-from optimus_preflight.training.batches import batch_size_of, move_to_device
+from optimus_preflight.training.batches import batch_size_of, map_batch, move_to_device, tensors
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -32,16 +32,6 @@ if TYPE_CHECKING:
 MIN_SAMPLES = 4  # fewer: one sample is too large a share of the output to tell
 MIXED_SHARE = 0.5  # of the output's elements moved by changing one sample
 PROBE_SAMPLES = 16
-
-
-def _tensor_leaves(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict) or hasattr(value, "items"):
-        return [leaf for item in value.values() for leaf in _tensor_leaves(item)]
-    if isinstance(value, (list, tuple)):
-        return [leaf for item in value for leaf in _tensor_leaves(item)]
-    return []
 
 
 def batch_axis(tensor: torch.Tensor, size: int) -> int | None:
@@ -52,27 +42,11 @@ def batch_axis(tensor: torch.Tensor, size: int) -> int | None:
     return next((dim for dim, length in enumerate(tensor.shape) if length == size), None)
 
 
-def _map(value: Any, fn) -> Any:
-    if isinstance(value, torch.Tensor):
-        return fn(value)
-    if isinstance(value, dict) or hasattr(value, "items"):
-        mapped = {key: _map(item, fn) for key, item in value.items()}
-        try:
-            return type(value)(mapped)  # a BatchEncoding stays one: models read it by attribute too
-        except Exception:
-            return mapped
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*[_map(item, fn) for item in value])
-    if isinstance(value, (list, tuple)):
-        return type(value)(_map(item, fn) for item in value)
-    return value
-
-
 def first_samples(batch: Any, size: int, keep: int) -> Any:
     def cut(tensor: torch.Tensor) -> torch.Tensor:
         axis = batch_axis(tensor, size)
         return tensor if axis is None else tensor.narrow(axis, 0, keep)
-    return _map(batch, cut)
+    return map_batch(lambda leaf: cut(leaf) if isinstance(leaf, torch.Tensor) else leaf, batch)
 
 
 def with_sample_zero_replaced(batch: Any, size: int) -> Any:
@@ -84,7 +58,7 @@ def with_sample_zero_replaced(batch: Any, size: int) -> Any:
         changed = tensor.clone()
         changed.select(axis, 0).copy_(tensor.select(axis, 1))
         return changed
-    return _map(batch, replace)
+    return map_batch(lambda leaf: replace(leaf) if isinstance(leaf, torch.Tensor) else leaf, batch)
 
 
 def moved_share(first: list[torch.Tensor], second: list[torch.Tensor]) -> float | None:
@@ -159,4 +133,4 @@ class SampleMixingCheck(Check):
             handle.remove()
         if not seen:
             return None
-        return [leaf.detach() for leaf in _tensor_leaves(seen[0]) if leaf.dim() > 0]
+        return [leaf.detach() for leaf in tensors(seen[0]) if leaf.dim() > 0]
