@@ -10,8 +10,8 @@ PYTEST_ARGS ?=
 # Test files run on three processes on a 2-core machine: most tests start a training
 # process and then wait on it (a signal, a checkpoint, a timeout), so a third keeps the
 # cores busy. Measured with two `yes` hogs on both cores (before the warm launcher): 7m09 with 3,
-# 8m57 with 2. With it, from a fresh clone: 6m12 idle (7m04 with the install); 9m57 beside the
-# two hogs (1148 tests, 3 workers).
+# 8m57 with 2. With it, from a fresh clone: 9m00 idle (10m16 with the install); 13m44 beside the
+# two hogs (1308 tests, 3 workers).
 PYTEST_WORKERS ?= 3
 
 .PHONY: install train test test-fast bench lint clean gpu-check
