@@ -11,8 +11,6 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-CASES: dict[str, Case] = {}
-
 
 @dataclass
 class Case:
@@ -28,17 +26,30 @@ class Case:
         return self.cause_pattern is None
 
 
-def case(name: str, family: str, bug: str = "", cause_pattern: str | None = None):
-    def register(fn):
-        if name in CASES:
-            raise ValueError(f"duplicate case {name}")
-        CASES[name] = Case(name, family, bug, cause_pattern, fn, fn.__module__)
-        return fn
-    return register
+class CaseTable:
+    """One set's cases: the ``case``/``healthy`` decorators its modules use, and
+    ``load_all`` importing those modules. Sets b and c make their own from this."""
 
+    def __init__(self, modules: list[str]):
+        self.modules = modules
+        self.cases: dict[str, Case] = {}
 
-def healthy(name: str, description: str):
-    return case(name, "healthy", description, None)
+    def case(self, name: str, family: str, bug: str = "", cause_pattern: str | None = None):
+        def register(fn):
+            if name in self.cases:
+                raise ValueError(f"duplicate case {name}")
+            self.cases[name] = Case(name, family, bug, cause_pattern, fn, fn.__module__)
+            return fn
+        return register
+
+    def healthy(self, name: str, description: str):
+        return self.case(name, "healthy", description, None)
+
+    def load_all(self) -> dict[str, Case]:
+        import importlib
+        for module in self.modules:
+            importlib.import_module(module)
+        return self.cases
 
 
 def seed(s: int = 0) -> None:
@@ -76,19 +87,6 @@ def token_sequences(n: int, length: int, vocab: int, s: int = 0, low: int = 3) -
     return (start + step * torch.arange(length)) % (vocab - low) + low
 
 
-def all_case_modules() -> list[str]:
-    return [
-        "benchmarks.blind_preflight.cases_shapes",
-        "benchmarks.blind_preflight.cases_targets",
-        "benchmarks.blind_preflight.cases_trained",
-        "benchmarks.blind_preflight.cases_data",
-        "benchmarks.blind_preflight.cases_own",
-        "benchmarks.blind_preflight.cases_healthy",
-    ]
-
-
-def load_all() -> dict[str, Case]:
-    import importlib
-    for module in all_case_modules():
-        importlib.import_module(module)
-    return CASES
+TABLE = CaseTable([f"benchmarks.blind_preflight.{name}" for name in (
+    "cases_shapes", "cases_targets", "cases_trained", "cases_data", "cases_own", "cases_healthy")])
+CASES, case, healthy, load_all = TABLE.cases, TABLE.case, TABLE.healthy, TABLE.load_all

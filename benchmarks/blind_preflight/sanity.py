@@ -18,10 +18,11 @@ from benchmarks.blind_preflight.registry import load_all
 from optimus_preflight.preflight.standalone import loss_adapter
 
 
-def main(names: list[str]) -> None:
+def main(names: list[str], cases: dict | None = None) -> None:
+    """``cases``: another set's registry (``load_all()`` of set c); default set a's."""
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
-    cases = load_all()
+    cases = cases if cases is not None else load_all()
     for name in names or list(cases):
         case = cases[name]
         start = time.time()

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-from benchmarks.blind_preflight.registry import Case, loader, seed, teacher_classes, teacher_regression, token_sequences  # noqa: F401
-
-CASES: dict[str, Case] = {}
-
-
-def case(name: str, family: str, bug: str = "", cause_pattern: str | None = None):
-    def register(fn):
-        if name in CASES:
-            raise ValueError(f"duplicate case {name}")
-        CASES[name] = Case(name, family, bug, cause_pattern, fn, fn.__module__)
-        return fn
-    return register
-
-
-def healthy(name: str, description: str):
-    return case(name, "healthy", description, None)
+from benchmarks.blind_preflight.registry import (  # noqa: F401
+    Case,
+    CaseTable,
+    loader,
+    seed,
+    teacher_classes,
+    teacher_regression,
+    token_sequences,
+)
 
 
 def decay_groups(model, weight_decay: float = 0.01) -> list[dict]:
@@ -27,20 +20,6 @@ def decay_groups(model, weight_decay: float = 0.01) -> list[dict]:
             {"params": [p for n, p in params if p.ndim < 2], "weight_decay": 0.0}]
 
 
-def all_case_modules() -> list[str]:
-    return [
-        "benchmarks.blind_preflight_b.cases_shapes",
-        "benchmarks.blind_preflight_b.cases_targets",
-        "benchmarks.blind_preflight_b.cases_trained",
-        "benchmarks.blind_preflight_b.cases_data",
-        "benchmarks.blind_preflight_b.cases_mechanics",
-        "benchmarks.blind_preflight_b.cases_healthy",
-    ]
-
-
-def load_all() -> dict[str, Case]:
-    import importlib
-    for module in all_case_modules():
-        importlib.import_module(module)
-    return CASES
-
+TABLE = CaseTable([f"benchmarks.blind_preflight_b.{name}" for name in (
+    "cases_shapes", "cases_targets", "cases_trained", "cases_data", "cases_mechanics", "cases_healthy")])
+CASES, case, healthy, load_all = TABLE.cases, TABLE.case, TABLE.healthy, TABLE.load_all
