@@ -34,7 +34,7 @@ def cpu_report(tmp_path_factory):
              "--budget-s", "3600"],
         cwd=REPO, capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[:5000] + done.stderr[-3000:]
     report = json.loads((out / "gpu_validation.json").read_text())
     return report, (out / "gpu_validation.md").read_text(), {s["name"]: s for s in report["sections"]}
 

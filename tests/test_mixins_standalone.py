@@ -186,6 +186,50 @@ def test_a_signal_in_user_code_checkpoints_and_the_rerun_resumes_bit_exact(tmp_p
     assert torch.equal(resumed, whole)
 
 
+class SignalsOnRead(TensorDataset):
+    """Raises SIGUSR1 inside the DataLoader's fetch of its ``at``-th item read: the stop
+    lands inside a wait for data, at a moment a test can choose exactly."""
+
+    def __init__(self, at: int):
+        super().__init__(*_data().tensors)
+        self.reads, self.at = 0, at
+
+    def __getitem__(self, index):
+        self.reads += 1
+        if self.reads == self.at:
+            signal.raise_signal(signal.SIGUSR1)
+        return super().__getitem__(index)
+
+
+class OwnStepOverEpochs(OwnStep):
+    def fit(self, steps: int, dataset: TensorDataset | None = None) -> torch.Tensor:
+        torch.manual_seed(0)
+        model = _model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        loader = DataLoader(dataset if dataset is not None else _data(), batch_size=4, shuffle=True)
+        for _ in self.training_steps(steps, model=model, optimizer=optimizer, batches=loader):
+            loss = _loss(model, self.next_batch())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return model.weight.detach().clone()
+
+
+@pytest.mark.parametrize("epoch_read", [1, 3])  # the first item of an epoch, or one after it
+def test_a_stop_while_the_next_epoch_starts_resumes_every_later_epoch_bit_exact(tmp_path, epoch_read):
+    """The 8 steps of epoch 0 are done; the stop comes while step 9 reads epoch 1's first
+    batch, after that epoch's iterator drew its shuffle seed from the global RNG. The
+    checkpoint is step 8's boundary, so it must not record epoch 1 as started: else the
+    resumed run restores the boundary RNG, and epoch 2 draws another order (CI saw it:
+    0.29349744 vs 0.29349732 in the README's interruption example)."""
+    whole = OwnStepOverEpochs(save_freq=0, output_path=tmp_path / "whole").fit(30)
+    with pytest.raises(TrainingInterrupted) as raised:
+        OwnStepOverEpochs(output_path=tmp_path / "run").fit(30, SignalsOnRead(at=32 + epoch_read))
+    assert raised.value.step == 8
+    resumed = OwnStepOverEpochs(output_path=tmp_path / "run").fit(30)
+    assert torch.equal(resumed, whole)
+
+
 def test_handle_training_interruption_saves_at_the_given_iteration(tmp_path):
     host = TrainingInterruptionMixin(output_path=tmp_path)
     model = _model()

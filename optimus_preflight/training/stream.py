@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, ContextManager, Iterator
 
 from torch.utils.data import DataLoader
@@ -52,7 +52,13 @@ class BatchStream:
         # Windows committed since this object was made: tells a loop whether the last
         # step completed or was abandoned.
         self.windows_committed = 0
+        # position: where reading is (it moves to the next epoch when a window starts
+        # one); committed: where it was at the last step boundary, which is what a
+        # checkpoint holds. They differ when a stop abandons a window that started an
+        # epoch: the checkpoint's RNG state is the boundary's, from before that epoch
+        # drew its order, so the position saved with it must be from before too.
         self.position = DataPosition()
+        self.committed = DataPosition()
         # Starts the loader's iterator (the data watchdog wraps it to read worker stacks).
         self.open_iterator: Callable[[Any], Iterator[Any]] = iter
         # The loader's own iterator of this epoch (its workers, for the watchdog and a stop).
@@ -68,14 +74,16 @@ class BatchStream:
         return getattr(self.loader, "batch_size", None) or 1
 
     def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"epoch": self.position.epoch, "samples_consumed": self.position.samples_consumed}
-        if self.position.order is not None:
-            state["order"] = self.position.order
+        committed = self.committed
+        state: dict[str, Any] = {"epoch": committed.epoch, "samples_consumed": committed.samples_consumed}
+        if committed.order is not None:
+            state["order"] = committed.order
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         order = state.get("order")
         self.position = DataPosition(int(state["epoch"]), int(state["samples_consumed"]), order)
+        self.committed = replace(self.position)
         self._replay = order
         self._iterator = None
 
@@ -171,4 +179,5 @@ class BatchStream:
         """Mark every batch handed out so far as consumed by a completed step. (The
         epoch's short last batch may overcount; the next fetch then ends the epoch.)"""
         self.position.samples_consumed = self._start + self._fetched * self.batch_size
+        self.committed = replace(self.position)
         self.windows_committed += 1
