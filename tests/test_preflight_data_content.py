@@ -142,7 +142,7 @@ def test_a_sampler_stuck_on_a_few_indices_is_measured():
     report = check(DataLoader(data, batch_size=25, sampler=FirstFew(len(data))), [SamplerCoverageCheck])
     assert loud(report) == [("data.sampler_coverage", "SAMPLER_COVERAGE", "error")]
     result = result_of(report, "data.sampler_coverage")
-    assert result.data["distinct"] <= 8 and result.data["draws"] == 500
+    assert result.data["distinct"] <= 8 and result.data["draws"] == 1000  # two epochs
 
 
 @pytest.mark.parametrize("make", [
@@ -167,6 +167,72 @@ def test_balancing_an_extremely_skewed_dataset_is_quiet():
     report = check(DataLoader(data, batch_size=100, sampler=WeightedRandomSampler(weights, len(labels))),
                    [SamplerCoverageCheck])
     assert loud(report) == []
+
+
+def test_a_debugging_subset_left_in_the_sampler_fires():
+    # Each epoch draws 48 distinct indices, as uniform draws would; only across epochs is
+    # it plain that they are always the same 48 of 6,000.
+    data = table(6000)
+    report = check(DataLoader(data, batch_size=16, sampler=SubsetRandomSampler(range(48))), [SamplerCoverageCheck])
+    assert loud(report) == [("data.sampler_coverage", "SAMPLER_COVERAGE", "error")]
+    assert result_of(report, "data.sampler_coverage").data["distinct"] == 48
+
+
+def test_every_epoch_the_same_small_subset_is_a_warning_unless_validation_takes_the_rest():
+    data = table(600)
+    fifth = SubsetRandomSampler(range(0, len(data), 5))  # 120 of 600, every epoch
+    report = check(DataLoader(data, batch_size=16, sampler=fifth), [SamplerCoverageCheck])
+    assert loud(report) == [("data.sampler_coverage", "SAMPLER_COVERAGE", "warning")]
+    issue = next(issue for _, issue in report.issues() if issue.code == "SAMPLER_COVERAGE")
+    assert "same 120 of the dataset's 600 samples (20.0%)" in issue.message
+    # The same sampler as the training side of a 20/80 split over one dataset: quiet.
+    rest = SubsetRandomSampler([i for i in range(len(data)) if i % 5])
+    report = check(DataLoader(data, batch_size=16, sampler=fifth), [SamplerCoverageCheck],
+                   val_loader=DataLoader(data, batch_size=16, sampler=rest))
+    assert loud(report) == []
+    # The fix it prints: the dataset itself as the subset.
+    subset = torch.utils.data.Subset(data, range(0, len(data), 5))
+    assert loud(check(DataLoader(subset, batch_size=16, shuffle=True), [SamplerCoverageCheck])) == []
+
+
+class BucketBatches(torch.utils.data.Sampler):
+    """Batches of similar length, one bucket after another; ``first_only``: the bug, a
+    ``return`` inside the loop over buckets."""
+
+    def __init__(self, lengths: torch.Tensor, batch_size: int, first_only: bool = False):
+        self.buckets = [torch.nonzero(lengths == value).flatten().tolist() for value in lengths.unique().tolist()]
+        self.batch_size, self.first_only = batch_size, first_only
+
+    def __len__(self) -> int:
+        return sum(-(-len(bucket) // self.batch_size) for bucket in self.buckets)
+
+    def __iter__(self):
+        for bucket in self.buckets:
+            order = torch.randperm(len(bucket)).tolist()
+            for start in range(0, len(bucket), self.batch_size):
+                yield [bucket[i] for i in order[start:start + self.batch_size]]
+            if self.first_only:
+                return
+
+
+@pytest.mark.parametrize("first_only", [True, False], ids=["first-bucket-only", "every-bucket"])
+def test_a_batch_sampler_that_ends_its_epoch_early(first_only):
+    data = table(400)
+    lengths = torch.arange(400) % 4  # four buckets of 100
+    loader = DataLoader(data, batch_sampler=BucketBatches(lengths, 10, first_only))
+    report = check(loader, [SamplerCoverageCheck])
+    if first_only:
+        assert loud(report) == [("data.sampler_coverage", "SAMPLER_COVERAGE", "warning")]
+        issue = next(issue for _, issue in report.issues() if issue.code == "SAMPLER_COVERAGE")
+        assert "after 10 batches (100 samples of 400), though its len() is 40" in issue.message
+    else:
+        assert loud(report) == []
+
+
+def test_one_ranks_shard_without_set_epoch_is_quiet():
+    data = table(600)
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=4, rank=1, shuffle=True)
+    assert loud(check(DataLoader(data, batch_size=16, sampler=sampler), [SamplerCoverageCheck])) == []
 
 
 def test_drawing_leaves_the_loaders_order_unchanged():

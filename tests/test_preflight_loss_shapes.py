@@ -121,6 +121,47 @@ def test_padding_with_its_own_ignored_id_is_quiet():
     assert not issues(preflight(tag_logits(), batches, loss))
 
 
+def one_entity_batches(ignore_index: int, pad_with: int):
+    """One two-token entity per sentence at a random place, "O" (0) elsewhere, right-padded:
+    no ignored tag lies between two kept ones, the O tags sit at both ends of each row."""
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(8, 13, (128,), generator=g)
+    starts = (torch.rand(128, generator=g) * (lengths - 2)).long()
+    tags = torch.zeros(128, 12, dtype=torch.long)
+    rows = torch.arange(128)
+    tags[rows, starts] = 1
+    tags[rows, starts + 1] = 2
+    tags[torch.arange(12)[None, :] >= lengths[:, None]] = pad_with
+    tokens = torch.randint(1, VOCAB, (128, 12), generator=g)
+
+    def loss(model, batch):
+        return F.cross_entropy(model(batch[0]).transpose(1, 2), batch[1], ignore_index=ignore_index)
+
+    return loader(tokens, tags), loss
+
+
+def test_an_o_tag_ignored_around_one_entity_per_sentence_warns():
+    batches, loss = one_entity_batches(ignore_index=0, pad_with=0)
+    assert "ignore_index=0 is also class 0" in issues(preflight(tag_logits(), batches, loss))["TARGET_IGNORED_CLASS"].message
+    batches, loss = one_entity_batches(ignore_index=-100, pad_with=-100)
+    assert not issues(preflight(tag_logits(), batches, loss))
+
+
+def test_a_prompt_masked_with_the_pad_id_of_a_vocabulary_is_quiet():
+    # An LM fine-tune: labels are the tokens, the prompt and the right padding both set to the
+    # pad id 0, which CrossEntropyLoss(ignore_index=0) skips; the vocabulary is 2,000 tokens.
+    vocab = 2000
+    g = torch.Generator().manual_seed(2)
+    tokens = torch.randint(1, vocab, (64, 16), generator=g)
+    labels = tokens.clone()
+    labels[:, :5] = 0  # the prompt
+    labels[torch.arange(16)[None, :] >= torch.randint(9, 17, (64,), generator=g)[:, None]] = 0  # padding
+    torch.manual_seed(0)
+    lm = nn.Sequential(nn.Embedding(vocab, 16), nn.Linear(16, vocab))
+    loss = lambda model, batch: F.cross_entropy(model(batch[0]).transpose(1, 2), batch[1], ignore_index=0)  # noqa: E731
+    assert "TARGET_IGNORED_CLASS" not in issues(preflight(lm, loader(tokens, labels), loss))
+
+
 # ------------------------------------------------------------ regression target scale
 def price_mse(model, batch):
     inputs, y = batch
@@ -374,6 +415,69 @@ def test_sequence_modules_reading_the_batch_axis_right_are_quiet(model_batch_fir
     model = RecurrentTagger(batch_first=model_batch_first, transpose=transpose)
     report = preflight(model, sequences(batch_first=data_batch_first), per_position)
     assert not issues(report), issues(report)
+
+
+class BatchifiedStream(Dataset):
+    """The classic word-LM data: one token stream cut into ``streams`` columns (batchify),
+    each item a ready (time, streams) chunk and its next-token targets; loaded with
+    batch_size=None, so the loader states no batch size."""
+
+    def __init__(self, streams: int = 10, bptt: int = 12, time_major: bool = True):
+        g = torch.Generator().manual_seed(0)
+        tokens = torch.randint(0, VOCAB, (streams * 200,), generator=g)
+        self.data = tokens.view(streams, -1).t().contiguous()  # (time, streams)
+        self.bptt, self.time_major = bptt, time_major
+
+    def __len__(self) -> int:
+        return (self.data.shape[0] - 1) // self.bptt
+
+    def __getitem__(self, index):
+        start = index * self.bptt
+        chunk, targets = self.data[start:start + self.bptt], self.data[start + 1:start + 1 + self.bptt]
+        return (chunk, targets) if self.time_major else (chunk.t().contiguous(), targets.t().contiguous())
+
+
+class WordLM(nn.Module):
+    def __init__(self, batch_first: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.rnn = nn.Embedding(VOCAB, 16), nn.LSTM(16, 16, batch_first=batch_first)
+        self.head = nn.Linear(16, VOCAB)
+
+    def forward(self, tokens):
+        return self.head(self.rnn(self.embed(tokens))[0])
+
+
+def next_token(model, batch):
+    tokens, targets = batch
+    return F.cross_entropy(model(tokens).reshape(-1, VOCAB), targets.reshape(-1))
+
+
+def test_batchified_time_major_streams_into_a_batch_first_lstm():
+    loader = DataLoader(BatchifiedStream(time_major=True), batch_size=None, shuffle=False)
+    issue = issues(preflight(WordLM(batch_first=True), loader, next_token))["BATCH_TIME_MAJOR"]
+    assert "shifted by one along dim 0 of (12, 10)" in issue.message and "x.t()" in issue.fix
+
+
+@pytest.mark.parametrize(("model_batch_first", "time_major"), [(False, True), (True, False)])
+def test_batchified_streams_read_along_their_time_axis_are_quiet(model_batch_first, time_major):
+    loader = DataLoader(BatchifiedStream(time_major=time_major), batch_size=None, shuffle=False)
+    assert not issues(preflight(WordLM(batch_first=model_batch_first), loader, next_token))
+
+
+def test_time_major_lm_chunks_whose_length_equals_the_batch_size():
+    # A custom collate stacks (bptt=10) chunks of 10 streams along dim 1: (10, 10), where the
+    # batch size cannot tell time from samples; the next-token targets can.
+    data = BatchifiedStream(streams=1, bptt=10)
+    windows = [(data.data[i:i + 10, 0], data.data[i + 1:i + 11, 0]) for i in range(0, 180, 10)]
+    stack = lambda items: tuple(torch.stack(column, dim=1) for column in zip(*items))  # noqa: E731
+    loader = DataLoader(windows, batch_size=10, shuffle=True, collate_fn=stack)
+    assert "BATCH_TIME_MAJOR" in issues(preflight(WordLM(batch_first=True), loader, next_token))
+
+
+def test_batchified_batch_major_streams_into_a_time_major_lstm():
+    loader = DataLoader(BatchifiedStream(time_major=False), batch_size=None, shuffle=False)
+    assert "BATCH_NOT_TIME_MAJOR" in issues(preflight(WordLM(batch_first=False), loader, next_token))
 
 
 def test_a_packed_lstm_is_quiet():

@@ -268,10 +268,11 @@ class LastStep(nn.Module):
 
 @pytest.mark.parametrize(("build", "named"), [
     (lambda: mlp_with_dropout(0.9), "2 (Dropout) p=0.9"),
+    (lambda: mlp_with_dropout(0.75), "2 (Dropout) p=0.75"),
     (lambda: FunctionalDropout(0.8), "dropout (FunctionalDropout) p=0.8"),
     (LiteralDropout, "a dropout call in LiteralDropout's forward p=0.9"),
     (LastStep, "lstm.dropout (LSTM) p=0.9"),
-], ids=["nn.Dropout", "functional", "literal", "lstm"])
+], ids=["nn.Dropout", "keep-prob-0.75", "functional", "literal", "lstm"])
 def test_a_keep_probability_given_as_p_is_a_warning(build, named):
     model = build()
     report = run_preflight(model, torch.optim.SGD(model.parameters(), lr=0.1), loader(),
@@ -289,7 +290,7 @@ def test_p_of_one_is_an_error():
     assert loud(report) == [("model.dropout_rate", "DROPOUT_KEEP_PROB", "error")]
 
 
-@pytest.mark.parametrize("p", [0.0, 0.1, 0.5, 0.7])
+@pytest.mark.parametrize("p", [0.0, 0.1, 0.5, 0.65, 0.7])
 def test_usual_dropout_rates_are_quiet(p):
     model = mlp_with_dropout(p)
     report = run_preflight(model, torch.optim.SGD(model.parameters(), lr=0.1), loader(),

@@ -49,6 +49,11 @@ class TargetProfile:
     # Positions equal to ignore_index between kept targets of their row: not padding at a
     # sequence's ends but tokens inside it (an ignore_index that is also a real tag).
     ignored_inside: int = 0
+    # Rows ignored at both their first and last position, and the ignored positions of the
+    # smaller of those two edge runs (summed over the batch). Padding sits at one end; when
+    # most rows are ignored at both, one end is real tokens (the "O" tags before an entity).
+    rows_ignored_both_ends: int = 0
+    ignored_lesser_edge: int = 0
 
 
 def profile_target(function: str, target: torch.Tensor, ignore_index: int | None,
@@ -70,6 +75,12 @@ def profile_target(function: str, target: torch.Tensor, ignore_index: int | None
                 kept_before = rows.int().cummax(dim=1).values.bool()
                 kept_after = rows.flip(1).int().cummax(dim=1).values.flip(1).bool()
                 profile.ignored_inside = int((~rows & kept_before & kept_after).sum())
+                has_target = rows.any(dim=1)
+                both = has_target & ~rows[:, 0] & ~rows[:, -1]
+                profile.rows_ignored_both_ends = int(both.sum())
+                leading = int((~rows & ~kept_before)[has_target].sum())
+                trailing = int((~rows & ~kept_after)[has_target].sum())
+                profile.ignored_lesser_edge = min(leading, trailing)
         # Per-sample binary targets only: a (B, H, W) float mask is no label column, and a
         # sort of millions of its values would cost more than the step.
         if kept.numel() and (hard or (function.startswith("binary") and profile.per_sample)):
@@ -147,6 +158,10 @@ def profile_findings(calls: list[CriterionCall]) -> list[Finding]:
 
 
 IGNORED_INSIDE_SHARE = 0.1  # of all positions: more than stray separators
+# Up to this many classes the ignored class is a tag or a label the task needs; beyond it the
+# outputs are a vocabulary, where an in-range ignore_index is the pad token (and a prompt
+# masked with it sits at the start of a right-padded row: both ends ignored, on purpose).
+TAG_CLASSES = 1000
 
 
 def _ignored_class_finding(call: CriterionCall) -> Finding | None:
@@ -157,9 +172,15 @@ def _ignored_class_finding(call: CriterionCall) -> Finding | None:
 
     profile, ignore = call.profile, call.ignore_index
     if (profile is None or ignore is None or not call.n_classes or not 0 <= ignore < call.n_classes
-            or profile.total < MIN_TARGETS or profile.ignored_inside <= IGNORED_INSIDE_SHARE * profile.total):
+            or profile.total < MIN_TARGETS):
         return None
-    share = profile.ignored_inside / profile.total
+    inside = profile.ignored_inside
+    rows_with_target = (profile.rows or 0) - (profile.rows_without_target or 0)
+    if call.n_classes <= TAG_CLASSES and rows_with_target and profile.rows_ignored_both_ends * 2 >= rows_with_target:
+        inside += profile.ignored_lesser_edge
+    if inside <= IGNORED_INSIDE_SHARE * profile.total:
+        return None
+    share = inside / profile.total
     return Finding(
         "TARGET_IGNORED_CLASS", "warning",
         f"{call.function}'s ignore_index={ignore} is also class {ignore} of the model's {call.n_classes} outputs, and "

@@ -2,7 +2,9 @@
 dimension (``analyses/batch_layout.py``): a time-major batch into a ``batch_first=True``
 module (BATCH_TIME_MAJOR), or a batch-major one into a ``batch_first=False`` module
 (BATCH_NOT_TIME_MAJOR). Judged on what the modules received during the observed step,
-against the loader's batch size."""
+against the loader's batch size; without one (``batch_size=None``: a loader of
+ready-made batches, e.g. the classic ``batchify`` language-model streams), against the
+axis along which the targets are the inputs shifted by one: that axis is time."""
 
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ class BatchLayoutCheck(Check):
         findings.data["summary"] = (f"{len(probe.layout_inputs)} sequence module(s) checked against batch size {batch_size}"
                                     if probe.layout_inputs else "no batch_first-aware sequence module ran")
         if not isinstance(batch_size, int) or batch_size < 2:
+            self._judge_by_shift(probe.layout_inputs, ctx.artifacts.first_batch, findings)
             return
         hf_shape = _hugging_face_time_major(ctx.model, ctx.artifacts.first_batch, batch_size)
         if hf_shape is not None:
@@ -66,6 +69,9 @@ class BatchLayoutCheck(Check):
         data_shape = None if record is None else \
             _laid_out(ctx.artifacts.first_batch, batch_size, 1 if record.batch_first else 0)
         if record is None or data_shape is None:
+            # The batch size cannot tell the axes apart (it equals the sequence length, or
+            # no tensor carries it): next-token targets still can.
+            self._judge_by_shift(probe.layout_inputs, ctx.artifacts.first_batch, findings)
             return
         module = f"{record.kind} '{record.name}'"
         if record.batch_first:
@@ -88,6 +94,68 @@ class BatchLayoutCheck(Check):
                 f"Build the module with batch_first=True (nn.{record.kind}(..., batch_first=True)), or pass it "
                 "x.transpose(0, 1).",
             )
+
+
+    @staticmethod
+    def _judge_by_shift(inputs: list[ModuleInput], batch: object, findings: Findings) -> None:
+        """A loader without a batch size: the next-token targets tell the time axis."""
+        shifted = next_token_axis(batch)
+        if shifted is None:
+            return
+        axis, shape = shifted
+        findings.data["next_token_axis"] = axis
+        for record in inputs:
+            if len(record.shape) < 2 or tuple(record.shape[:2]) != shape[:2]:
+                continue
+            module = f"{record.kind} '{record.name}'"
+            if axis == 0 and record.batch_first:
+                findings.warning(
+                    "BATCH_TIME_MAJOR",
+                    f"the batch's targets are its inputs shifted by one along dim 0 of {shape}, so dim 0 is time "
+                    f"(time-major, as batchify makes), but {module} has batch_first=True and receives {record.shape}: "
+                    f"it takes the {shape[0]} time steps for samples and runs its {_mixing(record)} across the "
+                    f"{shape[1]} parallel streams instead of along them",
+                    "Transpose the batch to (batch, time) before the model (x.t().contiguous(), and the targets "
+                    "alike), or build the module with batch_first=False if the whole model is time-major.",
+                )
+                return
+            if axis == 1 and not record.batch_first:
+                findings.warning(
+                    "BATCH_NOT_TIME_MAJOR",
+                    f"the batch's targets are its inputs shifted by one along dim 1 of {shape}, so dim 1 is time, "
+                    f"but {module} has batch_first=False (reads (time, batch, ...)) and receives {record.shape}: it "
+                    f"takes the {shape[0]} sequences for time steps and runs its {_mixing(record)} across them",
+                    f"Build the module with batch_first=True (nn.{record.kind}(..., batch_first=True)), or pass it "
+                    "x.transpose(0, 1).",
+                )
+                return
+
+
+SHIFT_AGREEMENT = 0.9  # of positions where target[t] == input[t + 1]: next-token targets
+MIN_SHIFT_LENGTH = 4
+
+
+def next_token_axis(batch: object) -> tuple[int, tuple[int, ...]] | None:
+    """``(axis, shape)`` when the batch holds integer (d0, d1) inputs and targets where
+    the targets are the inputs shifted by one along exactly one axis: language-model
+    streams, whose shift axis is time whatever the layout."""
+    tensors = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.dim() == 2
+               and not leaf.is_floating_point() and leaf.dtype != torch.bool]
+    for inputs in tensors:
+        for targets in tensors:
+            if targets is inputs or targets.shape != inputs.shape:
+                continue
+            agreeing = [axis for axis in (0, 1) if inputs.shape[axis] >= MIN_SHIFT_LENGTH
+                        and _agreement(inputs, targets, axis) >= SHIFT_AGREEMENT]
+            if len(agreeing) == 1:
+                return agreeing[0], tuple(inputs.shape)
+    return None
+
+
+def _agreement(inputs: torch.Tensor, targets: torch.Tensor, axis: int) -> float:
+    length = inputs.shape[axis]
+    ahead = inputs.narrow(axis, 1, length - 1)
+    return float((ahead == targets.narrow(axis, 0, length - 1)).float().mean())
 
 
 def _hugging_face_time_major(model: object, batch: object, batch_size: int) -> tuple[int, ...] | None:

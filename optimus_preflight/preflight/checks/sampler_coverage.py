@@ -12,13 +12,22 @@ give. Balancing a skewed dataset by per-sample weights (the healthy form) repeat
 minority and still reaches a good part of that: about 0.7 at 95/5 with two classes, 0.16
 with nine classes of ten samples beside one of 9,910; a sampler stuck on a handful of
 indices reaches a fraction of a percent.
+
+A sampler whose epoch is short is drawn for several epochs: a
+``SubsetRandomSampler(range(48))`` left from an "overfit one batch" session draws 48
+distinct indices per epoch, as uniform draws would, and only across epochs shows that
+they are always the same 48. Two more defects show in whole epochs: every epoch draws
+the same set, without repeats, and that set is under a third of the dataset (a subset
+that is not a train/validation split: the validation loader's indices over the same
+dataset count as covered), and a batch sampler whose epoch ends far before its own
+``len()`` says (a bucketing sampler that returns after its first bucket).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import WeightedRandomSampler
@@ -35,6 +44,12 @@ if TYPE_CHECKING:
 MAX_DRAWS = 16_384  # indices drawn at most (one epoch when shorter): milliseconds for torch's samplers
 MIN_DRAWS = 16  # fewer draws say nothing about coverage
 COVERAGE_FLOOR = 0.05  # of the distinct indices uniform draws would reach
+MAX_EPOCHS = 64  # passes over a short-epoch sampler
+# An epoch that is always the same subset: under a third of the dataset is not a train
+# split (80/10/10, 70/15/15, 60/20/20 and 50/50 all train on more).
+SUBSET_FLOOR = 1 / 3
+# A batch sampler whose epoch yields under half the batches its len() promises.
+LENGTH_FLOOR = 0.5
 
 PER_SAMPLE_FIX = ("Give WeightedRandomSampler one weight per sample, the weight of its class: "
                   "class_weights = 1.0 / torch.bincount(labels); "
@@ -53,15 +68,44 @@ def _key(index: Any) -> Any:
 
 def draw_indices(index_sampler: Iterable[Any], limit: int, batched: bool) -> list[Any]:
     """Up to ``limit`` indices from a sampler, or from a batch sampler's batches."""
-    drawn: list[Any] = []
-    for item in itertools.islice(iter(index_sampler), limit):
-        if batched:
-            drawn.extend(_key(index) for index in (item.tolist() if hasattr(item, "tolist") else item))
-        else:
-            drawn.append(_key(item))
-        if len(drawn) >= limit:
+    return draw_epochs(index_sampler, limit, batched, max_epochs=1).indices
+
+
+@dataclass
+class Epochs:
+    """What whole passes over a sampler gave: the indices in order, each complete epoch's
+    indices, and how many items (indices, or batches for a batch sampler) each yielded."""
+
+    indices: list[Any] = field(default_factory=list)
+    complete: list[list[Any]] = field(default_factory=list)
+    items: list[int] = field(default_factory=list)
+
+
+def draw_epochs(index_sampler: Iterable[Any], limit: int, batched: bool, max_epochs: int = MAX_EPOCHS) -> Epochs:
+    """Passes over a sampler (or a batch sampler's batches) until ``limit`` indices or
+    ``max_epochs`` passes: one pass of a long epoch, many of a short one."""
+    drawn = Epochs()
+    while len(drawn.indices) < limit and len(drawn.items) < max_epochs:
+        epoch: list[Any] = []
+        items = 0
+        ended = True
+        for item in iter(index_sampler):
+            items += 1
+            if batched:
+                epoch.extend(_key(index) for index in (item.tolist() if hasattr(item, "tolist") else item))
+            else:
+                epoch.append(_key(item))
+            if len(drawn.indices) + len(epoch) >= limit:
+                ended = False
+                break
+        drawn.indices.extend(epoch)
+        drawn.items.append(items)
+        if ended:
+            drawn.complete.append(epoch)
+        if not epoch:
             break
-    return drawn[:limit]
+    drawn.indices = drawn.indices[:limit]
+    return drawn
 
 
 def _epoch_draws(index_sampler: Any, batch_size: int | None) -> int | None:
@@ -90,22 +134,28 @@ class SamplerCoverageCheck(Check):
         if self._weights_per_class(sampler_chain(loader), size, findings) or size < 2:
             return
         index_sampler = loader._index_sampler
-        epoch = _epoch_draws(index_sampler, loader.batch_size)
-        limit = min(epoch or MAX_DRAWS, MAX_DRAWS)
+        batched = loader._auto_collation
+        # Enough draws that uniform ones would reach most of the dataset (or MAX_DRAWS).
+        limit = min(max(2 * size, _epoch_draws(index_sampler, loader.batch_size) or 0), MAX_DRAWS)
         with preserved_data_state(ctx):  # drawing advances the samplers' generators and the global RNG
-            drawn = guard.call(draw_indices, index_sampler, limit, loader._auto_collation,
-                               what="the training sampler's indices")
+            epochs = guard.call(draw_epochs, index_sampler, limit, batched, what="the training sampler's indices")
+        drawn = epochs.indices
         try:
             distinct = len(set(drawn))
         except TypeError:  # keys that cannot be told apart by value
             findings.data["summary"] = "the sampler's keys are not hashable"
             return
         expected = expected_distinct(size, len(drawn))
-        findings.data.update(draws=len(drawn), distinct=distinct, expected_uniform=round(expected, 1))
-        findings.data["summary"] = f"{distinct} distinct of {len(drawn)} indices drawn, dataset of {size}"
-        if len(drawn) < MIN_DRAWS or distinct >= COVERAGE_FLOOR * expected:
-            return
+        findings.data.update(draws=len(drawn), distinct=distinct, expected_uniform=round(expected, 1),
+                             epochs=len(epochs.items))
+        findings.data["summary"] = (f"{distinct} distinct of {len(drawn)} indices drawn in {len(epochs.items)} "
+                                    f"epoch(s), dataset of {size}")
         sampler = type(sampler_chain(loader)[-1]).__name__
+        if len(drawn) < MIN_DRAWS:
+            return
+        if distinct >= COVERAGE_FLOOR * expected:
+            self._short_epochs(ctx, loader, epochs, size, sampler, findings)
+            return
         findings.error(
             "SAMPLER_COVERAGE",
             f"the training sampler ({sampler}) drew only {distinct} distinct indices in {len(drawn)} draws from a "
@@ -135,3 +185,63 @@ class SamplerCoverageCheck(Check):
             PER_SAMPLE_FIX,
         )
         return True
+
+    def _short_epochs(self, ctx: PreflightContext, loader: Any, epochs: Epochs, size: int, sampler: str,
+                      findings: Findings) -> None:
+        """Whole epochs that reach a fixed small part of the dataset, or end early."""
+        batched = loader._auto_collation
+        declared = _length(loader._index_sampler)
+        if batched and declared and epochs.complete and epochs.items[0] < LENGTH_FLOOR * declared:
+            findings.data.update(declared_batches=declared, yielded_batches=epochs.items[0])
+            findings.warning(
+                "SAMPLER_COVERAGE",
+                f"the training batch sampler ({sampler}) ends its epoch after {epochs.items[0]} batches "
+                f"({len(epochs.complete[0])} samples of {size}), though its len() is {declared}: the rest of the "
+                "dataset is never drawn",
+                "Check the batch sampler's __iter__ yields every batch its __len__ counts: every bucket or group, "
+                "not only the first (a return or break inside its loop).",
+            )
+            return
+        if len(epochs.complete) < 2:
+            return
+        first = epochs.complete[0]
+        subset = set(first)
+        if len(subset) != len(first) or any(set(epoch) != subset for epoch in epochs.complete[1:]):
+            return  # repeats within an epoch, or epochs that differ: a sampler that draws, not a subset
+        shards = max((getattr(item, "num_replicas", 1) or 1 for item in sampler_chain(loader)), default=1)
+        reachable = size / shards
+        held_out = _val_indices(ctx.val_loader, loader.dataset)
+        covered = len(subset | held_out)
+        findings.data.update(epoch_subset=len(subset), val_indices_same_dataset=len(held_out))
+        if covered >= SUBSET_FLOOR * reachable:
+            return
+        findings.warning(
+            "SAMPLER_COVERAGE",
+            f"every epoch of the training sampler ({sampler}) draws the same {len(subset)} of the dataset's {size} "
+            f"samples ({100 * len(subset) / size:.1f}%), and no validation loader over the same dataset takes the "
+            "rest: the other samples are never trained on (a debugging subset left in?)",
+            "Give the sampler every training index (e.g. SubsetRandomSampler(train_indices) with the whole training "
+            "split, or shuffle=True), or make the dataset itself the subset (torch.utils.data.Subset) if a small "
+            "run is what you want.",
+        )
+
+
+def _length(sized: Any) -> int | None:
+    try:
+        return len(sized)
+    except TypeError:
+        return None
+
+
+def _val_indices(val_loader: Any, dataset: Any) -> set[Any]:
+    """The indices a validation loader reads from the training loader's own dataset: a
+    split made by two samplers over one dataset. Sequential or subset samplers only
+    (no randomness drawn); empty when the loaders hold different datasets."""
+    if val_loader is None or getattr(val_loader, "dataset", None) is not dataset:
+        return set()
+    sampler = getattr(val_loader, "sampler", None)
+    indices = getattr(sampler, "indices", None)
+    if indices is not None:
+        return {_key(index) for index in indices}
+    length = _length(sampler)
+    return set(range(length)) if type(sampler).__name__ == "SequentialSampler" and length else set()
