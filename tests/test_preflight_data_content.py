@@ -215,6 +215,25 @@ class BucketBatches(torch.utils.data.Sampler):
                 return
 
 
+class SameBucketBatches(BucketBatches):
+    """The bug: ``yield self.buckets[0]`` for every bucket drawn (a typo for buckets[b])."""
+
+    def __len__(self) -> int:
+        return len(self.buckets)
+
+    def __iter__(self):
+        for _ in torch.randperm(len(self.buckets)).tolist():
+            yield self.buckets[0]
+
+
+def test_a_batch_sampler_that_yields_one_batch_every_time_fires():
+    data = table(640)
+    buckets = torch.arange(640) // 32  # twenty buckets of 32
+    report = check(DataLoader(data, batch_sampler=SameBucketBatches(buckets, 32)), [SamplerCoverageCheck])
+    assert loud(report) == [("data.sampler_coverage", "SAMPLER_COVERAGE", "error")]
+    assert result_of(report, "data.sampler_coverage").data["distinct"] == 32
+
+
 @pytest.mark.parametrize("first_only", [True, False], ids=["first-bucket-only", "every-bucket"])
 def test_a_batch_sampler_that_ends_its_epoch_early(first_only):
     data = table(400)

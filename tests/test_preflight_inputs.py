@@ -121,12 +121,50 @@ def test_a_conditioning_input_read_before_the_image_is_not_taken_for_it(tmp_path
     assert result.data["layer"] == "body.0"
 
 
-def test_token_ids_and_tabular_features_run_no_forward(tmp_path):
+def test_token_ids_run_no_forward_and_standardised_features_are_quiet(tmp_path):
     lm = run(make_recipe(tmp_path / "lm", classification=False), InputScaleCheck)[NAME]
+    assert_quiet(lm)
+    assert lm.data["summary"] == "no image-like or tabular input in the first batch"
     tabular = run(make_recipe(tmp_path / "mlp"), InputScaleCheck)[NAME]
-    for result in (lm, tabular):
-        assert_quiet(result)
-        assert result.data["summary"] == "no image-like input in the first batch"
+    assert_quiet(tabular)
+    assert tabular.data["raw_columns"] == []
+
+
+def customers(samples: int = 64) -> torch.Tensor:
+    """A customer table as read from the CSV: age, income in dollars, signup year, and
+    three standardised scores."""
+    g = torch.Generator().manual_seed(0)
+    age = 20 + 50 * torch.rand(samples, generator=g)
+    income = 50_000 + 20_000 * torch.randn(samples, generator=g)
+    year = torch.randint(1995, 2024, (samples,), generator=g).float()
+    return torch.cat([torch.stack([age, income, year], dim=1), torch.randn(samples, 3, generator=g)], dim=1)
+
+
+def tabular_mlp(norm_first: bool = False):
+    def build():
+        layers = [nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, CLASSES)]
+        return nn.Sequential(*([nn.BatchNorm1d(6)] if norm_first else []), *layers)
+    return build
+
+
+def test_tabular_features_on_raw_scales_fire_dp12_naming_the_columns(tmp_path):
+    result = check_on(tmp_path, customers(), model=tabular_mlp())
+    assert codes(result) == {"DP12"}
+    message, fix = result.issues[0].message, result.issues[0].fix
+    assert "receives 2 of its 6 feature columns on raw scales" in message and "column(s) 1 (mean" in message
+    assert "x_train.mean(0)" in fix
+    # Both fixes it prints work: standardised columns, or a BatchNorm1d in front.
+    table = customers()
+    standardised = (table - table.mean(0)) / table.std(0)
+    assert_quiet(check_on(tmp_path, standardised, model=tabular_mlp()))
+    assert_quiet(check_on(tmp_path, customers(), model=tabular_mlp(norm_first=True)))
+
+
+def test_counts_and_one_hot_columns_are_quiet(tmp_path):
+    g = torch.Generator().manual_seed(1)
+    counts = torch.poisson(torch.full((64, 3), 6.0), generator=g)
+    one_hot = F.one_hot(torch.randint(0, 3, (64,), generator=g), 3).float()
+    assert_quiet(check_on(tmp_path, torch.cat([counts, one_hot], dim=1), model=tabular_mlp()))
 
 
 def test_what_counts_as_an_image():

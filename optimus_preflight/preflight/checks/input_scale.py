@@ -46,6 +46,14 @@ FLAT_STD = 0.02
 FLAT_MEAN = 0.5
 
 
+# Tabular features: a standardised column has std ~1 and mean ~0; counts, ratings, ages
+# and one-hot columns stay within tens. Raw money, years, timestamps, pixel values
+# flattened into a row, or sensor readings in their units reach hundreds and more.
+MIN_FEATURES = 2
+RAW_FEATURE_STD = 50.0
+RAW_FEATURE_MEAN = 100.0
+
+
 class _FirstLayerSeen(BaseException):
     """Ends the forward once the first layer's input is recorded (a BaseException so
     that ``except Exception`` in user code does not swallow it)."""
@@ -130,6 +138,26 @@ def scale_finding(stats: list[ChannelStats]) -> ScaleFinding | None:
     return None
 
 
+def raw_feature_columns(stats: list[ChannelStats]) -> list[int]:
+    """Feature columns on raw scales: a spread or an offset in the hundreds."""
+    return [i for i, c in enumerate(stats) if c.std > RAW_FEATURE_STD or abs(c.mean) > RAW_FEATURE_MEAN]
+
+
+def describe_raw_features(columns: list[int], seen: FirstLayerInput) -> tuple[str, str]:
+    shown = ", ".join(f"{i} (mean {seen.stats[i].mean:.3g}, std {seen.stats[i].std:.3g})" for i in columns[:4])
+    more = f" and {len(columns) - 4} more" if len(columns) > 4 else ""
+    scaled = len(seen.stats) - len(columns)
+    beside = f", beside {scaled} column(s) on a unit scale" if scaled else ""
+    message = (f"the first layer ({seen.kind} {seen.layer!r}) receives {len(columns)} of its {len(seen.stats)} feature "
+               f"columns on raw scales: column(s) {shown}{more}{beside}. Unstandardised features make the first layer's "
+               "output and its gradients dominated by the largest columns: the network learns slowly or not at all, "
+               "and a learning rate that suits one column diverges on another")
+    fix = ("Standardise every feature column with the training split's statistics: mean = x_train.mean(0), "
+           "std = x_train.std(0); x = (x - mean) / std in the dataset (the same mean and std for validation), or "
+           "put nn.BatchNorm1d(features) in front of the first layer.")
+    return message, fix
+
+
 @dataclass
 class FirstLayerInput:
     layer: str
@@ -137,14 +165,15 @@ class FirstLayerInput:
     stats: list[ChannelStats]
 
 
-def first_layer_input(ctx: PreflightContext, batch: Any) -> FirstLayerInput | None:
+def first_layer_input(ctx: PreflightContext, batch: Any, *, tabular: bool = False) -> FirstLayerInput | None:
     """What the first conv or linear layer that reads image-sized input receives when
     ``compute_loss`` runs on ``batch`` (train mode, as training runs it; no gradients;
-    the forward stops at that layer).
+    the forward stops at that layer). ``tabular``: the first linear layer that reads a
+    (samples, features) input instead, with statistics per feature column.
     None when no such layer runs or the loss raises before it (step.first_step reports that)."""
     model = ctx.model
-    layers = {module: name for name, module in model.named_modules()
-              if isinstance(module, (nn.modules.conv._ConvNd, nn.Linear))}
+    kinds = (nn.Linear,) if tabular else (nn.modules.conv._ConvNd, nn.Linear)
+    layers = {module: name for name, module in model.named_modules() if isinstance(module, kinds)}
     if not layers:
         return None
     seen: list[FirstLayerInput] = []
@@ -152,6 +181,12 @@ def first_layer_input(ctx: PreflightContext, batch: Any) -> FirstLayerInput | No
     def record(module: nn.Module, args: tuple) -> None:
         inputs = args[0] if args else None
         if not isinstance(inputs, torch.Tensor) or not inputs.is_floating_point():
+            raise _FirstLayerSeen()
+        if tabular:
+            if inputs.dim() != 2 or inputs.shape[1] < MIN_FEATURES:
+                raise _FirstLayerSeen()  # not a table of features: nothing to judge
+            seen.append(FirstLayerInput(layers[module] or type(module).__name__, type(module).__name__,
+                                        channel_stats(inputs, 1)))
             raise _FirstLayerSeen()
         if inputs.numel() < MIN_SIDE * MIN_SIDE * max(batch_size_of(batch), 1):
             return  # a layer on a conditioning input (a timestep, a class vector), not on the image
@@ -236,7 +271,8 @@ def describe(finding: ScaleFinding, seen: FirstLayerInput, batch_dtype: torch.dt
 
 class InputScaleCheck(Check):
     """DP12 / DP10: image inputs not scaled to [0, 1], scaled or normalised twice, or
-    normalised with statistics of the wrong scale; read at the first conv/linear layer."""
+    normalised with statistics of the wrong scale; tabular feature columns on raw scales
+    (DP12); read at the first conv/linear layer."""
 
     name = "data.input_scale"
     stage = Stage.DATA
@@ -247,7 +283,7 @@ class InputScaleCheck(Check):
         batch = ctx.artifacts.first_batch
         images = [leaf for leaf in leaves(batch) if image_like(leaf)]
         if not images:
-            findings.data["summary"] = "no image-like input in the first batch"
+            self._tabular(ctx, batch, findings)
             return
         seen = first_layer_input(ctx, batch)
         if seen is None:
@@ -264,3 +300,23 @@ class InputScaleCheck(Check):
         findings.data["signature"] = finding.kind
         message, fix, code_fix, key = describe(finding, seen, images[0].dtype)
         findings.warning(finding.code, message, fix, key, code_fix=code_fix)
+
+    @staticmethod
+    def _tabular(ctx: PreflightContext, batch: Any, findings: Findings) -> None:
+        """A (samples, features) float table read by a first linear layer."""
+        tables = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.is_floating_point()
+                  and leaf.dim() == 2 and leaf.shape[1] >= MIN_FEATURES]
+        if not tables:
+            findings.data["summary"] = "no image-like or tabular input in the first batch"
+            return
+        seen = first_layer_input(ctx, batch, tabular=True)
+        if seen is None:
+            findings.data["summary"] = "no linear layer reads a table of features first"
+            return
+        columns = raw_feature_columns(seen.stats)
+        findings.data.update(layer=seen.layer, features=len(seen.stats), raw_columns=columns[:20])
+        findings.data["summary"] = f"{seen.layer} receives {len(seen.stats)} features, {len(columns)} on raw scales"
+        if columns:
+            findings.data["signature"] = "features_unscaled"
+            message, fix = describe_raw_features(columns, seen)
+            findings.warning("DP12", message, fix, "data.train", code_fix=fix)
