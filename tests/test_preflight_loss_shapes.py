@@ -652,3 +652,41 @@ def test_class_labels_stored_as_a_column_get_the_squeeze_as_their_fix():
     report = preflight(mlp(CLASSES), loader(x, torch.randint(0, CLASSES, (256, 1))), nn.CrossEntropyLoss())
     issue = issues(report)["STEP_ERROR"]
     assert "target.squeeze(-1)" in issue.fix and "(32, 1)" in issue.fix
+
+
+# ------------------------------------------------------------ an activation on the output layer
+@pytest.mark.parametrize("activation", [nn.ReLU, nn.Softplus, nn.Sigmoid])
+def test_logits_through_an_output_activation_warn(activation):
+    x = features()
+    head = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, CLASSES), activation())
+    found = issues(preflight(head, loader(x, x[:, :CLASSES].argmax(1)), nn.CrossEntropyLoss()))["O12"]
+    assert "never negative" in found.message and "Remove the activation" in found.fix
+    if activation is nn.ReLU:
+        assert "exactly 0 (a ReLU)" in found.message
+
+
+def test_raw_logits_and_binary_logits_are_quiet():
+    x = features()
+    assert not issues(preflight(mlp(CLASSES), loader(x, x[:, :CLASSES].argmax(1)), nn.CrossEntropyLoss()))
+    binary = lambda model, batch: F.binary_cross_entropy_with_logits(model(batch[0]), batch[1])  # noqa: E731
+    assert not issues(preflight(mlp(3), loader(x, (x[:, :3] > 0).float()), binary))
+
+
+# ------------------------------------------------------------ a learning rate of 0
+def test_a_learning_rate_of_zero_without_a_scheduler_is_an_error():
+    x = features()
+    model = mlp(CLASSES)
+    report = run_preflight(model, torch.optim.SGD(model.parameters(), lr=0.0), loader(x, x[:, :CLASSES].argmax(1)),
+                           loss_fn=nn.CrossEntropyLoss())
+    found = [issue for _, issue in report.issues() if issue.code == "O8"]
+    assert [issue.severity for issue in found] == [Severity.ERROR] and "learning rate is 0" in found[0].message
+
+
+def test_one_group_at_lr_zero_is_only_a_note():
+    x = features()
+    model = mlp(CLASSES)
+    groups = [{"params": model[0].parameters(), "lr": 0.0}, {"params": model[2].parameters(), "lr": 0.1}]
+    report = run_preflight(model, torch.optim.SGD(groups), loader(x, x[:, :CLASSES].argmax(1)),
+                           loss_fn=nn.CrossEntropyLoss())
+    found = [issue for _, issue in report.issues() if issue.code == "O8"]
+    assert [issue.severity for issue in found] == [Severity.INFO] and "group(s) 0 have lr=0" in found[0].message

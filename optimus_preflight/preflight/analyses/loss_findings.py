@@ -25,6 +25,30 @@ class Finding:
     code_fix: str | None = None
 
 
+# Logits of a linear head are negative about half the time; none negative among this many
+# means an activation on the output layer (ReLU, softplus, exp, sigmoid).
+MIN_LOGITS_SEEN = 64
+
+
+def _clipped_logits(call: CriterionCall) -> Finding | None:
+    """O12: logits for a criterion that applies its own softmax/sigmoid, all non-negative:
+    an activation on the output layer (a ReLU cuts them at 0)."""
+    stats = call.input
+    if call.function not in ("cross_entropy", "binary_cross_entropy_with_logits") or stats.min is None:
+        return None
+    if stats.min < 0 or stats.probability_rows or math.prod(stats.shape) < MIN_LOGITS_SEEN:
+        return None
+    zeros = f" and {stats.zero_fraction:.0%} exactly 0 (a ReLU)" if stats.zero_fraction else ""
+    return Finding(
+        "O12", "warning",
+        f"{call.function} receives logits that are never negative (in [{stats.min:.3g}, {stats.max:.3g}]){zeros}: an "
+        "activation sits on the output layer. A linear head's logits are negative about half the time; here a "
+        "class can only be pushed down to 0, not below, and a ReLU's zeros get no gradient, so the model learns "
+        "slowly or stops learning",
+        "Remove the activation after the last linear layer: the criterion takes raw logits (any real value).",
+    )
+
+
 def loss_input_findings(calls: list[CriterionCall], activations: dict[str, int]) -> list[Finding]:
     """O12, O13, O16: the wrong kind of values fed to a criterion."""
     found: list[Finding] = []
@@ -32,6 +56,7 @@ def loss_input_findings(calls: list[CriterionCall], activations: dict[str, int])
         stats = call.input
         if stats is None or not stats.finite or stats.wrong_dims:
             continue  # normalised over the wrong dim: loss_shapes.norm_dim_findings explains it
+        before = len(found)
         if call.function == "cross_entropy" and stats.probability_rows:
             found.append(Finding(
                 "O12", "error",
@@ -81,6 +106,8 @@ def loss_input_findings(calls: list[CriterionCall], activations: dict[str, int])
                 "applied twice, squashing every prediction towards 0.5-0.73",
                 "Remove the sigmoid before BCEWithLogitsLoss; it applies its own.",
             ))
+        if len(found) == before and (clipped := _clipped_logits(call)) is not None:
+            found.append(clipped)
     return found
 
 

@@ -70,6 +70,7 @@ class TensorStats:
     log_probability_rows: bool = False
     # Normalised over something other than the class dim (loss_shapes.wrong_normalisation).
     wrong_dims: list[WrongNormalisation] = field(default_factory=list)
+    zero_fraction: float = 0.0  # of floating values exactly 0: logits cut at 0 by a ReLU
 
 
 @dataclass
@@ -154,6 +155,8 @@ def _stats(tensor: torch.Tensor, class_dim: int | None, shapes: list[tuple[int, 
             min=None if empty else float(values.min()),
             max=None if empty else float(values.max()),
         )
+        if is_floating and not empty:
+            stats.zero_fraction = float((values == 0).float().mean())
         if class_dim is not None and is_floating and finite and not empty and values.shape[class_dim] > 1:
             if stats.min >= 0:
                 sums = values.sum(dim=class_dim)

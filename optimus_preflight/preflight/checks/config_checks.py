@@ -100,6 +100,7 @@ class LrScheduleCheck(Check):
         max_steps = ctx.cfg.trainer.max_steps
         if scheduler is None:
             findings.data["summary"] = "no scheduler: constant LR"
+            self._constant_lr(ctx.optimizer, findings)
             return
         length = schedule_length(scheduler)
         fix = ("Size the schedule in optimizer steps: leave scheduler.total_steps=null to follow trainer.max_steps, "
@@ -130,6 +131,43 @@ class LrScheduleCheck(Check):
             findings.warning("O8", unreached,
                              "Shorten the warmup: scheduler.warmup_fraction=0.05 (5% of the run), or a "
                              "scheduler.warmup_steps well below trainer.max_steps.", "scheduler.warmup_steps")
+
+
+    @staticmethod
+    def _constant_lr(optimizer: Any, findings: Findings) -> None:
+        """Without a scheduler the optimizer's own lr is every step's: 0 in every group
+        that holds trainable parameters trains nothing."""
+        groups = [group for group in getattr(optimizer, "param_groups", [])
+                  if any(getattr(p, "requires_grad", False) for p in group.get("params", []))]
+        rates = [_lr_value(group.get("lr")) for group in groups]
+        if not groups or any(rate is None for rate in rates):
+            return
+        zero = [index for index, rate in enumerate(rates) if rate == 0]
+        findings.data["lr_groups"] = rates
+        if len(zero) == len(groups):
+            findings.error(
+                "O8",
+                f"the optimizer's learning rate is 0 in {'its only parameter group' if len(groups) == 1 else 'every parameter group'} "
+                "and no scheduler changes it: no step will change the model",
+                "Pass the learning rate you mean to the optimizer (e.g. torch.optim.AdamW(params, lr=3e-4)), or check "
+                "the value it is computed from (a config key read as 0, a base LR multiplied by a 0 scale factor).",
+                "optimizer.lr",
+            )
+        elif zero:
+            findings.info(
+                "O8",
+                f"parameter group(s) {', '.join(str(i) for i in zero)} have lr=0 and no scheduler: their parameters "
+                "get gradients but never change",
+                "To freeze them, set requires_grad_(False) on those parameters instead (no gradients computed); "
+                "if they should train, give the group its learning rate.",
+            )
+
+
+def _lr_value(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def base_lr(scheduler: Any, optimizer: Any) -> float | None:
