@@ -25,26 +25,26 @@ class Finding:
     code_fix: str | None = None
 
 
-# Logits of a linear head are negative about half the time; none negative among this many
-# means an activation on the output layer (ReLU, softplus, exp, sigmoid).
+# A ReLU on the output layer: logits never negative and many exactly 0, which a linear
+# head's output never is. Non-negative logits alone prove nothing: a head on pooled ReLU
+# features can start with every class positive (mixup's CNN in blind set c does).
 MIN_LOGITS_SEEN = 64
+RELU_ZERO_SHARE = 0.05
 
 
 def _clipped_logits(call: CriterionCall) -> Finding | None:
-    """O12: logits for a criterion that applies its own softmax/sigmoid, all non-negative:
-    an activation on the output layer (a ReLU cuts them at 0)."""
+    """O12: logits for a criterion that applies its own softmax/sigmoid, cut at 0 by a
+    ReLU on the output layer."""
     stats = call.input
     if call.function not in ("cross_entropy", "binary_cross_entropy_with_logits") or stats.min is None:
         return None
-    if stats.min < 0 or stats.probability_rows or math.prod(stats.shape) < MIN_LOGITS_SEEN:
+    if stats.min != 0 or stats.zero_fraction < RELU_ZERO_SHARE or math.prod(stats.shape) < MIN_LOGITS_SEEN:
         return None
-    zeros = f" and {stats.zero_fraction:.0%} exactly 0 (a ReLU)" if stats.zero_fraction else ""
     return Finding(
         "O12", "warning",
-        f"{call.function} receives logits that are never negative (in [{stats.min:.3g}, {stats.max:.3g}]){zeros}: an "
-        "activation sits on the output layer. A linear head's logits are negative about half the time; here a "
-        "class can only be pushed down to 0, not below, and a ReLU's zeros get no gradient, so the model learns "
-        "slowly or stops learning",
+        f"{call.function} receives logits that are never negative (in [0, {stats.max:.3g}]) and "
+        f"{stats.zero_fraction:.0%} exactly 0: a ReLU sits on the output layer. A class can only be pushed down "
+        "to 0, not below, and the outputs at 0 get no gradient, so the model learns slowly or stops learning",
         "Remove the activation after the last linear layer: the criterion takes raw logits (any real value).",
     )
 
