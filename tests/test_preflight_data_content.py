@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import (
     DataLoader,
@@ -288,3 +289,31 @@ def test_blank_images_in_both_splits_are_not_a_leak():
                            checks=[FirstBatchCheck(), SplitOverlapCheck()])
     assert loud(report) == []
     assert result_of(report, "data.split_overlap").data["shared"] == 0
+
+
+# ---------------------------------------------------------------- any iterable of batches
+@pytest.mark.parametrize("as_dicts", [False, True], ids=["tuples", "dicts"])
+def test_a_plain_list_of_batches_runs_every_check_without_a_crash(as_dicts):
+    """run_preflight takes any iterable of batches: the checks that read DataLoader
+    attributes (pin_memory, dataset, batch_size, sampler) say so and step aside."""
+    data = table(128)
+    batches = [(data.tensors[0][i:i + 16], data.tensors[1][i:i + 16]) for i in range(0, 128, 16)]
+    loss = nn.CrossEntropyLoss()
+    if as_dicts:
+        batches = [{"x": x, "y": y} for x, y in batches]
+        loss = lambda model, batch: F.cross_entropy(model(batch["x"]), batch["y"])  # noqa: E731
+    net = model()
+    report = run_preflight(net, torch.optim.SGD(net.parameters(), lr=0.1), batches, loss_fn=loss)
+    crashed = [check.name for check in report.checks if check.status.value == "crashed"]
+    assert crashed == [] and loud(report) == [], (crashed, loud(report))
+
+
+def test_a_shadowed_requires_grad_method_does_not_crash_the_restore():
+    # The user's typo `p.requires_grad_ = True` replaces the method with a bool on each
+    # parameter; the preflight's snapshot restore must not call it.
+    net = model()
+    for p in net.parameters():
+        p.requires_grad_ = True  # the bug: meant p.requires_grad_(True) after freezing
+    report = run_preflight(net, torch.optim.SGD(net.parameters(), lr=0.1), DataLoader(table(), batch_size=32),
+                           loss_fn=nn.CrossEntropyLoss())
+    assert not [check.name for check in report.checks if check.status.value == "crashed"]

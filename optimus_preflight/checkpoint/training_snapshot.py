@@ -72,7 +72,7 @@ class _ModuleTensors:
             store[name] = tensor  # a check may have rebound the attribute
             tensor.copy_(saved)
         for param, requires_grad in self.requires_grad:
-            param.requires_grad_(requires_grad)
+            param.requires_grad = requires_grad  # the attribute: a user typo (p.requires_grad_ = True) can shadow the method
         for param, grad in self.grads:
             param.grad = None if grad is None else grad.to(param.device, copy=True)
 
@@ -112,7 +112,7 @@ class _LooseTensors:
         for tensor, saved in self.values:
             tensor.copy_(saved)
         for tensor, requires_grad in self.requires_grad:
-            tensor.requires_grad_(requires_grad)
+            tensor.requires_grad = requires_grad
         for tensor, grad in self.grads:
             tensor.grad = None if grad is None else grad.to(tensor.device, copy=True)
 

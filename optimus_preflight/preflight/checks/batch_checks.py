@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
-from torch.utils.data import BatchSampler, IterableDataset, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
 from torch.utils.data._utils.collate import default_collate
 
 from optimus_preflight.preflight.data_access.guard import DataGuard
@@ -64,6 +64,9 @@ class CollateCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
+        if not isinstance(loader, DataLoader):  # any iterable of batches is allowed: a list, a generator
+            findings.data["summary"] = f"not a torch DataLoader ({type(loader).__name__}): nothing to read"
+            return
         dataset = loader.dataset
         if not (is_map_style(dataset) and loader.collate_fn is default_collate and type(loader.batch_sampler) is BatchSampler
                 and (loader.batch_size or 1) > 1):
@@ -99,6 +102,9 @@ class FinalBatchCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
+        if not isinstance(loader, DataLoader):  # any iterable of batches is allowed: a list, a generator
+            findings.data["summary"] = f"not a torch DataLoader ({type(loader).__name__}): nothing to read"
+            return
         norms = [m for m in ctx.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
         batch_size = loader.batch_size
         findings.data["summary"] = "no BatchNorm in the model" if not norms else "drop_last=true"
@@ -140,6 +146,9 @@ class SamplingCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
+        if not isinstance(loader, DataLoader):  # any iterable of batches is allowed: a list, a generator
+            findings.data["summary"] = f"not a torch DataLoader ({type(loader).__name__}): nothing to read"
+            return
         chain = sampler_chain(loader)
         sampler = chain[-1]
         world = ctx.training.dist.world_size

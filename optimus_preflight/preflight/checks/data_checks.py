@@ -150,7 +150,8 @@ class LoaderMemoryCheck(Check):
         loader = ctx.train_loader
         batch_bytes = batch_nbytes(ctx.artifacts.first_batch)
         workers = getattr(loader, "num_workers", 0)
-        usage = dataloader_host_bytes(batch_bytes, workers, getattr(loader, "prefetch_factor", None), loader.pin_memory)
+        pinned = bool(getattr(loader, "pin_memory", False))  # any iterable of batches: a list has none
+        usage = dataloader_host_bytes(batch_bytes, workers, getattr(loader, "prefetch_factor", None), pinned)
         available = psutil.virtual_memory().available
         fraction = usage["total_bytes"] / max(available, 1)
         findings.data.update(usage, available_bytes=available, fraction_of_available=round(fraction, 4))
@@ -164,7 +165,7 @@ class LoaderMemoryCheck(Check):
                       "returns; pin_memory=False drops the pinned copies.")
         message = (f"the DataLoader will hold ~{usage['total_bytes'] / GIB:.2f} GiB ({workers} workers x "
                    f"prefetch {usage['batches_in_flight'] // max(workers, 1)} x {batch_bytes / MIB:.1f} MiB batches"
-                   f"{', pinned copies included' if loader.pin_memory else ''}), {100 * fraction:.0f}% of the "
+                   f"{', pinned copies included' if pinned else ''}), {100 * fraction:.0f}% of the "
                    f"{available / GIB:.1f} GiB of available RAM")
         if fraction > RAM_ERROR_FRACTION:
             findings.error("DATA_RAM", message, knobs, "data.num_workers", code_fix=code_knobs)
