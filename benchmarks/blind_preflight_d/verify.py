@@ -13,9 +13,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from benchmarks.blind_preflight_d import cases_data as D
+from benchmarks.blind_preflight_d import cases_data as D  # noqa: F401 (registers its cases)
 from benchmarks.blind_preflight_d import cases_shapes_targets as S
-from benchmarks.blind_preflight_d import cases_trained_mechanics as M
+from benchmarks.blind_preflight_d import cases_trained_mechanics as M  # noqa: F401 (registers its cases)
 from benchmarks.blind_preflight_d.registry import load_all
 from benchmarks.blind_preflight_d.sanity import run_case
 
@@ -196,7 +196,7 @@ def v_demand():
 def v_csv():
     name = "csv_features_skip_header_labels_dont"
     fixed = CASES[name].build()
-    from benchmarks.blind_preflight_d.registry import teacher_classes, loader
+    from benchmarks.blind_preflight_d.registry import loader, teacher_classes
     x, y = teacher_classes(3001, 20, 4, s=13)
     fixed["train_loader"] = loader(torch.utils.data.TensorDataset(x[1:], y[1:]), 64)
     compare(name, fixed, 200)
