@@ -54,6 +54,15 @@ def describe_groups(groups: dict[tuple, list[int]], limit: int = 4) -> str:
                      for shape, members in list(groups.items())[:limit])
 
 
+def not_a_dataloader(loader: Any, findings: Findings) -> bool:
+    """run_preflight takes any iterable of batches (a list, a generator): the checks that
+    read a DataLoader's dataset, sampler or batch size say so and step aside."""
+    if isinstance(loader, DataLoader):
+        return False
+    findings.data["summary"] = f"not a torch DataLoader ({type(loader).__name__}): nothing to read"
+    return True
+
+
 class CollateCheck(Check):
     """DP4: samples whose shapes differ break default collate when they meet in a batch."""
 
@@ -64,8 +73,7 @@ class CollateCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
-        if not isinstance(loader, DataLoader):  # any iterable of batches is allowed: a list, a generator
-            findings.data["summary"] = f"not a torch DataLoader ({type(loader).__name__}): nothing to read"
+        if not_a_dataloader(loader, findings):
             return
         dataset = loader.dataset
         if not (is_map_style(dataset) and loader.collate_fn is default_collate and type(loader.batch_sampler) is BatchSampler
@@ -102,8 +110,7 @@ class FinalBatchCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
-        if not isinstance(loader, DataLoader):  # any iterable of batches is allowed: a list, a generator
-            findings.data["summary"] = f"not a torch DataLoader ({type(loader).__name__}): nothing to read"
+        if not_a_dataloader(loader, findings):
             return
         norms = [m for m in ctx.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
         batch_size = loader.batch_size
@@ -146,8 +153,7 @@ class SamplingCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
-        if not isinstance(loader, DataLoader):  # any iterable of batches is allowed: a list, a generator
-            findings.data["summary"] = f"not a torch DataLoader ({type(loader).__name__}): nothing to read"
+        if not_a_dataloader(loader, findings):
             return
         chain = sampler_chain(loader)
         sampler = chain[-1]
