@@ -1,7 +1,7 @@
 """Run the blind preflight evaluation set and score it.
 
     .venv/bin/python -m benchmarks.blind_preflight.run [--only NAME[,NAME]] [--json out.json] [--verbose]
-    .venv/bin/python -m benchmarks.blind_preflight.run --set b ...    # the second set, benchmarks/blind_preflight_b
+    .venv/bin/python -m benchmarks.blind_preflight.run --set b ...    # sets b, c, d: benchmarks/blind_preflight_{b,c,d}
 
 Each case runs ``run_preflight(...)`` in its own subprocess (a crash or a hang in one case
 does not stop the rest; ``--timeout`` seconds per case). Scoring, from the findings of
@@ -26,7 +26,8 @@ import time
 import traceback
 import warnings
 
-REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind_preflight_b.registry"}
+REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind_preflight_b.registry",
+              "c": "benchmarks.blind_preflight_c.registry", "d": "benchmarks.blind_preflight_d.registry"}
 
 
 def load_cases(which: str = "a"):

@@ -1,32 +1,15 @@
-"""Run set c through set a's harness (benchmarks/blind_preflight/run.py), unchanged:
+"""Run set c through set a's harness (benchmarks/blind_preflight/run.py, ``--set c``):
 
     .venv/bin/python -m benchmarks.blind_preflight_c.run [--only NAME[,NAME]] [--json out.json] [--verbose]
-
-The harness's registry table gets a "c" entry at import time and its per-case subprocess is
-pointed at this module, so benchmarks/blind_preflight/run.py needs no edit for this set.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
-import benchmarks.blind_preflight.run as base
-
-base.REGISTRIES.setdefault("c", "benchmarks.blind_preflight_c.registry")
-_orig_run = subprocess.run
-
-
-def _run(cmd, *a, **kw):
-    if isinstance(cmd, list) and cmd[1:3] == ["-m", "benchmarks.blind_preflight.run"]:
-        cmd = [cmd[0], "-m", "benchmarks.blind_preflight_c.run", *cmd[3:]]
-    return _orig_run(cmd, *a, **kw)
-
-
-base.subprocess.run = _run        # the harness's child command runs this module (so "c" is known there)
+from benchmarks.blind_preflight.run import main
 
 if __name__ == "__main__":
-    argv = sys.argv[1:]
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    sys.exit(base.main(argv if "--set" in argv else ["--set", "c", *argv]))
+    sys.exit(main(["--set", "c", *sys.argv[1:]]))
