@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import WeightedRandomSampler
 
 from optimus_preflight.preflight.checks.batch_checks import sampler_chain
+from optimus_preflight.preflight.checks.val_loader import length_of
 from optimus_preflight.preflight.data_access.guard import DataGuard
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_data_state
@@ -67,11 +68,6 @@ def expected_distinct(size: int, draws: int) -> float:
 
 def _key(index: Any) -> Any:
     return index.item() if hasattr(index, "item") and getattr(index, "ndim", 1) == 0 else index
-
-
-def draw_indices(index_sampler: Iterable[Any], limit: int, batched: bool) -> list[Any]:
-    """Up to ``limit`` indices from a sampler, or from a batch sampler's batches."""
-    return draw_epochs(index_sampler, limit, batched, max_epochs=1).indices
 
 
 @dataclass
@@ -112,11 +108,8 @@ def draw_epochs(index_sampler: Iterable[Any], limit: int, batched: bool, max_epo
 
 
 def _epoch_draws(index_sampler: Any, batch_size: int | None) -> int | None:
-    try:
-        length = len(index_sampler)
-    except TypeError:
-        return None
-    return length * (batch_size or 1)
+    length = length_of(index_sampler)
+    return None if length is None else length * (batch_size or 1)
 
 
 class SamplerCoverageCheck(Check):
@@ -193,7 +186,7 @@ class SamplerCoverageCheck(Check):
                       findings: Findings) -> None:
         """Whole epochs that reach a fixed small part of the dataset, or end early."""
         batched = loader._auto_collation
-        declared = _length(loader._index_sampler)
+        declared = length_of(loader._index_sampler)
         if batched and declared and epochs.complete and epochs.items[0] < LENGTH_FLOOR * declared:
             findings.data.update(declared_batches=declared, yielded_batches=epochs.items[0])
             findings.warning(
@@ -229,13 +222,6 @@ class SamplerCoverageCheck(Check):
         )
 
 
-def _length(sized: Any) -> int | None:
-    try:
-        return len(sized)
-    except TypeError:
-        return None
-
-
 def _val_indices(val_loader: Any, dataset: Any) -> set[Any]:
     """The indices a validation loader reads from the training loader's own dataset: a
     split made by two samplers over one dataset. Sequential or subset samplers only
@@ -246,5 +232,5 @@ def _val_indices(val_loader: Any, dataset: Any) -> set[Any]:
     indices = getattr(sampler, "indices", None)
     if indices is not None:
         return {_key(index) for index in indices}
-    length = _length(sampler)
+    length = length_of(sampler)
     return set(range(length)) if type(sampler).__name__ == "SequentialSampler" and length else set()

@@ -13,7 +13,7 @@ from optimus_preflight.preflight.framework.preserve import preserved_data_state
 DATA_VAL_EMPTY = "DATA_VAL_EMPTY"
 
 
-def _length(loader: Any) -> int | None:
+def length_of(loader: Any) -> int | None:
     try:
         return len(loader)
     except TypeError:  # an IterableDataset without __len__
@@ -32,16 +32,16 @@ class ValidationLoaderCheck(Check):
         if loader is None:
             findings.data["summary"] = "no validation loader"
             return
-        batches = _length(loader)
+        batches = length_of(loader)
         if batches is None:  # read it: the only way to know an iterable is empty
             guard = DataGuard(ctx, self.name, findings)
             with preserved_data_state(ctx), guard.batches(loader, "the validation loader") as read:
                 batches = int(next(read, None) is not None)
         if batches:
-            findings.data["summary"] = f"{batches} batch(es)" if _length(loader) is not None else "yields batches"
+            findings.data["summary"] = f"{batches} batch(es)" if length_of(loader) is not None else "yields batches"
             return
         dataset = getattr(loader, "dataset", None)
-        size = _length(dataset) if dataset is not None else None
+        size = length_of(dataset) if dataset is not None else None
         why = (f"its dataset holds {size} sample(s) and drop_last=True with batch_size {loader.batch_size}"
                if size and getattr(loader, "drop_last", False) else "its dataset is empty" if size == 0 else "it yields nothing")
         findings.warning(
