@@ -182,3 +182,15 @@ def test_the_set_up_picks_a_cuda_torch_and_installs_only_what_is_missing(tmp_pat
     assert child_argv(argv, 300.4, tmp_path / "o", tmp_path / "w") == [
         "--tiny", "--sections=ddp", "--out", str(tmp_path / "o"), "--work-dir", str(tmp_path / "w"), "--no-setup",
         "--budget-s", "300"]
+
+
+def test_fetched_wheels_are_the_known_good_set_whatever_this_interpreter_holds(tmp_path, monkeypatch):
+    # The GPU machine failed its set-up when --fetch-wheels copied this interpreter's antlr4
+    # 4.13: omegaconf 2.3's grammar loads only with the 4.9 runtime.
+    commands = []
+    monkeypatch.setattr(bootstrap.subprocess, "run", lambda command, **_: commands.append(command) or subprocess.CompletedProcess(command, 0))
+    monkeypatch.setattr(bootstrap, "wheel_files", lambda folder: [])
+    assert bootstrap.fetch_wheels(tmp_path) == 0
+    pinned = {part for command in commands for part in command if "==" in part}
+    assert pinned == {f"{name}=={version}" for name, version in bootstrap.DEFAULT_VERSIONS.items()}
+    assert "antlr4-python3-runtime==4.9.3" in pinned
