@@ -27,7 +27,8 @@ import traceback
 import warnings
 
 REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind_preflight_b.registry",
-              "c": "benchmarks.blind_preflight_c.registry", "d": "benchmarks.blind_preflight_d.registry"}
+              "c": "benchmarks.blind_preflight_c.registry", "d": "benchmarks.blind_preflight_d.registry",
+              "e": "benchmarks.blind_preflight_e.registry"}
 
 
 def load_cases(which: str = "a"):
