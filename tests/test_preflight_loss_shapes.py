@@ -686,11 +686,13 @@ def test_a_learning_rate_of_zero_without_a_scheduler_is_an_error():
     assert [issue.severity for issue in found] == [Severity.ERROR] and "learning rate is 0" in found[0].message
 
 
-def test_one_group_at_lr_zero_is_only_a_note():
+def test_one_group_at_lr_zero_is_a_warning_naming_its_parameters():
     x = features()
     model = mlp(CLASSES)
     groups = [{"params": model[0].parameters(), "lr": 0.0}, {"params": model[2].parameters(), "lr": 0.1}]
     report = run_preflight(model, torch.optim.SGD(groups), loader(x, x[:, :CLASSES].argmax(1)),
                            loss_fn=nn.CrossEntropyLoss())
     found = [issue for _, issue in report.issues() if issue.code == "O8"]
-    assert [issue.severity for issue in found] == [Severity.INFO] and "group(s) 0 have lr=0" in found[0].message
+    # A warning, not a note: set d's fine-tune whose new head inherited lr=0 trained nothing but its backbone.
+    assert [issue.severity for issue in found] == [Severity.WARNING] and "group(s) 0 have lr=0" in found[0].message
+    assert "0.weight, 0.bias" in found[0].message and "requires_grad_(False)" in found[0].fix

@@ -40,6 +40,7 @@ from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
 from optimus_preflight.preflight.checks.tied_embeddings import TiedEmbeddingsCheck
 from optimus_preflight.preflight.checks.trained_tensors import LossTensorsCheck, UnregisteredTensorsCheck
+from optimus_preflight.preflight.checks.update_checks import UpdateCheck
 from optimus_preflight.preflight.checks.val_loader import ValidationLoaderCheck
 from optimus_preflight.preflight.checks.worker_pickling import WorkerPicklingCheck
 from optimus_preflight.preflight.framework.check import Check
@@ -84,6 +85,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     HostMemoryCheck,
     step_checks.FirstStepCheck,
     step_checks.GradientsCheck,
+    UpdateCheck,
     LossTensorsCheck,
     step_checks.LossFunctionCheck,
     step_checks.TargetsCheck,

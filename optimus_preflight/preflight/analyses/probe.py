@@ -31,6 +31,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, ModuleInput
 from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy
 from optimus_preflight.preflight.analyses.padding import sequence_shapes
+from optimus_preflight.preflight.analyses.update_audit import GroupStep, UpdateRecorder
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.batches import batch_size_of
 from optimus_preflight.training.step import runner_from_config
@@ -68,6 +69,7 @@ class StepProbe:
     column_broadcasts: list[ColumnBroadcast] = field(default_factory=list)
     scaler_enabled: bool = False
     layout_inputs: list[ModuleInput] = field(default_factory=list)  # batch_first modules (batch_layout)
+    updates: list[GroupStep] = field(default_factory=list)  # per parameter group, around optimizer.step()
 
     @property
     def completed(self) -> bool:
@@ -158,9 +160,13 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         layout = LayoutWatch(model)
         runner = runner_from_config(ctx.cfg.trainer, ctx.training, model, ctx.optimizer, observed_loss,
                                     scheduler=ctx.scheduler)
+        recorder = UpdateRecorder(ctx.optimizer, names)
+        runner.optimizer_step_hooks.append(recorder.before_step)  # last: after unscaling and clipping
         started = time.perf_counter()
         try:
             result = runner.run(iter([(batch, True)]))
+            recorder.after_step()
+            probe.updates = recorder.groups
             probe.stepped = result.stepped
             probe.grad_norm = float(result.grad_norm)
             probe.modules_left_in_eval = [name for module, name in sensitive.items()

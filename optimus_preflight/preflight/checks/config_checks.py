@@ -98,10 +98,12 @@ class LrScheduleCheck(Check):
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         scheduler = ctx.scheduler
         max_steps = ctx.cfg.trainer.max_steps
+        names = {param: name for name, param in ctx.model.named_parameters()}
         if scheduler is None:
             findings.data["summary"] = "no scheduler: constant LR"
-            self._constant_lr(ctx.optimizer, findings)
+            self._constant_lr(ctx.optimizer, findings, names)
             return
+        self._scheduled_zero_lr(scheduler, ctx.optimizer, findings, names)
         length = schedule_length(scheduler)
         fix = ("Size the schedule in optimizer steps: leave scheduler.total_steps=null to follow trainer.max_steps, "
                "or set it to trainer.max_steps (not the number of batches).")
@@ -134,7 +136,7 @@ class LrScheduleCheck(Check):
 
 
     @staticmethod
-    def _constant_lr(optimizer: Any, findings: Findings) -> None:
+    def _constant_lr(optimizer: Any, findings: Findings, names: dict[Any, str]) -> None:
         """Without a scheduler the optimizer's own lr is every step's: 0 in every group
         that holds trainable parameters trains nothing."""
         groups = [group for group in getattr(optimizer, "param_groups", [])
@@ -154,13 +156,38 @@ class LrScheduleCheck(Check):
                 "optimizer.lr",
             )
         elif zero:
-            findings.info(
-                "O8",
-                f"parameter group(s) {', '.join(str(i) for i in zero)} have lr=0 and no scheduler: their parameters "
-                "get gradients but never change",
-                "To freeze them, set requires_grad_(False) on those parameters instead (no gradients computed); "
-                "if they should train, give the group its learning rate.",
-            )
+            _frozen_by_lr(findings, [groups[index] for index in zero], zero, names, "and no scheduler")
+
+    @staticmethod
+    def _scheduled_zero_lr(scheduler: Any, optimizer: Any, findings: Findings, names: dict[Any, str]) -> None:
+        """A scheduler multiplies each group's base lr: a group whose base is 0 stays at 0
+        while the others train (LambdaLR, cosine, warmup alike)."""
+        groups = list(getattr(optimizer, "param_groups", []))
+        bases = list(getattr(scheduler, "base_lrs", None) or [group.get("initial_lr") for group in groups])
+        rates = [_lr_value(base) for base in bases]
+        if len(rates) != len(groups) or any(rate is None for rate in rates):
+            return
+        trainable = [index for index, group in enumerate(groups)
+                     if any(getattr(p, "requires_grad", False) for p in group.get("params", []))]
+        zero = [index for index in trainable if rates[index] == 0]
+        if zero and len(zero) < len(trainable):
+            _frozen_by_lr(findings, [groups[index] for index in zero], zero, names,
+                          "as the base the scheduler scales, so it stays 0")
+
+
+def _frozen_by_lr(findings: Findings, groups: list[dict], indices: list[int], names: dict[Any, str], why: str) -> None:
+    """Some groups at lr 0 while others train: a group that inherited the optimizer's default
+    lr=0 (a new head in a fine-tune) is the common cause; freezing is requires_grad's job."""
+    params = [names.get(p, "?") for group in groups for p in group.get("params", []) if getattr(p, "requires_grad", False)]
+    shown = ", ".join(params[:4]) + (f" and {len(params) - 4} more" if len(params) > 4 else "")
+    findings.warning(
+        "O8",
+        f"parameter group(s) {', '.join(str(i) for i in indices)} have lr=0 {why}: their {len(params)} trainable "
+        f"tensor(s) ({shown}) get gradients but never change, while the other groups train",
+        "Give the group its learning rate (a group without 'lr' inherits the optimizer's default lr, here 0); "
+        "to freeze those parameters on purpose, set requires_grad_(False) on them instead.",
+        "optimizer.lr",
+    )
 
 
 def _lr_value(value: Any) -> float | None:

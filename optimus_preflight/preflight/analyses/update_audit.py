@@ -1,0 +1,268 @@
+"""What the first real optimizer step did to the weights, per parameter group.
+
+The probe's step (``probe.py``) hands the optimizer the final gradients (unscaled,
+weighted, clipped) and then calls ``step()``. An ``UpdateRecorder`` reads a fixed sample
+of every group's weights and gradients just before that call and the same weights just
+after it, so the update ``delta = after - before`` can be set against what produced it:
+
+- no weight moved although gradients arrived and the learning rate is not 0: ``step()``
+  threw the gradients away (a ``zero_grad()`` at its start, an early return);
+- the weights moved *up* the gradient: ``maximize=True``, or a step that adds the gradient;
+- the update is mostly a shrink of the weights towards 0 and a large one: the weight decay
+  swamps the gradient (``weight_decay=5`` for ``5e-4``);
+- an Adam-family ``eps`` far above the gradients: ``g / (sqrt(v) + eps)`` is ``g / eps``,
+  a tiny step whatever the learning rate;
+- clipping to a threshold that divides every update by thousands.
+
+Every first step of SGD (any momentum), Adam, AdamW, RMSprop, Adagrad, Adamax, NAdam,
+RAdam, Lion or a sign-based step moves each weight against the sign of its gradient: the
+direction finding is about the mechanism, not a list of optimizers. Magnitudes alone are
+not judged: a small learning rate with small gradients is legitimate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from optimus_preflight.preflight.analyses.loss_findings import Finding
+
+SAMPLE_PER_PARAM = 4096  # values read per tensor: enough for cosines and medians, cheap for 10B models
+ASCENT_COSINE = -0.3  # cos(update, -gradient) below this: the step climbs the loss
+DECAY_SHRINK = 0.01  # weights lose this share of their size per step to the decay: 100x common settings
+DECAY_ERROR_SHRINK = 0.1
+DECAY_COSINE = 0.5  # cos(update, -weights) above this: the update is mostly the shrink
+EPS_OVER_GRAD = 10.0  # eps this many times the median |gradient|: the update is ~lr * g / eps
+EPS_USUAL_MAX = 1e-4  # below this, eps is a usual setting (1e-8 .. 1e-5) whatever the gradients
+CLIP_FACTOR = 1e-3  # clipping scales the gradient by less than this ...
+CLIP_SMALL_NORM = 0.1  # ... and the threshold itself is this small: the threshold is the mistake
+
+
+@dataclass
+class GroupStep:
+    """One parameter group's sampled weights and gradients around the step."""
+
+    index: int
+    names: list[str]
+    lr: float | None
+    settings: dict[str, Any]
+    before: torch.Tensor
+    grad: torch.Tensor
+    after: torch.Tensor | None = None
+    values: int = 0  # values in the group's tensors that had a gradient
+    resolution: float = float(torch.finfo(torch.float32).eps)  # of the weights' dtype
+
+    def should_move(self) -> bool:
+        """Some weight's first update is well above what its dtype can record. SGD moves a
+        weight by lr * |g| and Adam's family by about lr, so lr * min(|g|, 1) bounds both from
+        below. A warmup that starts at lr * 1e-8 legitimately changes nothing in fp32."""
+        if not self.lr:
+            return False
+        step = self.lr * self.grad.abs().clamp(max=1.0)
+        return bool((step > 16 * self.resolution * self.before.abs()).float().mean() >= 0.01)
+
+    @property
+    def delta(self) -> torch.Tensor:
+        assert self.after is not None
+        return self.after - self.before
+
+
+def _sample(tensor: torch.Tensor) -> torch.Tensor:
+    flat = tensor.detach().reshape(-1)
+    stride = max(1, math.ceil(flat.numel() / SAMPLE_PER_PARAM))
+    return flat[::stride].to("cpu", torch.float32, copy=True)
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
+class UpdateRecorder:
+    """``before_step`` as the step runner's last hook before ``optimizer.step()``,
+    ``after_step`` once it returned. Best effort: a parameter it cannot read (a sharded
+    DTensor, a custom type) is left out, and a group with none is not audited."""
+
+    optimizer: Any
+    names: dict[torch.Tensor, str]
+    groups: list[GroupStep] = field(default_factory=list)
+    _tracked: list[tuple[GroupStep, list[torch.Tensor]]] = field(default_factory=list)
+
+    def before_step(self) -> None:
+        self.groups, self._tracked = [], []
+        for index, group in enumerate(getattr(self.optimizer, "param_groups", [])):
+            params = [p for p in group.get("params", []) if isinstance(p, torch.Tensor) and p.grad is not None]
+            try:
+                weights = [_sample(p) for p in params]
+                grads = [_sample(p.grad) for p in params]
+            except Exception:  # noqa: BLE001 - an unreadable tensor type: no audit for this group
+                continue
+            if not params:
+                continue
+            settings = {key: group[key] for key in ("weight_decay", "eps", "betas", "maximize", "momentum",
+                                                     "initial_lr") if key in group}
+            step = GroupStep(index, [self.names.get(p, "?") for p in params], _float(group.get("lr")), settings,
+                             torch.cat(weights), torch.cat(grads), values=sum(p.numel() for p in params))
+            if params[0].is_floating_point():
+                step.resolution = float(torch.finfo(params[0].dtype).eps)
+            self.groups.append(step)
+            self._tracked.append((step, params))
+
+    def after_step(self) -> None:
+        for step, params in self._tracked:
+            try:
+                step.after = torch.cat([_sample(p) for p in params])
+            except Exception:  # noqa: BLE001
+                step.after = None
+        self.groups = [step for step in self.groups if step.after is not None]
+        self._tracked = []
+
+
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    denominator = float(a.norm() * b.norm())
+    return float(a @ b) / denominator if denominator > 0 else 0.0
+
+
+def _group(step: GroupStep, total_groups: int) -> str:
+    shown = ", ".join(step.names[:3]) + (f" and {len(step.names) - 3} more" if len(step.names) > 3 else "")
+    where = "the optimizer's only parameter group" if total_groups == 1 else f"parameter group {step.index}"
+    return f"{where} ({shown})"
+
+
+def _finite(step: GroupStep) -> bool:
+    return bool(torch.isfinite(step.before).all() and torch.isfinite(step.grad).all()
+                and step.after is not None and torch.isfinite(step.after).all())
+
+
+def update_findings(groups: list[GroupStep], *, optimizer_name: str, grad_norm: float | None,
+                    clip_grad_norm: float | None) -> list[Finding]:
+    """The findings of one observed step (``UpdateRecorder.groups``)."""
+    found: list[Finding] = []
+    audited = [step for step in groups if _finite(step) and float(step.grad.abs().max()) > 0]
+    moving = [step for step in audited if step.lr is None or step.lr > 0]
+    expected = [step for step in moving if step.should_move()]
+    if expected and all(float(step.delta.abs().max()) == 0 for step in moving):
+        found.append(_unchanged(expected, optimizer_name))
+        return found
+    for step in moving:
+        delta = step.delta
+        if float(delta.abs().max()) == 0:
+            continue
+        ascent = _ascent(step, delta, len(groups), optimizer_name)
+        if ascent is not None:
+            found.append(ascent)
+            continue
+        decay = _decay(step, delta, len(groups))
+        if decay is not None:
+            found.append(decay)
+        eps = _eps(step, len(groups), optimizer_name)
+        if eps is not None:
+            found.append(eps)
+    clipped = _clip(grad_norm, clip_grad_norm)
+    if clipped is not None:
+        found.append(clipped)
+    return found
+
+
+def _unchanged(moving: list[GroupStep], optimizer_name: str) -> Finding:
+    rates = ", ".join(f"{step.lr:g}" for step in moving if step.lr is not None) or "unknown"
+    return Finding(
+        "UPDATE_NONE", "error",
+        f"the first optimizer step changed no weight: {optimizer_name}.step() received non-zero gradients "
+        f"(lr {rates}) and left every parameter exactly as it was, so no step will train the model. A step() "
+        "that calls zero_grad() (or sets p.grad = None) before updating, returns early, or updates copies of the "
+        "parameters does this",
+        "Make optimizer.step() apply p.grad before anything clears it: call zero_grad() after step() (or at the "
+        "start of the next iteration), never inside step() before the update.",
+    )
+
+
+def _ascent(step: GroupStep, delta: torch.Tensor, total: int, optimizer_name: str) -> Finding | None:
+    cosine = _cosine(delta, -step.grad)
+    if cosine >= ASCENT_COSINE:
+        return None
+    if step.settings.get("maximize"):
+        return Finding(
+            "UPDATE_ASCENT", "error",
+            f"{_group(step, total)} has maximize=True: {optimizer_name} climbs the gradient, so every step raises "
+            f"the loss instead of lowering it (the first step moved the weights along +gradient, cosine "
+            f"{-cosine:.2f})",
+            "Remove maximize=True from the optimizer (it is for objectives to maximise, such as a reward); to "
+            "maximise a score, return its negative as the loss.",
+        )
+    return Finding(
+        "UPDATE_ASCENT", "error",
+        f"the first step moved {_group(step, total)} up the gradient (cosine {-cosine:.2f} with +gradient): the "
+        f"optimizer's step adds the gradient instead of subtracting it, so the loss rises",
+        "In a custom step(), subtract the update (p.add_(update, alpha=-lr)); check the sign of a hand-written "
+        "update rule.",
+    )
+
+
+def _decay(step: GroupStep, delta: torch.Tensor, total: int) -> Finding | None:
+    decay = _float(step.settings.get("weight_decay")) or 0.0
+    weights = step.before
+    size = float(weights @ weights)
+    if decay <= 0 or size == 0:
+        return None
+    shrink = float(-(delta @ weights)) / size  # the share of the weights' size the step took away
+    if shrink < DECAY_SHRINK or _cosine(delta, -weights) < DECAY_COSINE:
+        return None
+    left = (1 - min(shrink, 1.0)) ** 100
+    lr = f" with lr={step.lr:g}" if step.lr is not None else ""
+    return Finding(
+        "UPDATE_WEIGHT_DECAY", "error" if shrink >= DECAY_ERROR_SHRINK else "warning",
+        f"weight_decay={decay:g}{lr} shrinks {_group(step, total)} by {shrink:.1%} at every step: the first update "
+        f"is mostly a pull towards 0 (cosine {_cosine(delta, -weights):.2f} with -weights), not the gradient, and "
+        f"after 100 steps the weights keep {left:.2g} of their size unless the gradient holds them up",
+        "Set weight_decay to a usual value (1e-4 to 5e-4 for SGD, 0.01 to 0.1 for AdamW's decoupled decay): "
+        f"a value like {decay:g} is often {decay:g}e-4 with its exponent lost.",
+    )
+
+
+def _eps(step: GroupStep, total: int, optimizer_name: str) -> Finding | None:
+    eps = _float(step.settings.get("eps"))
+    if eps is None or "betas" not in step.settings:  # Adam's family: g / (sqrt(v) + eps)
+        return None
+    magnitudes = step.grad.abs()
+    magnitudes = magnitudes[magnitudes > 0]
+    if magnitudes.numel() == 0:
+        return None
+    median = float(magnitudes.median())
+    if eps < EPS_USUAL_MAX or eps < EPS_OVER_GRAD * median:
+        return None
+    return Finding(
+        "UPDATE_EPS", "warning",
+        f"{optimizer_name} eps={eps:g} in {_group(step, total)} is {eps / median:,.0f}x the gradients' median size "
+        f"({median:.2g}): the update g / (sqrt(v) + eps) is about g / eps, so each step is ~{eps / median:,.0f}x "
+        "smaller than the learning rate asks and the model barely moves",
+        "Use eps=1e-8 (the default; 1e-6 at most for half-precision optimizer state): eps only guards the "
+        "division, it is not a step-size knob.",
+    )
+
+
+def _clip(grad_norm: float | None, clip_grad_norm: float | None) -> Finding | None:
+    if not clip_grad_norm or not grad_norm or not math.isfinite(grad_norm) or clip_grad_norm >= CLIP_SMALL_NORM:
+        return None
+    factor = clip_grad_norm / grad_norm
+    if factor >= CLIP_FACTOR:
+        return None
+    return Finding(
+        "UPDATE_CLIPPED", "warning",
+        f"clip_grad_norm={clip_grad_norm:g} scales the first step's gradient (norm {grad_norm:.3g}) down "
+        f"{1 / factor:,.0f}x: every update is that much smaller than the learning rate asks, so the model barely "
+        "moves",
+        "Clip at a norm near the gradients' usual size (trainer.clip_grad_norm=1.0 is common), or leave clipping "
+        "off; a tiny value here is often another setting (a weight decay or learning rate) in the wrong slot.",
+    )
+
+
+def parameter_names(model: nn.Module) -> dict[torch.Tensor, str]:
+    return {param: name for name, param in model.named_parameters()}

@@ -1,0 +1,45 @@
+"""What the first optimizer step did to the weights (``analyses/update_audit.py``): an
+update that is no update, climbs the loss, or is swamped by weight decay, eps or clipping."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from optimus_preflight.preflight.analyses.probe import get_probe
+from optimus_preflight.preflight.analyses.update_audit import update_findings
+from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+KEYS = {"UPDATE_WEIGHT_DECAY": "optimizer.weight_decay", "UPDATE_EPS": "optimizer.eps",
+        "UPDATE_CLIPPED": "trainer.clip_grad_norm"}
+
+
+class UpdateCheck(Check):
+    """The first step's update per parameter group, against its gradient and its weights."""
+
+    name = "step.update"
+    stage = Stage.STEP
+    codes = ("UPDATE_NONE", "UPDATE_ASCENT", "UPDATE_WEIGHT_DECAY", "UPDATE_EPS", "UPDATE_CLIPPED")
+    requires = (FIRST_STEP,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        probe = get_probe(ctx)
+        if not probe.completed or not probe.stepped:  # an error, or the GradScaler skipped it: nothing to audit
+            findings.data["summary"] = "no optimizer step to audit"
+            return
+        findings.data["groups"] = [
+            {"group": step.index, "lr": step.lr, "tensors": len(step.names), "values": step.values,
+             "update_rms": float(step.delta.pow(2).mean().sqrt()), "weight_rms": float(step.before.pow(2).mean().sqrt()),
+             "grad_rms": float(step.grad.pow(2).mean().sqrt())}
+            for step in probe.updates
+        ]
+        findings.data["summary"] = "; ".join(
+            f"group {g['group']}: update rms {g['update_rms']:.2g} on weights rms {g['weight_rms']:.2g}"
+            for g in findings.data["groups"][:4]) or "no parameter group with gradients"
+        for found in update_findings(probe.updates, optimizer_name=type(ctx.optimizer).__name__,
+                                     grad_norm=probe.grad_norm, clip_grad_norm=ctx.cfg.trainer.clip_grad_norm):
+            findings.add(found.severity, found.code, found.message, found.fix, KEYS.get(found.code),
+                         code_fix=found.code_fix)

@@ -1,0 +1,235 @@
+"""``step.update``: what the first real optimizer step did to the weights, through
+``run_preflight``. Each broken optimizer setting is written the way users write it (a
+lost exponent, copied advice, a flag from reward code, a custom step), beside healthy
+settings of the same optimizers that must stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.analyses.update_audit import GroupStep, update_findings
+from optimus_preflight.preflight.checks.config_checks import LrScheduleCheck
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
+from optimus_preflight.preflight.checks.update_checks import UpdateCheck
+from optimus_preflight.preflight.framework import Severity
+
+
+def cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                         nn.Flatten(), nn.Linear(8, 4))
+
+
+def images() -> DataLoader:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(128, 3, 12, 12, generator=generator)
+    y = x[:, 0].mean(dim=(1, 2)).gt(0).long() + 2 * x[:, 1].mean(dim=(1, 2)).gt(0).long()
+    return DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)
+
+
+def tabular() -> tuple[nn.Module, DataLoader]:
+    torch.manual_seed(0)
+    x = torch.randn(256, 10, generator=torch.Generator().manual_seed(1))
+    y = x[:, :3].sum(dim=1) + 0.1 * torch.randn(256, generator=torch.Generator().manual_seed(2))
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 1), nn.Flatten(0))
+    return model, DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True)
+
+
+def found(report) -> dict[str, object]:
+    return {issue.code: issue for _, issue in report.issues() if issue.severity != Severity.INFO}
+
+
+def audit(model, optimizer, loader, loss_fn=nn.CrossEntropyLoss(), **kwargs):
+    return run_preflight(model, optimizer, loader, loss_fn=loss_fn, **kwargs,
+                         checks=[FirstBatchCheck(), FirstStepCheck(), UpdateCheck(), LrScheduleCheck()])
+
+
+class ZeroGradFirstSGD(torch.optim.SGD):
+    """A 'clean' SGD that clears the gradients at the start of step instead of after it."""
+
+    def step(self, closure=None):
+        self.zero_grad()
+        return super().step(closure)
+
+
+class PlusSGD(torch.optim.Optimizer):
+    """A hand-written SGD whose update adds the gradient."""
+
+    def __init__(self, params, lr=0.05):
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=group["lr"])
+
+
+# ---------------------------------------------------------------- fires
+def test_weight_decay_with_its_exponent_lost_is_an_error():
+    model = cnn()
+    report = audit(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5), images())
+    issue = found(report)["UPDATE_WEIGHT_DECAY"]
+    assert issue.severity == Severity.ERROR and "weight_decay=5" in issue.message and "by 25." in issue.message
+    assert "exponent" in issue.fix
+
+
+def test_coupled_adam_decay_that_swamps_the_gradient_is_reported():
+    model, data = tabular()
+    report = audit(model, torch.optim.Adam(model.parameters(), lr=1e-2, weight_decay=50.0), data, nn.MSELoss())
+    assert "UPDATE_WEIGHT_DECAY" in found(report)
+
+
+def test_an_adam_eps_far_above_the_gradients_is_a_warning():
+    model, data = tabular()
+    report = audit(model, torch.optim.Adam(model.parameters(), lr=1e-3, eps=1.0), data, nn.MSELoss())
+    issue = found(report)["UPDATE_EPS"]
+    assert issue.severity == Severity.WARNING and "eps=1" in issue.message and "1e-8" in issue.fix
+
+
+@pytest.mark.parametrize("optimizer", [lambda p: torch.optim.Adam(p, lr=1e-3, maximize=True),
+                                       lambda p: torch.optim.SGD(p, lr=0.05, maximize=True)])
+def test_maximize_true_climbs_the_loss(optimizer):
+    model = cnn()
+    issue = found(audit(model, optimizer(model.parameters()), images()))["UPDATE_ASCENT"]
+    assert issue.severity == Severity.ERROR and "maximize=True" in issue.message
+
+
+def test_a_hand_written_step_that_adds_the_gradient_climbs_the_loss():
+    model = cnn()
+    issue = found(audit(model, PlusSGD(model.parameters()), images()))["UPDATE_ASCENT"]
+    assert "adds the gradient" in issue.message and "maximize" not in issue.message
+
+
+def test_a_step_that_clears_the_gradients_first_changes_nothing():
+    model = cnn()
+    issue = found(audit(model, ZeroGradFirstSGD(model.parameters(), lr=0.05), images()))["UPDATE_NONE"]
+    assert issue.severity == Severity.ERROR and "zero_grad()" in issue.message
+
+
+def test_clipping_at_a_weight_decay_sized_norm_is_a_warning():
+    model = cnn()
+    report = audit(model, torch.optim.SGD(model.parameters(), lr=0.05), images(), clip_grad_norm=1e-4)
+    issue = found(report)["UPDATE_CLIPPED"]
+    assert "clip_grad_norm=0.0001" in issue.message and "clip_grad_norm=1.0" in issue.fix
+
+
+def test_a_new_head_group_that_inherits_lr_zero_is_a_warning_naming_it():
+    model = cnn()
+    groups = [{"params": [p for n, p in model.named_parameters() if not n.startswith("5.")], "lr": 1e-4},
+              {"params": model[5].parameters()}]
+    report = audit(model, torch.optim.AdamW(groups, lr=0.0), images())
+    issue = found(report)["O8"]
+    assert issue.severity == Severity.WARNING and "5.weight" in issue.message and "group(s) 1" in issue.message
+    assert "UPDATE_NONE" not in found(report)  # the other group moved
+
+
+def test_a_zero_base_lr_under_a_scheduler_is_a_warning_too():
+    model = cnn()
+    groups = [{"params": [p for n, p in model.named_parameters() if not n.startswith("5.")], "lr": 1e-3},
+              {"params": model[5].parameters(), "lr": 0.0}]
+    optimizer = torch.optim.AdamW(groups)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 10))
+    issue = found(audit(model, optimizer, images(), scheduler=scheduler, max_steps=50))["O8"]
+    assert "as the base the scheduler scales" in issue.message and "5.bias" in issue.message
+
+
+# ---------------------------------------------------------------- stays quiet
+HEALTHY = {
+    "sgd momentum, decay 5e-4": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=5e-4),
+    "adamw 0.05 decay": lambda p: torch.optim.AdamW(p, lr=3e-4, weight_decay=0.05),
+    "adam, coupled 1e-4 decay": lambda p: torch.optim.Adam(p, lr=1e-3, weight_decay=1e-4),
+    "adam eps 1e-6": lambda p: torch.optim.Adam(p, lr=1e-3, eps=1e-6),
+    "rmsprop": lambda p: torch.optim.RMSprop(p, lr=1e-3),
+    "adagrad": lambda p: torch.optim.Adagrad(p, lr=1e-2),
+    "nadam": lambda p: torch.optim.NAdam(p, lr=2e-3),
+    "radam decoupled": lambda p: torch.optim.RAdam(p, lr=1e-3, weight_decay=0.01, decoupled_weight_decay=True),
+    "tiny lr sgd": lambda p: torch.optim.SGD(p, lr=1e-6),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HEALTHY))
+def test_healthy_optimizers_are_quiet(name):
+    model = cnn()
+    report = audit(model, HEALTHY[name](model.parameters()), images(), clip_grad_norm=1.0)
+    assert not {code for code in found(report) if code.startswith("UPDATE") or code == "O8"}
+
+
+def test_a_warmup_that_starts_near_zero_is_not_a_step_that_changes_nothing():
+    model = cnn()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=1e-9, total_iters=20)
+    report = audit(model, optimizer, images(), scheduler=scheduler, max_steps=100)
+    assert not {code for code in found(report) if code.startswith("UPDATE")}
+
+
+def test_a_scaler_skipped_step_and_a_frozen_model_part_are_not_audited():
+    model = cnn()
+    model[0].requires_grad_(False)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.05, momentum=0.9)
+    assert not {code for code in found(audit(model, optimizer, images())) if code.startswith("UPDATE")}
+
+
+# ---------------------------------------------------------------- the analysis alone
+def step(before, grad, after, **settings) -> GroupStep:
+    lr = settings.pop("lr", 0.1)
+    return GroupStep(0, ["w"], lr, settings, torch.tensor(before), torch.tensor(grad), torch.tensor(after))
+
+
+def test_the_analysis_names_what_it_sees():
+    w, g = [0.5, -0.2, 0.1, 0.3], [0.1, 0.2, -0.1, 0.05]
+    descent = step(w, g, [a - 0.1 * b for a, b in zip(w, g)])
+    assert update_findings([descent], optimizer_name="SGD", grad_norm=1.0, clip_grad_norm=None) == []
+    ascent = step(w, g, [a + 0.1 * b for a, b in zip(w, g)])
+    assert [f.code for f in update_findings([ascent], optimizer_name="SGD", grad_norm=1.0, clip_grad_norm=None)] == [
+        "UPDATE_ASCENT"]
+    unchanged = step(w, g, w)
+    assert [f.code for f in update_findings([unchanged], optimizer_name="SGD", grad_norm=1.0, clip_grad_norm=None)] == [
+        "UPDATE_NONE"]
+    # lr so small that fp32 cannot record the step: nothing to say
+    assert update_findings([step(w, g, w, lr=1e-12)], optimizer_name="SGD", grad_norm=1.0, clip_grad_norm=None) == []
+    shrink = step(w, g, [0.7 * a for a in w], weight_decay=3.0)
+    assert [f.code for f in update_findings([shrink], optimizer_name="SGD", grad_norm=1.0, clip_grad_norm=None)] == [
+        "UPDATE_WEIGHT_DECAY"]
+    assert [f.code for f in update_findings([descent], optimizer_name="SGD", grad_norm=5.0, clip_grad_norm=1e-4)] == [
+        "UPDATE_CLIPPED"]
+    assert update_findings([descent], optimizer_name="SGD", grad_norm=5000.0, clip_grad_norm=1.0) == []
+
+
+def test_functional_losses_and_the_audit_together_on_a_seq2seq_model():
+    """A GRU encoder-decoder with teacher forcing: a healthy AdamW stays quiet, eps=0.5 fires."""
+    torch.manual_seed(0)
+
+    class Seq2Seq(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(20, 16)
+            self.encoder = nn.GRU(16, 32, batch_first=True)
+            self.decoder = nn.GRU(16, 32, batch_first=True)
+            self.out = nn.Linear(32, 20)
+
+        def forward(self, source, decoder_input):
+            _, state = self.encoder(self.embed(source))
+            output, _ = self.decoder(self.embed(decoder_input), state)
+            return self.out(output)
+
+    source = torch.randint(1, 20, (64, 7), generator=torch.Generator().manual_seed(0))
+    target = source.flip(1)
+    decoder_input = torch.cat([torch.zeros(64, 1, dtype=torch.long), target[:, :-1]], dim=1)
+    data = DataLoader(TensorDataset(source, decoder_input, target), batch_size=16, shuffle=True)
+
+    def loss(model, batch):
+        src, dec, tgt = batch
+        return F.cross_entropy(model(src, dec).flatten(0, 1), tgt.flatten())
+
+    quiet = Seq2Seq()
+    assert not found(audit(quiet, torch.optim.AdamW(quiet.parameters(), lr=1e-3), data, loss))
+    broken = Seq2Seq()
+    assert "UPDATE_EPS" in found(audit(broken, torch.optim.AdamW(broken.parameters(), lr=1e-3, eps=0.5), data, loss))
