@@ -696,3 +696,36 @@ def test_one_group_at_lr_zero_is_a_warning_naming_its_parameters():
     # A warning, not a note: set d's fine-tune whose new head inherited lr=0 trained nothing but its backbone.
     assert [issue.severity for issue in found] == [Severity.WARNING] and "group(s) 0 have lr=0" in found[0].message
     assert "0.weight, 0.bias" in found[0].message and "requires_grad_(False)" in found[0].fix
+
+
+# ------------------------------------------------------------ softmax into BCE
+def multi_hot(x: torch.Tensor, labels: int = 6) -> torch.Tensor:
+    """Several tags per sample: the first `labels` features' signs."""
+    return (x[:, :labels] > 0).float()
+
+
+def test_softmax_into_bce_with_several_labels_per_sample_is_an_error():
+    x = features()
+    model = mlp(6)
+    tags = multi_hot(x)
+    assert int(tags.sum(dim=1).max()) > 1
+    loss = lambda m, b: F.binary_cross_entropy(torch.softmax(m(b[0]), dim=1), b[1])  # noqa: E731
+    issue = issues(preflight(model, loader(x, tags), loss))["LOSS_SOFTMAX_BCE"]
+    assert issue.severity == Severity.ERROR and "compete" in issue.message and "BCEWithLogitsLoss" in issue.fix
+
+
+def test_softmax_into_bce_with_one_hot_targets_is_a_warning_pointing_at_cross_entropy():
+    x = features()
+    one_hot = F.one_hot(x[:, :CLASSES].argmax(1), CLASSES).float()
+    loss = lambda m, b: F.binary_cross_entropy(torch.softmax(m(b[0]), dim=1), b[1])  # noqa: E731
+    issue = issues(preflight(mlp(CLASSES), loader(x, one_hot), loss))["LOSS_SOFTMAX_BCE"]
+    assert issue.severity == Severity.WARNING and "CrossEntropyLoss" in issue.fix
+
+
+def test_multi_label_with_sigmoid_or_logits_is_not_softmax_into_bce():
+    x = features()
+    tags = multi_hot(x)
+    with_logits = lambda m, b: F.binary_cross_entropy_with_logits(m(b[0]), b[1])  # noqa: E731
+    assert not issues(preflight(mlp(6), loader(x, tags), with_logits))
+    sigmoid = lambda m, b: F.binary_cross_entropy(torch.sigmoid(m(b[0])), b[1])  # noqa: E731
+    assert "LOSS_SOFTMAX_BCE" not in issues(preflight(mlp(6), loader(x, tags), sigmoid))

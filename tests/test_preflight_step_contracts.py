@@ -120,6 +120,19 @@ def test_edge_padding_tells_pad_ids_from_common_tokens():
     assert edge_padding(shifted, 0) == (None, None)
 
 
+def test_sorted_target_rows_are_not_left_padding():
+    # A sorting task's targets (set d's T5): the smallest id fills the start of many rows and
+    # occurs nowhere else, as a left pad id would; but every row is in order.
+    generator = torch.Generator().manual_seed(0)
+    sorted_rows = torch.randint(3, 13, (16, 8), generator=generator).sort(dim=1).values
+    assert edge_padding(sorted_rows, -100) == (None, None)
+    # Left padding of unsorted rows, and right padding whose rows hold one token, still fire.
+    left = torch.cat([torch.zeros(16, 3, dtype=torch.long), torch.randint(3, 13, (16, 5), generator=generator)], 1)
+    assert edge_padding(left, -100)[0].side == "start"
+    short = torch.tensor([[7, 0, 0, 0], [5, 0, 0, 0], [9, 4, 0, 0], [3, 8, 6, 0]])
+    assert edge_padding(short, -100)[0].value == 0
+
+
 def test_flattened_targets_are_viewed_as_rows_of_the_batch():
     batch = (torch.zeros(4, 9, dtype=torch.long), torch.zeros(4, 9, dtype=torch.long))
     shapes = sequence_shapes(batch)

@@ -18,7 +18,11 @@ from optimus_preflight.preflight.checks.dropout_rate import DropoutRateCheck
 from optimus_preflight.preflight.checks.model_checks import ModesCheck, OptimizerParamsCheck
 from optimus_preflight.preflight.checks.step_checks import FirstStepCheck, GradientsCheck
 from optimus_preflight.preflight.checks.tied_embeddings import TiedEmbeddingsCheck
-from optimus_preflight.preflight.checks.trained_tensors import LossTensorsCheck, UnregisteredTensorsCheck
+from optimus_preflight.preflight.checks.trained_tensors import (
+    FreshTensorsCheck,
+    LossTensorsCheck,
+    UnregisteredTensorsCheck,
+)
 from optimus_preflight.preflight.framework import Severity
 
 FEATURES, CLASSES = 12, 3
@@ -224,6 +228,56 @@ def test_an_optimizer_built_from_the_encoder_only_is_o2():
     report = preflight(model, torch.optim.SGD(model.encoder.parameters(), lr=0.1))
     assert ("model.optimizer_params", "O2", "error") in loud(report)
     assert "head.weight" in issue_of(report, "model.optimizer_params").message
+
+
+# ---------------------------------------------------------------- layers built inside forward
+class HeadInForward(nn.Module):
+    """The classifier head built where its input size is known: inside forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU())
+
+    def forward(self, x):
+        hidden = self.body(x)
+        return nn.Linear(hidden.shape[1], CLASSES)(hidden)
+
+
+class NoiseGateInForward(nn.Module):
+    """A 'learnable' gate created with torch.randn(..., requires_grad=True) on every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, CLASSES))
+
+    def forward(self, x):
+        gate = torch.randn(FEATURES, requires_grad=True)
+        return self.net(x * torch.sigmoid(gate))
+
+
+FRESH = (*WIRING, FreshTensorsCheck)
+
+
+@pytest.mark.parametrize("build, shapes", [(HeadInForward, "shapes (3, 16), (3,);"),
+                                           (NoiseGateInForward, "shapes (12,);")])
+def test_learnable_tensors_created_in_every_forward_are_an_error(build, shapes):
+    torch.manual_seed(0)
+    model = build()
+    report = preflight(model, torch.optim.Adam(model.parameters(), lr=1e-3), checks=FRESH)
+    assert ("step.fresh_tensors", "PARAM_CREATED_IN_FORWARD", "error") in loud(report)
+    issue = issue_of(report, "step.fresh_tensors")
+    assert shapes in issue.message and "__init__" in issue.fix
+
+
+def test_tensors_outside_the_model_that_persist_are_not_fresh():
+    # A loss module's weights forgotten by the optimizer, and an unregistered temperature:
+    # the same tensors at every call (O2 and PARAM_UNREGISTERED name them), never re-created.
+    model = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, CLASSES))
+    report = preflight(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=CenterLoss(), checks=FRESH)
+    assert not loud(report, "step.fresh_tensors")
+    scaled = ScaledMLP()
+    report = preflight(scaled, torch.optim.SGD(scaled.parameters(), lr=0.1), checks=FRESH)
+    assert not loud(report, "step.fresh_tensors") and loud(report, "model.unregistered_tensors")
 
 
 # ---------------------------------------------------------------- dropout rates

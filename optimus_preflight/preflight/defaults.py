@@ -39,7 +39,11 @@ from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
 from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
 from optimus_preflight.preflight.checks.tied_embeddings import TiedEmbeddingsCheck
-from optimus_preflight.preflight.checks.trained_tensors import LossTensorsCheck, UnregisteredTensorsCheck
+from optimus_preflight.preflight.checks.trained_tensors import (
+    FreshTensorsCheck,
+    LossTensorsCheck,
+    UnregisteredTensorsCheck,
+)
 from optimus_preflight.preflight.checks.update_checks import UpdateCheck
 from optimus_preflight.preflight.checks.val_loader import ValidationLoaderCheck
 from optimus_preflight.preflight.checks.worker_pickling import WorkerPicklingCheck
@@ -87,6 +91,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     step_checks.GradientsCheck,
     UpdateCheck,
     LossTensorsCheck,
+    FreshTensorsCheck,
     step_checks.LossFunctionCheck,
     step_checks.TargetsCheck,
     step_checks.PaddedLossCheck,

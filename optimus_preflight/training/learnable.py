@@ -170,3 +170,27 @@ def orphaned_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
             if leaves:
                 found.setdefault(id(value), (f"{module_name}.{attribute}" if module_name else attribute, value))
     return list(found.values())
+
+
+LOSS_GRAPH_NODES = 500_000  # a full walk of a large model's graph is cheap next to its backward
+
+
+def loss_leaves(loss: torch.Tensor, excluded: set[int]) -> list[torch.Tensor]:
+    """The learnable leaf tensors ``loss`` was computed from that are not in ``excluded``
+    (ids: the model's parameters, the optimizer's); [] past LOSS_GRAPH_NODES."""
+    found: list[torch.Tensor] = []
+    stack, seen = [loss.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if len(seen) > LOSS_GRAPH_NODES:
+            return []
+        variable = getattr(node, "variable", None)  # an AccumulateGrad node: the leaf it feeds
+        if isinstance(variable, torch.Tensor):
+            if id(variable) not in excluded and variable.requires_grad:
+                found.append(variable)
+            continue
+        stack.extend(next_node for next_node, _ in getattr(node, "next_functions", ()))
+    return found

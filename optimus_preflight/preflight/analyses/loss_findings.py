@@ -85,6 +85,21 @@ def loss_input_findings(calls: list[CriterionCall], activations: dict[str, int])
                  "(B, T, C) logits, before moving the classes to dim 1 for NLLLoss), or drop it and use "
                  "CrossEntropyLoss on the raw logits."),
             ))
+        elif call.function == "binary_cross_entropy" and call.competing is not None and call.competing[0]:
+            positives = call.competing[1]
+            labels = call.input.shape[-1]
+            found.append(Finding(
+                "LOSS_SOFTMAX_BCE", "error" if positives > 1 else "warning",
+                f"binary_cross_entropy receives rows that sum to 1 over their {labels} labels: a softmax makes "
+                "the labels compete, while BCE scores each as its own yes/no"
+                + (f", and target rows hold up to {positives:g} positive labels, which can then never all be "
+                   "predicted (at most 1/k each)" if positives > 1 else
+                   "; with one label per sample this is multi-class classification done the hard way"),
+                ("Use torch.sigmoid per label instead of softmax, or better drop it and use BCEWithLogitsLoss on "
+                 "the raw logits (multi-label)." if positives > 1 else
+                 "Use CrossEntropyLoss on the raw logits with class-index targets (one label per sample), or "
+                 "sigmoid + BCE if samples may have several labels."),
+            ))
         elif call.function == "binary_cross_entropy" and activations.get("sigmoid", 0):
             found.append(Finding(
                 "O13", "warning",

@@ -128,6 +128,9 @@ class CriterionCall:
     sums: ElementwiseSums | None = None
     target_shape: tuple[int, ...] | None = None  # as passed, before ignored positions are dropped
     profile: TargetProfile | None = None  # classes, ignored share, multi-hot rows
+    # binary_cross_entropy only: (rows whose probabilities sum to 1 over the last dim, i.e. a
+    # softmax made the labels compete; the most positive labels any target row holds)
+    competing: tuple[bool, float] | None = None
 
     @property
     def hard_targets(self) -> bool:
@@ -261,7 +264,22 @@ class LossSpy(TorchFunctionMode):
             target = target[target != ignore_index]  # ignored positions may hold any sentinel
         record.input = _stats(inputs, class_dim, self.shapes) if isinstance(inputs, torch.Tensor) else None
         record.target = _stats(target, None) if isinstance(target, torch.Tensor) else None
+        if name == "binary_cross_entropy" and isinstance(inputs, torch.Tensor) and isinstance(target, torch.Tensor):
+            record.competing = _competing_labels(inputs, target)
         return record, pad_mask
+
+
+def _competing_labels(inputs: torch.Tensor, target: torch.Tensor) -> tuple[bool, float] | None:
+    """Per-label probabilities of a (B, L) BCE input that sum to 1 along the labels."""
+    if inputs.dim() < 2 or inputs.shape[-1] < 2 or inputs.shape != target.shape:
+        return None
+    with torch.no_grad():
+        values = inputs.detach()[:SAMPLE_ROWS].float()
+        if not bool(torch.isfinite(values).all()) or float(values.min()) < 0:
+            return None
+        sums = values.sum(dim=-1)
+        competing = bool(torch.allclose(sums, torch.ones_like(sums), atol=_TOL))
+        return competing, float(target.detach()[:SAMPLE_ROWS].float().sum(dim=-1).max())
 
 
 def _elementwise_sums(out: torch.Tensor, target: torch.Tensor, pad_mask: torch.Tensor, ignore_index: int | None) -> ElementwiseSums:

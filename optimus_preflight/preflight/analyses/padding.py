@@ -25,6 +25,24 @@ MIN_SHARE = 0.05
 # The pad id occurs (nearly) only inside the edge runs; a real token fills rows' middles.
 EDGE_ONLY = 0.9
 MIN_PADDED_ROWS = 2  # rows with an edge run of two or more
+SORTED_ROWS = 0.9  # this share of rows in order: runs at the edges are the order's, not padding's
+
+
+def mostly_sorted(rows: torch.Tensor, valid: torch.Tensor) -> bool:
+    """Rows in ascending (or descending) order, as a sorting task's targets are: there the
+    smallest id fills the start of many rows and nothing else, exactly as left padding does.
+    Text and label sequences are never in order, padded or not. Read on fully valid rows of
+    three or more distinct ids (a padded row of one token, [7, 0, 0], is in order too)."""
+    whole = rows[valid.all(dim=1)]
+    if whole.shape[0] < MIN_PADDED_ROWS or whole.shape[1] < 3:
+        return False
+    distinct = (whole.sort(dim=1).values.diff(dim=1) != 0).sum(dim=1) + 1
+    whole = whole[distinct >= 3]
+    if whole.shape[0] < MIN_PADDED_ROWS:
+        return False
+    steps = whole.diff(dim=1)
+    ordered = (steps >= 0).all(dim=1) | (steps <= 0).all(dim=1)
+    return float(ordered.float().mean()) >= SORTED_ROWS
 
 
 @dataclass
@@ -89,6 +107,8 @@ def edge_padding(rows: torch.Tensor, ignore_index: int | None) -> tuple[PaddingP
         rows = rows.detach()
         valid = rows != ignore_index if ignore_index is not None else torch.ones_like(rows, dtype=torch.bool)
         targets = int(valid.sum())
+        if mostly_sorted(rows, valid):
+            return None, None
         best: tuple[PaddingProfile, torch.Tensor] | None = None
         for side in ("end", "start"):
             value, run = _edge_runs(rows, valid, side)

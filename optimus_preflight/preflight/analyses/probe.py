@@ -34,6 +34,7 @@ from optimus_preflight.preflight.analyses.padding import sequence_shapes
 from optimus_preflight.preflight.analyses.update_audit import GroupStep, UpdateRecorder
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.batches import batch_size_of
+from optimus_preflight.training.learnable import loss_leaves
 from optimus_preflight.training.step import runner_from_config
 
 if TYPE_CHECKING:
@@ -70,6 +71,9 @@ class StepProbe:
     scaler_enabled: bool = False
     layout_inputs: list[ModuleInput] = field(default_factory=list)  # batch_first modules (batch_layout)
     updates: list[GroupStep] = field(default_factory=list)  # per parameter group, around optimizer.step()
+    # Learnable leaves the loss reached outside the model and the optimizer
+    # (trained_tensors.FreshTensorsCheck asks whether each forward makes them anew).
+    outside_leaves: list[torch.Tensor] = field(default_factory=list)
 
     @property
     def completed(self) -> bool:
@@ -123,6 +127,8 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
                 requires_grad=loss.requires_grad,
                 value=float(detached.float().mean()) if detached.numel() else None,
             )
+            if loss.requires_grad:
+                probe.outside_leaves = loss_leaves(loss, known_leaves)
         else:
             probe.loss = LossReturn(kind=type(loss).__name__)
         return output
@@ -143,6 +149,8 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
 
     names = {param: name for name, param in model.named_parameters()}
     trainable = [param for param in names if param.requires_grad]
+    known_leaves = {id(param) for param in names} | {
+        id(param) for group in getattr(ctx.optimizer, "param_groups", []) for param in group.get("params", [])}
     probe.trainable_params = len(trainable)
     received: dict[nn.Parameter, torch.Tensor | None] = {}
 

@@ -178,7 +178,7 @@ class LossFunctionCheck(Check):
 
     name = "step.loss_function"
     stage = Stage.STEP
-    codes = ("O12", "O13", "O16", "LOSS_NORM_DIM", "LOSS_BROADCAST")
+    codes = ("O12", "O13", "O16", "LOSS_NORM_DIM", "LOSS_BROADCAST", "LOSS_SOFTMAX_BCE")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:

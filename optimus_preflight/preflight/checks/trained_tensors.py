@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.batches import move_to_device
-from optimus_preflight.training.learnable import loss_tensors, orphaned_tensors, unregistered_tensors
+from optimus_preflight.training.learnable import loss_leaves, loss_tensors, orphaned_tensors, unregistered_tensors
 from optimus_preflight.training.step import split_loss_output
 
 if TYPE_CHECKING:
@@ -146,3 +147,66 @@ class LossTensorsCheck(Check):
                 "*criterion.parameters()]) or a param group of their own); if they are fixed (a frozen loss or "
                 "teacher network), call .requires_grad_(False) on them so backward stops computing their gradients.",
             )
+
+
+def second_forward_leaves(ctx: PreflightContext) -> list[torch.Tensor] | None:
+    """``loss_leaves`` of one more training forward on the first batch (no backward), or None
+    when it cannot run."""
+    batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
+    known = {id(param) for param in ctx.model.parameters()} | optimized_ids(ctx.optimizer)
+    with preserved_training_state(ctx):
+        ctx.model.train()
+        try:
+            with ctx.training.plan.autocast():
+                loss, _ = split_loss_output(ctx.compute_loss(ctx.model, batch), batch)
+        except Exception:
+            return None
+        if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+            return None
+        return loss_leaves(loss, known)
+
+
+def _shape(tensor: torch.Tensor) -> str:
+    return "(" + ", ".join(str(size) for size in tensor.shape) + ("," if tensor.dim() == 1 else "") + ")"
+
+
+class FreshTensorsCheck(Check):
+    """Learnable tensors the forward creates anew at every call (a layer built inside
+    ``forward``): the loss reaches them, no optimizer holds them, and a second forward
+    reaches different tensors of the same shapes. Each call starts from fresh random
+    weights, so that part of the model never learns."""
+
+    name = "step.fresh_tensors"
+    stage = Stage.STEP
+    codes = ("PARAM_CREATED_IN_FORWARD",)
+    requires = (FIRST_BATCH, FIRST_STEP)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        first = get_probe(ctx).outside_leaves
+        findings.data["outside_leaves"] = len(first)
+        if not first:
+            findings.data["summary"] = "every learnable tensor the loss reaches is the model's or the optimizer's"
+            return
+        second = second_forward_leaves(ctx)
+        if second is None:
+            findings.data["summary"] = "not verified: a second forward could not run"
+            return
+        before = {id(tensor) for tensor in first}
+        shapes = {tuple(tensor.shape) for tensor in first}
+        fresh = [tensor for tensor in second if id(tensor) not in before and tuple(tensor.shape) in shapes]
+        findings.data["fresh"] = len(fresh)
+        findings.data["summary"] = f"{len(fresh)} learnable tensor(s) made anew by each forward"
+        if not fresh:
+            return
+        described = ", ".join(_shape(tensor) for tensor in fresh[:4]) + (" ..." if len(fresh) > 4 else "")
+        values = sum(tensor.numel() for tensor in fresh)
+        findings.error(
+            "PARAM_CREATED_IN_FORWARD",
+            f"{len(fresh)} learnable tensor(s) (shapes {described}; {values:,} values) are created anew in every forward: "
+            "a layer built inside forward (nn.Linear(...)(h)) or a torch.randn(..., requires_grad=True) there. Each "
+            "call starts from new random weights that are not registered in the model and in no optimizer, so they "
+            "never train and the output stays random",
+            "Build the layer once in __init__ (self.head = nn.Linear(in_features, classes)) and call self.head(h) in "
+            "forward (nn.LazyLinear when the input size is known only at the first call); create the optimizer after "
+            "the model.",
+        )
