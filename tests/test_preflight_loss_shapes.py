@@ -729,3 +729,33 @@ def test_multi_label_with_sigmoid_or_logits_is_not_softmax_into_bce():
     assert not issues(preflight(mlp(6), loader(x, tags), with_logits))
     sigmoid = lambda m, b: F.binary_cross_entropy(torch.sigmoid(m(b[0])), b[1])  # noqa: E731
     assert "LOSS_SOFTMAX_BCE" not in issues(preflight(mlp(6), loader(x, tags), sigmoid))
+
+
+# ------------------------------------------------------------ kl_div's normalisation dim
+def distillation(student_dim: int, log_target: bool = False):
+    torch.manual_seed(1)
+    teacher = mlp(CLASSES)
+    temperature = 2.0
+
+    def loss(model, batch):
+        inputs, labels = batch
+        with torch.no_grad():
+            soft = teacher(inputs) / temperature
+            soft = F.log_softmax(soft, dim=-1) if log_target else F.softmax(soft, dim=-1)
+        student = F.log_softmax(model(inputs) / temperature, dim=student_dim)
+        kd = F.kl_div(student, soft, reduction="batchmean", log_target=log_target) * temperature ** 2
+        return 0.5 * kd + 0.5 * F.cross_entropy(model(inputs), labels)
+
+    return loss
+
+
+def test_a_distillation_log_softmax_over_the_batch_is_named():
+    x = features()
+    issue = issues(preflight(mlp(CLASSES), loader(x, x[:, :CLASSES].argmax(1)), distillation(0)))["LOSS_NORM_DIM"]
+    assert "kl_div" in issue.message and "dim 0 (the batch)" in issue.message and "dim=-1" in issue.fix
+
+
+@pytest.mark.parametrize("log_target", [False, True])
+def test_a_distillation_over_the_classes_is_quiet(log_target):
+    x = features()
+    assert not issues(preflight(mlp(CLASSES), loader(x, x[:, :CLASSES].argmax(1)), distillation(-1, log_target)))

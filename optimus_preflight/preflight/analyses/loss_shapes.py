@@ -212,3 +212,62 @@ def norm_dim_findings(calls: list[CriterionCall]) -> list[Finding]:
              "(logits.transpose(1, 2) or .reshape(-1, C))."),
         ))
     return found
+
+
+@dataclass
+class KlNormalisation:
+    """kl_div's input normalised over another dim than its target's distributions."""
+
+    shape: tuple[int, ...]
+    target_dim: int  # where the target's distributions run (the last dim)
+    wrong: WrongNormalisation
+
+
+def kl_wrong_dims(inputs: torch.Tensor, target: torch.Tensor, log_target: bool, rows: int) -> KlNormalisation | None:
+    """For ``kl_div(input, target)``: where the target holds distributions over its last dim
+    (probabilities, or log-probabilities with ``log_target``) and ``input`` holds
+    log-probabilities over another dim instead, the one it was normalised over
+    (``F.log_softmax(student_logits / T, dim=0)`` in a distillation loss: over the batch)."""
+    if inputs.dim() < 2 or inputs.shape != target.shape or inputs.shape[-1] < 2:
+        return None
+    last = inputs.dim() - 1
+    with torch.no_grad():
+        values, wanted = inputs.detach()[:rows].float(), target.detach()[:rows].float()
+        if not (bool(torch.isfinite(values).all()) and bool(torch.isfinite(wanted).all())):
+            return None
+        if log_target:
+            target_ok = torch.allclose(torch.logsumexp(wanted, dim=last), torch.zeros(()), atol=_TOL)
+        else:
+            target_ok = float(wanted.min()) >= 0 and torch.allclose(wanted.sum(dim=last), torch.ones(()), atol=_TOL)
+        if not target_ok:
+            return None
+        low, high = float(values.min()), float(values.max())
+        if high <= _TOL and torch.allclose(torch.logsumexp(values, dim=last), torch.zeros(()), atol=_TOL):
+            return None  # log-probabilities over the target's dim: right
+        whole = values.shape[0] == inputs.shape[0]
+        for dim, kind in normalised_dims(values, last, low, high):
+            if kind == "log-probabilities" and (dim > 0 or whole):
+                return KlNormalisation(tuple(inputs.shape), last, WrongNormalisation(f"dim {dim}", inputs.shape[dim], kind))
+    return None
+
+
+def kl_norm_dim_findings(calls: list[CriterionCall]) -> list[Finding]:
+    """LOSS_NORM_DIM for kl_div: log-probabilities over the wrong dim."""
+    from optimus_preflight.preflight.analyses.loss_findings import Finding
+
+    found: list[Finding] = []
+    for call in calls:
+        kl = call.kl_normalisation
+        if kl is None:
+            continue
+        batch = " (the batch)" if kl.wrong.where == "dim 0" else ""
+        found.append(Finding(
+            "LOSS_NORM_DIM", "error",
+            f"kl_div gets an input of shape {kl.shape} holding log-probabilities normalised over {kl.wrong.where}"
+            f"{batch}, size {kl.wrong.size}, while its target's distributions run over dim {kl.target_dim} (size "
+            f"{kl.shape[kl.target_dim]}): a log_softmax ran over the wrong dimension, so each sample's prediction is "
+            "not a distribution and the divergence compares the wrong things",
+            f"Take the log_softmax over the same dim as the target's softmax: F.log_softmax(logits / T, dim=-1) "
+            f"(dim={kl.target_dim}), with the target softmax(teacher_logits / T, dim=-1).",
+        ))
+    return found

@@ -30,7 +30,12 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from optimus_preflight.preflight.analyses.loss_shapes import WrongNormalisation, wrong_normalisation
+from optimus_preflight.preflight.analyses.loss_shapes import (
+    KlNormalisation,
+    WrongNormalisation,
+    kl_wrong_dims,
+    wrong_normalisation,
+)
 from optimus_preflight.preflight.analyses.padding import (
     PaddingProfile,
     as_rows,
@@ -131,6 +136,7 @@ class CriterionCall:
     # binary_cross_entropy only: (rows whose probabilities sum to 1 over the last dim, i.e. a
     # softmax made the labels compete; the most positive labels any target row holds)
     competing: tuple[bool, float] | None = None
+    kl_normalisation: KlNormalisation | None = None  # kl_div only: its input normalised over the wrong dim
 
     @property
     def hard_targets(self) -> bool:
@@ -266,6 +272,9 @@ class LossSpy(TorchFunctionMode):
         record.target = _stats(target, None) if isinstance(target, torch.Tensor) else None
         if name == "binary_cross_entropy" and isinstance(inputs, torch.Tensor) and isinstance(target, torch.Tensor):
             record.competing = _competing_labels(inputs, target)
+        if name == "kl_div" and isinstance(inputs, torch.Tensor) and isinstance(target, torch.Tensor):
+            log_target = bool(_argument(args, kwargs, 5, "log_target", False))
+            record.kl_normalisation = kl_wrong_dims(inputs, target, log_target, SAMPLE_ROWS)
         return record, pad_mask
 
 

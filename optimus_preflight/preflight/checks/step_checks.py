@@ -15,6 +15,7 @@ from optimus_preflight.preflight.analyses.loss_findings import (
 from optimus_preflight.preflight.analyses.loss_shapes import (
     broadcast_findings,
     column_broadcast_findings,
+    kl_norm_dim_findings,
     norm_dim_findings,
     shape_error_fix,
 )
@@ -187,7 +188,7 @@ class LossFunctionCheck(Check):
         findings.data.update(criteria=sorted({call.function for call in calls}), activations=probe.activations)
         findings.data["summary"] = ", ".join(findings.data["criteria"]) or "no known criterion seen"
         for found in [*loss_input_findings(calls, probe.activations), *norm_dim_findings(calls),
-                      *broadcast_findings(calls), *column_broadcast_findings(probe.column_broadcasts, calls)]:
+                      *kl_norm_dim_findings(calls), *broadcast_findings(calls), *column_broadcast_findings(probe.column_broadcasts, calls)]:
             findings.add(found.severity, found.code, found.message, found.fix)
 
 
