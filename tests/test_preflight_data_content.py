@@ -22,7 +22,7 @@ from optimus_preflight.preflight import run_preflight
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
 from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageCheck, expected_distinct
 from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
-from optimus_preflight.preflight.framework import Severity
+from optimus_preflight.preflight.framework import Findings, Severity
 
 FEATURES, CLASSES = 6, 3
 
@@ -249,10 +249,23 @@ def test_a_batch_sampler_that_ends_its_epoch_early(first_only):
         assert loud(report) == []
 
 
-def test_one_ranks_shard_without_set_epoch_is_quiet():
+def test_one_ranks_shard_without_set_epoch_is_quiet_in_a_run_of_that_size():
     data = table(600)
     sampler = torch.utils.data.DistributedSampler(data, num_replicas=4, rank=1, shuffle=True)
-    assert loud(check(DataLoader(data, batch_size=16, sampler=sampler), [SamplerCoverageCheck])) == []
+    findings = Findings()
+    assert not SamplerCoverageCheck._replicas_not_the_run([sampler], 4, len(data), findings)
+    assert not findings.issues
+
+
+def test_a_distributed_sampler_for_8_ranks_in_one_process_is_an_error():
+    # Kept from an 8-GPU launcher in a single-process script: each epoch trains on 1/8.
+    data = table(600)
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=8, rank=0, shuffle=True)
+    report = check(DataLoader(data, batch_size=16, sampler=sampler), [SamplerCoverageCheck])
+    assert loud(report) == [("data.sampler_coverage", "SAMPLER_COVERAGE", "error")]
+    issue = next(issue for _, issue in report.issues() if issue.code == "SAMPLER_COVERAGE")
+    assert "num_replicas=8, rank=0 but this run has 1 process(es)" in issue.message and "75 of 600" in issue.message
+    assert "shuffle=True" in issue.fix
 
 
 def test_drawing_leaves_the_loaders_order_unchanged():

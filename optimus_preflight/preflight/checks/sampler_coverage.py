@@ -129,6 +129,8 @@ class SamplerCoverageCheck(Check):
         findings.data["dataset_size"] = size
         if self._weights_per_class(sampler_chain(loader), size, findings) or size < 2:
             return
+        if self._replicas_not_the_run(sampler_chain(loader), ctx.training.dist.world_size, size, findings):
+            return
         index_sampler = loader._index_sampler
         batched = loader._auto_collation
         # Enough draws that uniform ones would reach most of the dataset (or MAX_DRAWS).
@@ -179,6 +181,33 @@ class SamplerCoverageCheck(Check):
             "SAMPLER_COVERAGE",
             f"the WeightedRandomSampler has {count} weights but the training dataset has {size} samples: {what}",
             PER_SAMPLE_FIX,
+        )
+        return True
+
+    @staticmethod
+    def _replicas_not_the_run(chain: list[Any], world_size: int, size: int, findings: Findings) -> bool:
+        """A sharding sampler (DistributedSampler's num_replicas/rank) built for another
+        number of processes than this run has; True when reported."""
+        sampler = next((item for item in chain if isinstance(getattr(item, "num_replicas", None), int)), None)
+        if sampler is None or sampler.num_replicas == world_size:
+            return False
+        replicas, rank = sampler.num_replicas, getattr(sampler, "rank", None)
+        findings.data.update(num_replicas=replicas, world_size=world_size)
+        if replicas > world_size:
+            what = (f"this process reads only its 1/{replicas} shard ({size // replicas} of {size} samples) and the "
+                    f"shards of ranks {world_size}..{replicas - 1}, which no process runs, are never trained on")
+        else:
+            what = (f"each of the {world_size} processes reads 1/{replicas} of the dataset where it should read "
+                    f"1/{world_size}: the ranks train on the same samples and every epoch is {world_size // replicas}x "
+                    "longer than the run assumes")
+        findings.error(
+            "SAMPLER_COVERAGE",
+            f"the training loader's {type(sampler).__name__} was built with num_replicas={replicas}"
+            + (f", rank={rank}" if rank is not None else "") + f" but this run has {world_size} process(es): {what}",
+            "Let the sampler read the run's size: DistributedSampler(dataset) takes num_replicas and rank from the "
+            "initialised process group (or pass dist.get_world_size() and dist.get_rank()); in a single process, "
+            "use shuffle=True instead of a DistributedSampler, and call sampler.set_epoch(epoch) each epoch when "
+            "distributed.",
         )
         return True
 
