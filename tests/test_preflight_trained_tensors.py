@@ -280,6 +280,23 @@ def test_tensors_outside_the_model_that_persist_are_not_fresh():
     assert not loud(report, "step.fresh_tensors") and loud(report, "model.unregistered_tensors")
 
 
+def test_a_loss_rebuilt_from_item_values_names_the_new_leaf_not_a_fresh_layer():
+    # Summed "for logging": a new leaf with no graph back to the model.
+    model = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, CLASSES))
+
+    def loss_fn(model, batch):
+        inputs, targets = batch
+        logits = model(inputs)
+        losses = [F.cross_entropy(logits, targets), 0.1 * logits.pow(2).mean()]
+        return torch.tensor([loss.item() for loss in losses], requires_grad=True).sum()
+
+    report = preflight(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=loss_fn, checks=FRESH)
+    assert loud(report) == [("step.gradients", "GRAD_NONE", "error")]
+    issue = issue_of(report, "step.gradients")
+    assert "torch.tensor([...], requires_grad=True)" in issue.message and "(2,)" in issue.message
+    assert "cls_loss + reg_loss" in issue.fix
+
+
 # ---------------------------------------------------------------- dropout rates
 
 DROPOUT = (DropoutRateCheck,)

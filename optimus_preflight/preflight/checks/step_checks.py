@@ -151,7 +151,18 @@ class GradientsCheck(Check):
         findings.data.update(trainable=probe.trainable_params, without_grad=len(missing), nonfinite=len(nonfinite))
         findings.data["summary"] = f"{probe.trainable_params - len(missing)}/{probe.trainable_params} trainable tensors got a gradient"
         distributed = ctx.training.dist.world_size > 1
-        if missing and len(missing) == probe.trainable_params:
+        if missing and len(missing) == probe.trainable_params and probe.outside_leaves:
+            shapes = ", ".join(str(tuple(leaf.shape)) for leaf in probe.outside_leaves[:3])
+            findings.error(
+                "GRAD_NONE",
+                f"no trainable parameter received a gradient: the loss's graph starts at {len(probe.outside_leaves)} "
+                f"new leaf tensor(s) of shape {shapes} made in compute_loss, not at the model's output, so backward "
+                "stops there and nothing will train. torch.tensor([...], requires_grad=True) of .item() values (to log "
+                "or sum several losses) builds such a leaf",
+                "Combine the loss tensors themselves (loss = cls_loss + reg_loss, or torch.stack([...]).sum()); log "
+                ".item() values separately, never rebuild the loss from them.",
+            )
+        elif missing and len(missing) == probe.trainable_params:
             findings.error("GRAD_NONE", "no trainable parameter received a gradient: nothing will train",
                            "Check that the loss is computed from the model's output (see step.first_step).")
         elif missing:

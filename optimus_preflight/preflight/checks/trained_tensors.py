@@ -182,10 +182,14 @@ class FreshTensorsCheck(Check):
     requires = (FIRST_BATCH, FIRST_STEP)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        first = get_probe(ctx).outside_leaves
+        probe = get_probe(ctx)
+        first = probe.outside_leaves
         findings.data["outside_leaves"] = len(first)
         if not first:
             findings.data["summary"] = "every learnable tensor the loss reaches is the model's or the optimizer's"
+            return
+        if probe.trainable_params and len(probe.params_without_grad) == probe.trainable_params:
+            findings.data["summary"] = "the loss reaches no model parameter at all: step.gradients explains"
             return
         second = second_forward_leaves(ctx)
         if second is None:
