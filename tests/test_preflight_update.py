@@ -45,8 +45,8 @@ def found(report) -> dict[str, object]:
     return {issue.code: issue for _, issue in report.issues() if issue.severity != Severity.INFO}
 
 
-def audit(model, optimizer, loader, loss_fn=nn.CrossEntropyLoss(), **kwargs):
-    return run_preflight(model, optimizer, loader, loss_fn=loss_fn, **kwargs,
+def audit(model, optimizer, loader, loss_fn=None, **kwargs):
+    return run_preflight(model, optimizer, loader, loss_fn=loss_fn or nn.CrossEntropyLoss(), **kwargs,
                          checks=[FirstBatchCheck(), FirstStepCheck(), UpdateCheck(), LrScheduleCheck()])
 
 

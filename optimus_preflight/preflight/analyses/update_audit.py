@@ -72,7 +72,10 @@ class GroupStep:
 
 
 def _sample(tensor: torch.Tensor) -> torch.Tensor:
-    flat = tensor.detach().reshape(-1)
+    """A fixed strided sample of ``tensor``'s values, as float32 on the CPU. A sharded DTensor
+    gives this rank's shard: reshaping the whole would start a collective."""
+    local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+    flat = local.detach().reshape(-1)
     stride = max(1, math.ceil(flat.numel() / SAMPLE_PER_PARAM))
     return flat[::stride].to("cpu", torch.float32, copy=True)
 
