@@ -759,3 +759,34 @@ def test_a_distillation_log_softmax_over_the_batch_is_named():
 def test_a_distillation_over_the_classes_is_quiet(log_target):
     x = features()
     assert not issues(preflight(mlp(CLASSES), loader(x, x[:, :CLASSES].argmax(1)), distillation(-1, log_target)))
+
+
+# ------------------------------------------------------------ a bounded output vs regression targets
+def regressor(*head: nn.Module) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, 1), *head, nn.Flatten(0))
+
+
+def nonlinear_target(x: torch.Tensor) -> torch.Tensor:
+    return x[:, 0] * x[:, 1] + x[:, 2].abs()
+
+
+@pytest.mark.parametrize("head, target, words", [
+    ((nn.Sigmoid(),), lambda t: 50 + 20 * t, "sigmoid, so they stay in [0, 1]"),          # prices after a sigmoid
+    ((nn.ReLU(),), lambda t: (t - t.mean()) / t.std(), "relu, so they stay in [0, inf]"),  # standardised targets
+    ((nn.Tanh(),), lambda t: 3 + t, "tanh, so they stay in [-1, 1]"),
+])
+def test_a_bounded_output_activation_that_cannot_reach_the_targets_is_an_error(head, target, words):
+    x = features()
+    issue = issues(preflight(regressor(*head), loader(x, target(nonlinear_target(x))), nn.MSELoss()))["LOSS_OUTPUT_RANGE"]
+    assert words in issue.message and "Remove the" in issue.fix
+
+
+@pytest.mark.parametrize("head, target", [
+    ((nn.Sigmoid(),), lambda t: torch.sigmoid(t)),          # probabilities as targets
+    ((nn.Softplus(),), lambda t: t.abs()),                  # positive targets
+    ((), lambda t: (t - t.mean()) / t.std()),               # a linear head
+])
+def test_a_bounded_output_whose_range_holds_the_targets_is_quiet(head, target):
+    x = features()
+    assert not issues(preflight(regressor(*head), loader(x, target(nonlinear_target(x))), nn.MSELoss()))

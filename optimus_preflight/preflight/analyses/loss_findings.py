@@ -14,6 +14,7 @@ from optimus_preflight.preflight.analyses.loss_spy import (
     CLASS_CRITERIA,
     CriterionCall,
 )
+from optimus_preflight.preflight.analyses.output_range import OUTSIDE_SHARE
 
 
 @dataclass
@@ -208,6 +209,27 @@ def regression_scale_findings(calls: list[CriterionCall]) -> list[Finding]:
                 "or let the model's last layer start at the target scale (initialise its bias to y_mean).",
             )]
     return []
+
+
+def output_range_findings(calls: list[CriterionCall]) -> list[Finding]:
+    """LOSS_OUTPUT_RANGE: regression predictions from a bounded activation, targets outside it."""
+    found: list[Finding] = []
+    for call in calls:
+        bounded = call.output_range
+        if bounded is None or bounded.outside < OUTSIDE_SHARE:
+            continue
+        high = "inf" if bounded.high == float("inf") else f"{bounded.high:g}"
+        target = call.target
+        spread = f" (targets in [{target.min:.4g}, {target.max:.4g}])" if target is not None and target.min is not None else ""
+        found.append(Finding(
+            "LOSS_OUTPUT_RANGE", "error",
+            f"{call.function}'s predictions come out of a {bounded.activation}, so they stay in [{bounded.low:g}, {high}], "
+            f"but {bounded.outside:.0%} of the targets lie outside that range{spread}: the model can never reach them, "
+            "and the loss has a floor no training goes below",
+            f"Remove the {bounded.activation} after the last layer (a regression head is linear), or map the targets "
+            f"into [{bounded.low:g}, {high}] (and back at inference): e.g. min-max scale them for a sigmoid.",
+        ))
+    return found
 
 
 def init_loss_finding(calls: list[CriterionCall]) -> tuple[Finding | None, dict[str, Any]]:

@@ -36,6 +36,7 @@ from optimus_preflight.preflight.analyses.loss_shapes import (
     kl_wrong_dims,
     wrong_normalisation,
 )
+from optimus_preflight.preflight.analyses.output_range import OutputRange, bounded_output
 from optimus_preflight.preflight.analyses.padding import (
     PaddingProfile,
     as_rows,
@@ -137,6 +138,7 @@ class CriterionCall:
     # softmax made the labels compete; the most positive labels any target row holds)
     competing: tuple[bool, float] | None = None
     kl_normalisation: KlNormalisation | None = None  # kl_div only: its input normalised over the wrong dim
+    output_range: OutputRange | None = None  # regression: a bounded output activation vs the targets
 
     @property
     def hard_targets(self) -> bool:
@@ -272,6 +274,9 @@ class LossSpy(TorchFunctionMode):
         record.target = _stats(target, None) if isinstance(target, torch.Tensor) else None
         if name == "binary_cross_entropy" and isinstance(inputs, torch.Tensor) and isinstance(target, torch.Tensor):
             record.competing = _competing_labels(inputs, target)
+        if (name in ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss") and isinstance(inputs, torch.Tensor)
+                and isinstance(target, torch.Tensor)):
+            record.output_range = bounded_output(inputs, target)
         if name == "kl_div" and isinstance(inputs, torch.Tensor) and isinstance(target, torch.Tensor):
             log_target = bool(_argument(args, kwargs, 5, "log_target", False))
             record.kl_normalisation = kl_wrong_dims(inputs, target, log_target, SAMPLE_ROWS)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from optimus_preflight.preflight.analyses.loss_findings import (
     init_loss_finding,
     loss_input_findings,
+    output_range_findings,
     regression_scale_findings,
     target_findings,
 )
@@ -190,7 +191,7 @@ class LossFunctionCheck(Check):
 
     name = "step.loss_function"
     stage = Stage.STEP
-    codes = ("O12", "O13", "O16", "LOSS_NORM_DIM", "LOSS_BROADCAST", "LOSS_SOFTMAX_BCE")
+    codes = ("O12", "O13", "O16", "LOSS_NORM_DIM", "LOSS_BROADCAST", "LOSS_SOFTMAX_BCE", "LOSS_OUTPUT_RANGE")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -199,7 +200,8 @@ class LossFunctionCheck(Check):
         findings.data.update(criteria=sorted({call.function for call in calls}), activations=probe.activations)
         findings.data["summary"] = ", ".join(findings.data["criteria"]) or "no known criterion seen"
         for found in [*loss_input_findings(calls, probe.activations), *norm_dim_findings(calls),
-                      *kl_norm_dim_findings(calls), *broadcast_findings(calls), *column_broadcast_findings(probe.column_broadcasts, calls)]:
+                      *kl_norm_dim_findings(calls), *output_range_findings(calls),
+                      *broadcast_findings(calls), *column_broadcast_findings(probe.column_broadcasts, calls)]:
             findings.add(found.severity, found.code, found.message, found.fix)
 
 

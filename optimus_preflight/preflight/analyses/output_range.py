@@ -1,0 +1,68 @@
+"""The range a regression criterion's predictions can take, read from the graph.
+
+A regression head that ends in ``sigmoid`` (0, 1), ``tanh`` (-1, 1) or ``relu``/``softplus``/
+``exp`` [0, inf) can only predict inside that range, whatever it learns. When a good share of
+the targets lies outside it (prices in dollars after a sigmoid, standardised targets after a
+ReLU), the loss has a floor the model can never go below. The activation is the first
+operation behind the criterion's input that is not a change of shape (``.squeeze()``,
+``.view()``, ``.flatten()``), so a ReLU in the hidden layers says nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# grad_fn names that only move values around: the activation is behind them.
+_SHAPE_ONLY = ("View", "Reshape", "Unsafe", "Squeeze", "Unsqueeze", "Expand", "Permute", "Transpose", "T",
+               "Clone", "Contiguous", "Select", "Slice", "Alias", "ToCopy")
+RANGES: dict[str, tuple[float, float]] = {
+    "Sigmoid": (0.0, 1.0), "Tanh": (-1.0, 1.0), "Relu": (0.0, float("inf")), "Softplus": (0.0, float("inf")),
+    "Exp": (0.0, float("inf")), "Softmax": (0.0, 1.0), "Hardsigmoid": (0.0, 1.0), "Relu6": (0.0, 6.0),
+    "Hardtanh": (-1.0, 1.0),
+}
+OUTSIDE_SHARE = 0.1  # of the targets beyond the range's margin
+MARGIN = 0.05  # of the range's width (or of 1 for a half-open range): rounding, label smoothing
+
+
+@dataclass
+class OutputRange:
+    activation: str  # "sigmoid"
+    low: float
+    high: float
+    outside: float  # share of the targets beyond the range (with the margin)
+
+
+def output_activation(tensor: torch.Tensor) -> str | None:
+    """The grad_fn behind ``tensor``'s shape-only operations, by name without 'Backward0'."""
+    node, hops = tensor.grad_fn, 0
+    while node is not None and hops < 8:
+        name = type(node).__name__.removesuffix("Backward0").removesuffix("Backward1")
+        if not name.startswith(_SHAPE_ONLY) or name.startswith(("Tanh", "Softplus", "Softmax", "Sigmoid")):
+            return name
+        parents = [parent for parent, _ in node.next_functions if parent is not None]
+        if len(parents) != 1:
+            return name
+        node, hops = parents[0], hops + 1
+    return None
+
+
+def bounded_output(inputs: torch.Tensor, target: torch.Tensor) -> OutputRange | None:
+    """The output activation's range and the share of ``target`` outside it, for a
+    prediction that comes out of a bounded activation; None otherwise."""
+    name = output_activation(inputs) if inputs.requires_grad else None
+    if name is None:
+        return None
+    bounds = next((RANGES[key] for key in RANGES if name == key), None)
+    if bounds is None or not target.is_floating_point() or target.numel() == 0:
+        return None
+    low, high = bounds
+    width = (high - low) if high != float("inf") else 1.0
+    with torch.no_grad():
+        values = target.detach().float().flatten()
+        values = values[torch.isfinite(values)]
+        if values.numel() == 0:
+            return None
+        outside = float(((values < low - MARGIN * width) | (values > high + MARGIN * width)).float().mean())
+    return OutputRange(name.lower(), low, high, outside)
