@@ -233,3 +233,45 @@ def test_functional_losses_and_the_audit_together_on_a_seq2seq_model():
     assert not found(audit(quiet, torch.optim.AdamW(quiet.parameters(), lr=1e-3), data, loss))
     broken = Seq2Seq()
     assert "UPDATE_EPS" in found(audit(broken, torch.optim.AdamW(broken.parameters(), lr=1e-3, eps=0.5), data, loss))
+
+
+# ---------------------------------------------------------------- symmetric initialisation
+def constant_init(model: nn.Module, value: float = 0.05) -> nn.Module:
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Conv2d)):
+            nn.init.constant_(module.weight, value)
+            nn.init.zeros_(module.bias)
+    return model
+
+
+def test_constant_initialisation_of_every_layer_is_symmetric():
+    model, data = tabular()
+    report = audit(constant_init(model), torch.optim.Adam(model.parameters(), lr=1e-3), data, nn.MSELoss())
+    issue = found(report)["INIT_SYMMETRIC"]
+    assert "0.weight" in issue.message and "kaiming" in issue.fix
+    model = constant_init(cnn(), 0.01)
+    assert "INIT_SYMMETRIC" in found(audit(model, torch.optim.SGD(model.parameters(), lr=0.05), images()))
+
+
+class LoraLinear(nn.Module):
+    """A frozen base weight plus a low-rank update whose B starts at zero."""
+
+    def __init__(self, base: nn.Linear, rank: int = 4):
+        super().__init__()
+        self.base = base.requires_grad_(False)
+        self.a = nn.Parameter(torch.randn(rank, base.in_features) * 0.01)
+        self.b = nn.Parameter(torch.zeros(base.out_features, rank))
+
+    def forward(self, x):
+        return self.base(x) + x @ self.a.t() @ self.b.t()
+
+
+def test_zero_initialised_heads_and_lora_are_not_symmetric():
+    model = cnn()
+    nn.init.zeros_(model[5].weight)  # a zero-init classifier head
+    assert not found(audit(model, torch.optim.AdamW(model.parameters(), lr=1e-3), images()))
+    torch.manual_seed(0)
+    lora = nn.Sequential(LoraLinear(nn.Linear(10, 32)), nn.ReLU(), nn.Linear(32, 1), nn.Flatten(0))
+    _, data = tabular()
+    trainable = [p for p in lora.parameters() if p.requires_grad]
+    assert not found(audit(lora, torch.optim.AdamW(trainable, lr=1e-3), data, nn.MSELoss()))

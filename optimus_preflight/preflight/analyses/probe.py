@@ -71,6 +71,7 @@ class StepProbe:
     scaler_enabled: bool = False
     layout_inputs: list[ModuleInput] = field(default_factory=list)  # batch_first modules (batch_layout)
     updates: list[GroupStep] = field(default_factory=list)  # per parameter group, around optimizer.step()
+    symmetric_weights: list[str] = field(default_factory=list)  # units identical, gradients too
     # Learnable leaves the loss reached outside the model and the optimizer
     # (trained_tensors.FreshTensorsCheck asks whether each forward makes them anew).
     outside_leaves: list[torch.Tensor] = field(default_factory=list)
@@ -175,6 +176,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
             result = runner.run(iter([(batch, True)]))
             recorder.after_step()
             probe.updates = recorder.groups
+            probe.symmetric_weights = recorder.symmetric
             probe.stepped = result.stepped
             probe.grad_norm = float(result.grad_norm)
             probe.modules_left_in_eval = [name for module, name in sensitive.items()

@@ -96,10 +96,13 @@ class UpdateRecorder:
     optimizer: Any
     names: dict[torch.Tensor, str]
     groups: list[GroupStep] = field(default_factory=list)
+    symmetric: list[str] = field(default_factory=list)  # weights whose units are and stay identical
     _tracked: list[tuple[GroupStep, list[torch.Tensor]]] = field(default_factory=list)
 
     def before_step(self) -> None:
         self.groups, self._tracked = [], []
+        self.symmetric = [self.names.get(p, "?") for group in getattr(self.optimizer, "param_groups", [])
+                          for p in group.get("params", []) if symmetric_units(p)]
         for index, group in enumerate(getattr(self.optimizer, "param_groups", [])):
             params = [p for p in group.get("params", []) if isinstance(p, torch.Tensor) and p.grad is not None]
             try:
@@ -126,6 +129,21 @@ class UpdateRecorder:
                 step.after = None
         self.groups = [step for step in self.groups if step.after is not None]
         self._tracked = []
+
+
+def symmetric_units(param: Any) -> bool:
+    """A weight (out, in, ...) whose units (rows) are all identical and whose gradient rows
+    are identical too: a constant initialisation (nn.init.constant_, ones, a fill_) of
+    every layer. Identical units get identical updates forever, so the layer computes one
+    feature however wide it is. A zero-initialised layer next to random ones gets different
+    gradient rows (LoRA's B, a zero-init head or residual branch): not symmetric."""
+    if not isinstance(param, torch.Tensor) or param.grad is None or param.dim() < 2 or param.shape[0] < 2:
+        return False
+    if hasattr(param, "to_local") or param.grad.is_sparse:
+        return False
+    with torch.no_grad():
+        weight, grad = param.detach(), param.grad.detach()
+        return bool((weight == weight[:1]).all()) and bool(torch.allclose(grad, grad[:1].expand_as(grad)))
 
 
 def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:

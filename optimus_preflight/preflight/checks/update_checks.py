@@ -22,7 +22,7 @@ class UpdateCheck(Check):
 
     name = "step.update"
     stage = Stage.STEP
-    codes = ("UPDATE_NONE", "UPDATE_ASCENT", "UPDATE_WEIGHT_DECAY", "UPDATE_EPS", "UPDATE_CLIPPED")
+    codes = ("UPDATE_NONE", "UPDATE_ASCENT", "UPDATE_WEIGHT_DECAY", "UPDATE_EPS", "UPDATE_CLIPPED", "INIT_SYMMETRIC")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -39,6 +39,16 @@ class UpdateCheck(Check):
         findings.data["summary"] = "; ".join(
             f"group {g['group']}: update rms {g['update_rms']:.2g} on weights rms {g['weight_rms']:.2g}"
             for g in findings.data["groups"][:4]) or "no parameter group with gradients"
+        if probe.symmetric_weights:
+            shown = ", ".join(probe.symmetric_weights[:4]) + (" ..." if len(probe.symmetric_weights) > 4 else "")
+            findings.error(
+                "INIT_SYMMETRIC",
+                f"{len(probe.symmetric_weights)} weight(s) start with every unit identical and get identical gradients "
+                f"({shown}): a constant initialisation (nn.init.constant_, ones_, fill_) keeps the units identical "
+                "forever, so each such layer computes a single feature however wide it is",
+                "Initialise weights randomly (the layers' defaults, or nn.init.kaiming_uniform_ / xavier_uniform_ / "
+                "normal_(std=0.02)); constants are for biases and normalisation gains only.",
+            )
         for found in update_findings(probe.updates, optimizer_name=type(ctx.optimizer).__name__,
                                      grad_norm=probe.grad_norm, clip_grad_norm=ctx.cfg.trainer.clip_grad_norm):
             findings.add(found.severity, found.code, found.message, found.fix, KEYS.get(found.code),
