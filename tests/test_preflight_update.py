@@ -275,3 +275,13 @@ def test_zero_initialised_heads_and_lora_are_not_symmetric():
     _, data = tabular()
     trainable = [p for p in lora.parameters() if p.requires_grad]
     assert not found(audit(lora, torch.optim.AdamW(trainable, lr=1e-3), data, nn.MSELoss()))
+
+
+def test_adam_betas_in_the_wrong_order_are_a_warning():
+    model, data = tabular()
+    issue = found(audit(model, torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.999, 0.9)), data,
+                        nn.MSELoss()))["UPDATE_BETAS"]
+    assert "betas=(0.999, 0.9)" in issue.message and "betas=(0.9, 0.999)" in issue.fix
+    for betas in [(0.9, 0.95), (0.5, 0.999), (0.9, 0.9)]:
+        model, data = tabular()
+        assert not found(audit(model, torch.optim.AdamW(model.parameters(), lr=1e-3, betas=betas), data, nn.MSELoss()))

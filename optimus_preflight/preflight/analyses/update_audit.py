@@ -186,6 +186,8 @@ def update_findings(groups: list[GroupStep], *, optimizer_name: str, grad_norm: 
         eps = _eps(step, len(groups), optimizer_name)
         if eps is not None:
             found.append(eps)
+    swapped = [_betas(step, len(groups), optimizer_name) for step in audited]
+    found.extend(next(([finding] for finding in swapped if finding is not None), []))
     clipped = _clip(grad_norm, clip_grad_norm)
     if clipped is not None:
         found.append(clipped)
@@ -266,6 +268,28 @@ def _eps(step: GroupStep, total: int, optimizer_name: str) -> Finding | None:
         "smaller than the learning rate asks and the model barely moves",
         "Use eps=1e-8 (the default; 1e-6 at most for half-precision optimizer state): eps only guards the "
         "division, it is not a step-size knob.",
+    )
+
+
+def _betas(step: GroupStep, total: int, optimizer_name: str) -> Finding | None:
+    """Adam's betas in the wrong order: the first moment (the update's direction) averaged
+    over ~1/(1 - beta1) steps, the second (its scale) over ~1/(1 - beta2). beta1 > beta2 makes
+    the direction lag hundreds of steps behind while the scale jumps with every batch;
+    no published setting has it (Adam/AdamW 0.9/0.999, LLMs 0.9/0.95, GANs 0.5/0.999, Lion 0.9/0.99)."""
+    betas = step.settings.get("betas")
+    try:
+        beta1, beta2 = (float(beta) for beta in betas)
+    except (TypeError, ValueError):
+        return None
+    if beta1 <= beta2:
+        return None
+    return Finding(
+        "UPDATE_BETAS", "warning",
+        f"{optimizer_name} betas=({beta1:g}, {beta2:g}) in {_group(step, total)}: beta1 > beta2, so the gradient's "
+        f"direction is averaged over ~{1 / (1 - beta1):.0f} steps and its scale over only ~{1 / (1 - beta2):.0f}: "
+        "the two values look swapped",
+        f"Use betas=({beta2:g}, {beta1:g}), beta1 (momentum) first: (0.9, 0.999) is Adam's default, (0.9, 0.95) "
+        "common for transformers.",
     )
 
 

@@ -13,7 +13,7 @@ from optimus_preflight.preflight.framework import Check, Findings, Stage
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
 
-KEYS = {"UPDATE_WEIGHT_DECAY": "optimizer.weight_decay", "UPDATE_EPS": "optimizer.eps",
+KEYS = {"UPDATE_WEIGHT_DECAY": "optimizer.weight_decay", "UPDATE_EPS": "optimizer.eps", "UPDATE_BETAS": "optimizer.betas",
         "UPDATE_CLIPPED": "trainer.clip_grad_norm"}
 
 
@@ -22,7 +22,8 @@ class UpdateCheck(Check):
 
     name = "step.update"
     stage = Stage.STEP
-    codes = ("UPDATE_NONE", "UPDATE_ASCENT", "UPDATE_WEIGHT_DECAY", "UPDATE_EPS", "UPDATE_CLIPPED", "INIT_SYMMETRIC")
+    codes = ("UPDATE_NONE", "UPDATE_ASCENT", "UPDATE_WEIGHT_DECAY", "UPDATE_EPS", "UPDATE_CLIPPED", "UPDATE_BETAS",
+             "INIT_SYMMETRIC")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
