@@ -285,3 +285,16 @@ def test_adam_betas_in_the_wrong_order_are_a_warning():
     for betas in [(0.9, 0.95), (0.5, 0.999), (0.9, 0.9)]:
         model, data = tabular()
         assert not found(audit(model, torch.optim.AdamW(model.parameters(), lr=1e-3, betas=betas), data, nn.MSELoss()))
+
+
+def test_a_learning_rate_that_overwrites_the_weights_in_one_step_is_a_warning():
+    model = cnn()
+    issue = found(audit(model, torch.optim.Adam(model.parameters(), lr=1.0), images()))["UPDATE_TOO_LARGE"]
+    assert "at lr=1:" in issue.message and "lr_finder" in issue.fix
+    # A new head initialised at zero in a group of its own has no size to compare with.
+    model = cnn()
+    nn.init.zeros_(model[5].weight)
+    nn.init.zeros_(model[5].bias)
+    groups = [{"params": [p for n, p in model.named_parameters() if not n.startswith("5.")], "lr": 1e-4},
+              {"params": model[5].parameters(), "lr": 1e-2}]
+    assert not found(audit(model, torch.optim.AdamW(groups), images()))

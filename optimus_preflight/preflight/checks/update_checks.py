@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
 
 KEYS = {"UPDATE_WEIGHT_DECAY": "optimizer.weight_decay", "UPDATE_EPS": "optimizer.eps", "UPDATE_BETAS": "optimizer.betas",
+        "UPDATE_TOO_LARGE": "optimizer.lr",
         "UPDATE_CLIPPED": "trainer.clip_grad_norm"}
 
 
@@ -22,7 +23,7 @@ class UpdateCheck(Check):
 
     name = "step.update"
     stage = Stage.STEP
-    codes = ("UPDATE_NONE", "UPDATE_ASCENT", "UPDATE_WEIGHT_DECAY", "UPDATE_EPS", "UPDATE_CLIPPED", "UPDATE_BETAS",
+    codes = ("UPDATE_NONE", "UPDATE_ASCENT", "UPDATE_WEIGHT_DECAY", "UPDATE_EPS", "UPDATE_CLIPPED", "UPDATE_BETAS", "UPDATE_TOO_LARGE",
              "INIT_SYMMETRIC")
     requires = (FIRST_STEP,)
 
