@@ -230,6 +230,34 @@ def test_an_optimizer_built_from_the_encoder_only_is_o2():
     assert "head.weight" in issue_of(report, "model.optimizer_params").message
 
 
+class FactorsCastAfterWrapping(nn.Module):
+    """Matrix factorisation whose factors are nn.Parameter(array).float(): non-leaf attributes."""
+
+    def __init__(self):
+        super().__init__()
+        generator = torch.Generator().manual_seed(0)
+        self.users = nn.Parameter(torch.randn(20, 4, dtype=torch.float64, generator=generator)).float()
+        self.items = nn.Parameter(torch.randn(30, 4, dtype=torch.float64, generator=generator)).float()
+        self.bias = nn.Parameter(torch.zeros(1))
+
+    def forward(self, pairs):
+        return (self.users[pairs[:, 0]] * self.items[pairs[:, 1]]).sum(-1) + self.bias
+
+
+def test_a_model_deepcopy_refuses_runs_every_check_and_names_the_cast():
+    # The memory estimate copies the model; a non-leaf attribute made that copy (and the
+    # memory checks) crash instead of reporting the user's bug.
+    generator = torch.Generator().manual_seed(1)
+    pairs = torch.stack([torch.randint(0, 20, (256,), generator=generator),
+                         torch.randint(0, 30, (256,), generator=generator)], dim=1)
+    ratings = torch.randn(256, generator=generator)
+    model = FactorsCastAfterWrapping()
+    report = run_preflight(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                           DataLoader(TensorDataset(pairs, ratings), batch_size=32, shuffle=True), loss_fn=nn.MSELoss())
+    assert not [result.name for result in report.checks if result.status.value == "crashed"]
+    assert ("model.unregistered_tensors", "PARAM_UNREGISTERED", "error") in loud(report)
+
+
 # ---------------------------------------------------------------- layers built inside forward
 class HeadInForward(nn.Module):
     """The classifier head built where its input size is known: inside forward."""

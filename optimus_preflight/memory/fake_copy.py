@@ -31,6 +31,14 @@ def fake_copy_factory(model: nn.Module) -> Callable[[], nn.Module]:
             if isinstance(tensor, nn.Parameter):
                 fake = nn.Parameter(fake, requires_grad=tensor.requires_grad)
             memo[id(tensor)] = fake
+        # Plain tensor attributes too: a non-leaf one (nn.Parameter(x).float() kept as an
+        # attribute, a user's bug the preflight must survive to report) refuses deepcopy.
+        for module in source.modules():
+            for value in vars(module).values():
+                if isinstance(value, torch.Tensor) and id(value) not in memo:
+                    memo[id(value)] = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
+                                                          device="cpu").requires_grad_(value.requires_grad
+                                                                                       and value.is_floating_point())
         return copy.deepcopy(source, memo)
 
     return build

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from optimus_preflight.memory import cuda_rules, optimizer_paths
+from optimus_preflight.memory.analytic import EstimateError
 from optimus_preflight.memory.result import GIB, gib
 from optimus_preflight.preflight.analyses.memory_fsdp import check_per_rank, per_rank_need_of
 from optimus_preflight.preflight.analyses.memory_limit import (
@@ -79,6 +80,12 @@ class VRAMHeadroomCheck(Check):
     needs_weights = False  # fake tensors: the verdict for a model kept on the meta device
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        try:
+            self._judge(ctx, findings)
+        except EstimateError as error:  # a model neither traced nor copied: say so, judge nothing
+            unestimated(findings, error)
+
+    def _judge(self, ctx: PreflightContext, findings: Findings) -> None:
         undersized = undersized_target(ctx.cfg.preflight.memory)
         if undersized is not None:
             findings.data["summary"] = "preflight.memory.target_gib leaves no memory for tensors"
@@ -164,6 +171,12 @@ class HostMemoryCheck(Check):
     requires = ("data.first_batch",)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        try:
+            self._judge(ctx, findings)
+        except EstimateError as error:  # a model neither traced nor copied: say so, judge nothing
+            unestimated(findings, error)
+
+    def _judge(self, ctx: PreflightContext, findings: Findings) -> None:
         if ctx.device.type != "cpu":
             findings.data.update(applicable=False, summary=f"training on {ctx.device}")
             findings.info("MEM0", f"The job trains on {ctx.device}; host RAM is checked for CPU training only.")
@@ -193,6 +206,12 @@ class HostMemoryCheck(Check):
             need_of=lambda other: other.estimate(other.batch_size, device="cpu", precision=precision).peak_bytes,
             has_fused=optimizer_paths.supports_fused(ctx.optimizer),
         )
+
+
+def unestimated(findings: Findings, error: EstimateError) -> None:
+    findings.data["summary"] = "not estimated"
+    findings.info("MEM3", f"the step's memory was not estimated: {error}",
+                  "Nothing to do for the run itself; the memory verdict needs a model that copy.deepcopy can copy.")
 
 
 def memory_checks() -> list[Check]:
