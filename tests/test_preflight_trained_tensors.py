@@ -701,3 +701,75 @@ def test_an_activation_cached_by_a_forward_is_not_an_orphan():
     model = KeepsLastLogits()
     model(torch.randn(2, FEATURES))  # a sanity forward before the preflight
     assert loud(preflight(model, torch.optim.SGD(model.parameters(), lr=0.1))) == []
+
+
+# ---------------------------------------------------------------- what the gradient really reaches
+GRADIENTS = (FirstBatchCheck, FirstStepCheck, GradientsCheck)
+
+
+def test_a_data_term_turned_into_a_number_leaves_only_the_penalty_training():
+    model = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, CLASSES))
+
+    def penalised(as_number):
+        def loss_fn(model, batch):
+            inputs, targets = batch
+            data_term = F.cross_entropy(model(inputs), targets)
+            penalty = 1e-3 * sum(p.pow(2).sum() for p in model.parameters())
+            return (data_term.item() if as_number else data_term) + penalty
+        return loss_fn
+
+    report = preflight(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=penalised(True), checks=GRADIENTS)
+    assert loud(report) == [("step.gradients", "LOSS_NOT_FROM_OUTPUT", "error")]
+    assert ".item()" in issue_of(report, "step.gradients").message
+    report = preflight(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=penalised(False), checks=GRADIENTS)
+    assert loud(report) == []
+
+
+class BinaryCodes(nn.Module):
+    """A hashing autoencoder: 8-bit codes between an encoder and a decoder."""
+
+    def __init__(self, straight_through: bool):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, 8))
+        self.decoder = nn.Linear(8, CLASSES)
+        self.straight_through = straight_through
+
+    def forward(self, x):
+        soft = torch.sigmoid(self.encoder(x))
+        hard = torch.round(soft)
+        return self.decoder(soft + (hard - soft).detach() if self.straight_through else hard)
+
+
+def test_a_round_without_straight_through_gives_the_encoder_zero_gradients():
+    torch.manual_seed(0)
+    model = BinaryCodes(straight_through=False)
+    report = preflight(model, torch.optim.Adam(model.parameters(), lr=1e-3), checks=GRADIENTS)
+    assert loud(report) == [("step.gradients", "GRAD_ZERO", "error")]
+    issue = issue_of(report, "step.gradients")
+    assert "torch.round" in issue.message and "encoder.0.weight" in issue.message and "straight-through" in issue.fix
+    model = BinaryCodes(straight_through=True)
+    assert loud(preflight(model, torch.optim.Adam(model.parameters(), lr=1e-3), checks=GRADIENTS)) == []
+
+
+class CheckpointedBlocks(nn.Module):
+    def __init__(self, reentrant: bool):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(FEATURES, FEATURES), nn.ReLU()) for _ in range(2)])
+        self.head = nn.Linear(FEATURES, CLASSES)
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=self.reentrant)
+        return self.head(x)
+
+
+def test_reentrant_checkpointing_of_inputs_without_grad_is_named():
+    torch.manual_seed(0)
+    model = CheckpointedBlocks(reentrant=True)
+    report = preflight(model, torch.optim.Adam(model.parameters(), lr=1e-3), checks=GRADIENTS)
+    assert loud(report) == [("step.gradients", "GRAD_NONE", "error")]
+    issue = issue_of(report, "step.gradients")
+    assert "blocks.0.0.weight" in issue.message and "use_reentrant=False" in issue.fix
+    model = CheckpointedBlocks(reentrant=False)
+    assert loud(preflight(model, torch.optim.Adam(model.parameters(), lr=1e-3), checks=GRADIENTS)) == []

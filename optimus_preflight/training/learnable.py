@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import itertools
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -173,24 +174,49 @@ def orphaned_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
 
 
 LOSS_GRAPH_NODES = 500_000  # a full walk of a large model's graph is cheap next to its backward
+# Differentiable in torch's sense but with a gradient of exactly 0 everywhere: whatever
+# comes before them in the graph gets zeros (a binarising bottleneck without a straight-through
+# estimator). Comparisons, argmax and integer casts cut the graph instead (no gradient at all).
+ZERO_GRADIENT_OPS = ("RoundBackward0", "RoundBackward1", "FloorBackward0", "CeilBackward0", "SignBackward0",
+                     "TruncBackward0", "SgnBackward0")
 
 
-def loss_leaves(loss: torch.Tensor, excluded: set[int]) -> list[torch.Tensor]:
-    """The learnable leaf tensors ``loss`` was computed from that are not in ``excluded``
-    (ids: the model's parameters, the optimizer's); [] past LOSS_GRAPH_NODES."""
-    found: list[torch.Tensor] = []
-    stack, seen = [loss.grad_fn], set()
+@dataclass
+class LossGraph:
+    """One walk of a loss's autograd graph."""
+
+    outside_leaves: list[torch.Tensor] = field(default_factory=list)  # learnable, not in ``excluded``
+    nodes: set[int] = field(default_factory=set)  # ids of every grad_fn node reached
+    zero_gradient_ops: list[str] = field(default_factory=list)  # torch.round, floor, sign, ... in the graph
+    complete: bool = True  # False past LOSS_GRAPH_NODES
+
+
+def walk_loss_graph(loss: torch.Tensor, excluded: set[int]) -> LossGraph:
+    """What ``loss`` was computed from: the learnable leaves not in ``excluded`` (ids: the
+    model's parameters, the optimizer's), the nodes passed and the zero-gradient ops among them."""
+    graph = LossGraph()
+    stack = [loss.grad_fn]
     while stack:
         node = stack.pop()
-        if node is None or id(node) in seen:
+        if node is None or id(node) in graph.nodes:
             continue
-        seen.add(id(node))
-        if len(seen) > LOSS_GRAPH_NODES:
-            return []
+        graph.nodes.add(id(node))
+        if len(graph.nodes) > LOSS_GRAPH_NODES:
+            graph.complete = False
+            return graph
+        name = type(node).__name__
+        if name in ZERO_GRADIENT_OPS and name not in graph.zero_gradient_ops:
+            graph.zero_gradient_ops.append(name)
         variable = getattr(node, "variable", None)  # an AccumulateGrad node: the leaf it feeds
         if isinstance(variable, torch.Tensor):
             if id(variable) not in excluded and variable.requires_grad:
-                found.append(variable)
+                graph.outside_leaves.append(variable)
             continue
         stack.extend(next_node for next_node, _ in getattr(node, "next_functions", ()))
-    return found
+    return graph
+
+
+def loss_leaves(loss: torch.Tensor, excluded: set[int]) -> list[torch.Tensor]:
+    """The learnable leaf tensors ``loss`` was computed from that are not in ``excluded``."""
+    graph = walk_loss_graph(loss, excluded)
+    return graph.outside_leaves if graph.complete else []

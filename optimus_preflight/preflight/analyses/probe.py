@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +34,8 @@ from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, Crite
 from optimus_preflight.preflight.analyses.padding import sequence_shapes
 from optimus_preflight.preflight.analyses.update_audit import GroupStep, UpdateRecorder
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
-from optimus_preflight.training.batches import batch_size_of
-from optimus_preflight.training.learnable import loss_leaves
+from optimus_preflight.training.batches import batch_size_of, leaves
+from optimus_preflight.training.learnable import walk_loss_graph
 from optimus_preflight.training.step import runner_from_config
 
 if TYPE_CHECKING:
@@ -75,6 +76,12 @@ class StepProbe:
     # Learnable leaves the loss reached outside the model and the optimizer
     # (trained_tensors.FreshTensorsCheck asks whether each forward makes them anew).
     outside_leaves: list[torch.Tensor] = field(default_factory=list)
+    # The model's forward built a graph, and the loss's graph never reaches its output: the
+    # data term became a number (.item()) and only another term (a weight penalty) trains.
+    loss_ignores_output: bool = False
+    zero_gradient_ops: list[str] = field(default_factory=list)  # torch.round, floor, sign in the loss's graph
+    params_zero_grad: list[str] = field(default_factory=list)  # got a gradient of exactly 0 everywhere
+    step_warnings: list[str] = field(default_factory=list)  # what torch warned during the step
 
     @property
     def completed(self) -> bool:
@@ -129,14 +136,26 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
                 value=float(detached.float().mean()) if detached.numel() else None,
             )
             if loss.requires_grad:
-                probe.outside_leaves = loss_leaves(loss, known_leaves)
+                graph = walk_loss_graph(loss, known_leaves)
+                if graph.complete:
+                    probe.outside_leaves = graph.outside_leaves
+                    probe.zero_gradient_ops = graph.zero_gradient_ops
+                    probe.loss_ignores_output = bool(outputs) and not any(id(node) in graph.nodes for node in outputs)
         else:
             probe.loss = LossReturn(kind=type(loss).__name__)
+        outputs.clear()
         return output
 
     sensitive = mode_sensitive_modules(model)
     stuck: set[nn.Module] = set()  # in eval right after model.train(): ModesCheck reports them
     top_stuck = False
+
+    # The graph nodes of the model's outputs (forwards that built a graph), held only until
+    # compute_loss returns: a held node keeps no id free for another node to reuse.
+    outputs: list[Any] = []
+
+    def on_output(module: nn.Module, args: Any, output: Any) -> None:
+        outputs.extend(leaf.grad_fn for leaf in leaves(output) if isinstance(leaf, torch.Tensor) and leaf.grad_fn is not None)
 
     def on_forward(module: nn.Module, args: Any) -> None:
         probe.forward_calls += 1
@@ -155,15 +174,19 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.trainable_params = len(trainable)
     received: dict[nn.Parameter, torch.Tensor | None] = {}
 
+    zero_grad: set[nn.Parameter] = set()
+
     def on_grad(param: nn.Parameter) -> None:
         # Scaled fp16 gradients may be inf by design; the scaler handles those.
         received[param] = None if probe.scaler_enabled else torch.isfinite(param.grad).all()
+        if not param.grad.is_sparse and not bool(param.grad.any()):
+            zero_grad.add(param)
 
     with preserved_training_state(ctx):
         model.train()  # what the training loop does before its first step
         top_stuck = not model.training
         stuck.update(module for module in sensitive if not module.training)
-        handles = [model.register_forward_pre_hook(on_forward)]
+        handles = [model.register_forward_pre_hook(on_forward), model.register_forward_hook(on_output)]
         handles += [module.register_forward_pre_hook(on_sensitive_forward) for module in sensitive]
         handles += [param.register_post_accumulate_grad_hook(on_grad) for param in trainable]
         layout = LayoutWatch(model)
@@ -172,8 +195,12 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         recorder = UpdateRecorder(ctx.optimizer, names)
         runner.optimizer_step_hooks.append(recorder.before_step)  # last: after unscaling and clipping
         started = time.perf_counter()
+        caught = warnings.catch_warnings(record=True)
         try:
-            result = runner.run(iter([(batch, True)]))
+            with caught as seen:
+                warnings.simplefilter("always")
+                result = runner.run(iter([(batch, True)]))
+            probe.step_warnings = [str(warning.message) for warning in seen]
             recorder.after_step()
             probe.updates = recorder.groups
             probe.symmetric_weights = recorder.symmetric
@@ -197,6 +224,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     if probe.completed:
         probe.params_without_grad = [names[p] for p in trainable if p not in received]
         probe.params_nonfinite_grad = [names[p] for p, ok in received.items() if ok is not None and not bool(ok)]
+        probe.params_zero_grad = [names[p] for p in trainable if p in zero_grad]
     return probe
 
 

@@ -143,7 +143,7 @@ class GradientsCheck(Check):
 
     name = "step.gradients"
     stage = Stage.STEP
-    codes = ("GRAD_NONE", "GRAD_NONFINITE", "GRAD_ZERO")
+    codes = ("GRAD_NONE", "GRAD_NONFINITE", "GRAD_ZERO", "LOSS_NOT_FROM_OUTPUT")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -166,6 +166,16 @@ class GradientsCheck(Check):
         elif missing and len(missing) == probe.trainable_params:
             findings.error("GRAD_NONE", "no trainable parameter received a gradient: nothing will train",
                            "Check that the loss is computed from the model's output (see step.first_step).")
+        elif missing and (checkpointed := _reentrant_checkpoint(probe.step_warnings)):
+            findings.error(
+                "GRAD_NONE",
+                f"{len(missing)} trainable parameter(s) got no gradient from the first step and will never train: "
+                f"{_names(missing)}. torch.utils.checkpoint warned during the step ({checkpointed!r}): reentrant "
+                "checkpointing (use_reentrant=True) of a block whose inputs do not require grad (raw images, token "
+                "ids, a frozen stem's output) returns an output detached from the block's parameters",
+                "Call torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) (the non-reentrant variant "
+                "tracks the parameters whatever the inputs), or do not checkpoint the first block.",
+            )
         elif missing:
             findings.add(
                 "error" if distributed else "warning",
@@ -176,6 +186,27 @@ class GradientsCheck(Check):
                 "uses them (a .detach(), or a branch never taken). Under DDP, find_unused_parameters=True tolerates "
                 "them at a cost.",
             )
+        if probe.loss_ignores_output and len(missing) < probe.trainable_params:
+            findings.error(
+                "LOSS_NOT_FROM_OUTPUT",
+                "the loss does not depend on the model's output: backward reaches the parameters only through "
+                "another term (a weight penalty, an auxiliary loss), so the data term never trains them. The data "
+                "term was turned into a number on the way: .item(), float(), .detach(), .numpy() or torch.tensor(...)",
+                "Keep the data term a tensor: loss = ce + 5e-4 * l2, not ce.item() + 5e-4 * l2; log .item() values "
+                "separately.",
+            )
+        zeroed = [name for name in probe.params_zero_grad if name not in missing]
+        if zeroed and probe.zero_gradient_ops and probe.grad_norm != 0.0:
+            ops = ", ".join(f"torch.{op.removesuffix('Backward0').removesuffix('Backward1').lower()}"
+                            for op in probe.zero_gradient_ops)
+            findings.error(
+                "GRAD_ZERO",
+                f"{len(zeroed)} trainable parameter(s) got a gradient of exactly 0 from the first step: {_names(zeroed)}. "
+                f"The loss's graph passes through {ops}, whose gradient is 0 everywhere, so everything before it "
+                "never trains",
+                "Give the discrete step a gradient: a straight-through estimator (h + (torch.round(h) - h).detach()), "
+                "or a soft relaxation (sigmoid with a temperature, F.gumbel_softmax) while training.",
+            )
         if nonfinite:
             findings.error("GRAD_NONFINITE", f"{len(nonfinite)} parameter(s) got inf/NaN gradients: {_names(nonfinite)}",
                            "Check the loss and inputs for inf/NaN; lower the learning rate or enable gradient clipping "
@@ -183,6 +214,12 @@ class GradientsCheck(Check):
         if probe.grad_norm == 0.0 and not missing:
             findings.warning("GRAD_ZERO", "every gradient of the first step is exactly zero",
                              "Check for a constant loss (e.g. all targets ignored) or dead activations.")
+
+
+def _reentrant_checkpoint(messages: list[str]) -> str | None:
+    """torch.utils.checkpoint's warning that a reentrant checkpoint's inputs need no gradient."""
+    return next((message for message in messages if "requires_grad" in message and "checkpoint" in message.lower()
+                 or "None of the inputs have requires_grad=True" in message), None)
 
 
 class LossFunctionCheck(Check):
