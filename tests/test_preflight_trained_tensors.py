@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from optimus_preflight.preflight import run_preflight
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
-from optimus_preflight.preflight.checks.dropout_rate import DropoutRateCheck
+from optimus_preflight.preflight.checks.dropout_rate import DropoutInEvalCheck, DropoutRateCheck
 from optimus_preflight.preflight.checks.model_checks import ModesCheck, OptimizerParamsCheck
 from optimus_preflight.preflight.checks.step_checks import FirstStepCheck, GradientsCheck
 from optimus_preflight.preflight.checks.tied_embeddings import TiedEmbeddingsCheck
@@ -773,3 +773,36 @@ def test_reentrant_checkpointing_of_inputs_without_grad_is_named():
     assert "blocks.0.0.weight" in issue.message and "use_reentrant=False" in issue.fix
     model = CheckpointedBlocks(reentrant=False)
     assert loud(preflight(model, torch.optim.Adam(model.parameters(), lr=1e-3), checks=GRADIENTS)) == []
+
+
+# ---------------------------------------------------------------- dropout left on in eval mode
+class ModelessDropout(nn.Module):
+    """F.dropout(h, p) without training=: the functional form drops in eval mode too."""
+
+    def __init__(self, pass_mode: bool):
+        super().__init__()
+        self.body, self.head = nn.Linear(FEATURES, 16), nn.Linear(16, CLASSES)
+        self.pass_mode = pass_mode
+
+    def forward(self, x):
+        hidden = torch.relu(self.body(x))
+        hidden = F.dropout(hidden, 0.2, training=self.training) if self.pass_mode else F.dropout(hidden, 0.2)
+        return self.head(hidden)
+
+
+def test_functional_dropout_without_the_modules_mode_is_active_in_eval():
+    torch.manual_seed(0)
+    model = ModelessDropout(pass_mode=False)
+    report = preflight(model, torch.optim.Adam(model.parameters(), lr=1e-3), checks=(FirstBatchCheck, DropoutInEvalCheck))
+    assert loud(report) == [("model.dropout_in_eval", "DROPOUT_IN_EVAL", "warning")]
+    issue = issue_of(report, "model.dropout_in_eval")
+    assert "ModelessDropout (p=0.2)" in issue.message and "training=self.training" in issue.fix
+    assert model.training  # the mode is restored
+
+
+@pytest.mark.parametrize("build", [lambda: ModelessDropout(pass_mode=True), lambda: mlp_with_dropout(0.5)])
+def test_dropout_that_follows_the_mode_is_quiet_in_eval(build):
+    torch.manual_seed(0)
+    model = build()
+    report = preflight(model, torch.optim.Adam(model.parameters(), lr=1e-3), checks=(FirstBatchCheck, DropoutInEvalCheck))
+    assert loud(report) == []

@@ -26,7 +26,7 @@ from optimus_preflight.preflight.checks.adapter_checks import AdapterCheck
 from optimus_preflight.preflight.checks.batch_layout import BatchLayoutCheck
 from optimus_preflight.preflight.checks.dataset_checks import DatasetLengthCheck
 from optimus_preflight.preflight.checks.dataset_memory import DatasetCacheCheck
-from optimus_preflight.preflight.checks.dropout_rate import DropoutRateCheck
+from optimus_preflight.preflight.checks.dropout_rate import DropoutInEvalCheck, DropoutRateCheck
 from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
 from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
 from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
@@ -81,6 +81,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     model_checks.WeightDecayCheck,
     model_checks.OptimizerEpsCheck,
     DropoutRateCheck,
+    DropoutInEvalCheck,
     TiedEmbeddingsCheck,
     LoadedWeightsCheck,
     AdapterCheck,

@@ -122,8 +122,9 @@ def called_rate(func: Any, args: tuple, kwargs: dict[str, Any]) -> float | None:
 class DropoutCalls(TorchFunctionMode):
     """Records the rate of each dropout call, by the innermost module running it."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, at_least: float = KEEP_LIKE):
         super().__init__()
+        self.at_least = at_least
         self.rates: dict[str, float] = {}  # by module name ("" for the model, "<loss>" outside it)
         self._stack: list[str] = []
         names = {module: name for name, module in model.named_modules()}
@@ -146,21 +147,22 @@ class DropoutCalls(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         rate = called_rate(func, args, kwargs)
-        if rate is not None and rate >= KEEP_LIKE:
+        if rate is not None and rate >= self.at_least:
             self.rates.setdefault(self._stack[-1] if self._stack else LOSS, rate)
         return func(*args, **kwargs)
 
 
-def forward_rates(ctx: PreflightContext) -> dict[str, float]:
-    """Rates of KEEP_LIKE and more applied in one training-mode forward on the first batch
-    (no gradient; weights, RNGs and modes restored); empty where that forward fails."""
+def forward_rates(ctx: PreflightContext, *, training: bool = True, at_least: float = KEEP_LIKE) -> dict[str, float]:
+    """Rates of ``at_least`` and more applied in one no-grad forward on the first batch, in
+    training mode (or eval mode: what still drops there), weights, RNGs and modes restored;
+    empty where that forward fails."""
     batch = ctx.artifacts.first_batch
     if batch is None or not ctx.weights_materialized:
         return {}
-    recorder = DropoutCalls(ctx.model)
+    recorder = DropoutCalls(ctx.model, at_least)
     try:
         with preserved_training_state(ctx):
-            ctx.model.train()
+            ctx.model.train(training)
             with torch.no_grad(), ctx.training.plan.autocast(), recorder:
                 ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
     except Exception:  # the step checks report a forward that fails
@@ -219,3 +221,35 @@ class DropoutRateCheck(Check):
         fix = (f"Use p = 1 - keep_prob (typically 0.1-0.5): {where}.")
         severity = "error" if everything else "warning"
         findings.add(severity, "DROPOUT_KEEP_PROB", f"{len(rates)} dropout rate(s) {what}{consequence}", fix)
+
+
+class DropoutInEvalCheck(Check):
+    """Dropout that still drops with the model in eval mode: ``F.dropout(x, p)`` without
+    ``training=self.training`` (the functional form defaults to training=True), or an
+    attention call given its ``dropout_p`` unconditionally. Validation and inference then
+    see random predictions that differ from call to call."""
+
+    name = "model.dropout_in_eval"
+    stage = Stage.MODEL
+    codes = ("DROPOUT_IN_EVAL",)
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        rates = forward_rates(ctx, training=False, at_least=1e-12)
+        by_name = dict(ctx.model.named_modules())
+        where = {("compute_loss" if name == LOSS else _label(name, by_name[name]) if name in by_name else name): rate
+                 for name, rate in rates.items()}
+        findings.data.update(active_in_eval=len(where))
+        findings.data["summary"] = (f"{len(where)} dropout call(s) active in eval mode" if where
+                                    else "no dropout active in eval mode")
+        if where:
+            listing = ", ".join(f"{name} (p={rate:g})" for name, rate in list(where.items())[:5])
+            findings.warning(
+                "DROPOUT_IN_EVAL",
+                f"dropout still drops with the model in eval mode, in {listing}: validation and inference "
+                "predictions are random and differ from call to call. F.dropout(x, p) defaults to training=True, "
+                "whatever the module's mode",
+                "Pass the module's mode: F.dropout(x, p, training=self.training) (the same for dropout_p= of "
+                "scaled_dot_product_attention: self.p if self.training else 0.0), or use an nn.Dropout layer, "
+                "which follows model.eval().",
+            )
