@@ -790,3 +790,26 @@ def test_a_bounded_output_activation_that_cannot_reach_the_targets_is_an_error(h
 def test_a_bounded_output_whose_range_holds_the_targets_is_quiet(head, target):
     x = features()
     assert not issues(preflight(regressor(*head), loader(x, target(nonlinear_target(x))), nn.MSELoss()))
+
+
+# ------------------------------------------------------------ regression targets cast to integers
+def float_mse(model, batch):
+    return F.mse_loss(model(batch[0]), batch[1].float())
+
+
+def test_standardised_targets_cast_to_long_are_a_warning():
+    x = features()
+    target = nonlinear_target(x)
+    standardised = ((target - target.mean()) / target.std()).long()  # a class dataset's cast
+    issue = issues(preflight(regressor(), loader(x, standardised), float_mse))["TARGET_TRUNCATED"]
+    assert "whole numbers" in issue.message and ".long()" in issue.message and "float32" in issue.fix
+
+
+@pytest.mark.parametrize("target", [
+    lambda t: (t.abs() * 2).round().clamp(1, 5),      # star ratings: whole numbers on purpose
+    lambda t: (t.abs() * 3).floor(),                  # counts
+    lambda t: (t - t.mean()) / t.std(),               # standardised floats
+])
+def test_whole_number_targets_that_are_meant_and_floats_are_quiet(target):
+    x = features()
+    assert "TARGET_TRUNCATED" not in issues(preflight(regressor(), loader(x, target(nonlinear_target(x))), float_mse))

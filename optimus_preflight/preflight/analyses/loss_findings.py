@@ -211,6 +211,32 @@ def regression_scale_findings(calls: list[CriterionCall]) -> list[Finding]:
     return []
 
 
+TRUNCATED_DISTINCT = 7  # whole-number targets with at most this many values ...
+TRUNCATED_ZEROS = 0.3  # ... this share of them 0, and negatives among them
+
+
+def truncated_target_findings(calls: list[CriterionCall]) -> list[Finding]:
+    """TARGET_TRUNCATED: regression targets that went through an integer cast. Standardised
+    values cast with .long() become a few whole numbers around a crowd of zeros, negatives
+    included; counts and star ratings, whole numbers on purpose, are never negative."""
+    for call in calls:
+        target = call.target
+        if (call.function not in SCALE_CRITERIA or target is None or not target.is_floating or not target.whole
+                or target.distinct is None or target.min is None):
+            continue
+        if target.distinct <= TRUNCATED_DISTINCT and target.min < 0 and target.zero_fraction >= TRUNCATED_ZEROS:
+            return [Finding(
+                "TARGET_TRUNCATED", "warning",
+                f"{call.function}'s targets are whole numbers ({target.distinct} distinct values in "
+                f"[{target.min:g}, {target.max:g}], {target.zero_fraction:.0%} of them 0) though they are negative "
+                "too: continuous regression targets cast to an integer type (.long(), int(), astype(int)) lose "
+                "everything after the decimal point and most of them truncate to 0",
+                "Keep regression targets floating point: torch.tensor(y, dtype=torch.float32) in the Dataset, "
+                "not .long() (a class dataset's cast).",
+            )]
+    return []
+
+
 def output_range_findings(calls: list[CriterionCall]) -> list[Finding]:
     """LOSS_OUTPUT_RANGE: regression predictions from a bounded activation, targets outside it."""
     found: list[Finding] = []

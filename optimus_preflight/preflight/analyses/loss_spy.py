@@ -77,6 +77,8 @@ class TensorStats:
     # Normalised over something other than the class dim (loss_shapes.wrong_normalisation).
     wrong_dims: list[WrongNormalisation] = field(default_factory=list)
     zero_fraction: float = 0.0  # of floating values exactly 0: logits cut at 0 by a ReLU
+    whole: bool = False  # floating values that are all whole numbers
+    distinct: int | None = None  # distinct values of a whole-number floating tensor
 
 
 @dataclass
@@ -168,6 +170,9 @@ def _stats(tensor: torch.Tensor, class_dim: int | None, shapes: list[tuple[int, 
         )
         if is_floating and not empty:
             stats.zero_fraction = float((values == 0).float().mean())
+            if finite:
+                stats.whole = bool((values == values.round()).all())
+                stats.distinct = int(values.unique().numel()) if stats.whole else None
         if class_dim is not None and is_floating and finite and not empty and values.shape[class_dim] > 1:
             if stats.min >= 0:
                 sums = values.sum(dim=class_dim)

@@ -12,6 +12,7 @@ from optimus_preflight.preflight.analyses.loss_findings import (
     output_range_findings,
     regression_scale_findings,
     target_findings,
+    truncated_target_findings,
 )
 from optimus_preflight.preflight.analyses.loss_shapes import (
     broadcast_findings,
@@ -250,7 +251,7 @@ class TargetsCheck(Check):
     name = "step.targets"
     stage = Stage.STEP
     codes = ("O14", "TARGET_ALL_IGNORED", "TARGET_MOSTLY_IGNORED", "TARGET_ONE_CLASS", "TARGET_MULTI_HOT",
-             "TARGET_SCALE", "TARGET_IGNORED_CLASS")
+             "TARGET_SCALE", "TARGET_IGNORED_CLASS", "TARGET_TRUNCATED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -270,7 +271,8 @@ class TargetsCheck(Check):
         if ignored:
             findings.data["summary"] = f"{ignored[0].function}: all {ignored[0].profile.total} targets are ignore_index"
         reported = _nan_from_ignored_targets(probe) is not None  # by step.first_step
-        for found in [*target_findings(calls), *profile_findings(calls), *regression_scale_findings(calls)]:
+        for found in [*target_findings(calls), *profile_findings(calls), *regression_scale_findings(calls),
+                      *truncated_target_findings(calls)]:
             if not (found.code == "TARGET_ALL_IGNORED" and reported):
                 findings.add(found.severity, found.code, found.message, found.fix, "data.train")
         candidate = next((c for c in calls if one_class_candidate(c)), None)
