@@ -813,3 +813,34 @@ def test_standardised_targets_cast_to_long_are_a_warning():
 def test_whole_number_targets_that_are_meant_and_floats_are_quiet(target):
     x = features()
     assert "TARGET_TRUNCATED" not in issues(preflight(regressor(), loader(x, target(nonlinear_target(x))), float_mse))
+
+
+# ------------------------------------------------------------ F.normalize over the batch
+def contrastive(dim: int, stacked: bool = False):
+    """InfoNCE between two noisy views of each sample, the embeddings normalised with F.normalize."""
+
+    def loss(model, batch):
+        inputs, _ = batch
+        views = torch.cat([inputs + 0.1 * torch.randn_like(inputs), inputs + 0.1 * torch.randn_like(inputs)])
+        if stacked:
+            z = F.normalize(model(views), dim=dim)
+            a, b = z.chunk(2)
+        else:
+            a, b = (F.normalize(model(view), dim=dim) for view in views.chunk(2))
+        logits = a @ b.t() / 0.1
+        return F.cross_entropy(logits, torch.arange(len(a)))
+
+    return loss
+
+
+@pytest.mark.parametrize("stacked", [False, True])
+def test_normalising_embeddings_over_the_batch_is_named(stacked):
+    x = features()
+    issue = issues(preflight(mlp(12), loader(x, x[:, 0]), contrastive(0, stacked)))["LOSS_NORM_DIM"]
+    assert "F.normalize(z, dim=0)" in issue.message and "dim=-1" in issue.fix
+
+
+@pytest.mark.parametrize("dim", [1, -1])
+def test_normalising_each_embedding_is_quiet(dim):
+    x = features()
+    assert "LOSS_NORM_DIM" not in issues(preflight(mlp(12), loader(x, x[:, 0]), contrastive(dim)))

@@ -216,6 +216,9 @@ class LossSpy(TorchFunctionMode):
         # The rows of the batch compute_loss gets: only a column that long is a per-sample
         # prediction (a learnable (d, 1) weight column is the model's business).
         self.batch_rows: int | None = None
+        # F.normalize over dim 0 of a (batch, features) tensor: each feature scaled across
+        # the batch, not each sample's vector to unit length. (shape, dim) of the first one.
+        self.batch_normalize: tuple[tuple[int, ...], int] | None = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -226,6 +229,8 @@ class LossSpy(TorchFunctionMode):
             self.calls.append(record)
         elif name in ACTIVATIONS:
             self.activations[name] += 1
+        elif name == "normalize" and self.batch_normalize is None:
+            self._check_normalize(args, kwargs)
         elif name in ARITHMETIC and not self.column_broadcasts:
             found = column_broadcast(name, args)
             if found is not None and found.learnable_shape[0] == self.batch_rows:
@@ -241,6 +246,13 @@ class LossSpy(TorchFunctionMode):
             if pad_mask is not None and record.reduction == "none" and out.numel() == pad_mask.numel():
                 record.sums = _elementwise_sums(out, _argument(args, kwargs, 1, "target"), pad_mask, record.ignore_index)
         return out
+
+    def _check_normalize(self, args: tuple, kwargs: dict) -> None:
+        tensor, dim = _argument(args, kwargs, 0, "input"), _argument(args, kwargs, 2, "dim", 1)
+        if (isinstance(tensor, torch.Tensor) and isinstance(dim, int) and tensor.dim() == 2 and tensor.requires_grad
+                and dim in (0, -2) and self.batch_rows and tensor.shape[0] % self.batch_rows == 0
+                and tensor.shape[1] != tensor.shape[0]):  # (B, D), or (2B, D) of two views stacked
+            self.batch_normalize = (tuple(tensor.shape), dim)
 
     def _describe(self, name: str, args: tuple, kwargs: dict) -> tuple[CriterionCall, torch.Tensor | None]:
         inputs = _argument(args, kwargs, 0, "input")

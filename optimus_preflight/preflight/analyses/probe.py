@@ -69,6 +69,7 @@ class StepProbe:
     criterion_calls: list[CriterionCall] = field(default_factory=list)
     activations: dict[str, int] = field(default_factory=dict)
     column_broadcasts: list[ColumnBroadcast] = field(default_factory=list)
+    batch_normalize: tuple[tuple[int, ...], int] | None = None  # F.normalize over the batch: (shape, dim)
     scaler_enabled: bool = False
     layout_inputs: list[ModuleInput] = field(default_factory=list)  # batch_first modules (batch_layout)
     updates: list[GroupStep] = field(default_factory=list)  # per parameter group, around optimizer.step()
@@ -221,6 +222,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.criterion_calls = spy.calls
     probe.activations = spy.activations
     probe.column_broadcasts = spy.column_broadcasts
+    probe.batch_normalize = spy.batch_normalize
     if probe.completed:
         probe.params_without_grad = [names[p] for p in trainable if p not in received]
         probe.params_nonfinite_grad = [names[p] for p, ok in received.items() if ok is not None and not bool(ok)]

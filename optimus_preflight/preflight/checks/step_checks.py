@@ -241,6 +241,15 @@ class LossFunctionCheck(Check):
                       *kl_norm_dim_findings(calls), *output_range_findings(calls),
                       *broadcast_findings(calls), *column_broadcast_findings(probe.column_broadcasts, calls)]:
             findings.add(found.severity, found.code, found.message, found.fix)
+        if probe.batch_normalize is not None:
+            shape, dim = probe.batch_normalize
+            findings.error(
+                "LOSS_NORM_DIM",
+                f"F.normalize(z, dim={dim}) runs over the batch of a {shape} tensor: it scales each feature column to "
+                "unit norm across the batch instead of each sample's vector to unit length, so the 'cosine' scores "
+                "are not cosines and every sample's embedding depends on the other samples of its batch",
+                "Normalise each sample's vector: F.normalize(z, dim=-1) (dim=1 of a (batch, features) tensor).",
+            )
 
 
 class TargetsCheck(Check):
