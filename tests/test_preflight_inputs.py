@@ -160,6 +160,20 @@ def test_tabular_features_on_raw_scales_fire_dp12_naming_the_columns(tmp_path):
     assert_quiet(check_on(tmp_path, customers(), model=tabular_mlp(norm_first=True)))
 
 
+def test_columns_squeezed_by_the_whole_tables_min_max_fire_dp12(tmp_path):
+    # An account number beside five behavioural columns, min-max scaled with X.min() and
+    # X.max() of the whole table instead of per column.
+    g = torch.Generator().manual_seed(2)
+    table = torch.cat([torch.randint(10_000_000, 99_999_999, (64, 1), generator=g).float(),
+                       torch.randn(64, 5, generator=g)], dim=1)
+    squeezed = (table - table.min()) / (table.max() - table.min())
+    result = check_on(tmp_path, squeezed, model=tabular_mlp())
+    assert codes(result) == {"DP12"} and result.data["signature"] == "features_squeezed"
+    assert "5 of its 6 feature columns squeezed" in result.issues[0].message and "X.min(0)" in result.issues[0].fix
+    per_column = (table - table.min(0).values) / (table.max(0).values - table.min(0).values)
+    assert_quiet(check_on(tmp_path, per_column, model=tabular_mlp()))
+
+
 def test_counts_and_one_hot_columns_are_quiet(tmp_path):
     g = torch.Generator().manual_seed(1)
     counts = torch.poisson(torch.full((64, 3), 6.0), generator=g)

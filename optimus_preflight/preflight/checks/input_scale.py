@@ -52,6 +52,10 @@ FLAT_MEAN = 0.5
 MIN_FEATURES = 2
 RAW_FEATURE_STD = 50.0
 RAW_FEATURE_MEAN = 100.0
+# A column that varies by less than this is a constant to the network; a scaling by the whole
+# table's min/max (not per column) squeezes every ordinary column into such a band.
+SQUEEZED_STD = 1e-4
+SQUEEZED_SHARE = 0.25  # of the varying columns
 
 
 class _FirstLayerSeen(BaseException):
@@ -141,6 +145,14 @@ def scale_finding(stats: list[ChannelStats]) -> ScaleFinding | None:
 def raw_feature_columns(stats: list[ChannelStats]) -> list[int]:
     """Feature columns on raw scales: a spread or an offset in the hundreds."""
     return [i for i, c in enumerate(stats) if c.std > RAW_FEATURE_STD or abs(c.mean) > RAW_FEATURE_MEAN]
+
+
+def squeezed_feature_columns(stats: list[ChannelStats]) -> list[int]:
+    """Columns that vary, but by less than SQUEEZED_STD, when they are a good share of the
+    varying columns (a single tiny column is someone's unit choice)."""
+    varying = [i for i, c in enumerate(stats) if c.std > 0]
+    squeezed = [i for i in varying if stats[i].std < SQUEEZED_STD]
+    return squeezed if len(squeezed) >= max(2, SQUEEZED_SHARE * len(varying)) else []
 
 
 def describe_raw_features(columns: list[int], seen: FirstLayerInput) -> tuple[str, str]:
@@ -320,3 +332,18 @@ class InputScaleCheck(Check):
             findings.data["signature"] = "features_unscaled"
             message, fix = describe_raw_features(columns, seen)
             findings.warning("DP12", message, fix, "data.train", code_fix=fix)
+        squeezed = squeezed_feature_columns(seen.stats)
+        if squeezed:
+            findings.data["signature"] = "features_squeezed"
+            shown = ", ".join(f"{i} (std {seen.stats[i].std:.2g})" for i in squeezed[:4])
+            more = f" and {len(squeezed) - 4} more" if len(squeezed) > 4 else ""
+            fix = ("Scale each column with its own statistics (axis 0): (X - X.min(0)) / (X.max(0) - X.min(0)), or "
+                   "(X - X.mean(0)) / X.std(0), computed on the training split; drop identifier columns (account or "
+                   "row numbers) from the features.")
+            findings.warning(
+                "DP12",
+                f"the first layer ({seen.kind} {seen.layer!r}) receives {len(squeezed)} of its {len(seen.stats)} feature "
+                f"columns squeezed into a band under {SQUEEZED_STD:g} wide: column(s) {shown}{more}. To the network "
+                "they are constants. A scaling by the whole table's min and max (X.min(), not X.min(0)) or by another "
+                "column's range, where one column spans millions (an ID), does this",
+                fix, "data.train", code_fix=fix)
