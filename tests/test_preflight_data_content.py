@@ -330,3 +330,18 @@ def test_a_shadowed_requires_grad_method_does_not_crash_the_restore():
     report = run_preflight(net, torch.optim.SGD(net.parameters(), lr=0.1), DataLoader(table(), batch_size=32),
                            loss_fn=nn.CrossEntropyLoss())
     assert not [check.name for check in report.checks if check.status.value == "crashed"]
+
+
+@pytest.mark.parametrize("inverse", [False, True], ids=["class-counts", "inverse-counts"])
+def test_balancing_weights_that_grow_with_the_class_count(inverse):
+    data = imbalanced()
+    counts = torch.bincount(data.tensors[1]).double()
+    weights = (1.0 / counts if inverse else counts)[data.tensors[1]]
+    sampler = WeightedRandomSampler(weights, len(data), generator=torch.Generator().manual_seed(0))
+    report = check(DataLoader(data, batch_size=32, sampler=sampler), [SamplerCoverageCheck])
+    if inverse:
+        assert loud(report) == []
+    else:
+        assert loud(report) == [("data.sampler_coverage", "SAMPLER_COVERAGE", "warning")]
+        issue = next(issue for _, issue in report.issues() if issue.code == "SAMPLER_COVERAGE")
+        assert "grow with the size of their group" in issue.message and "1.0 / class_counts" in issue.fix

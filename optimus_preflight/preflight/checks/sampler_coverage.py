@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch.utils.data import WeightedRandomSampler
 
 from optimus_preflight.preflight.checks.batch_checks import sampler_chain
@@ -112,6 +113,9 @@ def _epoch_draws(index_sampler: Any, batch_size: int | None) -> int | None:
     return None if length is None else length * (batch_size or 1)
 
 
+MAX_WEIGHT_GROUPS = 20  # per-class weights: a handful of distinct values; per-sample ones are many
+
+
 class SamplerCoverageCheck(Check):
     """The training sampler reaches only a small part of the dataset."""
 
@@ -131,6 +135,7 @@ class SamplerCoverageCheck(Check):
             return
         if self._replicas_not_the_run(sampler_chain(loader), ctx.training.dist.world_size, size, findings):
             return
+        self._weights_favour_the_common(sampler_chain(loader), findings)
         index_sampler = loader._index_sampler
         batched = loader._auto_collation
         # Enough draws that uniform ones would reach most of the dataset (or MAX_DRAWS).
@@ -183,6 +188,38 @@ class SamplerCoverageCheck(Check):
             PER_SAMPLE_FIX,
         )
         return True
+
+    @staticmethod
+    def _weights_favour_the_common(chain: list[Any], findings: Findings) -> None:
+        """A WeightedRandomSampler meant to balance classes whose per-sample weights grow
+        with the size of their group: class counts where 1 / count belongs. Read from the
+        weights alone: samples of one class share one weight, so the groups of equal
+        weights are the classes, and each group's share of the draws is weight x size."""
+        sampler = next((item for item in chain if isinstance(item, WeightedRandomSampler)), None)
+        if sampler is None:
+            return
+        weights = torch.as_tensor(sampler.weights, dtype=torch.float64)
+        values, sizes = weights.unique(return_counts=True)
+        if not 2 <= len(values) <= MAX_WEIGHT_GROUPS or bool((values <= 0).any()):
+            return
+        sizes = sizes.double()
+        drawn = values * sizes / float((values * sizes).sum())
+        present = sizes / sizes.sum()
+        rarest = int(sizes.argmin())
+        order = sizes.argsort()
+        if not (bool((values[order].diff() > 0).all()) and float(drawn[rarest]) < 0.5 * float(present[rarest])):
+            return
+        findings.data.update(weight_groups=len(values), rarest_share=round(float(present[rarest]), 4),
+                             rarest_drawn=round(float(drawn[rarest]), 4))
+        findings.warning(
+            "SAMPLER_COVERAGE",
+            f"the WeightedRandomSampler's weights grow with the size of their group ({len(values)} groups of equal "
+            f"weight, the classes): the rarest group, {float(present[rarest]):.1%} of the samples, is drawn "
+            f"{float(drawn[rarest]):.2%} of the time, rarer than without the sampler. Weights proportional to the "
+            "class counts do this",
+            "Weight each sample by the inverse of its class's count: weights = 1.0 / class_counts[labels] (then "
+            "every class is drawn about equally often).",
+        )
 
     @staticmethod
     def _replicas_not_the_run(chain: list[Any], world_size: int, size: int, findings: Findings) -> bool:
