@@ -298,3 +298,40 @@ def test_a_learning_rate_that_overwrites_the_weights_in_one_step_is_a_warning():
     groups = [{"params": [p for n, p in model.named_parameters() if not n.startswith("5.")], "lr": 1e-4},
               {"params": model[5].parameters(), "lr": 1e-2}]
     assert not found(audit(model, torch.optim.AdamW(groups), images()))
+
+
+# ---------------------------------------------------------------- an update undone after the step
+def test_an_ema_written_into_the_live_weights_undoes_the_step():
+    model = cnn()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    frozen = {name: p.detach().clone() for name, p in model.named_parameters()}
+
+    def ema_into_live_weights(optimizer, args, kwargs):  # meant for the EMA copy
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(0.999 * frozen[name] + 0.001 * p)
+
+    optimizer.register_step_post_hook(ema_into_live_weights)
+    issue = found(audit(model, optimizer, images()))["UPDATE_UNDONE"]
+    assert "AveragedModel" in issue.fix and "0.10%" in issue.message
+
+
+@pytest.mark.parametrize("build", [
+    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3),
+    lambda p: torch.optim.SGD(p, lr=0.1),
+    lambda p: torch.optim.Adam(p, lr=1e-3, weight_decay=1e-2, amsgrad=True),
+    lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.1),
+])
+def test_the_first_update_rule_matches_torchs_step(build):
+    from optimus_preflight.preflight.analyses.update_audit import UpdateRecorder, expected_first_update
+
+    model = cnn()
+    optimizer = build(model.parameters())
+    x, y = next(iter(images()))
+    F.cross_entropy(model(x), y).backward()
+    recorder = UpdateRecorder(optimizer, {p: n for n, p in model.named_parameters()})
+    recorder.before_step()
+    optimizer.step()
+    recorder.after_step()
+    for group in recorder.groups:
+        assert torch.allclose(group.delta, expected_first_update(group), rtol=1e-3, atol=1e-7)

@@ -60,6 +60,7 @@ class GroupStep:
     after: torch.Tensor | None = None
     values: int = 0  # values in the group's tensors that had a gradient
     resolution: float = float(torch.finfo(torch.float32).eps)  # of the weights' dtype
+    rule: str | None = None  # "sgd" | "adam" | "adamw": a first step from empty state whose update is known
 
     def should_move(self) -> bool:
         """Some weight's first update is well above what its dtype can record. SGD moves a
@@ -92,6 +93,30 @@ def _float(value: Any) -> float | None:
         return None
 
 
+# Optimizers whose first step from empty state is a closed formula (exact types: a subclass
+# may change step()).
+KNOWN_RULES = {torch.optim.SGD: "sgd", torch.optim.Adam: "adam", torch.optim.AdamW: "adamw"}
+UNDONE_RATIO = 0.05  # the weights moved under this share of what the optimizer's own rule moves them
+
+
+def expected_first_update(step: GroupStep) -> torch.Tensor | None:
+    """The update the optimizer's rule makes on its first step, on the sampled values."""
+    if step.rule is None or step.lr is None or step.settings.get("maximize"):
+        return None
+    lr, weights, grad = step.lr, step.before, step.grad
+    decay = _float(step.settings.get("weight_decay")) or 0.0
+    if step.rule == "sgd":
+        direction = grad + decay * weights
+        if step.settings.get("nesterov"):
+            direction = direction * (1 + (_float(step.settings.get("momentum")) or 0.0))
+        return -lr * direction
+    eps = _float(step.settings.get("eps")) or 0.0
+    if step.rule == "adam":
+        coupled = grad + decay * weights
+        return -lr * coupled / (coupled.abs() + eps)
+    return -lr * decay * weights - lr * grad / (grad.abs() + eps)
+
+
 @dataclass
 class UpdateRecorder:
     """``before_step`` as the step runner's last hook before ``optimizer.step()``,
@@ -118,11 +143,14 @@ class UpdateRecorder:
             if not params:
                 continue
             settings = {key: group[key] for key in ("weight_decay", "eps", "betas", "maximize", "momentum",
-                                                     "initial_lr") if key in group}
+                                                     "nesterov", "initial_lr") if key in group}
             step = GroupStep(index, [self.names.get(p, "?") for p in params], _float(group.get("lr")), settings,
                              torch.cat(weights), torch.cat(grads), values=sum(p.numel() for p in params))
             if params[0].is_floating_point():
                 step.resolution = float(torch.finfo(params[0].dtype).eps)
+            state = getattr(self.optimizer, "state", {})
+            if type(self.optimizer) in KNOWN_RULES and not any(state.get(p) for p in params):
+                step.rule = KNOWN_RULES[type(self.optimizer)]
             self.groups.append(step)
             self._tracked.append((step, params))
 
@@ -184,6 +212,10 @@ def update_findings(groups: list[GroupStep], *, optimizer_name: str, grad_norm: 
         ascent = _ascent(step, delta, len(groups), optimizer_name)
         if ascent is not None:
             found.append(ascent)
+            continue
+        undone = _undone(step, delta, len(groups), optimizer_name)
+        if undone is not None:
+            found.append(undone)
             continue
         decay = _decay(step, delta, len(groups))
         if decay is not None:
@@ -254,6 +286,25 @@ def _decay(step: GroupStep, delta: torch.Tensor, total: int) -> Finding | None:
         f"after 100 steps the weights keep {left:.2g} of their size unless the gradient holds them up",
         "Set weight_decay to a usual value (1e-4 to 5e-4 for SGD, 0.01 to 0.1 for AdamW's decoupled decay): "
         f"a value like {decay:g} is often {decay:g}e-4 with its exponent lost.",
+    )
+
+
+def _undone(step: GroupStep, delta: torch.Tensor, total: int, optimizer_name: str) -> Finding | None:
+    expected = expected_first_update(step)
+    if expected is None or not step.should_move():
+        return None
+    ratio = float(delta.norm()) / max(float(expected.norm()), 1e-30)
+    if ratio >= UNDONE_RATIO:
+        return None
+    return Finding(
+        "UPDATE_UNDONE", "error",
+        f"the first step moved {_group(step, total)} by {ratio:.2%} of what {optimizer_name}'s own update rule "
+        "computes from these gradients: something after optimizer.step() pulls the weights back (an optimizer step "
+        "hook or a callback that writes an EMA or a saved copy into the live parameters), so the model barely "
+        "trains",
+        "Update the copy, not the model: ema_p.mul_(decay).add_(p.detach(), alpha=1 - decay) for the EMA's own "
+        "parameters (torch.optim.swa_utils.AveragedModel does this); never assign into the trained parameters after "
+        "the step.",
     )
 
 
