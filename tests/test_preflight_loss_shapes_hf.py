@@ -83,3 +83,17 @@ def test_a_time_major_batch_into_a_hugging_face_model():
                                                                  n_layer=1, n_head=2))
     issue = issues(preflight(model, loader, None))["BATCH_TIME_MAJOR"]
     assert "'input_ids' has shape (12, 8)" in issue.message and "batch_first=True" in issue.fix
+
+
+@pytest.mark.parametrize("num_labels", [1, 3])
+def test_a_classifier_built_with_num_labels_1_regresses_the_class_ids(num_labels):
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        num_labels=num_labels))
+    found = issues(preflight(model, token_batches(classification), None))
+    if num_labels == 3:
+        assert "TARGET_CLASS_IDS_REGRESSED" not in found
+    else:
+        issue = found["TARGET_CLASS_IDS_REGRESSED"]
+        assert "num_labels=1" in issue.message and "num_labels=3" in issue.fix

@@ -260,7 +260,7 @@ class TargetsCheck(Check):
     name = "step.targets"
     stage = Stage.STEP
     codes = ("O14", "TARGET_ALL_IGNORED", "TARGET_MOSTLY_IGNORED", "TARGET_ONE_CLASS", "TARGET_MULTI_HOT",
-             "TARGET_SCALE", "TARGET_IGNORED_CLASS", "TARGET_TRUNCATED")
+             "TARGET_SCALE", "TARGET_IGNORED_CLASS", "TARGET_TRUNCATED", "TARGET_CLASS_IDS_REGRESSED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -284,6 +284,9 @@ class TargetsCheck(Check):
                       *truncated_target_findings(calls)]:
             if not (found.code == "TARGET_ALL_IGNORED" and reported):
                 findings.add(found.severity, found.code, found.message, found.fix, "data.train")
+        found = _single_output_classifier(ctx, calls)
+        if found is not None:
+            findings.warning("TARGET_CLASS_IDS_REGRESSED", *found)
         candidate = next((c for c in calls if one_class_candidate(c)), None)
         if candidate is not None:
             seen, batches, whole_epoch = scan_labels(ctx, findings, self.name, candidate)
@@ -291,6 +294,27 @@ class TargetsCheck(Check):
             found = one_class_finding(candidate, seen, batches, whole_epoch)
             if found is not None:
                 findings.add(found.severity, found.code, found.message, found.fix, "data.train")
+
+
+def _single_output_classifier(ctx: PreflightContext, calls: list[CriterionCall]) -> tuple[str, str] | None:
+    """A Hugging Face model built with num_labels=1 for class labels: with one output it
+    sets problem_type='regression' and trains mse_loss on the class ids as numbers."""
+    config = getattr(ctx.model, "config", None)
+    if getattr(config, "num_labels", None) != 1:
+        return None
+    call = next((c for c in calls if c.function == "mse_loss" and c.target is not None and not c.target.is_floating
+                 and c.target.min is not None and c.target.max - c.target.min >= 2), None)
+    if call is None:
+        return None
+    classes = int(call.target.max - call.target.min) + 1
+    return (
+        f"the model's config has num_labels=1, so Hugging Face treats the task as a regression (problem_type="
+        f"'{getattr(config, 'problem_type', None) or 'regression'}') and trains mse_loss between one output score "
+        f"and integer labels {call.target.min:g}..{call.target.max:g}: the classes are scored as ordered numbers",
+        f"Build the model with one output per class: from_pretrained(..., num_labels={classes}) or "
+        f"Config(num_labels={classes}) (num_labels counts the classes, not the labels per sample); keep num_labels=1 "
+        "only for a real-valued target given as floats.",
+    )
 
 
 class InitialLossCheck(Check):
