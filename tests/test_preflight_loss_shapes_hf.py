@@ -97,3 +97,18 @@ def test_a_classifier_built_with_num_labels_1_regresses_the_class_ids(num_labels
     else:
         issue = found["TARGET_CLASS_IDS_REGRESSED"]
         assert "num_labels=1" in issue.message and "num_labels=3" in issue.fix
+
+
+def test_mlm_labels_cloned_after_masking_are_named_as_a_copy_of_the_inputs():
+    def masked_then_cloned(generator, index):
+        ids, mask = padded_ids(generator, index)
+        chosen = (torch.rand(LENGTH, generator=generator) < 0.15) & (mask == 1)
+        chosen[0] = True
+        ids = ids.masked_fill(chosen, 2)  # masked in place first ...
+        return {"input_ids": ids, "attention_mask": mask, "labels": ids.clone().masked_fill(~chosen, -100)}  # ... cloned
+
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(transformers.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1,
+                                                                 num_attention_heads=2, intermediate_size=64))
+    issue = issues(preflight(model, token_batches(masked_then_cloned), None))["TARGET_ONE_CLASS"]
+    assert "labels equal input_ids" in issue.message and "Clone the labels before masking" in issue.fix

@@ -4,7 +4,10 @@ padding the criterion trains on, and the loss at initialisation."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
+
+import torch
 
 from optimus_preflight.preflight.analyses.loss_findings import (
     init_loss_finding,
@@ -292,8 +295,25 @@ class TargetsCheck(Check):
             seen, batches, whole_epoch = scan_labels(ctx, findings, self.name, candidate)
             findings.data["one_class_scan"] = {"targets": seen, "batches": batches, "whole_epoch": whole_epoch}
             found = one_class_finding(candidate, seen, batches, whole_epoch)
+            if found is not None and _labels_copy_inputs(ctx.artifacts.first_batch, candidate.ignore_index):
+                found.message += (". The labels equal input_ids at every position the loss trains on: they were "
+                                  "copied from the inputs after the inputs were masked, so the target is the mask id")
+                found.fix = ("Clone the labels before masking the inputs (labels = input_ids.clone(), then replace the "
+                             "chosen input positions with the mask id), and set labels to -100 where no token was "
+                             "masked; transformers' DataCollatorForLanguageModeling does this.")
             if found is not None:
                 findings.add(found.severity, found.code, found.message, found.fix, "data.train")
+
+
+def _labels_copy_inputs(batch: object, ignore_index: int | None) -> bool:
+    """A mapping batch whose labels equal its input_ids wherever they are not ignored."""
+    if not isinstance(batch, Mapping):
+        return False
+    ids, labels = batch.get("input_ids"), batch.get("labels")
+    if not (isinstance(ids, torch.Tensor) and isinstance(labels, torch.Tensor)) or ids.shape != labels.shape:
+        return False
+    kept = labels != (ignore_index if ignore_index is not None else -100)
+    return bool(kept.any()) and bool((labels[kept] == ids.to(labels.device)[kept]).all())
 
 
 def _single_output_classifier(ctx: PreflightContext, calls: list[CriterionCall]) -> tuple[str, str] | None:
