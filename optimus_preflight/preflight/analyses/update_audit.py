@@ -11,8 +11,12 @@ after it, so the update ``delta = after - before`` can be set against what produ
 - the update is mostly a shrink of the weights towards 0 and a large one: the weight decay
   swamps the gradient (``weight_decay=5`` for ``5e-4``);
 - an Adam-family ``eps`` far above the gradients: ``g / (sqrt(v) + eps)`` is ``g / eps``,
-  a tiny step whatever the learning rate;
-- clipping to a threshold that divides every update by thousands.
+  a tiny step whatever the learning rate; ``betas`` given in the wrong order;
+- clipping to a threshold that divides every update by thousands;
+- an update as large as the weights themselves (the learning rate);
+- for SGD, Adam and AdamW from empty state, whose first update is a closed formula: weights
+  that moved far less than that formula (a step hook writing an EMA into the live weights);
+- weights whose units are all identical and get identical gradients (a constant init).
 
 Every first step of SGD (any momentum), Adam, AdamW, RMSprop, Adagrad, Adamax, NAdam,
 RAdam, Lion or a sign-based step moves each weight against the sign of its gradient: the
@@ -27,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import nn
 
 from optimus_preflight.preflight.analyses.loss_findings import Finding
 
@@ -382,6 +385,3 @@ def _clip(grad_norm: float | None, clip_grad_norm: float | None) -> Finding | No
         "off; a tiny value here is often another setting (a weight decay or learning rate) in the wrong slot.",
     )
 
-
-def parameter_names(model: nn.Module) -> dict[torch.Tensor, str]:
-    return {param: name for name, param in model.named_parameters()}
