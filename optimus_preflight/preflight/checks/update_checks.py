@@ -13,8 +13,8 @@ from optimus_preflight.preflight.framework import Check, Findings, Stage
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
 
-KEYS = {"UPDATE_WEIGHT_DECAY": "optimizer.weight_decay", "UPDATE_EPS": "optimizer.eps", "UPDATE_BETAS": "optimizer.betas",
-        "UPDATE_TOO_LARGE": "optimizer.lr",
+KEYS = {"UPDATE_WEIGHT_DECAY": "optimizer.weight_decay", "UPDATE_EPS": "optimizer.eps",
+        "UPDATE_BETAS": "optimizer.betas", "UPDATE_TOO_LARGE": "optimizer.lr",
         "UPDATE_CLIPPED": "trainer.clip_grad_norm"}
 
 
@@ -23,8 +23,8 @@ class UpdateCheck(Check):
 
     name = "step.update"
     stage = Stage.STEP
-    codes = ("UPDATE_NONE", "UPDATE_ASCENT", "UPDATE_WEIGHT_DECAY", "UPDATE_EPS", "UPDATE_CLIPPED", "UPDATE_BETAS", "UPDATE_TOO_LARGE",
-             "INIT_SYMMETRIC")
+    codes = ("UPDATE_NONE", "UPDATE_ASCENT", "UPDATE_UNDONE", "UPDATE_WEIGHT_DECAY", "UPDATE_EPS", "UPDATE_CLIPPED",
+             "UPDATE_BETAS", "UPDATE_TOO_LARGE", "INIT_SYMMETRIC")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
