@@ -42,23 +42,25 @@ def batch_axis(tensor: torch.Tensor, size: int) -> int | None:
     return next((dim for dim, length in enumerate(tensor.shape) if length == size), None)
 
 
-def first_samples(batch: Any, size: int, keep: int) -> Any:
-    def cut(tensor: torch.Tensor) -> torch.Tensor:
-        axis = batch_axis(tensor, size)
-        return tensor if axis is None else tensor.narrow(axis, 0, keep)
-    return map_batch(lambda leaf: cut(leaf) if isinstance(leaf, torch.Tensor) else leaf, batch)
-
-
-def with_sample_zero_replaced(batch: Any, size: int) -> Any:
-    """``batch`` with sample 0 a copy of sample 1, along each tensor's batch axis."""
-    def replace(tensor: torch.Tensor) -> torch.Tensor:
+def probe_batches(batch: Any, size: int, keep: int) -> tuple[Any, Any]:
+    """The first ``keep`` samples of ``batch``, and the same with sample 0 a copy of sample 1.
+    Each tensor's batch axis is found once, on the full batch: after the cut, a time axis as
+    long as ``keep`` (16 positions of 16 samples) would pass for it."""
+    def cut(tensor: torch.Tensor, replace: bool) -> torch.Tensor:
         axis = batch_axis(tensor, size)
         if axis is None:
             return tensor
-        changed = tensor.clone()
-        changed.select(axis, 0).copy_(tensor.select(axis, 1))
+        kept = tensor.narrow(axis, 0, keep)
+        if not replace:
+            return kept
+        changed = kept.clone()
+        changed.select(axis, 0).copy_(kept.select(axis, 1))
         return changed
-    return map_batch(lambda leaf: replace(leaf) if isinstance(leaf, torch.Tensor) else leaf, batch)
+
+    def probe(replace: bool) -> Any:
+        return map_batch(lambda leaf: cut(leaf, replace) if isinstance(leaf, torch.Tensor) else leaf, batch)
+
+    return probe(False), probe(True)
 
 
 def moved_share(first: list[torch.Tensor], second: list[torch.Tensor]) -> float | None:
@@ -89,8 +91,8 @@ class SampleMixingCheck(Check):
             findings.data["summary"] = "batch too small to probe"
             return
         keep = min(size, PROBE_SAMPLES)
-        probe = first_samples(batch, size, keep)
-        outputs = [self._outputs(ctx, probe), self._outputs(ctx, with_sample_zero_replaced(probe, keep))]
+        probes = probe_batches(batch, size, keep)
+        outputs = [self._outputs(ctx, probe) for probe in probes]
         if outputs[0] is None or outputs[1] is None:
             findings.data["summary"] = "the forward could not be observed"
             return
