@@ -844,3 +844,48 @@ def test_normalising_embeddings_over_the_batch_is_named(stacked):
 def test_normalising_each_embedding_is_quiet(dim):
     x = features()
     assert "LOSS_NORM_DIM" not in issues(preflight(mlp(12), loader(x, x[:, 0]), contrastive(dim)))
+
+
+# ------------------------------------------------------------ time-major targets flattened beside batch-first logits
+class GruTagger(nn.Module):
+    def __init__(self, batch_first: bool = True):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(VOCAB, 16)
+        self.gru = nn.GRU(16, 16, batch_first=batch_first)
+        self.out = nn.Linear(16, TAGS)
+
+    def forward(self, ids):
+        return self.out(self.gru(self.embed(ids))[0])
+
+
+def time_major_loader() -> DataLoader:
+    ids = torch.randint(1, VOCAB, (128, 12), generator=torch.Generator().manual_seed(0))
+    tags = ids % TAGS
+
+    def collate(rows):  # torchtext-style (T, B) batches
+        return torch.stack([row[0] for row in rows], 1), torch.stack([row[1] for row in rows], 1)
+
+    return DataLoader(TensorDataset(ids, tags), batch_size=16, shuffle=True, collate_fn=collate)
+
+
+def test_time_major_targets_flattened_beside_batch_first_logits_are_an_error():
+    def loss(model, batch):
+        text, tags = batch
+        logits = model(text.t())
+        return F.cross_entropy(logits.reshape(-1, TAGS), tags.reshape(-1))  # tags still (T, B)
+
+    issue = issues(preflight(GruTagger(), time_major_loader(), loss))["TARGET_ORDER"]
+    assert "(12, 16) = (T, B)" in issue.message and "(16, 12) inputs" in issue.message and "targets.t()" in issue.fix
+
+
+@pytest.mark.parametrize("layout", ["transposed", "time-major throughout"])
+def test_targets_flattened_in_the_logits_order_are_quiet(layout):
+    def loss(model, batch):
+        text, tags = batch
+        if layout == "transposed":
+            return F.cross_entropy(model(text.t()).reshape(-1, TAGS), tags.t().reshape(-1))
+        return F.cross_entropy(model(text).reshape(-1, TAGS), tags.reshape(-1))
+
+    model = GruTagger(batch_first=layout == "transposed")
+    assert "TARGET_ORDER" not in issues(preflight(model, time_major_loader(), loss))

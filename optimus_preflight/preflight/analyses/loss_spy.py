@@ -141,6 +141,7 @@ class CriterionCall:
     competing: tuple[bool, float] | None = None
     kl_normalisation: KlNormalisation | None = None  # kl_div only: its input normalised over the wrong dim
     output_range: OutputRange | None = None  # regression: a bounded output activation vs the targets
+    target_base: torch.Tensor | None = None  # the tensor a flattened class target is a view of
 
     @property
     def hard_targets(self) -> bool:
@@ -272,6 +273,9 @@ class LossSpy(TorchFunctionMode):
             target_numel=target.numel() if isinstance(target, torch.Tensor) else None,
             target_shape=tuple(target.shape) if isinstance(target, torch.Tensor) else None,
         )
+        if (name in CLASS_CRITERIA and isinstance(target, torch.Tensor) and target.dim() == 1
+                and isinstance(target._base, torch.Tensor) and target._base.numel() == target.numel()):
+            record.target_base = target._base
         if isinstance(target, torch.Tensor) and name in CLASS_CRITERIA + BINARY_CRITERIA:
             record.profile = profile_target(name, target, ignore_index, self.shapes, class_dim)
         pad_mask = None

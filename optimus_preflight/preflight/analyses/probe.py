@@ -83,6 +83,9 @@ class StepProbe:
     zero_gradient_ops: list[str] = field(default_factory=list)  # torch.round, floor, sign in the loss's graph
     params_zero_grad: list[str] = field(default_factory=list)  # got a gradient of exactly 0 everywhere
     step_warnings: list[str] = field(default_factory=list)  # what torch warned during the step
+    # A class target flattened from a (T, B) batch tensor while the model read (B, ...) inputs:
+    # (criterion, the tensor's shape, the model input's shape).
+    time_major_target: tuple[str, tuple[int, ...], tuple[int, ...]] | None = None
 
     @property
     def completed(self) -> bool:
@@ -122,7 +125,10 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     model = ctx.model
     spy = LossSpy(sequence_shapes(batch))
 
+    step_batches: list[Any] = []  # as compute_loss received it, on the device
+
     def observed_loss(module: nn.Module, data: Any) -> Any:
+        step_batches.append(data)
         spy.batch_rows = batch_size_of(data)
         with spy:
             output = ctx.compute_loss(module, data)
@@ -158,8 +164,13 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     def on_output(module: nn.Module, args: Any, output: Any) -> None:
         outputs.extend(leaf.grad_fn for leaf in leaves(output) if isinstance(leaf, torch.Tensor) and leaf.grad_fn is not None)
 
+    model_inputs: list[tuple[int, ...]] = []
+
     def on_forward(module: nn.Module, args: Any) -> None:
         probe.forward_calls += 1
+        first = next((arg for arg in args if isinstance(arg, torch.Tensor) and arg.dim() >= 2), None)
+        if first is not None and not model_inputs:
+            model_inputs.append(tuple(first.shape))
         if not module.training and not top_stuck and torch.is_grad_enabled():
             probe.forward_in_eval = True
 
@@ -223,11 +234,30 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.activations = spy.activations
     probe.column_broadcasts = spy.column_broadcasts
     probe.batch_normalize = spy.batch_normalize
+    probe.time_major_target = time_major_target(spy.calls, step_batches[0] if step_batches else batch, model_inputs,
+                                                getattr(ctx.train_loader, "batch_size", None))
     if probe.completed:
         probe.params_without_grad = [names[p] for p in trainable if p not in received]
         probe.params_nonfinite_grad = [names[p] for p, ok in received.items() if ok is not None and not bool(ok)]
         probe.params_zero_grad = [names[p] for p in trainable if p in zero_grad]
     return probe
+
+
+def time_major_target(calls: list[CriterionCall], batch: Any, model_inputs: list[tuple[int, ...]],
+                      batch_size: int | None) -> tuple[str, tuple[int, ...], tuple[int, ...]] | None:
+    """A class criterion's target that is a (T, B) batch tensor flattened as it is, while the
+    model read batch-first (B, ...) inputs: the logits flatten in (sample, position) order,
+    the targets in (position, sample) order."""
+    if not batch_size or not model_inputs or model_inputs[0][0] != batch_size:
+        return None
+    batch_leaves = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor)]
+    for call in calls:
+        base = call.target_base
+        if base is None or base.dim() != 2 or base.shape[1] != batch_size or base.shape[0] == batch_size:
+            continue
+        if any(base is leaf or (base.data_ptr() == leaf.data_ptr() and base.shape == leaf.shape) for leaf in batch_leaves):
+            return call.function, tuple(base.shape), model_inputs[0]
+    return None
 
 
 def get_probe(ctx: PreflightContext) -> StepProbe:

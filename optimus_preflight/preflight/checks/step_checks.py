@@ -263,7 +263,7 @@ class TargetsCheck(Check):
     name = "step.targets"
     stage = Stage.STEP
     codes = ("O14", "TARGET_ALL_IGNORED", "TARGET_MOSTLY_IGNORED", "TARGET_ONE_CLASS", "TARGET_MULTI_HOT",
-             "TARGET_SCALE", "TARGET_IGNORED_CLASS", "TARGET_TRUNCATED", "TARGET_CLASS_IDS_REGRESSED")
+             "TARGET_SCALE", "TARGET_IGNORED_CLASS", "TARGET_TRUNCATED", "TARGET_CLASS_IDS_REGRESSED", "TARGET_ORDER")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -287,6 +287,17 @@ class TargetsCheck(Check):
                       *truncated_target_findings(calls)]:
             if not (found.code == "TARGET_ALL_IGNORED" and reported):
                 findings.add(found.severity, found.code, found.message, found.fix, "data.train")
+        if probe.time_major_target is not None:
+            function, shape, model_input = probe.time_major_target
+            findings.error(
+                "TARGET_ORDER",
+                f"{function}'s targets are a {shape} = (T, B) batch tensor flattened as it is, in (position, sample) "
+                f"order, while the model reads batch-first {model_input} inputs, so its flattened logits are in "
+                "(sample, position) order: almost every prediction is scored against another token's target",
+                "Flatten the targets in the logits' order: targets.t().reshape(-1) (or transpose the time-major batch "
+                "once, in the collate_fn, so text and targets are both (B, T)).",
+                "data.train",
+            )
         found = _single_output_classifier(ctx, calls)
         if found is not None:
             findings.warning("TARGET_CLASS_IDS_REGRESSED", *found)
