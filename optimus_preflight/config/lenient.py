@@ -59,6 +59,14 @@ def as_int(value: Any, minimum: int = 0) -> int | None:
     return None
 
 
+def as_float(value: Any) -> float | None:
+    """``value`` as a float (numbers, numeric strings, one-element tensors); None otherwise."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def as_bool(value: Any) -> bool | None:
     if isinstance(value, bool):
         return value

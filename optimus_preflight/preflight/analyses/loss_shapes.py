@@ -34,7 +34,19 @@ if TYPE_CHECKING:
 # (binary_cross_entropy and its logits variant raise a ValueError on torch 2.13).
 # kl_div broadcasts without even a warning.
 BROADCASTING_CRITERIA = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div")
-_TOL = 1e-2  # as loss_spy: half-precision values round
+TOL = 1e-2  # half-precision values round; real logits never come this close by chance
+
+
+def sums_to_one(values: torch.Tensor, dim: int) -> bool:
+    """Probabilities along ``dim``: every slice sums to 1 (within half precision)."""
+    sums = values.sum(dim=dim)
+    return bool(torch.allclose(sums, torch.ones_like(sums), atol=TOL))
+
+
+def log_sums_to_zero(values: torch.Tensor, dim: int) -> bool:
+    """Log-probabilities along ``dim``: every slice's logsumexp is 0."""
+    lse = torch.logsumexp(values, dim=dim)
+    return bool(torch.allclose(lse, torch.zeros_like(lse), atol=TOL))
 
 
 @dataclass
@@ -52,7 +64,7 @@ def wrong_normalisation(values: torch.Tensor, shape: tuple[int, ...], class_dim:
     ``sequences`` ((rows, length) shapes), the trace of ``log_softmax(dim=1)`` on
     ``(B, T, C)`` logits before ``.view(-1, C)``. ``low``/``high``: the values' range
     (raw logits, both signs, are ruled out without another pass over a large tensor)."""
-    if low < 0 and high > _TOL:
+    if low < 0 and high > TOL:
         return []
     whole = values.shape[0] == shape[0]
     found = [WrongNormalisation(f"dim {dim}", shape[dim], kind) for dim, kind in normalised_dims(values, class_dim, low, high)
@@ -81,15 +93,10 @@ def normalised_dims(values: torch.Tensor, class_dim: int, low: float, high: floa
     for dim in range(values.dim()):
         if dim == class_dim or values.shape[dim] < 2:
             continue
-        if low >= 0:
-            sums = values.sum(dim=dim)
-            if torch.allclose(sums, torch.ones_like(sums), atol=_TOL):
-                found.append((dim, "probabilities"))
-                continue
-        if high <= _TOL:
-            lse = torch.logsumexp(values, dim=dim)
-            if torch.allclose(lse, torch.zeros_like(lse), atol=_TOL):
-                found.append((dim, "log-probabilities"))
+        if low >= 0 and sums_to_one(values, dim):
+            found.append((dim, "probabilities"))
+        elif high <= TOL and log_sums_to_zero(values, dim):
+            found.append((dim, "log-probabilities"))
     return found
 
 
@@ -235,14 +242,10 @@ def kl_wrong_dims(inputs: torch.Tensor, target: torch.Tensor, log_target: bool, 
         values, wanted = inputs.detach()[:rows].float(), target.detach()[:rows].float()
         if not (bool(torch.isfinite(values).all()) and bool(torch.isfinite(wanted).all())):
             return None
-        if log_target:
-            target_ok = torch.allclose(torch.logsumexp(wanted, dim=last), torch.zeros(()), atol=_TOL)
-        else:
-            target_ok = float(wanted.min()) >= 0 and torch.allclose(wanted.sum(dim=last), torch.ones(()), atol=_TOL)
-        if not target_ok:
+        if not (log_sums_to_zero(wanted, last) if log_target else float(wanted.min()) >= 0 and sums_to_one(wanted, last)):
             return None
         low, high = float(values.min()), float(values.max())
-        if high <= _TOL and torch.allclose(torch.logsumexp(values, dim=last), torch.zeros(()), atol=_TOL):
+        if high <= TOL and log_sums_to_zero(values, last):
             return None  # log-probabilities over the target's dim: right
         whole = values.shape[0] == inputs.shape[0]
         for dim, kind in normalised_dims(values, last, low, high):

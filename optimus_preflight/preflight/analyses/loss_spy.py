@@ -31,9 +31,12 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from optimus_preflight.preflight.analyses.loss_shapes import (
+    TOL,
     KlNormalisation,
     WrongNormalisation,
     kl_wrong_dims,
+    log_sums_to_zero,
+    sums_to_one,
     wrong_normalisation,
 )
 from optimus_preflight.preflight.analyses.output_range import OutputRange, bounded_output
@@ -59,7 +62,6 @@ ACTIVATIONS = ("sigmoid", "softmax", "log_softmax")
 # Elementwise arithmetic a hand-written loss is made of ((pred - y) ** 2, y * log(p)).
 ARITHMETIC = frozenset({"sub", "__sub__", "__rsub__", "rsub", "add", "__add__", "__radd__", "mul", "__mul__",
                         "__rmul__", "div", "__truediv__", "__rtruediv__", "true_divide"})
-_TOL = 1e-2  # half-precision logits round; real logits never come this close by chance
 SAMPLE_ROWS = 1024
 
 
@@ -176,11 +178,9 @@ def _stats(tensor: torch.Tensor, class_dim: int | None, shapes: list[tuple[int, 
                 stats.distinct = int(values.unique().numel()) if stats.whole else None
         if class_dim is not None and is_floating and finite and not empty and values.shape[class_dim] > 1:
             if stats.min >= 0:
-                sums = values.sum(dim=class_dim)
-                stats.probability_rows = bool(torch.allclose(sums, torch.ones_like(sums), atol=_TOL))
-            if stats.max <= _TOL:
-                lse = torch.logsumexp(values, dim=class_dim)
-                stats.log_probability_rows = bool(torch.allclose(lse, torch.zeros_like(lse), atol=_TOL))
+                stats.probability_rows = sums_to_one(values, class_dim)
+            if stats.max <= TOL:
+                stats.log_probability_rows = log_sums_to_zero(values, class_dim)
             if not (stats.probability_rows or stats.log_probability_rows):
                 stats.wrong_dims = wrong_normalisation(values, tuple(tensor.shape), class_dim, shapes or [],
                                                        stats.min, stats.max)
@@ -312,9 +312,7 @@ def _competing_labels(inputs: torch.Tensor, target: torch.Tensor) -> tuple[bool,
         values = inputs.detach()[:SAMPLE_ROWS].float()
         if not bool(torch.isfinite(values).all()) or float(values.min()) < 0:
             return None
-        sums = values.sum(dim=-1)
-        competing = bool(torch.allclose(sums, torch.ones_like(sums), atol=_TOL))
-        return competing, float(target.detach()[:SAMPLE_ROWS].float().sum(dim=-1).max())
+        return sums_to_one(values, -1), float(target.detach()[:SAMPLE_ROWS].float().sum(dim=-1).max())
 
 
 def _elementwise_sums(out: torch.Tensor, target: torch.Tensor, pad_mask: torch.Tensor, ignore_index: int | None) -> ElementwiseSums:

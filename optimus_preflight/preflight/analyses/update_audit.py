@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from optimus_preflight.config.lenient import as_float
 from optimus_preflight.preflight.analyses.loss_findings import Finding
 
 SAMPLE_PER_PARAM = 4096  # values read per tensor: enough for cosines and medians, cheap for 10B models
@@ -89,13 +90,6 @@ def _sample(tensor: torch.Tensor) -> torch.Tensor:
     return flat[::stride].to("cpu", torch.float32, copy=True)
 
 
-def _float(value: Any) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
 # Optimizers whose first step from empty state is a closed formula (exact types: a subclass
 # may change step()).
 KNOWN_RULES = {torch.optim.SGD: "sgd", torch.optim.Adam: "adam", torch.optim.AdamW: "adamw"}
@@ -107,13 +101,13 @@ def expected_first_update(step: GroupStep) -> torch.Tensor | None:
     if step.rule is None or step.lr is None or step.settings.get("maximize"):
         return None
     lr, weights, grad = step.lr, step.before, step.grad
-    decay = _float(step.settings.get("weight_decay")) or 0.0
+    decay = as_float(step.settings.get("weight_decay")) or 0.0
     if step.rule == "sgd":
         direction = grad + decay * weights
         if step.settings.get("nesterov"):
-            direction = direction * (1 + (_float(step.settings.get("momentum")) or 0.0))
+            direction = direction * (1 + (as_float(step.settings.get("momentum")) or 0.0))
         return -lr * direction
-    eps = _float(step.settings.get("eps")) or 0.0
+    eps = as_float(step.settings.get("eps")) or 0.0
     if step.rule == "adam":
         coupled = grad + decay * weights
         return -lr * coupled / (coupled.abs() + eps)
@@ -147,7 +141,7 @@ class UpdateRecorder:
                 continue
             settings = {key: group[key] for key in ("weight_decay", "eps", "betas", "maximize", "momentum",
                                                      "nesterov", "initial_lr") if key in group}
-            step = GroupStep(index, [self.names.get(p, "?") for p in params], _float(group.get("lr")), settings,
+            step = GroupStep(index, [self.names.get(p, "?") for p in params], as_float(group.get("lr")), settings,
                              torch.cat(weights), torch.cat(grads), values=sum(p.numel() for p in params))
             if params[0].is_floating_point():
                 step.resolution = float(torch.finfo(params[0].dtype).eps)
@@ -274,7 +268,7 @@ def _ascent(step: GroupStep, delta: torch.Tensor, total: int, optimizer_name: st
 
 
 def _decay(step: GroupStep, delta: torch.Tensor, total: int) -> Finding | None:
-    decay = _float(step.settings.get("weight_decay")) or 0.0
+    decay = as_float(step.settings.get("weight_decay")) or 0.0
     weights = step.before
     size = float(weights @ weights)
     if decay <= 0 or size == 0:
@@ -330,7 +324,7 @@ def _too_large(step: GroupStep, delta: torch.Tensor, total: int) -> Finding | No
 
 
 def _eps(step: GroupStep, total: int, optimizer_name: str) -> Finding | None:
-    eps = _float(step.settings.get("eps"))
+    eps = as_float(step.settings.get("eps"))
     if eps is None or "betas" not in step.settings:  # Adam's family: g / (sqrt(v) + eps)
         return None
     magnitudes = step.grad.abs()

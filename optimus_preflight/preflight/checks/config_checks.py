@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch.optim.lr_scheduler import LambdaLR
 
+from optimus_preflight.config.lenient import as_float
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ class LrScheduleCheck(Check):
         that holds trainable parameters trains nothing."""
         groups = [group for group in getattr(optimizer, "param_groups", [])
                   if any(getattr(p, "requires_grad", False) for p in group.get("params", []))]
-        rates = [_lr_value(group.get("lr")) for group in groups]
+        rates = [as_float(group.get("lr")) for group in groups]
         if not groups or any(rate is None for rate in rates):
             return
         zero = [index for index, rate in enumerate(rates) if rate == 0]
@@ -164,7 +165,7 @@ class LrScheduleCheck(Check):
         while the others train (LambdaLR, cosine, warmup alike)."""
         groups = list(getattr(optimizer, "param_groups", []))
         bases = list(getattr(scheduler, "base_lrs", None) or [group.get("initial_lr") for group in groups])
-        rates = [_lr_value(base) for base in bases]
+        rates = [as_float(base) for base in bases]
         if len(rates) != len(groups) or any(rate is None for rate in rates):
             return
         trainable = [index for index, group in enumerate(groups)
@@ -188,13 +189,6 @@ def _frozen_by_lr(findings: Findings, groups: list[dict], indices: list[int], na
         "to freeze those parameters on purpose, set requires_grad_(False) on them instead.",
         "optimizer.lr",
     )
-
-
-def _lr_value(value: Any) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def base_lr(scheduler: Any, optimizer: Any) -> float | None:

@@ -8,6 +8,8 @@ finding says whether it holds the tensors.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import torch
@@ -95,19 +97,31 @@ class UnregisteredTensorsCheck(Check):
             )
 
 
-def receiving_gradient(ctx: PreflightContext, tensors: list[torch.Tensor]) -> list[bool] | None:
-    """Which of ``tensors`` the training loss on the first batch reaches (one forward in
-    train mode and one ``autograd.grad``, which leaves every ``.grad`` untouched); None
-    when that cannot be told (the loss is not differentiable, or the model refuses
-    ``autograd.grad``, as reentrant activation checkpointing does)."""
+@contextmanager
+def first_batch_loss(ctx: PreflightContext) -> Iterator[torch.Tensor | None]:
+    """The training loss on the first batch (one forward in train mode, no backward), open
+    while the block runs and every state restored after; None when the forward fails or
+    the loss is not a differentiable tensor."""
     batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
     with preserved_training_state(ctx):
         ctx.model.train()
         try:
             with ctx.training.plan.autocast():
                 loss, _ = split_loss_output(ctx.compute_loss(ctx.model, batch), batch)
-            if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
-                return None
+        except Exception:
+            loss = None
+        yield loss if isinstance(loss, torch.Tensor) and loss.requires_grad else None
+
+
+def receiving_gradient(ctx: PreflightContext, tensors: list[torch.Tensor]) -> list[bool] | None:
+    """Which of ``tensors`` the training loss on the first batch reaches (one
+    ``autograd.grad``, which leaves every ``.grad`` untouched); None when that cannot be
+    told (the loss is not differentiable, or the model refuses ``autograd.grad``, as
+    reentrant activation checkpointing does)."""
+    with first_batch_loss(ctx) as loss:
+        if loss is None:
+            return None
+        try:
             grads = torch.autograd.grad(loss, tensors, allow_unused=True)
         except Exception:
             return None
@@ -150,20 +164,10 @@ class LossTensorsCheck(Check):
 
 
 def second_forward_leaves(ctx: PreflightContext) -> list[torch.Tensor] | None:
-    """``loss_leaves`` of one more training forward on the first batch (no backward), or None
-    when it cannot run."""
-    batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
+    """``loss_leaves`` of one more training forward on the first batch, or None when it cannot run."""
     known = {id(param) for param in ctx.model.parameters()} | optimized_ids(ctx.optimizer)
-    with preserved_training_state(ctx):
-        ctx.model.train()
-        try:
-            with ctx.training.plan.autocast():
-                loss, _ = split_loss_output(ctx.compute_loss(ctx.model, batch), batch)
-        except Exception:
-            return None
-        if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
-            return None
-        return loss_leaves(loss, known)
+    with first_batch_loss(ctx) as loss:
+        return None if loss is None else loss_leaves(loss, known)
 
 
 def _shape(tensor: torch.Tensor) -> str:
