@@ -83,3 +83,64 @@ def test_a_time_major_batch_cut_to_as_many_samples_as_positions_is_probed_along_
     result = report.check("step.sample_mixing")
     assert not result.issues
     assert 0 < result.data["moved_share"] <= 1 / SIZE + 1e-9
+
+
+class PaddedAttention(nn.Module):
+    """One pre-built (B, T, T) key-padding mask per sample, tiled to (B*heads, T, T)."""
+
+    def __init__(self, interleave: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.interleave, self.heads = interleave, 4
+        self.embed = nn.Embedding(50, 32, padding_idx=0)
+        self.attn = nn.MultiheadAttention(32, self.heads, batch_first=True)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, ids):
+        B, T = ids.shape
+        mask = (ids == 0)[:, None, :].expand(B, T, T)
+        mask = mask.repeat_interleave(self.heads, 0) if self.interleave else mask.repeat(self.heads, 1, 1)
+        h = self.embed(ids)
+        return self.head((h + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0])[:, 0])
+
+
+def padded_ids() -> torch.Tensor:
+    ids = torch.randint(1, 50, (256, SIZE), generator=torch.Generator().manual_seed(0))
+    lengths = torch.randint(4, SIZE, (256,), generator=torch.Generator().manual_seed(2))
+    return ids.masked_fill(torch.arange(SIZE)[None, :] >= lengths[:, None], 0)
+
+
+def mixing_padded(model: nn.Module) -> tuple[list, object]:
+    labels = torch.randint(0, 4, (256,), generator=torch.Generator().manual_seed(1))
+    loader = DataLoader(TensorDataset(padded_ids(), labels), batch_size=32, shuffle=True)
+    report = run_preflight(model, torch.optim.AdamW(model.parameters(), 1e-3), loader, loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), SampleMixingCheck()])
+    result = report.check("step.sample_mixing")
+    return [issue for issue in result.issues if issue.code == "BATCH_MIXING"], result
+
+
+def test_a_head_major_attention_mask_hands_samples_each_others_padding():
+    # Only 3 of 16 samples move (those whose heads read sample 0's mask): far below the
+    # "most of the output moved" of a batch axis read as time, caught per sample.
+    issues, result = mixing_padded(PaddedAttention(interleave=False))
+    assert issues, result.data
+    assert result.data["other_samples_moved"] == [4, 8, 12]
+    assert "repeat_interleave" in issues[0].message and "every 4th" in issues[0].message
+
+
+def test_a_sample_major_attention_mask_is_quiet():
+    issues, result = mixing_padded(PaddedAttention(interleave=True))
+    assert not issues
+    assert result.data["other_samples_moved"] == []
+
+
+def test_the_sample_axis_of_an_output_is_the_one_where_only_sample_0_moved():
+    from optimus_preflight.preflight.checks.sample_mixing import evenly_spaced, other_samples_moved
+    first = torch.randn(16, 16, 8)  # (T, B, H) with T == B
+    second = first.clone()
+    second[:, 0] += 1.0  # sample 0 changed at every time step
+    assert other_samples_moved([first], [second], 16) == []
+    second[:, 5] += 1.0
+    assert other_samples_moved([first], [second], 16) == [5]
+    assert evenly_spaced([4, 8, 12], 16) == 4 and evenly_spaced([4, 8], 16) is None
+    assert evenly_spaced([3, 5], 16) is None

@@ -30,7 +30,9 @@ from optimus_preflight.preflight.checks.dropout_rate import DropoutInEvalCheck, 
 from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
 from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
 from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
+from optimus_preflight.preflight.checks.label_mapping import LabelMappingCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
+from optimus_preflight.preflight.checks.mask_alignment import MaskAlignmentCheck
 from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
 from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
 from optimus_preflight.preflight.checks.sample_mixing import SampleMixingCheck
@@ -66,6 +68,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     data_checks.DuplicateSamplesCheck,
     InputScaleCheck,
     FeatureLabelCheck,
+    MaskAlignmentCheck,
     batch_checks.CollateCheck,
     DatasetLengthCheck,
     DatasetCacheCheck,
@@ -74,6 +77,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     SamplerCoverageCheck,
     ValidationLoaderCheck,
     SplitOverlapCheck,
+    LabelMappingCheck,
     RankBatchesCheck,
     model_checks.OptimizerParamsCheck,
     UnregisteredTensorsCheck,

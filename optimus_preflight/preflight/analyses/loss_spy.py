@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from optimus_preflight.preflight.analyses.channel_axis import ChannelAxisWatch
 from optimus_preflight.preflight.analyses.loss_shapes import (
     TOL,
     KlNormalisation,
@@ -59,6 +60,9 @@ _LEGACY_INDEX = {"cross_entropy": (3, 5), "nll_loss": (3, 5), "binary_cross_entr
                  "binary_cross_entropy_with_logits": (3, 4), "mse_loss": (2, 3), "l1_loss": (2, 3),
                  "smooth_l1_loss": (2, 3), "kl_div": (2, 3)}
 ACTIVATIONS = ("sigmoid", "softmax", "log_softmax")
+# Criteria that compare their first two or three inputs sample by sample (anchor, positive, ...).
+PAIRED_CRITERIA = ("triplet_margin_loss", "triplet_margin_with_distance_loss", "cosine_embedding_loss",
+                   "margin_ranking_loss")
 # Elementwise arithmetic a hand-written loss is made of ((pred - y) ** 2, y * log(p)).
 ARITHMETIC = frozenset({"sub", "__sub__", "__rsub__", "rsub", "add", "__add__", "__radd__", "mul", "__mul__",
                         "__rmul__", "div", "__truediv__", "__rtruediv__", "true_divide"})
@@ -105,6 +109,33 @@ class ColumnBroadcast:
     op: str
     learnable_shape: tuple[int, ...]
     constant_shape: tuple[int, ...]
+
+
+@dataclass
+class SlicedPair:
+    """Inputs of a paired criterion that are column slices of the same rows of one tensor:
+    ``emb.chunk(3, dim=-1)`` where the rows of a stacked ``(3B, D)`` forward were meant
+    (``chunk(3, dim=0)``). Each 'anchor' is then compared with other features of itself."""
+
+    function: str
+    shape: tuple[int, ...]  # of each slice
+    row_length: int  # of the tensor they were cut from
+
+
+def feature_slices_of_same_rows(inputs: list[torch.Tensor]) -> int | None:
+    """The row length of the tensor that two or more ``inputs`` slice along its last dim;
+    slices of different rows (``chunk(dim=0)``) start a multiple of a row apart."""
+    views = [t for t in inputs if t.dim() == 2 and t.shape[0] > 1 and t.stride(-1) == 1]
+    for i, first in enumerate(views):
+        for second in views[i + 1:]:
+            if (first.untyped_storage().data_ptr() != second.untyped_storage().data_ptr()
+                    or first.stride() != second.stride() or first.shape != second.shape):
+                continue
+            row = first.stride(0)
+            gap = abs(second.storage_offset() - first.storage_offset())
+            if row >= first.shape[1] * 2 and gap % row and gap < row:
+                return row
+    return None
 
 
 def column_broadcast(name: str, args: tuple) -> ColumnBroadcast | None:
@@ -220,6 +251,8 @@ class LossSpy(TorchFunctionMode):
         # F.normalize over dim 0 of a (batch, features) tensor: each feature scaled across
         # the batch, not each sample's vector to unit length. (shape, dim) of the first one.
         self.batch_normalize: tuple[tuple[int, ...], int] | None = None
+        self.sliced_pair: SlicedPair | None = None
+        self.channel_axis = ChannelAxisWatch()  # a conv map reduced over its channels and one spatial axis
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -230,6 +263,11 @@ class LossSpy(TorchFunctionMode):
             self.calls.append(record)
         elif name in ACTIVATIONS:
             self.activations[name] += 1
+        elif name in PAIRED_CRITERIA and self.sliced_pair is None:
+            inputs = [a for a in args[:3] if isinstance(a, torch.Tensor)]
+            row = feature_slices_of_same_rows(inputs)
+            if row is not None:
+                self.sliced_pair = SlicedPair(name, tuple(inputs[0].shape), row)
         elif name == "normalize" and self.batch_normalize is None:
             self._check_normalize(args, kwargs)
         elif name in ARITHMETIC and not self.column_broadcasts:
@@ -242,6 +280,7 @@ class LossSpy(TorchFunctionMode):
             if record is not None:
                 record.error = f"{type(error).__name__}: {error}"
             raise
+        self.channel_axis.observe(name, args, kwargs, out)
         if record is not None and isinstance(out, torch.Tensor) and out.numel():
             record.loss = float(out.detach().float().mean())
             if pad_mask is not None and record.reduction == "none" and out.numel() == pad_mask.numel():

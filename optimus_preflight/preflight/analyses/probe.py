@@ -30,7 +30,8 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, ModuleInput
-from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy
+from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction
+from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy, SlicedPair
 from optimus_preflight.preflight.analyses.padding import sequence_shapes
 from optimus_preflight.preflight.analyses.update_audit import GroupStep, UpdateRecorder
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
@@ -70,6 +71,8 @@ class StepProbe:
     activations: dict[str, int] = field(default_factory=dict)
     column_broadcasts: list[ColumnBroadcast] = field(default_factory=list)
     batch_normalize: tuple[tuple[int, ...], int] | None = None  # F.normalize over the batch: (shape, dim)
+    sliced_pair: SlicedPair | None = None  # a paired criterion's inputs cut from the same rows
+    channel_reduction: ChannelReduction | None = None  # a conv map reduced over channels + one spatial axis
     scaler_enabled: bool = False
     layout_inputs: list[ModuleInput] = field(default_factory=list)  # batch_first modules (batch_layout)
     updates: list[GroupStep] = field(default_factory=list)  # per parameter group, around optimizer.step()
@@ -234,6 +237,8 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.activations = spy.activations
     probe.column_broadcasts = spy.column_broadcasts
     probe.batch_normalize = spy.batch_normalize
+    probe.sliced_pair = spy.sliced_pair
+    probe.channel_reduction = spy.channel_axis.found
     probe.time_major_target = time_major_target(spy.calls, step_batches[0] if step_batches else batch, model_inputs,
                                                 getattr(ctx.train_loader, "batch_size", None))
     if probe.completed:

@@ -36,15 +36,29 @@ def _laid_out(batch: object, batch_size: int, batch_axis: int) -> tuple[int, ...
 
 
 class BatchLayoutCheck(Check):
-    """A sequence module whose batch axis is not where the batch's samples are."""
+    """A sequence module whose batch axis is not where the batch's samples are; a conv
+    map pooled over its channel axis (``analyses.channel_axis``)."""
 
     name = "step.batch_layout"
     stage = Stage.STEP
-    codes = ("BATCH_TIME_MAJOR", "BATCH_NOT_TIME_MAJOR")
+    codes = ("BATCH_TIME_MAJOR", "BATCH_NOT_TIME_MAJOR", "CHANNEL_AXIS_REDUCED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         probe = get_probe(ctx)
+        if probe.channel_reduction is not None:
+            found = probe.channel_reduction
+            kept = ({2, 3} - set(found.dims)).pop()
+            findings.warning(
+                "CHANNEL_AXIS_REDUCED",
+                f"a {found.function}(dim={found.dims}) reduces the {found.shape} NCHW output of a convolution over "
+                f"its channel axis and one spatial axis, keeping the {'height' if kept == 2 else 'width'} axis: the "
+                "axes (1, 2) of a channels-last (NHWC) global pool, as in Keras' GlobalAveragePooling2D. The "
+                "features are averaged away and the next layer reads one number per image "
+                f"{'row' if kept == 2 else 'column'}",
+                "Pool over the spatial axes of an NCHW map: h.mean(dim=(2, 3)) (or nn.AdaptiveAvgPool2d(1) and "
+                "flatten).",
+            )
         batch_size = getattr(ctx.train_loader, "batch_size", None)
         findings.data["modules"] = [{"name": s.name, "kind": s.kind, "batch_first": s.batch_first, "input": list(s.shape)}
                                     for s in probe.layout_inputs]

@@ -12,10 +12,18 @@ gradients, then a second with sample 0 replaced by sample 1 (a real sample, so t
 and masks stay valid). Only sample 0's outputs may move; when most of the output moves,
 the samples are mixed. The batch axis of each input is dim 0 (the default collate's), else
 the first of the loader's batch size.
+
+Most of the output moving is a batch axis read as another axis. A few other samples moving
+is a per-sample tensor handed to the wrong samples: a ``(B, T, T)`` mask tiled to
+``(B*heads, T, T)`` with ``repeat`` (head-major) where ``nn.MultiheadAttention`` reads
+``b*heads + h``. Then the samples that move are evenly spaced, every ``B/gcd(B, heads)``-th.
+An output's sample axis is the axis of the probe's size along which only index 0 moved when
+there is one, so a time axis as long as the probe never passes for it.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -32,6 +40,8 @@ if TYPE_CHECKING:
 MIN_SAMPLES = 4  # fewer: one sample is too large a share of the output to tell
 MIXED_SHARE = 0.5  # of the output's elements moved by changing one sample
 PROBE_SAMPLES = 16
+OTHERS_MOVED = 2  # other samples whose outputs moved: one could be a numerical accident
+OTHER_SAMPLE_TOL = 1e-3  # of the output's largest value: a sample's move, far above float noise
 
 
 def batch_axis(tensor: torch.Tensor, size: int) -> int | None:
@@ -76,6 +86,45 @@ def moved_share(first: list[torch.Tensor], second: list[torch.Tensor]) -> float 
     return moved / total if total else None
 
 
+def other_samples_moved(first: list[torch.Tensor], second: list[torch.Tensor], keep: int) -> list[int] | None:
+    """Indices of the samples other than 0 whose outputs moved; None when no output has an
+    axis of ``keep`` samples. Per output, the axis that moved the fewest other samples is its
+    sample axis: a time-major ``(T, B, H)`` output with ``T == keep`` moves every index of its
+    time axis but only index 0 of its batch axis."""
+    moved: set[int] = set()
+    seen_axis = False
+    for a, b in zip(first, second):
+        if a.shape != b.shape or a.dim() == 0 or not a.is_floating_point():
+            continue
+        axes = [dim for dim, length in enumerate(a.shape) if length == keep]
+        if not axes:
+            continue
+        seen_axis = True
+        a, b = a.float(), b.float()
+        tolerance = OTHER_SAMPLE_TOL * float(a.abs().max().clamp_min(1e-12))
+        changed = (a - b).abs() > tolerance
+        per_axis = []
+        for axis in axes:
+            rows = changed.movedim(axis, 0).reshape(keep, -1).any(dim=1)
+            per_axis.append({int(i) for i in rows.nonzero().flatten().tolist() if i != 0})
+        moved |= min(per_axis, key=len)
+    return sorted(moved) if seen_axis else None
+
+
+def evenly_spaced(indices: list[int], keep: int) -> int | None:
+    """The stride when ``indices`` are exactly the multiples of one stride below ``keep``."""
+    if len(indices) < 2:
+        return None
+    stride = indices[0]
+    for index in indices:
+        stride = math.gcd(stride, index)
+    return stride if stride > 1 and indices == list(range(stride, keep, stride)) else None
+
+
+def ordinal(n: int) -> str:
+    return f"{n}{'nd' if n == 2 else 'rd' if n == 3 else 'th'}"
+
+
 class SampleMixingCheck(Check):
     """BATCH_MIXING: one sample's input changes other samples' outputs."""
 
@@ -100,20 +149,52 @@ class SampleMixingCheck(Check):
         if not share:  # sample 1 equals sample 0, or nothing per-sample came out
             findings.data["summary"] = "no per-sample output moved"
             return
-        findings.data.update(samples=keep, moved_share=round(share, 4))
+        others = other_samples_moved(*outputs, keep)
+        findings.data.update(samples=keep, moved_share=round(share, 4), other_samples_moved=others)
         findings.data["summary"] = f"changing sample 0 of {keep} moved {share:.0%} of the model's output"
         if share > MIXED_SHARE and share > 3 / keep:
-            findings.warning(
-                "BATCH_MIXING",
-                f"changing one sample of a batch of {keep} changes {share:.0%} of the model's outputs (only that "
-                "sample's share should move, in eval mode): the model mixes the samples of a batch. Usually the "
-                "batch axis is read as another one: a (B, T, ...) batch into nn.TransformerEncoderLayer / "
-                "nn.MultiheadAttention / nn.LSTM built without batch_first=True (attention or recurrence then runs "
-                "across the batch), a time-major batch into a batch_first module, or a softmax/mean over dim 0",
-                "Give sequence modules the layout of the batch (batch_first=True for (B, T, ...) batches, or "
-                "x.transpose(0, 1) before them), and normalise over the feature or class dim, never dim 0. If "
-                "samples are meant to interact (a set model), disable the issue BATCH_MIXING.",
-            )
+            self._mixed(keep, share, findings)
+        elif others is not None and len(others) >= OTHERS_MOVED:
+            self._some_mixed(keep, others, findings)
+
+    @staticmethod
+    def _some_mixed(keep: int, others: list[int], findings: Findings) -> None:
+        stride = evenly_spaced(others, keep)
+        listed = ", ".join(str(i) for i in others[:8]) + (", ..." if len(others) > 8 else "")
+        if stride:
+            cause = (f"The samples that moved are every {ordinal(stride)} of the batch: the signature of a per-sample "
+                     "tensor tiled with .repeat(k, ...) where .repeat_interleave(k, dim=0) was meant, e.g. a "
+                     "(B, T, T) attention mask expanded to (B*heads, T, T) head-major while nn.MultiheadAttention "
+                     "reads index b*heads + h, so the heads of one sample get another sample's mask")
+            fix = ("Tile per-sample tensors sample-major: mask.repeat_interleave(heads, dim=0), or pass a (B, T) "
+                   "key_padding_mask instead of a 3-D attn_mask.")
+        else:
+            cause = ("Something in the forward hands one sample's tensor to other samples: a per-sample mask or "
+                     "embedding tiled with .repeat where .repeat_interleave was meant (a (B*heads, T, T) attention "
+                     "mask), a .view/.reshape that interleaves the batch with another axis, or a statistic over the "
+                     "batch")
+            fix = ("Keep every per-sample tensor sample-major (repeat_interleave, key_padding_mask, permute before "
+                   "reshape). If samples are meant to interact (a set model), disable the issue BATCH_MIXING.")
+        findings.warning(
+            "BATCH_MIXING",
+            f"changing sample 0 of a batch of {keep} (in eval mode, without gradients) also changed the outputs of "
+            f"samples {listed}: their outputs depend on sample 0, so they read the wrong sample's data. {cause}",
+            fix,
+        )
+
+    @staticmethod
+    def _mixed(keep: int, share: float, findings: Findings) -> None:
+        findings.warning(
+            "BATCH_MIXING",
+            f"changing one sample of a batch of {keep} changes {share:.0%} of the model's outputs (only that "
+            "sample's share should move, in eval mode): the model mixes the samples of a batch. Usually the "
+            "batch axis is read as another one: a (B, T, ...) batch into nn.TransformerEncoderLayer / "
+            "nn.MultiheadAttention / nn.LSTM built without batch_first=True (attention or recurrence then runs "
+            "across the batch), a time-major batch into a batch_first module, or a softmax/mean over dim 0",
+            "Give sequence modules the layout of the batch (batch_first=True for (B, T, ...) batches, or "
+            "x.transpose(0, 1) before them), and normalise over the feature or class dim, never dim 0. If "
+            "samples are meant to interact (a set model), disable the issue BATCH_MIXING.",
+        )
 
     @staticmethod
     def _outputs(ctx: PreflightContext, batch: Any) -> list[torch.Tensor] | None:

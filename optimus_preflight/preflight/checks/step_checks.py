@@ -232,7 +232,8 @@ class LossFunctionCheck(Check):
 
     name = "step.loss_function"
     stage = Stage.STEP
-    codes = ("O12", "O13", "O16", "LOSS_NORM_DIM", "LOSS_BROADCAST", "LOSS_SOFTMAX_BCE", "LOSS_OUTPUT_RANGE")
+    codes = ("O12", "O13", "O16", "LOSS_NORM_DIM", "LOSS_BROADCAST", "LOSS_SOFTMAX_BCE", "LOSS_OUTPUT_RANGE",
+             "LOSS_PAIR_SLICES")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -252,6 +253,17 @@ class LossFunctionCheck(Check):
                 "unit norm across the batch instead of each sample's vector to unit length, so the 'cosine' scores "
                 "are not cosines and every sample's embedding depends on the other samples of its batch",
                 "Normalise each sample's vector: F.normalize(z, dim=-1) (dim=1 of a (batch, features) tensor).",
+            )
+        if probe.sliced_pair is not None:
+            pair = probe.sliced_pair
+            findings.error(
+                "LOSS_PAIR_SLICES",
+                f"{pair.function} compares inputs of shape {pair.shape} that are column slices of the same rows of "
+                f"one tensor with {pair.row_length} features per row (a .chunk/.split along the last dim): each "
+                "'anchor' is compared with other features of its own embedding, never with another sample, so the "
+                "loss is solved without learning anything about the samples",
+                "Split a stacked forward along the rows: emb.chunk(k, dim=0) (anchor, positive, negative of a "
+                "torch.cat([...]) of the batches), not dim=-1.",
             )
 
 

@@ -1,0 +1,185 @@
+"""Validation labels that name other classes than the training labels (``data.label_mapping``).
+
+Label ids built separately per split (``sorted(set(names)).index`` or a ``LabelEncoder``
+fitted on each split, ``ImageFolder`` roots with different class folders) give one class
+different ids in training and validation as soon as a split lacks a class. Every shape,
+range and dtype stays right; the validation score is simply wrong.
+
+The mechanism is read from the samples' content, not from the code: the nearest training
+sample of a sample usually carries its class (measured within the training set, leaving
+the sample out). When validation samples agree with their nearest training sample far
+less often than training samples do, and a relabelling of the validation ids restores the
+agreement, the validation ids mean other classes. A distribution shift lowers the
+agreement too, but no relabelling brings it back.
+
+Features are the batch's floating tensor (flattened, standardised on the training rows,
+projected to ``PROJECTED_DIM`` when wider); labels its integer ``(B,)`` tensor.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.data_access.guard import DataGuard
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.framework.preserve import preserved_data_state
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+TRAIN_SAMPLES = 2048
+VAL_SAMPLES = 512
+MIN_TRAIN, MIN_VAL = 256, 64
+MAX_CLASSES = 100
+SCAN_BUDGET_S = 2.0  # per loader
+PROJECTED_DIM = 256
+MIN_CLASS_SAMPLES = 5  # validation samples of a class before its relabelling counts
+# The training set's own neighbour agreement must be well above the majority share, or
+# the features say too little about the labels to compare anything.
+ABOVE_MAJORITY = 0.2
+DROP = 0.25  # validation agreement at least this much below the training agreement ...
+RESTORED = 0.1  # ... and within this of it once the validation ids are relabelled
+LABEL_KEYS = ("label", "labels", "target", "targets", "y")
+
+
+def features_and_labels(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(features (B, D) float, labels (B,) int) of an ``(x, y)`` batch or a mapping with one
+    label key and one floating tensor beside it."""
+    if isinstance(batch, (list, tuple)) and len(batch) == 2:
+        features, labels = batch
+    elif isinstance(batch, Mapping):
+        keys = [key for key in LABEL_KEYS if key in batch]
+        floats = [value for key, value in batch.items() if key not in keys and isinstance(value, torch.Tensor)
+                  and value.is_floating_point()]
+        if len(keys) != 1 or len(floats) != 1:
+            return None
+        features, labels = floats[0], batch[keys[0]]
+    else:
+        return None
+    if not (isinstance(features, torch.Tensor) and isinstance(labels, torch.Tensor)):
+        return None
+    if labels.dim() == 2 and labels.shape[1] == 1:
+        labels = labels[:, 0]
+    if (not features.is_floating_point() or features.dim() < 2 or labels.dim() != 1 or labels.is_floating_point()
+            or labels.dtype == torch.bool or labels.shape[0] != features.shape[0]):
+        return None
+    return features.detach().reshape(features.shape[0], -1).float().cpu(), labels.detach().long().cpu()
+
+
+@dataclass
+class Relabelling:
+    train_agreement: float  # of training samples with their nearest other training sample
+    val_agreement: float  # of validation samples with their nearest training sample
+    relabelled_agreement: float  # the same, with each validation id read as its best training id
+    mapping: dict[int, int]  # validation id -> the training id its samples' neighbours carry
+    majority: float  # the largest training class's share
+
+    @property
+    def relabelled(self) -> bool:
+        moved = {v: t for v, t in self.mapping.items() if v != t}
+        return (self.train_agreement >= self.majority + ABOVE_MAJORITY
+                and self.val_agreement <= self.train_agreement - DROP
+                and self.relabelled_agreement >= self.train_agreement - RESTORED
+                and len(moved) >= 2)
+
+
+def _embed(train: torch.Tensor, val: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    mean, std = train.mean(0), train.std(0).clamp_min(1e-6)
+    train, val = (train - mean) / std, (val - mean) / std
+    if train.shape[1] > PROJECTED_DIM:
+        projection = torch.randn(train.shape[1], PROJECTED_DIM, generator=torch.Generator().manual_seed(0))
+        train, val = train @ projection, val @ projection
+    return train, val
+
+
+def relabelling(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor,
+                val_y: torch.Tensor) -> Relabelling | None:
+    """Nearest-neighbour label agreement within training and from validation to training
+    (pure)."""
+    classes = torch.unique(train_y)
+    if len(train_y) < MIN_TRAIN or len(val_y) < MIN_VAL or not 2 <= len(classes) <= MAX_CLASSES:
+        return None
+    train_x, val_x = _embed(train_x, val_x)
+    within = torch.cdist(train_x, train_x)
+    within.fill_diagonal_(float("inf"))
+    train_agreement = float((train_y[within.argmin(1)] == train_y).float().mean())
+    neighbour = train_y[torch.cdist(val_x, train_x).argmin(1)]
+    val_agreement = float((neighbour == val_y).float().mean())
+    mapping, agreeing = {}, 0
+    for label in torch.unique(val_y).tolist():
+        picked = neighbour[val_y == label]
+        best, count = torch.mode(picked).values, int((picked == torch.mode(picked).values).sum())
+        agreeing += count
+        if len(picked) >= MIN_CLASS_SAMPLES:
+            mapping[int(label)] = int(best)
+    majority = float(torch.bincount(train_y - int(train_y.min())).max()) / len(train_y)
+    return Relabelling(train_agreement, val_agreement, agreeing / len(val_y), mapping, majority)
+
+
+class LabelMappingCheck(Check):
+    """VAL_LABEL_MAPPING: validation ids that name other classes than the same ids in training."""
+
+    name = "data.label_mapping"
+    stage = Stage.DATA
+    codes = ("VAL_LABEL_MAPPING",)
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        if ctx.val_loader is None:
+            findings.data["summary"] = "no validation loader"
+            return
+        if features_and_labels(ctx.artifacts.first_batch) is None:
+            findings.data["summary"] = "not a (features, class labels) batch"
+            return
+        train = self._read(ctx, findings, ctx.train_loader, TRAIN_SAMPLES, "training")
+        val = self._read(ctx, findings, ctx.val_loader, VAL_SAMPLES, "validation")
+        if train is None or val is None or train[0].shape[1] != val[0].shape[1]:
+            findings.data["summary"] = "too few samples, or validation features of another shape"
+            return
+        found = relabelling(*train, *val)
+        if found is None:
+            findings.data["summary"] = "too few samples or classes to compare"
+            return
+        findings.data.update(train_agreement=round(found.train_agreement, 3),
+                             val_agreement=round(found.val_agreement, 3),
+                             relabelled_agreement=round(found.relabelled_agreement, 3))
+        findings.data["summary"] = (f"nearest-neighbour label agreement {found.train_agreement:.0%} within training, "
+                                    f"{found.val_agreement:.0%} from validation")
+        if not found.relabelled:
+            return
+        moved = ", ".join(f"{v} -> {t}" for v, t in sorted(found.mapping.items()) if v != t)
+        findings.warning(
+            "VAL_LABEL_MAPPING",
+            f"the validation labels use other class ids than the training labels: a training sample's nearest "
+            f"training neighbour has its label {found.train_agreement:.0%} of the time, a validation sample's only "
+            f"{found.val_agreement:.0%}, and {found.relabelled_agreement:.0%} once the validation ids are read as "
+            f"training ids {moved}. The label encoding was built per split (sorted(set(labels)).index or a "
+            "LabelEncoder fitted on each split, ImageFolder roots with different class folders): a class missing "
+            "from one split shifts every id after it, and the validation score measures the wrong classes",
+            "Build the class -> id mapping once, from the training labels or the full class list, and apply that "
+            "same mapping to every split (LabelEncoder().fit(train_labels), then .transform on each split).",
+            "data.val",
+        )
+
+    def _read(self, ctx: PreflightContext, findings: Findings, loader: Any, limit: int,
+              which: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        guard = DataGuard(ctx, self.name, findings)
+        features, labels, started = [], [], time.perf_counter()
+        with preserved_data_state(ctx), guard.batches(loader, f"{which} labels for {self.name}") as stream:
+            for batch in stream:
+                pair = features_and_labels(batch)
+                if pair is None:
+                    return None
+                features.append(pair[0])
+                labels.append(pair[1])
+                if sum(len(y) for y in labels) >= limit or time.perf_counter() - started > SCAN_BUDGET_S:
+                    break
+        if not labels or len({x.shape[1] for x in features}) != 1:
+            return None
+        return torch.cat(features)[:limit], torch.cat(labels)[:limit]

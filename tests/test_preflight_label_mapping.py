@@ -1,0 +1,69 @@
+"""data.label_mapping: validation label ids that name other classes than in training (an
+encoding built per split), found by nearest-neighbour label agreement; a consistent
+encoding stays quiet, with a class missing from validation and under a covariate shift."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.label_mapping import LabelMappingCheck, relabelling
+
+NAMES = ["account", "billing", "bug", "feature_request"]
+
+
+def tickets(n: int, seed: int, classes: list[int]) -> tuple[torch.Tensor, list[str]]:
+    """Ticket embeddings around one centre per class (noisy: neighbours agree ~80%)."""
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.randn(4, 16, generator=torch.Generator().manual_seed(0)) * 1.2
+    y = torch.tensor(classes)[torch.randint(0, len(classes), (n,), generator=g)]
+    return centres[y] + torch.randn(n, 16, generator=g), [NAMES[i] for i in y.tolist()]
+
+
+def encode(names: list[str], classes: list[str]) -> torch.Tensor:
+    return torch.tensor([classes.index(name) for name in names])
+
+
+def verdict(per_split: bool, shift: float = 0.0) -> tuple[list, dict]:
+    train_x, train_names = tickets(2000, 1, [0, 1, 2, 3])
+    val_x, val_names = tickets(400, 2, [1, 2, 3])  # the validation month has no account tickets
+    val_x = val_x + shift
+    train_y = encode(train_names, sorted(set(train_names)))
+    val_y = encode(val_names, sorted(set(val_names)) if per_split else sorted(set(train_names)))
+    model = nn.Linear(16, 4)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(train_x, train_y), batch_size=64, shuffle=True),
+                           val_loader=DataLoader(TensorDataset(val_x, val_y), batch_size=128),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), LabelMappingCheck()])
+    result = report.check("data.label_mapping")
+    return [i for i in result.issues if i.code == "VAL_LABEL_MAPPING"], result.data
+
+
+def test_labels_encoded_per_split_are_found_with_their_relabelling():
+    issues, data = verdict(per_split=True)
+    assert issues, data
+    assert "0 -> 1, 1 -> 2, 2 -> 3" in issues[0].message
+    assert "LabelEncoder().fit(train_labels)" in issues[0].fix
+    assert data["val_agreement"] < 0.3 < data["train_agreement"]
+
+
+def test_one_encoding_for_both_splits_is_quiet_with_a_class_missing_from_validation():
+    issues, data = verdict(per_split=False)
+    assert not issues
+    assert abs(data["val_agreement"] - data["train_agreement"]) < 0.1
+
+
+def test_a_covariate_shift_lowers_the_agreement_without_a_relabelling_and_is_quiet():
+    issues, data = verdict(per_split=False, shift=1.5)
+    assert not issues
+    assert data["val_agreement"] < data["train_agreement"]
+
+
+def test_features_that_say_nothing_about_the_labels_are_no_evidence():
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(1000, 8, generator=g), torch.randint(0, 3, (1000,), generator=g)
+    found = relabelling(x, y, torch.randn(200, 8, generator=g), (torch.randint(0, 3, (200,), generator=g) + 1) % 3)
+    assert found is not None and not found.relabelled

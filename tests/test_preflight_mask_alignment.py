@@ -1,0 +1,68 @@
+"""data.mask_alignment: segmentation masks that lie on their images only once transposed or
+flipped (an NHWC image made channels-first with transpose(1, 3); a flip of the image alone);
+aligned masks, and masks that do not show in the intensities, stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.mask_alignment import MaskAlignmentCheck, misplaced
+
+
+def road_markings(n: int = 128, size: int = 16, visible: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """NHWC images with horizontal markings, brighter in red where visible, and (H, W) masks."""
+    g = torch.Generator().manual_seed(0)
+    images = 0.15 * torch.rand(n, size, size, 3, generator=g)
+    masks = torch.zeros(n, size, size, dtype=torch.long)
+    for i in range(n):
+        r, c = int(torch.randint(0, size - 2, (1,), generator=g)), int(torch.randint(0, size - 7, (1,), generator=g))
+        masks[i, r:r + 2, c:c + 7] = 1
+        if visible:
+            images[i, r:r + 2, c:c + 7, 0] += 0.8
+    return images, masks
+
+
+def collate(to_channels_first, flip_image_only: bool = False):
+    def collate_fn(rows):
+        images = to_channels_first(torch.stack([row[0] for row in rows]))
+        if flip_image_only:
+            flip = torch.rand(len(rows), generator=torch.Generator().manual_seed(1)) < 0.5
+            images = torch.where(flip[:, None, None, None], images.flip(-1), images)
+        return images, torch.stack([row[1] for row in rows])
+    return collate_fn
+
+
+def alarms(collate_fn, visible: bool = True) -> list:
+    images, masks = road_markings(visible=visible)
+    model = nn.Conv2d(3, 2, 3, padding=1)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(images, masks), batch_size=32, shuffle=True, collate_fn=collate_fn),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), MaskAlignmentCheck()])
+    return [i for i in report.check("data.mask_alignment").issues if i.code == "MASK_MISALIGNED"]
+
+
+def test_images_transposed_to_channels_first_while_masks_are_not_are_misaligned():
+    issues = alarms(collate(lambda x: x.transpose(1, 3)))
+    assert issues and "transposed" in issues[0].message and "permute(0, 3, 1, 2)" in issues[0].fix
+
+
+def test_a_random_flip_of_the_image_alone_is_found_in_the_flipped_samples():
+    issues = alarms(collate(lambda x: x.permute(0, 3, 1, 2), flip_image_only=True))
+    assert issues and "flipped left-right" in issues[0].message and "random augmentation" in issues[0].message
+
+
+@pytest.mark.parametrize("visible", [True, False], ids=["aligned", "invisible_in_pixels"])
+def test_aligned_masks_are_quiet(visible):
+    assert not alarms(collate(lambda x: x.permute(0, 3, 1, 2)), visible=visible)
+
+
+def test_symmetric_blobs_say_nothing():
+    yy, xx = torch.meshgrid(torch.arange(16.0), torch.arange(16.0), indexing="ij")
+    disc = ((yy - 7.5) ** 2 + (xx - 7.5) ** 2 < 16).long()
+    images = disc.float()[None, None].repeat(16, 3, 1, 1) + 0.05 * torch.randn(16, 3, 16, 16)
+    assert misplaced(images, disc[None].repeat(16, 1, 1)) is None
