@@ -24,6 +24,7 @@ from optimus_preflight.preflight.checks import (
 )
 from optimus_preflight.preflight.checks.adapter_checks import AdapterCheck
 from optimus_preflight.preflight.checks.batch_layout import BatchLayoutCheck
+from optimus_preflight.preflight.checks.collate_order import CollateOrderCheck
 from optimus_preflight.preflight.checks.dataset_checks import DatasetLengthCheck
 from optimus_preflight.preflight.checks.dataset_memory import DatasetCacheCheck
 from optimus_preflight.preflight.checks.dropout_rate import DropoutInEvalCheck, DropoutRateCheck
@@ -70,6 +71,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     FeatureLabelCheck,
     MaskAlignmentCheck,
     batch_checks.CollateCheck,
+    CollateOrderCheck,
     DatasetLengthCheck,
     DatasetCacheCheck,
     batch_checks.FinalBatchCheck,

@@ -31,6 +31,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from optimus_preflight.preflight.analyses.channel_axis import ChannelAxisWatch
+from optimus_preflight.preflight.analyses.class_weights import (
+    FrequentClassWeights,
+    pos_weight_down_weights_positives,
+    weights_follow_counts,
+)
 from optimus_preflight.preflight.analyses.loss_shapes import (
     TOL,
     KlNormalisation,
@@ -47,6 +52,7 @@ from optimus_preflight.preflight.analyses.padding import (
     edge_padding,
 )
 from optimus_preflight.preflight.analyses.target_profile import TargetProfile, profile_target
+from optimus_preflight.preflight.analyses.view_permute import ViewWatch
 
 CLASS_CRITERIA = ("cross_entropy", "nll_loss")
 BINARY_CRITERIA = ("binary_cross_entropy", "binary_cross_entropy_with_logits")
@@ -175,6 +181,7 @@ class CriterionCall:
     kl_normalisation: KlNormalisation | None = None  # kl_div only: its input normalised over the wrong dim
     output_range: OutputRange | None = None  # regression: a bounded output activation vs the targets
     target_base: torch.Tensor | None = None  # the tensor a flattened class target is a view of
+    frequent_class_weights: FrequentClassWeights | None = None  # weight / pos_weight favouring frequent classes
 
     @property
     def hard_targets(self) -> bool:
@@ -253,6 +260,7 @@ class LossSpy(TorchFunctionMode):
         self.batch_normalize: tuple[tuple[int, ...], int] | None = None
         self.sliced_pair: SlicedPair | None = None
         self.channel_axis = ChannelAxisWatch()  # a conv map reduced over its channels and one spatial axis
+        self.views = ViewWatch()  # a view/reshape to the input's sizes in another order
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -281,6 +289,7 @@ class LossSpy(TorchFunctionMode):
                 record.error = f"{type(error).__name__}: {error}"
             raise
         self.channel_axis.observe(name, args, kwargs, out)
+        self.views.observe(name, args, out)
         if record is not None and isinstance(out, torch.Tensor) and out.numel():
             record.loss = float(out.detach().float().mean())
             if pad_mask is not None and record.reduction == "none" and out.numel() == pad_mask.numel():
@@ -332,6 +341,13 @@ class LossSpy(TorchFunctionMode):
             target = target[target != ignore_index]  # ignored positions may hold any sentinel
         record.input = _stats(inputs, class_dim, self.shapes) if isinstance(inputs, torch.Tensor) else None
         record.target = _stats(target, None) if isinstance(target, torch.Tensor) else None
+        weight = _argument(args, kwargs, 2, "weight")
+        if name in CLASS_CRITERIA and isinstance(weight, torch.Tensor) and isinstance(target, torch.Tensor) \
+                and not target.is_floating_point():
+            record.frequent_class_weights = weights_follow_counts(weight, target, ignore_index)
+        pos_weight = _argument(args, kwargs, 6, "pos_weight") if name == "binary_cross_entropy_with_logits" else None
+        if isinstance(pos_weight, torch.Tensor) and isinstance(target, torch.Tensor):
+            record.frequent_class_weights = pos_weight_down_weights_positives(pos_weight, target)
         if name == "binary_cross_entropy" and isinstance(inputs, torch.Tensor) and isinstance(target, torch.Tensor):
             record.competing = _competing_labels(inputs, target)
         if (name in ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss") and isinstance(inputs, torch.Tensor)

@@ -33,6 +33,7 @@ from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, Modul
 from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction
 from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy, SlicedPair
 from optimus_preflight.preflight.analyses.padding import sequence_shapes
+from optimus_preflight.preflight.analyses.view_permute import ViewAsPermute
 from optimus_preflight.preflight.analyses.update_audit import GroupStep, UpdateRecorder
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.batches import batch_size_of, leaves
@@ -73,6 +74,7 @@ class StepProbe:
     batch_normalize: tuple[tuple[int, ...], int] | None = None  # F.normalize over the batch: (shape, dim)
     sliced_pair: SlicedPair | None = None  # a paired criterion's inputs cut from the same rows
     channel_reduction: ChannelReduction | None = None  # a conv map reduced over channels + one spatial axis
+    view_as_permute: ViewAsPermute | None = None  # a view/reshape to the same sizes in another order
     scaler_enabled: bool = False
     layout_inputs: list[ModuleInput] = field(default_factory=list)  # batch_first modules (batch_layout)
     updates: list[GroupStep] = field(default_factory=list)  # per parameter group, around optimizer.step()
@@ -239,6 +241,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.batch_normalize = spy.batch_normalize
     probe.sliced_pair = spy.sliced_pair
     probe.channel_reduction = spy.channel_axis.found
+    probe.view_as_permute = spy.views.found
     probe.time_major_target = time_major_target(spy.calls, step_batches[0] if step_batches else batch, model_inputs,
                                                 getattr(ctx.train_loader, "batch_size", None))
     if probe.completed:

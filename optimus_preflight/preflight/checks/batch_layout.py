@@ -37,15 +37,27 @@ def _laid_out(batch: object, batch_size: int, batch_axis: int) -> tuple[int, ...
 
 class BatchLayoutCheck(Check):
     """A sequence module whose batch axis is not where the batch's samples are; a conv
-    map pooled over its channel axis (``analyses.channel_axis``)."""
+    map pooled over its channel axis (``analyses.channel_axis``); a view to permuted sizes
+    (``analyses.view_permute``)."""
 
     name = "step.batch_layout"
     stage = Stage.STEP
-    codes = ("BATCH_TIME_MAJOR", "BATCH_NOT_TIME_MAJOR", "CHANNEL_AXIS_REDUCED")
+    codes = ("BATCH_TIME_MAJOR", "BATCH_NOT_TIME_MAJOR", "CHANNEL_AXIS_REDUCED", "VIEW_AS_PERMUTE")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         probe = get_probe(ctx)
+        if probe.view_as_permute is not None:
+            view = probe.view_as_permute
+            findings.warning(
+                "VIEW_AS_PERMUTE",
+                f"a .{view.function}() turns a {view.source} tensor into {view.result}: the same sizes in another "
+                "order. A view does not swap axes, it reads the memory in a new shape, so every row of the result "
+                "holds a run of values from different positions of the old axes (e.g. a (B, T, C) sequence viewed "
+                "as (B, C, T) for a Conv1d mixes time steps into channels)",
+                "Swap axes with .permute(...) or .transpose(a, b) (then .contiguous() if a view is needed next), "
+                "not .view/.reshape.",
+            )
         if probe.channel_reduction is not None:
             found = probe.channel_reduction
             kept = ({2, 3} - set(found.dims)).pop()

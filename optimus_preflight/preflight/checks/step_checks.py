@@ -233,7 +233,7 @@ class LossFunctionCheck(Check):
     name = "step.loss_function"
     stage = Stage.STEP
     codes = ("O12", "O13", "O16", "LOSS_NORM_DIM", "LOSS_BROADCAST", "LOSS_SOFTMAX_BCE", "LOSS_OUTPUT_RANGE",
-             "LOSS_PAIR_SLICES")
+             "LOSS_PAIR_SLICES", "LOSS_CLASS_WEIGHTS")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -253,6 +253,16 @@ class LossFunctionCheck(Check):
                 "unit norm across the batch instead of each sample's vector to unit length, so the 'cosine' scores "
                 "are not cosines and every sample's embedding depends on the other samples of its batch",
                 "Normalise each sample's vector: F.normalize(z, dim=-1) (dim=1 of a (batch, features) tensor).",
+            )
+        weighted = next((call.frequent_class_weights for call in calls if call.frequent_class_weights), None)
+        if weighted is not None:
+            findings.warning(
+                "LOSS_CLASS_WEIGHTS",
+                f"the {weighted.function} class weights favour the frequent classes: {weighted.detail}. Weights that "
+                "rise with the class counts (the counts, or positives / negatives, where the inverse was meant) "
+                "amplify the imbalance they were meant to correct, and the rare classes are all but ignored",
+                "Weight each class by the inverse of its frequency: weight = counts.sum() / (len(counts) * counts) "
+                "for cross_entropy, pos_weight = negatives / positives for BCEWithLogitsLoss.",
             )
         if probe.sliced_pair is not None:
             pair = probe.sliced_pair

@@ -1,0 +1,77 @@
+"""Class weights that favour the frequent classes: the counts where their inverse was meant.
+
+``CrossEntropyLoss(weight=counts / counts.sum())`` or ``BCEWithLogitsLoss(pos_weight=
+pos / neg)`` read as balancing, but they weight each class by how often it already occurs
+(or the rare positives by less than 1): the imbalance is amplified, and the rare classes
+are all but ignored. Judged on the targets the criterion gets: the weights must rise with
+the class frequencies across the classes present, over a real spread of both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+MIN_TARGETS = 32
+SPREAD = 2.0  # max/min of both the weights and the frequencies of the classes present
+RANK_AGREEMENT = 0.9  # Spearman correlation of weights and frequencies
+RARE_POSITIVES = 0.3  # positive share under which pos_weight < 1 down-weights the rare class
+LOW_POS_WEIGHT = 0.5
+
+
+@dataclass
+class FrequentClassWeights:
+    function: str
+    classes: int  # present in the targets
+    spread: float  # of the weights, max/min
+    detail: str
+
+
+def _ranks(values: torch.Tensor) -> torch.Tensor:
+    return values.argsort().argsort().double()
+
+
+def weights_follow_counts(weight: torch.Tensor, target: torch.Tensor,
+                          ignore_index: int | None) -> FrequentClassWeights | None:
+    """For a class criterion's ``weight`` (C,) and hard targets (pure)."""
+    labels = target.detach().reshape(-1).long().cpu()
+    if ignore_index is not None:
+        labels = labels[labels != ignore_index]
+    w = weight.detach().double().cpu().reshape(-1)
+    if labels.numel() < MIN_TARGETS or labels.min() < 0 or labels.max() >= w.numel():
+        return None
+    counts = torch.bincount(labels, minlength=w.numel()).double()
+    present = counts > 0
+    if int(present.sum()) < 2 or float(w[present].min()) <= 0:
+        return None
+    c, wp = counts[present], w[present]
+    if float(c.max() / c.min()) < SPREAD or float(wp.max() / wp.min()) < SPREAD:
+        return None
+    if int(present.sum()) == 2:
+        agree = 1.0 if bool((c.argmax() == wp.argmax())) else -1.0
+    else:
+        rc, rw = _ranks(c), _ranks(wp)
+        agree = float(torch.corrcoef(torch.stack([rc, rw]))[0, 1])
+    if agree < RANK_AGREEMENT:
+        return None
+    frequent, rare = int(c.argmax()), int(c.argmin())
+    ids = present.nonzero().flatten()
+    detail = (f"class {int(ids[frequent])} ({int(c[frequent])} of {labels.numel()} targets) weighs "
+              f"{float(wp[frequent]):.3g} and class {int(ids[rare])} ({int(c[rare])}) weighs {float(wp[rare]):.3g}")
+    return FrequentClassWeights("cross_entropy", int(present.sum()), float(wp.max() / wp.min()), detail)
+
+
+def pos_weight_down_weights_positives(pos_weight: torch.Tensor, target: torch.Tensor) -> FrequentClassWeights | None:
+    """For ``binary_cross_entropy_with_logits(pos_weight=...)`` and 0/1 targets (pure)."""
+    values = target.detach().float().reshape(-1).cpu()
+    if values.numel() < MIN_TARGETS or not bool(((values == 0) | (values == 1)).all()):
+        return None
+    share = float(values.mean())
+    weight = float(pos_weight.detach().float().mean())
+    if 0 < share < RARE_POSITIVES and 0 < weight <= LOW_POS_WEIGHT:
+        return FrequentClassWeights(
+            "binary_cross_entropy_with_logits", 2, 1 / weight,
+            f"positives are {share:.0%} of the targets and pos_weight is {weight:.3g} (about positives / negatives; "
+            f"negatives / positives is {(1 - share) / share:.3g})")
+    return None

@@ -1,0 +1,46 @@
+"""A ``view``/``reshape`` whose result has the input's sizes in another order.
+
+``x.view(B, C, T)`` of a ``(B, T, C)`` tensor does not swap the two axes: it reinterprets
+the memory, so each "channel" row holds a run of consecutive (time, channel) values of
+different time steps. ``permute``/``transpose`` swap axes; a view to the same sizes in
+another order is that mistake, whatever the sizes (moving size-1 axes is the exception:
+it changes no element's neighbours).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+RESHAPES = ("view", "reshape")
+
+
+@dataclass
+class ViewAsPermute:
+    function: str
+    source: tuple[int, ...]
+    result: tuple[int, ...]
+
+
+def permuted_view(source: tuple[int, ...], result: tuple[int, ...]) -> bool:
+    """The same sizes in another order, size-1 axes aside (pure)."""
+    kept_source, kept_result = [s for s in source if s != 1], [s for s in result if s != 1]
+    return len(kept_source) >= 2 and kept_source != kept_result and sorted(kept_source) == sorted(kept_result)
+
+
+class ViewWatch:
+    """Feed it every torch function call; ``found`` is the first view to permuted sizes."""
+
+    def __init__(self) -> None:
+        self.found: ViewAsPermute | None = None
+
+    def observe(self, name: str, args: tuple, out: Any) -> None:
+        if self.found is not None or name not in RESHAPES or not args:
+            return
+        source = args[0]
+        if (isinstance(source, torch.Tensor) and isinstance(out, torch.Tensor) and source.dim() >= 2
+                and not isinstance(source, torch.nn.Parameter)
+                and permuted_view(tuple(source.shape), tuple(out.shape))):
+            self.found = ViewAsPermute(name, tuple(source.shape), tuple(out.shape))

@@ -1,0 +1,143 @@
+"""A collate function that reorders some of a batch's tensors and not the others
+(``data.collate_order``).
+
+A collate that sorts the sequences by length for ``pack_padded_sequence`` and returns the
+labels in the order the samples came in pairs every label with another sample's input.
+Shapes, dtypes and ranges stay right; the model learns noise.
+
+The test needs no knowledge of the collate: it collates the same samples twice, in their
+order and reversed. Each of the batch's tensors then comes out in some order, and for a
+collate that keeps samples together it is one order for all of them (reversed, or the same
+sorted order twice). Tensors whose rows do not match between the two calls (random
+masking, batch statistics) say nothing and are left out.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from torch.utils.data._utils.collate import default_collate
+
+from optimus_preflight.preflight.checks.batch_checks import is_map_style
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.data_access.guard import DataGuard
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.framework.preserve import preserved_data_state
+from optimus_preflight.training.batches import leaves
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+SAMPLES = 16
+MIN_SAMPLES = 6
+
+
+def row_matches(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor | None:
+    """(N, N) bool: row i of ``second`` equals row j of ``first``; None when some row of
+    ``second`` equals no row of ``first`` (the tensor is not a reordering)."""
+    a, b = first.reshape(first.shape[0], -1), second.reshape(second.shape[0], -1)
+    if a.is_floating_point():
+        a, b = torch.nan_to_num(a.float()), torch.nan_to_num(b.float())
+    equal = (b[:, None, :] == a[None, :, :]).all(dim=-1)
+    return equal if bool(equal.any(dim=1).all()) else None
+
+
+def disagreeing(first: Any, second: Any, size: int) -> tuple[int, int] | None:
+    """Indices (in ``leaves`` order) of two tensors of the two collated batches that no
+    single reordering of the samples explains (pure)."""
+    pairs = [(index, a, b) for index, (a, b) in enumerate(zip(leaves(first), leaves(second), strict=False))
+             if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() >= 1
+             and a.shape == b.shape and a.shape[0] == size]
+    matches = [(index, m) for index, a, b in pairs if (m := row_matches(a, b)) is not None]
+    # An order is known from a tensor whose rows are all different: a permutation.
+    orders = [(index, m.float().argmax(dim=1)) for index, m in matches
+              if bool((m.sum(dim=1) == 1).all()) and bool((m.sum(dim=0) == 1).all())]
+    if not orders:
+        return None
+    anchor, order = orders[0]
+    for index, m in matches:
+        if not bool(m[torch.arange(size), order].all()):
+            return anchor, index
+    return None
+
+
+def _collate_seeded(collate: Any, samples: list[Any]) -> Any:
+    with torch.random.fork_rng(devices=[]):
+        state, np_state = random.getstate(), np.random.get_state()
+        torch.manual_seed(0)
+        random.seed(0)
+        np.random.seed(0)
+        try:
+            return collate(samples)
+        finally:
+            random.setstate(state)
+            np.random.set_state(np_state)
+
+
+def _leaf_names(batch: Any) -> list[str]:
+    names: list[str] = []
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, f"{path}[{key!r}]")
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                walk(item, f"{path}[{i}]")
+        else:
+            names.append(path or "batch")
+
+    walk(batch, "batch")
+    return names
+
+
+class CollateOrderCheck(Check):
+    """DATA_COLLATE_ORDER: a custom collate that puts a batch's tensors in different orders."""
+
+    name = "data.collate_order"
+    stage = Stage.DATA
+    codes = ("DATA_COLLATE_ORDER",)
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        loader = ctx.train_loader
+        if not isinstance(loader, DataLoader) or loader.collate_fn is default_collate or \
+                not is_map_style(loader.dataset):
+            findings.data["summary"] = "not applicable (default collate, or not a map-style DataLoader)"
+            return
+        guard = DataGuard(ctx, self.name, findings)
+        dataset = loader.dataset
+        size = min(SAMPLES, guard.call(len, dataset, what="len(dataset)"))
+        if size < MIN_SAMPLES:
+            findings.data["summary"] = "too few samples"
+            return
+        with preserved_data_state(ctx):
+            samples = [guard.call(dataset.__getitem__, i, what=f"dataset[{i}]") for i in range(size)]
+            try:
+                first = guard.call(_collate_seeded, loader.collate_fn, samples, what="collate_fn(samples)")
+                second = guard.call(_collate_seeded, loader.collate_fn, samples[::-1], what="collate_fn(samples)")
+            except Exception as error:  # the loader's own first batch worked: a collate of these samples may not
+                findings.data["summary"] = f"collate_fn raised on {size} samples: {type(error).__name__}"
+                return
+        found = disagreeing(first, second, size)
+        findings.data["summary"] = "one order for every tensor" if found is None else "tensors in different orders"
+        if found is None:
+            return
+        names = _leaf_names(first)
+        ordered, other = (names[i] if i < len(names) else f"tensor {i}" for i in found)
+        findings.error(
+            "DATA_COLLATE_ORDER",
+            f"the collate_fn puts the batch's tensors in different sample orders: given the same {size} samples "
+            f"reversed, {ordered} and {other} come out reordered in two different ways, so row i of one no longer "
+            "belongs to the sample of row i of the other (e.g. inputs sorted by length for pack_padded_sequence "
+            "while the labels keep the order the samples came in): every label is paired with another sample",
+            "Reorder every tensor of the batch with the same permutation: sort the samples themselves "
+            "(samples.sort(key=len, reverse=True)) before splitting them into inputs and labels, or index inputs, "
+            "lengths and labels with one order = lengths.argsort(descending=True); or keep the order and use "
+            "pack_padded_sequence(..., enforce_sorted=False).",
+            "data.train",
+        )

@@ -1,0 +1,62 @@
+"""LOSS_CLASS_WEIGHTS: criterion class weights that rise with the class frequencies (the
+counts where their inverse was meant; pos_weight = positives / negatives); inverse-
+frequency weights, uniform weights and a balanced task stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.analyses.class_weights import weights_follow_counts
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck, LossFunctionCheck
+
+g = torch.Generator().manual_seed(0)
+X = torch.randn(2000, 8, generator=g)
+Y = torch.multinomial(torch.tensor([0.7, 0.2, 0.1]), 2000, replacement=True, generator=g)
+COUNTS = torch.bincount(Y, minlength=3).float()
+POSITIVES = (torch.rand(2000, generator=g) < 0.1).float()
+
+
+def issues(loss_fn, labels=Y, outputs=3) -> list:
+    torch.manual_seed(0)
+    model = nn.Linear(8, outputs)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(X, labels), batch_size=128, shuffle=True), loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), LossFunctionCheck()])
+    return [i for i in report.check("step.loss_function").issues if i.code == "LOSS_CLASS_WEIGHTS"]
+
+
+def bce(pos_weight):
+    criterion = nn.BCEWithLogitsLoss(pos_weight=torch.tensor([pos_weight]))
+
+    def loss(model, batch):
+        x, y = batch
+        return criterion(model(x).squeeze(-1), y)
+    return loss
+
+
+@pytest.mark.parametrize("loss_fn, labels, outputs", [
+    (nn.CrossEntropyLoss(weight=COUNTS / COUNTS.sum()), Y, 3),
+    (bce(float(POSITIVES.mean() / (1 - POSITIVES.mean()))), POSITIVES, 1),
+], ids=["ce_weight_counts", "bce_pos_weight_pos_over_neg"])
+def test_weights_that_favour_the_frequent_classes_fire(loss_fn, labels, outputs):
+    found = issues(loss_fn, labels, outputs)
+    assert found and "inverse" in found[0].fix
+
+
+@pytest.mark.parametrize("loss_fn, labels, outputs", [
+    (nn.CrossEntropyLoss(weight=COUNTS.sum() / (3 * COUNTS)), Y, 3),
+    (nn.CrossEntropyLoss(weight=torch.ones(3)), Y, 3),
+    (bce(float((1 - POSITIVES.mean()) / POSITIVES.mean())), POSITIVES, 1),
+], ids=["ce_inverse_frequency", "ce_uniform", "bce_neg_over_pos"])
+def test_balancing_weights_stay_quiet(loss_fn, labels, outputs):
+    assert not issues(loss_fn, labels, outputs)
+
+
+def test_a_balanced_task_says_nothing_about_its_weights():
+    labels = torch.arange(64) % 4
+    assert weights_follow_counts(torch.tensor([1.0, 2.0, 3.0, 4.0]), labels, None) is None

@@ -1,0 +1,91 @@
+"""data.collate_order: a collate_fn that reorders inputs and labels differently (sorted by
+length for packing, labels in arrival order); collates that keep samples together, sort
+everything with one order, or mask at random stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import DataLoader, Dataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.collate_order import CollateOrderCheck, disagreeing
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+
+
+class Utterances(Dataset):
+    def __init__(self):
+        g = torch.Generator().manual_seed(0)
+        self.lengths = torch.randint(3, 20, (200,), generator=g).tolist()
+        self.seqs = [torch.randint(1, 50, (n,), generator=g) for n in self.lengths]
+        self.labels = torch.randint(0, 3, (200,), generator=g).tolist()
+
+    def __len__(self):
+        return len(self.seqs)
+
+    def __getitem__(self, i):
+        return self.seqs[i], self.labels[i]
+
+
+def sorts_inputs_only(rows):
+    seqs = sorted([r[0] for r in rows], key=len, reverse=True)
+    labels = torch.tensor([r[1] for r in rows])
+    return pad_sequence(seqs, batch_first=True), torch.tensor([len(s) for s in seqs]), labels
+
+
+def sorts_everything(rows):
+    rows = sorted(rows, key=lambda r: len(r[0]), reverse=True)
+    return (pad_sequence([r[0] for r in rows], batch_first=True), torch.tensor([len(r[0]) for r in rows]),
+            torch.tensor([r[1] for r in rows]))
+
+
+def keeps_order(rows):
+    return {"ids": pad_sequence([r[0] for r in rows], batch_first=True),
+            "lengths": torch.tensor([len(r[0]) for r in rows]), "labels": torch.tensor([r[1] for r in rows])}
+
+
+def masks_at_random(rows):
+    ids = pad_sequence([r[0] for r in rows], batch_first=True)
+    masked = ids.masked_fill(torch.rand(ids.shape) < 0.15, 99)
+    return masked, torch.where(masked == 99, ids, -100)
+
+
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = nn.Embedding(100, 8), nn.Linear(8, 3)
+
+    def forward(self, ids):
+        return self.head(self.embed(ids).mean(1))
+
+
+def loss(model, batch):
+    if isinstance(batch, dict):
+        return nn.functional.cross_entropy(model(batch["ids"]), batch["labels"])
+    if len(batch) == 2:  # the masked-LM batch: any loss will do, the check reads the collate only
+        return model(batch[0]).logsumexp(-1).mean()
+    return nn.functional.cross_entropy(model(batch[0]), batch[2])
+
+
+@pytest.mark.parametrize("collate, fires", [(sorts_inputs_only, True), (sorts_everything, False),
+                                            (keeps_order, False), (masks_at_random, False)],
+                         ids=["sorts_inputs_only", "sorts_everything", "keeps_order", "masks_at_random"])
+def test_only_a_collate_that_reorders_tensors_differently_fires(collate, fires):
+    model = Classifier()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(Utterances(), batch_size=16, shuffle=True, collate_fn=collate), loss_fn=loss,
+                           checks=[FirstBatchCheck(), CollateOrderCheck()])
+    issues = [i for i in report.check("data.collate_order").issues if i.code == "DATA_COLLATE_ORDER"]
+    assert bool(issues) == fires, report.check("data.collate_order").data
+    if fires:
+        assert "batch[0]" in issues[0].message and "batch[2]" in issues[0].message
+        assert "enforce_sorted=False" in issues[0].fix
+
+
+def test_labels_with_repeated_values_are_judged_against_the_inputs_order():
+    ids = torch.arange(8)[:, None].repeat(1, 3)
+    labels = torch.tensor([0, 0, 1, 1, 0, 1, 1, 0])
+    assert disagreeing((ids, labels), (ids.flip(0), labels.flip(0)), 8) is None
+    assert disagreeing((ids, labels), (ids, labels.flip(0)), 8) == (0, 1)

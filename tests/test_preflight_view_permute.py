@@ -1,0 +1,55 @@
+"""VIEW_AS_PERMUTE: a .view/.reshape to the input's sizes in another order, where
+permute/transpose was meant (a (B, T, C) sequence viewed as (B, C, T) for a Conv1d); a
+permute, a view that only moves size-1 axes, and a head split stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.analyses.view_permute import permuted_view
+from optimus_preflight.preflight.checks.batch_layout import BatchLayoutCheck
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+
+LAYOUTS = {
+    "view": (lambda x: x.view(x.shape[0], x.shape[2], x.shape[1]), True),
+    "reshape": (lambda x: x.reshape(x.shape[0], x.shape[2], -1), True),
+    "transpose": (lambda x: x.transpose(1, 2), False),
+    "permute_then_view": (lambda x: x.permute(0, 2, 1).contiguous().view(x.shape[0], x.shape[2], x.shape[1]), False),
+}
+
+
+class SensorConv(nn.Module):
+    def __init__(self, to_channels_first):
+        super().__init__()
+        torch.manual_seed(0)
+        self.to_channels_first = to_channels_first
+        self.conv, self.head = nn.Conv1d(6, 16, 5, padding=2), nn.Linear(16, 3)
+
+    def forward(self, x):  # (B, T=50, C=6)
+        return self.head(self.conv(self.to_channels_first(x)).mean(-1))
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_a_view_to_permuted_sizes_fires_and_axis_swaps_stay_quiet(layout):
+    function, fires = LAYOUTS[layout]
+    x, y = torch.randn(256, 50, 6), torch.randint(0, 3, (256,))
+    model = SensorConv(function)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), BatchLayoutCheck()])
+    issues = [i for i in report.check("step.batch_layout").issues if i.code == "VIEW_AS_PERMUTE"]
+    assert bool(issues) == fires
+    if fires:
+        assert "(32, 50, 6)" in issues[0].message and "(32, 6, 50)" in issues[0].message
+        assert "permute" in issues[0].fix
+
+
+def test_only_a_reordering_of_sizes_larger_than_one_counts():
+    assert permuted_view((32, 50, 6), (32, 6, 50))
+    assert not permuted_view((32, 1, 64), (32, 64, 1))  # an unsqueeze moved
+    assert not permuted_view((32, 10, 64), (32, 10, 8, 8))  # a head split
+    assert not permuted_view((16, 16, 16), (16, 16, 16))  # equal sizes: nothing to tell
