@@ -30,6 +30,7 @@ from optimus_preflight.preflight.checks.dataset_memory import DatasetCacheCheck
 from optimus_preflight.preflight.checks.dropout_rate import DropoutInEvalCheck, DropoutRateCheck
 from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
 from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
+from optimus_preflight.preflight.checks.input_dependence import InputDependenceCheck
 from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
 from optimus_preflight.preflight.checks.label_mapping import LabelMappingCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
@@ -106,6 +107,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     BatchLayoutCheck,
     TargetLeakCheck,
     SampleMixingCheck,
+    InputDependenceCheck,
     step_runs.AccumulationCheck,
     step_runs.LossScaleCheck,
     step_smoke.CheckpointRoundTripCheck,

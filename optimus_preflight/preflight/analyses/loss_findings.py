@@ -302,3 +302,29 @@ def criterion_ratio(calls: list[CriterionCall], returned: float | None) -> float
         if ratio > 0 and close(1 / ratio, round(1 / ratio)) and round(1 / ratio) > 1:
             return ratio
     return ratios[0] if len(means) == 1 and ratios else None
+
+
+# Activations whose output range bounds the logits a class criterion gets: (low, high).
+BOUNDED_LOGITS = {"Sigmoid": (0.0, 1.0), "Tanh": (-1.0, 1.0), "Hardsigmoid": (0.0, 1.0), "Hardtanh": (-1.0, 1.0)}
+
+
+def bounded_logit_findings(calls: list[CriterionCall]) -> list[Finding]:
+    """LOSS_BOUNDED_LOGITS: cross_entropy on logits that come out of a sigmoid or tanh. The
+    largest margin between two classes is the range's width, so the loss has a floor of
+    log(1 + (C - 1) * exp(-width)) however well the model ranks the classes."""
+    for call in calls:
+        bounds = BOUNDED_LOGITS.get(call.logit_activation or "")
+        if call.function != "cross_entropy" or bounds is None or not call.n_classes or call.n_classes < 2:
+            continue
+        width = bounds[1] - bounds[0]
+        floor = math.log(1 + (call.n_classes - 1) * math.exp(-width))
+        return [Finding(
+            "LOSS_BOUNDED_LOGITS", "error",
+            f"cross_entropy receives logits that come out of a {call.logit_activation.lower()}, bounded to "
+            f"[{bounds[0]:g}, {bounds[1]:g}]: the largest margin between two of its {call.n_classes} classes is "
+            f"{width:g}, so the loss can never fall below {floor:.3f} (ln C = {math.log(call.n_classes):.3f}) and "
+            "the gradients shrink as the activation saturates",
+            f"Remove the {call.logit_activation.lower()} after the output layer: cross_entropy takes raw, "
+            "unbounded logits and applies log_softmax itself.",
+        )]
+    return []

@@ -45,7 +45,7 @@ from optimus_preflight.preflight.analyses.loss_shapes import (
     sums_to_one,
     wrong_normalisation,
 )
-from optimus_preflight.preflight.analyses.output_range import OutputRange, bounded_output
+from optimus_preflight.preflight.analyses.output_range import OutputRange, bounded_output, output_activation
 from optimus_preflight.preflight.analyses.padding import (
     PaddingProfile,
     as_rows,
@@ -182,6 +182,7 @@ class CriterionCall:
     output_range: OutputRange | None = None  # regression: a bounded output activation vs the targets
     target_base: torch.Tensor | None = None  # the tensor a flattened class target is a view of
     frequent_class_weights: FrequentClassWeights | None = None  # weight / pos_weight favouring frequent classes
+    logit_activation: str | None = None  # class criteria: the op behind the logits (Sigmoid: bounded logits)
 
     @property
     def hard_targets(self) -> bool:
@@ -341,6 +342,8 @@ class LossSpy(TorchFunctionMode):
             target = target[target != ignore_index]  # ignored positions may hold any sentinel
         record.input = _stats(inputs, class_dim, self.shapes) if isinstance(inputs, torch.Tensor) else None
         record.target = _stats(target, None) if isinstance(target, torch.Tensor) else None
+        if name in CLASS_CRITERIA and isinstance(inputs, torch.Tensor) and inputs.requires_grad:
+            record.logit_activation = output_activation(inputs)
         weight = _argument(args, kwargs, 2, "weight")
         if name in CLASS_CRITERIA and isinstance(weight, torch.Tensor) and isinstance(target, torch.Tensor) \
                 and not target.is_floating_point():

@@ -1,0 +1,59 @@
+"""step.input_dependence: a model that gives every sample the same output (a forward that
+ignores its input, a layer of dead units), with the module where the samples' differences
+are lost; a healthy model and a zero-initialised head stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.input_dependence import InputDependenceCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
+
+
+class Tabular(nn.Module):
+    def __init__(self, mode: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.mode = mode
+        self.hidden, self.act, self.head = nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 3)
+        self.register_buffer("template", torch.zeros(1, 8))
+        if mode == "dead_units":
+            nn.init.constant_(self.hidden.bias, -100.0)
+        if mode == "zero_head":
+            nn.init.zeros_(self.head.weight)
+
+    def forward(self, x):
+        if self.mode == "reads_template":
+            x = self.template.expand_as(x)  # a stale attribute in place of the batch
+        return self.head(self.act(self.hidden(x)))
+
+
+def verdict(mode: str) -> tuple[list, dict]:
+    x, y = torch.randn(512, 8), torch.randint(0, 3, (512,))
+    model = Tabular(mode)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), InputDependenceCheck()])
+    result = report.check("step.input_dependence")
+    return [i for i in result.issues if i.code == "MODEL_IGNORES_INPUT"], result.data
+
+
+@pytest.mark.parametrize("mode, where", [("reads_template", "No module's output differed"),
+                                         ("dead_units", "ReLU 'act'")])
+def test_every_sample_getting_the_same_output_is_an_error(mode, where):
+    issues, _ = verdict(mode)
+    assert issues and where in issues[0].message
+
+
+@pytest.mark.parametrize("mode", ["healthy", "zero_head"])
+def test_samples_with_their_own_outputs_or_a_zero_initialised_head_are_quiet(mode):
+    issues, data = verdict(mode)
+    assert not issues
+    if mode == "zero_head":
+        assert "zero-initialised 'head'" in data["summary"]
