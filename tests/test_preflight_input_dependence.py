@@ -57,3 +57,31 @@ def test_samples_with_their_own_outputs_or_a_zero_initialised_head_are_quiet(mod
     assert not issues
     if mode == "zero_head":
         assert "zero-initialised 'head'" in data["summary"]
+
+
+class GruClassifier(nn.Module):
+    def __init__(self, read_first: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.read_first = read_first
+        self.embed, self.gru, self.head = nn.Embedding(60, 16, padding_idx=0), nn.GRU(16, 16, batch_first=True), \
+            nn.Linear(16, 3)
+
+    def forward(self, ids):
+        out, _ = self.gru(self.embed(ids))
+        return self.head(out[:, 0] if self.read_first else out[:, -1])
+
+
+@pytest.mark.parametrize("read_first", [True, False], ids=["reads_first_step", "reads_last_step"])
+def test_a_read_out_of_the_first_time_step_ignores_the_second_half(read_first):
+    g = torch.Generator().manual_seed(0)
+    ids, y = torch.randint(1, 60, (256, 24), generator=g), torch.randint(0, 3, (256,), generator=g)
+    model = GruClassifier(read_first)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(ids, y), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), InputDependenceCheck()])
+    issues = [i for i in report.check("step.input_dependence").issues if i.code == "MODEL_IGNORES_POSITIONS"]
+    assert bool(issues) == read_first
+    if read_first:
+        assert "second half" in issues[0].message and "12-23" in issues[0].message and "h_n" in issues[0].fix

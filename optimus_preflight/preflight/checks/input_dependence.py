@@ -1,4 +1,5 @@
-"""A model whose output is the same for every sample (``step.input_dependence``).
+"""A model whose output is the same for every sample, or ignores half of each sequence
+(``step.input_dependence``).
 
 Different samples must give different outputs. When every sample of a batch gets the
 same output, nothing the model learns can depend on the input: a ``forward`` that reads
@@ -11,6 +12,12 @@ gradients, with a forward hook on every module. The first module (in call order)
 output is the same for every sample, while its input was not, is where the samples'
 differences are lost; it is named. A zero-initialised output layer (ViT-style heads) loses
 them by design at step 0 and stays quiet: its weight is all zeros.
+
+Half a sequence ignored: a classifier reading ``out[:, 0]`` of a unidirectional RNN (the
+state after the first token), a slice that keeps the first positions. Each sequence input
+of the batch (``(B, T)`` token ids or ``(B, T, F)`` features, ``T >= MIN_POSITIONS``) gets
+the non-padding positions of one half replaced by those of the next sample; when no
+sample's output moves, while changing whole samples does move it, that half is ignored.
 """
 
 from __future__ import annotations
@@ -20,27 +27,33 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from optimus_preflight.preflight.analyses.padding import edge_padding
 from optimus_preflight.preflight.checks.sample_mixing import PROBE_SAMPLES, batch_axis, probe_batches
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
-from optimus_preflight.training.batches import batch_size_of, leaves, move_to_device
+from optimus_preflight.training.batches import batch_size_of, leaves, map_batch, move_to_device
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
 
 MIN_SAMPLES = 4
+MIN_POSITIONS = 8
+MOVED = 1e-4  # of the output's largest value: a sample's output moved
 SAME = 1e-6  # of the tensor's largest value: rows this close are the same output
 
 
 def varies(tensor: Any, size: int) -> bool | None:
     """Whether the rows of a per-sample tensor (batch axis of ``size``) differ; None when
-    it has no such axis or is not floating."""
-    if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point() or tensor.dim() == 0:
+    it has no such axis (or holds non-finite values)."""
+    if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0 or tensor.is_complex():
         return None
     axis = batch_axis(tensor, size)
     if axis is None:
         return None
+    if not tensor.is_floating_point():  # token ids, masks: exact
+        rows = tensor.detach().movedim(axis, 0).reshape(size, -1)
+        return bool((rows != rows[0]).any())
     rows = tensor.detach().float().movedim(axis, 0).reshape(size, -1)
     if not bool(torch.isfinite(rows).all()):
         return None
@@ -58,7 +71,7 @@ class InputDependenceCheck(Check):
 
     name = "step.input_dependence"
     stage = Stage.STEP
-    codes = ("MODEL_IGNORES_INPUT",)
+    codes = ("MODEL_IGNORES_INPUT", "MODEL_IGNORES_POSITIONS")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -74,12 +87,14 @@ class InputDependenceCheck(Check):
             return
         trace = self._trace(ctx, probe, keep)
         if trace is None:
-            findings.data["summary"] = "the forward could not be observed"
+            findings.data["summary"] = "the forward could not be observed, or the model's inputs do not differ"
             return
         output_varies, lost_at = trace
         findings.data["summary"] = "outputs differ between samples" if output_varies is not False else \
             "every sample gets the same output"
         if output_varies is not False:
+            if output_varies:
+                self._positions(ctx, probe, keep, findings)
             return
         if lost_at is not None and isinstance(lost_at[1], (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Embedding)) \
                 and not bool(lost_at[1].weight.detach().any()):
@@ -98,21 +113,84 @@ class InputDependenceCheck(Check):
             "(a ReLU after a large negative bias or a bad init): re-initialise them or use a leaky activation.",
         )
 
+    def _positions(self, ctx: PreflightContext, batch: Any, size: int, findings: Findings) -> None:
+        base = self._output(ctx, batch)
+        if base is None:
+            return
+        for index, leaf in enumerate(leaves(batch)):
+            if not _is_sequence(leaf, size):
+                continue
+            moved = {}
+            for half in ("first", "second"):
+                changed = _swap_half(leaf, half)
+                if changed is None:
+                    continue
+                swapped = map_batch(lambda value, target=leaf, new=changed: new if value is target else value, batch)
+                output = self._output(ctx, swapped)
+                if output is None:
+                    return
+                moved[half] = _samples_moved(base, output, size)
+            ignored = [half for half, count in moved.items() if count == 0]
+            if len(ignored) != 1:
+                continue
+            half = ignored[0]
+            length = leaf.shape[1]
+            span = f"0-{length // 2 - 1}" if half == "first" else f"{length // 2}-{length - 1}"
+            findings.data["ignored_positions"] = span
+            findings.warning(
+                "MODEL_IGNORES_POSITIONS",
+                f"the model's output ignores the {half} half of each sequence: replacing positions {span} of the "
+                f"{tuple(leaf.shape)} input with another sample's tokens moved no sample's output (eval mode), while "
+                f"the other half did. Usually the read-out takes the wrong time step: out[:, 0] of a unidirectional "
+                "RNN is the state after the first token only (out[:, -1], or h_n, sees the whole sequence), or a "
+                "slice keeps the first (or last) positions",
+                "Read out a state that has seen the whole sequence: h_n (with pack_padded_sequence for padded "
+                "batches), out[:, -1] of a unidirectional RNN on unpadded input, a pooled mean over the valid "
+                "positions, or a [CLS] position of a bidirectional encoder.",
+            )
+            return
+
+    @staticmethod
+    def _output(ctx: PreflightContext, batch: Any) -> list[torch.Tensor] | None:
+        seen: list[Any] = []
+
+        def keep(module: nn.Module, args: tuple, output: Any) -> None:
+            if not seen:
+                seen.append(output)
+
+        handle = ctx.model.register_forward_hook(keep)
+        try:
+            with preserved_training_state(ctx), torch.no_grad():
+                ctx.model.eval()
+                with ctx.training.plan.autocast():
+                    ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
+        except Exception:
+            return None
+        finally:
+            handle.remove()
+        if not seen:
+            return None
+        return [leaf.detach() for leaf in leaves(seen[0]) if isinstance(leaf, torch.Tensor) and leaf.dim() > 0]
+
     @staticmethod
     def _trace(ctx: PreflightContext, batch: Any, size: int) -> tuple[bool | None, tuple[str, nn.Module] | None] | None:
+        """(whether the model's output differs between samples, the first module that loses
+        the differences); None when the forward cannot be observed or the model's own inputs
+        do not differ (identical samples are the data checks' finding)."""
         names = {module: name or type(module).__name__ for name, module in ctx.model.named_modules()}
         lost: list[tuple[str, nn.Module]] = []
-        top: list[Any] = []
+        top: list[tuple[bool | None, Any]] = []
 
-        def on_forward(module: nn.Module, args: tuple, output: Any) -> None:
+        def on_forward(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+            inputs_vary = _any_varies((args, kwargs), size)
             if module is ctx.model:
                 if not top:
-                    top.append(output)
+                    top.append((inputs_vary, output))
                 return
-            if not lost and _any_varies(args, size) and _any_varies(output, size) is False:
+            if not lost and inputs_vary and _any_varies(output, size) is False:
                 lost.append((names[module], module))
 
-        handles = [module.register_forward_hook(on_forward) for module in names]
+        handles = [module.register_forward_hook(on_forward, with_kwargs=True) for module in names]
         try:
             with preserved_training_state(ctx), torch.no_grad():
                 ctx.model.eval()
@@ -123,6 +201,45 @@ class InputDependenceCheck(Check):
         finally:
             for handle in handles:
                 handle.remove()
-        if not top:
+        if not top or not top[0][0]:
             return None
-        return _any_varies(top[0], size), (lost[0] if lost else None)
+        return _any_varies(top[0][1], size), (lost[0] if lost else None)
+
+def _is_sequence(leaf: Any, size: int) -> bool:
+    if not isinstance(leaf, torch.Tensor) or leaf.shape[:1] != (size,) or leaf.dim() not in (2, 3):
+        return False
+    if leaf.shape[1] < MIN_POSITIONS:
+        return False
+    return leaf.dim() == 3 and leaf.is_floating_point() or leaf.dim() == 2 and not leaf.is_floating_point()
+
+
+def _swap_half(leaf: torch.Tensor, half: str) -> torch.Tensor | None:
+    """``leaf`` with the non-padding positions of one half taken from the next sample."""
+    length = leaf.shape[1]
+    positions = slice(0, length // 2) if half == "first" else slice(length // 2, length)
+    valid = torch.ones(leaf.shape[:2], dtype=torch.bool, device=leaf.device)
+    if not leaf.is_floating_point():
+        _, pad = edge_padding(leaf, None)
+        if pad is not None:
+            valid = ~pad
+    donor = leaf.roll(1, dims=0)
+    donor_valid = valid.roll(1, dims=0)
+    swap = torch.zeros_like(valid)
+    swap[:, positions] = valid[:, positions] & donor_valid[:, positions]
+    mask = swap if leaf.dim() == 2 else swap.unsqueeze(-1)
+    changed = torch.where(mask, donor, leaf)
+    return changed if not torch.equal(changed, leaf) else None
+
+
+def _samples_moved(first: list[torch.Tensor], second: list[torch.Tensor], size: int) -> int | None:
+    moved = None
+    for a, b in zip(first, second, strict=False):
+        if a.shape != b.shape or not a.is_floating_point():
+            continue
+        axis = batch_axis(a, size)
+        if axis is None:
+            continue
+        tolerance = MOVED * float(a.abs().max().clamp_min(1e-12))
+        rows = ((a.float() - b.float()).abs() > tolerance).movedim(axis, 0).reshape(size, -1).any(dim=1)
+        moved = (moved or 0) + int(rows.sum())
+    return moved
