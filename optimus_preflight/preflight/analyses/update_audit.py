@@ -47,6 +47,7 @@ EPS_USUAL_MAX = 1e-4  # below this, eps is a usual setting (1e-8 .. 1e-5) whatev
 # step alone is as large as the initialisation.
 UPDATE_OVER_WEIGHTS = 1.0
 MIN_WEIGHT_RMS = 1e-3  # a group initialised at (near) zero has no size to compare with
+RUN_MOVEMENT = 0.005  # the most the whole run could move the weights, as a share of their rms
 CLIP_FACTOR = 1e-3  # clipping scales the gradient by less than this ...
 CLIP_SMALL_NORM = 0.1  # ... and the threshold itself is this small: the threshold is the mistake
 
@@ -195,8 +196,10 @@ def _finite(step: GroupStep) -> bool:
 
 
 def update_findings(groups: list[GroupStep], *, optimizer_name: str, grad_norm: float | None,
-                    clip_grad_norm: float | None) -> list[Finding]:
-    """The findings of one observed step (``UpdateRecorder.groups``)."""
+                    clip_grad_norm: float | None, run_lr_multiple: float | None = None,
+                    max_steps: int | None = None) -> list[Finding]:
+    """The findings of one observed step (``UpdateRecorder.groups``). ``run_lr_multiple``:
+    the learning rates of all ``max_steps`` steps summed, in units of the first step's."""
     found: list[Finding] = []
     audited = [step for step in groups if _finite(step) and float(step.grad.abs().max()) > 0]
     moving = [step for step in audited if step.lr is None or step.lr > 0]
@@ -224,6 +227,10 @@ def update_findings(groups: list[GroupStep], *, optimizer_name: str, grad_norm: 
         eps = _eps(step, len(groups), optimizer_name)
         if eps is not None:
             found.append(eps)
+    if not found and run_lr_multiple is not None and max_steps:
+        small = _too_small(moving, run_lr_multiple, max_steps)
+        if small is not None:
+            found.append(small)
     swapped = [_betas(step, len(groups), optimizer_name) for step in audited]
     found.extend(next(([finding] for finding in swapped if finding is not None), []))
     clipped = _clip(grad_norm, clip_grad_norm)
@@ -320,6 +327,33 @@ def _too_large(step: GroupStep, delta: torch.Tensor, total: int) -> Finding | No
         "and a step this large usually makes the loss explode (healthy first steps are 0.1% to 5% of the weights)",
         "Lower the learning rate (Adam/AdamW: 1e-4 to 3e-3; SGD: 0.01 to 0.1), or measure it with the LR finder "
         "(preflight.lr_finder=true; lr_finder=True in run_preflight); a warmup also tames the first steps.",
+    )
+
+
+def _too_small(moving: list[GroupStep], run_lr_multiple: float, max_steps: int) -> Finding | None:
+    """Every group's weights would move by under ``RUN_MOVEMENT`` of their size over the whole
+    run even if each step's update pointed the same way: the first update's size, scaled by
+    the schedule's summed learning rate. An upper bound, so a healthy short run never fires
+    (healthy first steps move 0.07% to 5% of the weights; 0.5% is reached in 7 steps)."""
+    bounds = []
+    for step in moving:
+        weight_rms = float(step.before.pow(2).mean().sqrt())
+        update_rms = float(step.delta.pow(2).mean().sqrt())
+        if weight_rms < MIN_WEIGHT_RMS or not step.lr:
+            continue
+        bounds.append((update_rms / weight_rms * run_lr_multiple, step))
+    if not bounds or max(bound for bound, _ in bounds) >= RUN_MOVEMENT:
+        return None
+    largest, step = max(bounds, key=lambda pair: pair[0])
+    return Finding(
+        "UPDATE_TOO_SMALL", "warning",
+        f"the learning rate is too small to train: the first step moved the weights by "
+        f"{float(step.delta.pow(2).mean().sqrt()) / float(step.before.pow(2).mean().sqrt()):.1e} of their size "
+        f"(lr={step.lr:g}), and over trainer.max_steps={max_steps} steps of this schedule even updates that all "
+        f"pointed the same way would move them by at most {largest:.2%}. The model ends where it started",
+        "Raise the learning rate (Adam/AdamW: 1e-4 to 3e-3; SGD: 0.01 to 0.1), and check the scheduler: a LambdaLR "
+        "must return a factor of the base lr, not the lr itself; a StepLR/ExponentialLR sized in epochs must be "
+        "stepped once per epoch, not per batch.",
     )
 
 

@@ -3,10 +3,11 @@ update that is no update, climbs the loss, or is swamped by weight decay, eps or
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.analyses.update_audit import update_findings
+from optimus_preflight.preflight.checks.config_checks import lr_trajectory
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
 KEYS = {"UPDATE_WEIGHT_DECAY": "optimizer.weight_decay", "UPDATE_EPS": "optimizer.eps",
         "UPDATE_BETAS": "optimizer.betas", "UPDATE_TOO_LARGE": "optimizer.lr",
-        "UPDATE_CLIPPED": "trainer.clip_grad_norm"}
+        "UPDATE_CLIPPED": "trainer.clip_grad_norm", "UPDATE_TOO_SMALL": "optimizer.lr"}
 
 
 class UpdateCheck(Check):
@@ -24,7 +25,7 @@ class UpdateCheck(Check):
     name = "step.update"
     stage = Stage.STEP
     codes = ("UPDATE_NONE", "UPDATE_ASCENT", "UPDATE_UNDONE", "UPDATE_WEIGHT_DECAY", "UPDATE_EPS", "UPDATE_CLIPPED",
-             "UPDATE_BETAS", "UPDATE_TOO_LARGE", "INIT_SYMMETRIC")
+             "UPDATE_BETAS", "UPDATE_TOO_LARGE", "UPDATE_TOO_SMALL", "INIT_SYMMETRIC")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -51,7 +52,32 @@ class UpdateCheck(Check):
                 "Initialise weights randomly (the layers' defaults, or nn.init.kaiming_uniform_ / xavier_uniform_ / "
                 "normal_(std=0.02)); constants are for biases and normalisation gains only.",
             )
+        max_steps = ctx.cfg.trainer.max_steps
         for found in update_findings(probe.updates, optimizer_name=type(ctx.optimizer).__name__,
-                                     grad_norm=probe.grad_norm, clip_grad_norm=ctx.cfg.trainer.clip_grad_norm):
+                                     grad_norm=probe.grad_norm, clip_grad_norm=ctx.cfg.trainer.clip_grad_norm,
+                                     run_lr_multiple=run_lr_multiple(ctx.scheduler, ctx.optimizer, max_steps),
+                                     max_steps=max_steps):
             findings.add(found.severity, found.code, found.message, found.fix, KEYS.get(found.code),
                          code_fix=found.code_fix)
+
+
+def run_lr_multiple(scheduler: Any, optimizer: Any, max_steps: Any) -> float | None:
+    """The learning rates of all ``max_steps`` optimizer steps summed, in units of the first
+    step's (``max_steps`` for a constant lr); None when the schedule cannot be read."""
+    if not isinstance(max_steps, int) or max_steps <= 0:
+        return None
+    if scheduler is None:
+        return float(max_steps)
+    try:
+        points = lr_trajectory(scheduler, optimizer, max_steps)
+    except Exception:  # O8 reports a schedule that fails
+        return None
+    if not points or points[0][1] <= 0:
+        return None
+    total, previous_step, previous_lr = 0.0, None, None
+    for step, lr in points:
+        if previous_step is not None:
+            total += previous_lr * (step - previous_step)
+        previous_step, previous_lr = step, lr
+    total += previous_lr * (max_steps - previous_step)  # the simulated part ends early: its last lr persists
+    return total / points[0][1]
