@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 MOSTLY_IGNORED = 0.95
 MIN_TARGETS = 32  # fewer say nothing about a share
 ONE_CLASS_MIN_TARGETS = 256
+MIN_MULTI_ROWS = 8
+NORMALISED_MULTI_HOT_SHARE = 0.25  # of the rows: one-label rows are one-hot, the rest 1/k
 _ROW_SUM_TOL = 1e-3
 
 
@@ -54,6 +56,10 @@ class TargetProfile:
     # most rows are ignored at both, one end is real tokens (the "O" tags before an entity).
     rows_ignored_both_ends: int = 0
     ignored_lesser_edge: int = 0
+    # Float (B, C) targets: rows whose non-zero entries are two or more equal values, a
+    # multi-hot row divided by its label count (mixup and label smoothing give unequal ones).
+    rows_total: int = 0
+    uniform_multi_rows: int = 0
 
 
 def profile_target(function: str, target: torch.Tensor, ignore_index: int | None,
@@ -91,6 +97,13 @@ def profile_target(function: str, target: torch.Tensor, ignore_index: int | None
             floats = values.float()
             profile.row_sum_max = float(floats.sum(dim=class_dim).max())
             profile.binary = bool(((floats == 0) | (floats == 1)).all())
+            if floats.dim() == 2 and class_dim == 1 and not profile.binary and bool((floats >= 0).all()):
+                positive = floats > 0
+                count = positive.sum(dim=1)
+                largest = floats.max(dim=1).values
+                smallest = torch.where(positive, floats, torch.full_like(floats, float("inf"))).min(dim=1).values
+                uniform = (count >= 2) & ((largest - smallest).abs() <= 1e-6 * largest.clamp_min(1e-12))
+                profile.rows_total, profile.uniform_multi_rows = int(floats.shape[0]), int(uniform.sum())
     return profile
 
 
@@ -152,7 +165,18 @@ def profile_findings(calls: list[CriterionCall]) -> list[Finding]:
                 "count, and the softmax can only split one unit of probability between the labels",
                 "For multi-label data use BCEWithLogitsLoss on the logits and these float targets (one "
                 "independent yes/no per class); for one label per sample pass class indices "
-                "(targets.argmax(dim=1), dtype long) or normalise the rows to sum to 1.",
+                "(targets.argmax(dim=1), dtype long).",
+            ))
+        elif call.function == "cross_entropy" and profile.rows_total >= MIN_MULTI_ROWS and \
+                profile.uniform_multi_rows >= NORMALISED_MULTI_HOT_SHARE * profile.rows_total:
+            found.append(Finding(
+                "TARGET_MULTI_HOT", "error",
+                f"cross_entropy gets multi-hot targets divided by their label count: {profile.uniform_multi_rows} of "
+                f"{profile.rows_total} rows spread their mass equally over two or more labels (1/k each). A softmax "
+                "over the classes makes the labels compete: a sample with k labels can at best give each 1/k, so the "
+                "model never says yes to several labels at once, and no threshold recovers them",
+                "For multi-label data use BCEWithLogitsLoss on the logits and the 0/1 multi-hot targets (one "
+                "independent yes/no per class), with a sigmoid and a threshold at prediction time.",
             ))
     return found
 

@@ -130,7 +130,7 @@ def receiving_gradient(ctx: PreflightContext, tensors: list[torch.Tensor]) -> li
 
 class LossTensorsCheck(Check):
     """O2 outside the model: learnable tensors of the loss that get a gradient in the
-    training step, in no optimizer param group."""
+    training step, not in any optimizer param group."""
 
     name = "step.loss_tensors"
     stage = Stage.STEP
@@ -156,7 +156,7 @@ class LossTensorsCheck(Check):
             findings.warning(
                 "O2",
                 f"{len(stranded)} learnable tensor(s) outside the model get a gradient in the training step but are "
-                f"in no optimizer param group, so they never change: {_names(stranded)}",
+                f"not in any optimizer param group, so they never change: {_names(stranded)}",
                 "If they should learn, give them to the optimizer too (e.g. torch.optim.AdamW([*model.parameters(), "
                 "*criterion.parameters()]) or a param group of their own); if they are fixed (a frozen loss or "
                 "teacher network), call .requires_grad_(False) on them so backward stops computing their gradients.",
