@@ -328,3 +328,23 @@ def bounded_logit_findings(calls: list[CriterionCall]) -> list[Finding]:
             "unbounded logits and applies log_softmax itself.",
         )]
     return []
+
+
+def class_dim_findings(calls: list[CriterionCall]) -> list[Finding]:
+    """LOSS_CLASS_DIM: a (B, T, C) input straight from a linear layer, whose outputs are on the
+    last dim, given to a criterion that reads the classes from dim 1. With T == C nothing
+    raises: the positions are scored as classes and the classes as positions."""
+    for call in calls:
+        if not call.classes_last or call.input is None:
+            continue
+        shape = call.input.shape
+        silent = " Nothing raises because the two sizes are equal" if shape[1] == shape[-1] else ""
+        return [Finding(
+            "LOSS_CLASS_DIM", "error",
+            f"{call.function} reads the classes from dim 1 of its {shape} input, but that tensor comes straight from "
+            f"a linear layer, whose {shape[-1]} outputs are on the last dim: dim 1 holds the positions, so the loss "
+            f"scores each position as a class and each class as a position.{silent}",
+            f"Flatten the positions into the batch: {call.function}(logits.reshape(-1, logits.size(-1)), "
+            "targets.reshape(-1)), or move the classes to dim 1: logits.permute(0, 2, 1).",
+        )]
+    return []

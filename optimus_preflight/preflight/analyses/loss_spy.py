@@ -45,7 +45,12 @@ from optimus_preflight.preflight.analyses.loss_shapes import (
     sums_to_one,
     wrong_normalisation,
 )
-from optimus_preflight.preflight.analyses.output_range import OutputRange, bounded_output, output_activation
+from optimus_preflight.preflight.analyses.output_range import (
+    OutputRange,
+    bounded_output,
+    features_on_last_dim,
+    output_activation,
+)
 from optimus_preflight.preflight.analyses.padding import (
     PaddingProfile,
     as_rows,
@@ -183,6 +188,7 @@ class CriterionCall:
     target_base: torch.Tensor | None = None  # the tensor a flattened class target is a view of
     frequent_class_weights: FrequentClassWeights | None = None  # weight / pos_weight favouring frequent classes
     logit_activation: str | None = None  # class criteria: the op behind the logits (Sigmoid: bounded logits)
+    classes_last: bool = False  # a (B, T, C) input straight from a linear layer: classes on the last dim, not dim 1
 
     @property
     def hard_targets(self) -> bool:
@@ -344,6 +350,7 @@ class LossSpy(TorchFunctionMode):
         record.target = _stats(target, None) if isinstance(target, torch.Tensor) else None
         if name in CLASS_CRITERIA and isinstance(inputs, torch.Tensor) and inputs.requires_grad:
             record.logit_activation = output_activation(inputs)
+            record.classes_last = inputs.dim() >= 3 and features_on_last_dim(inputs)
         weight = _argument(args, kwargs, 2, "weight")
         if name in CLASS_CRITERIA and isinstance(weight, torch.Tensor) and isinstance(target, torch.Tensor) \
                 and not target.is_floating_point():

@@ -66,3 +66,27 @@ def bounded_output(inputs: torch.Tensor, target: torch.Tensor) -> OutputRange | 
             return None
         outside = float(((values < low - MARGIN * width) | (values > high + MARGIN * width)).float().mean())
     return OutputRange(name.lower(), low, high, outside)
+
+
+_SWAPS = ("Permute", "Transpose", "T")
+_MATMULS = ("Addmm", "Mm", "Linear")
+
+
+def features_on_last_dim(tensor: torch.Tensor) -> bool:
+    """``tensor`` comes straight out of a linear layer (``Addmm``/``Mm`` behind the view that
+    restores a 3-D shape) with no permute or transpose since: its features are on the last
+    dim."""
+    node, hops = tensor.grad_fn, 0
+    while node is not None and hops < 8:
+        name = type(node).__name__.removesuffix("Backward0").removesuffix("Backward1")
+        if name.startswith(_SWAPS):
+            return False
+        if name in _MATMULS:
+            return hops > 0  # a 2-D matmul's output needs a view to be 3-D: the linear's reshape
+        if not name.startswith(_SHAPE_ONLY):
+            return False
+        parents = [parent for parent, _ in node.next_functions if parent is not None]
+        if len(parents) != 1:
+            return False
+        node, hops = parents[0], hops + 1
+    return False

@@ -11,6 +11,7 @@ import torch
 
 from optimus_preflight.preflight.analyses.loss_findings import (
     bounded_logit_findings,
+    class_dim_findings,
     init_loss_finding,
     loss_input_findings,
     output_range_findings,
@@ -234,7 +235,7 @@ class LossFunctionCheck(Check):
     name = "step.loss_function"
     stage = Stage.STEP
     codes = ("O12", "O13", "O16", "LOSS_NORM_DIM", "LOSS_BROADCAST", "LOSS_SOFTMAX_BCE", "LOSS_OUTPUT_RANGE",
-             "LOSS_PAIR_SLICES", "LOSS_CLASS_WEIGHTS", "LOSS_BOUNDED_LOGITS")
+             "LOSS_PAIR_SLICES", "LOSS_CLASS_WEIGHTS", "LOSS_BOUNDED_LOGITS", "LOSS_CLASS_DIM")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -245,7 +246,7 @@ class LossFunctionCheck(Check):
         for found in [*loss_input_findings(calls, probe.activations), *norm_dim_findings(calls),
                       *kl_norm_dim_findings(calls), *output_range_findings(calls),
                       *broadcast_findings(calls), *column_broadcast_findings(probe.column_broadcasts, calls),
-                      *bounded_logit_findings(calls)]:
+                      *bounded_logit_findings(calls), *class_dim_findings(calls)]:
             findings.add(found.severity, found.code, found.message, found.fix)
         if probe.batch_normalize is not None:
             shape, dim = probe.batch_normalize

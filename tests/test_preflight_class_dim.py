@@ -1,0 +1,52 @@
+"""LOSS_CLASS_DIM: (B, T, C) logits straight from a linear layer given to cross_entropy, which
+reads the classes from dim 1 (silent when T == C); flattened or permuted logits, and a
+Conv1d head that puts its channels on dim 1, stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck, LossFunctionCheck
+
+T = C = 8  # equal: shapes cannot tell positions from classes
+
+
+class Tagger(nn.Module):
+    def __init__(self, conv_head: bool = False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv_head = conv_head
+        self.embed = nn.Embedding(40, 16)
+        self.head = nn.Conv1d(16, C, 1) if conv_head else nn.Linear(16, C)
+
+    def forward(self, ids):
+        h = self.embed(ids)
+        return self.head(h.transpose(1, 2)) if self.conv_head else self.head(h)
+
+
+LOSSES = {
+    "as_is": (lambda logits, tags: nn.functional.cross_entropy(logits, tags), True, False),
+    "flattened": (lambda logits, tags: nn.functional.cross_entropy(logits.reshape(-1, C), tags.reshape(-1)), False, False),
+    "permuted": (lambda logits, tags: nn.functional.cross_entropy(logits.permute(0, 2, 1), tags), False, False),
+    "conv_head": (lambda logits, tags: nn.functional.cross_entropy(logits, tags), False, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_linear_logits_read_along_dim_1_are_an_error(name):
+    criterion, fires, conv_head = LOSSES[name]
+    ids = torch.randint(0, 40, (256, T))
+    model = Tagger(conv_head)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(ids, ids % C), batch_size=32, shuffle=True),
+                           loss_fn=lambda m, batch: criterion(m(batch[0]), batch[1]),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), LossFunctionCheck()])
+    issues = [i for i in report.check("step.loss_function").issues if i.code == "LOSS_CLASS_DIM"]
+    assert bool(issues) == fires
+    if fires:
+        assert "Nothing raises" in issues[0].message and "permute(0, 2, 1)" in issues[0].fix
