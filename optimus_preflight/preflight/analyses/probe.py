@@ -73,6 +73,7 @@ class StepProbe:
     column_broadcasts: list[ColumnBroadcast] = field(default_factory=list)
     batch_normalize: tuple[tuple[int, ...], int] | None = None  # F.normalize over the batch: (shape, dim)
     sliced_pair: SlicedPair | None = None  # a paired criterion's inputs cut from the same rows
+    loss_side_effects: list[str] = field(default_factory=list)  # "lr", "weights": changed inside compute_loss
     channel_reduction: ChannelReduction | None = None  # a conv map reduced over channels + one spatial axis
     view_as_permute: ViewAsPermute | None = None  # a view/reshape to the same sizes in another order
     scaler_enabled: bool = False
@@ -117,6 +118,28 @@ def mode_sensitive_modules(model: nn.Module) -> dict[nn.Module, str]:
     return sensitive
 
 
+SIDE_EFFECT_PARAMS = 8  # parameters sampled (their first values) to see compute_loss change weights
+
+
+def _side_effect_state(optimizer: Any, trainable: list[nn.Parameter]) -> tuple[list[float], list[torch.Tensor]]:
+    lrs = [float(group.get("lr", 0.0)) for group in getattr(optimizer, "param_groups", [])
+           if isinstance(group.get("lr", 0.0), (int, float))]
+    weights = [p.detach().reshape(-1)[:64].to("cpu", copy=True) for p in trainable[:SIDE_EFFECT_PARAMS]]
+    return lrs, weights
+
+
+def _side_effects(before: tuple[list[float], list[torch.Tensor]],
+                  after: tuple[list[float], list[torch.Tensor]]) -> list[str]:
+    """What compute_loss changed that only the training loop should: the learning rate (a
+    scheduler.step() inside it), the weights (an optimizer.step() inside it)."""
+    found = []
+    if before[0] != after[0]:
+        found.append("lr")
+    if any(not torch.equal(a, b) for a, b in zip(before[1], after[1], strict=False)):
+        found.append("weights")
+    return found
+
+
 def _user_frame(error: BaseException) -> str | None:
     frames = traceback.extract_tb(error.__traceback__)
     for frame in reversed(frames):
@@ -135,8 +158,10 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     def observed_loss(module: nn.Module, data: Any) -> Any:
         step_batches.append(data)
         spy.batch_rows = batch_size_of(data)
+        before = _side_effect_state(ctx.optimizer, trainable)
         with spy:
             output = ctx.compute_loss(module, data)
+        probe.loss_side_effects = _side_effects(before, _side_effect_state(ctx.optimizer, trainable))
         loss = output[0] if isinstance(output, tuple) else output
         if isinstance(loss, torch.Tensor):
             detached = loss.detach()

@@ -56,11 +56,23 @@ class FirstStepCheck(Check):
 
     name = FIRST_STEP
     stage = Stage.STEP
-    codes = ("LOSS_NONFINITE", "O3", "O5", "O24", "STEP_ERROR", "TARGET_ALL_IGNORED")
+    codes = ("LOSS_NONFINITE", "O3", "O5", "O24", "STEP_ERROR", "TARGET_ALL_IGNORED", "LOSS_FN_SIDE_EFFECT")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         probe = get_probe(ctx)
+        if probe.loss_side_effects:
+            what = {"lr": "changes the learning rate (a scheduler.step() inside it)",
+                    "weights": "changes the weights (an optimizer.step() inside it)"}
+            findings.error(
+                "LOSS_FN_SIDE_EFFECT",
+                "the loss function " + " and ".join(what[e] for e in probe.loss_side_effects) + ": the training loop "
+                "already steps the optimizer and the scheduler once per optimizer step, so every batch is applied "
+                "twice (the second time with stale gradients) or the schedule runs several times faster than "
+                "planned, and gradient accumulation breaks",
+                "Only compute and return the loss in compute_loss / loss_fn; leave optimizer.step(), zero_grad() and "
+                "scheduler.step() to the loop (pass the scheduler to run_preflight / the recipe instead).",
+            )
         loss = probe.loss
         findings.data.update(
             loss=loss.value if loss else None,

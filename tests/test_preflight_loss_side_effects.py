@@ -1,0 +1,46 @@
+"""LOSS_FN_SIDE_EFFECT: a loss function that steps the scheduler or the optimizer itself (a
+training-loop body pasted into loss_fn); a plain loss stays quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
+
+
+def findings(body: str) -> list:
+    torch.manual_seed(0)
+    model = nn.Linear(8, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+
+    def loss_fn(m, batch):
+        x, y = batch
+        loss = nn.functional.cross_entropy(m(x), y)
+        if body == "optimizer_step":
+            optimizer.zero_grad()
+            loss.backward(retain_graph=True)
+            optimizer.step()
+        if body == "scheduler_step":
+            scheduler.step()
+        return loss
+
+    x, y = torch.randn(256, 8), torch.randint(0, 3, (256,))
+    report = run_preflight(model, optimizer, DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True),
+                           loss_fn=loss_fn, checks=[FirstBatchCheck(), FirstStepCheck()])
+    return [i for i in report.check("step.first_step").issues if i.code == "LOSS_FN_SIDE_EFFECT"]
+
+
+@pytest.mark.parametrize("body, says", [("optimizer_step", "optimizer.step()"), ("scheduler_step", "scheduler.step()")])
+def test_a_loss_function_that_steps_the_loop_itself_is_an_error(body, says):
+    found = findings(body)
+    assert found and says in found[0].message
+
+
+def test_a_plain_loss_is_quiet():
+    assert not findings("plain")
