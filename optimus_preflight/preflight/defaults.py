@@ -36,6 +36,7 @@ from optimus_preflight.preflight.checks.label_mapping import LabelMappingCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
 from optimus_preflight.preflight.checks.mask_alignment import MaskAlignmentCheck
 from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
+from optimus_preflight.preflight.checks.module_structure import ModuleStructureCheck
 from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
 from optimus_preflight.preflight.checks.sample_mixing import SampleMixingCheck
 from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageCheck
@@ -87,6 +88,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     model_checks.ModesCheck,
     model_checks.WeightDecayCheck,
     model_checks.OptimizerEpsCheck,
+    ModuleStructureCheck,
     DropoutRateCheck,
     DropoutInEvalCheck,
     TiedEmbeddingsCheck,

@@ -1,0 +1,80 @@
+"""Module structure that silently shrinks or freezes the model (``model.structure``).
+
+- ``MODULE_REPEATED``: an ``nn.ModuleList``/``nn.Sequential`` that holds one module object
+  several times: ``nn.ModuleList([block] * 6)`` or a list built by appending one instance
+  in a loop. Its "6 layers" share one set of weights, so the model is a sixth of its
+  declared size. Sharing on purpose (ALBERT) calls one module in a loop; it does not list
+  it six times.
+- ``BN_MOMENTUM``: a BatchNorm whose ``momentum`` is 0 (its running statistics never move
+  from their init, so evaluation normalises by mean 0 and variance 1), or 0.9 and above
+  (Keras' convention, where momentum weighs the old statistics; in torch it weighs the new
+  batch, so the running statistics are those of the last batch or two).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+KERAS_MOMENTUM = 0.9
+
+
+def repeated_children(model: nn.Module) -> list[tuple[str, str, int]]:
+    """(container name, child class, times listed) for containers listing one object twice or more."""
+    found = []
+    for name, module in model.named_modules():
+        if not isinstance(module, (nn.ModuleList, nn.Sequential)):
+            continue
+        children = list(module._modules.values())
+        counts: dict[int, int] = {}
+        for child in children:
+            if child is not None and any(True for _ in child.parameters()):
+                counts[id(child)] = counts.get(id(child), 0) + 1
+        for child in children:
+            if child is not None and counts.get(id(child), 0) > 1:
+                found.append((name or type(module).__name__, type(child).__name__, counts[id(child)]))
+                break
+    return found
+
+
+class ModuleStructureCheck(Check):
+    """MODULE_REPEATED: one module object listed several times; BN_MOMENTUM: Keras-style or zero momentum."""
+
+    name = "model.structure"
+    stage = Stage.MODEL
+    codes = ("MODULE_REPEATED", "BN_MOMENTUM")
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        repeated = repeated_children(ctx.model)
+        for container, kind, times in repeated[:1]:
+            findings.warning(
+                "MODULE_REPEATED",
+                f"'{container}' lists one {kind} object {times} times ([layer] * n, or one instance appended in a "
+                f"loop): the {times} entries share a single set of weights, so the model trains one {kind} where "
+                f"it declares {times}",
+                f"Build a new module per entry: nn.ModuleList([{kind}(...) for _ in range(n)]) (or copy.deepcopy "
+                "of a template per entry). To share weights on purpose, keep one module and call it in a loop.",
+            )
+        norms = [(name, m.momentum) for name, m in ctx.model.named_modules()
+                 if isinstance(m, _BatchNorm) and m.track_running_stats and m.momentum is not None
+                 and (m.momentum == 0 or m.momentum >= KERAS_MOMENTUM)]
+        findings.data["summary"] = f"{len(repeated)} container(s) repeating a module, {len(norms)} BatchNorm momentum issue(s)"
+        if norms:
+            name, momentum = norms[0]
+            effect = ("its running statistics never move from mean 0 and variance 1, so evaluation normalises "
+                      "every feature wrongly" if momentum == 0 else
+                      "torch's momentum is the weight of the NEW batch (Keras' is the weight of the old statistics), "
+                      "so the running statistics are those of the last batch or two and evaluation is noisy")
+            findings.warning(
+                "BN_MOMENTUM",
+                f"{len(norms)} BatchNorm layer(s) have momentum={momentum:g} (first: '{name}'): {effect}",
+                "Use torch's default momentum=0.1 (Keras' momentum=0.99 is torch's momentum=0.01), or momentum=None "
+                "for a cumulative average.",
+            )

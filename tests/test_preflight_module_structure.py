@@ -1,0 +1,56 @@
+"""model.structure: one module object listed several times in a ModuleList/Sequential
+([block] * n), and BatchNorm momentum of 0 or in Keras' convention; distinct layers, a
+module shared by calling it in a loop, and torch's default momentum stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.module_structure import ModuleStructureCheck
+
+
+class Stack(nn.Module):
+    def __init__(self, build: str, momentum: float | None = 0.1):
+        super().__init__()
+        block = nn.Sequential(nn.Linear(16, 16), nn.ReLU())
+        if build == "repeated":
+            self.blocks = nn.ModuleList([block] * 4)
+        elif build == "shared_in_loop":
+            self.blocks = nn.ModuleList([block])
+        else:
+            self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(16, 16), nn.ReLU()) for _ in range(4)])
+        self.loops = 4 if build == "shared_in_loop" else 1
+        self.norm, self.head = nn.BatchNorm1d(16, momentum=momentum), nn.Linear(16, 3)
+
+    def forward(self, x):
+        for _ in range(self.loops):
+            for block in self.blocks:
+                x = block(x)
+        return self.head(self.norm(x))
+
+
+def codes(model: nn.Module) -> list[str]:
+    x, y = torch.randn(256, 16), torch.randint(0, 3, (256,))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), ModuleStructureCheck()])
+    return [i.code for i in report.check("model.structure").issues]
+
+
+def test_a_block_listed_four_times_is_one_block():
+    assert codes(Stack("repeated")) == ["MODULE_REPEATED"]
+
+
+@pytest.mark.parametrize("build", ["distinct", "shared_in_loop"])
+def test_distinct_layers_and_a_module_called_in_a_loop_are_quiet(build):
+    assert codes(Stack(build)) == []
+
+
+@pytest.mark.parametrize("momentum, fires", [(0.0, True), (0.99, True), (0.1, False), (None, False), (0.01, False)])
+def test_batchnorm_momentum(momentum, fires):
+    assert codes(Stack("distinct", momentum)) == (["BN_MOMENTUM"] if fires else [])
