@@ -1,0 +1,58 @@
+"""EMBEDDING_PADDING_IDX: an Embedding whose padding_idx is a real token (it occurs inside
+the sequences); padding_idx equal to the id the collate pads with stays quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import DataLoader
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.embedding_padding import EmbeddingPaddingCheck, inside_occurrences
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
+
+UNK, PAD = 1, 0
+
+
+def sentences() -> list[tuple[torch.Tensor, int]]:
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for _ in range(256):
+        ids = torch.randint(2, 50, (int(torch.randint(4, 20, (1,), generator=g)),), generator=g)
+        ids[torch.rand(len(ids), generator=g) < 0.1] = UNK  # out-of-vocabulary words
+        rows.append((ids, int(torch.randint(0, 2, (1,), generator=g))))
+    return rows
+
+
+def collate(rows):
+    return pad_sequence([r[0] for r in rows], batch_first=True, padding_value=PAD), torch.tensor([r[1] for r in rows])
+
+
+class BagOfWords(nn.Module):
+    def __init__(self, padding_idx):
+        super().__init__()
+        self.embed, self.head = nn.Embedding(50, 16, padding_idx=padding_idx), nn.Linear(16, 2)
+
+    def forward(self, ids):
+        return self.head(self.embed(ids).mean(1))
+
+
+@pytest.mark.parametrize("padding_idx, fires", [(UNK, True), (PAD, False)], ids=["unk_as_padding", "pad_id"])
+def test_a_padding_idx_that_is_a_real_token_fires(padding_idx, fires):
+    model = BagOfWords(padding_idx)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(sentences(), batch_size=32, shuffle=True, collate_fn=collate),
+                           loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), EmbeddingPaddingCheck()])
+    issues = report.check("model.embedding_padding").issues
+    assert bool(issues) == fires
+    if fires:
+        assert "tokenizer.pad_token_id" in issues[0].fix
+
+
+def test_padding_runs_at_either_end_are_not_inside():
+    ids = torch.tensor([[5, 6, 0, 0], [0, 0, 7, 8], [5, 0, 6, 0]])
+    assert inside_occurrences(ids, 0) == (1, 6)
