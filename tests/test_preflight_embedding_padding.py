@@ -53,6 +53,7 @@ def test_a_padding_idx_that_is_a_real_token_fires(padding_idx, fires):
         assert "tokenizer.pad_token_id" in issues[0].fix
 
 
-def test_padding_runs_at_either_end_are_not_inside():
-    ids = torch.tensor([[5, 6, 0, 0], [0, 0, 7, 8], [5, 0, 6, 0]])
-    assert inside_occurrences(ids, 0) == (1, 6)
+def test_padding_runs_at_either_end_and_holes_near_them_are_not_inside():
+    ids = torch.tensor([[5, 6, 5, 6, 5, 0, 0, 0], [0, 0, 7, 8, 7, 8, 7, 8], [5, 6, 5, 6, 5, 6, 0, 6],
+                        [5, 6, 0, 6, 5, 6, 5, 6]])
+    assert inside_occurrences(ids, 0) == (1, 25)  # only row 3's 0, at position 2 of 8
