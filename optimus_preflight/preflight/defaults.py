@@ -23,6 +23,7 @@ from optimus_preflight.preflight.checks import (
     throughput,
 )
 from optimus_preflight.preflight.checks.adapter_checks import AdapterCheck
+from optimus_preflight.preflight.checks.attention_mask import AttentionMaskCheck
 from optimus_preflight.preflight.checks.batch_layout import BatchLayoutCheck
 from optimus_preflight.preflight.checks.collate_order import CollateOrderCheck
 from optimus_preflight.preflight.checks.dataset_checks import DatasetLengthCheck
@@ -112,6 +113,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     SampleMixingCheck,
     InputDependenceCheck,
     EmbeddingPaddingCheck,
+    AttentionMaskCheck,
     step_runs.AccumulationCheck,
     step_runs.LossScaleCheck,
     step_smoke.CheckpointRoundTripCheck,

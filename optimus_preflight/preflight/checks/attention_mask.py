@@ -1,0 +1,129 @@
+"""Attention masks that hide the tokens and show the padding (``step.attention_mask``).
+
+Two conventions meet here and are easy to swap: Hugging Face's ``attention_mask`` is 1 on
+the tokens to attend to, torch's ``key_padding_mask`` / ``src_key_padding_mask`` is True
+on the positions to *ignore*. Written the other way round, the model attends to the
+padding alone (or to nothing, giving NaN), and nothing raises.
+
+The padding is read from the token ids themselves (``analyses.padding.edge_padding``: one
+id filling runs at the rows' ends), so the check needs no knowledge of the tokenizer:
+- a Hugging Face style batch whose ``attention_mask`` is 1 exactly on the padding;
+- a ``key_padding_mask`` that an ``nn.MultiheadAttention``/``nn.Transformer*`` module
+  receives during one eval-mode forward that is True on the tokens and False on the
+  padding (seen through forward pre-hooks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from optimus_preflight.preflight.analyses.padding import edge_padding
+from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.framework.preserve import preserved_training_state
+from optimus_preflight.training.batches import leaves, move_to_device
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+AGREE = 0.95  # of the positions: the mask is the padding (or its complement) this often
+MASK_KWARGS = ("key_padding_mask", "src_key_padding_mask", "tgt_key_padding_mask", "memory_key_padding_mask")
+ATTENTION_MODULES = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder,
+                     nn.TransformerDecoderLayer, nn.TransformerDecoder, nn.Transformer)
+
+
+def padding_of(ids: torch.Tensor) -> torch.Tensor | None:
+    """The padding positions of a (B, T) tensor of token ids, when it has padding. A 0/1
+    tensor is a mask, not ids: its long runs of 1 at the start would pass for left padding."""
+    if ids.dim() != 2 or ids.is_floating_point() or ids.dtype == torch.bool or ids.shape[1] < 4:
+        return None
+    if bool(((ids == 0) | (ids == 1)).all()):
+        return None
+    _, mask = edge_padding(ids, None)
+    return mask if mask is not None and bool(mask.any()) and not bool(mask.all()) else None
+
+
+def matches(mask: torch.Tensor, target: torch.Tensor) -> bool:
+    return mask.shape == target.shape and float((mask.bool() == target).float().mean()) >= AGREE
+
+
+def inverted_hf_mask(batch: Any) -> tuple[str, str] | None:
+    """(ids key, mask key) of a mapping batch whose attention mask is 1 on the padding."""
+    if not isinstance(batch, Mapping):
+        return None
+    for ids_key in ("input_ids", "decoder_input_ids"):
+        mask_key = "attention_mask" if ids_key == "input_ids" else "decoder_attention_mask"
+        ids, mask = batch.get(ids_key), batch.get(mask_key)
+        if not (isinstance(ids, torch.Tensor) and isinstance(mask, torch.Tensor)) or mask.shape != ids.shape:
+            continue
+        pad = padding_of(ids)
+        if pad is not None and bool(((mask == 0) | (mask == 1)).all()) and matches(mask, pad):
+            return ids_key, mask_key
+    return None
+
+
+class AttentionMaskCheck(Check):
+    """ATTENTION_MASK_INVERTED: an attention mask that selects the padding instead of the tokens."""
+
+    name = "step.attention_mask"
+    stage = Stage.STEP
+    codes = ("ATTENTION_MASK_INVERTED",)
+    requires = (FIRST_STEP,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        batch = ctx.artifacts.first_batch
+        hf = inverted_hf_mask(batch)
+        if hf is not None:
+            findings.error(
+                "ATTENTION_MASK_INVERTED",
+                f"the batch's {hf[1]!r} is 1 exactly on the padding of {hf[0]!r} and 0 on the tokens: Hugging Face "
+                "attends where the mask is 1, so the model reads the padding and ignores the text (torch's "
+                "key_padding_mask convention, True = ignore, is the opposite)",
+                f"Build it as (input_ids != tokenizer.pad_token_id).long(): 1 on the tokens, 0 on the padding (the "
+                "tokenizer's own attention_mask already is).",
+            )
+            return
+        pads = [pad for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and (pad := padding_of(leaf)) is not None]
+        modules = [m for m in ctx.model.modules() if isinstance(m, ATTENTION_MODULES)]
+        if not pads or not modules:
+            findings.data["summary"] = "no padded ids, or no torch attention module"
+            return
+        seen = self._key_padding_masks(ctx, modules)
+        findings.data["summary"] = f"{len(seen)} key padding mask(s) observed"
+        for name, mask in seen:
+            if any(matches(mask, ~pad) for pad in pads if pad.shape == mask.shape):
+                findings.error(
+                    "ATTENTION_MASK_INVERTED",
+                    f"the {name} an attention module receives is True on the tokens and False on the padding: torch "
+                    "ignores the positions where a key padding mask is True, so the model attends to the padding "
+                    "alone (Hugging Face's attention_mask, 1 = attend, is the opposite convention)",
+                    f"Pass {name}=(ids == pad_id): True on the padding, or {name}=~attention_mask.bool() when you "
+                    "start from a Hugging Face attention_mask.",
+                )
+                return
+
+    @staticmethod
+    def _key_padding_masks(ctx: PreflightContext, modules: list[nn.Module]) -> list[tuple[str, torch.Tensor]]:
+        seen: list[tuple[str, torch.Tensor]] = []
+
+        def on_call(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            for key in MASK_KWARGS:
+                value = kwargs.get(key)
+                if isinstance(value, torch.Tensor) and value.dim() == 2:
+                    seen.append((key, value.detach().bool() if value.dtype == torch.bool else value.detach() != 0))
+
+        handles = [m.register_forward_pre_hook(on_call, with_kwargs=True) for m in modules]
+        try:
+            with preserved_training_state(ctx), torch.no_grad():
+                ctx.model.eval()
+                ctx.compute_loss(ctx.model, move_to_device(ctx.artifacts.first_batch, ctx.device))
+        except Exception:
+            return seen
+        finally:
+            for handle in handles:
+                handle.remove()
+        return seen

@@ -1,0 +1,70 @@
+"""ATTENTION_MASK_INVERTED: a Hugging Face style attention_mask that is 1 on the padding, and
+a torch key_padding_mask that is True on the tokens; the right conventions stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import DataLoader
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.attention_mask import AttentionMaskCheck
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
+
+PAD = 0
+
+
+def sentences() -> list[tuple[torch.Tensor, int]]:
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randint(1, 50, (int(torch.randint(4, 16, (1,), generator=g)),), generator=g),
+             int(torch.randint(0, 2, (1,), generator=g))) for _ in range(256)]
+
+
+class Encoder(nn.Module):
+    def __init__(self, torch_mask_inverted: bool = False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.inverted = torch_mask_inverted
+        self.embed = nn.Embedding(50, 16)
+        layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+        self.head = nn.Linear(16, 2)
+
+    def forward(self, input_ids, attention_mask=None):
+        ignore = (input_ids != PAD) if self.inverted else (input_ids == PAD)
+        h = self.encoder(self.embed(input_ids), src_key_padding_mask=ignore)
+        return self.head(torch.nan_to_num(h).mean(1))
+
+
+def hf_collate(inverted: bool):
+    def collate(rows):
+        ids = pad_sequence([r[0] for r in rows], batch_first=True, padding_value=PAD)
+        mask = (ids == PAD) if inverted else (ids != PAD)
+        return {"input_ids": ids, "attention_mask": mask.long(), "labels": torch.tensor([r[1] for r in rows])}
+    return collate
+
+
+def loss(model, batch):
+    return nn.functional.cross_entropy(model(batch["input_ids"], batch["attention_mask"]), batch["labels"])
+
+
+def inverted(model: nn.Module, collate) -> list:
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(sentences(), batch_size=32, shuffle=True, collate_fn=collate), loss_fn=loss,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), AttentionMaskCheck()])
+    return [i for i in report.check("step.attention_mask").issues if i.code == "ATTENTION_MASK_INVERTED"]
+
+
+@pytest.mark.parametrize("torch_inverted, hf_inverted, says", [(False, True, "'attention_mask'"),
+                                                              (True, False, "src_key_padding_mask")],
+                         ids=["hf_mask_on_padding", "key_padding_mask_on_tokens"])
+def test_masks_that_select_the_padding_fire(torch_inverted, hf_inverted, says):
+    found = inverted(Encoder(torch_inverted), hf_collate(hf_inverted))
+    assert found and says in found[0].message
+
+
+def test_the_right_conventions_are_quiet():
+    assert not inverted(Encoder(False), hf_collate(False))
