@@ -210,7 +210,10 @@ def _is_sequence(leaf: Any, size: int) -> bool:
         return False
     if leaf.shape[1] < MIN_POSITIONS:
         return False
-    return leaf.dim() == 3 and leaf.is_floating_point() or leaf.dim() == 2 and not leaf.is_floating_point()
+    if leaf.dim() == 3:
+        return leaf.is_floating_point()
+    # token ids; a 0/1 attention mask is not one
+    return not leaf.is_floating_point() and leaf.dtype != torch.bool and not bool(((leaf == 0) | (leaf == 1)).all())
 
 
 def _swap_half(leaf: torch.Tensor, half: str) -> torch.Tensor | None:

@@ -12,8 +12,9 @@ less often than training samples do, and a relabelling of the validation ids res
 agreement, the validation ids mean other classes. A distribution shift lowers the
 agreement too, but no relabelling brings it back.
 
-Features are the batch's floating tensor (flattened, standardised on the training rows,
-projected to ``PROJECTED_DIM`` when wider); labels its integer ``(B,)`` tensor.
+Features are the batch's floating tensor (flattened, strided to ``MAX_READ_DIM`` values,
+standardised on the training rows, projected to ``PROJECTED_DIM`` when wider); labels its
+integer ``(B,)`` tensor.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ MIN_TRAIN, MIN_VAL = 256, 64
 MAX_CLASSES = 100
 SCAN_BUDGET_S = 2.0  # per loader
 PROJECTED_DIM = 256
+MAX_READ_DIM = 2048  # values kept per sample while reading (strided), so 2048 images stay small
 MIN_CLASS_SAMPLES = 5  # validation samples of a class before its relabelling counts
 # The training set's own neighbour agreement must be well above the majority share, or
 # the features say too little about the labels to compare anything.
@@ -69,7 +71,10 @@ def features_and_labels(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     if (not features.is_floating_point() or features.dim() < 2 or labels.dim() != 1 or labels.is_floating_point()
             or labels.dtype == torch.bool or labels.shape[0] != features.shape[0]):
         return None
-    return features.detach().reshape(features.shape[0], -1).float().cpu(), labels.detach().long().cpu()
+    flat = features.detach().reshape(features.shape[0], -1)
+    if flat.shape[1] > MAX_READ_DIM:  # an image: a fixed stride of its values keeps what is read small
+        flat = flat[:, ::-(-flat.shape[1] // MAX_READ_DIM)]
+    return flat.float().cpu(), labels.detach().long().cpu()
 
 
 @dataclass
