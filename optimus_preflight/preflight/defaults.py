@@ -29,7 +29,7 @@ from optimus_preflight.preflight.checks.collate_order import CollateOrderCheck
 from optimus_preflight.preflight.checks.dataset_checks import DatasetLengthCheck
 from optimus_preflight.preflight.checks.dataset_memory import DatasetCacheCheck
 from optimus_preflight.preflight.checks.dropout_rate import DropoutInEvalCheck, DropoutRateCheck
-from optimus_preflight.preflight.checks.embedding_padding import EmbeddingPaddingCheck
+from optimus_preflight.preflight.checks.embedding_inputs import EmbeddingInputsCheck
 from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
 from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
 from optimus_preflight.preflight.checks.input_dependence import InputDependenceCheck
@@ -112,7 +112,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     TargetLeakCheck,
     SampleMixingCheck,
     InputDependenceCheck,
-    EmbeddingPaddingCheck,
+    EmbeddingInputsCheck,
     AttentionMaskCheck,
     step_runs.AccumulationCheck,
     step_runs.LossScaleCheck,

@@ -1,5 +1,6 @@
-"""EMBEDDING_PADDING_IDX: an Embedding whose padding_idx is a real token (it occurs inside
-the sequences); padding_idx equal to the id the collate pads with stays quiet."""
+"""model.embedding_inputs: EMBEDDING_PADDING_IDX, an Embedding whose padding_idx is a real
+token (it occurs inside the sequences), quiet when padding_idx is the id the collate pads
+with; EMBEDDING_ONE_TOKEN, most words encoded as <unk>, quiet on text-like ids."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from torch.utils.data import DataLoader
 
 from optimus_preflight.preflight import run_preflight
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
-from optimus_preflight.preflight.checks.embedding_padding import EmbeddingPaddingCheck, inside_occurrences
+from optimus_preflight.preflight.checks.embedding_inputs import EmbeddingInputsCheck, dominant_token, inside_occurrences
 from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
 
 UNK, PAD = 1, 0
@@ -46,8 +47,8 @@ def test_a_padding_idx_that_is_a_real_token_fires(padding_idx, fires):
     report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
                            DataLoader(sentences(), batch_size=32, shuffle=True, collate_fn=collate),
                            loss_fn=nn.CrossEntropyLoss(),
-                           checks=[FirstBatchCheck(), FirstStepCheck(), EmbeddingPaddingCheck()])
-    issues = report.check("model.embedding_padding").issues
+                           checks=[FirstBatchCheck(), FirstStepCheck(), EmbeddingInputsCheck()])
+    issues = report.check("model.embedding_inputs").issues
     assert bool(issues) == fires
     if fires:
         assert "tokenizer.pad_token_id" in issues[0].fix
@@ -57,3 +58,18 @@ def test_padding_runs_at_either_end_and_holes_near_them_are_not_inside():
     ids = torch.tensor([[5, 6, 5, 6, 5, 0, 0, 0], [0, 0, 7, 8, 7, 8, 7, 8], [5, 6, 5, 6, 5, 6, 0, 6],
                         [5, 6, 0, 6, 5, 6, 5, 6]])
     assert inside_occurrences(ids, 0) == (1, 25)  # only row 3's 0, at position 2 of 8
+
+
+def test_most_words_encoded_as_unknown_fire_and_text_like_ids_stay_quiet():
+    vocab = {w: i + 2 for i, w in enumerate(["the", "a", "good", "bad", "movie", "film", "plot"])}
+    words = ["The", "Movie", "was", "good", "Bad", "plot", "Acting", "Great"] * 40
+    encoded = [vocab.get(w, UNK) for w in words]  # case-sensitive lookup of capitalised text
+    rows = torch.tensor(encoded).reshape(20, 16)
+    model = BagOfWords(PAD)
+    loader = DataLoader([(row, 0) for row in rows], batch_size=20, collate_fn=collate)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), EmbeddingInputsCheck()])
+    issues = [i for i in report.check("model.embedding_inputs").issues if i.code == "EMBEDDING_ONE_TOKEN"]
+    assert issues and "(1)" in issues[0].message
+    text_like = torch.randint(2, 50, (20, 16), generator=torch.Generator().manual_seed(0))
+    assert dominant_token(text_like)[1] < 0.2
