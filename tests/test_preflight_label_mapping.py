@@ -4,6 +4,7 @@ encoding stays quiet, with a class missing from validation and under a covariate
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -67,3 +68,33 @@ def test_features_that_say_nothing_about_the_labels_are_no_evidence():
     x, y = torch.randn(1000, 8, generator=g), torch.randint(0, 3, (1000,), generator=g)
     found = relabelling(x, y, torch.randn(200, 8, generator=g), (torch.randint(0, 3, (200,), generator=g) + 1) % 3)
     assert found is not None and not found.relabelled
+
+
+def shift_verdict(split: str, sampler: bool = False) -> list:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 50, (2500, 12), generator=g)  # token ids: no float features to compare
+    y = torch.multinomial(torch.tensor([0.5, 0.3, 0.2]), 2500, replacement=True, generator=g)
+    if split == "sorted":
+        order = y.argsort(stable=True)  # an export sorted by label, its last rows held out
+        ids, y = ids[order], y[order]
+    train, val = TensorDataset(ids[:2000], y[:2000]), TensorDataset(ids[2000:], y[2000:])
+    if sampler:
+        weights = (1.0 / torch.bincount(y[:2000]).float())[y[:2000]]
+        loader = DataLoader(train, batch_size=64, sampler=torch.utils.data.WeightedRandomSampler(weights, 2000))
+    else:
+        loader = DataLoader(train, batch_size=64, shuffle=True)
+    model = nn.Sequential(nn.Embedding(50, 8), nn.Flatten(), nn.Linear(96, 3))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader,
+                           val_loader=DataLoader(val, batch_size=128), loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), LabelMappingCheck()])
+    return [i for i in report.check("data.label_mapping").issues if i.code == "VAL_LABEL_SHIFT"]
+
+
+def test_a_validation_split_cut_from_a_label_sorted_export_fires():
+    found = shift_verdict("sorted")
+    assert found and "stratify" in found[0].fix and "validation 2: 99%" in found[0].message
+
+
+@pytest.mark.parametrize("sampler", [False, True], ids=["shuffled_split", "balancing_sampler"])
+def test_a_random_split_and_a_balancing_sampler_are_quiet(sampler):
+    assert not shift_verdict("random", sampler)

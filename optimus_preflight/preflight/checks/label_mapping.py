@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.utils.data import RandomSampler, SequentialSampler
 
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.data_access.guard import DataGuard
@@ -48,6 +49,8 @@ ABOVE_MAJORITY = 0.2
 DROP = 0.25  # validation agreement at least this much below the training agreement ...
 RESTORED = 0.1  # ... and within this of it once the validation ids are relabelled
 LABEL_KEYS = ("label", "labels", "target", "targets", "y")
+SHIFT_DISTANCE = 0.5  # total variation between the training and validation label histograms
+ONE_CLASS_TRAIN_MAX = 0.9  # a one-class validation set is news when training's largest class is below this
 
 
 def features_and_labels(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -75,6 +78,49 @@ def features_and_labels(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     if flat.shape[1] > MAX_READ_DIM:  # an image: a fixed stride of its values keeps what is read small
         flat = flat[:, ::-(-flat.shape[1] // MAX_READ_DIM)]
     return flat.float().cpu(), labels.detach().long().cpu()
+
+
+def labels_only(batch: Any) -> torch.Tensor | None:
+    """The integer (B,) labels of an ``(x, y)`` batch or of a mapping's label key."""
+    if isinstance(batch, (list, tuple)) and len(batch) == 2:
+        labels = batch[1]
+    elif isinstance(batch, Mapping):
+        keys = [key for key in LABEL_KEYS if key in batch]
+        labels = batch[keys[0]] if len(keys) == 1 else None
+    else:
+        return None
+    if not isinstance(labels, torch.Tensor):
+        return None
+    if labels.dim() == 2 and labels.shape[1] == 1:
+        labels = labels[:, 0]
+    if labels.dim() != 1 or labels.is_floating_point() or labels.dtype == torch.bool:
+        return None
+    return labels.detach().long().cpu()
+
+
+@dataclass
+class LabelShift:
+    distance: float  # total variation between the two label histograms
+    train: dict[int, float]  # class -> share
+    val: dict[int, float]
+    val_count: int
+
+
+def label_shift(train_y: torch.Tensor, val_y: torch.Tensor) -> LabelShift | None:
+    """The validation labels distributed unlike the training labels (pure): total variation
+    of SHIFT_DISTANCE or more, or one class only where training has several."""
+    if len(train_y) < MIN_TRAIN or len(val_y) < MIN_VAL:
+        return None
+    classes = sorted(set(train_y.tolist()) | set(val_y.tolist()))
+    if len(classes) < 2 or len(classes) > MAX_CLASSES:
+        return None
+    p = {c: float((train_y == c).float().mean()) for c in classes}
+    q = {c: float((val_y == c).float().mean()) for c in classes}
+    distance = 0.5 * sum(abs(p[c] - q[c]) for c in classes)
+    one_class = sum(1 for c in classes if q[c] > 0) == 1 and max(p.values()) < ONE_CLASS_TRAIN_MAX
+    if distance < SHIFT_DISTANCE and not one_class:
+        return None
+    return LabelShift(distance, {c: v for c, v in p.items() if v}, {c: v for c, v in q.items() if v}, len(val_y))
 
 
 @dataclass
@@ -128,26 +174,33 @@ def relabelling(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tenso
 
 
 class LabelMappingCheck(Check):
-    """VAL_LABEL_MAPPING: validation ids that name other classes than the same ids in training."""
+    """VAL_LABEL_MAPPING: validation ids that name other classes than the same ids in training;
+    VAL_LABEL_SHIFT: validation labels distributed unlike the training labels."""
 
     name = "data.label_mapping"
     stage = Stage.DATA
-    codes = ("VAL_LABEL_MAPPING",)
+    codes = ("VAL_LABEL_MAPPING", "VAL_LABEL_SHIFT")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         if ctx.val_loader is None:
             findings.data["summary"] = "no validation loader"
             return
-        if features_and_labels(ctx.artifacts.first_batch) is None:
-            findings.data["summary"] = "not a (features, class labels) batch"
+        if labels_only(ctx.artifacts.first_batch) is None:
+            findings.data["summary"] = "not a (inputs, class labels) batch"
             return
         train = self._read(ctx, findings, ctx.train_loader, TRAIN_SAMPLES, "training")
         val = self._read(ctx, findings, ctx.val_loader, VAL_SAMPLES, "validation")
-        if train is None or val is None or train[0].shape[1] != val[0].shape[1]:
-            findings.data["summary"] = "too few samples, or validation features of another shape"
+        if train is None or val is None:
+            findings.data["summary"] = "too few samples"
             return
-        found = relabelling(*train, *val)
+        found = None
+        if train[0] is not None and val[0] is not None and train[0].shape[1] == val[0].shape[1]:
+            found = relabelling(train[0], train[1], val[0], val[1])
+        if found is None or not found.relabelled:
+            self._shift(ctx, train[1], val[1], findings)
+        if found is None:
+            return
         if found is None:
             findings.data["summary"] = "too few samples or classes to compare"
             return
@@ -172,19 +225,44 @@ class LabelMappingCheck(Check):
             "data.val",
         )
 
+    @staticmethod
+    def _shift(ctx: PreflightContext, train_y: torch.Tensor, val_y: torch.Tensor, findings: Findings) -> None:
+        sampler = getattr(ctx.train_loader, "sampler", None)
+        if sampler is not None and not isinstance(sampler, (RandomSampler, SequentialSampler)):
+            return  # a weighted or custom sampler reshapes the training labels on purpose
+        shift = label_shift(train_y, val_y)
+        if shift is None:
+            return
+        def shares(hist: dict[int, float]) -> str:
+            top = sorted(hist.items(), key=lambda item: -item[1])[:5]
+            return ", ".join(f"{c}: {v:.0%}" for c, v in top) + (", ..." if len(hist) > 5 else "")
+        findings.warning(
+            "VAL_LABEL_SHIFT",
+            f"the validation labels are distributed unlike the training labels (total variation "
+            f"{shift.distance:.2f}): validation {shares(shift.val)} of {shift.val_count}; training {shares(shift.train)}. "
+            "A split cut from a file sorted by label (the last rows to validation) or by time gives each split "
+            "other classes, and the validation score then measures a different task",
+            "Shuffle before splitting, or split stratified by label: train_test_split(..., shuffle=True, "
+            "stratify=labels), or random_split after a shuffle.",
+            "data.val",
+        )
+
     def _read(self, ctx: PreflightContext, findings: Findings, loader: Any, limit: int,
-              which: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+              which: str) -> tuple[torch.Tensor | None, torch.Tensor] | None:
+        """(features, or None when the batch has no floating features; labels)."""
         guard = DataGuard(ctx, self.name, findings)
         features, labels, started = [], [], time.perf_counter()
         with preserved_data_state(ctx), guard.batches(loader, f"{which} labels for {self.name}") as stream:
             for batch in stream:
-                pair = features_and_labels(batch)
-                if pair is None:
+                found = labels_only(batch)
+                if found is None:
                     return None
-                features.append(pair[0])
-                labels.append(pair[1])
+                labels.append(found)
+                pair = features_and_labels(batch)
+                features.append(pair[0] if pair is not None else None)
                 if sum(len(y) for y in labels) >= limit or time.perf_counter() - started > SCAN_BUDGET_S:
                     break
-        if not labels or len({x.shape[1] for x in features}) != 1:
+        if not labels:
             return None
-        return torch.cat(features)[:limit], torch.cat(labels)[:limit]
+        usable = all(x is not None for x in features) and len({x.shape[1] for x in features}) == 1
+        return (torch.cat(features)[:limit] if usable else None), torch.cat(labels)[:limit]
