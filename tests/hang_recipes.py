@@ -143,7 +143,7 @@ class ScanHang(_Loader):
 # the machine; the LR range test reads it right after the stored first batch.
 class BurstHangMain(_Loader):
     """The 2nd batch's samples hang in this process (its own collate_fn: the shape scan does
-    not apply); data.dataset_cache reads them by index first."""
+    not apply); data.collate_order reads them by index first."""
 
     def loader(self):
         return DataLoader(HangsAt(range(BATCH, 2 * BATCH)), batch_size=BATCH, collate_fn=pairs)
@@ -157,14 +157,15 @@ class BurstHangWorker(_Loader):
 
 
 class HangsOnSecondCall:
-    """A collate_fn whose second call hangs: only iterating the DataLoader calls it (no check
-    that reads samples by index does), and the LR range test reads the 2nd batch first."""
+    """A collate_fn whose second call on a loader batch hangs: only iterating the DataLoader
+    makes batches of BATCH samples (data.collate_order collates more samples at once), and
+    the LR range test reads the 2nd batch first."""
 
     def __init__(self):
         self.calls = 0
 
     def __call__(self, batch):
-        self.calls += 1
+        self.calls += len(batch) == BATCH
         if self.calls == 2:
             record_pid()
             time.sleep(HANG_S)

@@ -58,7 +58,7 @@ CASES = {
     "shape_scan_sample": Case("ScanHang", "data.collate", "__getitem__", skipped_after=("step.throughput",)),
     "burst_batch_2_worker": Case("BurstHangWorker", "step.throughput", "__getitem__", one_process_hint=True),
     # In this process (the burst's main-process path is also run in-process below).
-    "cache_scan_sample": Case("BurstHangMain", "data.dataset_cache", "__getitem__", skipped_after=("step.throughput",)),
+    "cache_scan_sample": Case("BurstHangMain", "data.collate_order", "__getitem__", skipped_after=("step.throughput",)),
     "lr_finder_batch_2": Case("LRFinderHang", "step.lr_finder", "__call__", ("preflight.lr_finder=true",),
                               skipped_after=("step.throughput",)),
 }

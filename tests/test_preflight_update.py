@@ -151,7 +151,6 @@ HEALTHY = {
     "adagrad": lambda p: torch.optim.Adagrad(p, lr=1e-2),
     "nadam": lambda p: torch.optim.NAdam(p, lr=2e-3),
     "radam decoupled": lambda p: torch.optim.RAdam(p, lr=1e-3, weight_decay=0.01, decoupled_weight_decay=True),
-    "tiny lr sgd": lambda p: torch.optim.SGD(p, lr=1e-6),
 }
 
 
@@ -160,6 +159,15 @@ def test_healthy_optimizers_are_quiet(name):
     model = cnn()
     report = audit(model, HEALTHY[name](model.parameters()), images(), clip_grad_norm=1.0)
     assert not {code for code in found(report) if code.startswith("UPDATE") or code == "O8"}
+
+
+def test_a_tiny_sgd_step_is_not_a_step_that_changes_nothing():
+    # lr=1e-6: each step is too small for the dtype to record on many weights; that is no
+    # UPDATE_NONE (step() did not discard the gradients). Whether the whole run can move
+    # the weights is UPDATE_TOO_SMALL's business (test_preflight_update_too_small.py).
+    model = cnn()
+    report = audit(model, torch.optim.SGD(model.parameters(), lr=1e-6), images(), clip_grad_norm=1.0)
+    assert not {code for code in found(report) if code in ("UPDATE_NONE", "UPDATE_UNDONE", "O8")}
 
 
 def test_a_warmup_that_starts_near_zero_is_not_a_step_that_changes_nothing():

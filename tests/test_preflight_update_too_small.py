@@ -27,8 +27,8 @@ def issues(optimizer_of, max_steps: int, scheduler_of=None) -> list:
     return [i for i in report.check("step.update").issues if i.code == "UPDATE_TOO_SMALL"]
 
 
-@pytest.mark.parametrize("optimizer_of", [lambda p: torch.optim.Adam(p, lr=1e-7), lambda p: torch.optim.SGD(p, lr=1e-5)],
-                         ids=["adam_1e-7", "sgd_1e-5"])
+@pytest.mark.parametrize("optimizer_of", [lambda p: torch.optim.Adam(p, lr=1e-7), lambda p: torch.optim.SGD(p, lr=1e-7)],
+                         ids=["adam_1e-7", "sgd_1e-7"])
 def test_a_rate_that_cannot_move_the_weights_in_the_whole_run_fires(optimizer_of):
     found = issues(optimizer_of, 2000)
     assert found and "Raise the learning rate" in found[0].fix
@@ -55,3 +55,7 @@ def test_the_summed_schedule_is_in_units_of_the_first_step():
     assert run_lr_multiple(None, optimizer, 100) == 100.0
     halving = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.5)
     assert run_lr_multiple(halving, optimizer, 100) == pytest.approx(2.0, rel=1e-6)
+
+
+def test_radam_whose_first_steps_are_a_rectified_warmup_is_not_judged():
+    assert not issues(lambda p: torch.optim.RAdam(p, lr=1e-3, weight_decay=0.01, decoupled_weight_decay=True), 2000)

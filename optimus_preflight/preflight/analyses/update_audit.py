@@ -47,6 +47,7 @@ EPS_USUAL_MAX = 1e-4  # below this, eps is a usual setting (1e-8 .. 1e-5) whatev
 # step alone is as large as the initialisation.
 UPDATE_OVER_WEIGHTS = 1.0
 MIN_WEIGHT_RMS = 1e-3  # a group initialised at (near) zero has no size to compare with
+SGD_GRADIENT_GROWTH = 10.0
 RUN_MOVEMENT = 0.005  # the most the whole run could move the weights, as a share of their rms
 CLIP_FACTOR = 1e-3  # clipping scales the gradient by less than this ...
 CLIP_SMALL_NORM = 0.1  # ... and the threshold itself is this small: the threshold is the mistake
@@ -334,14 +335,20 @@ def _too_small(moving: list[GroupStep], run_lr_multiple: float, max_steps: int) 
     """Every group's weights would move by under ``RUN_MOVEMENT`` of their size over the whole
     run even if each step's update pointed the same way: the first update's size, scaled by
     the schedule's summed learning rate. An upper bound, so a healthy short run never fires
-    (healthy first steps move 0.07% to 5% of the weights; 0.5% is reached in 7 steps)."""
+    (healthy first steps move 0.07% to 5% of the weights; 0.5% is reached in 7 steps). Only
+    for optimizers whose first step bounds the later ones: Adam/AdamW move each weight by
+    about lr per step from the first; SGD gets its momentum's 1/(1 - m) and gradients that
+    grow 10x as headroom. RAdam's first steps are a rectified warmup and say nothing."""
     bounds = []
     for step in moving:
         weight_rms = float(step.before.pow(2).mean().sqrt())
         update_rms = float(step.delta.pow(2).mean().sqrt())
-        if weight_rms < MIN_WEIGHT_RMS or not step.lr:
-            continue
-        bounds.append((update_rms / weight_rms * run_lr_multiple, step))
+        if weight_rms < MIN_WEIGHT_RMS or not step.lr or step.rule is None:
+            return None  # a group the bound cannot speak for: RAdam's rectified warmup, Adagrad's decay, ...
+        headroom = 1.0
+        if step.rule == "sgd":  # momentum builds to 1/(1 - m) steps' worth; gradients may grow 10x
+            headroom = SGD_GRADIENT_GROWTH / max(1e-3, 1.0 - float(step.settings.get("momentum", 0.0) or 0.0))
+        bounds.append((update_rms / weight_rms * run_lr_multiple * headroom, step))
     if not bounds or max(bound for bound, _ in bounds) >= RUN_MOVEMENT:
         return None
     largest, step = max(bounds, key=lambda pair: pair[0])
