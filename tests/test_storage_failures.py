@@ -100,3 +100,32 @@ def test_an_unwritable_checkpoints_dir_fails_the_preflight(tmp_path):
     result = run_cli(run_dir, "recipe=char_lm_tiny", "logging.progress=none", "preflight.only=true", cwd=REPO)
     assert result.returncode == 3, result.output
     assert "ENV_RUN_DIR" in result.output and "checkpoints" in result.output
+
+
+def test_a_short_zip_write_on_a_refusing_disk_is_that_disk_error(tmp_path, monkeypatch):
+    # DCP's records are torch.save zips: on a full disk the writer says "unexpected pos ..."
+    # (a RuntimeError); the store only turns OSErrors into the one clear message.
+    import errno
+
+    import torch
+
+    from optimus_preflight.checkpoint import dcp_io
+
+    def short_write(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+
+    monkeypatch.setattr(dcp_io.dcp, "save", short_write)
+    monkeypatch.setattr(dcp_io, "storage_refusal", lambda directory: OSError(errno.ENOSPC, "No space left on device"))
+    with pytest.raises(OSError) as refused:
+        dcp_io.save_tensors(tmp_path, {"w": torch.zeros(2)})
+    assert refused.value.errno == errno.ENOSPC
+    monkeypatch.setattr(dcp_io, "storage_refusal", lambda directory: None)  # the disk takes writes: a real bug
+    with pytest.raises(RuntimeError, match="unexpected pos"):
+        dcp_io.save_tensors(tmp_path, {"w": torch.zeros(2)})
+
+
+def test_the_space_probe_leaves_nothing_behind(tmp_path):
+    from optimus_preflight.checkpoint.dcp_io import storage_refusal
+
+    assert storage_refusal(tmp_path) is None and not list(tmp_path.iterdir())
+    assert isinstance(storage_refusal(tmp_path / "missing"), OSError)

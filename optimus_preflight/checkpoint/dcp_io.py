@@ -145,8 +145,36 @@ def writer(directory: os.PathLike | str) -> dcp.FileSystemWriter:
 def save_tensors(directory: os.PathLike | str, tensors: dict[str, torch.Tensor]) -> None:
     """Write ``tensors`` with ``dcp.save`` in this process alone (no collective, also
     under torchrun, where only rank 0 writes an unsharded checkpoint); files fsynced."""
-    with without_zip_crc32(), plain_errors():
-        dcp.save(tensors, storage_writer=writer(directory), no_dist=True)
+    try:
+        with without_zip_crc32(), plain_errors():
+            dcp.save(tensors, storage_writer=writer(directory), no_dist=True)
+    except RuntimeError as error:
+        # DCP writes its records with torch.save, whose zip writer reports a short write
+        # on a full disk as "unexpected pos ..." (a RuntimeError): ask the disk itself.
+        cause = storage_refusal(directory)
+        if cause is not None:
+            raise cause from error
+        raise
+
+
+PROBE_BYTES = 64 * 1024
+
+
+def storage_refusal(directory: os.PathLike | str) -> OSError | None:
+    """The OSError the disk gives for a small fsynced write in ``directory`` (full, read-only,
+    over quota), or None when it takes one."""
+    probe = os.path.join(os.fspath(directory), f".space-probe-{os.getpid()}")
+    try:
+        with open(probe, "wb") as handle:
+            handle.write(b"\0" * PROBE_BYTES)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as error:
+        return error
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(probe)
+    return None
 
 
 # --------------------------------------------------------------------- reading
