@@ -6,7 +6,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset, TensorDataset
 
 from benchmarks.blind_preflight_f.registry import case, loader, seed, teacher_classes

@@ -10,14 +10,29 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_sequence
 from torch.utils.data import Dataset, TensorDataset
 
-from benchmarks.blind_preflight_f.cases_data import (RoomWindows, TicketRouter, room_windows, tickets)
-from benchmarks.blind_preflight_f.cases_shapes import (ClsTransformer, FrameConvNet, OrderTransformer,
-                                                       PositionalEncoding, SignatureEncoder, TinyGPT, band_bursts,
-                                                       cls_keyword_batches, next_token_loss, order_pairs, progressions,
-                                                       writer_pairs)
+from benchmarks.blind_preflight_f.cases_data import RoomWindows, TicketRouter, room_windows, tickets
+from benchmarks.blind_preflight_f.cases_shapes import (
+    ClsTransformer,
+    FrameConvNet,
+    OrderTransformer,
+    PositionalEncoding,
+    SignatureEncoder,
+    TinyGPT,
+    band_bursts,
+    cls_keyword_batches,
+    next_token_loss,
+    order_pairs,
+    progressions,
+    writer_pairs,
+)
 from benchmarks.blind_preflight_f.cases_targets import DictDataset, counting_up_sequences, tiny_gpt2
-from benchmarks.blind_preflight_f.cases_trained import (LinearProbe, bar_images, first_token_sequences,
-                                                        pretrained_checkpoint, probe_task)
+from benchmarks.blind_preflight_f.cases_trained import (
+    LinearProbe,
+    bar_images,
+    first_token_sequences,
+    pretrained_checkpoint,
+    probe_task,
+)
 from benchmarks.blind_preflight_f.registry import healthy, loader, seed, teacher_classes
 
 # --------------------------------------------------------------------------- 1
