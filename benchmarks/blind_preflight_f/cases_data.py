@@ -298,7 +298,7 @@ class RoomWindows(Dataset):
       "w.std(0)): the overheating label is the temperature level, which this removes from every window; what is "
       "left (the shape of the fluctuations) says nothing about the label (standardise with the training set's "
       "statistics)",
-      r"per.?(window|sample|row|instance|example|input)[^.]*(standardi[sz]|normali[sz]|scal)|(standardi[sz]|normali[sz]|scal)\w*[^.]*(each|every|per|its own|own) (window|sample|row|instance|example|input)|(mean|level|offset|scale)s? (is |are )?(removed|erased|lost)|(every|each|all) (window|sample|row|input)s?[^.]*(mean (of )?(0|zero)|unit (std|variance)|zero mean)|(inputs?|features?)[^.]*(zero mean and unit|mean 0 and std 1)")
+      r"per.?(window|sample|row|instance|example|input)[^.]*(standardi[sz]|normali[sz]|scal)|(its|their) own (mean|std|statistics|stats)|(window|sample|row|instance)s?[^.]*(standardi[sz]|normali[sz])\w* (with|by|using) (its|their|own)|(standardi[sz]|normali[sz]|scal)\w*[^.]*(each|every|per|its own|own) (window|sample|row|instance|example|input)|(mean|level|offset|scale)s? (is |are )?(removed|erased|lost)|(every|each|all) (window|sample|row|input)s?[^.]*(mean (of )?(0|zero)|unit (std|variance)|zero mean)|(inputs?|features?)[^.]*(zero mean and unit|mean 0 and std 1)")
 def room_sensor_windows_standardised_per_window():
     seed(0)
     w, y = room_windows(s=46)
