@@ -56,8 +56,8 @@ def add_dp_noise(optimizer, args, kwargs):
 @case("dp_gradient_noise_not_divided_by_batch_size", "mechanics",
       "a hand-written DP-SGD adds Gaussian noise of std noise_multiplier * max_grad_norm = 1.0 to the batch-mean "
       "gradient in an optimizer step pre-hook; that std belongs to the sum of the 64 per-sample gradients, so on the "
-      "mean it must be divided by the batch size: the noise is 64x too large, dwarfs the gradient (norm ~0.1 against "
-      "~100) and the classifier does not learn",
+      "mean it must be divided by the batch size: the noise is 64x too large, dwarfs the gradient (norm ~0.3 against "
+      "~70) and the classifier does not learn",
       r"noise|(gradients?)[^.]*(random|noisy|dominat|swamp)|signal.to.noise|privacy|dp.?sgd|(batch.?size)[^.]*(divid|scal)|(pre.?)?hook[^.]*(grad|modif)")
 def dp_gradient_noise_not_divided_by_batch_size():
     seed(0)
