@@ -34,7 +34,7 @@ from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
 from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
 from optimus_preflight.preflight.checks.input_dependence import InputDependenceCheck
 from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
-from optimus_preflight.preflight.checks.label_mapping import LabelMappingCheck
+from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
 from optimus_preflight.preflight.checks.mask_alignment import MaskAlignmentCheck
 from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
@@ -83,7 +83,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     SamplerCoverageCheck,
     ValidationLoaderCheck,
     SplitOverlapCheck,
-    LabelMappingCheck,
+    SplitLabelsCheck,
     RankBatchesCheck,
     model_checks.OptimizerParamsCheck,
     UnregisteredTensorsCheck,

@@ -36,6 +36,7 @@ OVERLAP_ESTIMATE = 0.25  # warn when about this share of the validation set is t
 # 1.6% seen, ~9% estimated); what is seen directly is a floor, and 5% of it is no accident.
 OBSERVED_SHARE = 0.05
 OBSERVED_MIN = 3
+FEW_DISTINCT = 0.1  # distinct training samples read, as a share of those read: a task of few possible inputs
 
 
 def subset_root(dataset: Any) -> tuple[Any, list[int] | None]:
@@ -162,6 +163,21 @@ class SplitOverlapCheck(Check):
                                     f"{len(train_read)} training samples read")
         observed = shared / len(val_read)
         if not ((shared >= 2 and estimate >= OVERLAP_ESTIMATE) or (shared >= OBSERVED_MIN and observed >= OBSERVED_SHARE)):
+            return
+        distinct = len(set(train_read))
+        findings.data["distinct_training_read"] = distinct
+        if distinct <= FEW_DISTINCT * len(train_read):
+            # Not a split that leaks: a task with few possible samples (counting sequences,
+            # a small grid of configurations) repeats them everywhere. Copied rows (a scrape
+            # saved three times) still leave a third of the rows distinct.
+            findings.info(
+                "LEAK_SPLIT",
+                f"{shared} of {len(val_read)} validation samples read equal training samples, but the training data "
+                f"itself holds only {distinct} distinct samples among the {len(train_read)} read: the task has few "
+                "possible inputs, so any split of it overlaps, and validation measures those same samples",
+                "If unseen inputs matter, hold out whole kinds of inputs (e.g. ranges of start values or lengths) for "
+                "validation; if the task's inputs really are this few, the overlap is expected.",
+            )
             return
         what = (f"{shared} of {len(val_read)} validation samples read are identical to one of the "
                 f"{len(train_read)} training samples read (of {train_size}): about {estimate:.0%} of the "

@@ -1,5 +1,6 @@
-"""data.label_mapping: validation label ids that name other classes than in training (an
-encoding built per split), found by nearest-neighbour label agreement; a consistent
+"""data.split_labels: validation label ids that name other classes than in training (an
+encoding built per split), found by nearest-neighbour label agreement, label shift and identical
+inputs with conflicting labels; a consistent
 encoding stays quiet, with a class missing from validation and under a covariate shift."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from optimus_preflight.preflight import run_preflight
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
-from optimus_preflight.preflight.checks.label_mapping import LabelMappingCheck, relabelling
+from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck, relabelling
 
 NAMES = ["account", "billing", "bug", "feature_request"]
 
@@ -38,8 +39,8 @@ def verdict(per_split: bool, shift: float = 0.0) -> tuple[list, dict]:
     report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
                            DataLoader(TensorDataset(train_x, train_y), batch_size=64, shuffle=True),
                            val_loader=DataLoader(TensorDataset(val_x, val_y), batch_size=128),
-                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), LabelMappingCheck()])
-    result = report.check("data.label_mapping")
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    result = report.check("data.split_labels")
     return [i for i in result.issues if i.code == "VAL_LABEL_MAPPING"], result.data
 
 
@@ -86,8 +87,8 @@ def shift_verdict(split: str, sampler: bool = False) -> list:
     model = nn.Sequential(nn.Embedding(50, 8), nn.Flatten(), nn.Linear(96, 3))
     report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader,
                            val_loader=DataLoader(val, batch_size=128), loss_fn=nn.CrossEntropyLoss(),
-                           checks=[FirstBatchCheck(), LabelMappingCheck()])
-    return [i for i in report.check("data.label_mapping").issues if i.code == "VAL_LABEL_SHIFT"]
+                           checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    return [i for i in report.check("data.split_labels").issues if i.code == "VAL_LABEL_SHIFT"]
 
 
 def test_a_validation_split_cut_from_a_label_sorted_export_fires():
@@ -98,3 +99,25 @@ def test_a_validation_split_cut_from_a_label_sorted_export_fires():
 @pytest.mark.parametrize("sampler", [False, True], ids=["shuffled_split", "balancing_sampler"])
 def test_a_random_split_and_a_balancing_sampler_are_quiet(sampler):
     assert not shift_verdict("random", sampler)
+
+
+def conflict_verdict(drop_negations: bool) -> list:
+    g = torch.Generator().manual_seed(0)
+    words = torch.randint(3, 40, (2000, 6), generator=g)
+    negated = torch.rand(2000, generator=g) < 0.4
+    y = (words[:, 0] % 2 == 0).long() ^ negated.long()  # "not" flips the sentiment
+    ids = torch.cat([torch.where(negated, 2, 1)[:, None], words], 1)  # token 2 = "not", 1 = no negation
+    if drop_negations:
+        ids[:, 0] = 1  # the stop-word list removed "not"
+    ids = ids[:, :3]  # short reviews: few distinct texts, so identical inputs recur
+    model = nn.Sequential(nn.Embedding(40, 8), nn.Flatten(), nn.Linear(24, 2))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(ids, y), batch_size=64, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    return [i for i in report.check("data.split_labels").issues if i.code == "LABEL_CONFLICT"]
+
+
+def test_identical_inputs_with_opposite_labels_fire_and_informative_inputs_stay_quiet():
+    found = conflict_verdict(drop_negations=True)
+    assert found and "negations" in found[0].message
+    assert not conflict_verdict(drop_negations=False)

@@ -1,4 +1,4 @@
-"""Validation labels that name other classes than the training labels (``data.label_mapping``).
+"""Validation labels that name other classes than the training labels (``data.split_labels``).
 
 Label ids built separately per split (``sorted(set(names)).index`` or a ``LabelEncoder``
 fitted on each split, ``ImageFolder`` roots with different class folders) give one class
@@ -19,6 +19,7 @@ integer ``(B,)`` tensor.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -49,6 +50,8 @@ ABOVE_MAJORITY = 0.2
 DROP = 0.25  # validation agreement at least this much below the training agreement ...
 RESTORED = 0.1  # ... and within this of it once the validation ids are relabelled
 LABEL_KEYS = ("label", "labels", "target", "targets", "y")
+CONFLICT_SHARE = 0.1  # of the training samples read: identical inputs with another label
+MIN_CONFLICTS = 8
 SHIFT_DISTANCE = 0.5  # total variation between the training and validation label histograms
 ONE_CLASS_TRAIN_MAX = 0.9  # a one-class validation set is news when training's largest class is below this
 
@@ -96,6 +99,33 @@ def labels_only(batch: Any) -> torch.Tensor | None:
     if labels.dim() != 1 or labels.is_floating_point() or labels.dtype == torch.bool:
         return None
     return labels.detach().long().cpu()
+
+
+def input_digests(batch: Any, labels: torch.Tensor) -> list[bytes] | None:
+    """One digest per sample of everything in the batch but its labels."""
+    size = labels.shape[0]
+    if isinstance(batch, (list, tuple)):
+        inputs = [batch[0]]
+    else:
+        keys = [key for key in LABEL_KEYS if key in batch]
+        inputs = [value for key, value in batch.items() if key not in keys]
+    rows = [leaf.detach().reshape(size, -1).cpu() for leaf in inputs
+            if isinstance(leaf, torch.Tensor) and leaf.dim() >= 1 and leaf.shape[0] == size]
+    if not rows:
+        return None
+    return [hashlib.blake2b(b"".join(row[i].numpy().tobytes() for row in rows), digest_size=16).digest()
+            for i in range(size)]
+
+
+def conflicting_labels(digests: list[bytes], labels: torch.Tensor) -> tuple[int, int]:
+    """(samples whose identical-input twins carry another label, groups of them) (pure)."""
+    seen: dict[bytes, set[int]] = {}
+    counts: dict[bytes, int] = {}
+    for digest, label in zip(digests, labels.tolist(), strict=True):
+        seen.setdefault(digest, set()).add(int(label))
+        counts[digest] = counts.get(digest, 0) + 1
+    groups = [digest for digest, found in seen.items() if len(found) > 1]
+    return sum(counts[digest] for digest in groups), len(groups)
 
 
 @dataclass
@@ -173,23 +203,27 @@ def relabelling(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tenso
     return Relabelling(train_agreement, val_agreement, agreeing / len(val_y), mapping, majority)
 
 
-class LabelMappingCheck(Check):
+class SplitLabelsCheck(Check):
     """VAL_LABEL_MAPPING: validation ids that name other classes than the same ids in training;
-    VAL_LABEL_SHIFT: validation labels distributed unlike the training labels."""
+    VAL_LABEL_SHIFT: validation labels distributed unlike the training labels; LABEL_CONFLICT:
+    identical training inputs with different labels."""
 
-    name = "data.label_mapping"
+    name = "data.split_labels"
     stage = Stage.DATA
-    codes = ("VAL_LABEL_MAPPING", "VAL_LABEL_SHIFT")
+    codes = ("VAL_LABEL_MAPPING", "VAL_LABEL_SHIFT", "LABEL_CONFLICT")
     requires = (FIRST_BATCH,)
+    _digests: list[bytes] | None = None
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        if ctx.val_loader is None:
-            findings.data["summary"] = "no validation loader"
-            return
         if labels_only(ctx.artifacts.first_batch) is None:
             findings.data["summary"] = "not a (inputs, class labels) batch"
             return
         train = self._read(ctx, findings, ctx.train_loader, TRAIN_SAMPLES, "training")
+        if train is not None and self._digests:
+            self._conflicts(self._digests, train[1], findings)
+        if ctx.val_loader is None:
+            findings.data.setdefault("summary", "no validation loader")
+            return
         val = self._read(ctx, findings, ctx.val_loader, VAL_SAMPLES, "validation")
         if train is None or val is None:
             findings.data["summary"] = "too few samples"
@@ -226,6 +260,27 @@ class LabelMappingCheck(Check):
         )
 
     @staticmethod
+    def _conflicts(digests: list[bytes], labels: torch.Tensor, findings: Findings) -> None:
+        if len(digests) != len(labels):
+            return
+        conflicted, groups = conflicting_labels(digests, labels)
+        findings.data.update(conflicting_samples=conflicted, conflicting_groups=groups)
+        if conflicted < MIN_CONFLICTS or conflicted < CONFLICT_SHARE * len(labels):
+            return
+        findings.warning(
+            "LABEL_CONFLICT",
+            f"{conflicted} of the {len(labels)} training samples read ({conflicted / len(labels):.0%}) have identical "
+            f"inputs to another sample with a different label ({groups} groups of identical inputs, conflicting "
+            "labels): no model can tell them apart. Usually the preprocessing destroys what separates them: a "
+            "stop-word list that drops negations ('not good' -> 'good'), truncation to a shared prefix, lower-casing "
+            "or bucketing that merges distinct values; else the labels are noisy",
+            "Encode a conflicting pair by hand and compare it with the raw text or rows: keep the tokens that carry "
+            "the label (negations out of the stop list, a longer max_length, finer buckets); drop or relabel true "
+            "duplicates.",
+            "data.train",
+        )
+
+    @staticmethod
     def _shift(ctx: PreflightContext, train_y: torch.Tensor, val_y: torch.Tensor, findings: Findings) -> None:
         sampler = getattr(ctx.train_loader, "sampler", None)
         if sampler is not None and not isinstance(sampler, (RandomSampler, SequentialSampler)):
@@ -252,16 +307,22 @@ class LabelMappingCheck(Check):
         """(features, or None when the batch has no floating features; labels)."""
         guard = DataGuard(ctx, self.name, findings)
         features, labels, started = [], [], time.perf_counter()
+        digests: list[bytes] | None = [] if which == "training" else None
         with preserved_data_state(ctx), guard.batches(loader, f"{which} labels for {self.name}") as stream:
             for batch in stream:
                 found = labels_only(batch)
                 if found is None:
                     return None
                 labels.append(found)
+                if digests is not None:
+                    rows = input_digests(batch, found)
+                    digests = digests + rows if rows is not None else None
                 pair = features_and_labels(batch)
                 features.append(pair[0] if pair is not None else None)
                 if sum(len(y) for y in labels) >= limit or time.perf_counter() - started > SCAN_BUDGET_S:
                     break
+        if which == "training":
+            self._digests = digests[:limit] if digests else None
         if not labels:
             return None
         usable = all(x is not None for x in features) and len({x.shape[1] for x in features}) == 1
