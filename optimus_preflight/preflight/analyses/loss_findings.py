@@ -258,6 +258,9 @@ def output_range_findings(calls: list[CriterionCall]) -> list[Finding]:
     return found
 
 
+EXPLODING_INIT_LOSS = 3.0  # x ln(C), + 1: a warning above, a note between 1.5x + 0.5 and this
+
+
 def init_loss_finding(calls: list[CriterionCall]) -> tuple[Finding | None, dict[str, Any]]:
     """O1 "verify the loss at init": with hard targets, a fresh classifier scores ~ln(C)."""
     call = next((c for c in calls if c.function in CLASS_CRITERIA and c.hard_targets and c.loss is not None
@@ -267,11 +270,16 @@ def init_loss_finding(calls: list[CriterionCall]) -> tuple[Finding | None, dict[
     expected = math.log(call.n_classes)
     data = {"applicable": True, "loss": round(call.loss, 4), "ln_classes": round(expected, 4), "classes": call.n_classes}
     if call.loss > 1.5 * expected + 0.5:
+        # Moderately high is what a pretrained backbone's large features give a fresh head
+        # (a linear probe starts at 2-3x ln C): a note. Far above is activations that blow
+        # up through the layers, or targets that do not match the outputs: a warning.
+        exploding = call.loss > EXPLODING_INIT_LOSS * expected + 1
         return Finding(
-            "O1", "warning",
+            "O1", "warning" if exploding else "info",
             f"initial loss {call.loss:.3f} is far above ln({call.n_classes}) = {expected:.3f}, the loss of "
-            "uniform predictions: the freshly initialised model is confidently wrong, which wastes the first "
-            "steps and can destabilise training",
+            "uniform predictions: the model starts confidently wrong, which wastes the first steps"
+            + (" and can destabilise training" if exploding else
+               " (normal for a fresh head on a pretrained backbone's features)"),
             "Initialise the output layer small (e.g. std=0.02, zero bias), check the inputs are normalised, "
             "and check the targets line up with the inputs.",
         ), data
