@@ -28,6 +28,7 @@ from optimus_preflight.preflight.checks.batch_layout import BatchLayoutCheck
 from optimus_preflight.preflight.checks.collate_order import CollateOrderCheck
 from optimus_preflight.preflight.checks.dataset_checks import DatasetLengthCheck
 from optimus_preflight.preflight.checks.dataset_memory import DatasetCacheCheck
+from optimus_preflight.preflight.checks.dataset_mutation import DatasetMutationCheck
 from optimus_preflight.preflight.checks.dropout_rate import DropoutInEvalCheck, DropoutRateCheck
 from optimus_preflight.preflight.checks.embedding_inputs import EmbeddingInputsCheck
 from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
@@ -78,6 +79,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     CollateOrderCheck,
     DatasetLengthCheck,
     DatasetCacheCheck,
+    DatasetMutationCheck,
     batch_checks.FinalBatchCheck,
     batch_checks.SamplingCheck,
     SamplerCoverageCheck,

@@ -74,6 +74,9 @@ ACTIVATIONS = ("sigmoid", "softmax", "log_softmax")
 # Criteria that compare their first two or three inputs sample by sample (anchor, positive, ...).
 PAIRED_CRITERIA = ("triplet_margin_loss", "triplet_margin_with_distance_loss", "cosine_embedding_loss",
                    "margin_ranking_loss")
+# Criteria whose target says +1 / -1, and the target's position.
+SIGN_TARGETS = {"cosine_embedding_loss": 2, "margin_ranking_loss": 2, "hinge_embedding_loss": 1,
+                "soft_margin_loss": 1}
 # Elementwise arithmetic a hand-written loss is made of ((pred - y) ** 2, y * log(p)).
 ARITHMETIC = frozenset({"sub", "__sub__", "__rsub__", "rsub", "add", "__add__", "__radd__", "mul", "__mul__",
                         "__rmul__", "div", "__truediv__", "__rtruediv__", "true_divide"})
@@ -266,6 +269,7 @@ class LossSpy(TorchFunctionMode):
         # the batch, not each sample's vector to unit length. (shape, dim) of the first one.
         self.batch_normalize: tuple[tuple[int, ...], int] | None = None
         self.sliced_pair: SlicedPair | None = None
+        self.zero_one_sign_target: str | None = None  # a +1/-1 criterion given 0/1 targets: its name
         self.channel_axis = ChannelAxisWatch()  # a conv map reduced over its channels and one spatial axis
         self.views = ViewWatch()  # a view/reshape to the input's sizes in another order
 
@@ -278,7 +282,12 @@ class LossSpy(TorchFunctionMode):
             self.calls.append(record)
         elif name in ACTIVATIONS:
             self.activations[name] += 1
-        elif name in PAIRED_CRITERIA and self.sliced_pair is None:
+        if name in SIGN_TARGETS and self.zero_one_sign_target is None:
+            target = _argument(args, kwargs, SIGN_TARGETS[name], "target")
+            if isinstance(target, torch.Tensor) and target.numel() and bool(((target == 0) | (target == 1)).all()) \
+                    and bool((target == 0).any()):
+                self.zero_one_sign_target = name
+        if name in PAIRED_CRITERIA and self.sliced_pair is None:
             inputs = [a for a in args[:3] if isinstance(a, torch.Tensor)]
             row = feature_slices_of_same_rows(inputs)
             if row is not None:

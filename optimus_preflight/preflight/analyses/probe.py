@@ -74,6 +74,7 @@ class StepProbe:
     batch_normalize: tuple[tuple[int, ...], int] | None = None  # F.normalize over the batch: (shape, dim)
     sliced_pair: SlicedPair | None = None  # a paired criterion's inputs cut from the same rows
     loss_side_effects: list[str] = field(default_factory=list)  # "lr", "weights": changed inside compute_loss
+    zero_one_sign_target: str | None = None  # a +1/-1 criterion (cosine_embedding_loss, ...) given 0/1 targets
     channel_reduction: ChannelReduction | None = None  # a conv map reduced over channels + one spatial axis
     view_as_permute: ViewAsPermute | None = None  # a view/reshape to the same sizes in another order
     scaler_enabled: bool = False
@@ -265,6 +266,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.column_broadcasts = spy.column_broadcasts
     probe.batch_normalize = spy.batch_normalize
     probe.sliced_pair = spy.sliced_pair
+    probe.zero_one_sign_target = spy.zero_one_sign_target
     probe.channel_reduction = spy.channel_axis.found
     probe.view_as_permute = spy.views.found
     probe.time_major_target = time_major_target(spy.calls, step_batches[0] if step_batches else batch, model_inputs,

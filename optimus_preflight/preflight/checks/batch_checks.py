@@ -101,19 +101,39 @@ class CollateCheck(Check):
             )
 
 
+BN_MIN_BATCH = 8  # samples per batch below which BatchNorm's batch statistics are noise
+
+
 class FinalBatchCheck(Check):
-    """DP8: a final batch of one sample under BatchNorm in training mode."""
+    """DP8: a final batch of one sample under BatchNorm in training mode; BN_SMALL_BATCH: every
+    batch too small for BatchNorm's statistics."""
 
     name = "data.final_batch"
     stage = Stage.DATA
-    codes = ("DP8",)
+    codes = ("DP8", "BN_SMALL_BATCH")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
         if not_a_dataloader(loader, findings):
             return
-        norms = [m for m in ctx.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        norms = [m for m in ctx.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
+                 and (m.training or m.track_running_stats is False)]
         batch_size = loader.batch_size
+        if norms and batch_size and 1 < batch_size < BN_MIN_BATCH:
+            steps = ctx.cfg.trainer.accumulation_steps
+            accumulated = (f" (trainer.accumulation_steps={steps} makes the optimizer's batch {batch_size * steps}, "
+                           "but BatchNorm still sees each micro-batch alone)") if steps > 1 else ""
+            findings.warning(
+                "BN_SMALL_BATCH",
+                f"the model has BatchNorm and the training batches hold {batch_size} samples{accumulated}: "
+                f"BatchNorm normalises each batch by its own mean and variance, which over {batch_size} samples are "
+                "noise (with 2, every feature becomes +-1), and the running statistics used in eval mode do not "
+                "match what training normalised with",
+                "Use larger micro-batches (16 or more) with fewer accumulation steps, or replace BatchNorm with "
+                "GroupNorm/LayerNorm, which do not depend on the batch.",
+                "data.batch_size",
+            )
+            return
         findings.data["summary"] = "no BatchNorm in the model" if not norms else "drop_last=true"
         if not norms or loader.drop_last or not batch_size or batch_size < 2 or loader.sampler is None:
             return

@@ -65,6 +65,9 @@ def lr_trajectory(scheduler: Any, optimizer: Any, steps: int) -> list[tuple[int,
     return points
 
 
+GROWTH = 100.0  # a schedule that rises this many times and peaks at its end is a range test, not a warmup
+
+
 def schedule_findings(points: list[tuple[int, float]], max_steps: int, length: int | None) -> list[tuple[str, str]]:
     """(severity, message) pairs for a schedule that does not fit ``max_steps`` (O8)."""
     found = []
@@ -75,9 +78,19 @@ def schedule_findings(points: list[tuple[int, float]], max_steps: int, length: i
     peak_step = next(step for step, lr in points if lr == peak)
     dead = next((step for step, lr in points if step > peak_step and lr < NEAR_ZERO * peak), None)
     if dead is not None and dead < 0.9 * max_steps:
-        found.append(("warning", f"the learning rate falls below 1% of its peak at step {dead} of "
-                                 f"trainer.max_steps={max_steps}: the remaining {100 * (1 - dead / max_steps):.0f}% "
-                                 "of the run barely trains"))
+        zero = next((step for step, lr in points if step > peak_step and lr == 0), None)
+        reaches = (f"reaches 0 at step {zero}" if zero is not None and zero <= dead + max(1, max_steps // 100)
+                   else f"falls below 1% of its peak at step {dead}")
+        found.append(("warning", f"the learning rate {reaches} of trainer.max_steps={max_steps}: the remaining "
+                                 f"{100 * (1 - dead / max_steps):.0f}% of the run barely trains. A schedule sized "
+                                 "for one epoch (num_training_steps=len(train_loader)) or stepped per batch with "
+                                 "epoch settings ends this early"))
+    first = points[0][1] if points else 0.0
+    if first > 0 and peak >= GROWTH * first and peak_step >= 0.9 * points[-1][0]:
+        found.append(("error", f"the learning rate grows {peak / first:.3g}x over the run and peaks at its end "
+                               f"({peak:.3g} at step {peak_step}): a schedule that only rises, such as an LR range "
+                               "test's exponential ramp left as the training scheduler, drives any optimizer to "
+                               "diverge"))
     if length is not None and length < 0.9 * max_steps and dead is None:
         found.append(("warning", f"the LR schedule spans {length} steps but trainer.max_steps={max_steps}: it ends "
                                  "(or restarts) early"))

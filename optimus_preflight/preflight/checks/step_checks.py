@@ -300,12 +300,21 @@ class TargetsCheck(Check):
     name = "step.targets"
     stage = Stage.STEP
     codes = ("O14", "TARGET_ALL_IGNORED", "TARGET_MOSTLY_IGNORED", "TARGET_ONE_CLASS", "TARGET_MULTI_HOT",
-             "TARGET_SCALE", "TARGET_IGNORED_CLASS", "TARGET_TRUNCATED", "TARGET_CLASS_IDS_REGRESSED", "TARGET_ORDER")
+             "TARGET_SCALE", "TARGET_IGNORED_CLASS", "TARGET_TRUNCATED", "TARGET_CLASS_IDS_REGRESSED", "TARGET_ORDER",
+             "TARGET_ZERO_ONE_SIGN")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         probe = get_probe(ctx)
         calls = probe.criterion_calls
+        if probe.zero_one_sign_target:
+            findings.error(
+                "TARGET_ZERO_ONE_SIGN",
+                f"{probe.zero_one_sign_target} gets 0/1 targets, but it reads +1 (similar / ranked first) and -1 "
+                "(dissimilar / ranked second): a target of 0 contributes exactly zero loss, so those pairs never "
+                "push apart and the model can map everything to one point",
+                "Convert the labels: target = labels * 2 - 1 (0 -> -1, 1 -> +1).",
+            )
         findings.data["targets"] = [
             {"criterion": c.function, "dtype": c.target.dtype, "min": c.target.min, "max": c.target.max,
              "classes": c.n_classes}

@@ -245,15 +245,38 @@ class LossScaleCheck(Check):
 
     name = "step.loss_scale"
     stage = Stage.STEP
-    codes = ("O9",)
+    codes = ("O9", "LOSS_MULTIPLIED")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         steps = ctx.cfg.trainer.accumulation_steps
+        self._multiplied(ctx, findings)
         if steps > 1:
             self._divided_by_steps(ctx, findings, steps)
         else:
             self._summed(ctx, findings)
+
+    @staticmethod
+    def _multiplied(ctx: PreflightContext, findings: Findings) -> None:
+        """compute_loss returns a power-of-two multiple of its one criterion (8x or more): a
+        static loss scale left from an fp16 script, with nothing dividing the gradients back."""
+        probe = get_probe(ctx)
+        calls = [c for c in probe.criterion_calls if c.error is None]
+        ratio = criterion_ratio(calls, probe.loss.value if probe.loss else None) if len(calls) == 1 else None
+        if ratio is None or ratio < 8 or abs(math.log2(ratio) - round(math.log2(ratio))) > 1e-4:
+            return
+        scale = round(ratio)
+        if scale == getattr(ctx.train_loader, "batch_size", None):
+            return  # a mean times the batch size is a sum: step.accumulation / O9 judge that
+        findings.warning(
+            "LOSS_MULTIPLIED",
+            f"compute_loss returns exactly {scale}x its criterion's loss ({calls[0].function}): every gradient is "
+            f"{scale}x what the learning rate was tuned for. A power of two like this is a static loss scale "
+            "left from an fp16 script (apex-style loss * scale) whose gradients are never divided back; the "
+            "training step's own GradScaler handles fp16",
+            f"Return the criterion's loss itself (drop the * {scale}); for fp16 use trainer.precision=fp16, whose "
+            "GradScaler scales and unscales the gradients.",
+        )
 
     def _divided_by_steps(self, ctx: PreflightContext, findings: Findings, steps: int) -> None:
         probe = get_probe(ctx)

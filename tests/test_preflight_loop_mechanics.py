@@ -1,0 +1,82 @@
+"""Fires / stays-quiet pairs for mechanics read from the step and the loader:
+LOSS_MULTIPLIED (a static loss scale left in compute_loss), TARGET_ZERO_ONE_SIGN (0/1
+targets to a +1/-1 criterion), O8 for a schedule that only rises, BN_SMALL_BATCH, and
+DATASET_MUTATED (a __getitem__ that rewrites the stored table)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.batch_checks import FinalBatchCheck
+from optimus_preflight.preflight.checks.config_checks import LrScheduleCheck
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.dataset_mutation import DatasetMutationCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck, TargetsCheck
+from optimus_preflight.preflight.checks.step_runs import LossScaleCheck
+
+g = torch.Generator().manual_seed(0)
+X, Y = torch.randn(512, 8, generator=g), torch.randint(0, 3, (512,), generator=g)
+
+
+def codes(model, loss_fn, checks, loader=None, **kwargs) -> set[str]:
+    loader = loader or DataLoader(TensorDataset(X, Y), batch_size=32, shuffle=True)
+    report = run_preflight(model, kwargs.pop("optimizer", None) or torch.optim.SGD(model.parameters(), lr=0.05),
+                           loader, loss_fn=loss_fn, checks=[FirstBatchCheck(), *checks], **kwargs)
+    return {issue.code for check in report.checks for issue in check.issues if issue.severity.value != "info"}
+
+
+@pytest.mark.parametrize("factor, fires", [(128.0, True), (1.0, False), (0.5, False), (3.0, False)])
+def test_a_power_of_two_static_loss_scale(factor, fires):
+    loss = lambda m, b: nn.functional.cross_entropy(m(b[0]), b[1]) * factor  # noqa: E731
+    assert ("LOSS_MULTIPLIED" in codes(nn.Linear(8, 3), loss, [FirstStepCheck(), LossScaleCheck()])) == fires
+
+
+@pytest.mark.parametrize("to_sign, fires", [(False, True), (True, False)])
+def test_zero_one_targets_to_cosine_embedding_loss(to_sign, fires):
+    def loss(model, batch):
+        x, y = batch
+        same = (y == 0).float()
+        return nn.functional.cosine_embedding_loss(model(x), model(x.flip(0)), same * 2 - 1 if to_sign else same)
+    assert ("TARGET_ZERO_ONE_SIGN" in codes(nn.Linear(8, 4), loss, [FirstStepCheck(), TargetsCheck()])) == fires
+
+
+@pytest.mark.parametrize("ramp, fires", [(lambda s: 10 ** (s / 60), True), (lambda s: min(1.0, (s + 1) / 100), False)],
+                         ids=["range_test_ramp", "warmup"])
+def test_a_schedule_that_only_rises(ramp, fires):
+    model = nn.Linear(8, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-5)
+    found = codes(model, nn.CrossEntropyLoss(), [LrScheduleCheck()], optimizer=optimizer,
+                  scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, ramp), max_steps=2000)
+    assert ("O8" in found) == fires
+
+
+@pytest.mark.parametrize("batch_size, fires", [(2, True), (32, False)])
+def test_batchnorm_on_micro_batches_of_two(batch_size, fires):
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))
+    loader = DataLoader(TensorDataset(X, Y), batch_size=batch_size, shuffle=True, drop_last=True)
+    assert ("BN_SMALL_BATCH" in codes(model, nn.CrossEntropyLoss(), [FinalBatchCheck()], loader=loader)) == fires
+
+
+class Meters(Dataset):
+    def __init__(self, in_place: bool):
+        self.x, self.y, self.in_place = X.clone(), Y.clone(), in_place
+        self.mean, self.std = self.x.mean(0), self.x.std(0)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        x = self.x[i]
+        x = x.sub_(self.mean).div_(self.std) if self.in_place else (x - self.mean) / self.std
+        return x, self.y[i]
+
+
+@pytest.mark.parametrize("in_place, fires", [(True, True), (False, False)])
+def test_a_getitem_that_rewrites_the_table(in_place, fires):
+    loader = DataLoader(Meters(in_place), batch_size=32, shuffle=True)
+    assert ("DATASET_MUTATED" in codes(nn.Linear(8, 3), nn.CrossEntropyLoss(), [DatasetMutationCheck()],
+                                       loader=loader)) == fires
