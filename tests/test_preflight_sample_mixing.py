@@ -4,6 +4,7 @@ equals the sequence length and shapes cannot tell; independent samples stay quie
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -144,3 +145,36 @@ def test_the_sample_axis_of_an_output_is_the_one_where_only_sample_0_moved():
     assert other_samples_moved([first], [second], 16) == [5]
     assert evenly_spaced([4, 8, 12], 16) == 4 and evenly_spaced([4, 8], 16) is None
     assert evenly_spaced([3, 5], 16) is None
+
+
+class PositionalEncoded(nn.Module):
+    """A batch_first encoder with the (max_len, 1, D) positional table of the seq-first tutorial."""
+
+    def __init__(self, batch_axis_bug: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.bug = batch_axis_bug
+        self.embed = nn.Embedding(50, 16)
+        self.register_buffer("pe", torch.randn(64, 1, 16))
+        layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, ids):
+        h = self.embed(ids)
+        h = h + (self.pe[:h.size(0)] if self.bug else self.pe[:h.size(1)].transpose(0, 1))
+        return self.head(self.encoder(h).mean(1))
+
+
+@pytest.mark.parametrize("bug", [True, False], ids=["pe_on_batch_axis", "pe_on_sequence_axis"])
+def test_an_output_that_depends_on_the_batch_position(bug):
+    ids = torch.randint(0, 50, (256, 12), generator=torch.Generator().manual_seed(0))
+    labels = torch.randint(0, 4, (256,), generator=torch.Generator().manual_seed(1))
+    model = PositionalEncoded(bug)
+    report = run_preflight(model, torch.optim.AdamW(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(ids, labels), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), FirstStepCheck(), SampleMixingCheck()])
+    issues = [i for i in report.check("step.sample_mixing").issues if i.code == "BATCH_INDEX_DEPENDENT"]
+    assert bool(issues) == bug
+    if bug:
+        assert "pe[:x.size(1)]" in issues[0].fix

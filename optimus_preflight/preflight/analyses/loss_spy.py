@@ -270,6 +270,7 @@ class LossSpy(TorchFunctionMode):
         self.batch_normalize: tuple[tuple[int, ...], int] | None = None
         self.sliced_pair: SlicedPair | None = None
         self.zero_one_sign_target: str | None = None  # a +1/-1 criterion given 0/1 targets: its name
+        self.attention_queries: list[tuple[int, ...]] = []  # shapes of scaled_dot_product_attention's queries
         self.channel_axis = ChannelAxisWatch()  # a conv map reduced over its channels and one spatial axis
         self.views = ViewWatch()  # a view/reshape to the input's sizes in another order
 
@@ -282,6 +283,9 @@ class LossSpy(TorchFunctionMode):
             self.calls.append(record)
         elif name in ACTIVATIONS:
             self.activations[name] += 1
+        if name == "scaled_dot_product_attention" and args and isinstance(args[0], torch.Tensor) \
+                and len(self.attention_queries) < 4:
+            self.attention_queries.append(tuple(args[0].shape))
         if name in SIGN_TARGETS and self.zero_one_sign_target is None:
             target = _argument(args, kwargs, SIGN_TARGETS[name], "target")
             if isinstance(target, torch.Tensor) and target.numel() and bool(((target == 0) | (target == 1)).all()) \

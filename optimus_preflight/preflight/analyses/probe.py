@@ -75,6 +75,7 @@ class StepProbe:
     sliced_pair: SlicedPair | None = None  # a paired criterion's inputs cut from the same rows
     loss_side_effects: list[str] = field(default_factory=list)  # "lr", "weights": changed inside compute_loss
     zero_one_sign_target: str | None = None  # a +1/-1 criterion (cosine_embedding_loss, ...) given 0/1 targets
+    attention_over_heads: tuple[tuple[int, ...], int] | None = None  # (SDPA query shape, sequence length)
     channel_reduction: ChannelReduction | None = None  # a conv map reduced over channels + one spatial axis
     view_as_permute: ViewAsPermute | None = None  # a view/reshape to the same sizes in another order
     scaler_enabled: bool = False
@@ -267,6 +268,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.batch_normalize = spy.batch_normalize
     probe.sliced_pair = spy.sliced_pair
     probe.zero_one_sign_target = spy.zero_one_sign_target
+    probe.attention_over_heads = attention_over_heads(spy.attention_queries, model_inputs)
     probe.channel_reduction = spy.channel_axis.found
     probe.view_as_permute = spy.views.found
     probe.time_major_target = time_major_target(spy.calls, step_batches[0] if step_batches else batch, model_inputs,
@@ -276,6 +278,20 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         probe.params_nonfinite_grad = [names[p] for p, ok in received.items() if ok is not None and not bool(ok)]
         probe.params_zero_grad = [names[p] for p in trainable if p in zero_grad]
     return probe
+
+
+def attention_over_heads(queries: list[tuple[int, ...]],
+                         model_inputs: list[tuple[int, ...]]) -> tuple[tuple[int, ...], int] | None:
+    """A scaled_dot_product_attention query laid out (B, T, heads, d) where SDPA reads
+    (B, heads, T, d): dim 1 is the model's sequence length and dim 2 is not, so attention
+    runs across the heads of one position and no position sees another."""
+    if not model_inputs or len(model_inputs[0]) < 2:
+        return None
+    batch, length = model_inputs[0][0], model_inputs[0][1]
+    for shape in queries:
+        if len(shape) == 4 and shape[0] == batch and shape[1] == length and shape[2] != length and shape[2] < length:
+            return shape, length
+    return None
 
 
 def time_major_target(calls: list[CriterionCall], batch: Any, model_inputs: list[tuple[int, ...]],

@@ -42,11 +42,23 @@ class BatchLayoutCheck(Check):
 
     name = "step.batch_layout"
     stage = Stage.STEP
-    codes = ("BATCH_TIME_MAJOR", "BATCH_NOT_TIME_MAJOR", "CHANNEL_AXIS_REDUCED", "VIEW_AS_PERMUTE")
+    codes = ("BATCH_TIME_MAJOR", "BATCH_NOT_TIME_MAJOR", "CHANNEL_AXIS_REDUCED", "VIEW_AS_PERMUTE",
+             "ATTENTION_OVER_HEADS")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         probe = get_probe(ctx)
+        if probe.attention_over_heads is not None:
+            shape, length = probe.attention_over_heads
+            findings.error(
+                "ATTENTION_OVER_HEADS",
+                f"scaled_dot_product_attention gets queries of shape {shape}, whose dim 1 is the sequence "
+                f"({length} positions): SDPA reads (batch, heads, sequence, head_dim), so it attends across the "
+                f"{shape[2]} head slices of each position and no position ever sees another (a causal mask then "
+                "masks heads, not the future). The heads were split with .view(B, T, heads, d) and not transposed",
+                "Transpose after splitting the heads: q.view(B, T, heads, d).transpose(1, 2) (and back with "
+                ".transpose(1, 2).reshape(B, T, heads * d) after attention).",
+            )
         if probe.view_as_permute is not None:
             view = probe.view_as_permute
             findings.warning(

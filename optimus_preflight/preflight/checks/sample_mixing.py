@@ -111,6 +111,24 @@ def other_samples_moved(first: list[torch.Tensor], second: list[torch.Tensor], k
     return sorted(moved) if seen_axis else None
 
 
+def index_dependent(first: list[torch.Tensor], second: list[torch.Tensor], keep: int) -> bool:
+    """Whether sample 1's content gives another output at batch index 0 (``second``, where
+    sample 0 was replaced by sample 1) than at index 1 (``first``): the output depends on
+    where in the batch a sample sits."""
+    for a, b in zip(first, second):
+        if a.shape != b.shape or a.dim() == 0 or not a.is_floating_point():
+            continue
+        a, b = a.float(), b.float()
+        tolerance = OTHER_SAMPLE_TOL * float(a.abs().max().clamp_min(1e-12))
+        for axis in [dim for dim, length in enumerate(a.shape) if length == keep]:
+            changed = ((a - b).abs() > tolerance).movedim(axis, 0).reshape(keep, -1).any(dim=1)
+            if bool(changed[1:].any()):
+                continue  # not this tensor's sample axis (or samples mix: reported elsewhere)
+            if bool(((b.select(axis, 0) - a.select(axis, 1)).abs() > tolerance).any()):
+                return True
+    return False
+
+
 def evenly_spaced(indices: list[int], keep: int) -> int | None:
     """The stride when ``indices`` are exactly the multiples of one stride below ``keep``."""
     if len(indices) < 2:
@@ -130,7 +148,7 @@ class SampleMixingCheck(Check):
 
     name = "step.sample_mixing"
     stage = Stage.STEP
-    codes = ("BATCH_MIXING",)
+    codes = ("BATCH_MIXING", "BATCH_INDEX_DEPENDENT")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -156,6 +174,17 @@ class SampleMixingCheck(Check):
             self._mixed(keep, share, findings)
         elif others is not None and len(others) >= OTHERS_MOVED:
             self._some_mixed(keep, others, findings)
+        elif index_dependent(*outputs, keep):
+            findings.warning(
+                "BATCH_INDEX_DEPENDENT",
+                "the same sample gives a different output at batch position 0 than at position 1 (eval mode, "
+                "nothing else changed): the model adds something indexed by the batch position. Usually a "
+                "positional encoding written for (T, B, D) inputs, x + pe[:x.size(0)] with pe of shape (max_len, 1, "
+                "D), used in a batch_first model: sample b gets position b's encoding on all its tokens, and no "
+                "token gets its own position",
+                "Index the positional encoding by the sequence axis of a batch_first input: x + pe[:x.size(1)] "
+                "with pe of shape (1, max_len, D) (or transpose the input to (T, B, D) first).",
+            )
 
     @staticmethod
     def _some_mixed(keep: int, others: list[int], findings: Findings) -> None:
