@@ -41,6 +41,7 @@ from optimus_preflight.preflight.checks.mask_alignment import MaskAlignmentCheck
 from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
 from optimus_preflight.preflight.checks.module_structure import ModuleStructureCheck
 from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
+from optimus_preflight.preflight.checks.recurrence import RecurrenceCheck
 from optimus_preflight.preflight.checks.sample_mixing import SampleMixingCheck
 from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageCheck
 from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
@@ -116,6 +117,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     InputDependenceCheck,
     EmbeddingInputsCheck,
     AttentionMaskCheck,
+    RecurrenceCheck,
     step_runs.AccumulationCheck,
     step_runs.LossScaleCheck,
     step_smoke.CheckpointRoundTripCheck,
