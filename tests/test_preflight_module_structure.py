@@ -54,3 +54,21 @@ def test_distinct_layers_and_a_module_called_in_a_loop_are_quiet(build):
 @pytest.mark.parametrize("momentum, fires", [(0.0, True), (0.99, True), (0.1, False), (None, False), (0.01, False)])
 def test_batchnorm_momentum(momentum, fires):
     assert codes(Stack("distinct", momentum)) == (["BN_MOMENTUM"] if fires else [])
+
+
+@pytest.mark.parametrize("loaded, fires", [(False, True), (True, False)], ids=["nothing_loaded", "checkpoint_loaded"])
+def test_a_frozen_backbone_still_at_its_initial_weights(loaded, fires):
+    torch.manual_seed(0)
+    backbone = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU())
+    if loaded:  # a pretrained checkpoint: weights that left the init's uniform box
+        pretrained = {k: v + 0.05 * torch.randn_like(v) for k, v in backbone.state_dict().items()}
+        backbone.load_state_dict(pretrained)
+    else:  # the DataParallel checkpoint's 'module.' keys match nothing under strict=False
+        backbone.load_state_dict({"module." + k: v for k, v in backbone.state_dict().items()}, strict=False)
+    backbone.requires_grad_(False)
+    model = nn.Sequential(backbone, nn.Linear(64, 3))
+    x, y = torch.randn(256, 16), torch.randint(0, 3, (256,))
+    report = run_preflight(model, torch.optim.Adam(model[1].parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), ModuleStructureCheck()])
+    assert ("FROZEN_AT_INIT" in [i.code for i in report.check("model.structure").issues]) == fires

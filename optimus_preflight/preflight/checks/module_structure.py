@@ -5,6 +5,11 @@
   in a loop. Its "6 layers" share one set of weights, so the model is a sixth of its
   declared size. Sharing on purpose (ALBERT) calls one module in a loop; it does not list
   it six times.
+- ``FROZEN_AT_INIT``: frozen ``nn.Linear``/``nn.Conv*`` layers whose weights are exactly what
+  PyTorch's default init draws (uniform within 1/sqrt(fan_in), a flat histogram): a
+  backbone frozen for a linear probe or a fine-tune into which nothing was loaded
+  (``load_state_dict(strict=False)`` matching no key, a ``module.`` prefix). Trained weights
+  leave that box and lose the flat histogram within the first steps.
 - ``BN_MOMENTUM``: a BatchNorm whose ``momentum`` is 0 (its running statistics never move
   from their init, so evaluation normalises by mean 0 and variance 1), or 0.9 and above
   (Keras' convention, where momentum weighs the old statistics; in torch it weighs the new
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
@@ -24,6 +30,31 @@ if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
 
 KERAS_MOMENTUM = 0.9
+MIN_INIT_VALUES = 256  # a smaller weight says too little about its histogram
+UNIFORM_STD = 3 ** -0.5  # std of U(-b, b) / b
+
+
+def at_default_init(weight: torch.Tensor) -> bool:
+    """``weight`` (out, in, ...) looks drawn by ``kaiming_uniform_(a=sqrt(5))``: every value within
+    1/sqrt(fan_in), with the std of a uniform over that box (pure)."""
+    if weight.dim() < 2 or weight.numel() < MIN_INIT_VALUES:
+        return False
+    bound = (weight[0].numel()) ** -0.5
+    values = weight.detach().float()
+    if float(values.abs().max()) > bound * (1 + 1e-5):
+        return False
+    return abs(float(values.std()) / bound - UNIFORM_STD) < 0.05 * UNIFORM_STD
+
+
+def frozen_at_init(model: nn.Module) -> tuple[list[str], int]:
+    """Names of frozen Linear/Conv layers still at the default init, and the values they hold."""
+    names, values = [], 0
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)) and not module.weight.requires_grad \
+                and at_default_init(module.weight):
+            names.append(name or type(module).__name__)
+            values += module.weight.numel()
+    return names, values
 
 
 def repeated_children(model: nn.Module) -> list[tuple[str, str, int]]:
@@ -45,13 +76,27 @@ def repeated_children(model: nn.Module) -> list[tuple[str, str, int]]:
 
 
 class ModuleStructureCheck(Check):
-    """MODULE_REPEATED: one module object listed several times; BN_MOMENTUM: Keras-style or zero momentum."""
+    """MODULE_REPEATED: one module object listed several times; BN_MOMENTUM: Keras-style or zero
+    momentum; FROZEN_AT_INIT: frozen layers nothing was loaded into."""
 
     name = "model.structure"
     stage = Stage.MODEL
-    codes = ("MODULE_REPEATED", "BN_MOMENTUM")
+    codes = ("MODULE_REPEATED", "BN_MOMENTUM", "FROZEN_AT_INIT")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        at_init, values = frozen_at_init(ctx.model)
+        if at_init:
+            shown = ", ".join(at_init[:4]) + (" ..." if len(at_init) > 4 else "")
+            findings.warning(
+                "FROZEN_AT_INIT",
+                f"{len(at_init)} frozen layer(s) ({shown}; {values:,} weights) hold exactly what PyTorch's default "
+                "init draws (uniform within 1/sqrt(fan_in)): nothing was loaded into them, so the frozen part "
+                "computes random features. Usually a load_state_dict(..., strict=False) whose keys matched nothing "
+                "(a 'module.' prefix from DataParallel, another model's names)",
+                "Load with strict=True to see the missing and unexpected keys (strip a 'module.' prefix: "
+                "{k.removeprefix('module.'): v for k, v in state.items()}), or unfreeze the layers if they are "
+                "meant to train from scratch.",
+            )
         repeated = repeated_children(ctx.model)
         for container, kind, times in repeated[:1]:
             findings.warning(
