@@ -343,3 +343,26 @@ def test_the_first_update_rule_matches_torchs_step(build):
     recorder.after_step()
     for group in recorder.groups:
         assert torch.allclose(group.delta, expected_first_update(group), rtol=1e-3, atol=1e-7)
+
+
+def test_bfloat16_weights_whose_updates_round_away():
+    model = cnn().to(torch.bfloat16)
+    loader = DataLoader(TensorDataset(torch.randn(64, 3, 8, 8).to(torch.bfloat16), torch.randint(0, 4, (64,))),
+                        batch_size=16)
+    issue = found(audit(model, torch.optim.AdamW(model.parameters(), lr=2e-4), loader))["UPDATE_ROUNDED"]
+    assert "bfloat16" in issue.message and "autocast" in issue.fix
+
+
+@pytest.mark.parametrize("noise, fires", [(1.0, True), (0.0, False)], ids=["noise_drowns_gradient", "no_noise"])
+def test_noise_added_inside_step_that_drowns_the_gradient(noise, fires):
+    model = cnn()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def add_noise(opt, args, kwargs):
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.grad.add_(torch.randn_like(p.grad) * noise)
+
+    optimizer.register_step_pre_hook(add_noise)
+    assert ("UPDATE_NOT_GRADIENT" in found(audit(model, optimizer, images(), clip_grad_norm=1.0))) == fires

@@ -216,9 +216,17 @@ def update_findings(groups: list[GroupStep], *, optimizer_name: str, grad_norm: 
         if ascent is not None:
             found.append(ascent)
             continue
+        rounded = _rounded(step, delta, len(groups))
+        if rounded is not None:
+            found.append(rounded)
+            continue
         undone = _undone(step, delta, len(groups), optimizer_name)
         if undone is not None:
             found.append(undone)
+            continue
+        foreign = _not_the_rule(step, delta, len(groups), optimizer_name)
+        if foreign is not None:
+            found.append(foreign)
             continue
         decay = _decay(step, delta, len(groups))
         if decay is not None:
@@ -293,6 +301,66 @@ def _decay(step: GroupStep, delta: torch.Tensor, total: int) -> Finding | None:
         f"after 100 steps the weights keep {left:.2g} of their size unless the gradient holds them up",
         "Set weight_decay to a usual value (1e-4 to 5e-4 for SGD, 0.01 to 0.1 for AdamW's decoupled decay): "
         f"a value like {decay:g} is often {decay:g}e-4 with its exponent lost.",
+    )
+
+
+HALF_RESOLUTION = 1e-4  # the dtype's eps above which weights are bf16/fp16
+ROUNDED_SHARE = 0.5  # of the weights the rule moves, left exactly where they were
+MIN_RECORDABLE = 64
+FOREIGN_COSINE = 0.2  # the update's cosine with the rule's step (exactly 1 when step() is the rule alone)
+
+
+def _rounded(step: GroupStep, delta: torch.Tensor, total: int) -> Finding | None:
+    """Half-precision weights whose updates round away: the rule moves them, the dtype cannot."""
+    expected = expected_first_update(step)
+    if expected is None or step.resolution <= HALF_RESOLUTION:
+        return None
+    moving = expected.abs() > 0
+    if int(moving.sum()) == 0:
+        return None
+    unmoved = float(((delta == 0) & moving).sum()) / float(moving.sum())
+    if unmoved < ROUNDED_SHARE:
+        return None
+    dtype = "bfloat16" if step.resolution > 1e-3 else "float16"
+    return Finding(
+        "UPDATE_ROUNDED", "warning",
+        f"{_group(step, total)} holds {dtype} weights, and {unmoved:.0%} of them did not change in the first step "
+        f"although the optimizer moved them (lr={step.lr:g}): an update smaller than half the spacing between "
+        f"{dtype} numbers near a weight rounds away, so most weights never train",
+        "Keep the weights in float32 and compute in half precision with autocast (trainer.precision=bf16-mixed, "
+        "torch.autocast), or use an optimizer with float32 master weights; do not call model.to(torch.bfloat16) "
+        "for training.",
+    )
+
+
+def _not_the_rule(step: GroupStep, delta: torch.Tensor, total: int, optimizer_name: str) -> Finding | None:
+    """An update pointing elsewhere than the rule's step on these gradients (whose cosine with it
+    is exactly 1 when step() applies the rule alone): noise or another term added inside
+    optimizer.step() (a step pre-hook), after the gradients were read. Adam's first step has
+    the rule's size whatever is added, so the direction is the evidence, not the size."""
+    expected = expected_first_update(step)
+    if expected is None or not step.should_move():
+        return None
+    # Only where the rule's step is large enough for the dtype to record: elsewhere (a warmup
+    # from lr x 1e-9) the weights rightly stay put and say nothing about the direction.
+    recordable = expected.abs() > 16 * step.resolution * step.before.abs()
+    if int(recordable.sum()) < MIN_RECORDABLE:
+        return None
+    delta, expected = delta[recordable], expected[recordable]
+    size = float(delta.norm()) / max(float(expected.norm()), 1e-30)
+    cosine = _cosine(delta, expected)
+    if cosine >= FOREIGN_COSINE:
+        return None
+    return Finding(
+        "UPDATE_NOT_GRADIENT", "warning",
+        f"the first step moved {_group(step, total)} {size:.2g}x as far as {optimizer_name}'s rule does on these "
+        f"gradients, in a direction nearly unrelated to it (cosine {cosine:.2f}): something adds "
+        "to the update inside optimizer.step(), e.g. noise from a step pre-hook, and it drowns the gradient. "
+        "Differentially private SGD's noise std noise_multiplier * max_grad_norm belongs to the SUM of per-sample "
+        "gradients: on a batch-mean gradient it must be divided by the batch size",
+        "Scale what the hook adds to the gradient it is added to (for DP-SGD on a mean gradient: std = "
+        "noise_multiplier * max_grad_norm / batch_size), or use Opacus, which clips per sample and calibrates the "
+        "noise.",
     )
 
 

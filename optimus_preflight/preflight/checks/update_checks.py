@@ -25,7 +25,8 @@ class UpdateCheck(Check):
     name = "step.update"
     stage = Stage.STEP
     codes = ("UPDATE_NONE", "UPDATE_ASCENT", "UPDATE_UNDONE", "UPDATE_WEIGHT_DECAY", "UPDATE_EPS", "UPDATE_CLIPPED",
-             "UPDATE_BETAS", "UPDATE_TOO_LARGE", "UPDATE_TOO_SMALL", "INIT_SYMMETRIC")
+             "UPDATE_BETAS", "UPDATE_TOO_LARGE", "UPDATE_TOO_SMALL", "UPDATE_ROUNDED",
+             "UPDATE_NOT_GRADIENT", "INIT_SYMMETRIC")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
