@@ -191,6 +191,7 @@ class CriterionCall:
     target_base: torch.Tensor | None = None  # the tensor a flattened class target is a view of
     frequent_class_weights: FrequentClassWeights | None = None  # weight / pos_weight favouring frequent classes
     logit_activation: str | None = None  # class criteria: the op behind the logits (Sigmoid: bounded logits)
+    target_tensor: torch.Tensor | None = None  # regression criteria: the target as passed (held for the step only)
     classes_last: bool = False  # a (B, T, C) input straight from a linear layer: classes on the last dim, not dim 1
 
     @property
@@ -361,6 +362,8 @@ class LossSpy(TorchFunctionMode):
             target = target[target != ignore_index]  # ignored positions may hold any sentinel
         record.input = _stats(inputs, class_dim, self.shapes) if isinstance(inputs, torch.Tensor) else None
         record.target = _stats(target, None) if isinstance(target, torch.Tensor) else None
+        if name in REGRESSION_CRITERIA and isinstance(target, torch.Tensor) and not target.requires_grad:
+            record.target_tensor = target
         if name in CLASS_CRITERIA and isinstance(inputs, torch.Tensor) and inputs.requires_grad:
             record.logit_activation = output_activation(inputs)
             record.classes_last = inputs.dim() >= 3 and features_on_last_dim(inputs)

@@ -76,6 +76,7 @@ class StepProbe:
     loss_side_effects: list[str] = field(default_factory=list)  # "lr", "weights": changed inside compute_loss
     zero_one_sign_target: str | None = None  # a +1/-1 criterion (cosine_embedding_loss, ...) given 0/1 targets
     attention_over_heads: tuple[tuple[int, ...], int] | None = None  # (SDPA query shape, sequence length)
+    target_is_input: tuple[str, tuple[int, ...]] | None = None  # (criterion, shape): trained towards its own input
     channel_reduction: ChannelReduction | None = None  # a conv map reduced over channels + one spatial axis
     view_as_permute: ViewAsPermute | None = None  # a view/reshape to the same sizes in another order
     scaler_enabled: bool = False
@@ -197,12 +198,14 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         outputs.extend(leaf.grad_fn for leaf in leaves(output) if isinstance(leaf, torch.Tensor) and leaf.grad_fn is not None)
 
     model_inputs: list[tuple[int, ...]] = []
+    model_input_tensors: list[torch.Tensor] = []
 
     def on_forward(module: nn.Module, args: Any) -> None:
         probe.forward_calls += 1
         first = next((arg for arg in args if isinstance(arg, torch.Tensor) and arg.dim() >= 2), None)
         if first is not None and not model_inputs:
             model_inputs.append(tuple(first.shape))
+            model_input_tensors.append(first)
         if not module.training and not top_stuck and torch.is_grad_enabled():
             probe.forward_in_eval = True
 
@@ -269,6 +272,9 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.sliced_pair = spy.sliced_pair
     probe.zero_one_sign_target = spy.zero_one_sign_target
     probe.attention_over_heads = attention_over_heads(spy.attention_queries, model_inputs)
+    probe.target_is_input = target_is_input(spy.calls, model_input_tensors, step_batches[0] if step_batches else batch)
+    for call in spy.calls:
+        call.target_tensor = None  # the probe keeps statistics, not the batch's tensors
     probe.channel_reduction = spy.channel_axis.found
     probe.view_as_permute = spy.views.found
     probe.time_major_target = time_major_target(spy.calls, step_batches[0] if step_batches else batch, model_inputs,
@@ -278,6 +284,26 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         probe.params_nonfinite_grad = [names[p] for p, ok in received.items() if ok is not None and not bool(ok)]
         probe.params_zero_grad = [names[p] for p in trainable if p in zero_grad]
     return probe
+
+
+def target_is_input(calls: list[CriterionCall], model_inputs: list[torch.Tensor],
+                    batch: Any) -> tuple[str, tuple[int, ...]] | None:
+    """A regression criterion whose target is the model's own input while the batch holds
+    another, different tensor of that shape (a denoiser's clean signal): the model is trained
+    towards the identity. A plain autoencoder's batch has no such second tensor."""
+    source = model_inputs[0] if model_inputs else None
+    if source is None or not source.is_floating_point():
+        return None
+    for call in calls:
+        target = call.target_tensor
+        if target is None or target.shape != source.shape or not torch.equal(target, source):
+            continue
+        others = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.shape == source.shape
+                  and leaf.is_floating_point() and leaf.data_ptr() != source.data_ptr()
+                  and not torch.equal(leaf.to(source.device), source)]
+        if others:
+            return call.function, tuple(source.shape)
+    return None
 
 
 def attention_over_heads(queries: list[tuple[int, ...]],

@@ -301,12 +301,22 @@ class TargetsCheck(Check):
     stage = Stage.STEP
     codes = ("O14", "TARGET_ALL_IGNORED", "TARGET_MOSTLY_IGNORED", "TARGET_ONE_CLASS", "TARGET_MULTI_HOT",
              "TARGET_SCALE", "TARGET_IGNORED_CLASS", "TARGET_TRUNCATED", "TARGET_CLASS_IDS_REGRESSED", "TARGET_ORDER",
-             "TARGET_ZERO_ONE_SIGN")
+             "TARGET_ZERO_ONE_SIGN", "TARGET_IS_INPUT")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         probe = get_probe(ctx)
         calls = probe.criterion_calls
+        if probe.target_is_input is not None:
+            function, shape = probe.target_is_input
+            findings.error(
+                "TARGET_IS_INPUT",
+                f"{function}'s target is the model's own input ({shape}), while the batch holds another, different "
+                "tensor of that shape: the model is trained towards the identity, which it reaches by copying its "
+                "input (a denoiser learns to keep the noise, an enhancer to change nothing)",
+                "Give the criterion the batch's target tensor (e.g. the clean signal: loss_fn(model(noisy), clean)), "
+                "not the input the model was fed.",
+            )
         if probe.zero_one_sign_target:
             findings.error(
                 "TARGET_ZERO_ONE_SIGN",

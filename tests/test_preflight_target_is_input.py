@@ -1,0 +1,34 @@
+"""TARGET_IS_INPUT: a denoiser whose loss compares its output with the noisy input instead of
+the batch's clean signal; the correct denoiser and a plain autoencoder stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck, TargetsCheck
+
+g = torch.Generator().manual_seed(0)
+CLEAN = torch.sin(torch.linspace(0, 20, 64))[None].repeat(256, 1) * torch.rand(256, 1, generator=g)
+NOISY = CLEAN + 0.3 * torch.randn(256, 64, generator=g)
+
+
+def issues(loss_fn, dataset) -> list:
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 64))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(dataset, batch_size=32, shuffle=True), loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), TargetsCheck()])
+    return [i for i in report.check("step.targets").issues if i.code == "TARGET_IS_INPUT"]
+
+
+@pytest.mark.parametrize("name, loss_fn, dataset, fires", [
+    ("towards_noisy_input", lambda m, b: nn.functional.mse_loss(m(b[0]), b[0]), TensorDataset(NOISY, CLEAN), True),
+    ("towards_clean", lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]), TensorDataset(NOISY, CLEAN), False),
+    ("autoencoder", lambda m, b: nn.functional.mse_loss(m(b[0]), b[0]), TensorDataset(CLEAN), False),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_a_target_that_is_the_models_own_input(name, loss_fn, dataset, fires):
+    assert bool(issues(loss_fn, dataset)) == fires
