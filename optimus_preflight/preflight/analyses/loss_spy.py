@@ -192,6 +192,7 @@ class CriterionCall:
     frequent_class_weights: FrequentClassWeights | None = None  # weight / pos_weight favouring frequent classes
     logit_activation: str | None = None  # class criteria: the op behind the logits (Sigmoid: bounded logits)
     target_tensor: torch.Tensor | None = None  # regression criteria: the target as passed (held for the step only)
+    always_on_label: tuple[int, float, float] | None = None  # multi-hot: (column, its positive rate, median rate)
     classes_last: bool = False  # a (B, T, C) input straight from a linear layer: classes on the last dim, not dim 1
 
     @property
@@ -362,6 +363,8 @@ class LossSpy(TorchFunctionMode):
             target = target[target != ignore_index]  # ignored positions may hold any sentinel
         record.input = _stats(inputs, class_dim, self.shapes) if isinstance(inputs, torch.Tensor) else None
         record.target = _stats(target, None) if isinstance(target, torch.Tensor) else None
+        if name in BINARY_CRITERIA and isinstance(target, torch.Tensor):
+            record.always_on_label = always_on_label(target)
         if name in REGRESSION_CRITERIA and isinstance(target, torch.Tensor) and not target.requires_grad:
             record.target_tensor = target
         if name in CLASS_CRITERIA and isinstance(inputs, torch.Tensor) and inputs.requires_grad:
@@ -383,6 +386,28 @@ class LossSpy(TorchFunctionMode):
             log_target = bool(_argument(args, kwargs, 5, "log_target", False))
             record.kl_normalisation = kl_wrong_dims(inputs, target, log_target, SAMPLE_ROWS)
         return record, pad_mask
+
+
+ALWAYS_ON = 0.9  # a label column positive in this share of the rows ...
+SPARSE_MEDIAN = 0.3  # ... while the median column is below this: not a label, something set on every row
+MIN_LABEL_ROWS = 16
+
+
+def always_on_label(target: torch.Tensor) -> tuple[int, float, float] | None:
+    """For (B, L) 0/1 multi-hot targets: a column set in nearly every row among sparse ones,
+    e.g. the padding id of variable-length tag lists scattered into the multi-hot rows."""
+    if target.dim() != 2 or target.shape[0] < MIN_LABEL_ROWS or target.shape[1] < 3:
+        return None
+    with torch.no_grad():
+        values = target.detach().float()
+        if not bool(((values == 0) | (values == 1)).all()):
+            return None
+        rates = values.mean(dim=0)
+        column = int(rates.argmax())
+        median = float(rates.median())
+        if float(rates[column]) >= ALWAYS_ON and median <= SPARSE_MEDIAN:
+            return column, float(rates[column]), median
+    return None
 
 
 def _competing_labels(inputs: torch.Tensor, target: torch.Tensor) -> tuple[bool, float] | None:

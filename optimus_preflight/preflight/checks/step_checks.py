@@ -301,12 +301,24 @@ class TargetsCheck(Check):
     stage = Stage.STEP
     codes = ("O14", "TARGET_ALL_IGNORED", "TARGET_MOSTLY_IGNORED", "TARGET_ONE_CLASS", "TARGET_MULTI_HOT",
              "TARGET_SCALE", "TARGET_IGNORED_CLASS", "TARGET_TRUNCATED", "TARGET_CLASS_IDS_REGRESSED", "TARGET_ORDER",
-             "TARGET_ZERO_ONE_SIGN", "TARGET_IS_INPUT")
+             "TARGET_ZERO_ONE_SIGN", "TARGET_IS_INPUT", "TARGET_ALWAYS_ON")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         probe = get_probe(ctx)
         calls = probe.criterion_calls
+        on = next((call.always_on_label for call in calls if call.always_on_label), None)
+        if on is not None:
+            column, rate, median = on
+            findings.warning(
+                "TARGET_ALWAYS_ON",
+                f"label {column} of the multi-hot targets is set in {rate:.0%} of the rows while the median label is "
+                f"set in {median:.0%}: a label that is nearly always 1 is usually not a label but something set on "
+                f"every row, such as the padding value of variable-length label lists (pad_sequence(padding_value="
+                f"{column}) before scatter_) colliding with label {column}; its head learns to always say yes",
+                "Pad the label lists with a value that is no label (e.g. -1, or num_labels, then drop that column), "
+                "or build the multi-hot rows from each sample's own list before batching.",
+            )
         if probe.target_is_input is not None:
             function, shape = probe.target_is_input
             findings.error(
