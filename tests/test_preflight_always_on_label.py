@@ -13,12 +13,12 @@ from optimus_preflight.preflight import run_preflight
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
 from optimus_preflight.preflight.checks.step_checks import FirstStepCheck, TargetsCheck
 
-TAGS = 8
+TAGS = 20
 
 
 def photos() -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(0)
-    return [(torch.randn(16, generator=g), torch.randperm(TAGS, generator=g)[:int(torch.randint(1, 4, (1,), generator=g))])
+    return [(torch.randn(16, generator=g), torch.randperm(TAGS, generator=g)[:int(torch.randint(1, 6, (1,), generator=g))])
             for _ in range(256)]
 
 
