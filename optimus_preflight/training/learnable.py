@@ -188,7 +188,20 @@ class LossGraph:
     outside_leaves: list[torch.Tensor] = field(default_factory=list)  # learnable, not in ``excluded``
     nodes: set[int] = field(default_factory=set)  # ids of every grad_fn node reached
     zero_gradient_ops: list[str] = field(default_factory=list)  # torch.round, floor, sign, ... in the graph
+    zero_factors: int = 0  # multiplications by a constant 0 (a loss weight of 0.0)
     complete: bool = True  # False past LOSS_GRAPH_NODES
+
+
+def _times_constant_zero(node: Any) -> bool:
+    """A multiplication whose constant (one-value, no-grad) operand is 0."""
+    for attribute in ("_saved_other", "_saved_self"):
+        try:
+            value = getattr(node, attribute, None)
+        except RuntimeError:  # a saved tensor already freed
+            continue
+        if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.requires_grad and float(value) == 0:
+            return True
+    return False
 
 
 def walk_loss_graph(loss: torch.Tensor, excluded: set[int]) -> LossGraph:
@@ -207,6 +220,8 @@ def walk_loss_graph(loss: torch.Tensor, excluded: set[int]) -> LossGraph:
         name = type(node).__name__
         if name in ZERO_GRADIENT_OPS and name not in graph.zero_gradient_ops:
             graph.zero_gradient_ops.append(name)
+        if name.startswith("MulBackward") and _times_constant_zero(node):
+            graph.zero_factors += 1
         variable = getattr(node, "variable", None)  # an AccumulateGrad node: the leaf it feeds
         if isinstance(variable, torch.Tensor):
             if id(variable) not in excluded and variable.requires_grad:

@@ -90,6 +90,7 @@ class StepProbe:
     # data term became a number (.item()) and only another term (a weight penalty) trains.
     loss_ignores_output: bool = False
     zero_gradient_ops: list[str] = field(default_factory=list)  # torch.round, floor, sign in the loss's graph
+    zero_factors: int = 0  # multiplications by a constant 0 in the loss's graph (a loss weight of 0.0)
     params_zero_grad: list[str] = field(default_factory=list)  # got a gradient of exactly 0 everywhere
     step_warnings: list[str] = field(default_factory=list)  # what torch warned during the step
     # A class target flattened from a (T, B) batch tensor while the model read (B, ...) inputs:
@@ -180,6 +181,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
                 if graph.complete:
                     probe.outside_leaves = graph.outside_leaves
                     probe.zero_gradient_ops = graph.zero_gradient_ops
+                    probe.zero_factors = graph.zero_factors
                     probe.loss_ignores_output = bool(outputs) and not any(id(node) in graph.nodes for node in outputs)
         else:
             probe.loss = LossReturn(kind=type(loss).__name__)

@@ -225,6 +225,16 @@ class GradientsCheck(Check):
                 "Give the discrete step a gradient: a straight-through estimator (h + (torch.round(h) - h).detach()), "
                 "or a soft relaxation (sigmoid with a temperature, F.gumbel_softmax) while training.",
             )
+        if zeroed and probe.zero_factors and not probe.zero_gradient_ops and probe.grad_norm != 0.0:
+            findings.error(
+                "GRAD_ZERO",
+                f"{len(zeroed)} trainable parameter(s) got a gradient of exactly 0 from the first step: {_names(zeroed)}. "
+                f"The loss's graph multiplies a term by a constant 0 ({probe.zero_factors} time(s)): a loss weight of "
+                "0.0, e.g. a weights dict read with .get(key, 0.0) under a key it does not have, so that term's head "
+                "never trains",
+                "Check the loss weights where the terms are summed (a misspelt key, a schedule that starts at 0 and "
+                "never rises); read required weights with weights[key] so a missing key raises.",
+            )
         if nonfinite:
             findings.error("GRAD_NONFINITE", f"{len(nonfinite)} parameter(s) got inf/NaN gradients: {_names(nonfinite)}",
                            "Check the loss and inputs for inf/NaN; lower the learning rate or enable gradient clipping "
