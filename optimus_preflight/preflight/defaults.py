@@ -36,6 +36,7 @@ from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, 
 from optimus_preflight.preflight.checks.input_dependence import InputDependenceCheck
 from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
 from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck
+from optimus_preflight.preflight.checks.label_masking import LabelMaskingCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
 from optimus_preflight.preflight.checks.mask_alignment import MaskAlignmentCheck
 from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
@@ -76,6 +77,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     InputScaleCheck,
     FeatureLabelCheck,
     MaskAlignmentCheck,
+    LabelMaskingCheck,
     batch_checks.CollateCheck,
     CollateOrderCheck,
     DatasetLengthCheck,
