@@ -32,6 +32,7 @@ from optimus_preflight.preflight.checks.dataset_mutation import DatasetMutationC
 from optimus_preflight.preflight.checks.dropout_rate import DropoutInEvalCheck, DropoutRateCheck
 from optimus_preflight.preflight.checks.embedding_inputs import EmbeddingInputsCheck
 from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
+from optimus_preflight.preflight.checks.forecast_leak import ForecastLeakCheck
 from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
 from optimus_preflight.preflight.checks.input_dependence import InputDependenceCheck
 from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
@@ -115,6 +116,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     step_checks.InitialLossCheck,
     BatchLayoutCheck,
     TargetLeakCheck,
+    ForecastLeakCheck,
     SampleMixingCheck,
     InputDependenceCheck,
     EmbeddingInputsCheck,
