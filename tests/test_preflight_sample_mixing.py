@@ -178,3 +178,25 @@ def test_an_output_that_depends_on_the_batch_position(bug):
     assert bool(issues) == bug
     if bug:
         assert "pe[:x.size(1)]" in issues[0].fix
+
+
+def test_a_model_that_samples_noise_per_position_is_not_index_dependent():
+    class Vae(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.enc, self.dec = nn.Linear(16, 8), nn.Linear(4, 16)
+
+        def forward(self, x):
+            mu, logvar = self.enc(x).chunk(2, dim=-1)
+            return self.dec(mu + torch.randn_like(mu) * (0.5 * logvar).exp()), mu, logvar
+
+    def loss(model, batch):
+        recon, mu, logvar = model(batch[0])
+        return nn.functional.mse_loss(recon, batch[0]) - 0.5 * (1 + logvar - mu.pow(2) - logvar.exp()).mean()
+
+    model = Vae()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(torch.randn(256, 16)), batch_size=32, shuffle=True), loss_fn=loss,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), SampleMixingCheck()])
+    assert not report.check("step.sample_mixing").issues

@@ -174,7 +174,7 @@ class SampleMixingCheck(Check):
             self._mixed(keep, share, findings)
         elif others is not None and len(others) >= OTHERS_MOVED:
             self._some_mixed(keep, others, findings)
-        elif index_dependent(*outputs, keep):
+        elif index_dependent(*outputs, keep) and not self._stochastic(ctx, probes[0], outputs[0]):
             findings.warning(
                 "BATCH_INDEX_DEPENDENT",
                 "the same sample gives a different output at batch position 0 than at position 1 (eval mode, "
@@ -224,6 +224,18 @@ class SampleMixingCheck(Check):
             "x.transpose(0, 1) before them), and normalise over the feature or class dim, never dim 0. If "
             "samples are meant to interact (a set model), disable the issue BATCH_MIXING.",
         )
+
+    @classmethod
+    def _stochastic(cls, ctx: PreflightContext, batch: Any, first: list[torch.Tensor]) -> bool:
+        """Whether the eval-mode forward draws random numbers (a VAE's sampled latent): the same
+        batch under another seed gives other outputs. Both probes ran from the same RNG state,
+        so per-position noise looks like a dependence on the batch position."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(torch.initial_seed() + 1)
+            again = cls._outputs(ctx, batch)
+        if again is None:
+            return True
+        return any(a.shape != b.shape or not torch.equal(a, b) for a, b in zip(first, again))
 
     @staticmethod
     def _outputs(ctx: PreflightContext, batch: Any) -> list[torch.Tensor] | None:
