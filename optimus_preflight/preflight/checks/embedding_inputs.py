@@ -96,8 +96,15 @@ class EmbeddingInputsCheck(Check):
             if module in seen or not isinstance(ids, torch.Tensor) or ids.is_floating_point() or not ids.numel():
                 return
             ids = ids.detach()
-            seen[module] = (inside_occurrences(ids, module.padding_idx % module.num_embeddings)
-                            if module.padding_idx is not None else None)
+            if module.padding_idx is not None:
+                pad = module.padding_idx % module.num_embeddings
+                # A time-major (T, B) batch pads along dim 0: read both axes, the padding's is its edge.
+                found = [inside_occurrences(ids, pad)]
+                if ids.dim() == 2:
+                    found.append(inside_occurrences(ids.t(), pad))
+                seen[module] = min(found)
+            else:
+                seen[module] = None
             dominant[module] = dominant_token(ids) if ids.dim() >= 2 and ids.shape[-1] >= MIN_POSITIONS else None
 
         handles = [module.register_forward_pre_hook(on_input) for module in embeddings]
