@@ -76,6 +76,7 @@ def test_most_words_encoded_as_unknown_fire_and_text_like_ids_stay_quiet():
 
 
 def test_a_time_major_batch_pads_along_its_first_axis():
-    ids = pad_sequence([torch.randint(2, 50, (n,)) for n in range(4, 20)], padding_value=PAD)  # (T, B)
+    lengths = torch.randperm(16, generator=torch.Generator().manual_seed(0)) + 4  # unsorted samples
+    ids = pad_sequence([torch.randint(2, 50, (int(n),)) for n in lengths], padding_value=PAD)  # (T, B)
     assert inside_occurrences(ids, PAD)[0] > 0  # read along the batch axis, the padding is everywhere
     assert inside_occurrences(ids.t(), PAD)[0] == 0  # along time, only at the ends
