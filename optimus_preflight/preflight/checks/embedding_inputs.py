@@ -30,7 +30,7 @@ from optimus_preflight.preflight.analyses.padding import edge_padding
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
-from optimus_preflight.training.batches import move_to_device
+from optimus_preflight.training.batches import leaves, move_to_device
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -90,6 +90,8 @@ class EmbeddingInputsCheck(Check):
             return
         seen: dict[nn.Module, tuple[int, int] | None] = {}
         dominant: dict[nn.Module, tuple[int, float, int] | None] = {}
+        batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
+        batch_storage = {leaf.untyped_storage().data_ptr() for leaf in leaves(batch) if isinstance(leaf, torch.Tensor)}
 
         def on_input(module: nn.Module, args: tuple) -> None:
             ids = args[0] if args else None
@@ -105,13 +107,17 @@ class EmbeddingInputsCheck(Check):
                 seen[module] = min(found)
             else:
                 seen[module] = None
-            dominant[module] = dominant_token(ids) if ids.dim() >= 2 and ids.shape[-1] >= MIN_POSITIONS else None
+            # Token ids come from the batch (a view of one of its tensors); an embedding of relative
+            # positions or buckets (T5's attention bias) reads ids the model computes itself.
+            from_batch = ids.untyped_storage().data_ptr() in batch_storage
+            dominant[module] = (dominant_token(ids) if from_batch and ids.dim() >= 2 and ids.shape[-1] >= MIN_POSITIONS
+                                else None)
 
         handles = [module.register_forward_pre_hook(on_input) for module in embeddings]
         try:
             with preserved_training_state(ctx), torch.no_grad():
                 ctx.model.eval()
-                ctx.compute_loss(ctx.model, move_to_device(ctx.artifacts.first_batch, ctx.device))
+                ctx.compute_loss(ctx.model, batch)
         except Exception:
             findings.data["summary"] = "the forward could not be observed"
             return
