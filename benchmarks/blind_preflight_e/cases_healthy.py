@@ -12,10 +12,23 @@ from torch.utils.checkpoint import checkpoint
 from torch.utils.data import DataLoader, Subset, TensorDataset, WeightedRandomSampler
 
 from benchmarks.blind_preflight_e.cases_data import NEG, POS, Windows, fraud_table, load_series, reviews
-from benchmarks.blind_preflight_e.cases_shapes import (PairEncoder, bar_orientations, keyword_sequences, noisy_views,
-                                                       road_marking_scenes)
-from benchmarks.blind_preflight_e.cases_targets import (DictDataset, T5_PAD, TinyCharGPT, intent_batches, keyphrase_pairs,
-                                                        markov_text, next_token_loss, tiny_t5)
+from benchmarks.blind_preflight_e.cases_shapes import (
+    PairEncoder,
+    bar_orientations,
+    keyword_sequences,
+    noisy_views,
+    road_marking_scenes,
+)
+from benchmarks.blind_preflight_e.cases_targets import (
+    T5_PAD,
+    DictDataset,
+    TinyCharGPT,
+    intent_batches,
+    keyphrase_pairs,
+    markov_text,
+    next_token_loss,
+    tiny_t5,
+)
 from benchmarks.blind_preflight_e.cases_trained import BarNet
 from benchmarks.blind_preflight_e.registry import healthy, loader, seed, teacher_classes, teacher_regression
 

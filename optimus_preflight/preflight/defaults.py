@@ -32,11 +32,10 @@ from optimus_preflight.preflight.checks.dataset_mutation import DatasetMutationC
 from optimus_preflight.preflight.checks.dropout_rate import DropoutInEvalCheck, DropoutRateCheck
 from optimus_preflight.preflight.checks.embedding_inputs import EmbeddingInputsCheck
 from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
-from optimus_preflight.preflight.checks.forecast_leak import ForecastLeakCheck
 from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
+from optimus_preflight.preflight.checks.forecast_leak import ForecastLeakCheck
 from optimus_preflight.preflight.checks.input_dependence import InputDependenceCheck
 from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
-from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck
 from optimus_preflight.preflight.checks.label_masking import LabelMaskingCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
 from optimus_preflight.preflight.checks.mask_alignment import MaskAlignmentCheck
@@ -47,6 +46,7 @@ from optimus_preflight.preflight.checks.recurrence import RecurrenceCheck
 from optimus_preflight.preflight.checks.sample_mixing import SampleMixingCheck
 from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageCheck
 from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
+from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck
 from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
 from optimus_preflight.preflight.checks.tied_embeddings import TiedEmbeddingsCheck

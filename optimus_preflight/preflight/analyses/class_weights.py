@@ -49,7 +49,7 @@ def weights_follow_counts(weight: torch.Tensor, target: torch.Tensor,
     if float(c.max() / c.min()) < SPREAD or float(wp.max() / wp.min()) < SPREAD:
         return None
     if int(present.sum()) == 2:
-        agree = 1.0 if bool((c.argmax() == wp.argmax())) else -1.0
+        agree = 1.0 if bool(c.argmax() == wp.argmax()) else -1.0
     else:
         rc, rw = _ranks(c), _ranks(wp)
         agree = float(torch.corrcoef(torch.stack([rc, rw]))[0, 1])

@@ -33,8 +33,8 @@ from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, Modul
 from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction
 from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy, SlicedPair
 from optimus_preflight.preflight.analyses.padding import sequence_shapes
-from optimus_preflight.preflight.analyses.view_permute import ViewAsPermute
 from optimus_preflight.preflight.analyses.update_audit import GroupStep, UpdateRecorder
+from optimus_preflight.preflight.analyses.view_permute import ViewAsPermute
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.batches import batch_size_of, leaves
 from optimus_preflight.training.learnable import walk_loss_graph

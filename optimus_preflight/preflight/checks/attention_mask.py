@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward
 from optimus_preflight.preflight.analyses.padding import edge_padding
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.framework.preserve import preserved_training_state
-from optimus_preflight.training.batches import leaves, move_to_device
+from optimus_preflight.training.batches import leaves
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -83,7 +83,7 @@ class AttentionMaskCheck(Check):
                 f"the batch's {hf[1]!r} is 1 exactly on the padding of {hf[0]!r} and 0 on the tokens: Hugging Face "
                 "attends where the mask is 1, so the model reads the padding and ignores the text (torch's "
                 "key_padding_mask convention, True = ignore, is the opposite)",
-                f"Build it as (input_ids != tokenizer.pad_token_id).long(): 1 on the tokens, 0 on the padding (the "
+                "Build it as (input_ids != tokenizer.pad_token_id).long(): 1 on the tokens, 0 on the padding (the "
                 "tokenizer's own attention_mask already is).",
             )
             return
@@ -118,9 +118,7 @@ class AttentionMaskCheck(Check):
 
         handles = [m.register_forward_pre_hook(on_call, with_kwargs=True) for m in modules]
         try:
-            with preserved_training_state(ctx), torch.no_grad():
-                ctx.model.eval()
-                ctx.compute_loss(ctx.model, move_to_device(ctx.artifacts.first_batch, ctx.device))
+            eval_forward(ctx, ctx.artifacts.first_batch)
         except Exception:
             return seen
         finally:

@@ -21,15 +21,15 @@ runs at their ends.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward
 from optimus_preflight.preflight.analyses.padding import edge_padding
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.batches import leaves, move_to_device
 
 if TYPE_CHECKING:
@@ -115,9 +115,7 @@ class EmbeddingInputsCheck(Check):
 
         handles = [module.register_forward_pre_hook(on_input) for module in embeddings]
         try:
-            with preserved_training_state(ctx), torch.no_grad():
-                ctx.model.eval()
-                ctx.compute_loss(ctx.model, batch)
+            eval_forward(ctx, batch)
         except Exception:
             findings.data["summary"] = "the forward could not be observed"
             return

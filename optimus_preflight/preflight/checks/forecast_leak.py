@@ -13,17 +13,17 @@ on are perturbed, and the predictions before the middle must not move.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward
 from optimus_preflight.preflight.analyses.loss_spy import REGRESSION_CRITERIA
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
-from optimus_preflight.training.batches import move_to_device
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -84,10 +84,8 @@ class ForecastLeakCheck(Check):
         seen = _Seen()
         handle = ctx.model.register_forward_pre_hook(on_call, with_kwargs=True)
         try:
-            with preserved_training_state(ctx), torch.no_grad():
-                ctx.model.eval()
-                with seen:
-                    ctx.compute_loss(ctx.model, move_to_device(ctx.artifacts.first_batch, ctx.device))
+            with seen:
+                eval_forward(ctx, ctx.artifacts.first_batch)
         except Exception:
             findings.data["summary"] = "the step could not be observed"
             return

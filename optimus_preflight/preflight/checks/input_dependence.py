@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward
 from optimus_preflight.preflight.analyses.padding import edge_padding
 from optimus_preflight.preflight.checks.sample_mixing import PROBE_SAMPLES, batch_axis, probe_batches
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.framework.preserve import preserved_training_state
-from optimus_preflight.training.batches import batch_size_of, leaves, map_batch, move_to_device
+from optimus_preflight.training.batches import batch_size_of, leaves, map_batch
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -117,7 +117,7 @@ class InputDependenceCheck(Check):
         base = self._output(ctx, batch)
         if base is None:
             return
-        for index, leaf in enumerate(leaves(batch)):
+        for leaf in leaves(batch):
             if not _is_sequence(leaf, size):
                 continue
             moved = {}
@@ -160,10 +160,7 @@ class InputDependenceCheck(Check):
 
         handle = ctx.model.register_forward_hook(keep)
         try:
-            with preserved_training_state(ctx), torch.no_grad():
-                ctx.model.eval()
-                with ctx.training.plan.autocast():
-                    ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
+            eval_forward(ctx, batch)
         except Exception:
             return None
         finally:
@@ -192,10 +189,7 @@ class InputDependenceCheck(Check):
 
         handles = [module.register_forward_hook(on_forward, with_kwargs=True) for module in names]
         try:
-            with preserved_training_state(ctx), torch.no_grad():
-                ctx.model.eval()
-                with ctx.training.plan.autocast():
-                    ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
+            eval_forward(ctx, batch)
         except Exception:
             return None
         finally:

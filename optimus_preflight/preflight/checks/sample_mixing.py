@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.framework.preserve import preserved_training_state
-from optimus_preflight.training.batches import batch_size_of, map_batch, move_to_device, tensors
+from optimus_preflight.training.batches import batch_size_of, map_batch, tensors
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -247,10 +247,7 @@ class SampleMixingCheck(Check):
 
         handle = ctx.model.register_forward_hook(keep_output)
         try:
-            with preserved_training_state(ctx), torch.no_grad():
-                ctx.model.eval()  # no dropout, running BatchNorm statistics: samples are independent
-                with ctx.training.plan.autocast():
-                    ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
+            eval_forward(ctx, batch)  # no dropout, running BatchNorm statistics: samples are independent
         except Exception:
             return None
         finally:
