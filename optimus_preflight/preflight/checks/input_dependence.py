@@ -32,7 +32,7 @@ from optimus_preflight.preflight.analyses.padding import edge_padding
 from optimus_preflight.preflight.checks.sample_mixing import PROBE_SAMPLES, batch_axis, probe_batches
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.training.batches import batch_size_of, leaves, map_batch
+from optimus_preflight.training.batches import batch_size_of, leaves, map_batch, move_to_device
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -72,6 +72,10 @@ class InputDependenceCheck(Check):
     name = "step.input_dependence"
     stage = Stage.STEP
     codes = ("MODEL_IGNORES_INPUT", "MODEL_IGNORES_POSITIONS")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._model_reads: set[int] = set()  # storages of the tensors the model's forward received
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -82,6 +86,7 @@ class InputDependenceCheck(Check):
             return
         keep = min(size, PROBE_SAMPLES)
         probe, _ = probe_batches(batch, size, keep)
+        probe = move_to_device(probe, ctx.device)  # once: the storages the model reads are these
         if not _any_varies(probe, keep):
             findings.data["summary"] = "the samples of the batch do not differ"
             return
@@ -118,7 +123,8 @@ class InputDependenceCheck(Check):
         if base is None:
             return
         for leaf in leaves(batch):
-            if not _is_sequence(leaf, size):
+            # Only what the model reads: the targets of the batch are the loss's business.
+            if not _is_sequence(leaf, size) or leaf.untyped_storage().data_ptr() not in self._model_reads:
                 continue
             moved = {}
             for half in ("first", "second"):
@@ -169,20 +175,23 @@ class InputDependenceCheck(Check):
             return None
         return [leaf.detach() for leaf in leaves(seen[0]) if isinstance(leaf, torch.Tensor) and leaf.dim() > 0]
 
-    @staticmethod
-    def _trace(ctx: PreflightContext, batch: Any, size: int) -> tuple[bool | None, tuple[str, nn.Module] | None] | None:
+    def _trace(self, ctx: PreflightContext, batch: Any, size: int) -> tuple[bool | None, tuple[str, nn.Module] | None] | None:
         """(whether the model's output differs between samples, the first module that loses
         the differences); None when the forward cannot be observed or the model's own inputs
         do not differ (identical samples are the data checks' finding)."""
         names = {module: name or type(module).__name__ for name, module in ctx.model.named_modules()}
         lost: list[tuple[str, nn.Module]] = []
         top: list[tuple[bool | None, Any]] = []
+        read = self._model_reads
+        read.clear()
 
         def on_forward(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
             inputs_vary = _any_varies((args, kwargs), size)
             if module is ctx.model:
                 if not top:
                     top.append((inputs_vary, output))
+                    read.update(leaf.untyped_storage().data_ptr() for leaf in leaves((args, kwargs))
+                                if isinstance(leaf, torch.Tensor))
                 return
             if not lost and inputs_vary and _any_varies(output, size) is False:
                 lost.append((names[module], module))
