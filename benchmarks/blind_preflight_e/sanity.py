@@ -63,13 +63,13 @@ def run_case(case, steps: int = 20):
     return losses, model
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str], load=load_all) -> None:
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     steps = 20
     if argv[:1] == ["--steps"]:
         steps, argv = int(argv[1]), argv[2:]
-    cases = load_all()
+    cases = load()
     for name in argv or list(cases):
         case = cases[name]
         start = time.time()

@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import nn
 
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
-from optimus_preflight.training.batches import move_to_device
+from optimus_preflight.training.batches import leaves, move_to_device
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -25,3 +26,24 @@ def eval_forward(ctx: PreflightContext, batch: Any) -> Any:
         ctx.model.eval()
         with ctx.training.plan.autocast():
             return ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
+
+
+def model_outputs(ctx: PreflightContext, batch: Any) -> list[torch.Tensor] | None:
+    """The tensors (of one dim or more) of the model's first output in ``eval_forward``;
+    None when the forward raises or never reaches the model."""
+    seen: list[Any] = []
+
+    def keep(module: nn.Module, args: tuple, output: Any) -> None:
+        if not seen:
+            seen.append(output)
+
+    handle = ctx.model.register_forward_hook(keep)
+    try:
+        eval_forward(ctx, batch)
+    except Exception:
+        return None
+    finally:
+        handle.remove()
+    if not seen:
+        return None
+    return [leaf.detach() for leaf in leaves(seen[0]) if isinstance(leaf, torch.Tensor) and leaf.dim() > 0]

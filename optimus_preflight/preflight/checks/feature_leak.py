@@ -25,13 +25,16 @@ class FeatureMatch:
     kind: str  # equal | relabelling | affine | one_hot
 
 
+LABEL_KEYS = ("label", "labels", "target", "targets", "y")  # where a mapping batch keeps its labels
+
+
 def _labels_of(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(features (B, F), labels (B,)) of a tabular batch: ``(x, y)`` or a mapping with a
     label key and one 2-D feature tensor."""
     if isinstance(batch, (list, tuple)) and len(batch) == 2:
         features, labels = batch
     elif isinstance(batch, Mapping):
-        keys = [key for key in ("label", "labels", "target", "targets", "y") if key in batch]
+        keys = [key for key in LABEL_KEYS if key in batch]
         others = [value for key, value in batch.items() if key not in keys and isinstance(value, torch.Tensor)
                   and value.dim() == 2]
         if len(keys) != 1 or len(others) != 1:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from optimus_preflight.preflight.analyses.eval_forward import eval_forward
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward, model_outputs
 from optimus_preflight.preflight.analyses.padding import edge_padding
 from optimus_preflight.preflight.checks.sample_mixing import PROBE_SAMPLES, batch_axis, probe_batches
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
@@ -119,7 +119,7 @@ class InputDependenceCheck(Check):
         )
 
     def _positions(self, ctx: PreflightContext, batch: Any, size: int, findings: Findings) -> None:
-        base = self._output(ctx, batch)
+        base = model_outputs(ctx, batch)
         if base is None:
             return
         for leaf in leaves(batch):
@@ -132,7 +132,7 @@ class InputDependenceCheck(Check):
                 if changed is None:
                     continue
                 swapped = map_batch(lambda value, target=leaf, new=changed: new if value is target else value, batch)
-                output = self._output(ctx, swapped)
+                output = model_outputs(ctx, swapped)
                 if output is None:
                     return
                 moved[half] = _samples_moved(base, output, size)
@@ -155,25 +155,6 @@ class InputDependenceCheck(Check):
                 "positions, or a [CLS] position of a bidirectional encoder.",
             )
             return
-
-    @staticmethod
-    def _output(ctx: PreflightContext, batch: Any) -> list[torch.Tensor] | None:
-        seen: list[Any] = []
-
-        def keep(module: nn.Module, args: tuple, output: Any) -> None:
-            if not seen:
-                seen.append(output)
-
-        handle = ctx.model.register_forward_hook(keep)
-        try:
-            eval_forward(ctx, batch)
-        except Exception:
-            return None
-        finally:
-            handle.remove()
-        if not seen:
-            return None
-        return [leaf.detach() for leaf in leaves(seen[0]) if isinstance(leaf, torch.Tensor) and leaf.dim() > 0]
 
     def _trace(self, ctx: PreflightContext, batch: Any, size: int) -> tuple[bool | None, tuple[str, nn.Module] | None] | None:
         """(whether the model's output differs between samples, the first module that loses

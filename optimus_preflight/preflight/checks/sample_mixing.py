@@ -27,12 +27,11 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
 
-from optimus_preflight.preflight.analyses.eval_forward import eval_forward
+from optimus_preflight.preflight.analyses.eval_forward import model_outputs
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.training.batches import batch_size_of, map_batch, tensors
+from optimus_preflight.training.batches import batch_size_of, map_batch
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -239,19 +238,4 @@ class SampleMixingCheck(Check):
 
     @staticmethod
     def _outputs(ctx: PreflightContext, batch: Any) -> list[torch.Tensor] | None:
-        seen: list[Any] = []
-
-        def keep_output(module: nn.Module, args: tuple, output: Any) -> None:
-            if not seen:
-                seen.append(output)
-
-        handle = ctx.model.register_forward_hook(keep_output)
-        try:
-            eval_forward(ctx, batch)  # no dropout, running BatchNorm statistics: samples are independent
-        except Exception:
-            return None
-        finally:
-            handle.remove()
-        if not seen:
-            return None
-        return [leaf.detach() for leaf in tensors(seen[0]) if leaf.dim() > 0]
+        return model_outputs(ctx, batch)  # eval mode: no dropout, running BatchNorm statistics

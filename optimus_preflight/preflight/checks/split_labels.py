@@ -19,7 +19,6 @@ integer ``(B,)`` tensor.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,7 +28,9 @@ import torch
 from torch.utils.data import RandomSampler, SequentialSampler
 
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.checks.feature_leak import LABEL_KEYS
 from optimus_preflight.preflight.data_access.guard import DataGuard
+from optimus_preflight.preflight.data_access.samples import sample_hashes
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_data_state
 
@@ -49,7 +50,6 @@ MIN_CLASS_SAMPLES = 5  # validation samples of a class before its relabelling co
 ABOVE_MAJORITY = 0.2
 DROP = 0.25  # validation agreement at least this much below the training agreement ...
 RESTORED = 0.1  # ... and within this of it once the validation ids are relabelled
-LABEL_KEYS = ("label", "labels", "target", "targets", "y")
 CONFLICT_SHARE = 0.1  # of the training samples read: identical inputs with another label
 MIN_CONFLICTS = 8
 SHIFT_DISTANCE = 0.5  # total variation between the training and validation label histograms
@@ -101,26 +101,18 @@ def labels_only(batch: Any) -> torch.Tensor | None:
     return labels.detach().long().cpu()
 
 
-def input_digests(batch: Any, labels: torch.Tensor) -> list[bytes] | None:
+def input_digests(batch: Any) -> list[str]:
     """One digest per sample of everything in the batch but its labels."""
-    size = labels.shape[0]
     if isinstance(batch, (list, tuple)):
-        inputs = [batch[0]]
-    else:
-        keys = [key for key in LABEL_KEYS if key in batch]
-        inputs = [value for key, value in batch.items() if key not in keys]
-    rows = [leaf.detach().reshape(size, -1).cpu() for leaf in inputs
-            if isinstance(leaf, torch.Tensor) and leaf.dim() >= 1 and leaf.shape[0] == size]
-    if not rows:
-        return None
-    return [hashlib.blake2b(b"".join(row[i].numpy().tobytes() for row in rows), digest_size=16).digest()
-            for i in range(size)]
+        return sample_hashes(batch[0])
+    keys = [key for key in LABEL_KEYS if key in batch]
+    return sample_hashes({key: value for key, value in batch.items() if key not in keys})
 
 
-def conflicting_labels(digests: list[bytes], labels: torch.Tensor) -> tuple[int, int]:
+def conflicting_labels(digests: list[str], labels: torch.Tensor) -> tuple[int, int]:
     """(samples whose identical-input twins carry another label, groups of them) (pure)."""
-    seen: dict[bytes, set[int]] = {}
-    counts: dict[bytes, int] = {}
+    seen: dict[str, set[int]] = {}
+    counts: dict[str, int] = {}
     for digest, label in zip(digests, labels.tolist(), strict=True):
         seen.setdefault(digest, set()).add(int(label))
         counts[digest] = counts.get(digest, 0) + 1
@@ -212,15 +204,14 @@ class SplitLabelsCheck(Check):
     stage = Stage.DATA
     codes = ("VAL_LABEL_MAPPING", "VAL_LABEL_SHIFT", "LABEL_CONFLICT")
     requires = (FIRST_BATCH,)
-    _digests: list[bytes] | None = None
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         if labels_only(ctx.artifacts.first_batch) is None:
             findings.data["summary"] = "not a (inputs, class labels) batch"
             return
         train = self._read(ctx, findings, ctx.train_loader, TRAIN_SAMPLES, "training")
-        if train is not None and self._digests:
-            self._conflicts(self._digests, train[1], findings)
+        if train is not None and train[2]:
+            self._conflicts(train[2], train[1], findings)
         if ctx.val_loader is None:
             findings.data.setdefault("summary", "no validation loader")
             return
@@ -260,7 +251,7 @@ class SplitLabelsCheck(Check):
         )
 
     @staticmethod
-    def _conflicts(digests: list[bytes], labels: torch.Tensor, findings: Findings) -> None:
+    def _conflicts(digests: list[str], labels: torch.Tensor, findings: Findings) -> None:
         if len(digests) != len(labels):
             return
         conflicted, groups = conflicting_labels(digests, labels)
@@ -303,11 +294,12 @@ class SplitLabelsCheck(Check):
         )
 
     def _read(self, ctx: PreflightContext, findings: Findings, loader: Any, limit: int,
-              which: str) -> tuple[torch.Tensor | None, torch.Tensor] | None:
-        """(features, or None when the batch has no floating features; labels)."""
+              which: str) -> tuple[torch.Tensor | None, torch.Tensor, list[str] | None] | None:
+        """(features, or None when the batch has no floating features; labels; a digest of each
+        sample's inputs, for the training loader)."""
         guard = DataGuard(ctx, self.name, findings)
         features, labels, started = [], [], time.perf_counter()
-        digests: list[bytes] | None = [] if which == "training" else None
+        digests: list[str] | None = [] if which == "training" else None
         with preserved_data_state(ctx), guard.batches(loader, f"{which} labels for {self.name}") as stream:
             for batch in stream:
                 found = labels_only(batch)
@@ -315,15 +307,14 @@ class SplitLabelsCheck(Check):
                     return None
                 labels.append(found)
                 if digests is not None:
-                    rows = input_digests(batch, found)
-                    digests = digests + rows if rows is not None else None
+                    rows = input_digests(batch)
+                    digests = digests + rows if len(rows) == len(found) else None
                 pair = features_and_labels(batch)
                 features.append(pair[0] if pair is not None else None)
                 if sum(len(y) for y in labels) >= limit or time.perf_counter() - started > SCAN_BUDGET_S:
                     break
-        if which == "training":
-            self._digests = digests[:limit] if digests else None
         if not labels:
             return None
         usable = all(x is not None for x in features) and len({x.shape[1] for x in features}) == 1
-        return (torch.cat(features)[:limit] if usable else None), torch.cat(labels)[:limit]
+        return ((torch.cat(features)[:limit] if usable else None), torch.cat(labels)[:limit],
+                digests[:limit] if digests else None)
