@@ -37,11 +37,23 @@ def load_cases(which: str = "a"):
     return importlib.import_module(REGISTRIES[which]).load_all()
 
 
-def child(name: str, out_path: str, which: str = "a") -> None:
+def move_to(kwargs: dict, device: str) -> None:
+    """Move a case's model (and a loss module's buffers) to ``device`` in place, so the optimizer
+    built on the CPU still holds the same parameters; the loaders stay on the CPU, as a user's do."""
+    import torch
+
+    kwargs["model"].to(device)
+    if isinstance(kwargs.get("loss_fn"), torch.nn.Module):
+        kwargs["loss_fn"].to(device)
+
+
+def child(name: str, out_path: str, which: str = "a", device: str = "cpu") -> None:
     cases = load_cases(which)
     result: dict = {"name": name}
     try:
         kwargs = cases[name].build()
+        if device != "cpu":
+            move_to(kwargs, device)
         from optimus_preflight.preflight import run_preflight
 
         kwargs.setdefault("first_batch_timeout_s", 60.0)
@@ -66,7 +78,7 @@ def child(name: str, out_path: str, which: str = "a") -> None:
         json.dump(result, f)
 
 
-def run_case(name: str, timeout: float, which: str = "a") -> dict:
+def run_case(name: str, timeout: float, which: str = "a", device: str = "cpu") -> dict:
     with tempfile.TemporaryDirectory(prefix="blind-") as tmp:
         out = os.path.join(tmp, "result.json")
         env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
@@ -75,7 +87,7 @@ def run_case(name: str, timeout: float, which: str = "a") -> dict:
         start = time.perf_counter()
         try:
             proc = subprocess.run([sys.executable, "-m", "benchmarks.blind_preflight.run", "--child", name, "--out", out,
-                                   "--set", which],
+                                   "--set", which, "--device", device],
                                   capture_output=True, text=True, timeout=timeout, env=env)
         except subprocess.TimeoutExpired:
             return {"name": name, "harness_error": f"timed out after {timeout:.0f} s",
@@ -125,11 +137,14 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=180.0)
     parser.add_argument("--set", default="a", choices=sorted(REGISTRIES),
                         help="a: benchmarks/blind_preflight (default); b: benchmarks/blind_preflight_b")
+    parser.add_argument("--device", default="cpu", help="move each case's model there before the preflight (cuda: the GPU run)")
+    parser.add_argument("--healthy-only", action="store_true", help="run the healthy cases only")
+    parser.add_argument("--jobs", type=int, default=1, help="cases run side by side (each in its own process)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child, args.out, args.set)
+        child(args.child, args.out, args.set, args.device)
         return 0
 
     cases = load_cases(args.set)
@@ -140,12 +155,18 @@ def main(argv=None) -> int:
         if not names:
             print(f"no case matches {args.only!r}", file=sys.stderr)
             return 2
+    if args.healthy_only:
+        names = [n for n in names if cases[n].healthy]
 
     rows, records = [], []
     total_start = time.perf_counter()
-    for name in names:
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=max(1, args.jobs))
+    # map yields in order as each case finishes, so a serial run still prints case by case
+    results = pool.map(lambda n: run_case(n, args.timeout, args.set, args.device), names)
+    for name, result in zip(names, results):
         case = cases[name]
-        result = run_case(name, args.timeout, args.set)
         outcome, matched = score(case, result)
         rows.append((name, case.family, outcome, codes_of(result), result.get("wall_s", 0.0)))
         records.append({"name": name, "family": case.family, "bug": case.bug, "cause_pattern": case.cause_pattern,
@@ -159,6 +180,7 @@ def main(argv=None) -> int:
                 print(f"    [{f['severity']}] {f['check']} {f['code']}: {f['message']}")
                 if f["fix"]:
                     print(f"        fix: {f['fix']}")
+    pool.shutdown()
     elapsed = time.perf_counter() - total_start
 
     broken = [r for r in rows if cases[r[0]].cause_pattern is not None]

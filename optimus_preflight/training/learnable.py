@@ -138,12 +138,13 @@ def _graph_leaves(tensor: torch.Tensor, registered: set[int]) -> list[torch.Tens
     """The leaf tensors ``tensor`` was computed from, or None once the walk meets a
     registered tensor (an activation cached by a forward) or grows past _GRAPH_NODES."""
     found: list[torch.Tensor] = []
-    stack, seen = [tensor.grad_fn], set()
+    stack, seen, held = [tensor.grad_fn], set(), []
     while stack:
         node = stack.pop()
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
+        held.append(node)  # see LossGraph.held: an id is only unique while its node is alive
         if len(seen) > _GRAPH_NODES:
             return None
         variable = getattr(node, "variable", None)  # an AccumulateGrad node: the leaf it feeds
@@ -187,6 +188,10 @@ class LossGraph:
 
     outside_leaves: list[torch.Tensor] = field(default_factory=list)  # learnable, not in ``excluded``
     nodes: set[int] = field(default_factory=set)  # ids of every grad_fn node reached
+    # The Python objects of those nodes, alive as long as the graph: torch (2.11 at least) frees
+    # a node's wrapper once nothing holds it, and the next wrapper can take its address, so
+    # without this a node met later could share a visited id and its whole branch be skipped.
+    held: list[Any] = field(default_factory=list, repr=False)
     zero_gradient_ops: list[str] = field(default_factory=list)  # torch.round, floor, sign, ... in the graph
     zero_factors: int = 0  # multiplications by a constant 0 (a loss weight of 0.0)
     complete: bool = True  # False past LOSS_GRAPH_NODES
@@ -214,6 +219,7 @@ def walk_loss_graph(loss: torch.Tensor, excluded: set[int]) -> LossGraph:
         if node is None or id(node) in graph.nodes:
             continue
         graph.nodes.add(id(node))
+        graph.held.append(node)
         if len(graph.nodes) > LOSS_GRAPH_NODES:
             graph.complete = False
             return graph

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from optimus_preflight.preflight.analyses.device_errors import device_error_fix
 from optimus_preflight.preflight.analyses.loss_findings import (
     bounded_logit_findings,
     class_dim_findings,
@@ -101,6 +102,7 @@ class FirstStepCheck(Check):
             findings.data["traceback"] = probe.error_traceback
             findings.error("STEP_ERROR", f"the first training step raised {probe.error.splitlines()[0]}{where}",
                            shape_error_fix(probe.criterion_calls)
+                           or device_error_fix(probe.error, ctx.device, probe.error_frame)
                            or (f"Fix the error at {probe.error_frame}, the last frame of your code it passed through; "
                                "the full traceback is in the report: the data['traceback'] of step.first_step (preflight.json)."
                                if probe.error_frame else

@@ -147,7 +147,8 @@ class AccumulationCheck(Check):
             return
         micro = split_batch(batch, steps)
         params = [p for g in ctx.optimizer.param_groups for p in g["params"] if p.requires_grad]
-        with preserved_training_state(ctx):
+        # cuDNN's RNN kernels refuse a backward in eval mode; the native ones give the same gradients
+        with preserved_training_state(ctx), torch.backends.cudnn.flags(enabled=False):
             ctx.model.eval()  # no dropout, no batch statistics: both passes compute the same function
             recorder = GradRecorder(params)
             make_runner(ctx, ctx.model, recorder, accumulation_steps=1, clip=False).run(iter([(batch, True)]))
