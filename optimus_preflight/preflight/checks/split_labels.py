@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import RandomSampler, SequentialSampler
 
+from optimus_preflight.preflight.analyses.label_signal import label_signal
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.feature_leak import LABEL_KEYS
 from optimus_preflight.preflight.data_access.guard import DataGuard
@@ -202,7 +203,7 @@ class SplitLabelsCheck(Check):
 
     name = "data.split_labels"
     stage = Stage.DATA
-    codes = ("VAL_LABEL_MAPPING", "VAL_LABEL_SHIFT", "LABEL_CONFLICT")
+    codes = ("VAL_LABEL_MAPPING", "VAL_LABEL_SHIFT", "LABEL_CONFLICT", "LABELS_UNRELATED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -212,6 +213,8 @@ class SplitLabelsCheck(Check):
         train = self._read(ctx, findings, ctx.train_loader, TRAIN_SAMPLES, "training")
         if train is not None and train[2]:
             self._conflicts(train[2], train[1], findings)
+        if train is not None and train[0] is not None:
+            self._signal(train[0], train[1], findings)
         if ctx.val_loader is None:
             findings.data.setdefault("summary", "no validation loader")
             return
@@ -268,6 +271,31 @@ class SplitLabelsCheck(Check):
             "Encode a conflicting pair by hand and compare it with the raw text or rows: keep the tokens that carry "
             "the label (negations out of the stop list, a longer max_length, finer buckets); drop or relabel true "
             "duplicates.",
+            "data.train",
+        )
+
+    @staticmethod
+    def _signal(features: torch.Tensor, labels: torch.Tensor, findings: Findings) -> None:
+        signal = label_signal(features, labels)
+        if signal is None:
+            return
+        findings.data.update(neighbour_accuracy=round(signal.neighbour_accuracy, 3),
+                             linear_accuracy=round(signal.linear_accuracy, 3), majority_share=round(signal.majority, 3))
+        if not signal.unrelated:
+            return
+        findings.warning(
+            "LABELS_UNRELATED",
+            f"the training labels look unrelated to their inputs: over {signal.samples} samples read, a 5-nearest-"
+            f"neighbour vote predicts {signal.neighbour_accuracy:.0%} of them and a linear probe "
+            f"{signal.linear_accuracy:.0%}, no better than always answering the largest class "
+            f"({signal.majority:.0%}). Usually features and labels were misaligned on the way: rows filtered from "
+            "the features only (X = X[~np.isnan(X).any(1)] then y = y[:len(X)]), an off-by-one slice (X[:-1] with "
+            "y[:-1] shifted), or one of them shuffled or sorted on its own. Else the preprocessing removed what "
+            "carries the label: each sample standardised with its own mean and std (its level, often the label's "
+            "cause, is gone), a feature dropped or overwritten",
+            "Filter, shuffle and slice features and labels together (one DataFrame, or one index: mask = ...; "
+            "X, y = X[mask], y[mask]); normalise with statistics of the training set, not of each sample. Print a "
+            "few rows with their labels and check them by hand.",
             "data.train",
         )
 

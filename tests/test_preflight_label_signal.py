@@ -1,0 +1,89 @@
+"""LABELS_UNRELATED (data.split_labels): training labels that no predictor can read from their
+inputs, the trace of features and labels misaligned on the way (rows filtered from the features
+only, one array shuffled on its own) or of preprocessing that erased what carries the label.
+Real tasks with a weak, sparse or non-linear signal, and imbalanced ones, stay quiet."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.analyses.label_signal import label_signal
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck
+
+
+def sensor_table(n: int = 3000, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ten sensor readings per hour; the alarm label depends on three of them; 4% of the rows
+    miss a reading (NaN)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 10, generator=g)
+    y = (x[:, 0] + 0.8 * x[:, 3] - 0.6 * x[:, 7] + 0.3 * torch.randn(n, generator=g) > 0).long()
+    holes = torch.rand(n, generator=g) < 0.04
+    x[holes, torch.randint(0, 10, (int(holes.sum()),), generator=g)] = float("nan")
+    return x, y
+
+
+def issues(x: torch.Tensor, y: torch.Tensor) -> tuple[list, dict]:
+    model = nn.Sequential(nn.Linear(x.shape[1], 32), nn.ReLU(), nn.Linear(32, int(y.max()) + 1))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    result = report.check("data.split_labels")
+    return [i for i in result.issues if i.code == "LABELS_UNRELATED"], result.data
+
+
+def test_rows_dropped_from_the_features_only_fire():
+    x, y = sensor_table()
+    kept = x[~torch.isnan(x).any(1)]
+    found, data = issues(kept, y[:len(kept)])  # y cut to the same length: shifted by the rows dropped so far
+    assert len(found) == 1, data
+    assert "filtered from the features only" in found[0].message
+    assert "X[mask], y[mask]" in found[0].fix
+    assert data["neighbour_accuracy"] <= data["majority_share"] + 0.02
+
+
+def test_the_same_rows_dropped_from_both_are_quiet():
+    x, y = sensor_table()
+    mask = ~torch.isnan(x).any(1)
+    found, data = issues(x[mask], y[mask])
+    assert not found
+    assert data["linear_accuracy"] > 0.9
+
+
+def test_windows_standardised_each_with_its_own_statistics_fire_when_the_level_is_the_label():
+    g = torch.Generator().manual_seed(1)
+    level = torch.randn(2000, 1, 1, generator=g) * 2
+    windows = level + torch.randn(2000, 24, 3, generator=g)  # 24 steps of 3 sensors
+    y = (level.flatten() > 0).long()  # overheating: the level itself
+    own = (windows - windows.mean(1, keepdim=True)) / windows.std(1, keepdim=True)
+    found, _ = issues(own.flatten(1), y)
+    assert found and "its own mean and std" in found[0].message
+    train_mean, train_std = windows.mean((0, 1)), windows.std((0, 1))
+    assert not issues(((windows - train_mean) / train_std).flatten(1), y)[0]
+
+
+def test_real_signals_that_are_weak_sparse_or_non_linear_are_related():
+    g = torch.Generator().manual_seed(2)
+    weak_x = torch.randn(2048, 20, generator=g)
+    weak_y = (0.3 * weak_x[:, 0] + torch.randn(2048, generator=g) > 0).long()
+    sparse_x = torch.randn(2048, 64, generator=g)
+    sparse_y = (sparse_x[:, 0] + sparse_x[:, 1] > 0).long()
+    xor_x = torch.randn(2048, 8, generator=g)
+    xor_y = ((xor_x[:, 0] > 0) ^ (xor_x[:, 1] > 0)).long()
+    for x, y in ((weak_x, weak_y), (sparse_x, sparse_y), (xor_x, xor_y)):
+        signal = label_signal(x, y)
+        assert signal is not None and not signal.unrelated, signal
+
+
+def test_what_is_not_judged():
+    g = torch.Generator().manual_seed(3)
+    y = torch.randint(0, 2, (2048,), generator=g)
+    assert label_signal(torch.randn(300, 8, generator=g), y[:300]) is None  # too few samples
+    assert label_signal(torch.randn(2048, 3 * 32 * 32, generator=g), y) is None  # images: too wide
+    rare = (torch.rand(2048, generator=g) < 0.05).long()
+    assert label_signal(torch.randn(2048, 8, generator=g), rare) is None  # 95% one class
+    x = torch.randn(2048, 8, generator=g)
+    assert label_signal(x, torch.randint(0, 50, (2048,), generator=g)) is None  # too many classes
