@@ -237,6 +237,31 @@ def summed_loss(full: tuple[float, float], halves: list[tuple[float, float]]) ->
     return abs(loss - sum(values)) <= SUM_RTOL * abs(loss) and abs(loss - mean) > MEAN_GAP * abs(loss)
 
 
+MIN_QUARTER = 4  # samples in each quarter of the batch
+SUMMED_SHARE = 0.2  # of the batch loss, for a summed term to be reported
+LINEAR_RTOL = 0.05  # quarters vs halves: how exactly the losses must fit mean + sum
+
+
+def summed_term(full: float, halves: list[float], quarters: list[float]) -> float | None:
+    """The share of ``full`` that a term summed over the samples makes up, when the loss is a
+    per-sample mean plus such a sum and that term is a sizeable part of it; else None.
+
+    Split into k parts, a loss ``r + s`` (r: mean over samples, s: sum over them) gives parts
+    summing to ``k r + s``: linear in k. A loss that couples samples (in-batch negatives,
+    batch-hard mining) changes with the batch size in another way and is not linear in k."""
+    if len(halves) != 2 or len(quarters) != 4 or not all(math.isfinite(v) for v in (full, *halves, *quarters)):
+        return None
+    one, two, four = full, sum(halves), sum(quarters)
+    mean_term, sum_term = two - one, 2 * one - two
+    if abs(one) < 1e-12 or abs(mean_term) < 1e-12:
+        return None
+    linear = abs((four - two) - 2 * (two - one)) <= LINEAR_RTOL * abs(four - two)
+    share = sum_term / one
+    if not linear or not SUMMED_SHARE <= share <= 1 - SUMMED_SHARE:
+        return None
+    return share
+
+
 class LossScaleCheck(Check):
     """O9 shapes the step's own accumulation weighting cannot undo: ``compute_loss``
     dividing by the accumulation steps itself (gradients K times too small; seen as the
@@ -343,6 +368,8 @@ class LossScaleCheck(Check):
                 ctx.model.eval()  # no dropout, no batch statistics: per-sample terms add up exactly
                 full = _loss_and_count(ctx, batch)
                 halves = [_loss_and_count(ctx, part) for part in split_batch(batch, 2)]
+                quarters = ([_loss_and_count(ctx, part) for part in split_batch(batch, 4)]
+                            if batch_size_of(batch) >= 4 * MIN_QUARTER else [])
         except Exception as error:  # e.g. a model whose eval() forward returns predictions
             findings.data["summary"] = f"not verified: compute_loss in eval mode raised {type(error).__name__}"
             return
@@ -360,4 +387,18 @@ class LossScaleCheck(Check):
                 "the number of targets summed; the training step weights batches by count.",
                 code_fix="In your compute_loss, divide the summed loss by the number of targets it sums (return "
                          "loss_sum / count, count) or use reduction='mean'.",
+            )
+        elif (term := summed_term(full[0], [value for value, _ in halves], [value for value, _ in quarters])) is not None:
+            findings.data["summed_share"] = round(term, 3)
+            findings.warning(
+                "O9",
+                f"part of the loss is summed over the batch: the first batch's loss ({full[0]:.4g}) splits into a "
+                f"per-sample mean and a term that grows with the number of samples ({term:.0%} of it; halves and "
+                "quarters of the batch give losses that fit mean + sum exactly). That term's weight against the "
+                "rest is set by data.batch_size: a term with reduction='sum' or .sum(dim=0) over the samples beside "
+                "mean-reduced ones, e.g. a VAE's KL summed over the batch while the reconstruction is averaged, "
+                "outweighs the others by the batch size",
+                "Reduce every term the same way: average the summed term over the samples (kl.sum(dim=1).mean(), "
+                "or divide it by the batch size) before adding it to the mean-reduced ones.",
+                code_fix="In your compute_loss, average over the batch the term that is summed over it.",
             )
