@@ -200,3 +200,88 @@ def test_a_model_that_samples_noise_per_position_is_not_index_dependent():
                            DataLoader(TensorDataset(torch.randn(256, 16)), batch_size=32, shuffle=True), loss_fn=loss,
                            checks=[FirstBatchCheck(), FirstStepCheck(), SampleMixingCheck()])
     assert not report.check("step.sample_mixing").issues
+
+
+class Contour(nn.Module):
+    """A pitch-contour classifier on (B, T, F) frames with delta features."""
+
+    def __init__(self, delta_dim: int):
+        super().__init__()
+        torch.manual_seed(0)
+        self.delta_dim = delta_dim
+        self.head = nn.Linear(6, 3)
+
+    def forward(self, frames):
+        deltas = torch.diff(frames, dim=self.delta_dim, prepend=frames.narrow(self.delta_dim, 0, 1))
+        summary = torch.cat([frames.mean(1), deltas.mean(1)], dim=1)
+        return self.head(summary)
+
+
+class ReversedSource(nn.Module):
+    """A GRU encoder fed the source reversed, as seq2seq papers did."""
+
+    def __init__(self, flip_dim: int):
+        super().__init__()
+        torch.manual_seed(0)
+        self.flip_dim = flip_dim
+        self.embed = nn.Embedding(50, 16)
+        self.gru = nn.GRU(16, 16, batch_first=True)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, ids):
+        _, h = self.gru(self.embed(ids.flip(self.flip_dim)))
+        return self.head(h[-1])
+
+
+def mixing_frames(model: nn.Module) -> list:
+    g = torch.Generator().manual_seed(0)
+    frames, labels = torch.randn(256, 20, 3, generator=g), torch.randint(0, 3, (256,), generator=g)
+    loader = DataLoader(TensorDataset(frames, labels), batch_size=32, shuffle=True)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), SampleMixingCheck()])
+    return [issue for issue in report.check("step.sample_mixing").issues if issue.code == "BATCH_MIXING"]
+
+
+def test_deltas_taken_across_the_batch_read_the_previous_sample():
+    issues = mixing_frames(Contour(delta_dim=0))
+    assert len(issues) == 1 and "the sample before it" in issues[0].message
+    assert "torch.diff(x, dim=1)" in issues[0].fix
+    assert not mixing_frames(Contour(delta_dim=1))
+
+
+def test_a_source_flipped_along_the_batch_axis_pairs_each_sample_with_its_mirror():
+    issues, _ = mixing(ReversedSource(flip_dim=0))
+    assert len(issues) == 1 and "reversed" in issues[0].message and "x.flip(1)" in issues[0].fix
+    assert not mixing(ReversedSource(flip_dim=1))[0]
+
+
+class DualEncoder(nn.Module):
+    """Image and caption towers scored against every caption of the batch (CLIP)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.image = nn.Linear(12, 8)
+        self.text = nn.EmbeddingBag(50, 8)
+        self.logit_scale = nn.Parameter(torch.tensor(2.3))
+
+    def forward(self, images, captions):
+        a = nn.functional.normalize(self.image(images), dim=1)
+        b = nn.functional.normalize(self.text(captions), dim=1)
+        return self.logit_scale.exp() * a @ b.T
+
+
+def test_scores_of_every_pair_of_samples_are_not_mixing():
+    g = torch.Generator().manual_seed(0)
+    images, captions = torch.randn(256, 12, generator=g), torch.randint(0, 50, (256, 6), generator=g)
+
+    def clip_loss(model, batch):
+        logits = model(*batch)
+        targets = torch.arange(len(logits))
+        return (nn.functional.cross_entropy(logits, targets) + nn.functional.cross_entropy(logits.T, targets)) / 2
+
+    model = DualEncoder()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(images, captions), batch_size=32, shuffle=True), loss_fn=clip_loss,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), SampleMixingCheck()])
+    assert not report.check("step.sample_mixing").issues

@@ -18,7 +18,11 @@ is a per-sample tensor handed to the wrong samples: a ``(B, T, T)`` mask tiled t
 ``(B*heads, T, T)`` with ``repeat`` (head-major) where ``nn.MultiheadAttention`` reads
 ``b*heads + h``. Then the samples that move are evenly spaced, every ``B/gcd(B, heads)``-th.
 An output's sample axis is the axis of the probe's size along which only index 0 moved when
-there is one, so a time axis as long as the probe never passes for it.
+there is one, so a time axis as long as the probe never passes for it. An output that scores
+every pair of samples, (B, B) logits of a contrastive model, moves exactly in the changed
+sample's row and column: it is left out, its coupling is the point. One other sample moving
+is reported when a second probe (sample 2 changed) moves one other sample too: a flip or a
+shift over the batch axis pairs every sample with another.
 """
 
 from __future__ import annotations
@@ -51,8 +55,8 @@ def batch_axis(tensor: torch.Tensor, size: int) -> int | None:
     return next((dim for dim, length in enumerate(tensor.shape) if length == size), None)
 
 
-def probe_batches(batch: Any, size: int, keep: int) -> tuple[Any, Any]:
-    """The first ``keep`` samples of ``batch``, and the same with sample 0 a copy of sample 1.
+def probe_batches(batch: Any, size: int, keep: int, index: int = 0) -> tuple[Any, Any]:
+    """The first ``keep`` samples of ``batch``, and the same with sample ``index`` a copy of the next.
     Each tensor's batch axis is found once, on the full batch: after the cut, a time axis as
     long as ``keep`` (16 positions of 16 samples) would pass for it."""
     def cut(tensor: torch.Tensor, replace: bool) -> torch.Tensor:
@@ -63,13 +67,43 @@ def probe_batches(batch: Any, size: int, keep: int) -> tuple[Any, Any]:
         if not replace:
             return kept
         changed = kept.clone()
-        changed.select(axis, 0).copy_(kept.select(axis, 1))
+        changed.select(axis, index).copy_(kept.select(axis, index + 1))
         return changed
 
     def probe(replace: bool) -> Any:
         return map_batch(lambda leaf: cut(leaf, replace) if isinstance(leaf, torch.Tensor) else leaf, batch)
 
     return probe(False), probe(True)
+
+
+def pairwise(changed: torch.Tensor, keep: int, index: int) -> bool:
+    """Whether ``changed`` (elements that moved) lies within the row and the column of the
+    changed sample on two sample axes: a (B, B) score of every pair (CLIP logits, a distance
+    matrix), where pairs with that sample are meant to move."""
+    axes = [dim for dim, length in enumerate(changed.shape) if length == keep]
+    for position, first in enumerate(axes):
+        for second in axes[position + 1:]:
+            row, column = torch.zeros_like(changed), torch.zeros_like(changed)
+            row.narrow(first, index, 1).fill_(True)
+            column.narrow(second, index, 1).fill_(True)
+            if (bool((changed & ~row).any()) and bool((changed & ~column).any())
+                    and not bool((changed & ~(row | column)).any())):
+                return True
+    return False
+
+
+def per_sample_pairs(first: list[torch.Tensor], second: list[torch.Tensor], keep: int,
+                     index: int = 0) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The outputs without the pairwise ones (see ``pairwise``)."""
+    kept_first, kept_second = [], []
+    for a, b in zip(first, second):
+        if a.shape == b.shape and a.dim() >= 2 and a.is_floating_point():
+            tolerance = OTHER_SAMPLE_TOL * float(a.float().abs().max().clamp_min(1e-12))
+            if pairwise((a.float() - b.float()).abs() > tolerance, keep, index):
+                continue
+        kept_first.append(a)
+        kept_second.append(b)
+    return kept_first, kept_second
 
 
 def moved_share(first: list[torch.Tensor], second: list[torch.Tensor]) -> float | None:
@@ -85,7 +119,8 @@ def moved_share(first: list[torch.Tensor], second: list[torch.Tensor]) -> float 
     return moved / total if total else None
 
 
-def other_samples_moved(first: list[torch.Tensor], second: list[torch.Tensor], keep: int) -> list[int] | None:
+def other_samples_moved(first: list[torch.Tensor], second: list[torch.Tensor], keep: int,
+                        index: int = 0) -> list[int] | None:
     """Indices of the samples other than 0 whose outputs moved; None when no output has an
     axis of ``keep`` samples. Per output, the axis that moved the fewest other samples is its
     sample axis: a time-major ``(T, B, H)`` output with ``T == keep`` moves every index of its
@@ -105,7 +140,7 @@ def other_samples_moved(first: list[torch.Tensor], second: list[torch.Tensor], k
         per_axis = []
         for axis in axes:
             rows = changed.movedim(axis, 0).reshape(keep, -1).any(dim=1)
-            per_axis.append({int(i) for i in rows.nonzero().flatten().tolist() if i != 0})
+            per_axis.append({int(i) for i in rows.nonzero().flatten().tolist() if i != index})
         moved |= min(per_axis, key=len)
     return sorted(moved) if seen_axis else None
 
@@ -162,6 +197,7 @@ class SampleMixingCheck(Check):
         if outputs[0] is None or outputs[1] is None:
             findings.data["summary"] = "the forward could not be observed"
             return
+        outputs = list(per_sample_pairs(*outputs, keep))
         share = moved_share(*outputs)
         if not share:  # sample 1 equals sample 0, or nothing per-sample came out
             findings.data["summary"] = "no per-sample output moved"
@@ -173,6 +209,8 @@ class SampleMixingCheck(Check):
             self._mixed(keep, share, findings)
         elif others is not None and len(others) >= OTHERS_MOVED:
             self._some_mixed(keep, others, findings)
+        elif others is not None and len(others) == 1 and (moved := self._one_other(ctx, batch, size, keep, others)):
+            self._one_mixed(keep, moved, findings)
         elif index_dependent(*outputs, keep) and not self._stochastic(ctx, probes[0], outputs[0]):
             findings.warning(
                 "BATCH_INDEX_DEPENDENT",
@@ -207,6 +245,45 @@ class SampleMixingCheck(Check):
             "BATCH_MIXING",
             f"changing sample 0 of a batch of {keep} (in eval mode, without gradients) also changed the outputs of "
             f"samples {listed}: their outputs depend on sample 0, so they read the wrong sample's data. {cause}",
+            fix,
+        )
+
+    @classmethod
+    def _one_other(cls, ctx: PreflightContext, batch: Any, size: int, keep: int,
+                   others: list[int]) -> tuple[int, int] | None:
+        """Where sample 0's and sample 2's data end up when each reaches exactly one other
+        sample: (j for sample 0, j for sample 2), confirmed by the second probe, else None.
+        One other sample moving is too rare an accident to ignore when it happens twice."""
+        outputs = [cls._outputs(ctx, probe) for probe in probe_batches(batch, size, keep, index=2)]
+        if outputs[0] is None or outputs[1] is None:
+            return None
+        outputs = list(per_sample_pairs(*outputs, keep, index=2))
+        again = other_samples_moved(*outputs, keep, index=2)
+        if again is None or len(again) != 1:
+            return None
+        return others[0], again[0]
+
+    @staticmethod
+    def _one_mixed(keep: int, moved: tuple[int, int], findings: Findings) -> None:
+        first, second = moved
+        if first == keep - 1 and second == keep - 3:
+            cause = ("The batch order is reversed: sample b's output reads sample B-1-b, a flip(0) / [::-1] meant "
+                     "for the time axis of time-major (T, B) data applied to a batch_first (B, T) tensor")
+            fix = "Reverse the time axis of a batch_first tensor: x.flip(1) (or flip(dims=[1])), not flip(0)."
+        elif first == 1 and second == 3:
+            cause = ("Each sample's output reads the sample before it in the batch: a difference, shift or roll "
+                     "along dim 0 (torch.diff(x, dim=0), x[1:] - x[:-1], torch.roll(x, 1, 0)) written for one "
+                     "(T, F) sequence and applied to a (B, T, F) batch, so it runs across samples, not time steps")
+            fix = "Take the difference / shift along the time axis of the batch: torch.diff(x, dim=1), x[:, 1:] - x[:, :-1]."
+        else:
+            cause = (f"Sample 0's data reaches sample {first}'s output and sample 2's reaches sample {second}'s: an "
+                     "index, flip, roll or shift over the batch axis that pairs each sample with another one")
+            fix = "Apply per-sample operations along the sample's own axes (dim 1 and up of a batch), never dim 0."
+        findings.warning(
+            "BATCH_MIXING",
+            f"changing sample 0 of a batch of {keep} (eval mode, no gradients) moved the output of sample {first}, "
+            f"and changing sample 2 moved sample {second}'s: each output is computed from another sample's data. "
+            f"{cause}",
             fix,
         )
 
