@@ -51,6 +51,7 @@ MIN_CLASS_SAMPLES = 5  # validation samples of a class before its relabelling co
 ABOVE_MAJORITY = 0.2
 DROP = 0.25  # validation agreement at least this much below the training agreement ...
 RESTORED = 0.1  # ... and within this of it once the validation ids are relabelled
+FEW_IDS = 2  # integer values per sample's inputs: ids (a user, a user and an item), not features
 CONFLICT_SHARE = 0.1  # of the training samples read: identical inputs with another label
 MIN_CONFLICTS = 8
 SHIFT_DISTANCE = 0.5  # total variation between the training and validation label histograms
@@ -108,6 +109,17 @@ def input_digests(batch: Any) -> list[str]:
         return sample_hashes(batch[0])
     keys = [key for key in LABEL_KEYS if key in batch]
     return sample_hashes({key: value for key, value in batch.items() if key not in keys})
+
+
+def ids_only(batch: Any) -> bool:
+    """Whether an ``(x, y)`` batch's inputs are a few integer ids per sample (a user, a user and
+    an item): such an input maps to many labels by nature (the items a user chose), so equal
+    inputs with other labels are the task, not a preprocessing that merged samples."""
+    if not isinstance(batch, (list, tuple)) or len(batch) != 2 or not isinstance(batch[0], torch.Tensor):
+        return False
+    inputs = batch[0]
+    return (not inputs.is_floating_point() and inputs.dim() >= 1 and len(inputs) > 0
+            and inputs[0].numel() <= FEW_IDS)
 
 
 def conflicting_labels(digests: list[str], labels: torch.Tensor) -> tuple[int, int]:
@@ -211,7 +223,7 @@ class SplitLabelsCheck(Check):
             findings.data["summary"] = "not a (inputs, class labels) batch"
             return
         train = self._read(ctx, findings, ctx.train_loader, TRAIN_SAMPLES, "training")
-        if train is not None and train[2]:
+        if train is not None and train[2] and not ids_only(ctx.artifacts.first_batch):
             self._conflicts(train[2], train[1], findings)
         if train is not None and train[0] is not None:
             self._signal(train[0], train[1], findings)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import operator
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,6 +37,8 @@ OVERLAP_ESTIMATE = 0.25  # warn when about this share of the validation set is t
 # 1.6% seen, ~9% estimated); what is seen directly is a floor, and 5% of it is no accident.
 OBSERVED_SHARE = 0.05
 OBSERVED_MIN = 3
+FEW_FIELDS = 8  # integer values per sample's inputs, at most, for them to be a few ids or categories
+CHANCE_FACTOR = 2.0  # validation twins in training vs training twins in training: within this, chance
 FEW_DISTINCT = 0.1  # distinct training samples read, as a share of those read: a task of few possible inputs
 
 
@@ -75,8 +78,22 @@ def is_blank(sample: Any) -> bool:
     return bool(verdicts) and all(verdicts)
 
 
-def read_digests(dataset: Any, indices: list[int], guard: DataGuard, deadline: float) -> list[str]:
-    """Digests of the samples at ``indices`` (blank ones left out), until ``deadline``."""
+def few_discrete_values(sample: Any) -> bool:
+    """Whether a sample's inputs (its first tensor or array) are a few ids or categories: an
+    integer tensor of at most ``FEW_FIELDS`` values (a user and an item, label-encoded columns).
+    Such inputs come from a small space, where equal samples are draws of one point, not copies."""
+    first = next((leaf for leaf in leaves(sample) if isinstance(leaf, (torch.Tensor, np.ndarray))), None)
+    if isinstance(first, torch.Tensor):
+        return not first.is_floating_point() and not first.is_complex() and first.numel() <= FEW_FIELDS
+    if isinstance(first, np.ndarray):
+        return first.dtype.kind in "iub" and first.size <= FEW_FIELDS
+    return False
+
+
+def read_digests(dataset: Any, indices: list[int], guard: DataGuard, deadline: float,
+                 discrete: list[bool] | None = None) -> list[str]:
+    """Digests of the samples at ``indices`` (blank ones left out), until ``deadline``; with
+    ``discrete``, each sample's ``few_discrete_values`` is appended to it."""
     digests = []
     for read, index in enumerate(indices):
         if read and time.perf_counter() > deadline:
@@ -84,7 +101,15 @@ def read_digests(dataset: Any, indices: list[int], guard: DataGuard, deadline: f
         sample = guard.call(operator.getitem, dataset, index, what=f"dataset[{index}]")
         if not is_blank(sample):
             digests.append(sample_digest(sample))
+            if discrete is not None:
+                discrete.append(few_discrete_values(sample))
     return digests
+
+
+def within_share(digests: list[str]) -> float:
+    """The share of ``digests`` equal to another one of them."""
+    counts = Counter(digests)
+    return sum(count for count in counts.values() if count > 1) / max(len(digests), 1)
 
 
 class SplitOverlapCheck(Check):
@@ -148,7 +173,8 @@ class SplitOverlapCheck(Check):
         train_size = guard.call(len, train, what="len(train dataset)")
         val_size = guard.call(len, val, what="len(validation dataset)")
         deadline = time.perf_counter() + SCAN_BUDGET_S
-        train_read = read_digests(train, spread(train_size, TRAIN_SAMPLES), guard, deadline)
+        discrete: list[bool] = []
+        train_read = read_digests(train, spread(train_size, TRAIN_SAMPLES), guard, deadline, discrete)
         val_read = read_digests(val, spread(val_size, VAL_SAMPLES), guard, deadline + SCAN_BUDGET_S / 4)
         if not train_read or not val_read:
             return
@@ -166,6 +192,19 @@ class SplitOverlapCheck(Check):
             return
         distinct = len(set(train_read))
         findings.data["distinct_training_read"] = distinct
+        within = within_share(train_read)
+        findings.data["training_twins_share"] = round(within, 4)
+        if discrete and all(discrete) and observed <= CHANCE_FACTOR * within + 2 / len(val_read):
+            findings.info(
+                "LEAK_SPLIT",
+                f"{shared} of {len(val_read)} validation samples read equal training samples, but the inputs are a "
+                f"few ids or categories and training samples repeat among themselves as often ({within:.0%} of "
+                f"those read equal another one; {observed:.0%} of the validation samples read equal one): the "
+                "space of inputs is small, and a sample in both splits is the same point drawn twice, not a copy",
+                "Nothing to do if the task's inputs are this few; to measure unseen combinations, hold out whole "
+                "ids (users, items, categories) for validation.",
+            )
+            return
         if distinct <= FEW_DISTINCT * len(train_read):
             # Not a split that leaks: a task with few possible samples (counting sequences,
             # a small grid of configurations) repeats them everywhere. Copied rows (a scrape

@@ -1,0 +1,68 @@
+"""Inputs that are a few ids or categories (a user and an item, label-encoded columns) repeat
+by nature: an equal sample in both splits is the same point drawn twice (LEAK_SPLIT is a note
+when training repeats itself as often), and an id with several labels is the task (no
+LABEL_CONFLICT). Copied rows of float features, and leaked ids, still warn."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck
+from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
+
+
+class Scorer(nn.Module):
+    def __init__(self, vocab: int, out: int):
+        super().__init__()
+        self.embed = nn.EmbeddingBag(vocab, 8)
+        self.head = nn.Linear(8, out)
+
+    def forward(self, ids):
+        return self.head(self.embed(ids))
+
+
+def claims(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Four label-encoded columns of 10 values each (offset per field), a binary label."""
+    g = torch.Generator().manual_seed(seed)
+    fields = torch.randint(0, 10, (n, 4), generator=g) + torch.arange(4) * 10
+    return fields, (fields.sum(1) + torch.randint(0, 20, (n,), generator=g) > 90).long()
+
+
+def findings(train: tuple, val: tuple, vocab: int, out: int) -> dict[str, list]:
+    model = Scorer(vocab, out)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(*train), batch_size=64, shuffle=True),
+                           val_loader=DataLoader(TensorDataset(*val), batch_size=64), loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), SplitOverlapCheck(), SplitLabelsCheck()])
+    found: dict[str, list] = {}
+    for check in report.checks:
+        for issue in check.issues:
+            found.setdefault(issue.code, []).append(issue)
+    return found
+
+
+def test_categorical_rows_drawn_twice_are_a_note_not_a_leak():
+    found = findings(claims(4000, 0), claims(500, 1), 40, 2)
+    assert [i.severity.value for i in found.get("LEAK_SPLIT", [])] == ["info"]
+    assert "same point drawn twice" in found["LEAK_SPLIT"][0].message
+
+
+def test_categorical_rows_copied_into_validation_still_leak():
+    x, y = claims(2000, 0)
+    g = torch.Generator().manual_seed(5)
+    fields = torch.randint(0, 10**6, (2000, 4), generator=g)  # ids from a large space: no chance twins
+    copied = torch.randperm(2000, generator=g)[:400]
+    found = findings((fields, y), (fields[copied], y[copied]), 10**6, 2)
+    assert [i.severity.value for i in found["LEAK_SPLIT"]] == ["warning"]
+
+
+def test_users_with_several_chosen_items_are_no_label_conflict():
+    g = torch.Generator().manual_seed(2)
+    users = torch.randint(0, 50, (3000, 1), generator=g)
+    items = (users[:, 0] * 7 + torch.randint(0, 5, (3000,), generator=g)) % 40
+    found = findings((users, items), (users[:300], items[:300]), 50, 40)
+    assert "LABEL_CONFLICT" not in found
