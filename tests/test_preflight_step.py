@@ -88,7 +88,7 @@ def test_params_that_get_no_gradient_are_named(tmp_path):
     ctx = plain_context(tmp_path, model=UnusedHead)
     result = run(ctx, GradientsCheck)["step.gradients"]
     assert codes(result) == {"GRAD_NONE"} and result.status == CheckStatus.WARNING
-    assert "aux.weight" in result.issues[0].message
+    assert "aux.weight" in result.issues[0].message and "never ran in the forward" in result.issues[0].message
     ctx.training = dataclasses.replace(ctx.training, dist=DistEnv(rank=0, world_size=2))
     distributed = run(ctx, GradientsCheck)["step.gradients"]
     assert distributed.status == CheckStatus.ERROR and "find_unused_parameters" in distributed.issues[0].fix
@@ -332,3 +332,53 @@ def test_a_healthy_compute_bound_burst_is_quiet_and_reports_the_eta(tmp_path):
     healthy = run(plain_context(tmp_path, model=_compute_heavy_classifier), ThroughputCheck)["step.throughput"]
     assert_quiet(healthy)
     assert healthy.data["eta_s"] == pytest.approx(healthy.data["s_per_step"] * 8, abs=0.01)
+
+
+class OrderBlindEncoder(nn.Module):
+    """Event codes plus a learned position table, then a stack of two blocks and a head."""
+
+    def __init__(self, add_in_place_result: bool, head_reads: int = -1):
+        super().__init__()
+        self.use_result, self.head_reads = add_in_place_result, head_reads
+        self.tokens, self.pos = nn.Embedding(20, 16), nn.Embedding(8, 16)
+        self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(16, 16), nn.ReLU()) for _ in range(2)])
+        self.head = nn.Linear(16, 2)
+
+    def forward(self, ids):
+        h = self.tokens(ids)
+        positions = self.pos(torch.arange(ids.shape[1]))
+        if self.use_result:
+            h = h + positions
+        else:
+            h.add(positions)  # out of place: the sum is dropped
+        states = [h]
+        for block in self.blocks:
+            states.append(block(states[-1]))
+        return self.head(states[self.head_reads].mean(1))
+
+
+def _gradient_issue(model: nn.Module) -> list:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from optimus_preflight.preflight import run_preflight
+    from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+
+    g = torch.Generator().manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randint(0, 20, (64, 8), generator=g), torch.randint(0, 2, (64,), generator=g)),
+                        batch_size=16)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), GradientsCheck()])
+    return [i for i in report.check("step.gradients").issues if i.code == "GRAD_NONE"]
+
+
+def test_a_module_whose_output_is_dropped_is_named_as_discarded():
+    issues = _gradient_issue(OrderBlindEncoder(add_in_place_result=False))
+    assert len(issues) == 1 and "pos.weight" in issues[0].message
+    assert "pos ran in the forward" in issues[0].message and "h = h + pos" in issues[0].message
+    assert not _gradient_issue(OrderBlindEncoder(add_in_place_result=True))
+
+
+def test_a_head_that_reads_an_earlier_layer_names_the_layers_that_never_contribute():
+    issues = _gradient_issue(OrderBlindEncoder(add_in_place_result=True, head_reads=0))
+    assert len(issues) == 1 and "blocks.0, blocks.1" in issues[0].message
+    assert "hidden_states[-1]" in issues[0].fix

@@ -96,6 +96,9 @@ class StepProbe:
     # A class target flattened from a (T, B) batch tensor while the model read (B, ...) inputs:
     # (criterion, the tensor's shape, the model input's shape).
     time_major_target: tuple[str, tuple[int, ...], tuple[int, ...]] | None = None
+    # Names of the modules owning trainable parameters whose forward ran during the step: a
+    # parameter without a gradient in one of them had its output dropped on the way to the loss.
+    modules_run: set[str] = field(default_factory=set)
 
     @property
     def completed(self) -> bool:
@@ -238,6 +241,9 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         handles = [model.register_forward_pre_hook(on_forward), model.register_forward_hook(on_output)]
         handles += [module.register_forward_pre_hook(on_sensitive_forward) for module in sensitive]
         handles += [param.register_post_accumulate_grad_hook(on_grad) for param in trainable]
+        handles += [module.register_forward_hook(lambda module, args, output, name=name: probe.modules_run.add(name))
+                    for name, module in model.named_modules()
+                    if any(p.requires_grad for p in module.parameters(recurse=False))]
         layout = LayoutWatch(model)
         runner = runner_from_config(ctx.cfg.trainer, ctx.training, model, ctx.optimizer, observed_loss,
                                     scheduler=ctx.scheduler)

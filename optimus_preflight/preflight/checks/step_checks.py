@@ -52,6 +52,32 @@ def _names(items: list[str], limit: int = 6) -> str:
     return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
+def _why_no_gradient(missing: list[str], modules_run: set[str]) -> tuple[str, str]:
+    """What the modules owning gradient-less parameters did in the step's forward: ran (their
+    output was dropped before the loss) or never ran (defined, not called)."""
+    owners = sorted({name.rpartition(".")[0] for name in missing})
+    ran = [owner for owner in owners if owner in modules_run]
+    if not ran:
+        return ("Their modules never ran in the forward: defined but not called (a branch never taken, a layer "
+                "left out of forward)",
+                "If they are unused on purpose, set requires_grad=False or remove them; else call them in forward.")
+    layers = sorted({".".join(parts[:index + 1]) for parts in (owner.split(".") for owner in ran)
+                     for index in [next((i for i, part in enumerate(parts) if part.isdigit()), None)]
+                     if index is not None})
+    if layers:
+        return (f"Their layers ran in the forward ({_names(layers, 4)}), but their output never reaches the loss, so "
+                "these encoder layers never contribute: the head reads an earlier layer's output. In a Hugging Face "
+                "model hidden_states[0] is the embedding layer's output, not the last layer's",
+                "Read the last layer: outputs.last_hidden_state or outputs.hidden_states[-1] (not hidden_states[0]); "
+                "if the layers are unused on purpose, drop them or set requires_grad=False.")
+    return (f"{_names(ran, 3)} ran in the forward, but its output never reaches the loss: the result was computed "
+            "and discarded on the way. Usually an out-of-place op whose return value is dropped (h.add(pos) or "
+            "h.mul(mask) on a line of its own, where h = h + pos or h.add_(pos) was meant), an output assigned to a "
+            "name that is not used after, or a .detach()",
+            "Use the result: h = h + self.pos(positions) (or the in-place h.add_(...)); check the variable the "
+            "next line reads is the one just computed.")
+
+
 class FirstStepCheck(Check):
     """O3: one real step on the first batch; the loss is a finite scalar attached to the graph."""
 
@@ -197,14 +223,14 @@ class GradientsCheck(Check):
                 "tracks the parameters whatever the inputs), or do not checkpoint the first block.",
             )
         elif missing:
+            why, fix = _why_no_gradient(missing, probe.modules_run)
             findings.add(
                 "error" if distributed else "warning",
                 "GRAD_NONE",
                 f"{len(missing)} trainable parameter(s) got no gradient from the first step and will never train: "
-                f"{_names(missing)}" + (". DDP will fail with 'Expected to have finished reduction'" if distributed else ""),
-                "If they are unused on purpose, set requires_grad=False or remove them; if not, check the forward "
-                "uses them (a .detach(), or a branch never taken). Under DDP, find_unused_parameters=True tolerates "
-                "them at a cost.",
+                f"{_names(missing)}. {why}"
+                + (". DDP will fail with 'Expected to have finished reduction'" if distributed else ""),
+                fix + " Under DDP, find_unused_parameters=True tolerates unused parameters at a cost.",
             )
         if probe.loss_ignores_output and len(missing) < probe.trainable_params:
             findings.error(
