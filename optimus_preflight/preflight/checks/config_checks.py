@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import copy
+import types
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from torch.optim.lr_scheduler import LambdaLR
+from torch.optim.lr_scheduler import LambdaLR, MultiplicativeLR
 
 from optimus_preflight.config.lenient import as_float
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -102,12 +103,77 @@ def schedule_findings(points: list[tuple[int, float]], max_steps: int, length: i
     return found
 
 
+LAMBDA_STEPS = (0, 1, 10, 100, 1000)  # and trainer.max_steps: where late-bound lambdas are compared
+
+
+DATA_TYPES = (int, float, complex, str, tuple, list, dict)
+
+
+def _outer_variables(fn: types.FunctionType) -> dict[str, Any]:
+    """The variables a lambda reads from outside itself that a loop can rebind, with their
+    values now: closure cells (a comprehension's or a function's loop variable) and
+    module-level data (a for loop at the top of a script); helper functions left out."""
+    found: dict[str, Any] = {}
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if not callable(value) and not isinstance(value, types.ModuleType):
+            found[name] = value
+    for name in fn.__code__.co_names:
+        value = fn.__globals__.get(name)
+        if isinstance(value, DATA_TYPES):
+            found[name] = value
+    return found
+
+
+def _shared_binding(first: types.FunctionType, other: types.FunctionType) -> bool:
+    """One code object reading the very same cells, with the same defaults: the lambdas of
+    one loop scope, which cannot differ. A factory called once per group makes new cells
+    each call and binds its values properly, even equal ones."""
+    if first.__code__ is not other.__code__ or first.__defaults__ != other.__defaults__:
+        return False
+    if first.__kwdefaults__ != other.__kwdefaults__:
+        return False
+    cells, others = first.__closure__ or (), other.__closure__ or ()
+    return len(cells) == len(others) and all(cell is cell2 for cell, cell2 in zip(cells, others, strict=True))
+
+
+def late_bound_lambdas(scheduler: Any, max_steps: int) -> dict[str, Any] | None:
+    """What two or more distinct lambda objects of a LambdaLR/MultiplicativeLR share when
+    they were made in a loop that binds its variable late (``[lambda s: f(s, k) for k in
+    ks]``: every lambda reads the last k) and so give every group the same factors; None
+    otherwise. One function given for every group (``LambdaLR(opt, fn)``, stored as the same
+    object repeated) is not several lambdas."""
+    if not isinstance(scheduler, (LambdaLR, MultiplicativeLR)):
+        return None
+    lambdas = list(getattr(scheduler, "lr_lambdas", []))
+    distinct = list({id(fn): fn for fn in lambdas}.values())
+    if len(distinct) < 2 or not all(isinstance(fn, types.FunctionType) for fn in distinct):
+        return None
+    first = distinct[0]
+    variables = _outer_variables(first)
+    if not variables or not all(_shared_binding(first, fn) for fn in distinct[1:]):
+        return None
+    steps = sorted({*LAMBDA_STEPS, max(0, int(max_steps))})
+    try:
+        values = [[float(fn(step)) for step in steps] for fn in distinct]
+    except Exception:
+        return None
+    if any(row != values[0] for row in values[1:]):
+        return None
+    return {"lambdas": len(distinct), "groups": len(lambdas), "variables": variables,
+            "factors": dict(zip(steps, values[0], strict=True))}
+
+
 class LrScheduleCheck(Check):
-    """O8: the schedule's length in optimizer steps vs the planned optimizer steps."""
+    """O8: the schedule's length in optimizer steps vs the planned optimizer steps;
+    per-group lambdas that all read one late-bound loop variable."""
 
     name = "config.lr_schedule"
     stage = Stage.CONFIG
-    codes = ("O8",)
+    codes = ("O8", "LR_LAMBDA_LATE_BINDING")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         scheduler = ctx.scheduler
@@ -118,6 +184,7 @@ class LrScheduleCheck(Check):
             self._constant_lr(ctx.optimizer, findings, names)
             return
         self._scheduled_zero_lr(scheduler, ctx.optimizer, findings, names)
+        self._late_binding(scheduler, max_steps, findings)
         length = schedule_length(scheduler)
         fix = ("Size the schedule in optimizer steps: leave scheduler.total_steps=null to follow trainer.max_steps, "
                "or set it to trainer.max_steps (not the number of batches).")
@@ -148,6 +215,30 @@ class LrScheduleCheck(Check):
                              "Shorten the warmup: scheduler.warmup_fraction=0.05 (5% of the run), or a "
                              "scheduler.warmup_steps well below trainer.max_steps.", "scheduler.warmup_steps")
 
+
+    @staticmethod
+    def _late_binding(scheduler: Any, max_steps: int, findings: Findings) -> None:
+        """Per-group lambdas made in a loop without binding its variable: one schedule for all."""
+        found = late_bound_lambdas(scheduler, max_steps)
+        if found is None:
+            return
+        kind = type(scheduler).__name__
+        names = list(found["variables"])
+        values = ", ".join(f"{name}={value!r}" for name, value in found["variables"].items())
+        factors = ", ".join(f"{value:.3g} at step {step}" for step, value in list(found["factors"].items())[:4])
+        groups = "both" if found["groups"] == 2 else f"all {found['groups']}"
+        findings.data["late_bound_lambdas"] = found["lambdas"]
+        findings.error(
+            "LR_LAMBDA_LATE_BINDING",
+            f"the {kind}'s {found['lambdas']} lr_lambdas are one lambda made in a loop, all reading "
+            f"{', '.join(names)} from the scope they were made in: a lambda reads the variable when it is called, "
+            f"not when it is made, so every lambda sees the loop's last value ({values}) and {groups} parameter "
+            f"groups get the same factors ({factors}) instead of one schedule each",
+            "Bind the value when each lambda is made, as a default argument: [lambda step, "
+            + ", ".join(f"{name}={name}" for name in names) + ": ... for ...], or functools.partial(fn, "
+            + ", ".join(f"{name}={name}" for name in names) + "). If one schedule for every group is meant, pass "
+            f"that one function: {kind}(optimizer, fn).",
+        )
 
     @staticmethod
     def _constant_lr(optimizer: Any, findings: Findings, names: dict[Any, str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -25,12 +26,72 @@ def _names(items: list[str], limit: int = 5) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
+# Group keys torch's schedulers and SWA, and common libraries (layer-wise decay, named
+# groups), add on purpose: read by someone other than the optimizer's step.
+GROUP_KEYS_ON_PURPOSE = frozenset({
+    "params", "initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum", "swa_lr", "name", "names",
+    "param_names", "lr_scale", "layer_id",
+})
+# Another optimizer's (or framework's) name for a key torch's optimizers read, in order of
+# preference: the first one the optimizer's defaults hold is meant.
+KEY_ALIASES: dict[str, tuple[str, ...]] = {
+    "learning_rate": ("lr",), "learningrate": ("lr",), "lr_rate": ("lr",), "base_lr": ("lr",),
+    "wd": ("weight_decay",), "weight_decay_rate": ("weight_decay",), "l2": ("weight_decay",),
+    "l2_reg": ("weight_decay",), "decay_rate": ("weight_decay",),
+    "epsilon": ("eps",), "adam_epsilon": ("eps",), "adam_eps": ("eps",),
+    "beta1": ("betas", "momentum"), "beta_1": ("betas", "momentum"), "adam_beta1": ("betas",),
+    "beta2": ("betas",), "beta_2": ("betas",), "adam_beta2": ("betas",), "beta": ("betas", "momentum"),
+    "momentum": ("betas",),  # Adam's momentum is betas[0]
+    "betas": ("momentum",),  # SGD's is momentum
+}
+SECOND_BETA = {"beta2", "beta_2", "adam_beta2"}
+CLOSE_MATCH = 0.8  # difflib ratio: 'weight_decy', 'momentun', 'damping' (0.88); 'lr_mult' and 'decay_mult' stay out
+
+
+def misnamed_group_keys(group: dict[str, Any], defaults: dict[str, Any]) -> dict[str, str]:
+    """{key the group holds: the key the optimizer reads that it misnames}, for keys
+    outside the optimizer's defaults that alias or misspell one of them."""
+    found = {}
+    for key in group:
+        if not isinstance(key, str) or key in defaults or key in GROUP_KEYS_ON_PURPOSE:
+            continue
+        real = next((alias for alias in KEY_ALIASES.get(key.lower(), ()) if alias in defaults), None)
+        if real is None:
+            close = difflib.get_close_matches(key.lower(), [name for name in defaults if isinstance(name, str)],
+                                              n=1, cutoff=CLOSE_MATCH)
+            real = close[0] if close else None
+        if real is not None:
+            found[key] = real
+    return found
+
+
+def _meant(group: dict[str, Any], misnamed: dict[str, str]) -> dict[str, Any]:
+    """The real keys with the values the misnamed ones meant (beta1/beta2 folded into betas)."""
+    meant: dict[str, Any] = {}
+    for key, real in misnamed.items():
+        value = group[key]
+        current = meant.get(real, group.get(real))
+        if real == "betas" and not isinstance(value, (tuple, list)) and isinstance(current, (tuple, list)):
+            pair = list(current)
+            pair[1 if key.lower() in SECOND_BETA else 0] = value
+            value = tuple(pair)
+        elif real == "momentum" and isinstance(value, (tuple, list)) and value:
+            value = value[0]
+        meant[real] = value
+    return meant
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else repr(value)
+
+
 class OptimizerParamsCheck(Check):
-    """O2 trainable params not in the optimizer; O17 frozen params in it; a param in two groups."""
+    """O2 trainable params not in the optimizer; O17 frozen params in it; a param in two
+    groups; group keys the optimizer never reads (misnamed); SGD's dampening."""
 
     name = "model.optimizer_params"
     stage = Stage.MODEL
-    codes = ("O2", "O17", "OPT_DUPLICATE_PARAM")
+    codes = ("O2", "O17", "OPT_DUPLICATE_PARAM", "OPTIM_GROUP_UNKNOWN_KEY", "SGD_DAMPENING")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         names = {param: name for name, param in ctx.model.named_parameters()}
@@ -84,6 +145,76 @@ class OptimizerParamsCheck(Check):
                 "Give each parameter to exactly one param group.",
                 "optimizer",
             )
+        self._misnamed_keys(ctx.optimizer, findings)
+        self._sgd_dampening(ctx.optimizer, findings)
+
+    @staticmethod
+    def _misnamed_keys(optimizer: Any, findings: Findings) -> None:
+        """A param group key the optimizer never reads that names one it does:
+        {'params': head, 'learning_rate': 0.05} trains the head at the default lr."""
+        defaults = getattr(optimizer, "defaults", None)
+        if not isinstance(defaults, dict) or not defaults:
+            return
+        reported: dict[tuple[tuple[str, str], ...], list[int]] = {}
+        for index, group in enumerate(optimizer.param_groups):
+            misnamed = misnamed_group_keys(group, defaults)
+            if misnamed:
+                reported.setdefault(tuple(sorted(misnamed.items())), []).append(index)
+        optimizer_name = f"torch.optim.{type(optimizer).__name__}" if type(optimizer).__module__.startswith(
+            "torch.optim") else type(optimizer).__name__
+        for pairs, indices in reported.items():
+            group = optimizer.param_groups[indices[0]]
+            misnamed = dict(pairs)
+            reals = sorted(set(misnamed.values()))
+            meant = _meant(group, misnamed)
+            which = (f"parameter group {indices[0]}" if len(indices) == 1 else
+                     f"parameter groups {', '.join(str(i) for i in indices[:8])}"
+                     + (f" and {len(indices) - 8} more" if len(indices) > 8 else ""))
+            sets = ", ".join(f"'{key}': {_fmt(group[key])}" for key in misnamed)
+            in_effect = ", ".join(
+                f"{real}={_fmt(group.get(real))} (group[{real!r}]"
+                + (", the optimizer's default)" if group.get(real) == defaults.get(real) else ")")
+                for real in reals)
+            findings.data.setdefault("misnamed_group_keys", {}).update(misnamed)
+            findings.warning(
+                "OPTIM_GROUP_UNKNOWN_KEY",
+                f"{which} of {optimizer_name} set{'s' if len(indices) == 1 else ''} {sets}: "
+                f"{'a key' if len(misnamed) == 1 else 'keys'} {type(optimizer).__name__} never reads (it reads "
+                f"{', '.join(repr(real) for real in reals)}), so the group runs at {in_effect} instead",
+                "Name the key the optimizer reads in the group dict: {'params': ..., "
+                + ", ".join(f"'{real}': {_fmt(value)}" for real, value in meant.items()) + "}.",
+            )
+
+    @staticmethod
+    def _sgd_dampening(optimizer: Any, findings: Findings) -> None:
+        """SGD's dampening scales the gradient into the momentum buffer by (1 - dampening):
+        with momentum 0.9 and dampening 0.9 the buffer settles at the gradient, not 10x it."""
+        if not isinstance(optimizer, torch.optim.SGD):
+            return
+        damped = [(index, group) for index, group in enumerate(optimizer.param_groups)
+                  if float(group.get("momentum") or 0) > 0 and float(group.get("dampening") or 0) > 0]
+        if not damped:
+            return
+        group = damped[0][1]
+        momentum, dampening = float(group["momentum"]), float(group["dampening"])
+        which = "" if len(optimizer.param_groups) == 1 else (
+            f" (parameter group{'s' if len(damped) > 1 else ''} {', '.join(str(i) for i, _ in damped)})")
+        if dampening < 1:
+            shrink = 1 / (1 - dampening)
+            effect = (f"adds only (1 - dampening) = {1 - dampening:g} of each gradient to the momentum buffer: after "
+                      f"the first step (which takes the whole gradient) the updates are {shrink:.3g}x smaller than "
+                      f"SGD with momentum as it is usually tuned, as if lr were lr x {1 - dampening:g}")
+            averaged = f" If the averaged form (dampening=momentum) is meant, raise lr {shrink:.3g}x to keep the step size."
+        else:
+            effect = (f"adds (1 - dampening) = {1 - dampening:g} of each gradient to the momentum buffer: after the "
+                      "first step no gradient (or the gradient reversed) reaches the updates")
+            averaged = ""
+        findings.data.update(sgd_dampening=dampening, sgd_momentum=momentum)
+        findings.warning(
+            "SGD_DAMPENING",
+            f"torch.optim.SGD{which} with momentum={momentum:g} and dampening={dampening:g} {effect}",
+            f"Leave dampening at its default 0: torch.optim.SGD(params, lr=..., momentum={momentum:g})." + averaged,
+        )
 
 
 class ModesCheck(Check):

@@ -113,6 +113,9 @@ def _epoch_draws(index_sampler: Any, batch_size: int | None) -> int | None:
     return None if length is None else length * (batch_size or 1)
 
 
+# num_samples at this share of the weighted samples or more, drawn without replacement:
+# each is drawn about once whatever its weight (a weighted subsample stays well below).
+NO_REPLACEMENT_SHARE = 0.9
 MAX_WEIGHT_GROUPS = 20  # per-class weights: a handful of distinct values; per-sample ones are many
 
 
@@ -121,7 +124,7 @@ class SamplerCoverageCheck(Check):
 
     name = "data.sampler_coverage"
     stage = Stage.DATA
-    codes = ("SAMPLER_COVERAGE",)
+    codes = ("SAMPLER_COVERAGE", "SAMPLER_NO_REPLACEMENT")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
@@ -135,7 +138,8 @@ class SamplerCoverageCheck(Check):
             return
         if self._replicas_not_the_run(sampler_chain(loader), ctx.training.dist.world_size, size, findings):
             return
-        self._weights_favour_the_common(sampler_chain(loader), findings)
+        if not self._without_replacement(sampler_chain(loader), findings):
+            self._weights_favour_the_common(sampler_chain(loader), findings)
         index_sampler = loader._index_sampler
         batched = loader._auto_collation
         # Enough draws that uniform ones would reach most of the dataset (or MAX_DRAWS).
@@ -186,6 +190,34 @@ class SamplerCoverageCheck(Check):
             "SAMPLER_COVERAGE",
             f"the WeightedRandomSampler has {count} weights but the training dataset has {size} samples: {what}",
             PER_SAMPLE_FIX,
+        )
+        return True
+
+    @staticmethod
+    def _without_replacement(chain: list[Any], findings: Findings) -> bool:
+        """A WeightedRandomSampler(replacement=False) asked for (nearly) every sample each
+        epoch: without replacement each index is drawn at most once, so an epoch of
+        num_samples close to the number of weighted samples is every sample once, in an
+        order the weights only bias. True when reported."""
+        sampler = next((item for item in chain if isinstance(item, WeightedRandomSampler)), None)
+        if sampler is None or sampler.replacement:
+            return False
+        weights = torch.as_tensor(sampler.weights, dtype=torch.float64)
+        positive = weights[weights > 0]
+        drawable = len(positive)
+        if drawable < 2 or len(positive.unique()) < 2 or sampler.num_samples < NO_REPLACEMENT_SHARE * drawable:
+            return False  # uniform weights (a shuffle), or a weighted subsample of the dataset
+        share = min(1.0, sampler.num_samples / drawable)
+        spread = float(positive.max() / positive.min())
+        findings.data.update(no_replacement_draws=sampler.num_samples, weighted_samples=drawable)
+        findings.warning(
+            "SAMPLER_NO_REPLACEMENT",
+            f"the WeightedRandomSampler draws num_samples={sampler.num_samples} with replacement=False from "
+            f"{drawable} samples of non-zero weight: without replacement each index is drawn at most once, so every "
+            f"epoch reads {share:.0%} of them, each once, whatever their weights (which differ up to "
+            f"{spread:.3g}x): the weights only reorder the epoch, and the classes stay about as imbalanced as in the dataset",
+            "Draw with replacement, the default: WeightedRandomSampler(weights, num_samples=len(weights), "
+            "replacement=True), so rare samples repeat as often as their weights ask.",
         )
         return True
 
