@@ -85,3 +85,30 @@ def test_a_read_out_of_the_first_time_step_ignores_the_second_half(read_first):
     assert bool(issues) == read_first
     if read_first:
         assert "second half" in issues[0].message and "12-23" in issues[0].message and "h_n" in issues[0].fix
+
+
+class MessageClassifier(nn.Module):
+    def __init__(self, max_norm):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = nn.Embedding(60, 16, max_norm=max_norm)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, ids):
+        return self.head(self.emb(ids).mean(1))
+
+
+def embedding_verdict(max_norm) -> list:
+    g = torch.Generator().manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randint(0, 60, (128, 12), generator=g),
+                                      torch.randint(0, 3, (128,), generator=g)), batch_size=16)
+    model = MessageClassifier(max_norm)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), InputDependenceCheck()])
+    return report.check("step.input_dependence").issues
+
+
+def test_an_embedding_renormalised_to_norm_zero_names_max_norm():
+    issues = embedding_verdict(0.0)
+    assert len(issues) == 1 and "max_norm=0.0" in issues[0].message and "max_norm=None" in issues[0].fix
+    assert not embedding_verdict(None) and not embedding_verdict(1.0)

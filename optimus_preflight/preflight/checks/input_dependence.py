@@ -108,6 +108,19 @@ class InputDependenceCheck(Check):
         where = (f" The samples' differences are lost at {type(lost_at[1]).__name__} '{lost_at[0]}': its input "
                  "differs between samples and its output does not") if lost_at is not None else \
             " No module's output differed between samples: the forward does not use what differs in the batch"
+        max_norm = getattr(lost_at[1], "max_norm", None) if lost_at is not None else None
+        if isinstance(lost_at[1] if lost_at else None, (nn.Embedding, nn.EmbeddingBag)) and max_norm is not None:
+            findings.error(
+                "MODEL_IGNORES_INPUT",
+                f"the model gives the same output to all {keep} samples of the first batch (eval mode, no gradients), "
+                f"although the samples differ.{where}: it was built with max_norm={max_norm}, so every row it looks up "
+                f"is renormalised in place to norm at most {max_norm} on each forward; at that size the token vectors "
+                "carry nothing and every update to them is undone at the next lookup. A config's 0.0 meant as 'no "
+                "constraint' does this",
+                f"Build the embedding with max_norm=None (no renormalisation), or a norm the vectors can live at "
+                f"(e.g. 1.0 or more); check the config value that reached {lost_at[0]!r}.",
+            )
+            return
         findings.error(
             "MODEL_IGNORES_INPUT",
             f"the model gives the same output to all {keep} samples of the first batch (eval mode, no gradients), "
