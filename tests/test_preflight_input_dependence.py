@@ -105,7 +105,8 @@ def embedding_verdict(max_norm) -> list:
     model = MessageClassifier(max_norm)
     report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=nn.CrossEntropyLoss(),
                            checks=[FirstBatchCheck(), FirstStepCheck(), InputDependenceCheck()])
-    return report.check("step.input_dependence").issues
+    return [issue for check in report.checks for issue in check.issues]  # LOSS_FN_SIDE_EFFECT too: max_norm
+    # renormalises the looked-up rows in the forward, which is not an optimizer step inside the loss
 
 
 def test_an_embedding_renormalised_to_norm_zero_names_max_norm():

@@ -165,10 +165,10 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     def observed_loss(module: nn.Module, data: Any) -> Any:
         step_batches.append(data)
         spy.batch_rows = batch_size_of(data)
-        before = _side_effect_state(ctx.optimizer, trainable)
+        before = _side_effect_state(ctx.optimizer, watched)
         with spy:
             output = ctx.compute_loss(module, data)
-        probe.loss_side_effects = _side_effects(before, _side_effect_state(ctx.optimizer, trainable))
+        probe.loss_side_effects = _side_effects(before, _side_effect_state(ctx.optimizer, watched))
         loss = output[0] if isinstance(output, tuple) else output
         if isinstance(loss, torch.Tensor):
             detached = loss.detach()
@@ -224,6 +224,11 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     known_leaves = {id(param) for param in names} | {
         id(param) for group in getattr(ctx.optimizer, "param_groups", []) for param in group.get("params", [])}
     probe.trainable_params = len(trainable)
+    # An embedding built with max_norm renormalises the rows it looks up in place, in the forward:
+    # a weight change compute_loss makes by design, not an optimizer step inside it.
+    renormalised = {id(module.weight) for module in model.modules()
+                    if isinstance(module, (nn.Embedding, nn.EmbeddingBag)) and module.max_norm is not None}
+    watched = [param for param in trainable if id(param) not in renormalised]
     received: dict[nn.Parameter, torch.Tensor | None] = {}
 
     zero_grad: set[nn.Parameter] = set()

@@ -101,15 +101,16 @@ class InputDependenceCheck(Check):
             if output_varies:
                 self._positions(ctx, probe, keep, findings)
             return
+        renormalised = lost_at is not None and getattr(lost_at[1], "max_norm", None) is not None
         if lost_at is not None and isinstance(lost_at[1], (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Embedding)) \
-                and not bool(lost_at[1].weight.detach().any()):
+                and not renormalised and not bool(lost_at[1].weight.detach().any()):
             findings.data["summary"] = f"the zero-initialised {lost_at[0]!r} gives every sample its bias"
             return
         where = (f" The samples' differences are lost at {type(lost_at[1]).__name__} '{lost_at[0]}': its input "
                  "differs between samples and its output does not") if lost_at is not None else \
             " No module's output differed between samples: the forward does not use what differs in the batch"
-        max_norm = getattr(lost_at[1], "max_norm", None) if lost_at is not None else None
-        if isinstance(lost_at[1] if lost_at else None, (nn.Embedding, nn.EmbeddingBag)) and max_norm is not None:
+        if renormalised and isinstance(lost_at[1], (nn.Embedding, nn.EmbeddingBag)):
+            max_norm = lost_at[1].max_norm
             findings.error(
                 "MODEL_IGNORES_INPUT",
                 f"the model gives the same output to all {keep} samples of the first batch (eval mode, no gradients), "
