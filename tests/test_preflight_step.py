@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import pytest
@@ -382,3 +383,67 @@ def test_a_head_that_reads_an_earlier_layer_names_the_layers_that_never_contribu
     issues = _gradient_issue(OrderBlindEncoder(add_in_place_result=True, head_reads=0))
     assert len(issues) == 1 and "blocks.0, blocks.1" in issues[0].message
     assert "hidden_states[-1]" in issues[0].fix
+
+
+def _zero_gradient_issues(model: nn.Module, loss_fn, classes: int = 16) -> list:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from optimus_preflight.preflight import run_preflight
+    from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+
+    g = torch.Generator().manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(64, 10, generator=g), torch.randint(0, classes, (64,), generator=g)),
+                        batch_size=16)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), GradientsCheck()])
+    return [i for i in report.check("step.gradients").issues if i.code == "GRAD_ZERO"]
+
+
+@pytest.mark.parametrize("cap", [2.0, 100.0])
+def test_a_loss_clamped_below_its_start_has_no_gradient_and_names_the_clamp(cap):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 16))
+
+    def capped(model, batch):
+        x, y = batch
+        return nn.functional.cross_entropy(model(x), y).clamp(max=cap)  # "against spikes"
+
+    issues = _zero_gradient_issues(model, capped)
+    if cap < math.log(16):
+        assert len(issues) == 1 and "torch.clamp" in issues[0].message and "clip the gradients" in issues[0].fix
+    else:
+        assert not issues
+
+
+@pytest.mark.parametrize("start", ["zeros", "ones"])
+def test_a_freeze_mask_hook_built_from_zeros_zeroes_every_row(start):
+    torch.manual_seed(0)
+
+    class Basket(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.items = nn.Embedding(40, 8)
+            self.head = nn.Linear(8, 4)
+            mask = (torch.zeros if start == "zeros" else torch.ones)(40, 1)
+            mask[:10] = 0  # the pretrained rows stay frozen
+            self.items.weight.register_hook(lambda grad: grad * mask)
+
+        def forward(self, ids):
+            return self.head(self.items(ids).mean(1))
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from optimus_preflight.preflight import run_preflight
+    from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+
+    g = torch.Generator().manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randint(10, 40, (64, 5), generator=g), torch.randint(0, 4, (64,), generator=g)),
+                        batch_size=16)
+    model = Basket()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), GradientsCheck()])
+    issues = [i for i in report.check("step.gradients").issues if i.code == "GRAD_ZERO"]
+    if start == "zeros":
+        assert len(issues) == 1 and "items.weight" in issues[0].message and "torch.ones" in issues[0].fix
+    else:
+        assert not issues

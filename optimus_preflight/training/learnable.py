@@ -178,6 +178,8 @@ LOSS_GRAPH_NODES = 500_000  # a full walk of a large model's graph is cheap next
 # Differentiable in torch's sense but with a gradient of exactly 0 everywhere: whatever
 # comes before them in the graph gets zeros (a binarising bottleneck without a straight-through
 # estimator). Comparisons, argmax and integer casts cut the graph instead (no gradient at all).
+# Zero gradient outside their bounds: a value clamped beyond its bound is a constant.
+CLAMP_OPS = ("ClampBackward0", "ClampBackward1", "ClampMaxBackward0", "ClampMinBackward0", "HardtanhBackward0")
 ZERO_GRADIENT_OPS = ("RoundBackward0", "RoundBackward1", "FloorBackward0", "CeilBackward0", "SignBackward0",
                      "TruncBackward0", "SgnBackward0")
 
@@ -194,6 +196,7 @@ class LossGraph:
     held: list[Any] = field(default_factory=list, repr=False)
     zero_gradient_ops: list[str] = field(default_factory=list)  # torch.round, floor, sign, ... in the graph
     zero_factors: int = 0  # multiplications by a constant 0 (a loss weight of 0.0)
+    clamp_ops: list[str] = field(default_factory=list)  # torch.clamp and kin in the graph
     complete: bool = True  # False past LOSS_GRAPH_NODES
 
 
@@ -226,6 +229,8 @@ def walk_loss_graph(loss: torch.Tensor, excluded: set[int]) -> LossGraph:
         name = type(node).__name__
         if name in ZERO_GRADIENT_OPS and name not in graph.zero_gradient_ops:
             graph.zero_gradient_ops.append(name)
+        if name in CLAMP_OPS and name not in graph.clamp_ops:
+            graph.clamp_ops.append(name)
         if name.startswith("MulBackward") and _times_constant_zero(node):
             graph.zero_factors += 1
         variable = getattr(node, "variable", None)  # an AccumulateGrad node: the leaf it feeds

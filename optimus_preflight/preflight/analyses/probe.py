@@ -91,7 +91,9 @@ class StepProbe:
     loss_ignores_output: bool = False
     zero_gradient_ops: list[str] = field(default_factory=list)  # torch.round, floor, sign in the loss's graph
     zero_factors: int = 0  # multiplications by a constant 0 in the loss's graph (a loss weight of 0.0)
+    clamp_ops: list[str] = field(default_factory=list)  # torch.clamp and kin in the loss's graph
     params_zero_grad: list[str] = field(default_factory=list)  # got a gradient of exactly 0 everywhere
+    hooked_params: list[str] = field(default_factory=list)  # with a gradient hook of the user's (register_hook)
     step_warnings: list[str] = field(default_factory=list)  # what torch warned during the step
     # A class target flattened from a (T, B) batch tensor while the model read (B, ...) inputs:
     # (criterion, the tensor's shape, the model input's shape).
@@ -185,6 +187,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
                     probe.outside_leaves = graph.outside_leaves
                     probe.zero_gradient_ops = graph.zero_gradient_ops
                     probe.zero_factors = graph.zero_factors
+                    probe.clamp_ops = graph.clamp_ops
                     probe.loss_ignores_output = bool(outputs) and not any(id(node) in graph.nodes for node in outputs)
         else:
             probe.loss = LossReturn(kind=type(loss).__name__)
@@ -224,6 +227,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     known_leaves = {id(param) for param in names} | {
         id(param) for group in getattr(ctx.optimizer, "param_groups", []) for param in group.get("params", [])}
     probe.trainable_params = len(trainable)
+    probe.hooked_params = [names[param] for param in trainable if getattr(param, "_backward_hooks", None)]
     # An embedding built with max_norm renormalises the rows it looks up in place, in the forward:
     # a weight change compute_loss makes by design, not an optimizer step inside it.
     renormalised = {id(module.weight) for module in model.modules()

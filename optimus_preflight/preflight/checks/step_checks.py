@@ -263,11 +263,34 @@ class GradientsCheck(Check):
                 "Check the loss weights where the terms are summed (a misspelt key, a schedule that starts at 0 and "
                 "never rises); read required weights with weights[key] so a missing key raises.",
             )
+        hooked = [name for name in zeroed if name in probe.hooked_params]
+        if hooked and not probe.zero_gradient_ops and not probe.zero_factors and probe.grad_norm != 0.0:
+            findings.error(
+                "GRAD_ZERO",
+                f"{len(hooked)} trainable parameter(s) got a gradient of exactly 0 from the first step: "
+                f"{_names(hooked)}, and each has a gradient hook (Tensor.register_hook): the hook returns zeros. "
+                "Usually a mask meant to freeze part of a tensor (the pretrained rows of an embedding) built the "
+                "wrong way round: torch.zeros(...) with the frozen part set to 0 zeroes every row, so nothing of "
+                "that tensor ever trains",
+                "Build the mask from torch.ones(...) and set the frozen rows to 0 (mask[:n_frozen] = 0); check that "
+                "mask.sum() counts the rows meant to train.",
+            )
         if nonfinite:
             findings.error("GRAD_NONFINITE", f"{len(nonfinite)} parameter(s) got inf/NaN gradients: {_names(nonfinite)}",
                            "Check the loss and inputs for inf/NaN; lower the learning rate or enable gradient clipping "
                            "(trainer.clip_grad_norm).", "trainer.clip_grad_norm")
-        if probe.grad_norm == 0.0 and not missing:
+        if probe.grad_norm == 0.0 and not missing and probe.clamp_ops:
+            findings.error(
+                "GRAD_ZERO",
+                "every gradient of the first step is exactly zero, and the loss's graph passes through torch.clamp "
+                f"({', '.join(op.removesuffix('Backward0').removesuffix('Backward1') for op in probe.clamp_ops)}): "
+                "clamp passes no gradient outside its bounds, so a loss (or what it is computed from) clamped to a "
+                "bound it already exceeds is a constant. A loss.clamp(max=...) 'against spikes' does this as soon as "
+                "the loss is above the cap, e.g. from the first step of a classifier whose initial loss ln C exceeds it",
+                "Remove the clamp from the loss; to guard against spikes clip the gradients instead "
+                "(trainer.clip_grad_norm, torch.nn.utils.clip_grad_norm_) or skip non-finite steps.",
+            )
+        elif probe.grad_norm == 0.0 and not missing:
             findings.warning("GRAD_ZERO", "every gradient of the first step is exactly zero",
                              "Check for a constant loss (e.g. all targets ignored) or dead activations.")
 
