@@ -447,3 +447,23 @@ def test_a_freeze_mask_hook_built_from_zeros_zeroes_every_row(start):
         assert len(issues) == 1 and "items.weight" in issues[0].message and "torch.ones" in issues[0].fix
     else:
         assert not issues
+
+
+@pytest.mark.parametrize("stored", ["log", "raw"])
+def test_a_logit_scale_stored_unlogged_saturates_the_softmax_and_is_named(stored):
+    from optimus_preflight.preflight.analyses.loss_findings import init_loss_finding
+    from optimus_preflight.preflight.analyses.loss_spy import LossSpy
+
+    torch.manual_seed(0)
+    scale = nn.Parameter(torch.tensor(math.log(1 / 0.07) if stored == "log" else 1 / 0.07))
+    a = F.normalize(torch.randn(64, 16), dim=1)
+    b = F.normalize(torch.randn(64, 16), dim=1)
+    spy = LossSpy()
+    with spy:
+        F.cross_entropy(scale.exp() * a @ b.T, torch.arange(64))
+    finding, _ = init_loss_finding(spy.calls)
+    if stored == "raw":
+        assert finding is not None and finding.severity == "warning" and "logit_scale" in finding.message
+        assert "math.log(1 / 0.07)" in finding.fix
+    else:
+        assert finding is None or "logit_scale" not in finding.message

@@ -259,6 +259,7 @@ def output_range_findings(calls: list[CriterionCall]) -> list[Finding]:
 
 
 EXPLODING_INIT_LOSS = 3.0  # x ln(C), + 1: a warning above, a note between 1.5x + 0.5 and this
+HUGE_LOGIT = 1e3  # |logit| at init: only a scale applied to the logits (or exploding layers) gets there
 
 
 def init_loss_finding(calls: list[CriterionCall]) -> tuple[Finding | None, dict[str, Any]]:
@@ -274,6 +275,20 @@ def init_loss_finding(calls: list[CriterionCall]) -> tuple[Finding | None, dict[
         # (a linear probe starts at 2-3x ln C): a note. Far above is activations that blow
         # up through the layers, or targets that do not match the outputs: a warning.
         exploding = call.loss > EXPLODING_INIT_LOSS * expected + 1
+        largest = max(abs(call.input.min or 0.0), abs(call.input.max or 0.0))
+        if exploding and largest >= HUGE_LOGIT:
+            return Finding(
+                "O1", "warning",
+                f"initial loss {call.loss:.4g} is far above ln({call.n_classes}) = {expected:.3f}, the loss of uniform "
+                f"predictions, and the logits reach {largest:.3g}: the softmax is saturated, so the loss is driven "
+                "by the single hardest wrong class and its gradient by one logit. Logits this large come from a "
+                "scale applied to them: a temperature or logit scale used the wrong way (CLIP's logit_scale "
+                "initialised to 1/0.07 = 14.3 itself and then .exp()'d multiplies by e^14.3 = 1.6e6; a division by "
+                "a temperature meant as a multiplication), or activations that blow up through the layers",
+                "Store a learnable scale as a log and exponentiate it: logit_scale = nn.Parameter(torch.tensor("
+                "math.log(1 / 0.07))), logits = logit_scale.exp() * sim (clamp it, e.g. at 100); check the "
+                "similarity is of normalised vectors, and that the layers' init keeps activations of order 1.",
+            ), data
         return Finding(
             "O1", "warning" if exploding else "info",
             f"initial loss {call.loss:.3f} is far above ln({call.n_classes}) = {expected:.3f}, the loss of "
