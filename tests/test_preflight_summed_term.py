@@ -88,3 +88,27 @@ def test_in_batch_negatives_are_not_a_summed_term():
 def test_summed_term_reads_mean_plus_sum(full, halves, quarters, expected):
     found = summed_term(full, halves, quarters)
     assert (found is None) if expected is None else found == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("labels", ["zeros", "arange"])
+def test_in_batch_contrastive_logits_scored_against_column_0(labels):
+    from optimus_preflight.preflight.checks.step_checks import TargetsCheck
+
+    g = torch.Generator().manual_seed(4)
+    a = torch.randn(512, 16, generator=g)
+    pairs = DataLoader(TensorDataset(a, a + 0.1 * torch.randn(512, 16, generator=g)), batch_size=64, shuffle=True)
+
+    def loss(model, batch):
+        za, zb = F.normalize(model(batch[0]), dim=1), F.normalize(model(batch[1]), dim=1)
+        logits = za @ zb.T / 0.1
+        target = torch.zeros(len(logits), dtype=torch.long) if labels == "zeros" else torch.arange(len(logits))
+        return F.cross_entropy(logits, target)
+
+    model = nn.Linear(16, 8)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), pairs, loss_fn=loss,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), TargetsCheck()])
+    found = [i for i in report.check("step.targets").issues if i.code == "TARGET_ONE_CLASS"]
+    if labels == "zeros":
+        assert len(found) == 1 and "torch.arange" in found[0].fix and "diagonal" in found[0].message
+    else:
+        assert not found

@@ -254,3 +254,30 @@ def one_class_finding(call: CriterionCall, seen: int, batches: int, whole_epoch:
         "training DataLoader. With extremely imbalanced data, sample the minority class more "
         "(WeightedRandomSampler) or weight it in the loss.",
     )
+
+
+def made_target_finding(call: CriterionCall) -> Finding | None:
+    """TARGET_ONE_CLASS for a class target made inside the loss (no batch tensor holds it) that
+    is 0 for every row of square (B, B) logits: the in-batch contrastive case, whose positives
+    sit on the diagonal, scored with MoCo's torch.zeros target."""
+    from optimus_preflight.preflight.analyses.loss_findings import Finding
+
+    shape = call.input.shape
+    if call.function not in ("cross_entropy", "nll_loss") or len(shape) != 2 or call.profile is None \
+            or call.profile.kept < ONE_CLASS_MIN_TARGETS // 4:
+        return None
+    value = f"{call.profile.only_value:g}"
+    if shape[0] == shape[1] and call.profile.only_value == 0:
+        return Finding(
+            "TARGET_ONE_CLASS", "warning",
+            f"{call.function} gets ({shape[0]}, {shape[1]}) logits, the score of every sample against every "
+            f"candidate of the batch, and a target made inside the loss that is {value} for every row: all "
+            f"samples are trained to match candidate {value}, the first of the batch, and their own candidate on "
+            "the diagonal is pushed away like a negative. torch.zeros(N) is MoCo's target, whose logits put the "
+            "positive in column 0; for in-batch similarity logits the positives are on the diagonal",
+            "Use the diagonal as the target: labels = torch.arange(logits.shape[0], device=logits.device) (and "
+            "the same for the transposed logits of a symmetric CLIP loss).",
+        )
+    # Not square: a constant target is how MoCo-style logits (positive first, then a queue of
+    # negatives) are scored by design.
+    return None

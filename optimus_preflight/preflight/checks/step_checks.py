@@ -32,12 +32,13 @@ from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.analyses.target_profile import (
     all_ignored,
     all_ignored_message,
+    made_target_finding,
     one_class_candidate,
     one_class_finding,
     profile_findings,
 )
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
-from optimus_preflight.preflight.checks.target_classes import scan_labels
+from optimus_preflight.preflight.checks.target_classes import label_leaf, scan_labels
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
 if TYPE_CHECKING:
@@ -431,7 +432,11 @@ class TargetsCheck(Check):
         if found is not None:
             findings.warning("TARGET_CLASS_IDS_REGRESSED", *found)
         candidate = next((c for c in calls if one_class_candidate(c)), None)
-        if candidate is not None:
+        if candidate is not None and label_leaf(ctx.artifacts.first_batch, candidate) is None:
+            found = made_target_finding(candidate)
+            if found is not None:
+                findings.add(found.severity, found.code, found.message, found.fix)
+        elif candidate is not None:
             seen, batches, whole_epoch = scan_labels(ctx, findings, self.name, candidate)
             findings.data["one_class_scan"] = {"targets": seen, "batches": batches, "whole_epoch": whole_epoch}
             found = one_class_finding(candidate, seen, batches, whole_epoch)
