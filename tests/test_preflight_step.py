@@ -467,3 +467,36 @@ def test_a_logit_scale_stored_unlogged_saturates_the_softmax_and_is_named(stored
         assert "math.log(1 / 0.07)" in finding.fix
     else:
         assert finding is None or "logit_scale" not in finding.message
+
+
+@pytest.mark.parametrize("draws", ["reseeded", "private"])
+def test_a_loss_that_seeds_the_global_rng_every_call(draws):
+    from optimus_preflight.preflight import run_preflight
+    from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+
+    torch.manual_seed(0)
+    users, items = nn.Embedding(30, 8), nn.Embedding(100, 8)
+    model = nn.ModuleDict({"user_table": users, "item_table": items})
+    private = torch.Generator().manual_seed(0)
+
+    def bpr(model, batch):
+        user, positive = batch
+        if draws == "reseeded":
+            torch.manual_seed(0)  # "reproducible negatives"
+            negative = torch.randint(0, 100, positive.shape)
+        else:
+            negative = torch.randint(0, 100, positive.shape, generator=private)
+        u = model["user_table"](user)
+        scores = (u * model["item_table"](positive)).sum(1) - (u * model["item_table"](negative)).sum(1)
+        return -F.logsigmoid(scores).mean()
+
+    g = torch.Generator().manual_seed(1)
+    loader = DataLoader(TensorDataset(torch.randint(0, 30, (256,), generator=g), torch.randint(0, 100, (256,), generator=g)),
+                        batch_size=32, shuffle=True)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-2), loader, loss_fn=bpr,
+                           checks=[FirstBatchCheck(), FirstStepCheck()])
+    found = [i for i in report.check("step.first_step").issues if i.code == "LOSS_RESEEDS_RNG"]
+    if draws == "reseeded":
+        assert len(found) == 1 and "torch.manual_seed(0)" in found[0].message and "generator=g" in found[0].fix
+    else:
+        assert not found

@@ -19,10 +19,12 @@ Several checks read the result, so it is computed once per context.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -94,6 +96,7 @@ class StepProbe:
     clamp_ops: list[str] = field(default_factory=list)  # torch.clamp and kin in the loss's graph
     params_zero_grad: list[str] = field(default_factory=list)  # got a gradient of exactly 0 everywhere
     hooked_params: list[str] = field(default_factory=list)  # with a gradient hook of the user's (register_hook)
+    loss_reseeds: list[str] = field(default_factory=list)  # seeding calls made inside compute_loss
     step_warnings: list[str] = field(default_factory=list)  # what torch warned during the step
     # A class target flattened from a (T, B) batch tensor while the model read (B, ...) inputs:
     # (criterion, the tensor's shape, the model input's shape).
@@ -157,6 +160,38 @@ def _user_frame(error: BaseException) -> str | None:
     return None
 
 
+SEEDING = (("torch", torch, "manual_seed"), ("torch.random", torch.random, "manual_seed"),
+           ("numpy.random", None, "seed"), ("random", None, "seed"))
+
+
+@contextlib.contextmanager
+def _seeding_watched(calls: list[str]) -> Iterator[None]:
+    """Record ``torch.manual_seed(...)``, ``np.random.seed(...)`` and ``random.seed(...)``
+    calls made inside ``compute_loss`` (they still run)."""
+    import random
+
+    import numpy
+
+    owners = {"numpy.random": numpy.random, "random": random}
+    patched = []
+    for label, owner, attribute in SEEDING:
+        owner = owner if owner is not None else owners[label]
+        original = getattr(owner, attribute)
+
+        def recording(*args: Any, _original: Any = original, _label: str = label, _attribute: str = attribute,
+                      **kwargs: Any) -> Any:
+            calls.append(f"{_label}.{_attribute}({', '.join(map(repr, args))})")
+            return _original(*args, **kwargs)
+
+        setattr(owner, attribute, recording)
+        patched.append((owner, attribute, original))
+    try:
+        yield
+    finally:
+        for owner, attribute, original in patched:
+            setattr(owner, attribute, original)
+
+
 def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe = StepProbe(scaler_enabled=ctx.training.scaler.is_enabled())
     model = ctx.model
@@ -168,7 +203,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         step_batches.append(data)
         spy.batch_rows = batch_size_of(data)
         before = _side_effect_state(ctx.optimizer, watched)
-        with spy:
+        with spy, _seeding_watched(probe.loss_reseeds):
             output = ctx.compute_loss(module, data)
         probe.loss_side_effects = _side_effects(before, _side_effect_state(ctx.optimizer, watched))
         loss = output[0] if isinstance(output, tuple) else output

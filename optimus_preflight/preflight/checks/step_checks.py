@@ -84,7 +84,8 @@ class FirstStepCheck(Check):
 
     name = FIRST_STEP
     stage = Stage.STEP
-    codes = ("LOSS_NONFINITE", "O3", "O5", "O24", "STEP_ERROR", "TARGET_ALL_IGNORED", "LOSS_FN_SIDE_EFFECT")
+    codes = ("LOSS_NONFINITE", "O3", "O5", "O24", "STEP_ERROR", "TARGET_ALL_IGNORED", "LOSS_FN_SIDE_EFFECT",
+             "LOSS_RESEEDS_RNG")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -100,6 +101,16 @@ class FirstStepCheck(Check):
                 "planned, and gradient accumulation breaks",
                 "Only compute and return the loss in compute_loss / loss_fn; leave optimizer.step(), zero_grad() and "
                 "scheduler.step() to the loop (pass the scheduler to run_preflight / the recipe instead).",
+            )
+        if probe.loss_reseeds:
+            findings.warning(
+                "LOSS_RESEEDS_RNG",
+                f"the loss function seeds the global random generator on every call ({probe.loss_reseeds[0]}): "
+                "everything random drawn after it (negative samples, noise, masks, dropout) is the same at every "
+                "step, so a model trained on 'random' negatives only ever sees the same few, and the rest of the run's "
+                "randomness restarts from that seed each step",
+                "Seed once, at the start of the run; for reproducible draws inside the loss use a private generator "
+                "created once (g = torch.Generator().manual_seed(0) in __init__, then torch.randint(..., generator=g)).",
             )
         loss = probe.loss
         findings.data.update(
