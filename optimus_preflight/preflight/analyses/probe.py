@@ -23,8 +23,8 @@ import contextlib
 import time
 import traceback
 import warnings
-from dataclasses import dataclass, field
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
