@@ -112,3 +112,27 @@ def test_in_batch_contrastive_logits_scored_against_column_0(labels):
         assert len(found) == 1 and "torch.arange" in found[0].fix and "diagonal" in found[0].message
     else:
         assert not found
+
+
+@pytest.mark.parametrize("second_column", [0, 1])
+def test_two_heads_fitted_to_the_same_target_column(second_column):
+    from optimus_preflight.preflight.checks.step_checks import TargetsCheck
+
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(512, 6, generator=g)
+    y = torch.stack([x[:, 0] * 2, x[:, 1] - x[:, 2]], dim=1)  # casual and registered riders
+
+    def two_task(model, batch):
+        inputs, targets = batch
+        out = model(inputs)
+        return F.mse_loss(out[:, 0], targets[:, 0]) + F.mse_loss(out[:, 1], targets[:, second_column])
+
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 2))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True), loss_fn=two_task,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), TargetsCheck()])
+    found = [i for i in report.check("step.targets").issues if i.code == "TARGET_COLUMN_REUSED"]
+    if second_column == 0:
+        assert len(found) == 1 and "column 1 is the target of no term" in found[0].message
+    else:
+        assert not found

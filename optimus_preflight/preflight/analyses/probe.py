@@ -97,6 +97,7 @@ class StepProbe:
     params_zero_grad: list[str] = field(default_factory=list)  # got a gradient of exactly 0 everywhere
     hooked_params: list[str] = field(default_factory=list)  # with a gradient hook of the user's (register_hook)
     loss_reseeds: list[str] = field(default_factory=list)  # seeding calls made inside compute_loss
+    target_column_reused: tuple[list[str], int, int, int] | None = None  # see target_column_reused
     step_warnings: list[str] = field(default_factory=list)  # what torch warned during the step
     # A class target flattened from a (T, B) batch tensor while the model read (B, ...) inputs:
     # (criterion, the tensor's shape, the model input's shape).
@@ -325,6 +326,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.zero_one_sign_target = spy.zero_one_sign_target
     probe.attention_over_heads = attention_over_heads(spy.attention_queries, model_inputs)
     probe.target_is_input = target_is_input(spy.calls, model_input_tensors, step_batches[0] if step_batches else batch)
+    probe.target_column_reused = target_column_reused(spy.calls, step_batches[0] if step_batches else batch)
     for call in spy.calls:
         call.target_tensor = None  # the probe keeps statistics, not the batch's tensors
     probe.channel_reduction = spy.channel_axis.found
@@ -355,6 +357,28 @@ def target_is_input(calls: list[CriterionCall], model_inputs: list[torch.Tensor]
                   and not torch.equal(leaf.to(source.device), source)]
         if others:
             return call.function, tuple(source.shape)
+    return None
+
+
+def target_column_reused(calls: list[CriterionCall], batch: Any) -> tuple[list[str], int, int, int] | None:
+    """Two regression terms fitted to the same column of a (B, K) target tensor of the batch
+    while another of its columns is the target of no term: (the terms, the column used twice,
+    an unused column, K). A multi-task loss copy-pasted without changing the column."""
+    targets = [call for call in calls if call.target_tensor is not None and call.target_tensor.dim() == 1]
+    if len(targets) < 2:
+        return None
+    tables = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.dim() == 2
+              and leaf.is_floating_point() and 2 <= leaf.shape[1] <= 16 and leaf.shape[0] == len(targets[0].target_tensor)]
+    for table in tables:
+        columns = [table[:, k].to(targets[0].target_tensor.device) for k in range(table.shape[1])]
+        used = [next((k for k, column in enumerate(columns) if torch.equal(call.target_tensor, column)), None)
+                for call in targets]
+        counts = {k: used.count(k) for k in set(used) if k is not None}
+        twice = next((k for k, count in counts.items() if count >= 2), None)
+        unused = [k for k in range(len(columns)) if k not in counts
+                  and not any(torch.equal(columns[k], columns[j]) for j in counts)]
+        if twice is not None and unused:
+            return [call.function for call in targets if used[targets.index(call)] == twice], twice, unused[0], len(columns)
     return None
 
 

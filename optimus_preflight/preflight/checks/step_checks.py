@@ -374,7 +374,7 @@ class TargetsCheck(Check):
     stage = Stage.STEP
     codes = ("O14", "TARGET_ALL_IGNORED", "TARGET_MOSTLY_IGNORED", "TARGET_ONE_CLASS", "TARGET_MULTI_HOT",
              "TARGET_SCALE", "TARGET_IGNORED_CLASS", "TARGET_TRUNCATED", "TARGET_CLASS_IDS_REGRESSED", "TARGET_ORDER",
-             "TARGET_ZERO_ONE_SIGN", "TARGET_IS_INPUT", "TARGET_ALWAYS_ON")
+             "TARGET_ZERO_ONE_SIGN", "TARGET_IS_INPUT", "TARGET_ALWAYS_ON", "TARGET_COLUMN_REUSED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -442,6 +442,17 @@ class TargetsCheck(Check):
         found = _single_output_classifier(ctx, calls)
         if found is not None:
             findings.warning("TARGET_CLASS_IDS_REGRESSED", *found)
+        if probe.target_column_reused is not None:
+            terms, twice, unused, columns = probe.target_column_reused
+            findings.warning(
+                "TARGET_COLUMN_REUSED",
+                f"{len(terms)} loss terms ({', '.join(terms)}) are fitted to the same target, column {twice} of the "
+                f"batch's (B, {columns}) targets, while column {unused} is the target of no term: a multi-task loss "
+                f"copy-pasted without changing the column (y[:, {twice}] twice), so a second head learns the first "
+                f"task and the task of column {unused} is never trained",
+                f"Give each head its own column: loss = mse(out[:, 0], y[:, 0]) + mse(out[:, 1], y[:, 1]); check "
+                f"which term should read y[:, {unused}].",
+            )
         candidate = next((c for c in calls if one_class_candidate(c)), None)
         if candidate is not None and label_leaf(ctx.artifacts.first_batch, candidate) is None:
             found = made_target_finding(candidate)
