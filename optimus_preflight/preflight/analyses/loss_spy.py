@@ -19,7 +19,9 @@ What the statistics reveal (pure functions in ``loss_findings``):
 - an input normalised over another dim than the class dim, and the target's shape as
   passed (``loss_shapes.py``: wrong-dim softmax, broadcasting elementwise losses);
 - the target's profile (``target_profile.py``): ignored share, distinct classes,
-  multi-hot rows of float targets.
+  multi-hot rows of float targets;
+- criterion arguments torch accepts silently (``criterion_args.py``): the CTC blank among
+  the targets, a Poisson ``log_input`` on a non-negative output, ``scores[:, labels]``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from optimus_preflight.preflight.analyses.class_weights import (
     pos_weight_down_weights_positives,
     weights_follow_counts,
 )
+from optimus_preflight.preflight.analyses.criterion_args import CriterionArgsWatch
 from optimus_preflight.preflight.analyses.loss_shapes import (
     TOL,
     KlNormalisation,
@@ -275,6 +278,7 @@ class LossSpy(TorchFunctionMode):
         self.attention_queries: list[tuple[int, ...]] = []  # shapes of scaled_dot_product_attention's queries
         self.channel_axis = ChannelAxisWatch()  # a conv map reduced over its channels and one spatial axis
         self.views = ViewWatch()  # a view/reshape to the input's sizes in another order
+        self.criterion_args = CriterionArgsWatch()  # CTC blank in targets, Poisson log_input, scores[:, labels]
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -304,6 +308,7 @@ class LossSpy(TorchFunctionMode):
             found = column_broadcast(name, args)
             if found is not None and found.learnable_shape[0] == self.batch_rows:
                 self.column_broadcasts.append(found)
+        self.criterion_args.before(name, args, kwargs)
         try:
             out = func(*args, **kwargs)
         except Exception as error:
@@ -312,6 +317,7 @@ class LossSpy(TorchFunctionMode):
             raise
         self.channel_axis.observe(name, args, kwargs, out)
         self.views.observe(name, args, out)
+        self.criterion_args.after(name, args, out)
         if record is not None and isinstance(out, torch.Tensor) and out.numel():
             record.loss = float(out.detach().float().mean())
             if pad_mask is not None and record.reduction == "none" and out.numel() == pad_mask.numel():

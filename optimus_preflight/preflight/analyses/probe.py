@@ -33,6 +33,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, ModuleInput
 from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction
+from optimus_preflight.preflight.analyses.criterion_args import CriterionArgs
 from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy, SlicedPair
 from optimus_preflight.preflight.analyses.padding import sequence_shapes
 from optimus_preflight.preflight.analyses.update_audit import GroupStep, UpdateRecorder
@@ -105,6 +106,7 @@ class StepProbe:
     # Names of the modules owning trainable parameters whose forward ran during the step: a
     # parameter without a gradient in one of them had its output dropped on the way to the loss.
     modules_run: set[str] = field(default_factory=set)
+    criterion_args: CriterionArgs = field(default_factory=CriterionArgs)  # CTC blank, Poisson log_input, [:, labels]
 
     @property
     def completed(self) -> bool:
@@ -203,6 +205,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     def observed_loss(module: nn.Module, data: Any) -> Any:
         step_batches.append(data)
         spy.batch_rows = batch_size_of(data)
+        spy.criterion_args.watch_batch(data)
         before = _side_effect_state(ctx.optimizer, watched)
         with spy, _seeding_watched(probe.loss_reseeds):
             output = ctx.compute_loss(module, data)
@@ -331,6 +334,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         call.target_tensor = None  # the probe keeps statistics, not the batch's tensors
     probe.channel_reduction = spy.channel_axis.found
     probe.view_as_permute = spy.views.found
+    probe.criterion_args = spy.criterion_args.found
     probe.time_major_target = time_major_target(spy.calls, step_batches[0] if step_batches else batch, model_inputs,
                                                 getattr(ctx.train_loader, "batch_size", None))
     if probe.completed:

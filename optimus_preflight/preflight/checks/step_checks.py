@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from optimus_preflight.preflight.analyses.criterion_args import criterion_arg_findings
 from optimus_preflight.preflight.analyses.device_errors import device_error_fix
 from optimus_preflight.preflight.analyses.loss_findings import (
     bounded_logit_findings,
@@ -320,7 +321,8 @@ class LossFunctionCheck(Check):
     name = "step.loss_function"
     stage = Stage.STEP
     codes = ("O12", "O13", "O16", "LOSS_NORM_DIM", "LOSS_BROADCAST", "LOSS_SOFTMAX_BCE", "LOSS_OUTPUT_RANGE",
-             "LOSS_PAIR_SLICES", "LOSS_CLASS_WEIGHTS", "LOSS_BOUNDED_LOGITS", "LOSS_CLASS_DIM")
+             "LOSS_PAIR_SLICES", "LOSS_CLASS_WEIGHTS", "LOSS_BOUNDED_LOGITS", "LOSS_CLASS_DIM", "CTC_BLANK_IN_TARGETS",
+             "POISSON_LOG_INPUT", "LOSS_INDEXED_BY_BATCH")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -331,7 +333,8 @@ class LossFunctionCheck(Check):
         for found in [*loss_input_findings(calls, probe.activations), *norm_dim_findings(calls),
                       *kl_norm_dim_findings(calls), *output_range_findings(calls),
                       *broadcast_findings(calls), *column_broadcast_findings(probe.column_broadcasts, calls),
-                      *bounded_logit_findings(calls), *class_dim_findings(calls)]:
+                      *bounded_logit_findings(calls), *class_dim_findings(calls),
+                      *criterion_arg_findings(probe.criterion_args)]:
             findings.add(found.severity, found.code, found.message, found.fix)
         if probe.batch_normalize is not None:
             shape, dim = probe.batch_normalize

@@ -1,0 +1,268 @@
+"""Criterion arguments torch accepts without a word, and the wrong answers they give.
+
+Fed every torch function call the loss spy sees during ``compute_loss``:
+
+- ``CTC_BLANK_IN_TARGETS``: ``F.ctc_loss`` / ``nn.CTCLoss`` given targets that contain its
+  blank index (``blank=0`` by default). Real CTC targets never hold the blank; torch checks
+  nothing and returns a finite loss, reading each such label as "no symbol here". Usually
+  the model reserves another index (the last class) and ``blank=`` was left at 0. Only the
+  symbols inside ``target_lengths`` count: a padded ``(N, S)`` target may pad with 0.
+- ``POISSON_LOG_INPUT``: ``F.poisson_nll_loss`` / ``nn.PoissonNLLLoss`` with
+  ``log_input=True`` (the default) on a prediction that comes out of a non-negative
+  activation (Softplus, ReLU, exp, sigmoid, read from the graph as ``output_range`` does):
+  the model outputs a rate, the loss reads it as log(rate), and the rate it fits is
+  ``exp(output) >= 1``: no count below 1 (no zero) can be predicted.
+- ``LOSS_INDEXED_BY_BATCH``: a hand-written NLL that picks each sample's score with
+  ``log_probs[:, labels]``: advanced indexing of dim 1 of a ``(B, C)`` tensor with the
+  batch's ``(B,)`` label vector returns ``(B, B)``, every sample's score for every label of
+  the batch, and its mean/sum fits every sample to every label. Recorded when the index is
+  ``(slice(None), t)`` with ``t`` equal to an integer ``(B,)`` tensor of the batch, and the
+  ``(B, B)`` result reaches a ``mean``/``sum`` through elementwise ops only (a similarity
+  matrix goes through a softmax or a cross_entropy; ``.diag()`` picks the right entries).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from optimus_preflight.preflight.analyses.output_range import output_activation
+from optimus_preflight.training.batches import leaves
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.analyses.loss_findings import Finding
+
+# The activations whose output is never negative: exp(output) >= 1 under log_input=True.
+NON_NEGATIVE = {"Softplus": "softplus", "Relu": "ReLU", "Exp": "exp", "Sigmoid": "sigmoid", "Softmax": "softmax",
+                "Relu6": "ReLU6", "Hardsigmoid": "hardsigmoid"}
+# exp of the activation's range: the rates a log_input=True loss can fit.
+FITTED_RATES = {"sigmoid": "[1, e]", "softmax": "[1, e]", "hardsigmoid": "[1, e]", "ReLU6": "[1, e^6]"}
+REDUCTIONS = ("mean", "sum", "nanmean", "nansum")
+# Ops between the picked (B, B) matrix and its reduction that keep it a per-entry loss
+# (negation, a log, a mask or weight): a softmax, log_softmax or cross_entropy over it is a
+# similarity matrix's use, and stops the walk.
+_ELEMENTWISE = ("Neg", "Mul", "Div", "Log", "Log1P", "Sub", "Rsub", "Add", "Pow", "Abs", "Clamp", "ClampMin",
+                "ClampMax", "ToCopy", "Clone", "Alias", "MaskedFill", "Where", "Exp")
+_WALK_NODES = 64
+
+
+@dataclass
+class CtcBlank:
+    blank: int
+    classes: int | None  # of the log-probabilities' last dim
+    count: int  # target symbols equal to the blank, within target_lengths
+    total: int  # target symbols within target_lengths
+    target_max: int  # the largest label
+    target_min: int
+
+
+@dataclass
+class PoissonLogInput:
+    activation: str  # "softplus"
+    zero_share: float | None  # of the targets below 1 (counts of 0), which no fitted rate reaches
+
+
+@dataclass
+class BatchIndexed:
+    shape: tuple[int, int]  # (B, C) of the tensor indexed
+    distinct: int  # distinct labels of the batch
+    reduction: str  # "mean", "sum"
+
+
+@dataclass
+class CriterionArgs:
+    ctc_blank: CtcBlank | None = None
+    poisson_log_input: PoissonLogInput | None = None
+    batch_indexed: BatchIndexed | None = None
+
+
+def _argument(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
+    if len(args) > index:
+        return args[index]
+    return kwargs.get(name, default)
+
+
+def _lengths(value: Any) -> list[int] | None:
+    if isinstance(value, torch.Tensor):
+        return [int(v) for v in value.detach().reshape(-1).tolist()]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value):
+        return list(value)
+    return None
+
+
+def ctc_blank_in_targets(args: tuple, kwargs: dict) -> CtcBlank | None:
+    """The blank among the label symbols a ``ctc_loss`` call trains on (pure)."""
+    log_probs, targets = _argument(args, kwargs, 0, "log_probs"), _argument(args, kwargs, 1, "targets")
+    lengths = _lengths(_argument(args, kwargs, 3, "target_lengths"))
+    blank = _argument(args, kwargs, 4, "blank", 0)
+    if (not isinstance(targets, torch.Tensor) or targets.is_floating_point() or lengths is None
+            or not isinstance(blank, int) or targets.dim() not in (1, 2)):
+        return None
+    with torch.no_grad():
+        values = targets.detach().long().cpu()
+        if values.dim() == 2:  # (N, S) padded: row i holds target_lengths[i] symbols
+            if len(lengths) != values.shape[0]:
+                return None
+            symbols = torch.cat([row[:max(0, n)] for row, n in zip(values, lengths, strict=True)])
+        else:  # the targets of the batch concatenated
+            symbols = values[:max(0, sum(lengths))]
+        if symbols.numel() == 0:
+            return None
+        count = int((symbols == blank).sum())
+        if count == 0:
+            return None
+        classes = int(log_probs.shape[-1]) if isinstance(log_probs, torch.Tensor) and log_probs.dim() else None
+        return CtcBlank(blank, classes, count, int(symbols.numel()), int(symbols.max()), int(symbols.min()))
+
+
+def poisson_log_input(args: tuple, kwargs: dict) -> PoissonLogInput | None:
+    """A ``poisson_nll_loss`` call with ``log_input=True`` on the output of a non-negative
+    activation (pure)."""
+    inputs, target = _argument(args, kwargs, 0, "input"), _argument(args, kwargs, 1, "target")
+    if not bool(_argument(args, kwargs, 2, "log_input", True)):
+        return None
+    if not isinstance(inputs, torch.Tensor) or not inputs.requires_grad:
+        return None
+    activation = NON_NEGATIVE.get(output_activation(inputs) or "")
+    if activation is None:
+        return None
+    zero_share = None
+    if isinstance(target, torch.Tensor) and target.numel():
+        with torch.no_grad():
+            zero_share = float((target.detach().float() < 1).float().mean())
+    return PoissonLogInput(activation, zero_share)
+
+
+def _reaches(node: Any, wanted: set[int], keep: list[Any]) -> bool:
+    """``node`` is one of ``wanted`` (by id; ``keep`` holds them alive) or reaches one
+    through elementwise ops only."""
+    stack, seen = [node], 0
+    while stack and seen < _WALK_NODES:
+        current = stack.pop()
+        seen += 1
+        if id(current) in wanted and any(current is kept for kept in keep):
+            return True
+        name = type(current).__name__.removesuffix("Backward0").removesuffix("Backward1")
+        if current is node or name in _ELEMENTWISE:
+            stack.extend(parent for parent, _ in current.next_functions if parent is not None)
+    return False
+
+
+class CriterionArgsWatch:
+    """Feed it every torch function call (``before`` and ``after``); ``found`` holds what it
+    saw. ``watch_batch(batch)`` before each ``compute_loss`` names the label vectors."""
+
+    def __init__(self) -> None:
+        self.found = CriterionArgs()
+        self._labels: list[torch.Tensor] = []  # the batch's integer (B,) tensors
+        self._picks: list[tuple[Any, tuple[int, int], int]] = []  # (grad_fn of a (B, B) pick, (B, C), distinct)
+
+    def watch_batch(self, batch: Any) -> None:
+        self._labels = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.dim() == 1
+                        and leaf.numel() >= 2 and not leaf.is_floating_point() and not leaf.is_complex()
+                        and leaf.dtype != torch.bool]
+        self._picks = []
+
+    def before(self, name: str, args: tuple, kwargs: dict) -> None:
+        found = self.found
+        if name == "ctc_loss" and found.ctc_blank is None:
+            found.ctc_blank = ctc_blank_in_targets(args, kwargs)
+        elif name == "poisson_nll_loss" and found.poisson_log_input is None:
+            found.poisson_log_input = poisson_log_input(args, kwargs)
+        elif name in REDUCTIONS and self._picks and found.batch_indexed is None and args:
+            self._reduced(name, args[0])
+
+    def after(self, name: str, args: tuple, out: Any) -> None:
+        if name == "__getitem__" and self._labels and self.found.batch_indexed is None and len(args) == 2:
+            self._indexed(args[0], args[1], out)
+
+    def _indexed(self, source: Any, index: Any, out: Any) -> None:
+        if not (isinstance(source, torch.Tensor) and source.dim() == 2 and source.requires_grad
+                and isinstance(index, tuple) and len(index) == 2 and isinstance(index[0], slice) and index[0] == slice(None)
+                and isinstance(index[1], torch.Tensor) and isinstance(out, torch.Tensor) and out.grad_fn is not None):
+            return
+        picked, rows = index[1], int(source.shape[0])
+        if picked.dim() != 1 or picked.numel() != rows or tuple(out.shape) != (rows, rows) or picked.is_floating_point():
+            return
+        with torch.no_grad():
+            if not any(label.shape == picked.shape and torch.equal(label.to(picked.device).long(), picked.long())
+                       for label in self._labels):
+                return
+            distinct = int(picked.unique().numel())
+        self._picks.append((out.grad_fn, (rows, int(source.shape[1])), distinct))
+
+    def _reduced(self, name: str, tensor: Any) -> None:
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 2 or tensor.grad_fn is None:
+            return
+        for node, shape, distinct in self._picks:
+            if tuple(tensor.shape) == (shape[0], shape[0]) and _reaches(tensor.grad_fn, {id(node)}, [node]):
+                self.found.batch_indexed = BatchIndexed(shape, distinct, name)
+                self._picks = []  # the graph nodes are not held past the finding
+                return
+
+
+def criterion_arg_findings(found: CriterionArgs | None) -> list[Finding]:
+    """CTC_BLANK_IN_TARGETS, POISSON_LOG_INPUT, LOSS_INDEXED_BY_BATCH."""
+    from optimus_preflight.preflight.analyses.loss_findings import Finding
+
+    if found is None:
+        return []
+    out: list[Finding] = []
+    if (ctc := found.ctc_blank) is not None:
+        out.append(Finding("CTC_BLANK_IN_TARGETS", "error", _ctc_message(ctc), _ctc_fix(ctc)))
+    if (poisson := found.poisson_log_input) is not None:
+        rates = FITTED_RATES.get(poisson.activation, "[1, inf)")
+        zeros = (f"; {poisson.zero_share:.0%} of the targets are below 1 (zero counts), which it can never fit"
+                 if poisson.zero_share else "")
+        out.append(Finding(
+            "POISSON_LOG_INPUT", "warning",
+            f"poisson_nll_loss runs with log_input=True (PoissonNLLLoss's default) on a prediction that comes out of "
+            f"a {poisson.activation}: the model outputs a non-negative rate, but the loss reads its input as "
+            f"log(rate) and computes exp(input) - target * input, so the rate it fits is exp(output), in {rates}: "
+            f"never below 1{zeros}. At inference the output is then a log-rate, not the rate the head was built for",
+            f"Pass the rate as a rate: nn.PoissonNLLLoss(log_input=False) (F.poisson_nll_loss(..., log_input=False)), "
+            f"or drop the {poisson.activation} after the last layer and keep log_input=True (the output is then the "
+            "log-rate: predict with exp(output)).",
+        ))
+    if (indexed := found.batch_indexed) is not None:
+        rows, classes = indexed.shape
+        out.append(Finding(
+            "LOSS_INDEXED_BY_BATCH", "error",
+            f"the loss picks class scores with scores[:, labels]: advanced indexing of dim 1 of the ({rows}, {classes}) "
+            f"tensor with the batch's ({rows},) label vector returns a ({rows}, {rows}) matrix, every sample's score "
+            f"for every label of the batch, and its {indexed.reduction} trains each sample towards all "
+            f"{indexed.distinct} labels of its batch, not its own (only the diagonal, 1 entry in {rows}, is right): "
+            "the model learns the batch's label frequencies, not the inputs",
+            "Pick one score per sample: log_probs[torch.arange(len(labels)), labels] or "
+            "log_probs.gather(1, labels[:, None]).squeeze(1); or use F.nll_loss(log_probs, labels) "
+            "(F.cross_entropy on raw logits).",
+        ))
+    return out
+
+
+def _ctc_message(ctc: CtcBlank) -> str:
+    return (
+        f"ctc_loss runs with blank={ctc.blank}, but {ctc.count} of the {ctc.total} target symbols "
+        f"({ctc.count / ctc.total:.0%}) are {ctc.blank}, labels in [{ctc.target_min}, {ctc.target_max}]"
+        + (f" over {ctc.classes} classes" if ctc.classes else "")
+        + ": CTC reads every label equal to the blank as 'no symbol here', not as a label, so that class is never "
+        "learned and the alignments around it are wrong. Real CTC targets never contain the blank; torch checks "
+        "nothing and returns a finite loss"
+    )
+
+
+def _ctc_fix(ctc: CtcBlank) -> str:
+    last = ctc.classes - 1 if ctc.classes else None
+    if last is not None and ctc.blank != last and ctc.target_max < last:
+        return (f"Give CTC the index the model reserves for the blank: nn.CTCLoss(blank={last}) "
+                f"(F.ctc_loss(..., blank={last})) when the labels are 0..{last - 1} and class {last} is the blank; "
+                f"or shift the labels by one (labels + 1) so that class {ctc.blank} stays free for the blank.")
+    if ctc.blank != 0 and ctc.target_min > 0:
+        return ("Give CTC the index the model reserves for the blank: nn.CTCLoss(blank=0) (F.ctc_loss(..., "
+                "blank=0)) when the labels start at 1 and class 0 is the blank.")
+    more = f" ({ctc.classes + 1} outputs)" if ctc.classes else ""
+    return ("No class is left for the blank: the labels use both ends of the head. Shift the labels by one (labels + 1) "
+            f"and give the head one more output{more}, keeping blank=0; or add the output last and pass "
+            "nn.CTCLoss(blank=C - 1), C the new number of outputs.")
