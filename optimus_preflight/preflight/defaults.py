@@ -35,6 +35,7 @@ from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
 from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
 from optimus_preflight.preflight.checks.forecast_leak import ForecastLeakCheck
 from optimus_preflight.preflight.checks.input_dependence import InputDependenceCheck
+from optimus_preflight.preflight.checks.zero_features import ZeroFeaturesCheck
 from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
 from optimus_preflight.preflight.checks.label_masking import LabelMaskingCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
@@ -119,6 +120,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     ForecastLeakCheck,
     SampleMixingCheck,
     InputDependenceCheck,
+    ZeroFeaturesCheck,
     EmbeddingInputsCheck,
     AttentionMaskCheck,
     RecurrenceCheck,
