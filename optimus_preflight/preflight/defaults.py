@@ -35,7 +35,6 @@ from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
 from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
 from optimus_preflight.preflight.checks.forecast_leak import ForecastLeakCheck
 from optimus_preflight.preflight.checks.input_dependence import InputDependenceCheck
-from optimus_preflight.preflight.checks.zero_features import ZeroFeaturesCheck
 from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
 from optimus_preflight.preflight.checks.label_masking import LabelMaskingCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
@@ -59,6 +58,7 @@ from optimus_preflight.preflight.checks.trained_tensors import (
 from optimus_preflight.preflight.checks.update_checks import UpdateCheck
 from optimus_preflight.preflight.checks.val_loader import ValidationLoaderCheck
 from optimus_preflight.preflight.checks.worker_pickling import WorkerPicklingCheck
+from optimus_preflight.preflight.checks.zero_features import ZeroFeaturesCheck
 from optimus_preflight.preflight.framework.check import Check
 from optimus_preflight.preflight.framework.registry import known_checks, known_codes, validate_checks
 
