@@ -5,6 +5,7 @@ Real tasks with a weak, sparse or non-linear signal, and imbalanced ones, stay q
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -87,3 +88,27 @@ def test_what_is_not_judged():
     assert label_signal(torch.randn(2048, 8, generator=g), rare) is None  # 95% one class
     x = torch.randn(2048, 8, generator=g)
     assert label_signal(x, torch.randint(0, 50, (2048,), generator=g)) is None  # too many classes
+
+
+def swatches(n: int, seed: int, bgr: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """8x8 colour swatches of four colours (red, yellow, green, purple) with noise, channels first."""
+    g = torch.Generator().manual_seed(seed)
+    colours = torch.tensor([[0.9, 0.1, 0.1], [0.9, 0.9, 0.1], [0.1, 0.8, 0.2], [0.6, 0.1, 0.8]])
+    y = torch.randint(0, 4, (n,), generator=g)
+    images = colours[y][:, :, None, None] + 0.05 * torch.randn(n, 3, 8, 8, generator=g)
+    return (images.flip(1) if bgr else images), y
+
+
+@pytest.mark.parametrize("val_bgr", [True, False])
+def test_validation_images_in_the_other_channel_order(val_bgr):
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 4))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(*swatches(1024, 0, bgr=False)), batch_size=64, shuffle=True),
+                           val_loader=DataLoader(TensorDataset(*swatches(256, 1, bgr=val_bgr)), batch_size=64),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    codes = [i.code for i in report.check("data.split_labels").issues]
+    if val_bgr:
+        assert codes == ["VAL_CHANNEL_ORDER"]
+        assert "COLOR_BGR2RGB" in report.check("data.split_labels").issues[0].fix
+    else:
+        assert not codes

@@ -85,6 +85,25 @@ def features_and_labels(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     return flat.float().cpu(), labels.detach().long().cpu()
 
 
+def channel_reversed(batch: Any) -> Any:
+    """An ``(images, labels)`` batch with the 3 colour channels of its 4-D images in reverse
+    order (RGB <-> BGR), channels first or last; None for other batches."""
+    def flipped(images: Any) -> torch.Tensor | None:
+        if not isinstance(images, torch.Tensor) or images.dim() != 4 or not images.is_floating_point():
+            return None
+        axis = 1 if images.shape[1] == 3 else 3 if images.shape[3] == 3 else None
+        return None if axis is None else images.flip(axis)
+
+    if isinstance(batch, (list, tuple)) and len(batch) == 2:
+        images = flipped(batch[0])
+        return None if images is None else (images, batch[1])
+    if isinstance(batch, Mapping):
+        found = {key: flipped(value) for key, value in batch.items() if key not in LABEL_KEYS}
+        found = {key: value for key, value in found.items() if value is not None}
+        return {**batch, **found} if len(found) == 1 else None
+    return None
+
+
 def labels_only(batch: Any) -> torch.Tensor | None:
     """The integer (B,) labels of an ``(x, y)`` batch or of a mapping's label key."""
     if isinstance(batch, (list, tuple)) and len(batch) == 2:
@@ -215,7 +234,7 @@ class SplitLabelsCheck(Check):
 
     name = "data.split_labels"
     stage = Stage.DATA
-    codes = ("VAL_LABEL_MAPPING", "VAL_LABEL_SHIFT", "LABEL_CONFLICT", "LABELS_UNRELATED")
+    codes = ("VAL_LABEL_MAPPING", "VAL_LABEL_SHIFT", "LABEL_CONFLICT", "LABELS_UNRELATED", "VAL_CHANNEL_ORDER")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -249,7 +268,7 @@ class SplitLabelsCheck(Check):
                              relabelled_agreement=round(found.relabelled_agreement, 3))
         findings.data["summary"] = (f"nearest-neighbour label agreement {found.train_agreement:.0%} within training, "
                                     f"{found.val_agreement:.0%} from validation")
-        if not found.relabelled:
+        if self._channel_order(train, val, found, findings) or not found.relabelled:
             return
         moved = ", ".join(f"{v} -> {t}" for v, t in sorted(found.mapping.items()) if v != t)
         findings.warning(
@@ -264,6 +283,31 @@ class SplitLabelsCheck(Check):
             "same mapping to every split (LabelEncoder().fit(train_labels), then .transform on each split).",
             "data.val",
         )
+
+    def _channel_order(self, train: tuple, val: tuple, found: Relabelling, findings: Findings) -> bool:
+        """VAL_CHANNEL_ORDER: validation images whose neighbour agreement drops, and comes back
+        with the same ids once their colour channels are reversed (BGR read as RGB)."""
+        flipped = getattr(self, "_flipped", None)
+        if flipped is None or train[0] is None or flipped.shape[1] != train[0].shape[1] \
+                or found.val_agreement > found.train_agreement - DROP:
+            return False
+        again = relabelling(train[0], train[1], flipped, val[1])
+        if again is None or again.val_agreement < found.train_agreement - RESTORED:
+            return False
+        findings.data["channel_reversed_agreement"] = round(again.val_agreement, 3)
+        findings.warning(
+            "VAL_CHANNEL_ORDER",
+            f"the validation images come in the other colour channel order than the training images: a training "
+            f"image's nearest training neighbour has its label {found.train_agreement:.0%} of the time, a validation "
+            f"image's only {found.val_agreement:.0%}, and {again.val_agreement:.0%} once the validation images' "
+            "channels are reversed, with the same label ids. One pipeline reads BGR (cv2.imread) and the other RGB "
+            "(PIL, torchvision): colours the classes depend on are swapped (red read as blue), and what the model "
+            "learns is judged on other colours than it saw",
+            "Convert to one order in every split, at load time: cv2.cvtColor(image, cv2.COLOR_BGR2RGB) (or "
+            "image[..., ::-1]) where cv2 reads the images; the same conversion at serving time.",
+            "data.train",
+        )
+        return True
 
     @staticmethod
     def _conflicts(digests: list[str], labels: torch.Tensor, findings: Findings) -> None:
@@ -339,6 +383,7 @@ class SplitLabelsCheck(Check):
         sample's inputs, for the training loader)."""
         guard = DataGuard(ctx, self.name, findings)
         features, labels, started = [], [], time.perf_counter()
+        flipped: list[torch.Tensor] | None = [] if which == "validation" else None
         digests: list[str] | None = [] if which == "training" else None
         with preserved_data_state(ctx), guard.batches(loader, f"{which} labels for {self.name}") as stream:
             for batch in stream:
@@ -351,10 +396,15 @@ class SplitLabelsCheck(Check):
                     digests = digests + rows if len(rows) == len(found) else None
                 pair = features_and_labels(batch)
                 features.append(pair[0] if pair is not None else None)
+                if flipped is not None:
+                    reversed_batch = channel_reversed(batch)
+                    reversed_pair = features_and_labels(reversed_batch) if reversed_batch is not None else None
+                    flipped = flipped + [reversed_pair[0]] if reversed_pair is not None else None
                 if sum(len(y) for y in labels) >= limit or time.perf_counter() - started > SCAN_BUDGET_S:
                     break
         if not labels:
             return None
         usable = all(x is not None for x in features) and len({x.shape[1] for x in features}) == 1
+        self._flipped = torch.cat(flipped)[:limit] if usable and flipped else None
         return ((torch.cat(features)[:limit] if usable else None), torch.cat(labels)[:limit],
                 digests[:limit] if digests else None)
