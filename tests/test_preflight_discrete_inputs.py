@@ -5,6 +5,7 @@ LABEL_CONFLICT). Copied rows of float features, and leaked ids, still warn."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -66,3 +67,36 @@ def test_users_with_several_chosen_items_are_no_label_conflict():
     items = (users[:, 0] * 7 + torch.randint(0, 5, (3000,), generator=g)) % 40
     found = findings((users, items), (users[:300], items[:300]), 50, 40)
     assert "LABEL_CONFLICT" not in found
+
+
+class FieldBag(nn.Module):
+    """Four label-encoded fields looked up in one table sized for all of them."""
+
+    def __init__(self, offsets: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        cards = [10, 10, 10, 10]
+        self.register_buffer("offsets", torch.tensor([0, 10, 20, 30]) if offsets else torch.zeros(4, dtype=torch.long))
+        self.bag = nn.EmbeddingBag(sum(cards), 8, mode="sum")
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, fields):
+        return self.head(self.bag(fields + self.offsets))
+
+
+@pytest.mark.parametrize("offsets", [False, True])
+def test_categorical_fields_sharing_one_id_space(offsets):
+    from optimus_preflight.preflight.checks.embedding_inputs import EmbeddingInputsCheck
+    from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
+
+    g = torch.Generator().manual_seed(0)
+    fields = torch.randint(0, 10, (512, 4), generator=g)
+    model = FieldBag(offsets)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(fields, torch.randint(0, 2, (512,), generator=g)), batch_size=64),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), FirstStepCheck(), EmbeddingInputsCheck()])
+    found = [i for i in report.check("model.embedding_inputs").issues if i.code == "EMBEDDING_FIELDS_SHARE_IDS"]
+    if offsets:
+        assert not found
+    else:
+        assert len(found) == 1 and "rows 10..39 are never used" in found[0].message and "cumsum" in found[0].fix

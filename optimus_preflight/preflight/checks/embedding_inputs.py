@@ -8,6 +8,9 @@ where the few known tokens fall.
 
 ``EMBEDDING_PADDING_IDX``: an ``nn.Embedding(padding_idx=p)`` where ``p`` is a real token.
 
+``EMBEDDING_FIELDS_SHARE_IDS``: label-encoded categorical columns (each from 0) looked up in
+one table sized as the sum of their cardinalities, without per-field offsets.
+
 ``padding_idx`` pins that row of the table at zero and gives it no gradient: right for the
 pad id, which only fills the ends of short sequences. When ``p`` is a token that occurs
 inside the sequences (the vocabulary's ``<unk>`` or a frequent word, a pad id of 1 from
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
 
 MIN_INSIDE = 5
+MAX_FIELDS = 64  # columns of categorical ids in one table; more is a sequence
+MIN_FIELD_ROWS = 16  # samples before the columns' ranges say anything
 MIN_TOKENS = 64
 MIN_POSITIONS = 8  # a sequence; a few categorical columns may well be dominated by one value
 ONE_TOKEN_SHARE = 0.5  # of the non-padding tokens; a space in character-level text is ~15%
@@ -59,6 +64,20 @@ def inside_occurrences(ids: torch.Tensor, value: int) -> tuple[int, int]:
     return int(inside.sum()), int(other.sum())
 
 
+def shared_field_ids(ids: torch.Tensor, rows: int) -> tuple[int, int, int] | None:
+    """(columns, ids used, table rows) when a (B, F) id tensor's table is sized as the sum of
+    the F columns' cardinalities while every column is encoded from 0: the fields share ids.
+    Token sequences do not match: a vocabulary is not the sum over positions."""
+    if ids.dim() != 2 or not 2 <= ids.shape[1] <= MAX_FIELDS or ids.shape[0] < MIN_FIELD_ROWS or bool((ids < 0).any()):
+        return None
+    cardinalities = ids.max(dim=0).values + 1
+    used = int(cardinalities.max())
+    total = int(cardinalities.sum())
+    if used * 2 > rows or not 0.75 * total <= rows <= 1.35 * total or bool((ids.min(dim=0).values > 0).any()):
+        return None
+    return ids.shape[1], used, rows
+
+
 def dominant_token(ids: torch.Tensor) -> tuple[int, float, int] | None:
     """(id, its share of the non-padding tokens, tokens counted) of the commonest id of a
     (rows, positions) id tensor, the padding runs at the rows' ends left out."""
@@ -80,15 +99,16 @@ class EmbeddingInputsCheck(Check):
 
     name = "model.embedding_inputs"
     stage = Stage.STEP
-    codes = ("EMBEDDING_ONE_TOKEN", "EMBEDDING_PADDING_IDX")
+    codes = ("EMBEDDING_ONE_TOKEN", "EMBEDDING_PADDING_IDX", "EMBEDDING_FIELDS_SHARE_IDS")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        embeddings = {m: name for name, m in ctx.model.named_modules() if isinstance(m, nn.Embedding)}
+        embeddings = {m: name for name, m in ctx.model.named_modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag))}
         if not embeddings:
             findings.data["summary"] = "no Embedding"
             return
         seen: dict[nn.Module, tuple[int, int] | None] = {}
+        fields: dict[nn.Module, tuple[int, int, int] | None] = {}
         dominant: dict[nn.Module, tuple[int, float, int] | None] = {}
         batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
         batch_storage = {leaf.untyped_storage().data_ptr() for leaf in leaves(batch) if isinstance(leaf, torch.Tensor)}
@@ -98,6 +118,11 @@ class EmbeddingInputsCheck(Check):
             if module in seen or not isinstance(ids, torch.Tensor) or ids.is_floating_point() or not ids.numel():
                 return
             ids = ids.detach()
+            if module not in fields:
+                fields[module] = shared_field_ids(ids, module.num_embeddings)
+            if not isinstance(module, nn.Embedding):
+                seen[module] = None
+                return
             if module.padding_idx is not None:
                 pad = module.padding_idx % module.num_embeddings
                 # A time-major (T, B) batch pads along dim 0: read both axes, the padding's is its edge.
@@ -123,6 +148,20 @@ class EmbeddingInputsCheck(Check):
             for handle in handles:
                 handle.remove()
         findings.data["summary"] = f"{len(seen)} Embedding input(s) observed"
+        for module, shared in fields.items():
+            if shared is not None:
+                columns, used, rows = shared
+                findings.warning(
+                    "EMBEDDING_FIELDS_SHARE_IDS",
+                    f"'{embeddings[module]}' has {rows} rows, the sum of its {columns} input columns' cardinalities, "
+                    f"but the ids it reads in the first batch stay below {used}: every column is encoded from 0, "
+                    "so id 3 of one column and id 3 of another read the same row, the table cannot tell which "
+                    f"field a category came from, and rows {used}..{rows - 1} are never used. Label-encoded "
+                    "categorical fields looked up in one table need per-field offsets",
+                    "Add each field's offset before the lookup: offsets = torch.tensor([0, *cards[:-1]]).cumsum(0), "
+                    "then table(ids + offsets) (or one embedding per field).",
+                )
+                break
         for module, top in dominant.items():
             if top is not None and top[1] >= ONE_TOKEN_SHARE:
                 token, share, count = top
