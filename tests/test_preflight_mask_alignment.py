@@ -66,3 +66,41 @@ def test_symmetric_blobs_say_nothing():
     disc = ((yy - 7.5) ** 2 + (xx - 7.5) ** 2 < 16).long()
     images = disc.float()[None, None].repeat(16, 3, 1, 1) + 0.05 * torch.randn(16, 3, 16, 16)
     assert misplaced(images, disc[None].repeat(16, 1, 1)) is None
+
+
+class CroppedScans(torch.utils.data.Dataset):
+    """24x24 scans with a bright lesion, random 16x16 crops of the scan and its mask."""
+
+    def __init__(self, joint: bool):
+        g = torch.Generator().manual_seed(3)
+        self.masks = torch.zeros(96, 24, 24, dtype=torch.long)
+        for i in range(96):
+            top, left = torch.randint(4, 14, (2,), generator=g).tolist()
+            self.masks[i, top:top + 6, left:left + 6] = 1
+        self.scans = self.masks[:, None].float() + 0.2 * torch.randn(96, 1, 24, 24, generator=g)
+        self.joint, self.g = joint, torch.Generator().manual_seed(4)
+
+    def __len__(self):
+        return 96
+
+    def crop(self):
+        return torch.randint(0, 9, (2,), generator=self.g).tolist()
+
+    def __getitem__(self, i):
+        i0, j0 = self.crop()
+        i1, j1 = (i0, j0) if self.joint else self.crop()
+        return self.scans[i, :, i0:i0 + 16, j0:j0 + 16], self.masks[i, i1:i1 + 16, j1:j1 + 16]
+
+
+@pytest.mark.parametrize("joint", [False, True])
+def test_image_and_mask_cropped_at_different_places(joint):
+    model = nn.Conv2d(1, 2, 3, padding=1)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(CroppedScans(joint), batch_size=32), loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), MaskAlignmentCheck()])
+    issues = report.check("data.mask_alignment").issues
+    if joint:
+        assert not issues
+    else:
+        assert len(issues) == 1 and "cropped at different places" in issues[0].message
+        assert "apply it to both" in issues[0].fix

@@ -104,6 +104,33 @@ def misplaced(images: torch.Tensor, masks: torch.Tensor) -> tuple[str, int, int]
     return None
 
 
+SHIFT_SAMPLES = 16  # samples tried at every offset (the search is the costly part)
+MAX_SHIFT = 8  # pixels, and at most a quarter of the side
+
+
+def shifted(images: torch.Tensor, masks: torch.Tensor) -> tuple[int, int, list[tuple[int, int]]] | None:
+    """(samples whose mask lies far better moved by a few pixels, samples scored, their offsets)
+    when that is a good share of them (pure): an image and a mask cropped at different places."""
+    reach = min(MAX_SHIFT, masks.shape[-1] // 4, masks.shape[-2] // 4)
+    if reach < 1:
+        return None
+    offsets = [(dy, dx) for dy in range(-reach, reach + 1) for dx in range(-reach, reach + 1) if (dy, dx) != (0, 0)]
+    wins, scored, moved = 0, 0, []
+    for image, mask in zip(images[:SHIFT_SAMPLES], masks[:SHIFT_SAMPLES], strict=False):
+        given = lies_on(image, mask)
+        placed = {offset: lies_on(image, mask.roll(offset, dims=(-2, -1))) for offset in offsets}
+        best = max(placed, key=placed.get)
+        if max(given, placed[best]) < STRONG:
+            continue
+        scored += 1
+        if placed[best] >= BETTER * given + MARGIN:
+            wins += 1
+            moved.append(best)
+    if scored and wins >= MIN_SAMPLES and wins >= MIN_SHARE * scored:
+        return wins, scored, moved
+    return None
+
+
 class MaskAlignmentCheck(Check):
     """MASK_MISALIGNED: segmentation masks that lie on their images only once transformed."""
 
@@ -120,6 +147,7 @@ class MaskAlignmentCheck(Check):
         found = misplaced(*pair)
         findings.data["summary"] = "masks lie on their images" if found is None else "masks misplaced"
         if found is None:
+            self._shifted(pair, findings)
             return
         how, wins, scored = found
         every = wins >= 0.9 * scored
@@ -134,4 +162,25 @@ class MaskAlignmentCheck(Check):
             "Give the image and its mask the same spatial transform: permute(0, 3, 1, 2) (not transpose(1, 3)) for "
             "NHWC images, and one joint random transform for both (torchvision.transforms.v2 with tv_tensors.Mask, "
             "or the same flip decision applied to each).",
+        )
+
+    @staticmethod
+    def _shifted(pair: tuple[torch.Tensor, torch.Tensor], findings: Findings) -> None:
+        found = shifted(*pair)
+        if found is None:
+            return
+        wins, scored, moved = found
+        varied = len(set(moved)) > 1
+        listed = ", ".join(f"({dy:+d}, {dx:+d})" for dy, dx in moved[:5])
+        findings.data["summary"] = "masks offset from their images"
+        findings.warning(
+            "MASK_MISALIGNED",
+            f"in {wins} of {scored} samples of the first batch the mask lies on its image far better moved by a few "
+            f"pixels than as given (offsets (rows, columns) {listed}"
+            + (": a different one for each sample" if varied else "") + "): the pixels are scored against the "
+            "labels of pixels beside them, and the model learns blurred, shifted outlines. The likely cause: "
+            + ("the image and the mask were cropped at different places, two random crops each drawing its own "
+               "offsets" if varied else "a crop, pad or resize applied to the image with other offsets than to the mask"),
+            "Draw the crop once and apply it to both (i, j = random offsets; image[..., i:i + h, j:j + w] and "
+            "mask[..., i:i + h, j:j + w]), or use one joint transform (torchvision.transforms.v2 with tv_tensors.Mask).",
         )
