@@ -284,10 +284,11 @@ class SplitLabelsCheck(Check):
             "data.val",
         )
 
-    def _channel_order(self, train: tuple, val: tuple, found: Relabelling, findings: Findings) -> bool:
+    @staticmethod
+    def _channel_order(train: tuple, val: tuple, found: Relabelling, findings: Findings) -> bool:
         """VAL_CHANNEL_ORDER: validation images whose neighbour agreement drops, and comes back
         with the same ids once their colour channels are reversed (BGR read as RGB)."""
-        flipped = getattr(self, "_flipped", None)
+        flipped = val[3]
         if flipped is None or train[0] is None or flipped.shape[1] != train[0].shape[1] \
                 or found.val_agreement > found.train_agreement - DROP:
             return False
@@ -378,9 +379,10 @@ class SplitLabelsCheck(Check):
         )
 
     def _read(self, ctx: PreflightContext, findings: Findings, loader: Any, limit: int,
-              which: str) -> tuple[torch.Tensor | None, torch.Tensor, list[str] | None] | None:
+              which: str) -> tuple[torch.Tensor | None, torch.Tensor, list[str] | None, torch.Tensor | None] | None:
         """(features, or None when the batch has no floating features; labels; a digest of each
-        sample's inputs, for the training loader)."""
+        sample's inputs, for the training loader; for the validation loader, the features of its
+        images with the colour channels reversed, when it has images)."""
         guard = DataGuard(ctx, self.name, findings)
         features, labels, started = [], [], time.perf_counter()
         flipped: list[torch.Tensor] | None = [] if which == "validation" else None
@@ -405,6 +407,5 @@ class SplitLabelsCheck(Check):
         if not labels:
             return None
         usable = all(x is not None for x in features) and len({x.shape[1] for x in features}) == 1
-        self._flipped = torch.cat(flipped)[:limit] if usable and flipped else None
         return ((torch.cat(features)[:limit] if usable else None), torch.cat(labels)[:limit],
-                digests[:limit] if digests else None)
+                digests[:limit] if digests else None, torch.cat(flipped)[:limit] if usable and flipped else None)
