@@ -31,6 +31,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from optimus_preflight.preflight.analyses.api_pitfalls import Pitfalls, PitfallSpy
 from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, ModuleInput
 from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgs
@@ -98,6 +99,7 @@ class StepProbe:
     params_zero_grad: list[str] = field(default_factory=list)  # got a gradient of exactly 0 everywhere
     hooked_params: list[str] = field(default_factory=list)  # with a gradient hook of the user's (register_hook)
     loss_reseeds: list[str] = field(default_factory=list)  # seeding calls made inside compute_loss
+    pitfalls: Pitfalls = field(default_factory=Pitfalls)  # torch calls whose defaults mislead (api_pitfalls)
     target_column_reused: tuple[list[str], int, int, int] | None = None  # see target_column_reused
     step_warnings: list[str] = field(default_factory=list)  # what torch warned during the step
     # A class target flattened from a (T, B) batch tensor while the model read (B, ...) inputs:
@@ -199,6 +201,8 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe = StepProbe(scaler_enabled=ctx.training.scaler.is_enabled())
     model = ctx.model
     spy = LossSpy(sequence_shapes(batch))
+    pitfall_spy = PitfallSpy()
+    probe.pitfalls = pitfall_spy.found
 
     step_batches: list[Any] = []  # as compute_loss received it, on the device
 
@@ -207,7 +211,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         spy.batch_rows = batch_size_of(data)
         spy.criterion_args.watch_batch(data)
         before = _side_effect_state(ctx.optimizer, watched)
-        with spy, _seeding_watched(probe.loss_reseeds):
+        with spy, pitfall_spy, _seeding_watched(probe.loss_reseeds):
             output = ctx.compute_loss(module, data)
         probe.loss_side_effects = _side_effects(before, _side_effect_state(ctx.optimizer, watched))
         loss = output[0] if isinstance(output, tuple) else output

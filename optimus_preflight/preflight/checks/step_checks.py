@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from optimus_preflight.preflight.analyses.api_pitfalls import pitfall_findings
 from optimus_preflight.preflight.analyses.criterion_args import criterion_arg_findings
 from optimus_preflight.preflight.analyses.device_errors import device_error_fix
 from optimus_preflight.preflight.analyses.loss_findings import (
@@ -322,7 +323,7 @@ class LossFunctionCheck(Check):
     stage = Stage.STEP
     codes = ("O12", "O13", "O16", "LOSS_NORM_DIM", "LOSS_BROADCAST", "LOSS_SOFTMAX_BCE", "LOSS_OUTPUT_RANGE",
              "LOSS_PAIR_SLICES", "LOSS_CLASS_WEIGHTS", "LOSS_BOUNDED_LOGITS", "LOSS_CLASS_DIM", "CTC_BLANK_IN_TARGETS",
-             "POISSON_LOG_INPUT", "LOSS_INDEXED_BY_BATCH")
+             "POISSON_LOG_INPUT", "LOSS_INDEXED_BY_BATCH", "TRANSPOSE_1D", "MESHGRID_INDEXING")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -334,7 +335,7 @@ class LossFunctionCheck(Check):
                       *kl_norm_dim_findings(calls), *output_range_findings(calls),
                       *broadcast_findings(calls), *column_broadcast_findings(probe.column_broadcasts, calls),
                       *bounded_logit_findings(calls), *class_dim_findings(calls),
-                      *criterion_arg_findings(probe.criterion_args)]:
+                      *criterion_arg_findings(probe.criterion_args), *pitfall_findings(probe.pitfalls)]:
             findings.add(found.severity, found.code, found.message, found.fix)
         if probe.batch_normalize is not None:
             shape, dim = probe.batch_normalize

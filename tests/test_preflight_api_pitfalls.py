@@ -1,0 +1,65 @@
+"""Torch calls whose defaults do something other than what the line reads as, seen during the
+first step: .T on a 1-D tensor (TRANSPOSE_1D) and torch.meshgrid without indexing=
+(MESHGRID_INDEXING); their explicit forms stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck, LossFunctionCheck
+
+
+def codes(loss_fn, model: nn.Module, loader: DataLoader) -> list:
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), LossFunctionCheck()])
+    return [i for i in report.check("step.loss_function").issues if i.code in ("TRANSPOSE_1D", "MESHGRID_INDEXING")]
+
+
+@pytest.mark.parametrize("mask", ["transpose", "outer"])
+def test_a_same_label_mask_from_a_1d_transpose(mask):
+    g = torch.Generator().manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(256, 12, generator=g), torch.randint(0, 4, (256,), generator=g)),
+                        batch_size=32, shuffle=True)
+
+    def supcon(model, batch):
+        x, labels = batch
+        z = F.normalize(model(x), dim=1)
+        logits = z @ z.T / 0.1
+        positives = (labels == labels.T) if mask == "transpose" else (labels[:, None] == labels[None, :])
+        log_prob = logits - logits.logsumexp(1, keepdim=True)
+        return -(log_prob * positives).sum(1).div(positives.sum(1)).mean()
+
+    found = codes(supcon, nn.Linear(12, 8), loader)
+    if mask == "transpose":
+        assert [i.code for i in found] == ["TRANSPOSE_1D"] and "labels[:, None] == labels[None, :]" in found[0].fix
+    else:
+        assert not found
+
+
+@pytest.mark.parametrize("indexing", [None, "xy"])
+def test_meshgrid_without_indexing_in_the_forward(indexing):
+    class CoordConv(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 2, 3, padding=1)
+
+        def forward(self, x):
+            lin = torch.linspace(-1, 1, x.shape[-1])
+            grids = torch.meshgrid(lin, lin) if indexing is None else torch.meshgrid(lin, lin, indexing=indexing)
+            coords = torch.stack(grids).expand(len(x), 2, -1, -1)
+            return self.conv(torch.cat([x, coords[:, :1]], 1)).mean((2, 3))
+
+    g = torch.Generator().manual_seed(1)
+    loader = DataLoader(TensorDataset(torch.randn(64, 2, 8, 8, generator=g), torch.randint(0, 2, (64,), generator=g)),
+                        batch_size=16)
+    found = codes(nn.CrossEntropyLoss(), CoordConv(), loader)
+    if indexing is None:
+        assert [i.code for i in found] == ["MESHGRID_INDEXING"] and "indexing='xy'" in found[0].fix
+    else:
+        assert not found
