@@ -72,3 +72,11 @@ def test_a_frozen_backbone_still_at_its_initial_weights(loaded, fires):
                            DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True),
                            loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), ModuleStructureCheck()])
     assert ("FROZEN_AT_INIT" in [i.code for i in report.check("model.structure").issues]) == fires
+
+
+@pytest.mark.parametrize("activation", ["positional_true", "named_inplace"])
+def test_leaky_relu_given_true_as_its_slope_is_the_identity(activation):
+    act = nn.LeakyReLU(True) if activation == "positional_true" else nn.LeakyReLU(negative_slope=0.01, inplace=True)
+    model = nn.Sequential(nn.Linear(16, 32), act, nn.Linear(32, 3))
+    found = codes(model)
+    assert ("ACTIVATION_LINEAR" in found) == (activation == "positional_true")

@@ -81,7 +81,7 @@ class ModuleStructureCheck(Check):
 
     name = "model.structure"
     stage = Stage.MODEL
-    codes = ("MODULE_REPEATED", "BN_MOMENTUM", "FROZEN_AT_INIT")
+    codes = ("MODULE_REPEATED", "BN_MOMENTUM", "FROZEN_AT_INIT", "ACTIVATION_LINEAR")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         at_init, values = frozen_at_init(ctx.model)
@@ -96,6 +96,18 @@ class ModuleStructureCheck(Check):
                 "Load with strict=True to see the missing and unexpected keys (strip a 'module.' prefix: "
                 "{k.removeprefix('module.'): v for k, v in state.items()}), or unfreeze the layers if they are "
                 "meant to train from scratch.",
+            )
+        linear = [name for name, m in ctx.model.named_modules()
+                  if isinstance(m, nn.LeakyReLU) and float(m.negative_slope) == 1.0]
+        if linear:
+            shown = ", ".join(linear[:4]) + (" ..." if len(linear) > 4 else "")
+            findings.warning(
+                "ACTIVATION_LINEAR",
+                f"{len(linear)} LeakyReLU layer(s) ({shown}) have negative_slope=1.0: they pass every value "
+                "unchanged, so the layers around them compose into one linear map and the network cannot fit "
+                "anything non-linear. nn.LeakyReLU(True) does this: its first argument is negative_slope (True "
+                "is 1), not inplace as in nn.ReLU(True)",
+                "Name the arguments: nn.LeakyReLU(negative_slope=0.01, inplace=True) (or nn.LeakyReLU(0.2)).",
             )
         repeated = repeated_children(ctx.model)
         for container, kind, times in repeated[:1]:
