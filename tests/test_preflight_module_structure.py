@@ -80,3 +80,22 @@ def test_leaky_relu_given_true_as_its_slope_is_the_identity(activation):
     model = nn.Sequential(nn.Linear(16, 32), act, nn.Linear(32, 3))
     found = codes(model)
     assert ("ACTIVATION_LINEAR" in found) == (activation == "positional_true")
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_freezing_a_transformer_tied_to_its_lm_head_freezes_the_head(tied):
+    transformers = pytest.importorskip("transformers")
+    from optimus_preflight.preflight.checks.model_checks import OptimizerParamsCheck
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2,
+                                     tie_word_embeddings=tied)
+    model = transformers.GPT2LMHeadModel(config)
+    model.transformer.requires_grad_(False)  # probe with the LM head (and ln_f) only
+    optimizer = torch.optim.AdamW([*model.lm_head.parameters(), *model.transformer.ln_f.parameters()], 1e-3)
+    ids = torch.randint(0, 64, (64, 16))
+    loader = DataLoader([{"input_ids": row, "labels": row} for row in ids], batch_size=8)
+    report = run_preflight(model, optimizer, loader, checks=[FirstBatchCheck(), OptimizerParamsCheck()])
+    issues = [i for i in report.check("model.optimizer_params").issues if i.code == "O17"]
+    assert len(issues) == 1  # ln_f is frozen with the transformer either way
+    assert ("lm_head.weight" in issues[0].message and "tied" in issues[0].message) == tied

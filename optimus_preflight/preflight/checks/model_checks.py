@@ -128,7 +128,25 @@ class OptimizerParamsCheck(Check):
                 "Build the optimizer from the final model's parameters.",
                 "optimizer",
             )
-        if frozen:
+        aliases: dict[int, list[str]] = {}
+        for name, param in ctx.model.named_parameters(remove_duplicate=False):
+            aliases.setdefault(id(param), []).append(name)
+        tied = [f"{name} (= {', '.join(other for other in aliases[id(param)] if other != name)})"
+                for param, name in names.items() if not param.requires_grad and param in in_optimizer
+                and len(aliases.get(id(param), [])) > 1]
+        if tied:
+            findings.warning(
+                "O17",
+                f"{len(frozen)} frozen parameter(s) (requires_grad=False) are in the optimizer, and {_names(tied, 3)} "
+                "is one tensor under several names (tied weights): freezing it under one name froze it under all. "
+                "Freezing a transformer whose embedding is tied to the LM head (tie_word_embeddings) freezes the "
+                "head the optimizer was given, so that head never trains",
+                "Keep the tied tensor trainable (freeze the other modules one by one, skipping the shared weight), "
+                "or untie it first (model.lm_head.weight = nn.Parameter(model.lm_head.weight.detach().clone()), "
+                "config.tie_word_embeddings=False) before freezing.",
+                "optimizer",
+            )
+        elif frozen:
             findings.warning(
                 "O17",
                 f"{len(frozen)} frozen parameter(s) (requires_grad=False) are in the optimizer: {_names(frozen)}. "
