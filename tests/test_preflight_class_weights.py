@@ -60,3 +60,12 @@ def test_balancing_weights_stay_quiet(loss_fn, labels, outputs):
 def test_a_balanced_task_says_nothing_about_its_weights():
     labels = torch.arange(64) % 4
     assert weights_follow_counts(torch.tensor([1.0, 2.0, 3.0, 4.0]), labels, None) is None
+
+
+def test_pos_weight_below_one_with_no_positive_in_the_batch_is_still_judged():
+    from optimus_preflight.preflight.analyses.class_weights import pos_weight_down_weights_positives
+
+    none_positive = torch.zeros(64)
+    found = pos_weight_down_weights_positives(torch.tensor([0.04]), none_positive)
+    assert found is not None and "no positive at all" in found.detail
+    assert pos_weight_down_weights_positives(torch.tensor([24.0]), none_positive) is None

@@ -69,9 +69,10 @@ def pos_weight_down_weights_positives(pos_weight: torch.Tensor, target: torch.Te
         return None
     share = float(values.mean())
     weight = float(pos_weight.detach().float().mean())
-    if 0 < share < RARE_POSITIVES and 0 < weight <= LOW_POS_WEIGHT:
+    if share < RARE_POSITIVES and 0 < weight <= LOW_POS_WEIGHT:  # no positive in the batch: rarer still
         return FrequentClassWeights(
             "binary_cross_entropy_with_logits", 2, 1 / weight,
             f"positives are {share:.0%} of the targets and pos_weight is {weight:.3g} (about positives / negatives; "
-            f"negatives / positives is {(1 - share) / share:.3g})")
+            + (f"negatives / positives is {(1 - share) / share:.3g})" if share > 0 else
+               f"the batch of {values.numel()} holds no positive at all)"))
     return None
