@@ -205,3 +205,23 @@ def test_with_replacement_or_a_weighted_subsample_is_quiet(num_samples, replacem
     model = net()
     assert issues(model, torch.optim.SGD(model.parameters(), lr=0.1), SamplerCoverageCheck(),
                   "SAMPLER_NO_REPLACEMENT", loader=balanced_loader(num_samples, replacement)) == []
+
+
+@pytest.mark.parametrize(("eta_min", "fires"), [(0.1, True), (1e-4, False)])
+def test_cosine_eta_min_given_as_a_ratio_raises_the_lr(eta_min, fires):
+    model = net()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=200, eta_min=eta_min)
+    found = issues(model, optimizer, LrScheduleCheck(), "O8", scheduler=scheduler, max_steps=200)
+    above = [i for i in found if "eta_min" in i.message]
+    assert bool(above) == fires
+    if fires:
+        assert "eta_min = ratio * lr" in above[0].fix
+
+
+def test_one_cycle_peaks_above_the_optimizer_lr_by_design():
+    model = net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=200)
+    assert not [i for i in issues(model, optimizer, LrScheduleCheck(), "O8", scheduler=scheduler, max_steps=200)
+                if "x the optimizer's lr" in i.message]

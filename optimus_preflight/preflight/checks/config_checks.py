@@ -210,6 +210,8 @@ class LrScheduleCheck(Check):
         for severity, message in schedule_findings(points, max_steps, length):
             findings.add(severity, "O8", message, fix, "scheduler.total_steps")
         base = base_lr(scheduler, ctx.optimizer)
+        if (above := above_base(scheduler, points, base)) is not None:
+            findings.error("O8", *above, "scheduler")
         if (unreached := peak_not_reached(points, base, max_steps)) is not None:
             findings.warning("O8", unreached,
                              "Shorten the warmup: scheduler.warmup_fraction=0.05 (5% of the run), or a "
@@ -302,6 +304,31 @@ def base_lr(scheduler: Any, optimizer: Any) -> float | None:
         return float(bases[0])
     initial = optimizer.param_groups[0].get("initial_lr") if optimizer.param_groups else None
     return float(initial) if initial is not None else None
+
+
+ABOVE_BASE = 10.0  # x the configured LR: a schedule's own peak, not a decay or a warmup to it
+OWN_PEAK = ("OneCycleLR", "CyclicLR")  # these take their peak as an argument, above the optimizer's lr by design
+
+
+def above_base(scheduler: Any, points: list[tuple[int, float]], base: float | None) -> tuple[str, str] | None:
+    """(message, fix) when the schedule takes the LR to ten times the configured one or more."""
+    if base is None or base <= 0 or not points or type(scheduler).__name__ in OWN_PEAK:
+        return None
+    peak_step, peak = max(points, key=lambda point: point[1])
+    if peak < ABOVE_BASE * base:
+        return None
+    eta_min = getattr(scheduler, "eta_min", None)
+    if isinstance(eta_min, (int, float)) and eta_min >= ABOVE_BASE * base:
+        return (f"{type(scheduler).__name__}(eta_min={eta_min:g}) anneals towards eta_min, an absolute learning "
+                f"rate, and it is {eta_min / base:.3g}x the optimizer's lr={base:g}: the 'annealing' raises the LR "
+                f"along a cosine to {peak:.3g} (step {peak_step}). A minimum given as a ratio of the base LR (timm's "
+                "and Hugging Face's min_lr_ratio) is not eta_min",
+                f"Pass the absolute minimum: eta_min = ratio * lr (e.g. {eta_min:g} * {base:g} = {eta_min * base:.3g}).")
+    return (f"the {type(scheduler).__name__} schedule takes the learning rate to {peak:.3g} at step {peak_step}, "
+            f"{peak / base:.3g}x the optimizer's lr={base:g}: a factor or bound given in the wrong units (an absolute "
+            "LR where a ratio was meant, or the reverse) makes the schedule leave the range the lr was tuned for",
+            "Check the scheduler's arguments against the optimizer's lr: factors (LambdaLR) multiply it, bounds "
+            "(eta_min, min_lr, max_lr) are absolute learning rates.")
 
 
 def peak_not_reached(points: list[tuple[int, float]], base: float | None, max_steps: int) -> str | None:
