@@ -10,6 +10,7 @@ per-channel std ~ 1/std.
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -285,3 +286,22 @@ def test_a_plain_loop_gets_the_fix_for_its_own_code():
     issue = result.issues[0]
     assert issue.code == "DP12" and issue.config_key is None
     assert "the DataLoader you train with" in issue.fix
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_offset_columns_rounded_away_under_bf16_autocast(precision):
+    from optimus_preflight.preflight import run_preflight
+    from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+    from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
+
+    g = torch.Generator().manual_seed(0)
+    pressure = 1013 + 1.5 * torch.randn(512, 6, generator=g)  # hPa: an offset of 1013, a spread of 1.5
+    labels = (pressure[:, 0] > 1013).long()
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           torch.utils.data.DataLoader(torch.utils.data.TensorDataset(pressure, labels), batch_size=64),
+                           loss_fn=torch.nn.CrossEntropyLoss(), precision=precision,
+                           checks=[FirstBatchCheck(), InputScaleCheck()])
+    issues = [i for i in report.check("data.input_scale").issues if i.code == "DP12"]
+    assert len(issues) == 1  # raw scales either way
+    assert ("rounded away" in issues[0].message) == (precision == "bf16")

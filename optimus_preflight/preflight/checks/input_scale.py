@@ -17,6 +17,7 @@ ids, tabular features). Only clear signatures fire, as warnings.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -168,6 +169,26 @@ def describe_raw_features(columns: list[int], seen: FirstLayerInput) -> tuple[st
            "std = x_train.std(0); x = (x - mean) / std in the dataset (the same mean and std for validation), or "
            "put nn.BatchNorm1d(features) in front of the first layer.")
     return message, fix
+
+
+SIGNIFICANT_BITS = {"bf16": 8, "fp16": 11}
+
+
+def rounded_in_half_precision(columns: list[int], seen: FirstLayerInput, precision: str) -> str:
+    """What autocast does to offset columns: a value near m is rounded to a spacing of about
+    m / 2**bits, and a spread smaller than that spacing is lost before the first layer."""
+    bits = SIGNIFICANT_BITS.get(str(precision))
+    if bits is None:
+        return ""
+    lost = [i for i in columns if seen.stats[i].std < 2.0 * abs(seen.stats[i].mean) / 2 ** bits]
+    if not lost:
+        return ""
+    column = seen.stats[lost[0]]
+    spacing = 2.0 ** math.floor(math.log2(abs(column.mean))) / 2 ** (bits - 1)
+    return (f". Under {precision} autocast it is worse: the first layer casts its input to {precision}, whose "
+            f"{bits} significant bits space numbers near {abs(column.mean):.4g} by {spacing:.3g}, while column "
+            f"{lost[0]} varies by a std of {column.std:.3g}: the signal in {len(lost)} column(s) is rounded away "
+            "before the model sees it (standardising first keeps it)")
 
 
 @dataclass
@@ -331,6 +352,7 @@ class InputScaleCheck(Check):
         if columns:
             findings.data["signature"] = "features_unscaled"
             message, fix = describe_raw_features(columns, seen)
+            message += rounded_in_half_precision(columns, seen, ctx.training.plan.precision)
             findings.warning("DP12", message, fix, "data.train", code_fix=fix)
         squeezed = squeezed_feature_columns(seen.stats)
         if squeezed:
