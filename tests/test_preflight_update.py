@@ -366,3 +366,24 @@ def test_noise_added_inside_step_that_drowns_the_gradient(noise, fires):
 
     optimizer.register_step_pre_hook(add_noise)
     assert ("UPDATE_NOT_GRADIENT" in found(audit(model, optimizer, images(), clip_grad_norm=1.0))) == fires
+
+
+@pytest.mark.parametrize("factor", ["without_lr", "with_lr"])
+def test_a_decay_hook_without_the_lr_factor_shrinks_every_step(factor):
+    model, loader = tabular()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    weight_decay = 0.05
+
+    def decay(optimizer, args, kwargs):
+        with torch.no_grad():
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    p.mul_(1 - (weight_decay if factor == "without_lr" else group["lr"] * weight_decay))
+
+    optimizer.register_step_pre_hook(decay)
+    issues = found(audit(model, optimizer, loader, loss_fn=nn.MSELoss()))
+    if factor == "without_lr":
+        issue = issues["UPDATE_WEIGHT_DECAY"]
+        assert "weight_decay is 0" in issue.message and "group['lr'] * weight_decay" in issue.fix
+    else:
+        assert "UPDATE_WEIGHT_DECAY" not in issues

@@ -224,11 +224,13 @@ def update_findings(groups: list[GroupStep], *, optimizer_name: str, grad_norm: 
         if undone is not None:
             found.append(undone)
             continue
-        foreign = _not_the_rule(step, delta, len(groups), optimizer_name)
+        # Before the foreign-update test: a decay added in a hook also points away from the rule's
+        # step, but straight at -weights, which names it.
+        decay = _decay(step, delta, len(groups))
+        foreign = None if decay is not None else _not_the_rule(step, delta, len(groups), optimizer_name)
         if foreign is not None:
             found.append(foreign)
             continue
-        decay = _decay(step, delta, len(groups))
         if decay is not None:
             found.append(decay)
         elif (large := _too_large(step, delta, len(groups))) is not None:
@@ -287,13 +289,24 @@ def _decay(step: GroupStep, delta: torch.Tensor, total: int) -> Finding | None:
     decay = as_float(step.settings.get("weight_decay")) or 0.0
     weights = step.before
     size = float(weights @ weights)
-    if decay <= 0 or size == 0:
+    if size == 0:
         return None
     shrink = float(-(delta @ weights)) / size  # the share of the weights' size the step took away
     if shrink < DECAY_SHRINK or _cosine(delta, -weights) < DECAY_COSINE:
         return None
     left = (1 - min(shrink, 1.0)) ** 100
     lr = f" with lr={step.lr:g}" if step.lr is not None else ""
+    if decay <= 0:
+        return Finding(
+            "UPDATE_WEIGHT_DECAY", "error" if shrink >= DECAY_ERROR_SHRINK else "warning",
+            f"the first step shrinks {_group(step, total)} by {shrink:.1%} (cosine {_cosine(delta, -weights):.2f} "
+            f"with -weights), although the optimizer's weight_decay is 0{lr}: something inside optimizer.step() "
+            "decays the weights, e.g. a step pre-hook doing p.mul_(1 - weight_decay) without the learning rate: "
+            "AdamW's decoupled decay is p *= 1 - lr * weight_decay, so the hook decays 1/lr times too hard, and after "
+            f"100 steps the weights keep {left:.2g} of their size",
+            "Multiply by the learning rate in the hook, p.mul_(1 - group['lr'] * weight_decay), or drop the hook and "
+            "use torch.optim.AdamW(..., weight_decay=...), which applies the decoupled decay itself.",
+        )
     return Finding(
         "UPDATE_WEIGHT_DECAY", "error" if shrink >= DECAY_ERROR_SHRINK else "warning",
         f"weight_decay={decay:g}{lr} shrinks {_group(step, total)} by {shrink:.1%} at every step: the first update "
