@@ -100,3 +100,38 @@ def test_categorical_fields_sharing_one_id_space(offsets):
         assert not found
     else:
         assert len(found) == 1 and "rows 10..39 are never used" in found[0].message and "cumsum" in found[0].fix
+
+
+class OrderModel(nn.Module):
+    def __init__(self, by: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.by = by
+        # sized like the vocabulary where the token ids are looked up, as the bug usually comes
+        self.tokens, self.pos = nn.Embedding(50, 16), nn.Embedding(50 if by == "tokens" else 10, 16)
+        self.head = nn.Linear(16, 2)
+
+    def forward(self, x):
+        if self.by == "tokens":
+            positions = self.pos(x)  # the token ids where the positions were meant
+        elif self.by == "left_padded":
+            positions = self.pos((x > 0).long().cumsum(1) - 1 + (x == 0).long())  # per-sample positions
+        else:
+            positions = self.pos(torch.arange(x.shape[1]))
+        return self.head((self.tokens(x) + positions).mean(1))
+
+
+@pytest.mark.parametrize("by", ["tokens", "arange", "left_padded"])
+def test_a_position_table_looked_up_with_token_ids(by):
+    from optimus_preflight.preflight.checks.embedding_inputs import EmbeddingInputsCheck
+    from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, 50, (256, 10), generator=g)
+    ids[:, :2] = torch.where(torch.rand(256, 2, generator=g) < 0.3, 0, ids[:, :2])
+    model = OrderModel(by)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(ids, torch.randint(0, 2, (256,), generator=g)), batch_size=32),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), FirstStepCheck(), EmbeddingInputsCheck()])
+    found = [i for i in report.check("model.embedding_inputs").issues if i.code == "POSITION_EMBEDDING_TOKEN_IDS"]
+    assert bool(found) == (by == "tokens")

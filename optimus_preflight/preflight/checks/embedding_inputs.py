@@ -64,6 +64,12 @@ def inside_occurrences(ids: torch.Tensor, value: int) -> tuple[int, int]:
     return int(inside.sum()), int(other.sum())
 
 
+def is_position_table(name: str) -> bool:
+    """A module named as a positional embedding (pos, position, positional; wpe in GPT-2)."""
+    last = name.rsplit(".", 1)[-1].lower()
+    return last in ("wpe", "pe") or last.startswith("pos")
+
+
 def shared_field_ids(ids: torch.Tensor, rows: int) -> tuple[int, int, int] | None:
     """(columns, ids used, table rows) when a (B, F) id tensor's table is sized as the sum of
     the F columns' cardinalities while every column is encoded from 0: the fields share ids.
@@ -99,7 +105,7 @@ class EmbeddingInputsCheck(Check):
 
     name = "model.embedding_inputs"
     stage = Stage.STEP
-    codes = ("EMBEDDING_ONE_TOKEN", "EMBEDDING_PADDING_IDX", "EMBEDDING_FIELDS_SHARE_IDS")
+    codes = ("EMBEDDING_ONE_TOKEN", "EMBEDDING_PADDING_IDX", "EMBEDDING_FIELDS_SHARE_IDS", "POSITION_EMBEDDING_TOKEN_IDS")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -109,6 +115,7 @@ class EmbeddingInputsCheck(Check):
             return
         seen: dict[nn.Module, tuple[int, int] | None] = {}
         fields: dict[nn.Module, tuple[int, int, int] | None] = {}
+        positions: dict[nn.Module, bool] = {}  # a position table fed ids that differ between samples
         dominant: dict[nn.Module, tuple[int, float, int] | None] = {}
         batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
         batch_storage = {leaf.untyped_storage().data_ptr() for leaf in leaves(batch) if isinstance(leaf, torch.Tensor)}
@@ -120,6 +127,11 @@ class EmbeddingInputsCheck(Check):
             ids = ids.detach()
             if module not in fields:
                 fields[module] = shared_field_ids(ids, module.num_embeddings)
+            if module not in positions and is_position_table(embeddings[module]):
+                # Per-sample positions exist (left padding: attention_mask.cumsum(-1) - 1; RoBERTa's offset
+                # of padding_idx + 1) but stay within the sequence length: token ids need not.
+                positions[module] = (ids.dim() == 2 and ids.shape[0] > 1 and bool((ids != ids[:1]).any())
+                                     and int(ids.max()) > ids.shape[1] + 2)
             if not isinstance(module, nn.Embedding):
                 seen[module] = None
                 return
@@ -148,6 +160,17 @@ class EmbeddingInputsCheck(Check):
             for handle in handles:
                 handle.remove()
         findings.data["summary"] = f"{len(seen)} Embedding input(s) observed"
+        for module, token_ids in positions.items():
+            if token_ids:
+                findings.warning(
+                    "POSITION_EMBEDDING_TOKEN_IDS",
+                    f"the position embedding '{embeddings[module]}' receives ids that differ between the samples of "
+                    "the first batch at the same position: it is looked up with the token ids (self.pos(x)), not "
+                    "with the positions, so it is a second token embedding and the model has no notion of order",
+                    "Look positions up by index: self.pos(torch.arange(x.shape[1], device=x.device)) (broadcast over "
+                    "the batch), or position_ids = torch.arange(T).expand(B, T).",
+                )
+                break
         for module, shared in fields.items():
             if shared is not None:
                 columns, used, rows = shared
