@@ -19,6 +19,9 @@ Fed every torch function call the loss spy sees during ``compute_loss``:
   ``(slice(None), t)`` with ``t`` equal to an integer ``(B,)`` tensor of the batch, and the
   ``(B, B)`` result reaches a ``mean``/``sum`` through elementwise ops only (a similarity
   matrix goes through a softmax or a cross_entropy; ``.diag()`` picks the right entries).
+- ``LOSS_WEIGHTS_AFTER_MEAN``: per-sample weights multiplied into a criterion's output that
+  is already reduced (``reduction='mean'``), ``(criterion(out, y) * w).mean()``
+  (``loss_weights.py``).
 """
 
 from __future__ import annotations
@@ -28,8 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from optimus_preflight.preflight.analyses.loss_weights import (
+    WeightsAfterMean,
+    WeightsAfterMeanWatch,
+    weights_after_mean_finding,
+)
 from optimus_preflight.preflight.analyses.output_range import output_activation
-from optimus_preflight.training.batches import leaves
+from optimus_preflight.training.batches import batch_size_of, leaves
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.analyses.loss_findings import Finding
@@ -76,6 +84,7 @@ class CriterionArgs:
     ctc_blank: CtcBlank | None = None
     poisson_log_input: PoissonLogInput | None = None
     batch_indexed: BatchIndexed | None = None
+    weights_after_mean: WeightsAfterMean | None = None
 
 
 def _argument(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
@@ -158,12 +167,14 @@ class CriterionArgsWatch:
         self.found = CriterionArgs()
         self._labels: list[torch.Tensor] = []  # the batch's integer (B,) tensors
         self._picks: list[tuple[Any, tuple[int, int], int]] = []  # (grad_fn of a (B, B) pick, (B, C), distinct)
+        self._weights = WeightsAfterMeanWatch()  # per-sample weights times a reduced loss
 
     def watch_batch(self, batch: Any) -> None:
         self._labels = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.dim() == 1
                         and leaf.numel() >= 2 and not leaf.is_floating_point() and not leaf.is_complex()
                         and leaf.dtype != torch.bool]
         self._picks = []
+        self._weights.start(batch_size_of(batch) or None)
 
     def before(self, name: str, args: tuple, kwargs: dict) -> None:
         found = self.found
@@ -174,7 +185,10 @@ class CriterionArgsWatch:
         elif name in REDUCTIONS and self._picks and found.batch_indexed is None and args:
             self._reduced(name, args[0])
 
-    def after(self, name: str, args: tuple, out: Any) -> None:
+    def after(self, name: str, args: tuple, out: Any, kwargs: dict | None = None) -> None:
+        if self.found.weights_after_mean is None:
+            self._weights.observe(name, args, kwargs or {}, out)
+            self.found.weights_after_mean = self._weights.found
         if name == "__getitem__" and self._labels and self.found.batch_indexed is None and len(args) == 2:
             self._indexed(args[0], args[1], out)
 
@@ -204,7 +218,7 @@ class CriterionArgsWatch:
 
 
 def criterion_arg_findings(found: CriterionArgs | None) -> list[Finding]:
-    """CTC_BLANK_IN_TARGETS, POISSON_LOG_INPUT, LOSS_INDEXED_BY_BATCH."""
+    """CTC_BLANK_IN_TARGETS, POISSON_LOG_INPUT, LOSS_INDEXED_BY_BATCH, LOSS_WEIGHTS_AFTER_MEAN."""
     from optimus_preflight.preflight.analyses.loss_findings import Finding
 
     if found is None:
@@ -239,6 +253,8 @@ def criterion_arg_findings(found: CriterionArgs | None) -> list[Finding]:
             "log_probs.gather(1, labels[:, None]).squeeze(1); or use F.nll_loss(log_probs, labels) "
             "(F.cross_entropy on raw logits).",
         ))
+    if found.weights_after_mean is not None:
+        out.append(weights_after_mean_finding(found.weights_after_mean))
     return out
 
 

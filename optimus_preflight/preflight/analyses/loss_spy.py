@@ -21,7 +21,9 @@ What the statistics reveal (pure functions in ``loss_findings``):
 - the target's profile (``target_profile.py``): ignored share, distinct classes,
   multi-hot rows of float targets;
 - criterion arguments torch accepts silently (``criterion_args.py``): the CTC blank among
-  the targets, a Poisson ``log_input`` on a non-negative output, ``scores[:, labels]``.
+  the targets, a Poisson ``log_input`` on a non-negative output, ``scores[:, labels]``,
+  per-sample weights times an already averaged loss;
+- a spectral transform across the channels of ``(B, T, C)`` windows (``spectral_axis.py``).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from optimus_preflight.preflight.analyses.padding import (
     as_rows,
     edge_padding,
 )
+from optimus_preflight.preflight.analyses.spectral_axis import SpectralWatch
 from optimus_preflight.preflight.analyses.target_profile import TargetProfile, profile_target
 from optimus_preflight.preflight.analyses.view_permute import ViewWatch
 
@@ -279,6 +282,7 @@ class LossSpy(TorchFunctionMode):
         self.channel_axis = ChannelAxisWatch()  # a conv map reduced over its channels and one spatial axis
         self.views = ViewWatch()  # a view/reshape to the input's sizes in another order
         self.criterion_args = CriterionArgsWatch()  # CTC blank in targets, Poisson log_input, scores[:, labels]
+        self.spectral = SpectralWatch()  # an FFT across the channels of (B, T, C) windows
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -309,6 +313,7 @@ class LossSpy(TorchFunctionMode):
             if found is not None and found.learnable_shape[0] == self.batch_rows:
                 self.column_broadcasts.append(found)
         self.criterion_args.before(name, args, kwargs)
+        self.spectral.observe(name, args, kwargs)
         try:
             out = func(*args, **kwargs)
         except Exception as error:
@@ -317,7 +322,7 @@ class LossSpy(TorchFunctionMode):
             raise
         self.channel_axis.observe(name, args, kwargs, out)
         self.views.observe(name, args, out)
-        self.criterion_args.after(name, args, out)
+        self.criterion_args.after(name, args, out, kwargs)
         if record is not None and isinstance(out, torch.Tensor) and out.numel():
             record.loss = float(out.detach().float().mean())
             if pad_mask is not None and record.reduction == "none" and out.numel() == pad_mask.numel():

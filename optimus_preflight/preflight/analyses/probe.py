@@ -37,6 +37,7 @@ from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgs
 from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy, SlicedPair
 from optimus_preflight.preflight.analyses.padding import sequence_shapes
+from optimus_preflight.preflight.analyses.spectral_axis import FftOverChannels
 from optimus_preflight.preflight.analyses.update_audit import GroupStep, UpdateRecorder
 from optimus_preflight.preflight.analyses.view_permute import ViewAsPermute
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
@@ -109,6 +110,7 @@ class StepProbe:
     # parameter without a gradient in one of them had its output dropped on the way to the loss.
     modules_run: set[str] = field(default_factory=set)
     criterion_args: CriterionArgs = field(default_factory=CriterionArgs)  # CTC blank, Poisson log_input, [:, labels]
+    fft_over_channels: FftOverChannels | None = None  # a spectral transform across (B, T, C) channels
 
     @property
     def completed(self) -> bool:
@@ -339,6 +341,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.channel_reduction = spy.channel_axis.found
     probe.view_as_permute = spy.views.found
     probe.criterion_args = spy.criterion_args.found
+    probe.fft_over_channels = spy.spectral.found
     probe.time_major_target = time_major_target(spy.calls, step_batches[0] if step_batches else batch, model_inputs,
                                                 getattr(ctx.train_loader, "batch_size", None))
     if probe.completed:

@@ -15,6 +15,7 @@ import torch
 
 from optimus_preflight.preflight.analyses.batch_layout import ModuleInput, misread_axis
 from optimus_preflight.preflight.analyses.probe import get_probe
+from optimus_preflight.preflight.analyses.spectral_axis import fft_over_channels_text
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import leaves
@@ -38,12 +39,12 @@ def _laid_out(batch: object, batch_size: int, batch_axis: int) -> tuple[int, ...
 class BatchLayoutCheck(Check):
     """A sequence module whose batch axis is not where the batch's samples are; a conv
     map pooled over its channel axis (``analyses.channel_axis``); a view to permuted sizes
-    (``analyses.view_permute``)."""
+    (``analyses.view_permute``); a spectral transform across the channels (``analyses.spectral_axis``)."""
 
     name = "step.batch_layout"
     stage = Stage.STEP
     codes = ("BATCH_TIME_MAJOR", "BATCH_NOT_TIME_MAJOR", "CHANNEL_AXIS_REDUCED", "VIEW_AS_PERMUTE",
-             "ATTENTION_OVER_HEADS")
+             "ATTENTION_OVER_HEADS", "FFT_OVER_CHANNELS")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -70,6 +71,8 @@ class BatchLayoutCheck(Check):
                 "Swap axes with .permute(...) or .transpose(a, b) (then .contiguous() if a view is needed next), "
                 "not .view/.reshape.",
             )
+        if probe.fft_over_channels is not None:
+            findings.warning("FFT_OVER_CHANNELS", *fft_over_channels_text(probe.fft_over_channels))
         if probe.channel_reduction is not None:
             found = probe.channel_reduction
             kept = ({2, 3} - set(found.dims)).pop()

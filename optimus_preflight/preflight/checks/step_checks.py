@@ -323,7 +323,8 @@ class LossFunctionCheck(Check):
     stage = Stage.STEP
     codes = ("O12", "O13", "O16", "LOSS_NORM_DIM", "LOSS_BROADCAST", "LOSS_SOFTMAX_BCE", "LOSS_OUTPUT_RANGE",
              "LOSS_PAIR_SLICES", "LOSS_CLASS_WEIGHTS", "LOSS_BOUNDED_LOGITS", "LOSS_CLASS_DIM", "CTC_BLANK_IN_TARGETS",
-             "POISSON_LOG_INPUT", "LOSS_INDEXED_BY_BATCH", "TRANSPOSE_1D", "MESHGRID_INDEXING")
+             "POISSON_LOG_INPUT", "LOSS_INDEXED_BY_BATCH", "TRANSPOSE_1D", "MESHGRID_INDEXING",
+             "LOSS_WEIGHTS_AFTER_MEAN")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
