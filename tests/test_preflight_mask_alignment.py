@@ -38,6 +38,7 @@ def collate(to_channels_first, flip_image_only: bool = False):
 
 
 def alarms(collate_fn, visible: bool = True) -> list:
+    torch.manual_seed(0)  # the shuffled batch and the model: the same whatever ran before in this process
     images, masks = road_markings(visible=visible)
     model = nn.Conv2d(3, 2, 3, padding=1)
     report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
