@@ -1,7 +1,8 @@
 """Fires / stays-quiet pairs for mechanics read from the step and the loader:
 LOSS_MULTIPLIED (a static loss scale left in compute_loss), TARGET_ZERO_ONE_SIGN (0/1
 targets to a +1/-1 criterion), O8 for a schedule that only rises, BN_SMALL_BATCH, and
-DATASET_MUTATED (a __getitem__ that rewrites the stored table)."""
+DATASET_MUTATED (a __getitem__ that rewrites the stored table; quiet for a scratch buffer
+each read overwrites)."""
 
 from __future__ import annotations
 
@@ -78,5 +79,42 @@ class Meters(Dataset):
 @pytest.mark.parametrize("in_place, fires", [(True, True), (False, False)])
 def test_a_getitem_that_rewrites_the_table(in_place, fires):
     loader = DataLoader(Meters(in_place), batch_size=32, shuffle=True)
+    assert ("DATASET_MUTATED" in codes(nn.Linear(8, 3), nn.CrossEntropyLoss(), [DatasetMutationCheck()],
+                                       loader=loader)) == fires
+
+
+class Windows(Dataset):
+    """Each read fills a preallocated scratch buffer, normalises it in place and returns a
+    clone: the buffer changes on every read, but the same index always reads the same
+    sample. ``noise``: plus a random augmentation drawn from the global generator.
+    ``running``: normalised by a running mean that every read updates (the same index
+    reads other values later: the harm)."""
+
+    def __init__(self, noise: bool = False, running: bool = False, as_buffer: bool = False):
+        self.signals, self.labels = X.clone(), Y.clone()
+        self._buf = torch.empty(self.signals.shape[1])
+        self.running_mean = torch.zeros(self.signals.shape[1])
+        self.noise, self.running, self.as_buffer = noise, running, as_buffer
+
+    def __len__(self):
+        return len(self.signals)
+
+    def __getitem__(self, i):
+        self._buf.copy_(self.signals[i])
+        if self.running:
+            self.running_mean.mul_(0.9).add_(0.1 * self._buf)
+            self._buf.sub_(self.running_mean)
+        else:
+            self._buf.sub_(self._buf.mean())
+        if self.noise:
+            self._buf.add_(0.01 * torch.randn(self._buf.shape))
+        return (self._buf if self.as_buffer else self._buf.clone()), self.labels[i]
+
+
+@pytest.mark.parametrize("options, fires", [
+    ({}, False), ({"noise": True}, False), ({"running": True}, True), ({"as_buffer": True}, True)],
+    ids=["scratch_buffer", "scratch_buffer_random_augmentation", "running_mean_every_read", "returns_the_buffer"])
+def test_a_scratch_buffer_each_read_overwrites(options, fires):
+    loader = DataLoader(Windows(**options), batch_size=32, shuffle=True)
     assert ("DATASET_MUTATED" in codes(nn.Linear(8, 3), nn.CrossEntropyLoss(), [DatasetMutationCheck()],
                                        loader=loader)) == fires

@@ -29,6 +29,7 @@ from optimus_preflight.memory.optimizer_paths import step_implementation
 from optimus_preflight.memory.result import MemoryEstimate
 from optimus_preflight.memory.steps import run_training_steps
 from optimus_preflight.memory.tracker import StorageTracker
+from optimus_preflight.memory.user_state import UserState
 from optimus_preflight.training.batches import map_batch
 from optimus_preflight.training.precision import autocast_dtype, device_type
 
@@ -130,6 +131,9 @@ def estimate_training_step(
     progress: dict[str, Any] = {}
     optimizer_step = ""
     python_rng = random.getstate()
+    # What the user's callables store during the trace (a loss's running value: a fake
+    # tensor) must not reach the real run: their reachable state is put back after.
+    kept = UserState(model_fn, build_optimizer, loss_fn)
     try:
         # A factory may seed the generators; the run that follows must not notice the estimate.
         with torch.random.fork_rng(devices=[]), FakeTensorMode(allow_non_fake_inputs=True), tracker:
@@ -169,6 +173,7 @@ def estimate_training_step(
     finally:
         progress.clear()  # drop the fake model and optimizer
         random.setstate(python_rng)
+        kept.restore()
     estimate = MemoryEstimate.from_tracker(
         tracker,
         method="fake",

@@ -38,6 +38,7 @@ from optimus_preflight.memory.fsdp_result import FSDPMemoryEstimate
 from optimus_preflight.memory.fsdp_tracker import FSDPStorageTracker
 from optimus_preflight.memory.optimizer_paths import step_implementation
 from optimus_preflight.memory.steps import run_training_steps
+from optimus_preflight.memory.user_state import UserState
 from optimus_preflight.training.batches import map_batch
 from optimus_preflight.training.precision import autocast_dtype, device_type
 
@@ -85,6 +86,7 @@ def estimate_fsdp_step(
         reshard_after_forward=reshard_after_forward, steps=steps,
     )
     batch = map_batch(lambda leaf: _shape_only(leaf), example_batch)
+    kept = UserState(model_fn, build_optimizer, loss_fn)  # the trace in this process must leave no fake behind
     try:
         estimate, where = run_isolated(lambda: _trace(model_fn, batch, loss_fn, build_optimizer, **options))
     except Exception as error:  # an op fake tensors cannot run, or no isolated process
@@ -92,6 +94,8 @@ def estimate_fsdp_step(
         reason = f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
         return fsdp_analytic_estimate(model_fn, example_batch, build_optimizer, reason=reason, started=started,
                                       **{k: v for k, v in options.items() if k != "steps"})
+    finally:
+        kept.restore()
     estimate.elapsed_s, estimate.where = time.perf_counter() - started, where
     estimate.notes.append(f"traced {where} in {estimate.elapsed_s:.2f} s")
     return estimate

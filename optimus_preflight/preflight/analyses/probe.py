@@ -31,6 +31,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from optimus_preflight.memory.user_state import raised_by_fake_tensor
 from optimus_preflight.preflight.analyses.api_pitfalls import Pitfalls, PitfallSpy
 from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, ModuleInput
 from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction
@@ -63,6 +64,9 @@ class StepProbe:
     error: str | None = None
     error_frame: str | None = None
     error_traceback: str | None = None  # the whole of it, for preflight.json (the console has one line)
+    # The error came from a fake tensor that outlived the memory estimate's trace: the
+    # preflight's bug, not the user's code (step.first_step crashes with its traceback).
+    preflight_fault: bool = False
     stepped: bool = False
     grad_norm: float | None = None
     step_s: float = 0.0
@@ -321,6 +325,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
             probe.error = "".join(traceback.format_exception_only(type(error), error)).strip()
             probe.error_frame = _user_frame(error)
             probe.error_traceback = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+            probe.preflight_fault = raised_by_fake_tensor(error)
         finally:
             probe.step_s = time.perf_counter() - started
             for handle in handles:

@@ -41,7 +41,7 @@ from optimus_preflight.preflight.analyses.target_profile import (
 )
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.target_classes import label_leaf, scan_labels
-from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.framework import Check, Findings, PreflightBug, Stage
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.analyses.loss_spy import CriterionCall
@@ -92,6 +92,12 @@ class FirstStepCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         probe = get_probe(ctx)
+        if probe.preflight_fault:  # a fake tensor of the memory estimate reached the real step: not the user's error
+            raise PreflightBug(
+                f"the first training step failed on a fake tensor left by the preflight's memory estimate "
+                f"({probe.error.splitlines()[0]}): a bug of the preflight, not of your code",
+                probe.error_traceback,
+            )
         if probe.loss_side_effects:
             what = {"lr": "changes the learning rate (a scheduler.step() inside it)",
                     "weights": "changes the weights (an optimizer.step() inside it)"}

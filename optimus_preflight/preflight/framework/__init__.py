@@ -8,7 +8,7 @@ Nothing here imports a check, a data access helper or an analysis. The names bel
 what a check's author needs; the rest is imported from its module.
 """
 
-from optimus_preflight.preflight.framework.check import Check, SkipCheck, StopCheck
+from optimus_preflight.preflight.framework.check import Check, PreflightBug, SkipCheck, StopCheck
 from optimus_preflight.preflight.framework.execution import CheckResult, run_check, run_checks
 from optimus_preflight.preflight.framework.issues import CheckStatus, Findings, Issue, Severity, Stage
 from optimus_preflight.preflight.framework.registry import CheckDefinitionError, known_checks, known_codes
@@ -20,6 +20,7 @@ __all__ = [
     "CheckStatus",
     "Findings",
     "Issue",
+    "PreflightBug",
     "Severity",
     "SkipCheck",
     "Stage",

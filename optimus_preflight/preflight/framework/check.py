@@ -26,6 +26,17 @@ class StopCheck(Exception):
     result (e.g. after reporting data code that hung, nothing more can be read)."""
 
 
+class PreflightBug(Exception):
+    """Raised from ``run`` when the error a check observed is the preflight's own, not the
+    user's (a fake tensor of the memory estimate that reached the real step): the check
+    crashes instead of reporting an issue that blames the user's code, and its result
+    keeps ``original_traceback``, the traceback of that error."""
+
+    def __init__(self, message: str, original_traceback: str | None = None) -> None:
+        super().__init__(message)
+        self.original_traceback = original_traceback
+
+
 class Check:
     """Base class. Subclasses set ``name``, ``stage``, ``requires``, ``codes`` and implement ``run``.
 

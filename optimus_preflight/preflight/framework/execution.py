@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from optimus_preflight.preflight.framework.check import Check, SkipCheck, StopCheck
+from optimus_preflight.preflight.framework.check import Check, PreflightBug, SkipCheck, StopCheck
 from optimus_preflight.preflight.framework.issues import STAGE_ORDER, CheckStatus, Findings, Issue, Severity, Stage
 from optimus_preflight.preflight.framework.registry import validate_checks
 
@@ -124,6 +124,10 @@ def run_check(check: Check, ctx: PreflightContext, results: dict[str, CheckResul
     except Exception as error:  # isolation: one broken check must not hide the others
         detail = "".join(traceback.format_exception_only(type(error), error)).strip()
         tail = traceback.extract_tb(error.__traceback__)[-1]
+        # A crash is a bug (the preflight's, or a check's): its whole traceback goes to preflight.json.
+        findings.data["traceback"] = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        if isinstance(error, PreflightBug) and error.original_traceback:
+            findings.data["traceback"] = error.original_traceback + "\n" + findings.data["traceback"]
         return CheckResult(
             check.name,
             check.stage,
