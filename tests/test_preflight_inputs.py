@@ -305,3 +305,26 @@ def test_offset_columns_rounded_away_under_bf16_autocast(precision):
     issues = [i for i in report.check("data.input_scale").issues if i.code == "DP12"]
     assert len(issues) == 1  # raw scales either way
     assert ("rounded away" in issues[0].message) == (precision == "bf16")
+
+
+@pytest.mark.parametrize("fill", ["sentinel", "median", "one_hot"])
+def test_a_missing_value_sentinel_that_sets_the_column_statistics(fill):
+    from optimus_preflight.preflight import run_preflight
+    from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+    from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
+
+    g = torch.Generator().manual_seed(0)
+    income = torch.randn(1024, 4, generator=g)
+    missing = torch.rand(1024, 4, generator=g) < 0.1
+    if fill == "one_hot":
+        income[:, 3] = (torch.rand(1024, generator=g) < 0.3).float()  # a 0/1 flag column is no sentinel
+        missing[:, 3] = False
+    income[missing] = -999.0 if fill == "sentinel" else 0.0
+    income = (income - income.mean(0)) / income.std(0)
+    labels = (income[:, 0] > 0).long()
+    model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           torch.utils.data.DataLoader(torch.utils.data.TensorDataset(income, labels), batch_size=256),
+                           loss_fn=torch.nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), InputScaleCheck()])
+    sentinel = [i for i in report.check("data.input_scale").issues if "sentinel" in i.message]
+    assert bool(sentinel) == (fill == "sentinel")

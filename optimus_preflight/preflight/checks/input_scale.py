@@ -191,6 +191,33 @@ def rounded_in_half_precision(columns: list[int], seen: FirstLayerInput, precisi
             "before the model sees it (standardising first keeps it)")
 
 
+SENTINEL_SHARE = 0.03  # of the rows holding the one repeated value
+SQUEEZED_REST = 0.02  # the other rows' std, as a share of the column's
+
+
+def sentinel_columns(table: torch.Tensor) -> list[tuple[int, float, float, float, float]]:
+    """(column, repeated value, its share, the other rows' std, the column's std) for columns
+    where one value is a sizeable share of the rows and the others are squeezed next to each
+    other: a missing-value sentinel that sets the column's statistics (pure)."""
+    found = []
+    values = table.detach().float().cpu()
+    for column in range(values.shape[1]):
+        v = values[:, column]
+        v = v[torch.isfinite(v)]
+        if v.numel() < 32 or float(v.std()) == 0:
+            continue
+        uniques, counts = torch.unique(v, return_counts=True)
+        top = int(counts.argmax())
+        share = float(counts[top]) / v.numel()
+        rest = v[v != uniques[top]]
+        if share < SENTINEL_SHARE or share > 0.9 or rest.numel() < 8 or len(torch.unique(rest)) < 5:
+            continue
+        rest_std, std = float(rest.std()), float(v.std())
+        if 0 < rest_std < SQUEEZED_REST * std:
+            found.append((column, float(uniques[top]), share, rest_std, std))
+    return found
+
+
 @dataclass
 class FirstLayerInput:
     layer: str
@@ -354,6 +381,22 @@ class InputScaleCheck(Check):
             message, fix = describe_raw_features(columns, seen)
             message += rounded_in_half_precision(columns, seen, ctx.training.plan.precision)
             findings.warning("DP12", message, fix, "data.train", code_fix=fix)
+        table = next((t for t in tables if t.shape[1] == len(seen.stats)), None)
+        sentinels = sentinel_columns(table) if table is not None else []
+        if sentinels:
+            column, value, share, rest_std, std = sentinels[0]
+            findings.warning(
+                "DP12",
+                f"feature column {column} of the first layer's input is dominated by one repeated value: {share:.0%} of "
+                f"the rows are {value:.4g}, and the other rows vary by a std of {rest_std:.2g} against the column's "
+                f"{std:.2g}" + (f" ({len(sentinels)} such columns)" if len(sentinels) > 1 else "") + ": a sentinel for "
+                "missing values (-999, the gradient-boosting habit) filled in before standardising sets the column's "
+                "mean and std, so the real values, which carry the signal, are squeezed into a sliver next to the "
+                "spike and the network barely sees them",
+                "Fill missing values with the column's training mean or median (and add a 0/1 'was missing' column), "
+                "then standardise; or standardise with statistics of the observed values only.",
+                "data.train",
+            )
         squeezed = squeezed_feature_columns(seen.stats)
         if squeezed:
             findings.data["signature"] = "features_squeezed"
