@@ -500,3 +500,36 @@ def test_a_loss_that_seeds_the_global_rng_every_call(draws):
         assert len(found) == 1 and "torch.manual_seed(0)" in found[0].message and "generator=g" in found[0].fix
     else:
         assert not found
+
+
+class SmoothedForTheProgressBar:
+    """Returns an exponentially smoothed loss (for logging) instead of the batch's loss."""
+
+    def __init__(self, returns: str):
+        self.returns, self.smoothed = returns, None
+
+    def __call__(self, model, batch):
+        x, y = batch
+        loss = F.cross_entropy(model(x), y)
+        previous = loss.detach() if self.smoothed is None else self.smoothed
+        self.smoothed = 0.98 * previous.detach() + 0.02 * loss
+        return self.smoothed if self.returns == "smoothed" else loss
+
+
+@pytest.mark.parametrize("returns", ["smoothed", "batch"])
+def test_a_loss_function_returning_its_smoothed_logging_value(returns):
+    from optimus_preflight.preflight import run_preflight
+    from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(256, 10, generator=g), torch.randint(0, 3, (256,), generator=g)),
+                        batch_size=32, shuffle=True)
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 3))
+    report = run_preflight(model, torch.optim.SGD(model.parameters(), 0.1), loader,
+                           loss_fn=SmoothedForTheProgressBar(returns), checks=[FirstBatchCheck(), FirstStepCheck()])
+    found = [i for i in report.check("step.first_step").issues if i.code == "LOSS_MOSTLY_DETACHED"]
+    if returns == "smoothed":
+        assert len(found) == 1 and "0.02x its gradient" in found[0].message and "loss.item()" in found[0].fix
+    else:
+        assert not found

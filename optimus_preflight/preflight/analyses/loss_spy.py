@@ -267,6 +267,9 @@ class LossSpy(TorchFunctionMode):
     def __init__(self, shapes: list[tuple[int, int]] | None = None) -> None:
         super().__init__()
         self.calls: list[CriterionCall] = []
+        # The criteria's 0-dim outputs, held for the step only (the probe drops them): what the
+        # returned loss's gradient is measured against.
+        self.scalar_outputs: list[torch.Tensor] = []
         self.activations: dict[str, int] = {name: 0 for name in ACTIVATIONS}
         self.shapes = shapes or []
         self.column_broadcasts: list[ColumnBroadcast] = []
@@ -323,6 +326,8 @@ class LossSpy(TorchFunctionMode):
         self.channel_axis.observe(name, args, kwargs, out)
         self.views.observe(name, args, out)
         self.criterion_args.after(name, args, out, kwargs)
+        if record is not None and isinstance(out, torch.Tensor) and out.dim() == 0 and out.requires_grad:
+            self.scalar_outputs.append(out)
         if record is not None and isinstance(out, torch.Tensor) and out.numel():
             record.loss = float(out.detach().float().mean())
             if pad_mask is not None and record.reduction == "none" and out.numel() == pad_mask.numel():

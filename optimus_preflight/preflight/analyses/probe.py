@@ -104,6 +104,7 @@ class StepProbe:
     params_zero_grad: list[str] = field(default_factory=list)  # got a gradient of exactly 0 everywhere
     hooked_params: list[str] = field(default_factory=list)  # with a gradient hook of the user's (register_hook)
     loss_reseeds: list[str] = field(default_factory=list)  # seeding calls made inside compute_loss
+    loss_gradient_share: tuple[float, float] | None = None  # see _gradient_share
     pitfalls: Pitfalls = field(default_factory=Pitfalls)  # torch calls whose defaults mislead (api_pitfalls)
     target_column_reused: tuple[list[str], int, int, int] | None = None  # see target_column_reused
     step_warnings: list[str] = field(default_factory=list)  # what torch warned during the step
@@ -203,6 +204,21 @@ def _seeding_watched(calls: list[str]) -> Iterator[None]:
             setattr(owner, attribute, original)
 
 
+def _gradient_share(loss: Any, criteria: list[torch.Tensor]) -> tuple[float, float] | None:
+    """(d loss / d criterion, loss / criterion) for a returned loss built from one criterion's
+    scalar output; None otherwise. A loss whose value is the criterion's but whose gradient is
+    a small share of it is mostly detached (a running average kept for logging)."""
+    if len(criteria) != 1 or not isinstance(loss, torch.Tensor) or loss.dim() != 0 or not loss.requires_grad:
+        return None
+    criterion = criteria[0]
+    if float(criterion.detach()) == 0:
+        return None
+    (slope,) = torch.autograd.grad(loss, criterion, retain_graph=True, allow_unused=True)
+    if slope is None:
+        return None
+    return float(slope), float(loss.detach()) / float(criterion.detach())
+
+
 def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe = StepProbe(scaler_enabled=ctx.training.scaler.is_enabled())
     model = ctx.model
@@ -221,6 +237,8 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
             output = ctx.compute_loss(module, data)
         probe.loss_side_effects = _side_effects(before, _side_effect_state(ctx.optimizer, watched))
         loss = output[0] if isinstance(output, tuple) else output
+        probe.loss_gradient_share = _gradient_share(loss, spy.scalar_outputs)
+        spy.scalar_outputs.clear()
         if isinstance(loss, torch.Tensor):
             detached = loss.detach()
             probe.loss = LossReturn(

@@ -55,6 +55,10 @@ def _names(items: list[str], limit: int = 6) -> str:
     return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
+DETACHED_SLOPE = 0.2  # d(returned loss) / d(criterion) below this ...
+DETACHED_VALUE = 0.5  # ... while the returned value is at least this share of the criterion's
+
+
 def _why_no_gradient(missing: list[str], modules_run: set[str]) -> tuple[str, str]:
     """What the modules owning gradient-less parameters did in the step's forward: ran (their
     output was dropped before the loss) or never ran (defined, not called)."""
@@ -87,7 +91,7 @@ class FirstStepCheck(Check):
     name = FIRST_STEP
     stage = Stage.STEP
     codes = ("LOSS_NONFINITE", "O3", "O5", "O24", "STEP_ERROR", "TARGET_ALL_IGNORED", "LOSS_FN_SIDE_EFFECT",
-             "LOSS_RESEEDS_RNG")
+             "LOSS_RESEEDS_RNG", "LOSS_MOSTLY_DETACHED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -109,6 +113,18 @@ class FirstStepCheck(Check):
                 "planned, and gradient accumulation breaks",
                 "Only compute and return the loss in compute_loss / loss_fn; leave optimizer.step(), zero_grad() and "
                 "scheduler.step() to the loop (pass the scheduler to run_preflight / the recipe instead).",
+            )
+        share = probe.loss_gradient_share
+        if share is not None and abs(share[0]) < DETACHED_SLOPE and share[1] > DETACHED_VALUE:
+            slope, value = share
+            findings.error(
+                "LOSS_MOSTLY_DETACHED",
+                f"the returned loss has {value:.2g}x the value of its criterion's loss but only {slope:.2g}x its "
+                "gradient: most of it is a detached number carried from earlier steps, a running (exponentially "
+                "smoothed) loss kept for the progress bar and returned in place of the batch's loss "
+                "(0.98 * previous.detach() + 0.02 * loss), so every update is that many times smaller than intended",
+                "Return the batch's loss itself; keep the smoothed value for logging only (smoothed = 0.98 * "
+                "smoothed + 0.02 * loss.item()).",
             )
         if probe.loss_reseeds:
             findings.warning(
