@@ -62,7 +62,8 @@ def test_a_stateful_loss_runs_the_whole_default_preflight():
     assert "STEP_ERROR" not in report.codes()
     assert report.check("memory.host_ram").status != CheckStatus.SKIPPED  # the fake trace did run
     first_step = report.check("step.first_step")
-    assert first_step.status in (CheckStatus.PASSED, CheckStatus.WARNING), first_step.detail
+    # The smoothed loss is itself a bug the step names (LOSS_MOSTLY_DETACHED), not a crash of the trace.
+    assert {issue.code for issue in first_step.issues} <= {"LOSS_MOSTLY_DETACHED"}, first_step.detail
     assert math.isfinite(first_step.data["loss"])
     assert not isinstance(loss_fn.smoothed, FakeTensor)
 

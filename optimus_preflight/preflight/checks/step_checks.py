@@ -115,7 +115,7 @@ class FirstStepCheck(Check):
                 "scheduler.step() to the loop (pass the scheduler to run_preflight / the recipe instead).",
             )
         share = probe.loss_gradient_share
-        if share is not None and abs(share[0]) < DETACHED_SLOPE and share[1] > DETACHED_VALUE:
+        if share is not None and 0 < abs(share[0]) < DETACHED_SLOPE and share[1] > DETACHED_VALUE:
             slope, value = share
             findings.error(
                 "LOSS_MOSTLY_DETACHED",
