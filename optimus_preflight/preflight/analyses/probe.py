@@ -213,7 +213,10 @@ def _gradient_share(loss: Any, criteria: list[torch.Tensor]) -> tuple[float, flo
     criterion = criteria[0]
     if float(criterion.detach()) == 0:
         return None
-    (slope,) = torch.autograd.grad(loss, criterion, retain_graph=True, allow_unused=True)
+    try:
+        (slope,) = torch.autograd.grad(loss, criterion, retain_graph=True, allow_unused=True)
+    except RuntimeError:  # a graph autograd cannot differentiate twice: judge nothing, break nothing
+        return None
     if slope is None:
         return None
     return float(slope), float(loss.detach()) / float(criterion.detach())
