@@ -12,7 +12,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.analyses.loss_findings import init_loss_finding
+from optimus_preflight.preflight.analyses.loss_spy import LossSpy
 from optimus_preflight.preflight.checks.config_checks import LrScheduleCheck, schedule_findings
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
 from optimus_preflight.preflight.checks.step_checks import (
     FirstStepCheck,
     GradientsCheck,
@@ -358,18 +362,19 @@ class OrderBlindEncoder(nn.Module):
         return self.head(states[self.head_reads].mean(1))
 
 
+def first_step_issues(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn, check, code: str,
+                      lr: float = 1e-3) -> list:
+    """The issues of ``code`` that ``check`` reports after the first step on (inputs, targets) batches of 16."""
+    loader = DataLoader(TensorDataset(inputs, targets), batch_size=16)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), lr), loader, loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), check])
+    return [i for i in report.check(check.name).issues if i.code == code]
+
+
 def _gradient_issue(model: nn.Module) -> list:
-    from torch.utils.data import DataLoader, TensorDataset
-
-    from optimus_preflight.preflight import run_preflight
-    from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
-
     g = torch.Generator().manual_seed(0)
-    loader = DataLoader(TensorDataset(torch.randint(0, 20, (64, 8), generator=g), torch.randint(0, 2, (64,), generator=g)),
-                        batch_size=16)
-    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=nn.CrossEntropyLoss(),
-                           checks=[FirstBatchCheck(), FirstStepCheck(), GradientsCheck()])
-    return [i for i in report.check("step.gradients").issues if i.code == "GRAD_NONE"]
+    return first_step_issues(model, torch.randint(0, 20, (64, 8), generator=g), torch.randint(0, 2, (64,), generator=g),
+                             nn.CrossEntropyLoss(), GradientsCheck(), "GRAD_NONE")
 
 
 def test_a_module_whose_output_is_dropped_is_named_as_discarded():
@@ -386,17 +391,9 @@ def test_a_head_that_reads_an_earlier_layer_names_the_layers_that_never_contribu
 
 
 def _zero_gradient_issues(model: nn.Module, loss_fn, classes: int = 16) -> list:
-    from torch.utils.data import DataLoader, TensorDataset
-
-    from optimus_preflight.preflight import run_preflight
-    from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
-
     g = torch.Generator().manual_seed(0)
-    loader = DataLoader(TensorDataset(torch.randn(64, 10, generator=g), torch.randint(0, classes, (64,), generator=g)),
-                        batch_size=16)
-    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=loss_fn,
-                           checks=[FirstBatchCheck(), FirstStepCheck(), GradientsCheck()])
-    return [i for i in report.check("step.gradients").issues if i.code == "GRAD_ZERO"]
+    return first_step_issues(model, torch.randn(64, 10, generator=g), torch.randint(0, classes, (64,), generator=g),
+                             loss_fn, GradientsCheck(), "GRAD_ZERO")
 
 
 @pytest.mark.parametrize("cap", [2.0, 100.0])
@@ -431,18 +428,9 @@ def test_a_freeze_mask_hook_built_from_zeros_zeroes_every_row(start):
         def forward(self, ids):
             return self.head(self.items(ids).mean(1))
 
-    from torch.utils.data import DataLoader, TensorDataset
-
-    from optimus_preflight.preflight import run_preflight
-    from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
-
     g = torch.Generator().manual_seed(0)
-    loader = DataLoader(TensorDataset(torch.randint(10, 40, (64, 5), generator=g), torch.randint(0, 4, (64,), generator=g)),
-                        batch_size=16)
-    model = Basket()
-    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=nn.CrossEntropyLoss(),
-                           checks=[FirstBatchCheck(), FirstStepCheck(), GradientsCheck()])
-    issues = [i for i in report.check("step.gradients").issues if i.code == "GRAD_ZERO"]
+    issues = first_step_issues(Basket(), torch.randint(10, 40, (64, 5), generator=g), torch.randint(0, 4, (64,), generator=g),
+                               nn.CrossEntropyLoss(), GradientsCheck(), "GRAD_ZERO")
     if start == "zeros":
         assert len(issues) == 1 and "items.weight" in issues[0].message and "torch.ones" in issues[0].fix
     else:
@@ -451,9 +439,6 @@ def test_a_freeze_mask_hook_built_from_zeros_zeroes_every_row(start):
 
 @pytest.mark.parametrize("stored", ["log", "raw"])
 def test_a_logit_scale_stored_unlogged_saturates_the_softmax_and_is_named(stored):
-    from optimus_preflight.preflight.analyses.loss_findings import init_loss_finding
-    from optimus_preflight.preflight.analyses.loss_spy import LossSpy
-
     torch.manual_seed(0)
     scale = nn.Parameter(torch.tensor(math.log(1 / 0.07) if stored == "log" else 1 / 0.07))
     a = F.normalize(torch.randn(64, 16), dim=1)
@@ -471,9 +456,6 @@ def test_a_logit_scale_stored_unlogged_saturates_the_softmax_and_is_named(stored
 
 @pytest.mark.parametrize("draws", ["reseeded", "private"])
 def test_a_loss_that_seeds_the_global_rng_every_call(draws):
-    from optimus_preflight.preflight import run_preflight
-    from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
-
     torch.manual_seed(0)
     users, items = nn.Embedding(30, 8), nn.Embedding(100, 8)
     model = nn.ModuleDict({"user_table": users, "item_table": items})
@@ -518,9 +500,6 @@ class SmoothedForTheProgressBar:
 
 @pytest.mark.parametrize("returns", ["smoothed", "batch"])
 def test_a_loss_function_returning_its_smoothed_logging_value(returns):
-    from optimus_preflight.preflight import run_preflight
-    from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
-
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
     loader = DataLoader(TensorDataset(torch.randn(256, 10, generator=g), torch.randint(0, 3, (256,), generator=g)),

@@ -11,6 +11,7 @@ an ``nn`` loss module is called as ``loss_fn(model(inputs), targets)``, any othe
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -32,10 +33,13 @@ def loss_of(loss_fn, model, batch):
     return out[0] if isinstance(out, tuple) else out
 
 
-def run_case(case, steps: int = 20):
+def run_case(case, steps: int = 20, bf16_autocast: bool = False):
+    """``bf16_autocast``: a case with ``precision="bf16"`` runs its forward and loss under CPU bf16 autocast, as a bf16
+    run does (set h's sanity and verify; the earlier sets ran without it)."""
     kw = case.build()
     model, optimizer, train_loader = kw["model"], kw["optimizer"], kw["train_loader"]
     scheduler, clip, accum = kw.get("scheduler"), kw.get("clip_grad_norm"), kw.get("accumulation_steps", 1)
+    bf16 = bf16_autocast and kw.get("precision", "fp32") == "bf16"
     model.train()
     losses, batches = [], iter(train_loader)
 
@@ -51,8 +55,9 @@ def run_case(case, steps: int = 20):
         optimizer.zero_grad()
         total = 0.0
         for _ in range(accum):
-            loss = loss_of(kw.get("loss_fn"), model, next_batch())
-            (loss / accum).backward()
+            with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+                loss = loss_of(kw.get("loss_fn"), model, next_batch())
+            (loss.float() / accum).backward()
             total += loss.item() / accum
         if clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
@@ -63,25 +68,33 @@ def run_case(case, steps: int = 20):
     return losses, model
 
 
-def main(argv: list[str], load=load_all) -> None:
+def main(argv: list[str], load=load_all, steps: int = 20, healthy_only: bool = False,
+         bf16_autocast: bool = False) -> None:
+    """``steps``: the default when ``--steps`` is not given; ``healthy_only``: without names, run the healthy cases
+    only and count those that show DEC."""
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
-    steps = 20
     if argv[:1] == ["--steps"]:
         steps, argv = int(argv[1]), argv[2:]
     cases = load()
-    for name in argv or list(cases):
+    names = argv or [n for n, c in cases.items() if c.healthy or not healthy_only]
+    width = max(52, *(len(name) for name in names))
+    decreased = 0
+    for name in names:
         case = cases[name]
         start = time.time()
         kind = "H" if case.healthy else "B"
         try:
-            losses, model = run_case(case, steps)
+            losses, model = run_case(case, steps, bf16_autocast)
             first, last = sum(losses[:3]) / 3, sum(losses[-3:]) / 3
             verdict = "NaN" if not math.isfinite(last) else ("DEC" if last < first else "NOT-DEC")
-            print(f"{name:52s} {kind} first {first:.4g} last {last:.4g} {verdict} train={model.training} "
+            decreased += verdict == "DEC"
+            print(f"{name:{width}s} {kind} first {first:.4g} last {last:.4g} {verdict} train={model.training} "
                   f"{time.time() - start:.1f}s", flush=True)
         except Exception as e:  # noqa: BLE001
-            print(f"{name:52s} {kind} RAISED {type(e).__name__}: {str(e)[:150]}", flush=True)
+            print(f"{name:{width}s} {kind} RAISED {type(e).__name__}: {str(e)[:150]}", flush=True)
+    if healthy_only:
+        print(f"\n{decreased}/{len(names)} show DEC")
 
 
 if __name__ == "__main__":

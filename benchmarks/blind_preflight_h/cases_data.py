@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
-from benchmarks.blind_preflight_h.registry import accuracy, case, fix, gen, loader, seed, teacher_classes, val_acc
+from benchmarks.blind_preflight_h.registry import case, fix, gen, loader, seed, teacher_classes, val_acc
 
 # --------------------------------------------------------------------------------------------------------------
 # D1: a Keras pad_sequences port keeps its defaults truncating='pre'

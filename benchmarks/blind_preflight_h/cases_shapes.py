@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from benchmarks.blind_preflight_h.registry import accuracy, case, fix, gen, loader, seed, val_acc
+from benchmarks.blind_preflight_h.registry import case, fix, gen, loader, seed, val_acc
 
 # --------------------------------------------------------------------------------------------------------------
 # S1: a unidirectional GRU read at out[:, 0] (the [CLS] habit)

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from benchmarks.blind_preflight_h.registry import accuracy, case, fix, gen, loader, seed, val_acc
+from benchmarks.blind_preflight_h.registry import case, fix, gen, loader, seed, val_acc
 
 # --------------------------------------------------------------------------------------------------------------
 # T1: Hadsell contrastive loss written for y=1 'dissimilar', dataset y=1 'same product'

@@ -1,7 +1,7 @@
 """Torch calls whose defaults do something other than what the line reads as (pure recording).
 
-Watched during the first step's ``compute_loss`` (the model's forward included), beside the
-loss spy:
+Watched during the first step's ``compute_loss`` (the model's forward included), by the loss
+spy:
 
 - ``x.T`` on a 1-D tensor returns it unchanged (torch only warns): ``labels == labels.T``
   then compares elementwise and is all True, where a (B, B) same-label mask was meant.
@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.analyses.loss_findings import Finding
@@ -31,13 +30,13 @@ class Pitfalls:
     meshgrid_default: list[tuple[int, ...]] = field(default_factory=list)  # sizes of meshgrids without indexing
 
 
-class PitfallSpy(TorchFunctionMode):
+class PitfallWatch:
+    """Fed every torch function call the loss spy sees (``LossSpy.__torch_function__``)."""
+
     def __init__(self) -> None:
-        super().__init__()
         self.found = Pitfalls()
 
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
+    def observe(self, func: Any, args: tuple, kwargs: dict) -> None:
         if getattr(func, "__self__", None) is TRANSPOSE:
             tensor = args[0] if args else None
             if isinstance(tensor, torch.Tensor) and tensor.dim() == 1 and len(self.found.transposed_1d) < 4:
@@ -45,7 +44,6 @@ class PitfallSpy(TorchFunctionMode):
         elif func is torch.meshgrid and kwargs.get("indexing") is None and len(self.found.meshgrid_default) < 4:
             tensors = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
             self.found.meshgrid_default.append(tuple(t.numel() for t in tensors if isinstance(t, torch.Tensor)))
-        return func(*args, **kwargs)
 
 
 def pitfall_findings(found: Pitfalls) -> list[Finding]:

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from optimus_preflight.preflight.analyses.api_pitfalls import PitfallWatch
 from optimus_preflight.preflight.analyses.channel_axis import ChannelAxisWatch
 from optimus_preflight.preflight.analyses.class_weights import (
     FrequentClassWeights,
@@ -286,10 +287,12 @@ class LossSpy(TorchFunctionMode):
         self.views = ViewWatch()  # a view/reshape to the input's sizes in another order
         self.criterion_args = CriterionArgsWatch()  # CTC blank in targets, Poisson log_input, scores[:, labels]
         self.spectral = SpectralWatch()  # an FFT across the channels of (B, T, C) windows
+        self.pitfalls = PitfallWatch()  # a 1-D .T, torch.meshgrid without indexing=
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        self.pitfalls.observe(func, args, kwargs)
         record = pad_mask = None
         if name in CLASS_CRITERIA + BINARY_CRITERIA + REGRESSION_CRITERIA:
             record, pad_mask = self._describe(name, args, kwargs)

@@ -32,7 +32,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from optimus_preflight.memory.user_state import raised_by_fake_tensor
-from optimus_preflight.preflight.analyses.api_pitfalls import Pitfalls, PitfallSpy
+from optimus_preflight.preflight.analyses.api_pitfalls import Pitfalls
 from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, ModuleInput
 from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgs
@@ -226,8 +226,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe = StepProbe(scaler_enabled=ctx.training.scaler.is_enabled())
     model = ctx.model
     spy = LossSpy(sequence_shapes(batch))
-    pitfall_spy = PitfallSpy()
-    probe.pitfalls = pitfall_spy.found
+    probe.pitfalls = spy.pitfalls.found
 
     step_batches: list[Any] = []  # as compute_loss received it, on the device
 
@@ -236,7 +235,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         spy.batch_rows = batch_size_of(data)
         spy.criterion_args.watch_batch(data)
         before = _side_effect_state(ctx.optimizer, watched)
-        with spy, pitfall_spy, _seeding_watched(probe.loss_reseeds):
+        with spy, _seeding_watched(probe.loss_reseeds):
             output = ctx.compute_loss(module, data)
         probe.loss_side_effects = _side_effects(before, _side_effect_state(ctx.optimizer, watched))
         loss = output[0] if isinstance(output, tuple) else output

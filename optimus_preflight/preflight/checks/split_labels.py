@@ -30,6 +30,7 @@ from torch.utils.data import RandomSampler, SequentialSampler
 from optimus_preflight.preflight.analyses.label_signal import label_signal
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.feature_leak import LABEL_KEYS
+from optimus_preflight.preflight.checks.split_overlap import few_integers
 from optimus_preflight.preflight.data_access.guard import DataGuard
 from optimus_preflight.preflight.data_access.samples import sample_hashes
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -137,8 +138,7 @@ def ids_only(batch: Any) -> bool:
     if not isinstance(batch, (list, tuple)) or len(batch) != 2 or not isinstance(batch[0], torch.Tensor):
         return False
     inputs = batch[0]
-    return (not inputs.is_floating_point() and inputs.dim() >= 1 and len(inputs) > 0
-            and inputs[0].numel() <= FEW_IDS)
+    return inputs.dim() >= 1 and len(inputs) > 0 and few_integers(inputs[0], FEW_IDS)
 
 
 def conflicting_labels(digests: list[str], labels: torch.Tensor) -> tuple[int, int]:

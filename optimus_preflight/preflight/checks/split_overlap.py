@@ -83,10 +83,15 @@ def few_discrete_values(sample: Any) -> bool:
     integer tensor of at most ``FEW_FIELDS`` values (a user and an item, label-encoded columns).
     Such inputs come from a small space, where equal samples are draws of one point, not copies."""
     first = next((leaf for leaf in leaves(sample) if isinstance(leaf, (torch.Tensor, np.ndarray))), None)
-    if isinstance(first, torch.Tensor):
-        return not first.is_floating_point() and not first.is_complex() and first.numel() <= FEW_FIELDS
-    if isinstance(first, np.ndarray):
-        return first.dtype.kind in "iub" and first.size <= FEW_FIELDS
+    return few_integers(first, FEW_FIELDS)
+
+
+def few_integers(values: Any, limit: int) -> bool:
+    """Whether ``values`` (a tensor or array) holds at most ``limit`` integers."""
+    if isinstance(values, torch.Tensor):
+        return not values.is_floating_point() and not values.is_complex() and values.numel() <= limit
+    if isinstance(values, np.ndarray):
+        return values.dtype.kind in "iub" and values.size <= limit
     return False
 
 
