@@ -580,8 +580,10 @@ for extra in (8, 0):  # rank 1 has a batch more, then the same
     report = run_preflight(model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(Shard(samples), batch_size=8),
                            loss_fn=nn.CrossEntropyLoss(), checks=[RankBatchesCheck()], max_steps=5)
     check = next(c for c in report.checks if c.name == "data.rank_batches")
-    print("RESULT " + json.dumps({"rank": env.rank, "extra": extra, "status": check.status.value, "data": check.data,
-                                  "codes": [i.code for i in check.issues]}), flush=True)
+    # One file per rank and case: two ranks printing to one pipe can interleave their lines.
+    with open(f"result_{env.rank}_{extra}.json", "w") as out:
+        json.dump({"rank": env.rank, "extra": extra, "status": check.status.value, "data": check.data,
+                   "codes": [i.code for i in check.issues]}, out)
 destroy_process_group()
 """
 
@@ -594,7 +596,7 @@ def test_two_torchrun_ranks_compare_their_batch_counts(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    results = [json.loads(line[len("RESULT "):]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    results = [json.loads(path.read_text()) for path in sorted(tmp_path.glob("result_*.json"))]
     assert sorted((r["extra"], r["rank"]) for r in results) == [(0, 0), (0, 1), (8, 0), (8, 1)]
     for result in results:
         uneven = result["extra"] > 0
