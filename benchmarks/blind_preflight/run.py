@@ -29,7 +29,8 @@ import warnings
 REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind_preflight_b.registry",
               "c": "benchmarks.blind_preflight_c.registry", "d": "benchmarks.blind_preflight_d.registry",
               "e": "benchmarks.blind_preflight_e.registry", "f": "benchmarks.blind_preflight_f.registry",
-              "g": "benchmarks.blind_preflight_g.registry", "h": "benchmarks.blind_preflight_h.registry"}
+              "g": "benchmarks.blind_preflight_g.registry", "h": "benchmarks.blind_preflight_h.registry",
+              "i": "benchmarks.blind_preflight_i.registry"}
 
 
 def load_cases(which: str = "a"):
