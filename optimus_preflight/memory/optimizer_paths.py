@@ -14,6 +14,7 @@ torch's optimizers have three step implementations with different memory (measur
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -49,27 +50,32 @@ def supports_fused(optimizer: Optimizer) -> bool:
     return "fused" in optimizer.defaults
 
 
-def per_tensor(build_optimizer: Builder) -> Builder:
-    """The same optimizer with every group on the per-tensor loop (``foreach=False``)."""
+@dataclass(frozen=True)
+class _Switched:
+    """``build_optimizer`` with every group switched to one step implementation. Frozen, so
+    two variants of one builder compare equal and the estimates keyed by builder (one trace
+    per builder) are shared between checks instead of traced again."""
 
-    def build(model: nn.Module) -> Optimizer:
-        optimizer = build_optimizer(model)
-        for group in optimizer.param_groups:
-            if not group.get("fused"):
-                group["foreach"] = False
-        return optimizer
+    build_optimizer: Builder
+    implementation: str  # "per_tensor" | "fused"
 
-    return build
-
-
-def fused(build_optimizer: Builder) -> Builder:
-    """The same optimizer with every group fused (for optimizers that have the switch)."""
-
-    def build(model: nn.Module) -> Optimizer:
-        optimizer = build_optimizer(model)
-        if supports_fused(optimizer):
+    def __call__(self, model: nn.Module) -> Optimizer:
+        optimizer = self.build_optimizer(model)
+        if self.implementation == "per_tensor":
+            for group in optimizer.param_groups:
+                if not group.get("fused"):
+                    group["foreach"] = False
+        elif supports_fused(optimizer):
             for group in optimizer.param_groups:
                 group["fused"], group["foreach"] = True, None
         return optimizer
 
-    return build
+
+def per_tensor(build_optimizer: Builder) -> Builder:
+    """The same optimizer with every group on the per-tensor loop (``foreach=False``)."""
+    return _Switched(build_optimizer, "per_tensor")
+
+
+def fused(build_optimizer: Builder) -> Builder:
+    """The same optimizer with every group fused (for optimizers that have the switch)."""
+    return _Switched(build_optimizer, "fused")

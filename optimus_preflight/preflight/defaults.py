@@ -25,6 +25,7 @@ from optimus_preflight.preflight.checks import (
 from optimus_preflight.preflight.checks.adapter_checks import AdapterCheck
 from optimus_preflight.preflight.checks.attention_mask import AttentionMaskCheck
 from optimus_preflight.preflight.checks.batch_layout import BatchLayoutCheck
+from optimus_preflight.preflight.checks.buffer_lookups import BufferLookupsCheck
 from optimus_preflight.preflight.checks.collate_order import CollateOrderCheck
 from optimus_preflight.preflight.checks.dataset_checks import DatasetLengthCheck
 from optimus_preflight.preflight.checks.dataset_memory import DatasetCacheCheck
@@ -41,6 +42,7 @@ from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
 from optimus_preflight.preflight.checks.mask_alignment import MaskAlignmentCheck
 from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
 from optimus_preflight.preflight.checks.module_structure import ModuleStructureCheck
+from optimus_preflight.preflight.checks.pair_labels import PairLabelsCheck
 from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
 from optimus_preflight.preflight.checks.recurrence import RecurrenceCheck
 from optimus_preflight.preflight.checks.sample_mixing import SampleMixingCheck
@@ -122,6 +124,8 @@ DEFAULT_CHECKS: list[type[Check]] = [
     InputDependenceCheck,
     ZeroFeaturesCheck,
     EmbeddingInputsCheck,
+    BufferLookupsCheck,
+    PairLabelsCheck,
     AttentionMaskCheck,
     RecurrenceCheck,
     step_runs.AccumulationCheck,

@@ -271,6 +271,7 @@ class LossSpy(TorchFunctionMode):
         # The criteria's 0-dim outputs, held for the step only (the probe drops them): what the
         # returned loss's gradient is measured against.
         self.scalar_outputs: list[torch.Tensor] = []
+        self.scalar_sources: list[tuple[str, Any]] = []  # (criterion, target) of each scalar output
         self.activations: dict[str, int] = {name: 0 for name in ACTIVATIONS}
         self.shapes = shapes or []
         self.column_broadcasts: list[ColumnBroadcast] = []
@@ -331,6 +332,7 @@ class LossSpy(TorchFunctionMode):
         self.criterion_args.after(name, args, out, kwargs)
         if record is not None and isinstance(out, torch.Tensor) and out.dim() == 0 and out.requires_grad:
             self.scalar_outputs.append(out)
+            self.scalar_sources.append((name, _argument(args, kwargs, 1, "target")))
         if record is not None and isinstance(out, torch.Tensor) and out.numel():
             record.loss = float(out.detach().float().mean())
             if pad_mask is not None and record.reduction == "none" and out.numel() == pad_mask.numel():

@@ -36,6 +36,7 @@ from optimus_preflight.preflight.analyses.api_pitfalls import Pitfalls
 from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, ModuleInput
 from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgs
+from optimus_preflight.preflight.analyses.gradient_reversal import Reversal, find_reversals
 from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy, SlicedPair
 from optimus_preflight.preflight.analyses.padding import sequence_shapes
 from optimus_preflight.preflight.analyses.spectral_axis import FftOverChannels
@@ -116,6 +117,7 @@ class StepProbe:
     modules_run: set[str] = field(default_factory=set)
     criterion_args: CriterionArgs = field(default_factory=CriterionArgs)  # CTC blank, Poisson log_input, [:, labels]
     fft_over_channels: FftOverChannels | None = None  # a spectral transform across (B, T, C) channels
+    gradient_reversals: list[Reversal] = field(default_factory=list)  # see gradient_reversal
 
     @property
     def completed(self) -> bool:
@@ -240,7 +242,9 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         probe.loss_side_effects = _side_effects(before, _side_effect_state(ctx.optimizer, watched))
         loss = output[0] if isinstance(output, tuple) else output
         probe.loss_gradient_share = _gradient_share(loss, spy.scalar_outputs)
+        probe.gradient_reversals = find_reversals(spy.scalar_outputs, spy.scalar_sources, data)
         spy.scalar_outputs.clear()
+        spy.scalar_sources.clear()
         if isinstance(loss, torch.Tensor):
             detached = loss.detach()
             probe.loss = LossReturn(

@@ -28,6 +28,7 @@ import torch
 from torch.utils.data import RandomSampler, SequentialSampler
 
 from optimus_preflight.preflight.analyses.label_signal import label_signal
+from optimus_preflight.preflight.analyses.train_shortcut import Shortcut, train_only_shortcut
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.feature_leak import LABEL_KEYS
 from optimus_preflight.preflight.checks.split_overlap import few_integers
@@ -234,7 +235,8 @@ class SplitLabelsCheck(Check):
 
     name = "data.split_labels"
     stage = Stage.DATA
-    codes = ("VAL_LABEL_MAPPING", "VAL_LABEL_SHIFT", "LABEL_CONFLICT", "LABELS_UNRELATED", "VAL_CHANNEL_ORDER")
+    codes = ("VAL_LABEL_MAPPING", "VAL_LABEL_SHIFT", "LABEL_CONFLICT", "LABELS_UNRELATED", "VAL_CHANNEL_ORDER",
+             "TRAIN_ONLY_SHORTCUT")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -253,6 +255,8 @@ class SplitLabelsCheck(Check):
         if train is None or val is None:
             findings.data["summary"] = "too few samples"
             return
+        if train[0] is not None and val[0] is not None:
+            self._shortcut(train_only_shortcut(train[0], train[1], val[0], val[1]), findings)
         found = None
         if train[0] is not None and val[0] is not None and train[0].shape[1] == val[0].shape[1]:
             found = relabelling(train[0], train[1], val[0], val[1])
@@ -354,6 +358,26 @@ class SplitLabelsCheck(Check):
             "X, y = X[mask], y[mask]); normalise with statistics of the training set, not of each sample. Print a "
             "few rows with their labels and check them by hand.",
             "data.train",
+        )
+
+    @staticmethod
+    def _shortcut(found: Shortcut | None, findings: Findings) -> None:
+        if found is None:
+            return
+        findings.data["shortcut"] = {"label": found.label, "statistic": found.statistic,
+                                     "train_auc": round(found.train_auc, 3), "val_auc": round(found.val_auc, 3)}
+        side = "larger" if found.higher else "smaller"
+        findings.warning(
+            "TRAIN_ONLY_SHORTCUT",
+            f"in training, the samples of class {found.label} have a {side} per-sample {found.statistic} than the "
+            f"rest, enough to tell them apart without looking at the content (AUC {found.train_auc:.2f}); in "
+            f"validation it tells them apart far less (AUC {found.val_auc:.2f}). Something done to the training "
+            "rows of that class only (noise or augmentation added to the oversampled minority copies, one class "
+            "rescaled, resampled or read from another source) is a shortcut the model learns instead of the task, "
+            "and it fails on validation, where the class looks like the others",
+            "Apply augmentation and preprocessing to every class alike (augment the whole training set, or "
+            "oversample with a WeightedRandomSampler instead of noisy copies of one class), and compare a few "
+            "samples of each class side by side.",
         )
 
     @staticmethod

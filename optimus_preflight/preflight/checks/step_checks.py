@@ -12,6 +12,7 @@ import torch
 from optimus_preflight.preflight.analyses.api_pitfalls import pitfall_findings
 from optimus_preflight.preflight.analyses.criterion_args import criterion_arg_findings
 from optimus_preflight.preflight.analyses.device_errors import device_error_fix
+from optimus_preflight.preflight.analyses.gradient_reversal import Reversal
 from optimus_preflight.preflight.analyses.loss_findings import (
     bounded_logit_findings,
     class_dim_findings,
@@ -220,16 +221,35 @@ def _nan_from_ignored_targets(probe: StepProbe) -> CriterionCall | None:
     return next((call for call in probe.criterion_calls if all_ignored(call)), None)
 
 
+def _reversal_findings(reversals: list[Reversal], findings: Findings) -> None:
+    """GRADIENT_REVERSED_ON_LABELS: a gradient reversal between the model and the criterion
+    on the batch's labels (in front of the label head, not the adversary's)."""
+    found = next((r for r in reversals if r.on_labels), None)
+    if found is None:
+        return
+    adversary = ("; the other loss term of the step reaches the model without one, so the reversal is in front "
+                 "of the wrong head" if found.others_unreversed else "")
+    findings.warning(
+        "GRADIENT_REVERSED_ON_LABELS",
+        f"{found.function} (a custom autograd Function whose backward returns {found.factor:g} x the gradient: a "
+        f"gradient reversal) sits between the model and {found.criterion} on the batch's labels: the layers below "
+        f"it are trained to make the labels HARDER to predict, the opposite of the task{adversary}",
+        "In domain-adversarial training the reversal goes in front of the domain (adversary) classifier only: "
+        "label_head(h), domain_head(GradReverse.apply(h, alpha)).",
+    )
+
+
 class GradientsCheck(Check):
     """Every trainable parameter gets a finite gradient from the first step."""
 
     name = "step.gradients"
     stage = Stage.STEP
-    codes = ("GRAD_NONE", "GRAD_NONFINITE", "GRAD_ZERO", "LOSS_NOT_FROM_OUTPUT")
+    codes = ("GRAD_NONE", "GRAD_NONFINITE", "GRAD_ZERO", "LOSS_NOT_FROM_OUTPUT", "GRADIENT_REVERSED_ON_LABELS")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         probe = get_probe(ctx)
+        _reversal_findings(probe.gradient_reversals, findings)
         missing, nonfinite = probe.params_without_grad, probe.params_nonfinite_grad
         findings.data.update(trainable=probe.trainable_params, without_grad=len(missing), nonfinite=len(nonfinite))
         findings.data["summary"] = f"{probe.trainable_params - len(missing)}/{probe.trainable_params} trainable tensors got a gradient"
