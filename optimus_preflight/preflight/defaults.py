@@ -27,6 +27,7 @@ from optimus_preflight.preflight.checks.attention_mask import AttentionMaskCheck
 from optimus_preflight.preflight.checks.batch_layout import BatchLayoutCheck
 from optimus_preflight.preflight.checks.buffer_lookups import BufferLookupsCheck
 from optimus_preflight.preflight.checks.collate_order import CollateOrderCheck
+from optimus_preflight.preflight.checks.contrastive_targets import ContrastiveTargetsCheck
 from optimus_preflight.preflight.checks.dataset_checks import DatasetLengthCheck
 from optimus_preflight.preflight.checks.dataset_memory import DatasetCacheCheck
 from optimus_preflight.preflight.checks.dataset_mutation import DatasetMutationCheck
@@ -126,6 +127,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     EmbeddingInputsCheck,
     BufferLookupsCheck,
     PairLabelsCheck,
+    ContrastiveTargetsCheck,
     AttentionMaskCheck,
     RecurrenceCheck,
     step_runs.AccumulationCheck,

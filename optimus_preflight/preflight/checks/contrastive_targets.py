@@ -1,0 +1,163 @@
+"""Whether an in-batch contrastive loss's positives come from the same sample
+(``step.contrastive_targets``).
+
+``IN_BATCH_POSITIVES_MISMATCHED``: NT-Xent / InfoNCE / CLIP losses are a cross-entropy over
+``(N, N)`` similarities whose target names, for each row, the column of its positive: the
+other view (or the paired caption) of the same sample. The targets are built inside the
+loss from a layout (``(arange(2B) + B) % 2B`` for ``torch.cat([z1, z2])``, ``arange(B)`` for
+paired rows), and a layout that differs from the one the embeddings are really in
+(``torch.stack([z1, z2], 1).reshape(2B, -1)`` interleaves them) makes every "positive" an
+unrelated sample. The loss still falls, by pulling random pairs together.
+
+Measured, not read from the code: with the model in eval mode and the RNG reseeded before
+each call (so random augmentations repeat), the loss is computed on the first batch and
+again with one sample's inputs changed. The rows of the similarity matrix that change in
+most of their columns are that sample's rows; the columns that change in the other rows
+are its columns. Each of its rows' target must be one of its columns.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.training.batches import batch_size_of, move_to_device
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+MIN_ROWS = 8
+MOST = 0.5  # share of a row's (or column's) entries that change for it to be the sample's
+MAX_ROWS_PER_SAMPLE = 4  # views of one sample; more means the change spread (no conclusion)
+PROBED_SAMPLES = (0, 1, 2)
+SEED = 20240611
+
+
+class SimilarityWatch(TorchFunctionMode):
+    """Keeps the first cross-entropy over square ``(N, N)`` scores with an index target."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scores: torch.Tensor | None = None
+        self.target: torch.Tensor | None = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.cross_entropy and self.scores is None and len(args) >= 2:
+            scores, target = args[0], args[1]
+            if (isinstance(scores, torch.Tensor) and isinstance(target, torch.Tensor) and scores.dim() == 2
+                    and scores.shape[0] == scores.shape[1] >= MIN_ROWS and target.dim() == 1
+                    and target.shape[0] == scores.shape[0] and not target.is_floating_point()):
+                self.scores, self.target = scores.detach().float().clone(), target.detach().clone()
+        return func(*args, **kwargs)
+
+
+def seeded_scores(ctx: PreflightContext, batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    watch = SimilarityWatch()
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(SEED)
+        with watch:
+            eval_forward(ctx, batch)
+    if watch.scores is None or watch.target is None:
+        return None
+    return watch.scores, watch.target
+
+
+def with_sample_changed(batch: Any, index: int, rows: int) -> Any | None:
+    """The batch with sample ``index`` of every floating (rows, ...) tensor moved (a sign flip
+    and a shift); None when the batch has no such tensor."""
+    changed = False
+
+    def move(value: Any) -> Any:
+        nonlocal changed
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() >= 1 and value.shape[0] == rows:
+            copy = value.clone()
+            copy[index] = -copy[index] + value.float().std().to(value.dtype)
+            changed = True
+            return copy
+        if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+            return type(value)(move(item) for item in value)
+        if isinstance(value, dict):
+            return {key: move(item) for key, item in value.items()}
+        return value
+
+    moved = move(batch)
+    return moved if changed else None
+
+
+def sample_rows_and_columns(before: torch.Tensor, after: torch.Tensor) -> tuple[list[int], list[int]]:
+    finite = torch.isfinite(before) & torch.isfinite(after) & (before.abs() < 1e8)
+    scale = before[finite].abs().max().clamp_min(1e-6) if bool(finite.any()) else torch.tensor(1.0)
+    changed = ((after - before).abs() > 1e-5 * scale) & finite
+    rows = [r for r in range(changed.shape[0]) if float(changed[r].float().mean()) > MOST]
+    others = [r for r in range(changed.shape[0]) if r not in rows]
+    if not others:
+        return rows, []
+    columns = [c for c in range(changed.shape[1]) if float(changed[others, c].float().mean()) > MOST]
+    return rows, columns
+
+
+class ContrastiveTargetsCheck(Check):
+    """IN_BATCH_POSITIVES_MISMATCHED: the (N, N) cross-entropy's targets name other samples."""
+
+    name = "step.contrastive_targets"
+    stage = Stage.STEP
+    codes = ("IN_BATCH_POSITIVES_MISMATCHED",)
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
+        rows = batch_size_of(batch)
+        try:
+            base = seeded_scores(ctx, batch)
+            again = seeded_scores(ctx, batch) if base is not None else None
+        except Exception:
+            findings.data["summary"] = "the loss could not be observed"
+            return
+        if base is None or again is None or not torch.equal(base[0], again[0]):
+            findings.data["summary"] = "no (N, N) cross-entropy, or one that does not repeat under a fixed seed"
+            return
+        scores, target = base
+        if target.unique().numel() == 1:  # one column for every row: TARGET_ONE_CLASS names that
+            findings.data["summary"] = "one target for every row"
+            return
+        mismatched: list[tuple[int, list[int], list[int], int]] = []
+        judged = 0
+        for index in PROBED_SAMPLES:
+            moved = with_sample_changed(batch, index, rows) if rows and index < rows else None
+            if moved is None:
+                break
+            try:
+                found = seeded_scores(ctx, moved)
+            except Exception:
+                break
+            if found is None:
+                break
+            own_rows, own_columns = sample_rows_and_columns(scores, found[0])
+            if not own_rows or not own_columns or len(own_rows) > MAX_ROWS_PER_SAMPLE:
+                continue
+            judged += 1
+            wrong = [row for row in own_rows if int(target[row]) not in own_columns]
+            if wrong:
+                mismatched.append((index, own_rows, own_columns, int(target[wrong[0]])))
+        findings.data["summary"] = f"{judged} sample(s) traced through the ({scores.shape[0]}, {scores.shape[1]}) scores"
+        if judged >= 2 and len(mismatched) == judged:
+            index, own_rows, own_columns, named = mismatched[0]
+            findings.warning(
+                "IN_BATCH_POSITIVES_MISMATCHED",
+                f"the loss's cross-entropy over ({scores.shape[0]}, {scores.shape[1]}) in-batch similarities names "
+                f"positives from other samples: sample {index} of the batch lands in rows {own_rows} and columns "
+                f"{own_columns}, yet the target of row {own_rows[0]} is column {named}. The targets assume one layout "
+                "of the views (torch.cat([z1, z2]) for (arange(2B) + B) % 2B) while the embeddings are in another "
+                "(torch.stack([z1, z2], dim=1).reshape(2B, -1) interleaves them), so every 'positive' pair is two "
+                "unrelated samples",
+                "Build the embeddings and the targets from one layout: z = torch.cat([z1, z2]) with targets "
+                "(torch.arange(2 * B) + B) % (2 * B), or for interleaved rows targets torch.arange(2 * B) ^ 1.",
+            )

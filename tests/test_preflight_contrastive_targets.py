@@ -1,0 +1,86 @@
+"""step.contrastive_targets: IN_BATCH_POSITIVES_MISMATCHED, an NT-Xent whose targets assume
+the concatenated layout of the two views while the embeddings are interleaved; quiet on
+the concatenated layout, on CLIP-style paired rows and on a classifier whose batch size
+equals its number of classes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.contrastive_targets import ContrastiveTargetsCheck, sample_rows_and_columns
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+
+
+def augment(x):
+    return x * (torch.rand_like(x) > 0.3).float() + 0.3 * torch.randn_like(x)
+
+
+def nt_xent(interleaved: bool, tau: float = 0.2):
+    def loss_fn(model, batch):
+        x = batch[0]
+        b = len(x)
+        z1, z2 = model(augment(x)), model(augment(x))
+        z = torch.stack([z1, z2], dim=1).reshape(2 * b, -1) if interleaved else torch.cat([z1, z2])
+        z = F.normalize(z, dim=1)
+        similarity = (z @ z.T / tau).masked_fill(torch.eye(2 * b, dtype=torch.bool), -1e9)
+        return F.cross_entropy(similarity, (torch.arange(2 * b) + b) % (2 * b))
+    return loss_fn
+
+
+def issues_of(model, data, loss_fn):
+    torch.manual_seed(0)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(data, batch_size=32, shuffle=True, drop_last=True), loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), ContrastiveTargetsCheck()])
+    check = report.check("step.contrastive_targets")
+    assert check.status.value in ("passed", "warning"), check.detail
+    return check.issues
+
+
+@pytest.mark.parametrize("interleaved", [True, False], ids=["stacked_views", "concatenated_views"])
+def test_nt_xent_targets_for_another_layout_fire(interleaved):
+    rows = TensorDataset(torch.randn(256, 16, generator=torch.Generator().manual_seed(0)))
+    issues = issues_of(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)), rows, nt_xent(interleaved))
+    assert bool(issues) == interleaved
+    if issues:
+        assert "rows [0, 1]" in issues[0].message and "torch.cat([z1, z2])" in issues[0].fix
+
+
+class TwoTowers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.image, self.text = nn.Linear(16, 8), nn.Linear(12, 8)
+
+    def forward(self, images, texts):
+        return F.normalize(self.image(images), dim=1) @ F.normalize(self.text(texts), dim=1).T / 0.07
+
+
+def test_clip_style_paired_rows_are_quiet():
+    g = torch.Generator().manual_seed(1)
+    pairs = TensorDataset(torch.randn(256, 16, generator=g), torch.randn(256, 12, generator=g))
+
+    def clip_loss(model, batch):
+        logits = model(*batch)
+        labels = torch.arange(len(logits))
+        return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
+
+    assert issues_of(TwoTowers(), pairs, clip_loss) == []
+
+
+def test_a_classifier_whose_batch_size_equals_its_classes_is_quiet():
+    g = torch.Generator().manual_seed(2)
+    data = TensorDataset(torch.randn(256, 16, generator=g), torch.randint(0, 32, (256,), generator=g))
+    assert issues_of(nn.Linear(16, 32), data, nn.CrossEntropyLoss()) == []
+
+
+def test_a_samples_rows_change_whole_and_its_columns_change_elsewhere():
+    before = torch.zeros(6, 6)
+    after = before.clone()
+    after[[1, 4]] = 1.0  # sample's two rows
+    after[:, [1, 4]] = 1.0  # and its two columns in every other row
+    assert sample_rows_and_columns(before, after) == ([1, 4], [1, 4])
