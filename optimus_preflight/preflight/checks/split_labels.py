@@ -53,6 +53,8 @@ MIN_CLASS_SAMPLES = 5  # validation samples of a class before its relabelling co
 ABOVE_MAJORITY = 0.2
 DROP = 0.25  # validation agreement at least this much below the training agreement ...
 RESTORED = 0.1  # ... and within this of it once the validation ids are relabelled
+MIN_SEQUENCE = 8  # token positions before an integer input is text, not a few ids
+BAG_BUCKETS = 256  # hashed token counts the label-signal probe reads from text (label_signal's limit)
 FEW_IDS = 2  # integer values per sample's inputs: ids (a user, a user and an item), not features
 CONFLICT_SHARE = 0.1  # of the training samples read: identical inputs with another label
 MIN_CONFLICTS = 8
@@ -104,6 +106,21 @@ def channel_reversed(batch: Any) -> Any:
         found = {key: value for key, value in found.items() if value is not None}
         return {**batch, **found} if len(found) == 1 else None
     return None
+
+
+def token_bags(batch: Any) -> torch.Tensor | None:
+    """Hashed bag-of-words counts (B, ``BAG_BUCKETS``), each row summing to 1, of an ``(ids, y)``
+    batch of integer token sequences (at least ``MIN_SEQUENCE`` positions); None otherwise.
+    What a bag-of-words model can read: enough for the label-signal probe on text."""
+    if not isinstance(batch, (list, tuple)) or len(batch) != 2 or not isinstance(batch[0], torch.Tensor):
+        return None
+    ids = batch[0]
+    if ids.is_floating_point() or ids.dtype == torch.bool or ids.dim() != 2 or ids.shape[1] < MIN_SEQUENCE \
+            or bool((ids < 0).any()):
+        return None
+    ids = ids.detach().long().cpu()
+    bags = torch.zeros(ids.shape[0], BAG_BUCKETS).scatter_add_(1, ids % BAG_BUCKETS, torch.ones(ids.shape, dtype=torch.float))
+    return bags / ids.shape[1]
 
 
 def labels_only(batch: Any) -> torch.Tensor | None:
@@ -248,6 +265,8 @@ class SplitLabelsCheck(Check):
             self._conflicts(train[2], train[1], findings)
         if train is not None and train[0] is not None:
             self._signal(train[0], train[1], findings)
+        elif train is not None and train[4] is not None:
+            self._signal(train[4], train[1], findings, text=True)
         if ctx.val_loader is None:
             findings.data.setdefault("summary", "no validation loader")
             return
@@ -336,7 +355,7 @@ class SplitLabelsCheck(Check):
         )
 
     @staticmethod
-    def _signal(features: torch.Tensor, labels: torch.Tensor, findings: Findings) -> None:
+    def _signal(features: torch.Tensor, labels: torch.Tensor, findings: Findings, text: bool = False) -> None:
         signal = label_signal(features, labels)
         if signal is None:
             return
@@ -344,19 +363,27 @@ class SplitLabelsCheck(Check):
                              linear_accuracy=round(signal.linear_accuracy, 3), majority_share=round(signal.majority, 3))
         if not signal.unrelated:
             return
+        probe = "a linear probe on hashed token counts" if text else "a linear probe"
+        causes = (
+            "Usually the labels were joined to the texts wrongly: two sources merged whose labels mean opposite "
+            "things (1 = positive in one export, 1 = complaint in the other) without recoding one, texts and labels "
+            "read from files sorted differently, or one list shuffled or filtered on its own"
+            if text else
+            "Usually features and labels were misaligned on the way: rows filtered from the features only "
+            "(X = X[~np.isnan(X).any(1)] then y = y[:len(X)]), an off-by-one slice (X[:-1] with y[:-1] shifted), or "
+            "one of them shuffled or sorted on its own. Else the preprocessing removed what carries the label: each "
+            "sample standardised with its own mean and std (its level, often the label's cause, is gone), a feature "
+            "dropped or overwritten")
         findings.warning(
             "LABELS_UNRELATED",
             f"the training labels look unrelated to their inputs: over {signal.samples} samples read, a 5-nearest-"
-            f"neighbour vote predicts {signal.neighbour_accuracy:.0%} of them and a linear probe "
+            f"neighbour vote predicts {signal.neighbour_accuracy:.0%} of them and {probe} "
             f"{signal.linear_accuracy:.0%}, no better than always answering the largest class "
-            f"({signal.majority:.0%}). Usually features and labels were misaligned on the way: rows filtered from "
-            "the features only (X = X[~np.isnan(X).any(1)] then y = y[:len(X)]), an off-by-one slice (X[:-1] with "
-            "y[:-1] shifted), or one of them shuffled or sorted on its own. Else the preprocessing removed what "
-            "carries the label: each sample standardised with its own mean and std (its level, often the label's "
-            "cause, is gone), a feature dropped or overwritten",
-            "Filter, shuffle and slice features and labels together (one DataFrame, or one index: mask = ...; "
-            "X, y = X[mask], y[mask]); normalise with statistics of the training set, not of each sample. Print a "
-            "few rows with their labels and check them by hand.",
+            f"({signal.majority:.0%}). {causes}",
+            "Filter, shuffle and slice inputs and labels together (one DataFrame, or one index: mask = ...; "
+            "X, y = X[mask], y[mask]); map every source's labels to one coding before merging; normalise with "
+            "statistics of the training set, not of each sample. Print a few rows with their labels and check them "
+            "by hand.",
             "data.train",
         )
 
@@ -403,12 +430,14 @@ class SplitLabelsCheck(Check):
         )
 
     def _read(self, ctx: PreflightContext, findings: Findings, loader: Any, limit: int,
-              which: str) -> tuple[torch.Tensor | None, torch.Tensor, list[str] | None, torch.Tensor | None] | None:
+              which: str) -> tuple[torch.Tensor | None, torch.Tensor, list[str] | None, torch.Tensor | None,
+                                      torch.Tensor | None] | None:
         """(features, or None when the batch has no floating features; labels; a digest of each
         sample's inputs, for the training loader; for the validation loader, the features of its
         images with the colour channels reversed, when it has images)."""
         guard = DataGuard(ctx, self.name, findings)
         features, labels, started = [], [], time.perf_counter()
+        bags: list[torch.Tensor] | None = [] if which == "training" else None
         flipped: list[torch.Tensor] | None = [] if which == "validation" else None
         digests: list[str] | None = [] if which == "training" else None
         with preserved_data_state(ctx), guard.batches(loader, f"{which} labels for {self.name}") as stream:
@@ -422,6 +451,9 @@ class SplitLabelsCheck(Check):
                     digests = digests + rows if len(rows) == len(found) else None
                 pair = features_and_labels(batch)
                 features.append(pair[0] if pair is not None else None)
+                if bags is not None:
+                    bag = token_bags(batch) if pair is None else None
+                    bags = bags + [bag] if bag is not None and len(bag) == len(found) else None
                 if flipped is not None:
                     reversed_batch = channel_reversed(batch)
                     reversed_pair = features_and_labels(reversed_batch) if reversed_batch is not None else None
@@ -432,4 +464,5 @@ class SplitLabelsCheck(Check):
             return None
         usable = all(x is not None for x in features) and len({x.shape[1] for x in features}) == 1
         return ((torch.cat(features)[:limit] if usable else None), torch.cat(labels)[:limit],
-                digests[:limit] if digests else None, torch.cat(flipped)[:limit] if usable and flipped else None)
+                digests[:limit] if digests else None, torch.cat(flipped)[:limit] if usable and flipped else None,
+                torch.cat(bags)[:limit] if bags else None)
