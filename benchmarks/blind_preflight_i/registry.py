@@ -1,0 +1,28 @@
+"""Set i's case registry: set a's Case / CaseTable and data helpers, its own case table, and the one-line fixes
+``verify.py`` trains next to each broken case (``FIXES``: no preflight involved)."""
+
+from __future__ import annotations
+
+import torch
+
+from benchmarks.blind_preflight.fixes import FixTable, accuracy, val_acc  # noqa: F401
+from benchmarks.blind_preflight.registry import (  # noqa: F401
+    Case,
+    CaseTable,
+    loader,
+    seed,
+    teacher_classes,
+    teacher_regression,
+    token_sequences,
+)
+
+TABLE = CaseTable([f"benchmarks.blind_preflight_i.{name}" for name in (
+    "cases_shapes", "cases_targets", "cases_trained", "cases_mechanics", "cases_data", "cases_healthy")])
+CASES, case, healthy, load_all = TABLE.cases, TABLE.case, TABLE.healthy, TABLE.load_all
+
+FIX_TABLE = FixTable()
+FIXES, fix = FIX_TABLE.fixes, FIX_TABLE.fix
+
+
+def gen(s: int) -> torch.Generator:
+    return torch.Generator().manual_seed(s)
