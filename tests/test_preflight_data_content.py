@@ -87,6 +87,23 @@ def test_a_split_of_a_table_with_few_or_no_duplicates_is_quiet(share):
     assert result_of(report, "data.split_overlap").data["validation_read"] > 0
 
 
+def test_a_task_of_a_few_hundred_possible_samples_overlaps_by_nature_and_is_a_note():
+    # Click sessions fixed by (length, start, stride): 220 possible ones, each drawn ~7 times in 1500.
+    g = torch.Generator().manual_seed(0)
+    length, start, stride = (torch.randint(4, 15, (1800,), generator=g), torch.randint(1, 6, (1800,), generator=g),
+                             torch.randint(1, 3, (1800,), generator=g))
+    steps = torch.arange(14)
+    ids = ((start[:, None] - 1 + stride[:, None] * steps) % 5 + 1) * (steps < length[:, None])
+    noisy = torch.randint(0, 2, (1800,), generator=g)
+    data = TensorDataset(ids, noisy)
+    train, val = torch.utils.data.Subset(data, range(1500)), torch.utils.data.Subset(data, range(1500, 1800))
+    report = check(DataLoader(train, batch_size=32, shuffle=True), [SplitOverlapCheck],
+                   val_loader=DataLoader(val, batch_size=32))
+    assert loud(report) == []
+    issue = next(issue for _, issue in report.issues() if issue.code == "LEAK_SPLIT")
+    assert issue.severity.value == "info" and "few" in issue.message
+
+
 def test_padded_token_rows_of_distinct_texts_are_quiet():
     # Short texts padded to one length share most of their tokens, not all of them.
     generator = torch.Generator().manual_seed(0)

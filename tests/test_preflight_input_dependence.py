@@ -87,6 +87,33 @@ def test_a_read_out_of_the_first_time_step_ignores_the_second_half(read_first):
         assert "second half" in issues[0].message and "12-23" in issues[0].message and "h_n" in issues[0].fix
 
 
+class SpectrogramGru(nn.Module):
+    """A GRU over 64 frames read at its last state: untrained, it forgets the first frames by
+    the end (their effect is below float32's resolution), which training changes."""
+
+    def __init__(self, read_first: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.gru, self.head, self.read_first = nn.GRU(33, 32, batch_first=True), nn.Linear(32, 2), read_first
+
+    def forward(self, frames):
+        out, h_n = self.gru(frames)
+        return self.head(out[:, 0] if self.read_first else h_n[-1])
+
+
+@pytest.mark.parametrize("read_first", [True, False], ids=["first_frame", "last_state_of_a_long_sequence"])
+def test_only_a_read_out_with_no_path_to_half_the_frames_fires(read_first):
+    g = torch.Generator().manual_seed(1)
+    frames, y = 3 * torch.randn(256, 64, 33, generator=g), torch.randint(0, 2, (256,), generator=g)
+    model = SpectrogramGru(read_first)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(frames, y), batch_size=16, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), InputDependenceCheck()])
+    issues = [i for i in report.check("step.input_dependence").issues if i.code == "MODEL_IGNORES_POSITIONS"]
+    assert bool(issues) == read_first
+
+
 class MessageClassifier(nn.Module):
     def __init__(self, max_norm):
         super().__init__()

@@ -43,8 +43,18 @@ def test_frozen_params_left_in_the_optimizer(tmp_path):
         return optimizer
 
     result = run(plain_context(tmp_path, optimizer=freeze_after_building), OptimizerParamsCheck)["model.optimizer_params"]
-    assert codes(result) == {"O17"} and result.status == CheckStatus.WARNING
+    assert codes(result) == {"O17"} and result.issues[0].severity.value == "info"  # skipped while without a grad
     assert "0.weight" in result.issues[0].message
+
+    def freeze_holding_a_gradient(model):
+        optimizer = torch.optim.AdamW(model.parameters(), weight_decay=0.1)
+        model[0].weight.grad = torch.zeros_like(model[0].weight)  # zero_grad(set_to_none=False) after a step
+        model[0].requires_grad_(False)
+        return optimizer
+
+    result = run(plain_context(tmp_path, optimizer=freeze_holding_a_gradient), OptimizerParamsCheck)["model.optimizer_params"]
+    assert codes(result) == {"O17"} and result.status == CheckStatus.WARNING
+    assert "0.weight still hold a .grad" in result.issues[0].message
 
 
 def test_a_param_in_two_groups(tmp_path):

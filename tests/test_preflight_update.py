@@ -387,3 +387,35 @@ def test_a_decay_hook_without_the_lr_factor_shrinks_every_step(factor):
         assert "weight_decay is 0" in issue.message and "group['lr'] * weight_decay" in issue.fix
     else:
         assert "UPDATE_WEIGHT_DECAY" not in issues
+
+
+def adaptive_clipping(params, clip: float = 0.01, eps: float = 1e-3):
+    """NFNet's AGC as an optimizer step pre-hook: each unit's gradient clipped to clip * its weight norm."""
+    params = list(params)
+
+    def unitwise(t: torch.Tensor) -> torch.Tensor:
+        return t.abs() if t.ndim <= 1 else t.pow(2).sum(dim=tuple(range(1, t.ndim)), keepdim=True).sqrt()
+
+    def hook(optimizer, args, kwargs):
+        with torch.no_grad():
+            for p in params:
+                if p.grad is not None:
+                    limit, norm = clip * unitwise(p).clamp(min=eps), unitwise(p.grad).clamp(min=1e-6)
+                    p.grad.mul_(torch.where(norm > limit, limit / norm, torch.ones_like(norm)))
+    return hook
+
+
+@pytest.mark.parametrize("head_clipped", [True, False], ids=["every_parameter", "head_left_out"])
+def test_adaptive_clipping_of_a_zero_initialised_head_is_named(head_clipped):
+    model = cnn()
+    head = model[-1]
+    nn.init.zeros_(head.weight), nn.init.zeros_(head.bias)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    body = [p for module in list(model)[:-1] for p in module.parameters()]
+    optimizer.register_step_pre_hook(adaptive_clipping(model.parameters() if head_clipped else body))
+    issues = found(audit(model, optimizer, images()))
+    assert ("GRAD_CUT_IN_STEP_HOOK" in issues) == head_clipped
+    assert "UPDATE_UNDONE" not in issues
+    if head_clipped:
+        issue = issues["GRAD_CUT_IN_STEP_HOOK"]
+        assert "5.weight" in issue.message and "AGC" in issue.message and "zero-initialised" in issue.fix

@@ -36,6 +36,7 @@ from optimus_preflight.preflight.checks.embedding_inputs import EmbeddingInputsC
 from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
 from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
 from optimus_preflight.preflight.checks.forecast_leak import ForecastLeakCheck
+from optimus_preflight.preflight.checks.graph_batch import GraphBatchCheck
 from optimus_preflight.preflight.checks.input_dependence import InputDependenceCheck
 from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
 from optimus_preflight.preflight.checks.label_masking import LabelMaskingCheck
@@ -79,6 +80,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     data_checks.LoaderMemoryCheck,
     PinnedBatchCheck,
     data_checks.DuplicateSamplesCheck,
+    GraphBatchCheck,
     InputScaleCheck,
     FeatureLabelCheck,
     MaskAlignmentCheck,

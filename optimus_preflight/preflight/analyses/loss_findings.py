@@ -41,6 +41,8 @@ def _clipped_logits(call: CriterionCall) -> Finding | None:
         return None
     if stats.min != 0 or stats.zero_fraction < RELU_ZERO_SHARE or math.prod(stats.shape) < MIN_LOGITS_SEEN:
         return None
+    if stats.max == 0 and call.logit_activation not in ("Relu", "Threshold", "Hardtanh"):
+        return None  # every logit 0: a zero-initialised head (NFNet, ViT, ReZero) starts there on purpose
     return Finding(
         "O12", "warning",
         f"{call.function} receives logits that are never negative (in [0, {stats.max:.3g}]) and "

@@ -67,6 +67,9 @@ class GroupStep:
     values: int = 0  # values in the group's tensors that had a gradient
     resolution: float = float(torch.finfo(torch.float32).eps)  # of the weights' dtype
     rule: str | None = None  # "sgd" | "adam" | "adamw": a first step from empty state whose update is known
+    # Parameters whose gradient an optimizer step pre-hook cut to under HOOK_CUT of its norm:
+    # (name, kept share, whether the weights are all zero).
+    cut_in_hook: list[tuple[str, float, bool]] = field(default_factory=list)
 
     def should_move(self) -> bool:
         """Some weight's first update is well above what its dtype can record. SGD moves a
@@ -96,6 +99,7 @@ def _sample(tensor: torch.Tensor) -> torch.Tensor:
 # may change step()).
 KNOWN_RULES = {torch.optim.SGD: "sgd", torch.optim.Adam: "adam", torch.optim.AdamW: "adamw"}
 UNDONE_RATIO = 0.05  # the weights moved under this share of what the optimizer's own rule moves them
+HOOK_CUT = 0.01  # a step pre-hook leaves a gradient under this share of its norm
 
 
 def expected_first_update(step: GroupStep) -> torch.Tensor | None:
@@ -127,9 +131,15 @@ class UpdateRecorder:
     groups: list[GroupStep] = field(default_factory=list)
     symmetric: list[str] = field(default_factory=list)  # weights whose units are and stay identical
     _tracked: list[tuple[GroupStep, list[torch.Tensor]]] = field(default_factory=list)
+    _norms: dict[torch.Tensor, float] = field(default_factory=dict)
+    _hook: Any = None
 
     def before_step(self) -> None:
-        self.groups, self._tracked = [], []
+        self.groups, self._tracked, self._norms = [], [], {}
+        register = getattr(self.optimizer, "register_step_pre_hook", None)
+        if callable(register):
+            # Registered last, so it runs after the user's own pre-hooks: what step() really reads.
+            self._hook = register(lambda optimizer, args, kwargs: self._in_step())
         self.symmetric = [self.names.get(p, "?") for group in getattr(self.optimizer, "param_groups", [])
                           for p in group.get("params", []) if symmetric_units(p)]
         for index, group in enumerate(getattr(self.optimizer, "param_groups", [])):
@@ -152,8 +162,23 @@ class UpdateRecorder:
                 step.rule = KNOWN_RULES[type(self.optimizer)]
             self.groups.append(step)
             self._tracked.append((step, params))
+            for param in params:
+                self._norms[param] = float(param.grad.detach().float().norm())
+
+    def _in_step(self) -> None:
+        for step, params in self._tracked:
+            for param in params:
+                before = self._norms.get(param, 0.0)
+                if param.grad is None or before <= 0:
+                    continue
+                kept = float(param.grad.detach().float().norm()) / before
+                if kept < HOOK_CUT:
+                    step.cut_in_hook.append((self.names.get(param, "?"), kept, not bool(param.detach().any())))
 
     def after_step(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
         for step, params in self._tracked:
             try:
                 step.after = torch.cat([_sample(p) for p in params])
@@ -215,6 +240,9 @@ def update_findings(groups: list[GroupStep], *, optimizer_name: str, grad_norm: 
         ascent = _ascent(step, delta, len(groups), optimizer_name)
         if ascent is not None:
             found.append(ascent)
+            continue
+        if step.cut_in_hook:
+            found.append(_cut_in_hook(step, optimizer_name))
             continue
         rounded = _rounded(step, delta, len(groups))
         if rounded is not None:
@@ -374,6 +402,27 @@ def _not_the_rule(step: GroupStep, delta: torch.Tensor, total: int, optimizer_na
         "Scale what the hook adds to the gradient it is added to (for DP-SGD on a mean gradient: std = "
         "noise_multiplier * max_grad_norm / batch_size), or use Opacus, which clips per sample and calibrates the "
         "noise.",
+    )
+
+
+def _cut_in_hook(step: GroupStep, optimizer_name: str) -> Finding:
+    names = ", ".join(name for name, _, _ in step.cut_in_hook[:4]) + (" ..." if len(step.cut_in_hook) > 4 else "")
+    kept = max(share for _, share, _ in step.cut_in_hook)
+    zero = [name for name, _, all_zero in step.cut_in_hook if all_zero]
+    if zero:
+        why = (f"{', '.join(zero[:4])} hold only zeros (a zero-initialised layer), and a clip relative to the "
+               "weights' norm (adaptive gradient clipping, AGC, as in NFNets: max_norm = clip * ||w||) leaves a "
+               "zero weight no gradient, so the layer stays at zero for the whole run")
+        fix = ("Leave the zero-initialised layer (the final classifier) out of the adaptive clipping, as the NFNet "
+               "paper does: pass only the other parameters to the hook, or clamp the weight norm with a larger eps.")
+    else:
+        why = "a clipping or rescaling in the hook whose threshold is far below the gradients' size"
+        fix = "Check the hook's threshold against the gradients' norms (print them for one step), or remove the hook."
+    return Finding(
+        "GRAD_CUT_IN_STEP_HOOK", "error",
+        f"an optimizer step pre-hook (register_step_pre_hook) cuts the gradients of {names} to under "
+        f"{max(kept, 1e-12):.2g}x their size before {optimizer_name}.step() reads them: {why}",
+        fix,
     )
 
 

@@ -117,12 +117,15 @@ class ContrastiveTargetsCheck(Check):
         rows = batch_size_of(batch)
         try:
             base = seeded_scores(ctx, batch)
-            again = seeded_scores(ctx, batch) if base is not None else None
+            if base is None:
+                findings.data["summary"] = "no cross-entropy over (N, N) scores"
+                return
+            again = seeded_scores(ctx, batch)
         except Exception:
             findings.data["summary"] = "the loss could not be observed"
             return
-        if base is None or again is None or not torch.equal(base[0], again[0]):
-            findings.data["summary"] = "no (N, N) cross-entropy, or one that does not repeat under a fixed seed"
+        if again is None or not torch.equal(base[0], again[0]):
+            findings.data["summary"] = "the (N, N) scores do not repeat under a fixed seed"
             return
         scores, target = base
         if target.unique().numel() == 1:  # one column for every row: TARGET_ONE_CLASS names that

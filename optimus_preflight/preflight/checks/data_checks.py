@@ -7,6 +7,7 @@ import shutil
 from typing import TYPE_CHECKING, Any
 
 import psutil
+import torch
 from torch.utils.data import IterableDataset
 
 from optimus_preflight.preflight.analyses.sizes import dataloader_host_bytes
@@ -21,6 +22,7 @@ from optimus_preflight.preflight.data_access.samples import (
 )
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_data_state
+from optimus_preflight.training.batches import leaves
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -186,6 +188,14 @@ class LoaderMemoryCheck(Check):
                 findings.warning("DP15", shm_message, shm_fix, "data.num_workers", code_fix=shm_code_fix)
 
 
+def one_sample_axis(batch: Any) -> bool:
+    """Whether every tensor field of the batch has the same first dim (its samples). A graph
+    batch does not: node features have one row per node, edge_index two, the labels one per
+    graph, so rows of the node features are not samples with targets."""
+    sizes = {leaf.shape[0] for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.dim() >= 1}
+    return len(sizes) <= 1
+
+
 class DuplicateSamplesCheck(Check):
     """DP2: an IterableDataset that is not sharded yields every sample once per worker;
     DATA_IDENTICAL: a first batch made of (nearly) one sample, whatever the dataset type."""
@@ -241,7 +251,7 @@ class DuplicateSamplesCheck(Check):
         findings.data["summary"] = f"{len(hashes)} batch(es) hashed, {repeated} repeated samples"
         if hashes:
             self._identical_samples(hashes[0], findings)
-            if "distinct_in_first" not in findings.data and batches:
+            if "distinct_in_first" not in findings.data and batches and one_sample_axis(batches[0]):
                 self._identical_samples(input_digests(batches[0]), findings, inputs_only=True)
         if later and repeated / later >= DUPLICATE_FRACTION:
             workers = ctx.train_loader.num_workers

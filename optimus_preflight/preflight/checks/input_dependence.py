@@ -32,6 +32,7 @@ from optimus_preflight.preflight.analyses.padding import edge_padding
 from optimus_preflight.preflight.checks.sample_mixing import PROBE_SAMPLES, batch_axis, probe_batches
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.batches import batch_size_of, leaves, map_batch, move_to_device
 
 if TYPE_CHECKING:
@@ -154,6 +155,11 @@ class InputDependenceCheck(Check):
             if len(ignored) != 1:
                 continue
             half = ignored[0]
+            if _gradient_reaches(ctx, batch, leaf, half):
+                # A path exists, its effect only too small to see: an untrained gated RNN forgets the
+                # start of a long sequence by its last state, which training changes. No path (out[:, 0]
+                # of a forward RNN, a slice) is what the read-out structurally cannot see.
+                continue
             length = leaf.shape[1]
             span = f"0-{length // 2 - 1}" if half == "first" else f"{length // 2}-{length - 1}"
             findings.data["ignored_positions"] = span
@@ -202,6 +208,49 @@ class InputDependenceCheck(Check):
         if not top or not top[0][0]:
             return None
         return _any_varies(top[0][1], size), (lost[0] if lost else None)
+
+def _gradient_reaches(ctx: PreflightContext, batch: Any, leaf: torch.Tensor, half: str) -> bool:
+    """Whether the model's output has a non-zero gradient with respect to the ``half`` of
+    ``leaf``'s positions (through the embeddings that read it, for token ids); False when no
+    gradient path exists or it cannot be measured."""
+    length = leaf.shape[1]
+    positions = slice(0, length // 2) if half == "first" else slice(length // 2, length)
+    watched: list[torch.Tensor] = []
+    handles = []
+    if leaf.is_floating_point():
+        probe = leaf.detach().clone().requires_grad_(True)
+        watched.append(probe)
+        batch = map_batch(lambda value: probe if value is leaf else value, batch)
+    else:
+        storage = leaf.untyped_storage().data_ptr()
+
+        def keep(module: nn.Module, args: tuple, output: Any) -> None:
+            if args and isinstance(args[0], torch.Tensor) and args[0].untyped_storage().data_ptr() == storage \
+                    and isinstance(output, torch.Tensor) and output.requires_grad and output.shape[:2] == leaf.shape[:2]:
+                watched.append(output)
+
+        handles = [module.register_forward_hook(keep) for module in ctx.model.modules()
+                   if isinstance(module, (nn.Embedding, nn.EmbeddingBag))]
+    outputs: list[Any] = []
+    top = ctx.model.register_forward_hook(lambda module, args, output: outputs.append(output) if not outputs else None)
+    try:
+        with preserved_training_state(ctx), torch.enable_grad():
+            ctx.model.eval()
+            with ctx.training.plan.autocast():
+                ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
+            scores = [t.float().sum() for t in leaves(outputs[:1]) if isinstance(t, torch.Tensor) and t.requires_grad
+                      and t.is_floating_point()]
+            if not scores or not watched:
+                return False
+            grads = torch.autograd.grad(torch.stack(scores).sum(), watched, allow_unused=True)
+    except Exception:
+        return False
+    finally:
+        top.remove()
+        for handle in handles:
+            handle.remove()
+    return any(grad is not None and bool(grad[:, positions].any()) for grad in grads)
+
 
 def _is_sequence(leaf: Any, size: int) -> bool:
     if not isinstance(leaf, torch.Tensor) or leaf.shape[:1] != (size,) or leaf.dim() not in (2, 3):

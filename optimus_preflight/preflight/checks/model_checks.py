@@ -147,14 +147,31 @@ class OptimizerParamsCheck(Check):
                 "optimizer",
             )
         elif frozen:
-            findings.warning(
-                "O17",
-                f"{len(frozen)} frozen parameter(s) (requires_grad=False) are in the optimizer: {_names(frozen)}. "
-                "Weight decay and momentum can still move them if they ever hold a gradient",
-                "Build the optimizer from [p for p in model.parameters() if p.requires_grad], or rebuild it after "
-                "freezing.",
-                "optimizer",
-            )
+            # torch's optimizers skip a parameter whose .grad is None, and a frozen one never gets a
+            # gradient: harmless unless it still holds one from before it was frozen (zero_grad with
+            # set_to_none=False keeps zeros there), which weight decay and momentum keep acting on.
+            holding = [name for param, name in names.items() if not param.requires_grad and param in in_optimizer
+                       and param.grad is not None]
+            if holding:
+                findings.warning(
+                    "O17",
+                    f"{len(frozen)} frozen parameter(s) (requires_grad=False) are in the optimizer and "
+                    f"{_names(holding)} still hold a .grad from before they were frozen: weight decay and momentum "
+                    "keep moving them at every step although they are meant to stay fixed",
+                    "Build the optimizer from [p for p in model.parameters() if p.requires_grad] (or rebuild it "
+                    "after freezing), and set p.grad = None when freezing.",
+                    "optimizer",
+                )
+            else:
+                findings.info(
+                    "O17",
+                    f"{len(frozen)} frozen parameter(s) (requires_grad=False) are in the optimizer: {_names(frozen)}. "
+                    "Harmless while they hold no gradient (the optimizer skips them); they still take room in its "
+                    "state_dict",
+                    "Build the optimizer from [p for p in model.parameters() if p.requires_grad], or rebuild it after "
+                    "freezing.",
+                    "optimizer",
+                )
         if repeated:
             findings.error(
                 "OPT_DUPLICATE_PARAM",

@@ -26,7 +26,7 @@ class UpdateCheck(Check):
     stage = Stage.STEP
     codes = ("UPDATE_NONE", "UPDATE_ASCENT", "UPDATE_UNDONE", "UPDATE_WEIGHT_DECAY", "UPDATE_EPS", "UPDATE_CLIPPED",
              "UPDATE_BETAS", "UPDATE_TOO_LARGE", "UPDATE_TOO_SMALL", "UPDATE_ROUNDED",
-             "UPDATE_NOT_GRADIENT", "INIT_SYMMETRIC")
+             "UPDATE_NOT_GRADIENT", "INIT_SYMMETRIC", "GRAD_CUT_IN_STEP_HOOK")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:

@@ -1,0 +1,67 @@
+"""Collated graph batches whose edges miss most of the nodes (``data.graph_batch``).
+
+``GRAPH_EDGES_NOT_OFFSET``: a hand-written collate that concatenates the graphs' node
+features but their ``edge_index`` tensors unchanged. Each graph numbers its nodes from 0,
+so after concatenation every edge of the batch points into the first graph's nodes and
+the other graphs arrive without edges: message passing sees isolated nodes, and whatever
+the label depends on in the graph's structure is invisible. PyG's ``Batch`` adds each
+graph's node offset (the nodes before it); a collate of one's own has to as well.
+
+Read from the first batch: an integer ``(2, E)`` tensor (an edge list) next to a floating
+``(N, F)`` tensor (node features) with more rows than any edge id, and a label tensor of
+``B`` rows (several graphs). When the edge ids reach only the first quarter of the N nodes
+(and at most the size of a few graphs), the ids were not offset.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.training.batches import leaves
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+MIN_EDGES = 8
+MIN_GRAPHS = 4
+REACHED_SHARE = 0.25  # of the node rows the edge ids reach
+
+
+class GraphBatchCheck(Check):
+    """GRAPH_EDGES_NOT_OFFSET: a graph batch whose edge ids were not shifted per graph."""
+
+    name = "data.graph_batch"
+    stage = Stage.DATA
+    codes = ("GRAPH_EDGES_NOT_OFFSET",)
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        tensors = [leaf for leaf in leaves(ctx.artifacts.first_batch) if isinstance(leaf, torch.Tensor)]
+        edges = [t for t in tensors if t.dim() == 2 and t.shape[0] == 2 and t.shape[1] >= MIN_EDGES
+                 and not t.is_floating_point() and t.dtype != torch.bool and bool((t >= 0).all())]
+        nodes = [t for t in tensors if t.dim() == 2 and t.is_floating_point()]
+        if not edges or not nodes:
+            findings.data["summary"] = "not a graph batch"
+            return
+        edge_index, features = edges[0], max(nodes, key=lambda t: t.shape[0])
+        reached = int(edge_index.max()) + 1
+        rows = features.shape[0]
+        graphs = [t.shape[0] for t in tensors if t.dim() >= 1 and MIN_GRAPHS <= t.shape[0] < rows
+                  and t is not edge_index and t.shape[0] != 2]
+        findings.data.update(node_rows=rows, edge_ids_reach=reached)
+        findings.data["summary"] = f"edge ids reach {reached} of {rows} node rows"
+        if not graphs or reached > REACHED_SHARE * rows:
+            return
+        findings.warning(
+            "GRAPH_EDGES_NOT_OFFSET",
+            f"the first batch's edge_index {tuple(edge_index.shape)} only reaches node ids 0..{reached - 1}, while "
+            f"the node features have {rows} rows (a batch of {graphs[0]} graphs): the collate concatenated the "
+            "graphs' edge lists without shifting each graph's node ids by the nodes before it, so every edge points "
+            "into the first graph and the others arrive with no edges; message passing then sees isolated nodes",
+            "Offset each graph's edges while collating: edge_index + (number of nodes of the graphs before it), "
+            "accumulated over the batch (PyG's Batch.from_data_list / DataLoader does this).",
+        )
