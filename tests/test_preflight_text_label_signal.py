@@ -1,5 +1,6 @@
-"""data.split_labels on text: LABELS_UNRELATED from hashed token counts, fired by two review
-exports merged with opposite label codings; quiet on the same texts with one coding."""
+"""data.split_labels on text: LABELS_UNRELATED from hashed token counts, a note (counts cannot
+see word order, which many sequence tasks are about), given for two review exports merged with
+opposite label codings; nothing on the same texts with one coding."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def test_labels_unrelated_to_the_words_fire_on_text(opposite, fires):
     issues = [i for i in report.check("data.split_labels").issues if i.code == "LABELS_UNRELATED"]
     assert bool(issues) == fires
     if fires:
-        assert "hashed token counts" in issues[0].message and "two sources merged" in issues[0].message
+        assert issues[0].severity.value == "info"
+        assert "hashed token counts" in issues[0].message and "two sources" in issues[0].message
 
 
 def test_token_bags_count_each_row_once_and_ignore_floats_and_few_ids():
