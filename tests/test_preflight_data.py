@@ -261,3 +261,44 @@ def test_healthy_loader_with_workers_is_quiet(tmp_path):
     for result in results.values():
         assert_quiet(result)
     assert results["data.first_batch"].data["latency_s"] > 0
+
+
+def test_a_subset_given_a_boolean_mask_serves_two_samples_and_is_named():
+    from torch.utils.data import Subset
+
+    from optimus_preflight.preflight import run_preflight
+
+    g = torch.Generator().manual_seed(0)
+    table = list(zip(torch.randn(600, FEATURES, generator=g), torch.randint(0, 4, (600,), generator=g)))  # records
+    mask = (torch.rand(600, generator=g) < 0.8).tolist()
+    model = nn.Linear(FEATURES, 4)
+    report = run_preflight(model, torch.optim.SGD(model.parameters(), 0.1),
+                           DataLoader(Subset(table, mask), batch_size=32, shuffle=True),  # True/False read as 1/0
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), DuplicateSamplesCheck()])
+    issue = next(issue for _, issue in report.issues() if issue.code == "DATA_IDENTICAL")
+    assert "2 distinct samples" in issue.message and "boolean mask" in issue.message
+    assert "torch.nonzero(mask)" in issue.fix
+
+
+def test_an_adjacency_filled_with_a_whole_index_tensor_is_a_constant_field():
+    from torch.utils.data import TensorDataset
+
+    from optimus_preflight.preflight import run_preflight
+
+    g = torch.Generator().manual_seed(1)
+    features, labels = torch.randn(64, 10, 4, generator=g), torch.randint(0, 3, (64, 10), generator=g)
+    adjacency = torch.zeros(64, 10, 10)
+    for graph in range(64):
+        edge_index = torch.stack([torch.arange(10), torch.randint(0, 10, (10,), generator=g)])
+        adjacency[graph][edge_index] = 1  # whole rows: every node connected to every other
+    model = nn.Linear(4, 3)
+
+    def node_loss(model, batch):
+        x, a, y = batch
+        return nn.functional.cross_entropy(model(a @ x).reshape(-1, 3), y.reshape(-1))
+
+    report = run_preflight(model, torch.optim.SGD(model.parameters(), 0.1),
+                           DataLoader(TensorDataset(features, adjacency, labels), batch_size=32, shuffle=True),
+                           loss_fn=node_loss, checks=[FirstBatchCheck(), DuplicateSamplesCheck()])
+    issue = next(issue for _, issue in report.issues() if issue.code == "DATA_IDENTICAL")
+    assert "holds one value (1)" in issue.message and "A[edge_index[0], edge_index[1]]" in issue.message

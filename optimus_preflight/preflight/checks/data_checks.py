@@ -188,6 +188,18 @@ class LoaderMemoryCheck(Check):
                 findings.warning("DP15", shm_message, shm_fix, "data.num_workers", code_fix=shm_code_fix)
 
 
+def constant_field(batch: Any) -> tuple[tuple[int, ...], float] | None:
+    """(shape, value) of the batch's largest tensor when every value of it is one number."""
+    tensors = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.numel() > 1]
+    if not tensors:
+        return None
+    largest = max(tensors, key=lambda t: t.numel())
+    flat = largest.detach().reshape(-1)
+    if not bool((flat == flat[0]).all()):
+        return None
+    return tuple(largest.shape), float(flat[0])
+
+
 def one_sample_axis(batch: Any) -> bool:
     """Whether every tensor field of the batch has the same first dim (its samples). A graph
     batch does not: node features have one row per node, edge_index two, the labels one per
@@ -201,30 +213,52 @@ class DuplicateSamplesCheck(Check):
     DATA_IDENTICAL: a first batch made of (nearly) one sample, whatever the dataset type."""
 
     @staticmethod
-    def _identical_samples(digests: list[str], findings: Findings, inputs_only: bool = False) -> None:
+    def _identical_samples(digests: list[str], findings: Findings, inputs_only: bool = False,
+                           constant: tuple[tuple[int, ...], float] | None = None) -> None:
+        """``constant``: (shape, value) of the inputs' largest field when it holds one value everywhere."""
         distinct = len(set(digests))
         if len(digests) < IDENTICAL_MIN_BATCH or distinct > IDENTICAL_MAX_DISTINCT * len(digests):
             return
         findings.data["distinct_in_first"] = distinct
+        many = f"{distinct} distinct {'sample' if distinct == 1 else 'samples'}"
+        if inputs_only and constant is not None:  # not one sample served again: a field built constant
+            shape, value = constant
+            findings.warning(
+                "DATA_IDENTICAL",
+                f"the first batch's largest input field {shape} holds one value ({value:g}) in every position of "
+                "every sample while the targets differ: it is built constant, not from each sample. A dense "
+                "adjacency or mask filled by indexing with a whole index tensor does this: A[edge_index] = 1 with "
+                "a (2, E) edge_index selects whole rows of A (every node connected to every other), where "
+                "A[edge_index[0], edge_index[1]] = 1 sets the edges",
+                "Print that field for one sample and check how it is filled: index with one tensor per dimension "
+                "(A[src, dst] = 1), and make sure it is computed from the sample's own data.",
+            )
+            return
         if inputs_only:  # the targets differ, the inputs do not: nothing to learn them from
             findings.warning(
                 "DATA_IDENTICAL",
-                f"the first batch's inputs (its largest field) hold {distinct} distinct value(s) among its "
-                f"{len(digests)} samples while their targets differ: the dataset serves the same input under "
-                "different indices (e.g. a fixed row, path or cache slot), so the model cannot tell the samples apart",
+                f"the first batch's inputs (its largest field) hold {distinct} distinct "
+                f"{'value' if distinct == 1 else 'values'} among its {len(digests)} samples while their targets "
+                "differ: the dataset serves the same input under different indices (e.g. a fixed row, path or cache "
+                "slot), so the model cannot tell the samples apart",
                 "Check how the dataset's __getitem__ picks the input for an index: a constant index (v[0] instead "
                 "of v[idx]), a file path that does not contain the index (an f-string with doubled braces), a "
                 "cache that returns one entry. Print dataset[0] and dataset[1] to compare.",
             )
             return
+        mask = (" Exactly two: a Subset (or an index list) given a boolean mask, Subset(data, [r == 'train' for r in "
+                "rows]), whose True/False entries index samples 1 and 0, where the indices of the True entries were "
+                "meant" if distinct == 2 else "")
         fix = ("Check the index arithmetic in the dataset's __getitem__ (or the iterator of an IterableDataset): a "
                "stride or offset that rounds to 0 (e.g. int(window * 0.01)), an index that is never used, or a "
-               "cached sample returned for every index. Print dataset[0] and dataset[1] to compare.")
+               "cached sample returned for every index" + ("; give Subset the indices, "
+               "[i for i, keep in enumerate(mask) if keep] or torch.nonzero(mask).flatten().tolist()" if mask else "")
+               + ". Print dataset[0] and dataset[1] to compare.")
         findings.warning(
             "DATA_IDENTICAL",
-            f"the first batch holds {distinct} distinct sample(s) among its {len(digests)} (inputs and targets "
-            "compared by value): the dataset serves the same sample under different indices, so the model trains on "
-            f"{distinct} example(s) however long it runs",
+            f"the first batch holds {many} among its {len(digests)} (inputs and targets compared by value): the "
+            f"dataset serves the same {'sample' if distinct == 1 else 'samples'} under different indices, so the "
+            f"model trains on {distinct} {'example' if distinct == 1 else 'examples'} however long it runs.{mask}",
             fix,
             code_fix=fix,
         )
@@ -252,7 +286,8 @@ class DuplicateSamplesCheck(Check):
         if hashes:
             self._identical_samples(hashes[0], findings)
             if "distinct_in_first" not in findings.data and batches and one_sample_axis(batches[0]):
-                self._identical_samples(input_digests(batches[0]), findings, inputs_only=True)
+                self._identical_samples(input_digests(batches[0]), findings, inputs_only=True,
+                                        constant=constant_field(batches[0]))
         if later and repeated / later >= DUPLICATE_FRACTION:
             workers = ctx.train_loader.num_workers
             findings.error(
