@@ -512,3 +512,34 @@ def test_a_loss_function_returning_its_smoothed_logging_value(returns):
         assert len(found) == 1 and "0.02x its gradient" in found[0].message and "loss.item()" in found[0].fix
     else:
         assert not found
+
+
+class MonitoredMlp(nn.Module):
+    """Forward hooks on the ReLUs keep activations for dead-unit monitoring."""
+
+    def __init__(self, hook_returns_copy: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 2))
+        self.activations: dict[str, torch.Tensor] = {}
+        for name in ("1", "3"):
+            def keep(module, args, output, name=name):
+                self.activations[name] = output.detach()
+                if hook_returns_copy:
+                    return self.activations[name]  # replaces the module's output
+            self.net[int(name)].register_forward_hook(keep)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+@pytest.mark.parametrize("hook_returns_copy", [True, False], ids=["returns_the_copy", "returns_none"])
+def test_a_forward_hook_returning_a_detached_copy_is_named(hook_returns_copy):
+    g = torch.Generator().manual_seed(0)
+    issues = first_step_issues(MonitoredMlp(hook_returns_copy), torch.randn(64, 8, generator=g),
+                               torch.randint(0, 2, (64,), generator=g), nn.CrossEntropyLoss(), GradientsCheck(),
+                               "GRAD_NONE")
+    assert bool(issues) == hook_returns_copy
+    if issues:
+        assert "net.0.weight" in issues[0].message and "forward hook on net.1, net.3" in issues[0].message
+        assert "REPLACES the module's output" in issues[0].message and "return None" in issues[0].fix

@@ -115,6 +115,9 @@ class StepProbe:
     # Names of the modules owning trainable parameters whose forward ran during the step: a
     # parameter without a gradient in one of them had its output dropped on the way to the loss.
     modules_run: set[str] = field(default_factory=set)
+    # Modules with forward hooks of the user's whose output, after those hooks, is cut from the graph
+    # although their input was attached (a hook returning a stored detached copy replaces the output).
+    hooks_detaching: list[str] = field(default_factory=list)
     criterion_args: CriterionArgs = field(default_factory=CriterionArgs)  # CTC blank, Poisson log_input, [:, labels]
     fft_over_channels: FftOverChannels | None = None  # a spectral transform across (B, T, C) channels
     gradient_reversals: list[Reversal] = field(default_factory=list)  # see gradient_reversal
@@ -323,6 +326,18 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         handles = [model.register_forward_pre_hook(on_forward), model.register_forward_hook(on_output)]
         handles += [module.register_forward_pre_hook(on_sensitive_forward) for module in sensitive]
         handles += [param.register_post_accumulate_grad_hook(on_grad) for param in trainable]
+        user_hooked = [(name, module) for name, module in model.named_modules() if module._forward_hooks]
+
+        def on_hooked_output(module: nn.Module, args: Any, output: Any, name: str) -> None:
+            attached_in = any(isinstance(arg, torch.Tensor) and arg.requires_grad for arg in args)
+            outs = [leaf for leaf in leaves(output) if isinstance(leaf, torch.Tensor) and leaf.is_floating_point()]
+            if torch.is_grad_enabled() and attached_in and outs and not any(out.requires_grad for out in outs) \
+                    and name not in probe.hooks_detaching:
+                probe.hooks_detaching.append(name)
+
+        # Registered after the user's hooks, so they see the output those hooks returned.
+        handles += [module.register_forward_hook(lambda module, args, output, name=name: on_hooked_output(module, args, output, name))
+                    for name, module in user_hooked]
         handles += [module.register_forward_hook(lambda module, args, output, name=name: probe.modules_run.add(name))
                     for name, module in model.named_modules()
                     if any(p.requires_grad for p in module.parameters(recurse=False))]

@@ -60,9 +60,17 @@ DETACHED_SLOPE = 0.2  # d(returned loss) / d(criterion) below this ...
 DETACHED_VALUE = 0.5  # ... while the returned value is at least this share of the criterion's
 
 
-def _why_no_gradient(missing: list[str], modules_run: set[str]) -> tuple[str, str]:
+def _why_no_gradient(missing: list[str], modules_run: set[str], hooks_detaching: list[str] | None = None) -> tuple[str, str]:
     """What the modules owning gradient-less parameters did in the step's forward: ran (their
-    output was dropped before the loss) or never ran (defined, not called)."""
+    output was dropped before the loss, or a forward hook replaced it with a detached copy) or
+    never ran (defined, not called)."""
+    if hooks_detaching:
+        return (f"A forward hook on {_names(hooks_detaching, 3)} returns a tensor cut from the graph: a forward hook's "
+                "return value REPLACES the module's output, so a hook that records activations and ends with "
+                "`return activations[name]` (its stored detached copy) cuts the graph there, and every layer before it "
+                "gets no gradient",
+                "End hooks that only record without a return value (store output.detach() and return None); return a "
+                "tensor only to change the output on purpose.")
     owners = sorted({name.rpartition(".")[0] for name in missing})
     ran = [owner for owner in owners if owner in modules_run]
     if not ran:
@@ -279,7 +287,7 @@ class GradientsCheck(Check):
                 "tracks the parameters whatever the inputs), or do not checkpoint the first block.",
             )
         elif missing:
-            why, fix = _why_no_gradient(missing, probe.modules_run)
+            why, fix = _why_no_gradient(missing, probe.modules_run, probe.hooks_detaching)
             findings.add(
                 "error" if distributed else "warning",
                 "GRAD_NONE",
