@@ -225,3 +225,33 @@ def test_one_cycle_peaks_above_the_optimizer_lr_by_design():
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=200)
     assert not [i for i in issues(model, optimizer, LrScheduleCheck(), "O8", scheduler=scheduler, max_steps=200)
                 if "x the optimizer's lr" in i.message]
+
+
+# ---------------------------------------------------------------- schedules that go negative or compound
+def test_a_linear_decay_lambda_past_its_length_goes_negative():
+    model = net()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    decay_steps = 150  # three epochs of 50 batches, while the run is 300 optimizer steps
+    scheduler = LambdaLR(optimizer, lambda step: 1 - step / decay_steps)
+    found = issues(model, optimizer, LrScheduleCheck(), "O8", scheduler=scheduler, max_steps=300)
+    assert len(found) == 1 and found[0].severity.value == "error"
+    assert "becomes negative at step 151" in found[0].message and "max(0.0, 1 - step / total_steps)" in found[0].fix
+
+
+def test_a_cosine_shape_given_to_multiplicative_lr_compounds():
+    model = net()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    cosine = lambda step: 0.5 * (1 + math.cos(math.pi * step / 300))  # noqa: E731
+    found = issues(model, optimizer, LrScheduleCheck(), "O8", scheduler=MultiplicativeLR(optimizer, cosine),
+                   max_steps=300)
+    assert len(found) == 1 and "the factors compound" in found[0].message and "LambdaLR" in found[0].fix
+
+
+@pytest.mark.parametrize("make", [lambda opt: MultiplicativeLR(opt, lambda step: 0.99),
+                                  lambda opt: LambdaLR(opt, lambda step: max(0.0, 1 - step / 300))],
+                         ids=["constant_factor", "clamped_linear_decay"])
+def test_a_constant_multiplicative_factor_or_a_clamped_decay_is_quiet(make):
+    model = net()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    found = issues(model, optimizer, LrScheduleCheck(), "O8", scheduler=make(optimizer), max_steps=300)
+    assert not [issue for issue in found if "negative" in issue.message or "compound" in issue.message]

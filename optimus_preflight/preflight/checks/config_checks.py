@@ -69,6 +69,33 @@ def lr_trajectory(scheduler: Any, optimizer: Any, steps: int) -> list[tuple[int,
 GROWTH = 100.0  # a schedule that rises this many times and peaks at its end is a range test, not a warmup
 
 
+SHAPE_DROP = 0.5  # a MultiplicativeLR factor that falls this low within the run is a schedule's shape
+
+
+def compounding_schedule(scheduler: Any, max_steps: int) -> str | None:
+    """O8 for MultiplicativeLR given a schedule shape (a cosine or linear decay from 1): it
+    multiplies the LR by the lambda's value at EVERY step, so the factors compound."""
+    if not isinstance(scheduler, MultiplicativeLR) or max_steps < 4:
+        return None
+    lam = scheduler.lr_lambdas[0]
+    try:
+        start, middle, late = (float(lam(step)) for step in (0, max_steps // 2, max_steps - 1))
+    except Exception:  # noqa: BLE001 - a lambda that needs more than a step number: judge nothing
+        return None
+    if not (start >= 0.95 and middle <= 1 - (1 - SHAPE_DROP) / 2 and late <= SHAPE_DROP):
+        return None
+    product, collapsed = 1.0, None
+    for step in range(1, max_steps):
+        product *= float(lam(step))
+        if product < 0.01 and collapsed is None:
+            collapsed = step
+    where = f"below 1% of its base by step {collapsed}" if collapsed is not None else f"to {product:.2g}x its base"
+    return (f"MultiplicativeLR multiplies the learning rate by its lambda's value at every step, and this lambda is a "
+            f"whole schedule ({start:.2g} at step 0, {middle:.2g} at step {max_steps // 2}, {late:.2g} at step "
+            f"{max_steps - 1}): the factors compound, their product, not the curve, is the learning rate, and it "
+            f"falls {where} of trainer.max_steps={max_steps}")
+
+
 def schedule_findings(points: list[tuple[int, float]], max_steps: int, length: int | None) -> list[tuple[str, str]]:
     """(severity, message) pairs for a schedule that does not fit ``max_steps`` (O8)."""
     found = []
@@ -207,6 +234,25 @@ class LrScheduleCheck(Check):
             f"{type(scheduler).__name__}: LR {points[0][1]:.2e} -> peak {findings.data['lr_peak']:.2e} -> "
             f"{points[-1][1]:.2e} at step {points[-1][0] + 1}"
         )
+        if (compounding := compounding_schedule(scheduler, max_steps)) is not None:
+            findings.error("O8", compounding,
+                           "Give a schedule shape to LambdaLR (lr = base_lr * lr_lambda(step)); MultiplicativeLR is for "
+                           "a constant per-step factor (lambda step: 0.95).", "scheduler")
+            return
+        negative = next(((step, lr) for step, lr in points if lr < 0), None)
+        if negative is not None:
+            lowest = min(lr for _, lr in points)
+            findings.error(
+                "O8",
+                f"the learning rate becomes negative at step {negative[0]} ({negative[1]:.3g}, down to {lowest:.3g} by "
+                f"trainer.max_steps={max_steps}): with a negative learning rate every optimizer climbs the loss. A "
+                "LambdaLR factor such as 1 - step / decay_steps, not clamped at 0, does this once the run outlasts "
+                "decay_steps (a length counted in epochs of batches, a run made longer)",
+                "Clamp the factor and size it by the run: lr_lambda=lambda step: max(0.0, 1 - step / total_steps), with "
+                "total_steps = trainer.max_steps (the optimizer steps the run takes).",
+                "scheduler",
+            )
+            return
         for severity, message in schedule_findings(points, max_steps, length):
             findings.add(severity, "O8", message, fix, "scheduler.total_steps")
         base = base_lr(scheduler, ctx.optimizer)
