@@ -99,3 +99,23 @@ def test_freezing_a_transformer_tied_to_its_lm_head_freezes_the_head(tied):
     issues = [i for i in report.check("model.optimizer_params").issues if i.code == "O17"]
     assert len(issues) == 1  # ln_f is frozen with the transformer either way
     assert ("lm_head.weight" in issues[0].message and "tied" in issues[0].message) == tied
+
+
+@pytest.mark.parametrize("selector, pretrained, expected", [
+    ("hasattr", False, ["ONLY_BIASES_TRAIN"]),   # every Linear has .weight: all matrices frozen at their init
+    ("hasattr", True, []),                        # BitFit: biases tuned on loaded weights
+    ("isinstance", False, []),                    # only the BatchNorm scales frozen, as meant
+], ids=["freeze_helper_catches_every_layer", "bias_only_fine_tune", "batchnorm_only"])
+def test_only_biases_training_on_random_weights(selector, pretrained, expected):
+    torch.manual_seed(0)
+    model = Stack("distinct")
+    if pretrained:
+        with torch.no_grad():
+            for module in model.modules():
+                if isinstance(module, nn.Linear):
+                    module.weight.normal_(0, 0.3)  # loaded weights leave the default init's box
+    for module in model.modules():
+        chosen = hasattr(module, "weight") if selector == "hasattr" else isinstance(module, nn.BatchNorm1d)
+        if chosen and getattr(module, "weight", None) is not None:
+            module.weight.requires_grad_(False)
+    assert [code for code in codes(model) if code in ("ONLY_BIASES_TRAIN", "FROZEN_AT_INIT")] == expected

@@ -81,11 +81,24 @@ class ModuleStructureCheck(Check):
 
     name = "model.structure"
     stage = Stage.MODEL
-    codes = ("MODULE_REPEATED", "BN_MOMENTUM", "FROZEN_AT_INIT", "ACTIVATION_LINEAR")
+    codes = ("MODULE_REPEATED", "BN_MOMENTUM", "FROZEN_AT_INIT", "ACTIVATION_LINEAR", "ONLY_BIASES_TRAIN")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         at_init, values = frozen_at_init(ctx.model)
-        if at_init:
+        matrices = [p for p in ctx.model.parameters() if p.dim() >= 2]
+        if at_init and matrices and not any(p.requires_grad for p in matrices) \
+                and any(p.requires_grad for p in ctx.model.parameters()):
+            findings.warning(
+                "ONLY_BIASES_TRAIN",
+                f"every weight matrix of the model ({len(matrices)} conv/linear/embedding weights) is frozen "
+                "(requires_grad=False) and only biases and normalisation parameters train, while frozen layers "
+                f"({', '.join(at_init[:4])}) are still at PyTorch's random init: a freeze meant for a few layers "
+                "caught them all. A helper that picks modules with hasattr(m, 'weight') (every Conv and Linear has "
+                "one) where isinstance(m, nn.BatchNorm2d) was meant does this",
+                "Select the modules to freeze by type (isinstance(m, nn.BatchNorm2d)) or by name, and print "
+                "[n for n, p in model.named_parameters() if p.requires_grad] after freezing.",
+            )
+        elif at_init:
             shown = ", ".join(at_init[:4]) + (" ..." if len(at_init) > 4 else "")
             findings.warning(
                 "FROZEN_AT_INIT",
