@@ -255,3 +255,29 @@ def test_a_constant_multiplicative_factor_or_a_clamped_decay_is_quiet(make):
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     found = issues(model, optimizer, LrScheduleCheck(), "O8", scheduler=make(optimizer), max_steps=300)
     assert not [issue for issue in found if "negative" in issue.message or "compound" in issue.message]
+
+
+# ---------------------------------------------------------------- LR_LAYER_DECAY
+def layered_groups(model: nn.Module, layer_decay: float, lr: float = 2e-3) -> list[dict]:
+    layers = [module for module in model if any(True for _ in module.parameters())]
+    return [{"params": list(layer.parameters()), "lr": lr * layer_decay ** depth}
+            for depth, layer in enumerate(reversed(layers))]
+
+
+@pytest.mark.parametrize("layer_decay, fires", [(0.1, True), (0.9, False), (0.65, False)],
+                         ids=["share_lost_per_layer", "kept_0.9", "kept_0.65"])
+def test_a_layer_decay_given_as_the_share_lost_per_layer(layer_decay, fires):
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
+                          nn.Linear(16, 2))
+    optimizer = torch.optim.AdamW(layered_groups(model, layer_decay))
+    found = issues(model, optimizer, OptimizerParamsCheck(), "LR_LAYER_DECAY")
+    assert bool(found) == fires
+    if fires:
+        assert "0.1 per group" in found[0].message and "0.weight" in found[0].message and "0.9" in found[0].fix
+
+
+def test_a_two_rate_fine_tune_is_quiet():
+    model = net()
+    optimizer = torch.optim.AdamW([{"params": model[0].parameters(), "lr": 1e-5},
+                                   {"params": model[2].parameters(), "lr": 1e-3}])
+    assert issues(model, optimizer, OptimizerParamsCheck(), "LR_LAYER_DECAY") == []

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from optimus_preflight.config.lenient import as_float
 from optimus_preflight.preflight.analyses.probe import mode_sensitive_modules
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.distributed import unwrap
@@ -45,6 +46,7 @@ KEY_ALIASES: dict[str, tuple[str, ...]] = {
     "betas": ("momentum",),  # SGD's is momentum
 }
 SECOND_BETA = {"beta2", "beta_2", "adam_beta2"}
+LAYER_DECAY_MAX = 0.3  # per-group LR ratio at or below this, three groups or more: a decay given as the share lost
 CLOSE_MATCH = 0.8  # difflib ratio: 'weight_decy', 'momentun', 'damping' (0.88); 'lr_mult' and 'decay_mult' stay out
 
 
@@ -91,7 +93,7 @@ class OptimizerParamsCheck(Check):
 
     name = "model.optimizer_params"
     stage = Stage.MODEL
-    codes = ("O2", "O17", "OPT_DUPLICATE_PARAM", "OPTIM_GROUP_UNKNOWN_KEY", "SGD_DAMPENING")
+    codes = ("O2", "O17", "OPT_DUPLICATE_PARAM", "OPTIM_GROUP_UNKNOWN_KEY", "SGD_DAMPENING", "LR_LAYER_DECAY")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         names = {param: name for name, param in ctx.model.named_parameters()}
@@ -182,6 +184,7 @@ class OptimizerParamsCheck(Check):
             )
         self._misnamed_keys(ctx.optimizer, findings)
         self._sgd_dampening(ctx.optimizer, findings)
+        self._layer_decay(ctx.optimizer, findings, names)
 
     @staticmethod
     def _misnamed_keys(optimizer: Any, findings: Findings) -> None:
@@ -219,6 +222,32 @@ class OptimizerParamsCheck(Check):
                 "Name the key the optimizer reads in the group dict: {'params': ..., "
                 + ", ".join(f"'{real}': {_fmt(value)}" for real, value in meant.items()) + "}.",
             )
+
+    @staticmethod
+    def _layer_decay(optimizer: Any, findings: Findings, names: dict) -> None:
+        """LR_LAYER_DECAY: three or more groups whose learning rates fall geometrically by a factor
+        of LAYER_DECAY_MAX or less per group: a layer-wise decay given as the share lost per layer."""
+        groups = [group for group in getattr(optimizer, "param_groups", []) if as_float(group.get("lr"))]
+        rates = sorted({float(as_float(group["lr"])) for group in groups}, reverse=True)
+        if len(rates) < 3:
+            return
+        ratios = [low / high for high, low in zip(rates, rates[1:])]
+        if max(ratios) > LAYER_DECAY_MAX or max(ratios) > 1.5 * min(ratios):
+            return
+        factor = sum(ratios) / len(ratios)
+        lowest = [names.get(param, "?") for group in groups if float(as_float(group["lr"])) == rates[-1]
+                  for param in group.get("params", [])]
+        shown = ", ".join(f"{rate:.0e}" for rate in rates)
+        findings.warning(
+            "LR_LAYER_DECAY",
+            f"the optimizer's parameter groups have learning rates falling by a factor of about {factor:.2g} per group "
+            f"({shown}): the lowest ({_names(lowest, 3)}) trains at {rates[-1] / rates[0]:.0e} of the highest and "
+            "barely moves. A layer-wise learning-rate decay configured as the share lost per layer (layer_decay=0.1 "
+            "for 'decay 10% per layer') instead of the multiplier kept per layer (0.9; usual values 0.65-0.95) does this",
+            "Give the decay as the multiplier each layer keeps: lr * layer_decay ** depth with layer_decay=0.9 (or "
+            "0.75 for deep pretrained models).",
+            "optimizer",
+        )
 
     @staticmethod
     def _sgd_dampening(optimizer: Any, findings: Findings) -> None:
