@@ -419,3 +419,13 @@ def test_adaptive_clipping_of_a_zero_initialised_head_is_named(head_clipped):
     if head_clipped:
         issue = issues["GRAD_CUT_IN_STEP_HOOK"]
         assert "5.weight" in issue.message and "AGC" in issue.message and "zero-initialised" in issue.fix
+
+
+@pytest.mark.parametrize("clip, fires", [(0.0, True), (1.0, False), (None, False)], ids=["zero_meant_as_off", "one", "off"])
+def test_a_clip_of_zero_stops_every_update(clip, fires):
+    model, loader = tabular()
+    issues = found(audit(model, torch.optim.Adam(model.parameters(), lr=1e-3), loader, loss_fn=nn.MSELoss(),
+                         clip_grad_norm=clip))
+    assert ("UPDATE_CLIPPED" in issues) == fires
+    if fires:
+        assert issues["UPDATE_CLIPPED"].severity == Severity.ERROR and "clip_grad_norm=None" in issues["UPDATE_CLIPPED"].fix

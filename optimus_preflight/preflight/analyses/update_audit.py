@@ -538,6 +538,15 @@ def _betas(step: GroupStep, total: int, optimizer_name: str) -> Finding | None:
 
 
 def _clip(grad_norm: float | None, clip_grad_norm: float | None) -> Finding | None:
+    if clip_grad_norm is not None and clip_grad_norm == 0 and grad_norm:
+        return Finding(
+            "UPDATE_CLIPPED", "error",
+            f"clip_grad_norm=0.0 clips every gradient to norm 0 (the first step's had norm {grad_norm:.3g}): "
+            "torch.nn.utils.clip_grad_norm_(params, 0.0) multiplies the gradients by 0, so no weight ever moves. "
+            "A config where 0 means 'no clipping' (max_grad_norm: 0) passed straight to the clip does this",
+            "Pass clip_grad_norm=None (trainer.clip_grad_norm=null) to turn clipping off, or a positive norm such as "
+            "1.0 to clip; map a config's 0 to None before the loop.",
+        )
     if not clip_grad_norm or not grad_norm or not math.isfinite(grad_norm) or clip_grad_norm >= CLIP_SMALL_NORM:
         return None
     factor = clip_grad_norm / grad_norm
