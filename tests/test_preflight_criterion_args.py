@@ -193,3 +193,28 @@ def test_a_similarity_matrix_indexed_by_a_permutation_stays_quiet():
 
     torch.manual_seed(0)
     assert _issues(_classifier(), _classes(), loss_fn, "LOSS_INDEXED_BY_BATCH") == []
+
+
+# ---------------------------------------------------------------- MULTILABEL_MARGIN_MULTI_HOT
+def _tags(as_indices: bool):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(256, 12, generator=g)
+    multi_hot = (x[:, :6] > 0.8).long()
+    if not as_indices:
+        return x, multi_hot
+    indices = torch.full((256, 6), -1)
+    for row in range(256):
+        tags = multi_hot[row].nonzero().flatten()
+        indices[row, :len(tags)] = tags
+    return x, indices
+
+
+@pytest.mark.parametrize("as_indices", [False, True], ids=["multi_hot", "index_lists"])
+def test_multi_hot_targets_into_multilabel_margin_loss_are_an_error(as_indices):
+    torch.manual_seed(0)
+    x, target = _tags(as_indices)
+    found = _issues(nn.Linear(12, 6), DataLoader(TensorDataset(x, target), batch_size=32, shuffle=True),
+                    nn.MultiLabelMarginLoss(), "MULTILABEL_MARGIN_MULTI_HOT")
+    assert bool(found) == (not as_indices)
+    if found:
+        assert "class INDICES padded with -1" in found[0].message and "BCEWithLogitsLoss" in found[0].fix

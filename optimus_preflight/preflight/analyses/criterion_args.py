@@ -80,8 +80,28 @@ class BatchIndexed:
 
 
 @dataclass
+class MultiHotIndices:
+    shape: tuple[int, int]  # (B, C) of the target
+    positives: float  # mean 1s per row: the tags the multi-hot vectors mean
+
+
+def multi_hot_index_target(args: tuple, kwargs: dict) -> MultiHotIndices | None:
+    """multilabel_margin_loss reads its target as class indices padded with -1; a 0/1 (B, C)
+    multi-hot target with C > 2 and no -1 reads as 'classes 0 and 1' for every row."""
+    target = _argument(args, kwargs, 1, "target")
+    if not isinstance(target, torch.Tensor) or target.dim() != 2 or target.shape[1] <= 2 or not target.numel():
+        return None
+    with torch.no_grad():
+        values = target.detach()
+        if not bool(((values == 0) | (values == 1)).all()) or not bool((values == 1).any()):
+            return None
+        return MultiHotIndices((int(values.shape[0]), int(values.shape[1])), float(values.float().sum(1).mean()))
+
+
+@dataclass
 class CriterionArgs:
     ctc_blank: CtcBlank | None = None
+    multi_hot_indices: MultiHotIndices | None = None
     poisson_log_input: PoissonLogInput | None = None
     batch_indexed: BatchIndexed | None = None
     weights_after_mean: WeightsAfterMean | None = None
@@ -180,6 +200,8 @@ class CriterionArgsWatch:
         found = self.found
         if name == "ctc_loss" and found.ctc_blank is None:
             found.ctc_blank = ctc_blank_in_targets(args, kwargs)
+        elif name == "multilabel_margin_loss" and found.multi_hot_indices is None:
+            found.multi_hot_indices = multi_hot_index_target(args, kwargs)
         elif name == "poisson_nll_loss" and found.poisson_log_input is None:
             found.poisson_log_input = poisson_log_input(args, kwargs)
         elif name in REDUCTIONS and self._picks and found.batch_indexed is None and args:
@@ -226,6 +248,17 @@ def criterion_arg_findings(found: CriterionArgs | None) -> list[Finding]:
     out: list[Finding] = []
     if (ctc := found.ctc_blank) is not None:
         out.append(Finding("CTC_BLANK_IN_TARGETS", "error", _ctc_message(ctc), _ctc_fix(ctc)))
+    if (multi := found.multi_hot_indices) is not None:
+        rows, classes = multi.shape
+        out.append(Finding(
+            "MULTILABEL_MARGIN_MULTI_HOT", "error",
+            f"multilabel_margin_loss gets a ({rows}, {classes}) target of 0s and 1s (a multi-hot vector, {multi.positives:.1f} "
+            "tags per row), but MultiLabelMarginLoss reads its target as a list of class INDICES padded with -1: a row "
+            "[0, 1, 0, 0, 1, ...] means 'classes 0 and 1', so every sample is trained as tagged with classes 0 and 1 "
+            "and nothing else, whatever its real tags",
+            "For multi-hot targets use nn.BCEWithLogitsLoss (or nn.MultiLabelSoftMarginLoss) on the 0/1 vectors; to keep "
+            "MultiLabelMarginLoss, convert each row to its tag indices followed by -1 padding.",
+        ))
     if (poisson := found.poisson_log_input) is not None:
         rates = FITTED_RATES.get(poisson.activation, "[1, inf)")
         zeros = (f"; {poisson.zero_share:.0%} of the targets are below 1 (zero counts), which it can never fit"
