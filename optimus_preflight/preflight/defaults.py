@@ -53,6 +53,7 @@ from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
 from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck
 from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
+from optimus_preflight.preflight.checks.target_signal import TargetSignalCheck
 from optimus_preflight.preflight.checks.tied_embeddings import TiedEmbeddingsCheck
 from optimus_preflight.preflight.checks.trained_tensors import (
     FreshTensorsCheck,
@@ -96,6 +97,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     ValidationLoaderCheck,
     SplitOverlapCheck,
     SplitLabelsCheck,
+    TargetSignalCheck,
     RankBatchesCheck,
     model_checks.OptimizerParamsCheck,
     UnregisteredTensorsCheck,

@@ -83,3 +83,58 @@ def label_signal(features: torch.Tensor, labels: torch.Tensor) -> LabelSignal | 
     if majority > MAX_MAJORITY:
         return None
     return LabelSignal(len(y), classes, majority, _neighbour_vote(x, y, classes), _linear_probe(x, y, classes))
+
+
+@dataclass(frozen=True)
+class TargetSignal:
+    samples: int
+    targets: int  # columns
+    neighbour_r2: float  # leave-one-out 5-nearest-neighbour mean, averaged over the columns
+    linear_r2: float  # two-fold ridge
+
+    @property
+    def unrelated(self) -> bool:
+        return max(self.neighbour_r2, self.linear_r2) <= R2_MARGIN
+
+
+R2_MARGIN = 0.02  # explained variance either predictor must beat for regression targets to be related
+MAX_TARGETS = 8
+
+
+def _r2(predicted: torch.Tensor, actual: torch.Tensor) -> float:
+    residual = ((predicted - actual) ** 2).sum(0)
+    total = ((actual - actual.mean(0)) ** 2).sum(0).clamp_min(1e-12)
+    return float((1 - residual / total).mean())
+
+
+def target_signal(features: torch.Tensor, targets: torch.Tensor) -> TargetSignal | None:
+    """How well the inputs predict float regression targets (N, k): a neighbour average and a
+    ridge probe, as ``label_signal`` does for classes; None where this is not judged."""
+    if features.dim() != 2 or len(features) < MIN_SAMPLES or features.shape[1] > MAX_FEATURES:
+        return None
+    y = targets.double().reshape(len(targets), -1)
+    if y.shape[1] > MAX_TARGETS or len(y) != len(features):
+        return None
+    x = features.double()
+    if not bool(torch.isfinite(x).all()) or not bool(torch.isfinite(y).all()):
+        return None
+    spread, target_spread = x.std(0), y.std(0)
+    if bool((spread == 0).all()) or bool((target_spread == 0).any()):
+        return None
+    if any(int(torch.unique(column).numel()) <= MAX_CLASSES for column in y.T):
+        return None  # few distinct values: classes or counts, the label probe's business
+    x = (x[:, spread > 0] - x[:, spread > 0].mean(0)) / spread[spread > 0]
+    y = (y - y.mean(0)) / target_spread
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
+    x, y = x[order], y[order]
+    distances = torch.cdist(x, x)
+    distances.fill_diagonal_(float("inf"))
+    nearest = distances.topk(NEIGHBOURS, largest=False).indices
+    neighbour = _r2(y[nearest].mean(1), y)
+    ones = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], 1)
+    half = len(x) // 2
+    predicted = torch.empty_like(y)
+    for fit, test in ((slice(0, half), slice(half, None)), (slice(half, None), slice(0, half))):
+        gram = ones[fit].T @ ones[fit] + RIDGE * torch.eye(ones.shape[1], dtype=x.dtype)
+        predicted[test] = ones[test] @ torch.linalg.solve(gram, ones[fit].T @ y[fit])
+    return TargetSignal(len(y), y.shape[1], neighbour, _r2(predicted, y))

@@ -1,0 +1,110 @@
+"""Regression targets the inputs say nothing about (``data.target_signal``).
+
+``TARGETS_UNRELATED``: float targets that neither a 5-nearest-neighbour average nor a ridge
+probe can predict from the inputs (explained variance at most 2%), over up to 2048 training
+samples of an ``(x, y)`` batch with at most 256 input values per sample. The regression
+twin of ``LABELS_UNRELATED``: rows of the targets and of the inputs filtered, shuffled or
+sorted apart, or a target transform that scrambles neighbouring values. For ``(B, 2)``
+targets on the unit circle (sin, cos of an angle), an angle given in degrees to
+``torch.sin``/``torch.cos``, which take radians, is named: it wraps ~57 times over the
+compass, so neighbouring directions get unrelated targets.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from optimus_preflight.preflight.analyses.label_signal import MAX_FEATURES, target_signal
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.data_access.guard import DataGuard
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.framework.preserve import preserved_data_state
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+SAMPLES = 2048
+SCAN_BUDGET_S = 2.0
+UNIT_CIRCLE = 0.01  # |sin^2 + cos^2 - 1| of every target row
+
+
+def features_and_targets(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(features (B, D) float, targets (B, k) float) of an ``(x, y)`` tuple batch with float
+    regression targets; None otherwise."""
+    if not isinstance(batch, (list, tuple)) or len(batch) != 2:
+        return None
+    x, y = batch
+    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)) or not (x.is_floating_point()
+                                                                                 and y.is_floating_point()):
+        return None
+    if x.dim() < 2 or y.dim() not in (1, 2) or len(x) != len(y):
+        return None
+    flat = x.detach().reshape(len(x), -1)
+    if flat.shape[1] > MAX_FEATURES:
+        return None
+    return flat.float().cpu(), y.detach().reshape(len(y), -1).float().cpu()
+
+
+def on_unit_circle(targets: torch.Tensor) -> bool:
+    return targets.shape[1] == 2 and bool(((targets.pow(2).sum(1) - 1).abs() < UNIT_CIRCLE).all())
+
+
+class TargetSignalCheck(Check):
+    """TARGETS_UNRELATED: float regression targets no predictor reads from the inputs."""
+
+    name = "data.target_signal"
+    stage = Stage.DATA
+    codes = ("TARGETS_UNRELATED",)
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        if features_and_targets(ctx.artifacts.first_batch) is None:
+            findings.data["summary"] = "not an (inputs, float targets) batch"
+            return
+        guard = DataGuard(ctx, self.name, findings)
+        xs, ys, started = [], [], time.perf_counter()
+        with preserved_data_state(ctx), guard.batches(ctx.train_loader, f"training targets for {self.name}") as stream:
+            for batch in stream:
+                pair = features_and_targets(batch)
+                if pair is None:
+                    return
+                xs.append(pair[0])
+                ys.append(pair[1])
+                if sum(len(y) for y in ys) >= SAMPLES or time.perf_counter() - started > SCAN_BUDGET_S:
+                    break
+        if not xs or len({x.shape[1] for x in xs}) != 1 or len({y.shape[1] for y in ys}) != 1:
+            return
+        features, targets = torch.cat(xs)[:SAMPLES], torch.cat(ys)[:SAMPLES]
+        signal = target_signal(features, targets)
+        if signal is None:
+            findings.data["summary"] = "not judged (too few samples, wide inputs or discrete targets)"
+            return
+        findings.data.update(neighbour_r2=round(signal.neighbour_r2, 3), linear_r2=round(signal.linear_r2, 3),
+                             samples=signal.samples)
+        findings.data["summary"] = (f"targets explained {max(signal.neighbour_r2, signal.linear_r2):.0%} by the "
+                                    f"inputs over {signal.samples} samples")
+        if not signal.unrelated:
+            return
+        if on_unit_circle(targets):
+            why = ("the targets are (sin, cos) pairs of an angle (every row on the unit circle), and samples with "
+                   "nearly the same inputs get unrelated angles: the angle was most likely given in degrees to "
+                   "torch.sin / torch.cos, which take radians, so 0-360 degrees wrap around ~57 times and neighbouring "
+                   "directions get unrelated targets (else inputs and targets were shuffled or filtered apart)")
+            fix = ("Convert before encoding: torch.sin(torch.deg2rad(angle)), torch.cos(torch.deg2rad(angle)); and "
+                   "check that inputs and targets are filtered and shuffled together.")
+        else:
+            why = ("usually inputs and targets were misaligned on the way (rows filtered, shuffled or sorted on one "
+                   "side only), or a transform of the target scrambles neighbouring values")
+            fix = ("Filter, shuffle and slice inputs and targets together; print a few rows with their targets and "
+                   "check them by hand.")
+        findings.warning(
+            "TARGETS_UNRELATED",
+            f"the regression targets look unrelated to their inputs: over {signal.samples} samples read, a 5-nearest-"
+            f"neighbour average explains {signal.neighbour_r2:.0%} of their variance and a linear probe "
+            f"{signal.linear_r2:.0%}: {why}",
+            fix,
+            "data.train",
+        )

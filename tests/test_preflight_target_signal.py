@@ -1,0 +1,53 @@
+"""data.target_signal: TARGETS_UNRELATED, float regression targets no neighbour average or
+linear probe reads from the inputs: sin/cos of an angle in degrees (named), targets shuffled
+apart from their rows; quiet on the same data done right."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.analyses.label_signal import target_signal
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.target_signal import TargetSignalCheck
+
+
+def wind(n: int = 2000, radians: bool = True, shuffled: bool = False) -> TensorDataset:
+    g = torch.Generator().manual_seed(0)
+    degrees = 360 * torch.rand(n, generator=g)
+    angle = torch.deg2rad(degrees)
+    x = torch.stack([torch.cos(angle), torch.sin(angle)], 1) @ torch.randn(2, 10, generator=g)
+    x = x + 0.05 * torch.randn(n, 10, generator=g)
+    encoded = angle if radians else degrees  # torch.sin takes radians
+    y = torch.stack([torch.sin(encoded), torch.cos(encoded)], 1)
+    if shuffled:
+        y = y[torch.randperm(n, generator=g)]
+    return TensorDataset(x, y)
+
+
+def unrelated(data: TensorDataset):
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 2))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), DataLoader(data, batch_size=64, shuffle=True),
+                           loss_fn=nn.MSELoss(), checks=[FirstBatchCheck(), TargetSignalCheck()])
+    return [i for i in report.check("data.target_signal").issues if i.code == "TARGETS_UNRELATED"]
+
+
+@pytest.mark.parametrize("radians, shuffled, fires, named", [
+    (False, False, True, "degrees"), (True, True, True, "degrees"), (True, False, False, None),
+], ids=["degrees_into_sin", "rows_shuffled_apart", "radians"])
+def test_regression_targets_the_inputs_say_nothing_about(radians, shuffled, fires, named):
+    found = unrelated(wind(radians=radians, shuffled=shuffled))
+    assert bool(found) == fires
+    if named:
+        assert named in found[0].message and "deg2rad" in found[0].fix
+
+
+def test_a_noisy_but_real_linear_relation_is_related():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(1024, 20, generator=g)
+    y = x[:, :3].sum(1, keepdim=True) + 3 * torch.randn(1024, 1, generator=g)  # R^2 ~ 0.25
+    signal = target_signal(x, y)
+    assert signal is not None and not signal.unrelated and signal.linear_r2 > 0.1
