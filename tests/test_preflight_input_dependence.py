@@ -140,3 +140,60 @@ def test_an_embedding_renormalised_to_norm_zero_names_max_norm():
     issues = embedding_verdict(0.0)
     assert len(issues) == 1 and "max_norm=0.0" in issues[0].message and "max_norm=None" in issues[0].fix
     assert not embedding_verdict(None) and not embedding_verdict(1.0)
+
+
+class CausalTcn(nn.Module):
+    """Channels-first (B, 3, T) windows; a causal conv padded (k - 1) * d on both ends must be trimmed."""
+
+    def __init__(self, chomp: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.convs = nn.ModuleList([nn.Conv1d(3 if i == 0 else 16, 16, 3, padding=2 * 2 ** i, dilation=2 ** i)
+                                    for i in range(6)])  # receptive field 127 >= the 64 steps
+        self.head, self.chomp = nn.Linear(16, 2), chomp
+
+    def forward(self, x):
+        for conv in self.convs:
+            h = conv(x)
+            x = torch.relu(h[..., :-conv.padding[0]] if self.chomp else h)
+        return self.head(x[:, :, -1])
+
+
+class TextCnn(nn.Module):
+    def __init__(self, pool_over_channels: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.conv, self.head = nn.Embedding(60, 16), nn.Conv1d(16, 32, 3), nn.Linear(32, 2)
+        self.pool_over_channels = pool_over_channels
+
+    def forward(self, ids):
+        h = torch.relu(self.conv(self.embed(ids).transpose(1, 2)))  # (B, 32, T - 2)
+        window = h.size(1) if self.pool_over_channels else h.size(2)
+        return self.head(nn.functional.max_pool1d(h, window).squeeze(-1))
+
+
+def _ignored(model, inputs, labels):
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(inputs, labels), batch_size=16, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), InputDependenceCheck()])
+    return [i for i in report.check("step.input_dependence").issues if i.code == "MODEL_IGNORES_POSITIONS"]
+
+
+@pytest.mark.parametrize("chomp", [False, True], ids=["padded_both_ends", "chomped"])
+def test_a_causal_conv_without_its_chomp_reads_past_the_input(chomp):
+    g = torch.Generator().manual_seed(2)
+    found = _ignored(CausalTcn(chomp), torch.randn(128, 3, 64, generator=g), torch.randint(0, 2, (128,), generator=g))
+    assert bool(found) == (not chomp)
+    if found:
+        assert "dim 2" in found[0].message and "Chomp1d" in found[0].fix
+
+
+@pytest.mark.parametrize("pool_over_channels", [True, False], ids=["window_from_channels", "window_over_time"])
+def test_a_max_pool_window_from_the_channel_count_stops_short(pool_over_channels):
+    g = torch.Generator().manual_seed(3)
+    found = _ignored(TextCnn(pool_over_channels), torch.randint(1, 60, (128, 60), generator=g),
+                     torch.randint(0, 2, (128,), generator=g))
+    assert bool(found) == pool_over_channels
+    if found:
+        assert "last quarter" in found[0].message

@@ -139,42 +139,55 @@ class InputDependenceCheck(Check):
             return
         for leaf in leaves(batch):
             # Only what the model reads: the targets of the batch are the loss's business.
-            if not _is_sequence(leaf, size) or leaf.untyped_storage().data_ptr() not in self._model_reads:
+            axis = _sequence_axis(leaf, size)
+            if axis is None or leaf.untyped_storage().data_ptr() not in self._model_reads:
                 continue
-            moved = {}
-            for half in ("first", "second"):
-                changed = _swap_half(leaf, half)
-                if changed is None:
+            length = leaf.shape[axis]
+            # Halves first; then the first and the last quarter (a pooling window that stops short of the end).
+            for spans in ((("first half", 0, length // 2), ("second half", length // 2, length)),
+                          (("first quarter", 0, length // 4), ("last quarter", length - length // 4, length))):
+                moved = {}
+                for name, begin, stop in spans:
+                    changed = _swap_span(leaf, axis, begin, stop)
+                    if changed is None:
+                        continue
+                    swapped = map_batch(lambda value, target=leaf, new=changed: new if value is target else value, batch)
+                    output = model_outputs(ctx, swapped)
+                    if output is None:
+                        return
+                    moved[(name, begin, stop)] = _samples_moved(base, output, size)
+                ignored = [span for span, count in moved.items() if count == 0]
+                if len(ignored) != 1:
                     continue
-                swapped = map_batch(lambda value, target=leaf, new=changed: new if value is target else value, batch)
-                output = model_outputs(ctx, swapped)
-                if output is None:
-                    return
-                moved[half] = _samples_moved(base, output, size)
-            ignored = [half for half, count in moved.items() if count == 0]
-            if len(ignored) != 1:
-                continue
-            half = ignored[0]
-            if _gradient_reaches(ctx, batch, leaf, half):
-                # A path exists, its effect only too small to see: an untrained gated RNN forgets the
-                # start of a long sequence by its last state, which training changes. No path (out[:, 0]
-                # of a forward RNN, a slice) is what the read-out structurally cannot see.
-                continue
-            length = leaf.shape[1]
-            span = f"0-{length // 2 - 1}" if half == "first" else f"{length // 2}-{length - 1}"
-            findings.data["ignored_positions"] = span
-            findings.warning(
-                "MODEL_IGNORES_POSITIONS",
-                f"the model's output ignores the {half} half of each sequence: replacing positions {span} of the "
-                f"{tuple(leaf.shape)} input with another sample's tokens moved no sample's output (eval mode), while "
-                f"the other half did. Usually the read-out takes the wrong time step: out[:, 0] of a unidirectional "
-                "RNN is the state after the first token only (out[:, -1], or h_n, sees the whole sequence), or a "
-                "slice keeps the first (or last) positions",
-                "Read out a state that has seen the whole sequence: h_n (with pack_padded_sequence for padded "
-                "batches), out[:, -1] of a unidirectional RNN on unpadded input, a pooled mean over the valid "
-                "positions, or a [CLS] position of a bidirectional encoder.",
-            )
-            return
+                name, begin, stop = ignored[0]
+                if _gradient_reaches(ctx, batch, leaf, axis, begin, stop):
+                    # A path exists, its effect only too small to see: an untrained gated RNN forgets the
+                    # start of a long sequence by its last state, which training changes. No path (out[:, 0]
+                    # of a forward RNN, a slice, a pooling window) is what the read-out structurally cannot see.
+                    continue
+                self._report(leaf, axis, name, begin, stop, findings)
+                return
+
+    @staticmethod
+    def _report(leaf: torch.Tensor, axis: int, name: str, begin: int, stop: int, findings: Findings) -> None:
+        span = f"{begin}-{stop - 1}"
+        findings.data["ignored_positions"] = span
+        where = "" if axis == 1 else f" (positions along dim {axis}, the channels-first layout)"
+        findings.warning(
+            "MODEL_IGNORES_POSITIONS",
+            f"the model's output ignores the {name} of each sequence: replacing positions {span} of the "
+            f"{tuple(leaf.shape)} input{where} with another sample's moved no sample's output (eval mode), and no "
+            "gradient reaches them, while the rest does move it. Usually the read-out takes the wrong time step: "
+            "out[:, 0] of a unidirectional RNN is the state after the first token only (out[:, -1], or h_n, sees the "
+            "whole sequence); or a slice or pooling window stops short of the sequence (max_pool1d(h, h.size(1)) on "
+            "(B, C, T) uses the channel count as the window; a causal Conv1d padded on both ends without trimming "
+            "shifts the last position's receptive field past the input; a convolution stack whose receptive field "
+            "is shorter than the sequence)",
+            "Read out a state that has seen the whole sequence: h_n (with pack_padded_sequence for padded "
+            "batches), out[:, -1] of a unidirectional RNN on unpadded input, a pooled mean or max over the valid "
+            "positions (h.amax(dim=-1) for (B, C, T)), or a [CLS] position of a bidirectional encoder; trim a causal "
+            "convolution's right padding (Chomp1d: out[..., :-padding]).",
+        )
 
     def _trace(self, ctx: PreflightContext, batch: Any, size: int) -> tuple[bool | None, tuple[str, nn.Module] | None] | None:
         """(whether the model's output differs between samples, the first module that loses
@@ -209,12 +222,10 @@ class InputDependenceCheck(Check):
             return None
         return _any_varies(top[0][1], size), (lost[0] if lost else None)
 
-def _gradient_reaches(ctx: PreflightContext, batch: Any, leaf: torch.Tensor, half: str) -> bool:
-    """Whether the model's output has a non-zero gradient with respect to the ``half`` of
-    ``leaf``'s positions (through the embeddings that read it, for token ids); False when no
-    gradient path exists or it cannot be measured."""
-    length = leaf.shape[1]
-    positions = slice(0, length // 2) if half == "first" else slice(length // 2, length)
+def _gradient_reaches(ctx: PreflightContext, batch: Any, leaf: torch.Tensor, axis: int, begin: int, stop: int) -> bool:
+    """Whether the model's output has a non-zero gradient with respect to positions
+    ``begin:stop`` (along ``axis``) of ``leaf`` (through the embeddings that read it, for token
+    ids); False when no gradient path exists or it cannot be measured."""
     watched: list[torch.Tensor] = []
     handles = []
     if leaf.is_floating_point():
@@ -249,35 +260,42 @@ def _gradient_reaches(ctx: PreflightContext, batch: Any, leaf: torch.Tensor, hal
         top.remove()
         for handle in handles:
             handle.remove()
-    return any(grad is not None and bool(grad[:, positions].any()) for grad in grads)
+    return any(grad is not None and bool(grad.narrow(axis, begin, stop - begin).any()) for grad in grads)
 
 
-def _is_sequence(leaf: Any, size: int) -> bool:
+def _sequence_axis(leaf: Any, size: int) -> int | None:
+    """The positions' axis of a sequence input: dim 1 of (B, T) token ids or (B, T, F) features,
+    dim 2 of channels-first (B, C, T) features whose dim 1 is too short to be positions."""
     if not isinstance(leaf, torch.Tensor) or leaf.shape[:1] != (size,) or leaf.dim() not in (2, 3):
-        return False
-    if leaf.shape[1] < MIN_POSITIONS:
-        return False
+        return None
     if leaf.dim() == 3:
-        return leaf.is_floating_point()
+        if not leaf.is_floating_point():
+            return None
+        if leaf.shape[1] >= MIN_POSITIONS:
+            return 1
+        return 2 if leaf.shape[2] >= MIN_POSITIONS else None
+    if leaf.shape[1] < MIN_POSITIONS:
+        return None
     # token ids; a 0/1 attention mask is not one
-    return not leaf.is_floating_point() and leaf.dtype != torch.bool and not bool(((leaf == 0) | (leaf == 1)).all())
+    if leaf.is_floating_point() or leaf.dtype == torch.bool or bool(((leaf == 0) | (leaf == 1)).all()):
+        return None
+    return 1
 
 
-def _swap_half(leaf: torch.Tensor, half: str) -> torch.Tensor | None:
-    """``leaf`` with the non-padding positions of one half taken from the next sample."""
-    length = leaf.shape[1]
-    positions = slice(0, length // 2) if half == "first" else slice(length // 2, length)
-    valid = torch.ones(leaf.shape[:2], dtype=torch.bool, device=leaf.device)
+def _swap_span(leaf: torch.Tensor, axis: int, begin: int, stop: int) -> torch.Tensor | None:
+    """``leaf`` with its non-padding positions ``begin:stop`` (along ``axis``) taken from the next sample."""
+    moved = leaf.movedim(axis, 1)
+    valid = torch.ones(moved.shape[:2], dtype=torch.bool, device=leaf.device)
     if not leaf.is_floating_point():
-        _, pad = edge_padding(leaf, None)
+        _, pad = edge_padding(moved, None)
         if pad is not None:
             valid = ~pad
-    donor = leaf.roll(1, dims=0)
+    donor = moved.roll(1, dims=0)
     donor_valid = valid.roll(1, dims=0)
     swap = torch.zeros_like(valid)
-    swap[:, positions] = valid[:, positions] & donor_valid[:, positions]
-    mask = swap if leaf.dim() == 2 else swap.unsqueeze(-1)
-    changed = torch.where(mask, donor, leaf)
+    swap[:, begin:stop] = valid[:, begin:stop] & donor_valid[:, begin:stop]
+    mask = swap if moved.dim() == 2 else swap.unsqueeze(-1)
+    changed = torch.where(mask, donor, moved).movedim(1, axis)
     return changed if not torch.equal(changed, leaf) else None
 
 
