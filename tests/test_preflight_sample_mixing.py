@@ -285,3 +285,35 @@ def test_scores_of_every_pair_of_samples_are_not_mixing():
                            DataLoader(TensorDataset(images, captions), batch_size=32, shuffle=True), loss_fn=clip_loss,
                            checks=[FirstBatchCheck(), FirstStepCheck(), SampleMixingCheck()])
     assert not report.check("step.sample_mixing").issues
+
+
+class NeuralCf(nn.Module):
+    def __init__(self, concat_dim: int | None):
+        super().__init__()
+        torch.manual_seed(0)
+        self.user, self.item, self.concat_dim = nn.Embedding(50, 8), nn.Embedding(60, 8), concat_dim
+        self.mlp = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 1))
+
+    def forward(self, users, items):
+        u, v = self.user(users), self.item(items)
+        x = torch.cat((u, v)).view(-1, 16) if self.concat_dim is None else torch.cat((u, v), dim=self.concat_dim)
+        return self.mlp(x).squeeze(-1)
+
+
+@pytest.mark.parametrize("concat_dim", [None, 1], ids=["cat_default_dim_then_view", "cat_dim_1"])
+def test_a_concatenation_along_the_batch_reshaped_to_fit_pairs_samples(concat_dim):
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randint(0, 50, (256,), generator=g), torch.randint(0, 60, (256,), generator=g),
+                         torch.randint(0, 2, (256,), generator=g).float())
+
+    def bce(model, batch):
+        users, items, liked = batch
+        return nn.functional.binary_cross_entropy_with_logits(model(users, items), liked)
+
+    model = NeuralCf(concat_dim)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), DataLoader(data, batch_size=32, shuffle=True),
+                           loss_fn=bce, checks=[FirstBatchCheck(), FirstStepCheck(), SampleMixingCheck()])
+    issues = report.check("step.sample_mixing").issues
+    assert bool(issues) == (concat_dim is None)
+    if issues:
+        assert "torch.cat((u, v), dim=1)" in issues[0].fix

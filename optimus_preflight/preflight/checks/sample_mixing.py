@@ -44,6 +44,7 @@ MIN_SAMPLES = 4  # fewer: one sample is too large a share of the output to tell
 MIXED_SHARE = 0.5  # of the output's elements moved by changing one sample
 PROBE_SAMPLES = 16
 OTHERS_MOVED = 2  # other samples whose outputs moved: one could be a numerical accident
+CONFIRMING_OTHERS = 4  # a second probe moving a few others confirms a first that moved one
 OTHER_SAMPLE_TOL = 1e-3  # of the output's largest value: a sample's move, far above float noise
 
 
@@ -259,13 +260,26 @@ class SampleMixingCheck(Check):
             return None
         outputs = list(per_sample_pairs(*outputs, keep, index=2))
         again = other_samples_moved(*outputs, keep, index=2)
-        if again is None or len(again) != 1:
+        if not again or len(again) > CONFIRMING_OTHERS:
             return None
-        return others[0], again[0]
+        return others[0], again[0] if len(again) == 1 else again
 
     @staticmethod
-    def _one_mixed(keep: int, moved: tuple[int, int], findings: Findings) -> None:
+    def _one_mixed(keep: int, moved: tuple[int, int | list[int]], findings: Findings) -> None:
         first, second = moved
+        if isinstance(second, list):  # sample 2 reached several samples: rows regrouped across the batch
+            listed = ", ".join(str(i) for i in second)
+            findings.warning(
+                "BATCH_MIXING",
+                f"changing sample 0 of a batch of {keep} (eval mode, no gradients) moved the output of sample {first}, "
+                f"and changing sample 2 moved samples {listed}: outputs are computed from other samples' data. A "
+                ".view/.reshape regroups rows across the batch: torch.cat((u, v)) concatenates along dim 0 by "
+                "default, (2B, d), and .view(-1, 2 * d) then pairs two users (or two items) in each row instead of "
+                "a user with its own item",
+                "Concatenate per-sample features along the feature axis: torch.cat((u, v), dim=1) (or dim=-1); "
+                "never reshape across the batch axis.",
+            )
+            return
         if first == keep - 1 and second == keep - 3:
             cause = ("The batch order is reversed: sample b's output reads sample B-1-b, a flip(0) / [::-1] meant "
                      "for the time axis of time-major (T, B) data applied to a batch_first (B, T) tensor")
