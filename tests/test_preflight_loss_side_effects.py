@@ -44,3 +44,36 @@ def test_a_loss_function_that_steps_the_loop_itself_is_an_error(body, says):
 
 def test_a_plain_loss_is_quiet():
     assert not findings("plain")
+
+
+class IntentClassifier(nn.Module):
+    """Word-level embedding dropout: whole rows of the table masked for a training step."""
+
+    def __init__(self, in_place: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.head, self.in_place = nn.Embedding(200, 16), nn.Linear(16, 3), in_place
+
+    def forward(self, ids):
+        weight = self.emb.weight
+        if self.training:
+            keep = (torch.rand(weight.shape[0], 1) > 0.1).float()
+            if self.in_place:
+                weight.data.mul_(keep)  # wipes the trained rows themselves
+            else:
+                weight = weight * keep
+        return self.head(nn.functional.embedding(ids, weight).mean(1))
+
+
+@pytest.mark.parametrize("in_place", [True, False], ids=["weight_data_mul_", "masked_copy"])
+def test_embedding_dropout_written_into_the_weight_is_named(in_place):
+    g = torch.Generator().manual_seed(1)
+    model = IntentClassifier(in_place)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(torch.randint(0, 200, (256, 12), generator=g),
+                                                    torch.randint(0, 3, (256,), generator=g)), batch_size=32),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), FirstStepCheck()])
+    found = [i for i in report.check("step.first_step").issues if i.code == "LOSS_FN_SIDE_EFFECT"]
+    assert bool(found) == in_place
+    if found:
+        assert "writes zeros into the model's own weights" in found[0].message and "weight * mask" in found[0].fix

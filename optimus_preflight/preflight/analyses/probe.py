@@ -147,13 +147,18 @@ def mode_sensitive_modules(model: nn.Module) -> dict[nn.Module, str]:
     return sensitive
 
 
-SIDE_EFFECT_PARAMS = 8  # parameters sampled (their first values) to see compute_loss change weights
+SIDE_EFFECT_PARAMS = 16  # parameters sampled to see compute_loss change weights
+SIDE_EFFECT_VALUES = 1024  # values read per parameter, strided over all of it
 
 
 def _side_effect_state(optimizer: Any, trainable: list[nn.Parameter]) -> tuple[list[float], list[torch.Tensor]]:
     lrs = [float(group.get("lr", 0.0)) for group in getattr(optimizer, "param_groups", [])
            if isinstance(group.get("lr", 0.0), (int, float))]
-    weights = [p.detach().reshape(-1)[:64].to("cpu", copy=True) for p in trainable[:SIDE_EFFECT_PARAMS]]
+    weights = []
+    for param in trainable[:SIDE_EFFECT_PARAMS]:
+        flat = param.detach().reshape(-1)
+        stride = max(1, flat.numel() // SIDE_EFFECT_VALUES)  # spread over the tensor: a masked row anywhere shows
+        weights.append(flat[::stride].to("cpu", copy=True))
     return lrs, weights
 
 
@@ -164,8 +169,11 @@ def _side_effects(before: tuple[list[float], list[torch.Tensor]],
     found = []
     if before[0] != after[0]:
         found.append("lr")
-    if any(not torch.equal(a, b) for a, b in zip(before[1], after[1], strict=False)):
-        found.append("weights")
+    changed = [(a, b) for a, b in zip(before[1], after[1], strict=False) if not torch.equal(a, b)]
+    if changed:
+        # Every changed value now exactly 0: a mask written into the weight itself, not an update.
+        zeroed = all(bool((b[a != b] == 0).all()) for a, b in changed)
+        found.append("weights_zeroed" if zeroed else "weights")
     return found
 
 

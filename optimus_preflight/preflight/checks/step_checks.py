@@ -111,7 +111,19 @@ class FirstStepCheck(Check):
                 f"({probe.error.splitlines()[0]}): a bug of the preflight, not of your code",
                 probe.error_traceback,
             )
-        if probe.loss_side_effects:
+        if "weights_zeroed" in probe.loss_side_effects:
+            findings.error(
+                "LOSS_FN_SIDE_EFFECT",
+                "the forward writes zeros into the model's own weights: values of a parameter that were not 0 before "
+                "compute_loss are exactly 0 after it, with no optimizer step in between. An in-place mask on the "
+                "weight itself (self.emb.weight.data.mul_(mask) as 'embedding dropout', a pruning mask applied with "
+                "weight.data *= mask in forward) wipes what those rows learned at every training step, so they never "
+                "accumulate anything",
+                "Mask a copy for this step only: F.embedding(ids, self.emb.weight * mask) (the gradient then flows "
+                "through the mask), or torch.nn.utils.prune to keep a mask beside the weight; never write into "
+                "weight.data in forward.",
+            )
+        elif probe.loss_side_effects:
             what = {"lr": "changes the learning rate (a scheduler.step() inside it)",
                     "weights": "changes the weights (an optimizer.step() inside it)"}
             findings.error(
