@@ -281,3 +281,14 @@ def test_a_two_rate_fine_tune_is_quiet():
     optimizer = torch.optim.AdamW([{"params": model[0].parameters(), "lr": 1e-5},
                                    {"params": model[2].parameters(), "lr": 1e-3}])
     assert issues(model, optimizer, OptimizerParamsCheck(), "LR_LAYER_DECAY") == []
+
+
+@pytest.mark.parametrize("batch_size, fires", [(32, True), (len(X), False)], ids=["mini_batches", "full_batch"])
+def test_rprop_on_mini_batches(batch_size, fires):
+    model = net()
+    optimizer = torch.optim.Rprop(model.parameters(), lr=0.01)
+    found = issues(model, optimizer, OptimizerParamsCheck(), "RPROP_MINIBATCH",
+                   loader=DataLoader(TensorDataset(X, Y), batch_size=batch_size, shuffle=True))
+    assert bool(found) == fires
+    if found:
+        assert "full-batch method" in found[0].message and "Adam" in found[0].fix

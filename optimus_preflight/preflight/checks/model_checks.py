@@ -93,7 +93,7 @@ class OptimizerParamsCheck(Check):
 
     name = "model.optimizer_params"
     stage = Stage.MODEL
-    codes = ("O2", "O17", "OPT_DUPLICATE_PARAM", "OPTIM_GROUP_UNKNOWN_KEY", "SGD_DAMPENING", "LR_LAYER_DECAY")
+    codes = ("O2", "O17", "OPT_DUPLICATE_PARAM", "OPTIM_GROUP_UNKNOWN_KEY", "SGD_DAMPENING", "LR_LAYER_DECAY", "RPROP_MINIBATCH")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         names = {param: name for name, param in ctx.model.named_parameters()}
@@ -185,6 +185,7 @@ class OptimizerParamsCheck(Check):
         self._misnamed_keys(ctx.optimizer, findings)
         self._sgd_dampening(ctx.optimizer, findings)
         self._layer_decay(ctx.optimizer, findings, names)
+        self._full_batch_method(ctx, findings)
 
     @staticmethod
     def _misnamed_keys(optimizer: Any, findings: Findings) -> None:
@@ -222,6 +223,30 @@ class OptimizerParamsCheck(Check):
                 "Name the key the optimizer reads in the group dict: {'params': ..., "
                 + ", ".join(f"'{real}': {_fmt(value)}" for real, value in meant.items()) + "}.",
             )
+
+    @staticmethod
+    def _full_batch_method(ctx: PreflightContext, findings: Findings) -> None:
+        """RPROP_MINIBATCH: Rprop adapts each weight's step by whether consecutive gradients agree in
+        sign, which assumes the full-batch gradient; mini-batch noise flips the signs."""
+        if not isinstance(ctx.optimizer, torch.optim.Rprop):
+            return
+        try:
+            batches = len(ctx.train_loader)
+        except TypeError:
+            batches = None
+        if batches is not None and batches <= 1:
+            return
+        size = getattr(ctx.train_loader, "batch_size", None)
+        findings.warning(
+            "RPROP_MINIBATCH",
+            f"torch.optim.Rprop trains on mini-batches ({batches or 'many'} per epoch"
+            f"{f' of {size}' if size else ''}): Rprop is a full-batch method that grows or halves each weight's step "
+            "by whether two consecutive gradients agree in sign, and mini-batch noise flips the signs all the time, so "
+            "the steps shrink towards their minimum and training stalls (MATLAB's trainrp feeds it the whole dataset)",
+            "Use a mini-batch optimizer (torch.optim.Adam / AdamW, or SGD with momentum), or give Rprop the whole "
+            "training set as one batch.",
+            "optimizer",
+        )
 
     @staticmethod
     def _layer_decay(optimizer: Any, findings: Findings, names: dict) -> None:
