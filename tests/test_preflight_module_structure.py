@@ -119,3 +119,35 @@ def test_only_biases_training_on_random_weights(selector, pretrained, expected):
         if chosen and getattr(module, "weight", None) is not None:
             module.weight.requires_grad_(False)
     assert [code for code in codes(model) if code in ("ONLY_BIASES_TRAIN", "FROZEN_AT_INIT")] == expected
+
+
+class TicketGru(nn.Module):
+    def __init__(self, freeze_encoder: bool, loaded: bool = False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.gru, self.head = nn.Embedding(300, 16), nn.GRU(16, 32, batch_first=True), nn.Linear(32, 3)
+        if loaded:
+            with torch.no_grad():  # weights of a pretrained encoder leave the default init's distributions
+                self.emb.weight.mul_(0.3).add_(0.1)
+                for weight in self.gru.parameters():
+                    weight.normal_(0, 0.4)
+        if freeze_encoder:
+            self.emb.requires_grad_(False)
+            self.gru.requires_grad_(False)
+
+    def forward(self, ids):
+        return self.head(self.gru(self.emb(ids))[1][-1])
+
+
+@pytest.mark.parametrize("freeze, loaded, fires", [(True, False, True), (True, True, False), (False, False, False)],
+                         ids=["frozen_random_encoder", "frozen_loaded_encoder", "trained_encoder"])
+def test_a_frozen_embedding_and_gru_still_at_their_init(freeze, loaded, fires):
+    model = TicketGru(freeze, loaded)
+    ids, y = torch.randint(0, 300, (256, 12)), torch.randint(0, 3, (256,))
+    report = run_preflight(model, torch.optim.Adam([p for p in model.parameters() if p.requires_grad], 1e-3),
+                           DataLoader(TensorDataset(ids, y), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), ModuleStructureCheck()])
+    found = [i for i in report.check("model.structure").issues if i.code == "FROZEN_AT_INIT"]
+    assert bool(found) == fires
+    if found:
+        assert "emb, gru" in found[0].message and "type=bool" in found[0].message

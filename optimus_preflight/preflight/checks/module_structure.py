@@ -46,14 +46,41 @@ def at_default_init(weight: torch.Tensor) -> bool:
     return abs(float(values.std()) / bound - UNIFORM_STD) < 0.05 * UNIFORM_STD
 
 
+def at_default_normal(weight: torch.Tensor) -> bool:
+    """``weight`` looks drawn by nn.Embedding's default init, N(0, 1) (pure)."""
+    if weight.numel() < MIN_INIT_VALUES:
+        return False
+    values = weight.detach().float()
+    return abs(float(values.mean())) < 0.1 and abs(float(values.std()) - 1.0) < 0.05 and float(values.abs().max()) < 7
+
+
+def at_default_uniform(weights: list[torch.Tensor], bound: float) -> bool:
+    """The tensors look drawn by a recurrent layer's default init, U(-bound, bound) (pure)."""
+    values = torch.cat([w.detach().float().reshape(-1) for w in weights])
+    if values.numel() < MIN_INIT_VALUES or float(values.abs().max()) > bound * (1 + 1e-5):
+        return False
+    return abs(float(values.std()) / bound - UNIFORM_STD) < 0.05 * UNIFORM_STD
+
+
 def frozen_at_init(model: nn.Module) -> tuple[list[str], int]:
-    """Names of frozen Linear/Conv layers still at the default init, and the values they hold."""
+    """Names of frozen Linear/Conv/Embedding/RNN layers still at the default init, and the values they hold."""
     names, values = [], 0
     for name, module in model.named_modules():
-        if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)) and not module.weight.requires_grad \
-                and at_default_init(module.weight):
+        if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)):
+            weights = [module.weight]
+            fresh = not module.weight.requires_grad and at_default_init(module.weight)
+        elif isinstance(module, nn.Embedding):
+            weights = [module.weight]
+            fresh = not module.weight.requires_grad and module.padding_idx is None and at_default_normal(module.weight)
+        elif isinstance(module, nn.RNNBase):
+            weights = list(module.parameters(recurse=False))
+            fresh = bool(weights) and not any(p.requires_grad for p in weights) \
+                and at_default_uniform(weights, module.hidden_size ** -0.5)
+        else:
+            continue
+        if fresh:
             names.append(name or type(module).__name__)
-            values += module.weight.numel()
+            values += sum(p.numel() for p in weights)
     return names, values
 
 
@@ -103,9 +130,10 @@ class ModuleStructureCheck(Check):
             findings.warning(
                 "FROZEN_AT_INIT",
                 f"{len(at_init)} frozen layer(s) ({shown}; {values:,} weights) hold exactly what PyTorch's default "
-                "init draws (uniform within 1/sqrt(fan_in)): nothing was loaded into them, so the frozen part "
+                "init draws (uniform within 1/sqrt(fan_in); N(0, 1) for an Embedding): nothing was loaded into them, so the frozen part "
                 "computes random features. Usually a load_state_dict(..., strict=False) whose keys matched nothing "
-                "(a 'module.' prefix from DataParallel, another model's names)",
+                "(a 'module.' prefix from DataParallel, another model's names), or a freeze flag that is set when it "
+                "should not be (argparse type=bool reads --freeze False as True: bool('False') is True)",
                 "Load with strict=True to see the missing and unexpected keys (strip a 'module.' prefix: "
                 "{k.removeprefix('module.'): v for k, v in state.items()}), or unfreeze the layers if they are "
                 "meant to train from scratch.",
