@@ -40,6 +40,7 @@ from optimus_preflight.preflight.checks.graph_batch import GraphBatchCheck
 from optimus_preflight.preflight.checks.input_dependence import InputDependenceCheck
 from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
 from optimus_preflight.preflight.checks.label_masking import LabelMaskingCheck
+from optimus_preflight.preflight.checks.loss_bounds import LossBoundsCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
 from optimus_preflight.preflight.checks.mask_alignment import MaskAlignmentCheck
 from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
@@ -132,6 +133,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     BufferLookupsCheck,
     PairLabelsCheck,
     ContrastiveTargetsCheck,
+    LossBoundsCheck,
     AttentionMaskCheck,
     RecurrenceCheck,
     step_runs.AccumulationCheck,

@@ -1,0 +1,56 @@
+"""step.loss_bounds: LOSS_UNBOUNDED_BELOW, a loss the model can lower forever by moving its
+predictions (a pinball loss with its quantile in percent); quiet on bounded losses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.loss_bounds import LossBoundsCheck
+
+
+def pinball(q: float):
+    def loss_fn(model, batch):
+        x, y = batch
+        error = y - model(x).squeeze(-1)
+        return torch.maximum(q * error, (q - 1) * error).mean()
+    return loss_fn
+
+
+def gaussian_nll(model, batch):
+    x, y = batch
+    mean, log_var = model(x).unbind(-1)
+    return F.gaussian_nll_loss(mean, y, log_var.exp())
+
+
+def unbounded(loss_fn, outputs: int = 1, classes: bool = False):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 6, generator=g)
+    y = torch.randint(0, outputs, (256,), generator=g) if classes else x[:, 0] * 3 + 20
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, outputs))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True), loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), LossBoundsCheck()])
+    return report.check("step.loss_bounds").issues
+
+
+def test_a_pinball_loss_with_its_quantile_in_percent_has_no_minimum():
+    found = unbounded(pinball(90))
+    assert [issue.code for issue in found] == ["LOSS_UNBOUNDED_BELOW"]
+    assert "moving every prediction up" in found[0].message and "q=0.9" in found[0].fix
+
+
+@pytest.mark.parametrize("loss_fn, outputs, classes", [
+    (pinball(0.9), 1, False),
+    (lambda model, batch: F.mse_loss(model(batch[0]).squeeze(-1), batch[1]), 1, False),
+    (gaussian_nll, 2, False),
+    (nn.CrossEntropyLoss(), 4, True),
+], ids=["pinball_fraction", "mse", "gaussian_nll", "cross_entropy"])
+def test_bounded_losses_are_quiet(loss_fn, outputs, classes):
+    assert unbounded(loss_fn, outputs, classes) == []
