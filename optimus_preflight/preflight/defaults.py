@@ -37,6 +37,7 @@ from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
 from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
 from optimus_preflight.preflight.checks.forecast_leak import ForecastLeakCheck
 from optimus_preflight.preflight.checks.graph_batch import GraphBatchCheck
+from optimus_preflight.preflight.checks.input_content import InputContentCheck
 from optimus_preflight.preflight.checks.input_dependence import InputDependenceCheck
 from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
 from optimus_preflight.preflight.checks.label_masking import LabelMaskingCheck
@@ -83,6 +84,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     PinnedBatchCheck,
     data_checks.DuplicateSamplesCheck,
     GraphBatchCheck,
+    InputContentCheck,
     InputScaleCheck,
     FeatureLabelCheck,
     MaskAlignmentCheck,

@@ -36,8 +36,9 @@ def shifted_loss(ctx: PreflightContext, batch: Any, shift: float) -> float | Non
 
     def move(module: torch.nn.Module, args: Any, output: Any) -> Any:
         def one(value: Any) -> Any:
-            if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel():
-                spread = float(value.detach().float().std()) if value.numel() > 1 else 0.0
+            # Predictions only: a 0-dim tensor is a loss the model computed itself (a Hugging Face output's .loss).
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() >= 1 and value.numel() > 1:
+                spread = float(value.detach().float().std())
                 return value + shift * (spread if spread > 0 else 1.0)
             return value
         return map_batch(one, output)
