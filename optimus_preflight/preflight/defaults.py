@@ -48,6 +48,7 @@ from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VR
 from optimus_preflight.preflight.checks.module_structure import ModuleStructureCheck
 from optimus_preflight.preflight.checks.pair_labels import PairLabelsCheck
 from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
+from optimus_preflight.preflight.checks.ranking_negatives import RankingNegativesCheck
 from optimus_preflight.preflight.checks.recurrence import RecurrenceCheck
 from optimus_preflight.preflight.checks.sample_mixing import SampleMixingCheck
 from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageCheck
@@ -85,6 +86,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     data_checks.DuplicateSamplesCheck,
     GraphBatchCheck,
     InputContentCheck,
+    RankingNegativesCheck,
     InputScaleCheck,
     FeatureLabelCheck,
     MaskAlignmentCheck,
