@@ -51,3 +51,12 @@ def test_a_noisy_but_real_linear_relation_is_related():
     y = x[:, :3].sum(1, keepdim=True) + 3 * torch.randn(1024, 1, generator=g)  # R^2 ~ 0.25
     signal = target_signal(x, y)
     assert signal is not None and not signal.unrelated and signal.linear_r2 > 0.1
+
+
+def test_soft_class_labels_are_not_regression_targets():
+    from optimus_preflight.preflight.checks.target_signal import features_and_targets
+
+    x = torch.randn(64, 10)
+    mixed = torch.softmax(torch.randn(64, 4), dim=1)  # mixup / smoothed labels: rows summing to 1
+    assert features_and_targets((x, mixed)) is None
+    assert features_and_targets((x, torch.randn(64, 2))) is not None

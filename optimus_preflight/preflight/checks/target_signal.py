@@ -43,9 +43,16 @@ def features_and_targets(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None
     if x.dim() < 2 or y.dim() not in (1, 2) or len(x) != len(y):
         return None
     flat = x.detach().reshape(len(x), -1)
-    if flat.shape[1] > MAX_FEATURES:
+    targets = y.detach().reshape(len(y), -1).float().cpu()
+    if flat.shape[1] > MAX_FEATURES or soft_labels(targets):
         return None
-    return flat.float().cpu(), y.detach().reshape(len(y), -1).float().cpu()
+    return flat.float().cpu(), targets
+
+
+def soft_labels(targets: torch.Tensor) -> bool:
+    """Rows of non-negative values summing to 1: class probabilities (mixup, label smoothing,
+    distillation), not regression targets."""
+    return targets.shape[1] > 1 and bool((targets >= 0).all()) and bool(((targets.sum(1) - 1).abs() < 1e-3).all())
 
 
 def on_unit_circle(targets: torch.Tensor) -> bool:
