@@ -151,3 +151,14 @@ def test_a_frozen_embedding_and_gru_still_at_their_init(freeze, loaded, fires):
     assert bool(found) == fires
     if found:
         assert "emb, gru" in found[0].message and "type=bool" in found[0].message
+
+
+def test_a_frozen_pretrained_table_drawn_normal_alone_is_quiet():
+    torch.manual_seed(0)
+    vectors = torch.randn(300, 16)  # synthetic 'pretrained' text vectors, N(0, 1)
+    model = nn.Sequential(nn.Embedding.from_pretrained(vectors, freeze=True), nn.Flatten(), nn.Linear(12 * 16, 3))
+    ids, y = torch.randint(0, 300, (256, 12)), torch.randint(0, 3, (256,))
+    report = run_preflight(model, torch.optim.Adam([p for p in model.parameters() if p.requires_grad], 1e-3),
+                           DataLoader(TensorDataset(ids, y), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), ModuleStructureCheck()])
+    assert [i.code for i in report.check("model.structure").issues] == []
