@@ -14,15 +14,13 @@ as a ``(user, positive)`` pair among the triples read.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
-from optimus_preflight.preflight.data_access.guard import DataGuard
+from optimus_preflight.preflight.data_access.guard import read_samples
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.framework.preserve import preserved_data_state
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -68,17 +66,8 @@ class RankingNegativesCheck(Check):
         if id_triples(ctx.artifacts.first_batch) is None:
             findings.data["summary"] = "not a batch of (user, positive, negative) ids"
             return
-        guard = DataGuard(ctx, self.name, findings)
-        parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-        started = time.perf_counter()
-        with preserved_data_state(ctx), guard.batches(ctx.train_loader, f"training triples for {self.name}") as stream:
-            for batch in stream:
-                triple = id_triples(batch)
-                if triple is None:
-                    return
-                parts.append(triple)
-                if sum(len(p[0]) for p in parts) >= TRIPLES or time.perf_counter() - started > SCAN_BUDGET_S:
-                    break
+        parts = read_samples(ctx, self.name, findings, ctx.train_loader, f"training triples for {self.name}",
+                             id_triples, TRIPLES, SCAN_BUDGET_S)
         if not parts:
             return
         users, positives, negatives = (torch.cat([p[i] for p in parts])[:TRIPLES] for i in range(3))

@@ -12,16 +12,14 @@ compass, so neighbouring directions get unrelated targets.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from optimus_preflight.preflight.analyses.label_signal import MAX_FEATURES, target_signal
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
-from optimus_preflight.preflight.data_access.guard import DataGuard
+from optimus_preflight.preflight.data_access.guard import read_samples
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.framework.preserve import preserved_data_state
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -71,19 +69,11 @@ class TargetSignalCheck(Check):
         if features_and_targets(ctx.artifacts.first_batch) is None:
             findings.data["summary"] = "not an (inputs, float targets) batch"
             return
-        guard = DataGuard(ctx, self.name, findings)
-        xs, ys, started = [], [], time.perf_counter()
-        with preserved_data_state(ctx), guard.batches(ctx.train_loader, f"training targets for {self.name}") as stream:
-            for batch in stream:
-                pair = features_and_targets(batch)
-                if pair is None:
-                    return
-                xs.append(pair[0])
-                ys.append(pair[1])
-                if sum(len(y) for y in ys) >= SAMPLES or time.perf_counter() - started > SCAN_BUDGET_S:
-                    break
-        if not xs or len({x.shape[1] for x in xs}) != 1 or len({y.shape[1] for y in ys}) != 1:
+        parts = read_samples(ctx, self.name, findings, ctx.train_loader, f"training targets for {self.name}",
+                             features_and_targets, SAMPLES, SCAN_BUDGET_S)
+        if not parts or len({x.shape[1] for x, _ in parts}) != 1 or len({y.shape[1] for _, y in parts}) != 1:
             return
+        xs, ys = [x for x, _ in parts], [y for _, y in parts]
         features, targets = torch.cat(xs)[:SAMPLES], torch.cat(ys)[:SAMPLES]
         signal = target_signal(features, targets)
         if signal is None:

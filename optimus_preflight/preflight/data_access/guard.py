@@ -10,6 +10,7 @@ hang costs the preflight one timeout, not one per check.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -142,3 +143,27 @@ def fetch_first_batch(loader: Any, timeout_s: float, rank: int | None = None) ->
     if not result.batches:
         raise RuntimeError(f"{who}the DataLoader yields no batches. Fix: check the dataset is not empty.")
     return result
+
+
+def read_samples(ctx: Any, check: str, findings: Any, loader: Any, purpose: str, convert: Any, limit: int,
+                 budget_s: float) -> list[Any] | None:
+    """``convert(batch)`` of the loader's batches, guarded, until the parts hold ``limit`` samples
+    (``len`` of a part, or of its first element when it is a tuple) or ``budget_s`` has passed;
+    None as soon as a batch converts to None (a batch of another shape). The loader's state
+    (sampler, generator, workers) is put back after."""
+    from optimus_preflight.preflight.framework.preserve import preserved_data_state
+
+    def size(part: Any) -> int:
+        return len(part[0]) if isinstance(part, tuple) else len(part)
+
+    parts: list[Any] = []
+    started = time.perf_counter()
+    with preserved_data_state(ctx), DataGuard(ctx, check, findings).batches(loader, purpose) as stream:
+        for batch in stream:
+            part = convert(batch)
+            if part is None:
+                return None
+            parts.append(part)
+            if sum(size(p) for p in parts) >= limit or time.perf_counter() - started > budget_s:
+                break
+    return parts
