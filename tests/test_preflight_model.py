@@ -149,3 +149,22 @@ def test_adamw_eps_for_half_precision_state(tmp_path, dtype, eps, fires):
         assert codes(result) == {"O10"} and result.issues[0].config_key == "optimizer.eps"
     else:
         assert_quiet(result)
+
+
+def test_a_frozen_pretrained_embedding_handed_to_the_optimizer_names_from_pretrained():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from optimus_preflight.preflight import run_preflight
+    from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+
+    vectors = torch.randn(100, 8) * 0.4
+    for freeze, fires in ((True, True), (False, False)):
+        model = nn.Sequential(nn.Embedding.from_pretrained(vectors, freeze=freeze), nn.Flatten(), nn.Linear(40, 2))
+        report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                               DataLoader(TensorDataset(torch.randint(0, 100, (64, 5)), torch.randint(0, 2, (64,))),
+                                          batch_size=16),
+                               loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), OptimizerParamsCheck()])
+        found = [i for i in report.check("model.optimizer_params").issues if i.code == "O17"]
+        assert bool(found) == fires
+        if found:
+            assert found[0].severity.value == "warning" and "freeze=False" in found[0].fix

@@ -154,7 +154,22 @@ class OptimizerParamsCheck(Check):
             # set_to_none=False keeps zeros there), which weight decay and momentum keep acting on.
             holding = [name for param, name in names.items() if not param.requires_grad and param in in_optimizer
                        and param.grad is not None]
-            if holding:
+            # A frozen embedding table handed to the optimizer was meant to train: the user's optimizer
+            # lists it. nn.Embedding.from_pretrained freezes by default (freeze=True).
+            tables = [name for name, module in ctx.model.named_modules()
+                      if isinstance(module, (nn.Embedding, nn.EmbeddingBag)) and not module.weight.requires_grad
+                      and module.weight in in_optimizer]
+            if tables and not holding:
+                findings.warning(
+                    "O17",
+                    f"the embedding table(s) {_names(tables, 3)} are frozen (requires_grad=False) but handed to the "
+                    "optimizer, so they were meant to train, and never will: nn.Embedding.from_pretrained(vectors) "
+                    "freezes by default (freeze=True)",
+                    "Pass freeze=False to fine-tune the vectors: nn.Embedding.from_pretrained(vectors, freeze=False); "
+                    "to keep them fixed, leave them out of the optimizer.",
+                    "optimizer",
+                )
+            elif holding:
                 findings.warning(
                     "O17",
                     f"{len(frozen)} frozen parameter(s) (requires_grad=False) are in the optimizer and "
