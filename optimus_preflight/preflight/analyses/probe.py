@@ -331,10 +331,11 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         model.train()  # what the training loop does before its first step
         top_stuck = not model.training
         stuck.update(module for module in sensitive if not module.training)
+        # The user's own forward hooks, read before the probe adds any.
+        user_hooked = [(name, module) for name, module in model.named_modules() if module._forward_hooks]
         handles = [model.register_forward_pre_hook(on_forward), model.register_forward_hook(on_output)]
         handles += [module.register_forward_pre_hook(on_sensitive_forward) for module in sensitive]
         handles += [param.register_post_accumulate_grad_hook(on_grad) for param in trainable]
-        user_hooked = [(name, module) for name, module in model.named_modules() if module._forward_hooks]
 
         def on_hooked_output(module: nn.Module, args: Any, output: Any, name: str) -> None:
             attached_in = any(isinstance(arg, torch.Tensor) and arg.requires_grad for arg in args)
