@@ -26,6 +26,9 @@ class Case:
         return self.cause_pattern is None
 
 
+FAMILY_MODULES = ("cases_shapes", "cases_targets", "cases_trained", "cases_mechanics", "cases_data", "cases_healthy")
+
+
 class CaseTable:
     """One set's cases: the ``case``/``healthy`` decorators its modules use, and
     ``load_all`` importing those modules. Sets b and c make their own from this."""
@@ -33,6 +36,11 @@ class CaseTable:
     def __init__(self, modules: list[str]):
         self.modules = modules
         self.cases: dict[str, Case] = {}
+
+    @classmethod
+    def by_family(cls, package: str) -> CaseTable:
+        """The table of a set laid out as sets g-i are: one module per family, then the healthy cases."""
+        return cls([f"{package}.{name}" for name in FAMILY_MODULES])
 
     def case(self, name: str, family: str, bug: str = "", cause_pattern: str | None = None):
         def register(fn):

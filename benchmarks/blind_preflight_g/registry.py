@@ -14,8 +14,7 @@ from benchmarks.blind_preflight.registry import (  # noqa: F401
     token_sequences,
 )
 
-TABLE = CaseTable([f"benchmarks.blind_preflight_g.{name}" for name in (
-    "cases_shapes", "cases_targets", "cases_trained", "cases_mechanics", "cases_data", "cases_healthy")])
+TABLE = CaseTable.by_family("benchmarks.blind_preflight_g")
 CASES, case, healthy, load_all = TABLE.cases, TABLE.case, TABLE.healthy, TABLE.load_all
 
 FIX_TABLE = FixTable()

@@ -77,6 +77,12 @@ def tensors(batch: Any) -> Iterator[torch.Tensor]:
     return (leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor))
 
 
+def storages(batch: Any) -> set[int]:
+    """The data pointers of the batch's tensors' storages: a tensor is a view of the batch's
+    (token ids, an index column) when its storage pointer is among them."""
+    return {leaf.untyped_storage().data_ptr() for leaf in tensors(batch)}
+
+
 def batch_size_of(batch: Any) -> int:
     """Number of samples in a batch: the leading dimension of its first tensor (1 for a
     0-dim tensor; 0 when it holds no tensor)."""

@@ -8,6 +8,7 @@ deterministic unless the model samples on purpose.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -26,6 +27,17 @@ def eval_forward(ctx: PreflightContext, batch: Any) -> Any:
         ctx.model.eval()
         with ctx.training.plan.autocast():
             return ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
+
+
+def eval_loss(ctx: PreflightContext, batch: Any) -> float | None:
+    """The scalar loss ``eval_forward`` returns (the first element of a tuple), or None when it
+    returns something else or a value that is not finite."""
+    output = eval_forward(ctx, batch)
+    loss = output[0] if isinstance(output, tuple) else output
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        return None
+    value = float(loss.detach().float())
+    return value if math.isfinite(value) else None
 
 
 def model_outputs(ctx: PreflightContext, batch: Any) -> list[torch.Tensor] | None:

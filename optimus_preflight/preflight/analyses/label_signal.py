@@ -49,16 +49,21 @@ def _neighbour_vote(x: torch.Tensor, y: torch.Tensor, classes: int) -> float:
     return float((votes.argmax(1) == y).float().mean())
 
 
-def _linear_probe(x: torch.Tensor, y: torch.Tensor, classes: int) -> float:
+def _ridge_out_of_fold(x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Two-fold ridge predictions of ``targets`` (N, k) from ``x`` (N, d) plus a bias: each half
+    predicted by the fit on the other half."""
     x = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], 1)
     half = len(x) // 2
-    correct = 0
+    predicted = torch.empty(len(x), targets.shape[1], dtype=x.dtype)
     for fit, test in ((slice(0, half), slice(half, None)), (slice(half, None), slice(0, half))):
-        targets = torch.nn.functional.one_hot(y[fit], classes).to(x.dtype)
         gram = x[fit].T @ x[fit] + RIDGE * torch.eye(x.shape[1], dtype=x.dtype)
-        weights = torch.linalg.solve(gram, x[fit].T @ targets)
-        correct += int(((x[test] @ weights).argmax(1) == y[test]).sum())
-    return correct / len(x)
+        predicted[test] = x[test] @ torch.linalg.solve(gram, x[fit].T @ targets[fit].to(x.dtype))
+    return predicted
+
+
+def _linear_probe(x: torch.Tensor, y: torch.Tensor, classes: int) -> float:
+    scores = _ridge_out_of_fold(x, torch.nn.functional.one_hot(y, classes))
+    return float((scores.argmax(1) == y).float().mean())
 
 
 def label_signal(features: torch.Tensor, labels: torch.Tensor) -> LabelSignal | None:
@@ -131,10 +136,4 @@ def target_signal(features: torch.Tensor, targets: torch.Tensor) -> TargetSignal
     distances.fill_diagonal_(float("inf"))
     nearest = distances.topk(NEIGHBOURS, largest=False).indices
     neighbour = _r2(y[nearest].mean(1), y)
-    ones = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], 1)
-    half = len(x) // 2
-    predicted = torch.empty_like(y)
-    for fit, test in ((slice(0, half), slice(half, None)), (slice(half, None), slice(0, half))):
-        gram = ones[fit].T @ ones[fit] + RIDGE * torch.eye(ones.shape[1], dtype=x.dtype)
-        predicted[test] = ones[test] @ torch.linalg.solve(gram, ones[fit].T @ y[fit])
-    return TargetSignal(len(y), y.shape[1], neighbour, _r2(predicted, y))
+    return TargetSignal(len(y), y.shape[1], neighbour, _r2(_ridge_out_of_fold(x, y), y))

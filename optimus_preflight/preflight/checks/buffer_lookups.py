@@ -23,7 +23,7 @@ from torch.overrides import TorchFunctionMode
 from optimus_preflight.preflight.analyses.eval_forward import eval_forward
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.training.batches import leaves, move_to_device
+from optimus_preflight.training.batches import move_to_device, storages
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -88,7 +88,7 @@ class BufferLookupsCheck(Check):
             findings.data["summary"] = "no buffer shaped like a table"
             return
         batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
-        storage = {leaf.untyped_storage().data_ptr() for leaf in leaves(batch) if isinstance(leaf, torch.Tensor)}
+        storage = storages(batch)
         watch = LookupWatch(buffers, storage)
         try:
             with watch:

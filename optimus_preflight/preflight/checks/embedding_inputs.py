@@ -33,7 +33,7 @@ from optimus_preflight.preflight.analyses.eval_forward import eval_forward
 from optimus_preflight.preflight.analyses.padding import edge_padding
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.training.batches import leaves, move_to_device
+from optimus_preflight.training.batches import move_to_device, storages
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -118,7 +118,7 @@ class EmbeddingInputsCheck(Check):
         positions: dict[nn.Module, bool] = {}  # a position table fed ids that differ between samples
         dominant: dict[nn.Module, tuple[int, float, int] | None] = {}
         batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
-        batch_storage = {leaf.untyped_storage().data_ptr() for leaf in leaves(batch) if isinstance(leaf, torch.Tensor)}
+        batch_storage = storages(batch)
 
         def on_input(module: nn.Module, args: tuple) -> None:
             ids = args[0] if args else None

@@ -33,7 +33,7 @@ from optimus_preflight.preflight.checks.sample_mixing import PROBE_SAMPLES, batc
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
-from optimus_preflight.training.batches import batch_size_of, leaves, map_batch, move_to_device
+from optimus_preflight.training.batches import batch_size_of, leaves, map_batch, move_to_device, storages
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -204,8 +204,7 @@ class InputDependenceCheck(Check):
             if module is ctx.model:
                 if not top:
                     top.append((inputs_vary, output))
-                    read.update(leaf.untyped_storage().data_ptr() for leaf in leaves((args, kwargs))
-                                if isinstance(leaf, torch.Tensor))
+                    read.update(storages((args, kwargs)))
                 return
             if not lost and inputs_vary and _any_varies(output, size) is False:
                 lost.append((names[module], module))
@@ -245,6 +244,8 @@ def _gradient_reaches(ctx: PreflightContext, batch: Any, leaf: torch.Tensor, axi
     outputs: list[Any] = []
     top = ctx.model.register_forward_hook(lambda module, args, output: outputs.append(output) if not outputs else None)
     try:
+        # The backward runs before the state is put back: restoring the weights in place would
+        # invalidate the graph.
         with preserved_training_state(ctx), torch.enable_grad():
             ctx.model.eval()
             with ctx.training.plan.autocast():

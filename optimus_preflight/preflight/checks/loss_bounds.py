@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from optimus_preflight.preflight.analyses.eval_forward import eval_forward
+from optimus_preflight.preflight.analyses.eval_forward import eval_loss
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import map_batch, move_to_device
@@ -45,15 +45,10 @@ def shifted_loss(ctx: PreflightContext, batch: Any, shift: float) -> float | Non
 
     handle = ctx.model.register_forward_hook(move) if shift else None
     try:
-        output = eval_forward(ctx, batch)
+        return eval_loss(ctx, batch)
     finally:
         if handle is not None:
             handle.remove()
-    loss = output[0] if isinstance(output, tuple) else output
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        return None
-    value = float(loss.detach().float())
-    return value if value == value else None  # NaN: no verdict
 
 
 class LossBoundsCheck(Check):

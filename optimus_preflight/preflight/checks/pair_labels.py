@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from optimus_preflight.preflight.analyses.eval_forward import eval_forward
+from optimus_preflight.preflight.analyses.eval_forward import eval_loss
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import move_to_device
@@ -60,13 +60,6 @@ def input_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return ((flat_a - flat_b) / scale).norm(dim=1)
 
 
-def scalar_loss(output: Any) -> float | None:
-    loss = output[0] if isinstance(output, tuple) else output
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not bool(torch.isfinite(loss).all()):
-        return None
-    return float(loss.detach().float())
-
-
 class PairLabelsCheck(Check):
     """PAIR_LABELS_INVERTED: the loss pulls together the pairs the data marks dissimilar."""
 
@@ -90,9 +83,9 @@ class PairLabelsCheck(Check):
             findings.data["summary"] = "the pairs of both labels are alike in input space"
             return
         try:
-            base = scalar_loss(eval_forward(ctx, batch))
-            near_same = scalar_loss(eval_forward(ctx, (a, torch.where(self._rows(y, near, a), a, b), y)))
-            far_same = scalar_loss(eval_forward(ctx, (a, torch.where(self._rows(y, far, a), a, b), y)))
+            base = eval_loss(ctx, batch)
+            near_same = eval_loss(ctx, (a, torch.where(self._rows(y, near, a), a, b), y))
+            far_same = eval_loss(ctx, (a, torch.where(self._rows(y, far, a), a, b), y))
         except Exception:
             findings.data["summary"] = "the loss could not be computed on changed pairs"
             return
