@@ -224,7 +224,8 @@ class InputDependenceCheck(Check):
 def _gradient_reaches(ctx: PreflightContext, batch: Any, leaf: torch.Tensor, axis: int, begin: int, stop: int) -> bool:
     """Whether the model's output has a non-zero gradient with respect to positions
     ``begin:stop`` (along ``axis``) of ``leaf`` (through the embeddings that read it, for token
-    ids); False when no gradient path exists or it cannot be measured."""
+    ids); False only when no gradient path exists: a backward that fails says nothing about
+    the path, so it counts as one (the warning claims that no gradient reaches the span)."""
     watched: list[torch.Tensor] = []
     handles = []
     if leaf.is_floating_point():
@@ -246,7 +247,8 @@ def _gradient_reaches(ctx: PreflightContext, batch: Any, leaf: torch.Tensor, axi
     try:
         # The backward runs before the state is put back: restoring the weights in place would
         # invalidate the graph.
-        with preserved_training_state(ctx), torch.enable_grad():
+        # cuDNN's RNN kernels refuse a backward in eval mode; the native ones give the same gradients
+        with preserved_training_state(ctx), torch.enable_grad(), torch.backends.cudnn.flags(enabled=False):
             ctx.model.eval()
             with ctx.training.plan.autocast():
                 ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
@@ -256,7 +258,7 @@ def _gradient_reaches(ctx: PreflightContext, batch: Any, leaf: torch.Tensor, axi
                 return False
             grads = torch.autograd.grad(torch.stack(scores).sum(), watched, allow_unused=True)
     except Exception:
-        return False
+        return True
     finally:
         top.remove()
         for handle in handles:
