@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import signal
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -90,14 +91,24 @@ class TrainingInterrupted(SystemExit):
     def __str__(self) -> str:
         return f"interrupted by signal {self.signum} at step {self.step}; checkpoint: {self.checkpoint}"
 
+    @property
+    def reason(self) -> str:
+        """Why the run stopped, in a few words (summary.json's ``stop_reason``)."""
+        try:
+            name = signal.Signals(self.signum).name
+        except ValueError:
+            name = f"signal {self.signum}"
+        return f"stopped by {name} at step {self.step}"
+
 
 class DataStalled(TrainingInterrupted):
     """No training batch came within the data watchdog's timeout: the run stopped at the
     last step boundary with a checkpoint. Exit 2, a user error (the data code hangs),
     and, like any stop, a ``SystemExit``: no traceback, the message was logged."""
 
-    def __init__(self, message: str, step: int, checkpoint: str | None):
+    def __init__(self, message: str, step: int, checkpoint: str | None, headline: str = ""):
         SystemExit.__init__(self, EXIT_USER_ERROR)
+        self.headline = headline
         self.signum = None
         self.step = step
         self.checkpoint = checkpoint
@@ -107,3 +118,7 @@ class DataStalled(TrainingInterrupted):
 
     def __str__(self) -> str:
         return self.message
+
+    @property
+    def reason(self) -> str:
+        return f"data stalled at step {self.step}: {self.headline or self.message}"

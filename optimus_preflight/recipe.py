@@ -413,6 +413,8 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
             status = "completed"
         except TrainingInterrupted as error:
             status = "interrupted"
+            # After the checkpoint was written: a resumed run does not inherit the stop.
+            self.state.stop_reason = self.state.stop_reason or error.reason
             self.callbacks.fire("on_exception", self, error)
             raise
         except KeyboardInterrupt:

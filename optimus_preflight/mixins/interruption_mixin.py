@@ -267,7 +267,7 @@ class TrainingInterruptionMixin:
                          + "\n  ".join(stop.stall.stack or ["(none)"]))
             log.error("%s: %s", key, message)
             self.close_interruption()
-            raise DataStalled(f"{key}: {message}", step, str(path))
+            raise DataStalled(f"{key}: {message}", step, str(path), stop.stall.headline())
         signum = stop.received or signal.SIGINT
         log.warning("stopped by %s at step %d; checkpoint %s. Resume with:\n  %s",
                     signal.Signals(signum).name, step, path, stop.resume_hint())
