@@ -695,6 +695,9 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
     def write_forced_summary(self, status: str) -> bool:
         """summary.json from a forced exit's thread: the weights may be mid-update, so
         they are not hashed."""
+        stop = getattr(self, "stop_control", None)
+        if stop is not None and stop.peer_stall is not None:
+            self.state.stop_reason = self.state.stop_reason or stop.peer_stall
         return self.write_summary(self.build_summary(status, time.monotonic() - self.started_at, hash_params=False))
 
     def preflight_checks(self) -> list[Check]:

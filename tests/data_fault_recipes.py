@@ -5,6 +5,7 @@ Environment:
 - STALL_AT_READ=N: the N-th sample a process (the main one or each worker) reads
   blocks for an hour, on its own line (the frame the watchdog must name), after
   appending its pid to $HANG_PIDS. STALL_VAL_AT_READ=N: the same in the validation data.
+  STALL_RANK=R: under torchrun, only rank R's data stalls.
 - STOP_WORKER_AT_STEP=N: at training step N, SIGSTOP DataLoader worker 0 (its pid is
   written to $STOPPED_PID); with CTRL_C_FILE=<path>, once the main thread waits for a
   batch (its stack sits in torch's data queue), send this process one SIGINT and write
@@ -124,7 +125,8 @@ class FaultyDataRecipe(CharLMRecipe):
         train, val = super().build_dataloaders()
         dist = self.training_context.dist
         options = dict(seed=self.cfg.trainer.seed, rank=dist.rank, world_size=dist.world_size)
-        train = build_loader(FaultyWindows(train.dataset, int(os.environ.get("STALL_AT_READ", "0")),
+        stalls = os.environ.get("STALL_RANK") in (None, str(dist.rank))
+        train = build_loader(FaultyWindows(train.dataset, int(os.environ.get("STALL_AT_READ", "0")) if stalls else 0,
                                            int(os.environ.get("RAISE_AT_READ", "0"))), self.cfg.data, train=True, **options)
         val = build_loader(FaultyWindows(val.dataset, int(os.environ.get("STALL_VAL_AT_READ", "0"))), self.cfg.data,
                            train=False, **options)

@@ -22,7 +22,7 @@ import torch
 from optimus_preflight.checkpoint import verify
 from optimus_preflight.config.validate import validate_config
 from optimus_preflight.errors import UserError
-from optimus_preflight.training.peers import Peers, PeersUnresponsive, StuckWatchdog
+from optimus_preflight.training.peers import STALLED, Peers, PeersUnresponsive, StuckWatchdog
 from tests.conftest import REPO, run_cli, tiny_config
 
 TINY = ("recipe=char_lm_tiny", "logging.progress=none", "trainer.max_steps=10", "trainer.eval_every_n_steps=5", "recipe._target_=tests.signal_recipe.SelfSignalRecipe")
@@ -134,6 +134,41 @@ def test_a_stopped_rank_does_not_hold_the_other_and_is_named(tmp_path, stopped):
     assert verify(saved)["step"] == json.loads((run_dir / "summary.json").read_text())["steps"] > 0
 
 
+STALLING = ("recipe=char_lm_tiny", "preflight.enabled=false", "logging.progress=none", "trainer.max_steps=12",
+            "checkpoint.every_n_steps=4", "recipe._target_=tests.data_fault_recipes.FaultyDataRecipe",
+            "data.fetch_timeout_s=10", "data.batch_size=8")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stalled_rank", [0, 1])
+def test_one_ranks_data_stall_stops_every_rank_with_rank_0s_checkpoint(tmp_path, stalled_rank):
+    """The stalled rank's data watchdog fires while its peer waits for it in the step's
+    gradient all-reduce (its heartbeat goes on, so it is not silent): every rank must exit
+    2 within a bound, naming the stalled rank and its frame, with rank 0's checkpoint of
+    the last step, and the resume must end where an uninterrupted run ends."""
+    run_dir = tmp_path / "run"
+    # Each rank reads 8 samples a step: read 50 is in step 7, so the boundary is step 6.
+    started = time.monotonic()
+    stalled = torchrun(run_dir, *STALLING, env={"STALL_AT_READ": "50", "STALL_RANK": str(stalled_rank)})
+    elapsed = time.monotonic() - started
+    assert stalled.stderr.count("exitcode  : 2") == 2, stalled.stderr[-3000:]
+    output = stalled.stdout + stalled.stderr
+    assert f"data.fetch_timeout_s: rank {stalled_rank}: no training batch within 10 s: the main process blocks at" in output
+    assert "time.sleep(HANG_S)" in output and "Connection closed" not in output, output[-3000:]
+    assert elapsed < 240, f"{elapsed:.0f} s: a stalled rank held the job"  # a generous bound; it hung for good before
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["steps"] == 6
+    assert f"rank {stalled_rank}: no training batch within 10 s" in summary["stop_reason"]
+    assert verify(run_dir / "checkpoints" / "step_00000006")["step"] == 6
+    if stalled_rank == 1:  # rank 0 saved from its watchdog thread, its main thread inside step 7
+        resumed = torchrun(run_dir, *STALLING, "checkpoint.resume=auto")
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        reference = torchrun(tmp_path / "reference", *STALLING)
+        assert reference.returncode == 0, reference.stderr[-3000:]
+        final, expected = (json.loads((d / "summary.json").read_text()) for d in (run_dir, tmp_path / "reference"))
+        assert final["steps"] == 12 and final["params_sha256"] == expected["params_sha256"]
+
+
 # ------------------------------------------------------------------ components (fast)
 @pytest.fixture
 def store():
@@ -220,6 +255,30 @@ def test_watchdog_reports_a_main_thread_parked_in_a_cpp_call():
     finally:
         watchdog.stop()
     assert reports == [[1]]  # the watchdog, not the 30 s guard timer, ended the wait
+
+
+def test_watchdog_reports_a_peer_whose_data_stalled_without_waiting_for_the_bound(store):
+    """The stalled peer's heartbeat goes on: only its announcement tells the others, who
+    wait for it in a collective; the process-group bound (here 600 s) is not waited out."""
+    observer, stalled = Peers(store, 0, 2, timeout_s=600), Peers(store, 1, 2, timeout_s=600)
+    stalled.announce(STALLED, "no training batch within 10 s: the main process blocks at ...")
+    done = torch.futures.Future()
+    reports = []
+
+    def on_peer_stalled(ranks):
+        reports.append(ranks)
+        done.set_result(None)
+
+    threading.Timer(30, lambda: done.done() or done.set_result(None)).start()
+    watchdog = StuckWatchdog(observer, lambda: 600.0, lambda ranks, s: reports.append(("stuck", ranks)),
+                             period_s=0.05, stale_after_s=0.1, on_peer_stalled=on_peer_stalled)
+    watchdog.start()
+    try:
+        done.wait()
+    finally:
+        watchdog.stop()
+    assert reports == [{1: "no training batch within 10 s: the main process blocks at ..."}]
+    assert stalled.wait_for(STALLED, [0], timeout_s=0.1) == {}  # rank 0 announced nothing
 
 
 def test_watchdog_leaves_a_main_thread_that_moves_alone():

@@ -38,6 +38,8 @@ class StopControl:
         self.signals.force_quit = self._quit_at_once
         # Where the data code blocked, once the watchdog stopped the run.
         self.stall: Stall | None = None
+        # Under torchrun: another rank's data stalled and this one exits (summary.json's stop_reason).
+        self.peer_stall: str | None = None
         self.watchdog = None if fetch_timeout_s is None else FetchWatchdog(
             fetch_timeout_s, describe=describe_stall or (lambda subject, stack: Stall(fetch_timeout_s)),
             on_stall=self._stalled, on_stuck=self._quit_stuck)

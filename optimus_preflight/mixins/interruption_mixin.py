@@ -7,6 +7,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -139,7 +140,7 @@ class TrainingInterruptionMixin:
         peers = active_peers() if dist.is_distributed else None
         peer_watch = None if peers is None else PeerWatch(
             peers, stop, stop_timeout_s=settings["stop_timeout_s"], save_last_step=checkpointer.save_last_step,
-            last_checkpoint=checkpointer.last_checkpoint)
+            last_checkpoint=checkpointer.last_checkpoint, fetch_timeout_key=settings["fetch_timeout_key"])
         if peer_watch is not None:
             checkpointer.after_save = lambda path: peer_watch.after_save(path, is_main=dist.is_main)
         self.checkpointer, self.stop_control, self.peer_watch = checkpointer, stop, peer_watch
@@ -255,19 +256,34 @@ class TrainingInterruptionMixin:
         """Save this boundary's checkpoint, say how to resume, and raise
         ``TrainingInterrupted`` (exit 128+signal)."""
         checkpointer, stop = self.checkpointer, self.stop_control
-        path = self._save_and_notify(checkpointer.parts.run_state.step, None)
         step = checkpointer.parts.run_state.step
+        if stop.stall is not None and self.peer_watch is not None:
+            # The peers wait for this rank inside the step's collective: no barrier after the save.
+            saved = self.peer_watch.stalled(stop.stall.headline())
+            path = saved if isinstance(saved, Path) else None
+            if path is not None and self.checkpoint_callback is not None:
+                self.checkpoint_callback(checkpoint_path=path, iteration=step, collective=None)
+            where = f"checkpoint {path}" if path is not None else f"no new checkpoint ({saved})"
+        else:
+            path = self._save_and_notify(step, None)
+            where = f"checkpoint {path}"
         self._release_workers(hung=stop.stall is not None)
         if stop.stall is not None:
             key = self.interruption_settings["fetch_timeout_key"]
-            message = (f"{stop.stall.headline()}; stopped at step {step} with checkpoint {path}. Fix the data code "
+            rank = f"rank {checkpointer.dist.rank}: " if self.peer_watch is not None else ""
+            message = (f"{rank}{stop.stall.headline()}; stopped at step {step} with {where}. Fix the data code "
                        f"there, or raise {key} if batches are legitimately that slow ({key}=null: no watchdog). "
                        f"Then resume with: {stop.resume_hint()}")
             log_to_files(log, logging.WARNING, "the stalled thread's stack, innermost first:\n  "
                          + "\n  ".join(stop.stall.stack or ["(none)"]))
             log.error("%s: %s", key, message)
             self.close_interruption()
-            raise DataStalled(f"{key}: {message}", step, str(path), stop.stall.headline())
+            if self.peer_watch is not None and threading.current_thread() is threading.main_thread():
+                # The peers exit first (they cannot leave their collective), and torchrun answers
+                # with SIGTERM to this rank, which may still be writing summary.json and the
+                # metrics: the job is ending anyway, and torchrun's SIGKILL still bounds it.
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            raise DataStalled(f"{key}: {message}", step, str(path), f"{rank}{stop.stall.headline()}")
         signum = stop.received or signal.SIGINT
         log.warning("stopped by %s at step %d; checkpoint %s. Resume with:\n  %s",
                     signal.Signals(signum).name, step, path, stop.resume_hint())

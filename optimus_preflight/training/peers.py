@@ -101,6 +101,28 @@ class Peers:
             self.store.delete_key(f"{self.prefix}/round{this_round - 1}/{self.rank}")
         return values
 
+    # ---------------------------------------------------------------- announcements
+    def announce(self, topic: str, value: str) -> None:
+        """Post ``value`` under ``topic`` for this rank (e.g. that its data stalled)."""
+        self.store.set(f"{self.prefix}/{topic}/{self.rank}", value)
+
+    def announcements(self, topic: str, ranks: Sequence[int] | None = None) -> dict[int, str]:
+        """What the other ranks (or ``ranks``) posted under ``topic`` so far."""
+        found = {}
+        for rank in range(self.world_size) if ranks is None else ranks:
+            key = f"{self.prefix}/{topic}/{rank}"
+            if rank != self.rank and self.store.check([key]):
+                found[rank] = self.store.get(key).decode()
+        return found
+
+    def wait_for(self, topic: str, ranks: Sequence[int], timeout_s: float) -> dict[int, str]:
+        """The posts of ``ranks`` under ``topic``, waiting up to ``timeout_s`` for them all."""
+        deadline = time.monotonic() + timeout_s
+        wanted = [rank for rank in ranks if rank != self.rank]
+        while len(found := self.announcements(topic, wanted)) < len(wanted) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return found
+
     # ---------------------------------------------------------------- heartbeat
     def _beat_key(self, rank: int) -> str:
         return f"{self.prefix}/heartbeat/{rank}"
@@ -174,17 +196,27 @@ def main_thread_in(path_part: str) -> bool:
     return False
 
 
+# A rank whose data watchdog stopped it posts its stall here: its peers wait for it in a
+# collective it will never join, while its heartbeat goes on.
+STALLED = "stalled"
+
+
 class StuckWatchdog:
     """Calls ``on_stuck(stale_ranks, stuck_s)`` (once, from its own thread) when the main
-    thread has been parked for ``bound()`` seconds while some peer's heartbeat is stale.
+    thread has been parked for ``bound()`` seconds while some peer's heartbeat is stale;
+    or ``on_peer_stalled({rank: headline})`` when it is parked while a peer announced
+    that its data stalled (``STALLED``), without waiting for the bound: that peer will
+    never join the collective.
 
     Parked: at the same spot and using no CPU, as in a collective waiting for a peer. A
     main thread that computes (even inside one long C call) is never reported, nor one
     in ``Peers.gather``, which bounds its own wait.
     """
 
-    def __init__(self, peers: Peers, bound: Callable[[], float], on_stuck: Callable[[list[int], float], object], *, period_s: float = HEARTBEAT_PERIOD_S, stale_after_s: float = STALE_AFTER_S):
+    def __init__(self, peers: Peers, bound: Callable[[], float], on_stuck: Callable[[list[int], float], object], *, period_s: float = HEARTBEAT_PERIOD_S, stale_after_s: float = STALE_AFTER_S,
+                 on_peer_stalled: Callable[[dict[int, str]], object] | None = None):
         self.peers = peers
+        self.on_peer_stalled = on_peer_stalled
         self.bound = bound
         self.on_stuck = on_stuck
         self.period_s = period_s
@@ -214,9 +246,13 @@ class StuckWatchdog:
             if stuck_s < min(bound, self.stale_after_s):
                 continue
             try:
-                stale = self.peers.stale_ranks(self.stale_after_s)
+                stalled = self.peers.announcements(STALLED) if self.on_peer_stalled is not None else {}
+                stale = [] if stalled else self.peers.stale_ranks(self.stale_after_s)
             except Exception:  # the store is gone: torchrun is ending the job anyway
                 continue
+            if stalled and main_thread_position() == position:
+                self.on_peer_stalled(stalled)
+                return
             if stale and stuck_s >= bound and main_thread_position() == position:
                 self.on_stuck(stale, stuck_s)
                 return
