@@ -96,3 +96,22 @@ def test_buffers_indexed_by_positions_or_a_codebook_search_are_quiet():
     g = torch.Generator().manual_seed(1)
     data = TensorDataset(torch.randint(0, 40, (256, 12), generator=g), torch.randint(0, 2, (256,), generator=g))
     assert issues_of(SinusoidalEncoder(), data, loss_fn=nn.CrossEntropyLoss()) == []
+
+
+class StateValue(nn.Module):
+    """Fixed state features kept in a buffer, looked up by the batch's state ids and handed to an
+    MLP that learns: the table is the input, not the model."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("features", torch.randn(30, 16, generator=torch.Generator().manual_seed(2)))
+        self.net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+
+    def forward(self, states):
+        return self.net(self.features[states]).squeeze(-1)
+
+
+def test_buffer_rows_handed_to_a_learning_layer_are_features_and_quiet():
+    g = torch.Generator().manual_seed(3)
+    data = TensorDataset(torch.randint(0, 30, (512,), generator=g), torch.randn(512, generator=g))
+    assert issues_of(StateValue(), data, loss_fn=lambda model, batch: F.mse_loss(model(batch[0]), batch[1])) == []

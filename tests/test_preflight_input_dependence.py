@@ -234,3 +234,64 @@ def test_a_max_pool_window_from_the_channel_count_stops_short(pool_over_channels
     assert bool(found) == pool_over_channels
     if found:
         assert "last quarter" in found[0].message
+
+
+class StripesCnn(nn.Module):
+    def __init__(self, zero_every_gamma: bool):
+        super().__init__()
+        torch.manual_seed(4)
+        self.features = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                                      nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                                      nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.head = nn.Linear(8, 2)
+        if zero_every_gamma:  # the ResNet zero_init_residual trick, in a network without residual connections
+            for module in self.modules():
+                if isinstance(module, nn.BatchNorm2d):
+                    nn.init.zeros_(module.weight)
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
+@pytest.mark.parametrize("zero_every_gamma", [True, False])
+def test_every_batchnorm_gamma_zeroed_is_named(zero_every_gamma):
+    g = torch.Generator().manual_seed(5)
+    model = StripesCnn(zero_every_gamma)
+    report = run_preflight(model, torch.optim.SGD(model.parameters(), 0.1),
+                           DataLoader(TensorDataset(torch.randn(128, 1, 8, 8, generator=g),
+                                                    torch.randint(0, 2, (128,), generator=g)), batch_size=16),
+                           loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), InputDependenceCheck()])
+    issues = [i for i in report.check("step.input_dependence").issues if i.code == "MODEL_IGNORES_INPUT"]
+    assert bool(issues) == zero_every_gamma
+    if issues:
+        assert "gamma" in issues[0].message and "zero_init_residual" in issues[0].message
+
+
+class PostNormEncoder(nn.Module):
+    def __init__(self, pool_dim: int):
+        super().__init__()
+        torch.manual_seed(6)
+        self.embed = nn.Embedding(30, 32)
+        self.encoder = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        self.pool_dim = pool_dim
+        self.head = nn.LazyLinear(3)
+
+    def forward(self, ids):
+        return self.head(self.encoder(self.embed(ids)).mean(dim=self.pool_dim))
+
+
+@pytest.mark.parametrize("pool_dim", [-1, 1], ids=["mean_over_d_model", "mean_over_tokens"])
+def test_a_mean_over_the_model_dimension_after_layernorm_is_named(pool_dim):
+    g = torch.Generator().manual_seed(7)
+    model = PostNormEncoder(pool_dim)
+    model(torch.zeros(1, 12, dtype=torch.long))  # the LazyLinear takes its size from a first call
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(torch.randint(0, 30, (128, 12), generator=g),
+                                                    torch.randint(0, 3, (128,), generator=g)), batch_size=16),
+                           loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), InputDependenceCheck()])
+    issues = [i for i in report.check("step.input_dependence").issues if i.code == "MODEL_IGNORES_INPUT"]
+    assert bool(issues) == (pool_dim == -1)
+    if issues:
+        assert "h.mean(dim=-1)" in issues[0].message and "h.mean(dim=1)" in issues[0].fix

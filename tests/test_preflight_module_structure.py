@@ -162,3 +162,87 @@ def test_a_frozen_pretrained_table_drawn_normal_alone_is_quiet():
                            DataLoader(TensorDataset(ids, y), batch_size=32, shuffle=True),
                            loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), ModuleStructureCheck()])
     assert [i.code for i in report.check("model.structure").issues] == []
+
+
+def structure_issues(model: nn.Module, parameters=None) -> list:
+    x, y = torch.randn(256, 16), torch.randint(0, 3, (256,))
+    trainable = [p for p in (parameters if parameters is not None else model.parameters()) if p.requires_grad]
+    report = run_preflight(model, torch.optim.Adam(trainable, 1e-3),
+                           DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), ModuleStructureCheck()])
+    return report.check("model.structure").issues
+
+
+def test_one_small_frozen_layer_at_init_is_not_a_backbone_nothing_was_loaded_into():
+    """A stem loaded from weights that were themselves a fresh init looks like the init; one
+    layer is not enough to say nothing was loaded."""
+    torch.manual_seed(0)
+    stem = nn.Linear(16, 32)
+    stem.load_state_dict(nn.Linear(16, 32).state_dict())
+    stem.requires_grad_(False)
+    model = nn.Sequential(stem, nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 3))
+    assert [i.code for i in structure_issues(model)] == []
+
+
+class MeanTeacher(nn.Module):
+    def __init__(self, alias: bool):
+        super().__init__()
+        import copy
+
+        torch.manual_seed(1)
+        self.encoder = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32))
+        self.head = nn.Linear(32, 3)
+        self.teacher = [self.encoder if alias else copy.deepcopy(self.encoder)]  # kept out of the parameters
+        self.teacher[0].requires_grad_(False)
+
+    def forward(self, x):
+        return self.head(self.encoder(x))
+
+
+@pytest.mark.parametrize("alias", [True, False], ids=["alias", "deepcopy"])
+def test_a_teacher_that_is_the_students_encoder_itself(alias):
+    found = structure_issues(MeanTeacher(alias))
+    assert [i.code for i in found] == (["FROZEN_AT_INIT"] if alias else [])
+    if found:
+        assert "'encoder' is the same module object as 'teacher[0]'" in found[0].message
+        assert "copy.deepcopy" in found[0].fix
+
+
+def test_a_parameter_slice_that_freezes_the_heads_weight_names_the_slice():
+    torch.manual_seed(2)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 3))
+    for p in list(model.parameters())[:-1]:
+        p.requires_grad_(False)
+    found = structure_issues(model)
+    assert [i.code for i in found] == ["ONLY_BIASES_TRAIN"] and "[:-1]" in found[0].message
+
+
+class Positions(nn.Module):
+    def __init__(self, learn: bool):
+        super().__init__()
+        self.pos = nn.Parameter(torch.zeros(1, 16), requires_grad=learn)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.head(x + self.pos)
+
+
+@pytest.mark.parametrize("learn", [False, True])
+def test_a_position_table_frozen_at_zero(learn):
+    found = structure_issues(Positions(learn))
+    assert [i.code for i in found] == ([] if learn else ["FROZEN_AT_ZERO"])
+
+
+@pytest.mark.parametrize("init", ["uniform_default", "uniform_bounded", "default"])
+def test_weights_initialised_from_uniform_0_1(init):
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 3))
+    for layer in (model[0], model[2], model[4]):
+        if init == "uniform_default":
+            nn.init.uniform_(layer.weight)
+        elif init == "uniform_bounded":
+            nn.init.uniform_(layer.weight, -layer.in_features ** -0.5, layer.in_features ** -0.5)
+    found = structure_issues(model)
+    assert [i.code for i in found] == (["INIT_ALL_POSITIVE"] if init == "uniform_default" else [])
+    if found:
+        assert "U(0, 1)" in found[0].message and "uniform_(w, -bound, bound)" in found[0].fix

@@ -27,10 +27,12 @@ from optimus_preflight.preflight.checks.attention_mask import AttentionMaskCheck
 from optimus_preflight.preflight.checks.batch_layout import BatchLayoutCheck
 from optimus_preflight.preflight.checks.buffer_lookups import BufferLookupsCheck
 from optimus_preflight.preflight.checks.collate_order import CollateOrderCheck
+from optimus_preflight.preflight.checks.collate_truncation import CollateTruncationCheck
 from optimus_preflight.preflight.checks.contrastive_targets import ContrastiveTargetsCheck
 from optimus_preflight.preflight.checks.dataset_checks import DatasetLengthCheck
 from optimus_preflight.preflight.checks.dataset_memory import DatasetCacheCheck
 from optimus_preflight.preflight.checks.dataset_mutation import DatasetMutationCheck
+from optimus_preflight.preflight.checks.derivative_graph import DerivativeGraphCheck
 from optimus_preflight.preflight.checks.dropout_rate import DropoutInEvalCheck, DropoutRateCheck
 from optimus_preflight.preflight.checks.embedding_inputs import EmbeddingInputsCheck
 from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
@@ -55,6 +57,7 @@ from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageC
 from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
 from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck
 from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
+from optimus_preflight.preflight.checks.split_sizes import SplitSizesCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
 from optimus_preflight.preflight.checks.target_signal import TargetSignalCheck
 from optimus_preflight.preflight.checks.tied_embeddings import TiedEmbeddingsCheck
@@ -100,6 +103,8 @@ DEFAULT_CHECKS: list[type[Check]] = [
     batch_checks.SamplingCheck,
     SamplerCoverageCheck,
     ValidationLoaderCheck,
+    SplitSizesCheck,
+    CollateTruncationCheck,
     SplitOverlapCheck,
     SplitLabelsCheck,
     TargetSignalCheck,
@@ -123,6 +128,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     UpdateCheck,
     LossTensorsCheck,
     FreshTensorsCheck,
+    DerivativeGraphCheck,
     step_checks.LossFunctionCheck,
     step_checks.TargetsCheck,
     step_checks.PaddedLossCheck,

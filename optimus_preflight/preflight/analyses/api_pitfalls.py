@@ -8,6 +8,12 @@ spy:
 - ``torch.meshgrid(xs, ys)`` without ``indexing`` is ``indexing='ij'``: the first grid varies
   along the rows, while NumPy's ``np.meshgrid`` (``'xy'``) gives the x grid varying along
   the columns; code ported from NumPy swaps x and y.
+- ``cross_entropy(..., label_smoothing=0.9)``: the smoothing is the mass taken off the true
+  class; a confidence (0.9) passed for it makes the targets nearly uniform.
+- ``kl_div`` / ``nn.KLDivLoss`` with ``reduction='mean'`` (the default) divides by every
+  element, classes included: the KL is ``classes`` times too small ('batchmean' is the KL).
+- a regression criterion whose prediction is detached while its target requires grad: the
+  stop-gradient on the wrong side (TD learning's bootstrap target), or swapped arguments.
 """
 
 from __future__ import annotations
@@ -24,10 +30,29 @@ if TYPE_CHECKING:
 TRANSPOSE = torch._C.TensorBase.__dict__.get("T")  # the .T property's descriptor: its __get__ reaches the mode
 
 
+REGRESSION = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
+# Above this, label smoothing gives the true class less than half of the target's mass, (1 - s) + s / K:
+# a keep-confidence (0.9) passed where the smoothing (0.1) was meant.
+SMOOTHING_LIMIT = 0.5
+DENSE_MAP, TINY, MOSTLY = 64, 1e-3, 0.75  # per-sample map size; a peak below TINY; the share of such maps
+SHORT_AXIS, LONG_AXIS = 4, 16  # a sort along a last dim this short, with another this long, sorts coordinates
+
+
+def _argument(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
+    return kwargs[name] if name in kwargs else (args[index] if len(args) > index else default)
+
+
 @dataclass
 class Pitfalls:
     transposed_1d: list[tuple[int, ...]] = field(default_factory=list)  # shapes of 1-D tensors given .T
     meshgrid_default: list[tuple[int, ...]] = field(default_factory=list)  # sizes of meshgrids without indexing
+    label_smoothing: tuple[float, int] | None = None  # (label_smoothing, classes) of a cross_entropy above the limit
+    kl_div_mean: tuple[int, ...] | None = None  # input shape of a kl_div with reduction='mean'
+    detached_prediction: tuple[str, tuple[int, ...]] | None = None  # (criterion, shape): input detached, target not
+    gather_rows: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # (input, index) shapes of a gather(0) by ids
+    einsum_private: tuple[str, str] | None = None  # (equation, the letters each summed inside one operand)
+    sort_last: tuple[int, ...] | None = None  # shape of a tensor sorted along a short last dim
+    vanishing_targets: tuple[tuple[int, ...], float, float] | None = None  # (shape, share of maps, largest value)
 
 
 class PitfallWatch:
@@ -44,6 +69,86 @@ class PitfallWatch:
         elif func is torch.meshgrid and kwargs.get("indexing") is None and len(self.found.meshgrid_default) < 4:
             tensors = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
             self.found.meshgrid_default.append(tuple(t.numel() for t in tensors if isinstance(t, torch.Tensor)))
+        elif func in (torch.gather, torch.Tensor.gather):
+            self._gather(args, kwargs)
+        elif func is torch.einsum and self.found.einsum_private is None:
+            self._einsum(args)
+        elif func in (torch.sort, torch.Tensor.sort, torch.argsort, torch.Tensor.argsort) and self.found.sort_last is None:
+            self._sort(args, kwargs)
+        else:
+            self._criterion(getattr(func, "__name__", ""), args, kwargs)
+
+    def _einsum(self, args: tuple) -> None:
+        """Two or more operands that each have an axis no other operand and not the output
+        names: each is summed on its own, sum(u) * sum(v), where a shared letter (a dot
+        product) was meant."""
+        if not args or not isinstance(args[0], str) or "->" not in args[0] or "." in args[0]:
+            return
+        inputs, output = args[0].replace(" ", "").split("->")
+        operands = inputs.split(",")
+        if len(operands) < 2:
+            return
+        private = []
+        for index, operand in enumerate(operands):
+            others = "".join(o for i, o in enumerate(operands) if i != index) + output
+            private.append("".join(letter for letter in operand if letter not in others))
+        if sum(bool(letters) for letters in private) >= 2:
+            self.found.einsum_private = (args[0], ", ".join(letters for letters in private if letters))
+
+    def _sort(self, args: tuple, kwargs: dict) -> None:
+        """A sort along a last dim of 4 or fewer (coordinates, channels) while another
+        non-batch dim is long: torch.sort's default dim=-1 orders the values inside each point."""
+        inputs, dim = _argument(args, kwargs, 0, "input"), _argument(args, kwargs, 1, "dim", -1)
+        # Data, not what the model computes: sorting a router's (B, T, experts) logits is routing.
+        if not isinstance(inputs, torch.Tensor) or not isinstance(dim, int) or inputs.dim() < 3 or inputs.requires_grad:
+            return
+        if dim in (-1, inputs.dim() - 1) and inputs.shape[-1] <= SHORT_AXIS and max(inputs.shape[1:-1]) >= LONG_AXIS:
+            self.found.sort_last = tuple(inputs.shape)
+
+    def _gather(self, args: tuple, kwargs: dict) -> None:
+        inputs, dim, index = (_argument(args, kwargs, 0, "input"), _argument(args, kwargs, 1, "dim"),
+                              _argument(args, kwargs, 2, "index"))
+        if self.found.gather_rows is not None or dim != 0 or not isinstance(inputs, torch.Tensor) \
+                or not isinstance(index, torch.Tensor) or inputs.dim() != 2 or not inputs.requires_grad:
+            return
+        rows, columns = inputs.shape
+        # Each of the B outputs reads row index[b]; ids below the column count, which is under half
+        # the rows, are per-sample column ids (actions, classes): only the first rows are ever read.
+        if index.dim() == 2 and index.shape[0] == rows and index.numel() and columns < rows / 2 \
+                and int(index.max()) < columns and int(index.min()) >= 0:
+            self.found.gather_rows = (tuple(inputs.shape), tuple(index.shape))
+
+    def _criterion(self, name: str, args: tuple, kwargs: dict) -> None:
+        found = self.found
+        inputs = _argument(args, kwargs, 0, "input")
+        if not isinstance(inputs, torch.Tensor):
+            return
+        if name == "cross_entropy" and found.label_smoothing is None:
+            smoothing = _argument(args, kwargs, 7, "label_smoothing", 0.0)
+            if isinstance(smoothing, (int, float)) and smoothing > SMOOTHING_LIMIT and inputs.dim() >= 2:
+                found.label_smoothing = (float(smoothing), int(inputs.shape[1]))
+        elif name == "kl_div" and found.kl_div_mean is None:
+            if _argument(args, kwargs, 4, "reduction", "mean") == "mean" and inputs.dim() >= 2 and inputs.shape[-1] >= 2:
+                found.kl_div_mean = tuple(inputs.shape)
+        elif name in REGRESSION and found.detached_prediction is None and torch.is_grad_enabled():
+            target = _argument(args, kwargs, 1, "target")
+            if isinstance(target, torch.Tensor) and target.requires_grad and not inputs.requires_grad:
+                found.detached_prediction = (name, tuple(inputs.shape))
+        if name in (*REGRESSION, "binary_cross_entropy", "binary_cross_entropy_with_logits") \
+                and found.vanishing_targets is None:
+            self._dense_targets(_argument(args, kwargs, 1, "target"))
+
+    def _dense_targets(self, target: Any) -> None:
+        """Dense target maps (B, ..., H, W) nearly all of which are tiny but not zero: values drawn
+        in other units (a Gaussian heatmap with a sigma for normalised coordinates on a pixel grid)."""
+        if not isinstance(target, torch.Tensor) or not target.is_floating_point() or target.dim() < 3 \
+                or target[0].numel() < DENSE_MAP or target.requires_grad:
+            return
+        peaks = target.detach().flatten(1).abs().amax(1).float()
+        tiny = (peaks > 0) & (peaks < TINY)
+        share = float(tiny.float().mean())
+        if share >= MOSTLY:
+            self.found.vanishing_targets = (tuple(target.shape), share, float(peaks.max()))
 
 
 def pitfall_findings(found: Pitfalls) -> list[Finding]:
@@ -69,5 +174,84 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "such grids (a soft-argmax, a coordinate embedding) come out transposed",
             "Pass the indexing explicitly: torch.meshgrid(xs, ys, indexing='xy') for x along the columns (NumPy's "
             "order), or indexing='ij' with (ys, xs) for row-major grids.",
+        ))
+    if found.vanishing_targets is not None:
+        shape, share, largest = found.vanishing_targets
+        findings.append(Finding(
+            "TARGET_MAPS_VANISH", "warning",
+            f"{share:.0%} of the batch's {shape} target maps peak below {TINY:g} without being zero (the largest value "
+            f"in the batch is {largest:.2g}): the targets are practically empty maps, so the model learns to output "
+            "zeros everywhere. A Gaussian heatmap drawn with a sigma meant for another unit does this: sigma=0.05 "
+            "(for coordinates normalised to [0, 1]) on a grid in pixels makes exp(-d^2 / (2 sigma^2)) vanish at "
+            "every pixel",
+            "Draw the targets in the grid's own units (sigma of 1-3 pixels for a heatmap in pixels, or scale the "
+            "normalised sigma by the map size) and check that each target map peaks near 1.",
+        ))
+    if found.einsum_private is not None:
+        equation, letters = found.einsum_private
+        findings.append(Finding(
+            "EINSUM_NOT_CONTRACTED", "error",
+            f"torch.einsum('{equation}') names the axes {letters} in one operand each and nowhere else: einsum sums "
+            "each such axis inside its own operand first, so the result is a product of sums, sum(u) * sum(v), not a "
+            "dot product. Two letters written for what is one shared axis ('bd,be->b' for the factors of a user "
+            "and an item) do this: the interaction cannot be fitted",
+            "Use the same letter for the axis the operands share and contract: torch.einsum('bd,bd->b', u, v) (or "
+            "(u * v).sum(-1)).",
+        ))
+    if found.sort_last is not None:
+        shape = found.sort_last
+        findings.append(Finding(
+            "SORT_ALONG_LAST_DIM", "warning",
+            f"the step sorts a {shape} tensor along its last dim of {shape[-1]} (torch.sort's default dim=-1), while "
+            f"dim 1 holds {shape[1]} entries: the values inside each point (its x, y, z coordinates or channels) are "
+            "reordered, so which value was which is lost, where ordering the points (canonicalising a set) was meant",
+            "Sort along the points' axis: torch.sort(x, dim=1) by a key, e.g. idx = x[..., 0].argsort(dim=1); "
+            "x.gather(1, idx[..., None].expand_as(x)) keeps each point whole.",
+        ))
+    if found.gather_rows is not None:
+        (rows, columns), index = found.gather_rows
+        findings.append(Finding(
+            "GATHER_ALONG_BATCH", "error",
+            f"the step calls gather(0, index) on a ({rows}, {columns}) tensor with a {index} index whose values are "
+            f"all below {columns}: along dim 0 each output reads the ROW (sample) the index names, so every sample "
+            f"gets the score of one of the batch's first {columns} samples. Per-sample ids (the taken action, the "
+            "class) pick a column: q.gather(1, a.unsqueeze(1)), the value of each sample's own action",
+            "Gather along dim 1 (the actions or classes): q.gather(1, actions.unsqueeze(1)).squeeze(1), or "
+            "q[torch.arange(len(q)), actions].",
+        ))
+    if found.label_smoothing is not None:
+        smoothing, classes = found.label_smoothing
+        kept = 1 - smoothing + smoothing / classes
+        findings.append(Finding(
+            "LABEL_SMOOTHING_TOO_HIGH", "warning",
+            f"cross_entropy runs with label_smoothing={smoothing:g} over {classes} classes: the target gives the true "
+            f"class {kept:.2f} and spreads the rest over the others, nearly uniform soft targets, so the model is "
+            "trained to be unsure and its accuracy suffers. label_smoothing is the share taken from the true class "
+            f"(0.1 is usual); a confidence of {smoothing:g} for the true class is label_smoothing={1 - smoothing:.2g}",
+            f"Set label_smoothing={1 - smoothing:.2g} (or 0.1): it is the mass moved off the true class, not the "
+            "confidence kept on it.",
+        ))
+    if found.kl_div_mean is not None:
+        shape = tuple(found.kl_div_mean)
+        findings.append(Finding(
+            "KL_DIV_MEAN_REDUCTION", "warning",
+            f"kl_div (nn.KLDivLoss) runs with reduction='mean' (its default) on {shape} inputs: 'mean' divides the "
+            f"summed divergence by every element, the batch times the {shape[-1]} classes, so the loss and its "
+            f"gradients are {shape[-1]} times smaller than the KL divergence per sample and a distillation term "
+            "barely trains (torch keeps 'mean' only for backward compatibility)",
+            "Use reduction='batchmean' (nn.KLDivLoss(reduction='batchmean')): the sum over classes averaged over "
+            "the batch, the KL divergence as defined; scale a distillation term by T**2 as usual.",
+        ))
+    if found.detached_prediction is not None:
+        name, shape = found.detached_prediction
+        findings.append(Finding(
+            "PREDICTION_DETACHED", "warning",
+            f"{name} gets a prediction (its first argument, {shape}) cut from the graph while its target requires "
+            "grad: the stop-gradient sits on the wrong side, so the gradient flows only into what produced the "
+            "target and pulls it towards the prediction. In TD learning, mse(V(s).detach(), r + gamma * V(s')) "
+            "trains V(s') (the bootstrap target, next state) instead of V(s); or input and target were passed in the "
+            "wrong order",
+            "Detach the target, not the prediction: mse_loss(V(s), (r + gamma * V(s_next)).detach()) (the "
+            "semi-gradient); pass criterion(prediction, target) in that order.",
         ))
     return findings

@@ -33,6 +33,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from optimus_preflight.memory.user_state import raised_by_fake_tensor
 from optimus_preflight.preflight.analyses.api_pitfalls import Pitfalls
+from optimus_preflight.preflight.analyses.autograd_calls import watched_autograd_grad
 from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, ModuleInput
 from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgs
@@ -105,6 +106,7 @@ class StepProbe:
     params_zero_grad: list[str] = field(default_factory=list)  # got a gradient of exactly 0 everywhere
     hooked_params: list[str] = field(default_factory=list)  # with a gradient hook of the user's (register_hook)
     loss_reseeds: list[str] = field(default_factory=list)  # seeding calls made inside compute_loss
+    derivative_calls: list[bool] = field(default_factory=list)  # create_graph of each autograd.grad in compute_loss
     loss_gradient_share: tuple[float, float] | None = None  # see _gradient_share
     pitfalls: Pitfalls = field(default_factory=Pitfalls)  # torch calls whose defaults mislead (api_pitfalls)
     target_column_reused: tuple[list[str], int, int, int] | None = None  # see target_column_reused
@@ -248,7 +250,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         spy.batch_rows = batch_size_of(data)
         spy.criterion_args.watch_batch(data)
         before = _side_effect_state(ctx.optimizer, watched)
-        with spy, _seeding_watched(probe.loss_reseeds):
+        with spy, _seeding_watched(probe.loss_reseeds), watched_autograd_grad(probe.derivative_calls, force_graph=False):
             output = ctx.compute_loss(module, data)
         probe.loss_side_effects = _side_effects(before, _side_effect_state(ctx.optimizer, watched))
         loss = output[0] if isinstance(output, tuple) else output

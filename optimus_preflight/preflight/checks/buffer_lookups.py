@@ -9,7 +9,9 @@ is in no optimizer and keeps its initial rows for the whole run.
 
 Buffers the model indexes with what it computes itself (positions from ``arange``, a
 codebook's nearest entries, relative-position buckets) are left alone: only ids that are
-a view of one of the batch's own tensors count.
+a view of one of the batch's own tensors count. So are rows handed straight to a layer
+that learns (fixed state features under an MLP, ``self.net(self.feats[state])``): there
+the table is the input, not the model.
 """
 
 from __future__ import annotations
@@ -55,6 +57,14 @@ class LookupWatch(TorchFunctionMode):
         self.buffers = buffers
         self.batch_storage = batch_storage
         self.found: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # name: (table shape, ids shape)
+        self.rows: dict[int, str] = {}  # storage of the gathered rows -> the buffer's name
+        self.fed_to_layer: set[str] = set()  # buffers whose gathered rows a learning layer received
+
+    def learning_layer_input(self, module: torch.nn.Module, args: tuple) -> None:
+        """Forward pre-hook of the modules that own trainable parameters."""
+        for value in args:
+            if isinstance(value, torch.Tensor) and (name := self.rows.get(value.untyped_storage().data_ptr())):
+                self.fed_to_layer.add(name)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -65,6 +75,10 @@ class LookupWatch(TorchFunctionMode):
                     and not ids.is_floating_point() and ids.dtype != torch.bool and ids.numel() > 1
                     and ids.untyped_storage().data_ptr() in self.batch_storage):
                 self.found[name] = (tuple(table.shape), tuple(ids.shape))
+                result = func(*args, **kwargs)
+                if isinstance(result, torch.Tensor):
+                    self.rows[result.untyped_storage().data_ptr()] = name
+                return result
         return func(*args, **kwargs)
 
 
@@ -90,14 +104,22 @@ class BufferLookupsCheck(Check):
         batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
         storage = storages(batch)
         watch = LookupWatch(buffers, storage)
+        learning = [module for module in ctx.model.modules()
+                    if any(param.requires_grad for param in module.parameters(recurse=False))]
+        handles = [module.register_forward_pre_hook(watch.learning_layer_input) for module in learning]
         try:
             with watch:
                 eval_forward(ctx, batch)
         except Exception:
             findings.data["summary"] = "the forward could not be observed"
             return
-        findings.data["summary"] = f"{len(buffers)} table-shaped buffer(s), {len(watch.found)} looked up by the batch's ids"
-        for name, (table, ids) in list(watch.found.items())[:1]:
+        finally:
+            for handle in handles:
+                handle.remove()
+        tables = {name: shapes for name, shapes in watch.found.items() if name not in watch.fed_to_layer}
+        findings.data["summary"] = (f"{len(buffers)} table-shaped buffer(s), {len(watch.found)} looked up by the batch's "
+                                    f"ids, {len(watch.found) - len(tables)} of them as features of a learning layer")
+        for name, (table, ids) in list(tables.items())[:1]:
             findings.warning(
                 "BUFFER_LOOKED_UP_BY_IDS",
                 f"the forward gathers rows of '{name}', a {tuple(table)} buffer, with ids from the batch (shape "

@@ -62,6 +62,11 @@ def varies(tensor: Any, size: int) -> bool | None:
     return bool(((rows - rows[0]).abs() > SAME * scale).any())
 
 
+# The largest value of a layer input that counts as zero everywhere (a mean over a LayerNorm's
+# features is 0 up to float rounding, about 1e-8).
+NEAR_ZERO = 1e-5
+
+
 def _any_varies(value: Any, size: int) -> bool | None:
     verdicts = [v for leaf in leaves(value) if (v := varies(leaf, size)) is not None]
     return any(verdicts) if verdicts else None
@@ -110,6 +115,40 @@ class InputDependenceCheck(Check):
         where = (f" The samples' differences are lost at {type(lost_at[1]).__name__} '{lost_at[0]}': its input "
                  "differs between samples and its output does not") if lost_at is not None else \
             " No module's output differed between samples: the forward does not use what differs in the batch"
+        norm = lost_at[1] if lost_at is not None else None
+        if isinstance(norm, (nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm)) \
+                and isinstance(getattr(norm, "weight", None), torch.Tensor) and not bool(norm.weight.detach().any()):
+            zeroed = [name for name, module in ctx.model.named_modules()
+                      if isinstance(module, type(norm)) and isinstance(module.weight, torch.Tensor)
+                      and not bool(module.weight.detach().any())]
+            findings.error(
+                "MODEL_IGNORES_INPUT",
+                f"the model gives the same output to all {keep} samples of the first batch (eval mode, no gradients), "
+                f"although the samples differ.{where}: its scale (gamma, .weight) is all zeros, so it outputs its bias "
+                f"for every input, and {len(zeroed)} {type(norm).__name__} layer(s) are built that way "
+                f"({', '.join(zeroed[:4])}). Zero-initialising the last norm of each residual branch "
+                "(zero_init_residual) makes a ResNet block start as the identity, but only through its skip "
+                "connection: applied to every norm, or in a network without residual connections, it cuts the "
+                "signal and the gradient of every layer before it",
+                "Zero only the last norm's weight inside each residual branch (the skip carries the signal), or keep "
+                "the default gamma = 1: nn.init.ones_(m.weight) for the other norms.",
+            )
+            return
+        received = getattr(self, "_lost_input", None)
+        if lost_at is not None and isinstance(lost_at[1], (nn.Linear, nn.LazyLinear)) and received is not None \
+                and received[1] < NEAR_ZERO and any(isinstance(m, nn.LayerNorm) for m in ctx.model.modules()):
+            findings.error(
+                "MODEL_IGNORES_INPUT",
+                f"the model gives the same output to all {keep} samples of the first batch (eval mode, no gradients), "
+                f"although the samples differ.{where}: what it receives, {received[0]}, is zero everywhere (at most "
+                f"{received[1]:.1e}). A mean over the feature dimension of a LayerNorm's output is that: LayerNorm "
+                "makes every token's mean over d_model 0, so h.mean(dim=-1) (Keras' axis=-1) of (B, T, d_model) "
+                "averages the model dimension away and keeps T numbers that carry nothing (an nn.LazyLinear head "
+                "then silently takes T inputs)",
+                "Pool over the sequence, not the features: h.mean(dim=1) of (B, T, d_model) (or a [CLS] position, "
+                "masked for padding), and give the head in_features=d_model explicitly instead of a LazyLinear.",
+            )
+            return
         if renormalised and isinstance(lost_at[1], (nn.Embedding, nn.EmbeddingBag)):
             max_norm = lost_at[1].max_norm
             findings.error(
@@ -198,6 +237,7 @@ class InputDependenceCheck(Check):
         top: list[tuple[bool | None, Any]] = []
         read = self._model_reads
         read.clear()
+        self._lost_input = None
 
         def on_forward(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
             inputs_vary = _any_varies((args, kwargs), size)
@@ -208,6 +248,8 @@ class InputDependenceCheck(Check):
                 return
             if not lost and inputs_vary and _any_varies(output, size) is False:
                 lost.append((names[module], module))
+                first = next((a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()), None)
+                self._lost_input = (tuple(first.shape), float(first.detach().abs().max())) if first is not None else None
 
         handles = [module.register_forward_hook(on_forward, with_kwargs=True) for module in names]
         try:

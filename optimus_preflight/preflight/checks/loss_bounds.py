@@ -10,45 +10,104 @@ off to infinity: the loss curve looks like learning.
 Measured with the model in eval mode: ``compute_loss`` runs with the model's floating
 outputs shifted by a constant (10 and 1000 times their spread, both signs). A bounded loss
 grows or flattens; one that goes negative and keeps falling as fast as the shift grows (ten
-times more between the two shifts than before the first) has no minimum.
+times more between the two shifts than before the first) has no minimum. Each of a few
+outputs is also shifted alone (a VAE's KL term with the wrong sign falls in its mean and
+log-variance while the reconstruction grows), and each learned parameter of a few values is
+moved the same way (Kendall's task weighting written ``exp(log_var) * L + log_var``).
+Normalised (log-)probabilities are not shifted: no model output can leave their simplex.
+
+``LOSS_SHRINKS_EACH_CALL``: the same batch, seed and eval mode give a loss that falls by
+over 1% at each of four calls: the loss function keeps state, such as a normaliser that is
+a running total never reset (``self.tokens += n; loss / self.tokens``), so its gradients
+shrink like 1/step.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from optimus_preflight.preflight.analyses.eval_forward import eval_loss
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward
+from optimus_preflight.preflight.analyses.loss_shapes import log_sums_to_zero, sums_to_one
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.training.batches import map_batch, move_to_device
+from optimus_preflight.training.batches import leaves, map_batch, move_to_device
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
 
 SHIFTS = (10.0, 1000.0)  # in units of the outputs' spread
 FALL = 10.0  # from the small to the large shift the loss falls this many times more than before it
+MAX_OUTPUTS = 4  # outputs shifted one at a time as well (and as many small parameters)
+SMALL_PARAMETER = 8  # values: a learned scalar or a few (log-variances, a temperature), shifted by SHIFTS
+REPEATS = 3  # more calls on the same batch, each expected to give the same loss
+SHRINK = 0.01  # a loss that falls by more than this share at every repeated call keeps state
 
 
-def shifted_loss(ctx: PreflightContext, batch: Any, shift: float) -> float | None:
-    """The scalar loss with every floating output of the model moved by ``shift`` times its spread."""
+def _shiftable(value: Any) -> bool:
+    # Predictions only: a 0-dim tensor is a loss the model computed itself (a Hugging Face
+    # output's .loss); normalised (log-)probabilities cannot be moved by training off their simplex.
+    if not (isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() >= 1 and value.numel() > 1):
+        return False
+    if value.dim() >= 2 and value.shape[-1] >= 2:
+        rows = value.detach().float()
+        if log_sums_to_zero(rows, -1) or (bool((rows >= 0).all()) and sums_to_one(rows, -1)):
+            return False
+    return True
+
+
+def shifted_loss(ctx: PreflightContext, batch: Any, shift: float, only: int | None = None) -> float | None:
+    """The scalar loss with the model's floating outputs (or only output number ``only``)
+    moved by ``shift`` times their spread; -inf when it falls that far, None when not a number."""
 
     def move(module: torch.nn.Module, args: Any, output: Any) -> Any:
+        count = [-1]
+
         def one(value: Any) -> Any:
-            # Predictions only: a 0-dim tensor is a loss the model computed itself (a Hugging Face output's .loss).
-            if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() >= 1 and value.numel() > 1:
-                spread = float(value.detach().float().std())
-                return value + shift * (spread if spread > 0 else 1.0)
-            return value
+            if not _shiftable(value):
+                return value
+            count[0] += 1
+            if only is not None and count[0] != only:
+                return value
+            spread = float(value.detach().float().std())
+            return value + shift * (spread if spread > 0 else 1.0)
         return map_batch(one, output)
 
     handle = ctx.model.register_forward_hook(move) if shift else None
     try:
-        return eval_loss(ctx, batch)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)  # a loss that samples (negatives, noise) samples the same each call
+            output = eval_forward(ctx, batch)
     finally:
         if handle is not None:
             handle.remove()
+    loss = output[0] if isinstance(output, tuple) else output
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        return None
+    value = float(loss.detach().float())
+    return None if math.isnan(value) or value == math.inf else value
+
+
+def model_outputs_to_shift(ctx: PreflightContext, batch: Any) -> int:
+    """How many of the model's floating outputs can be shifted (a VAE's reconstruction, mean, log-variance)."""
+    seen: list[Any] = []
+    handle = ctx.model.register_forward_hook(lambda module, args, output: seen.append(output) if not seen else None)
+    try:
+        eval_forward(ctx, batch)
+    finally:
+        handle.remove()
+    return sum(_shiftable(value) for value in leaves(seen[:1]))
+
+
+def _unbounded(base: float, near: float | None, far: float | None) -> bool:
+    """The loss goes negative and keeps falling as fast as the shift grows (or reaches -inf)."""
+    if near is None or far is None:
+        return False
+    if far == -math.inf:
+        return True
+    return far < 0 and far < near and near - far >= FALL * max(base - near, 0.0, 1e-6 * abs(base))
 
 
 class LossBoundsCheck(Check):
@@ -56,36 +115,114 @@ class LossBoundsCheck(Check):
 
     name = "step.loss_bounds"
     stage = Stage.STEP
-    codes = ("LOSS_UNBOUNDED_BELOW",)
+    codes = ("LOSS_UNBOUNDED_BELOW", "LOSS_SHRINKS_EACH_CALL")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
         try:
             base = shifted_loss(ctx, batch, 0.0)
-            if base is None:
+            if base is None or not math.isfinite(base):
                 findings.data["summary"] = "no scalar loss"
                 return
-            found = {sign * shift: shifted_loss(ctx, batch, sign * shift) for shift in SHIFTS for sign in (1, -1)}
+            outputs = model_outputs_to_shift(ctx, batch)
+            # All outputs together, then each alone when there are a few (a VAE's mean and log-variance).
+            targets = [None] + (list(range(outputs)) if 1 < outputs <= MAX_OUTPUTS else [])
+            found = {(only, sign * shift): shifted_loss(ctx, batch, sign * shift, only)
+                     for only in targets for shift in SHIFTS for sign in (1, -1)}
         except Exception:
             findings.data["summary"] = "the loss could not be computed on shifted outputs"
             return
-        findings.data.update(loss=base, shifted={f"{shift:g}": value for shift, value in found.items()})
-        findings.data["summary"] = f"loss {base:.4g}; at the largest shifts {found[SHIFTS[-1]]}, {found[-SHIFTS[-1]]}"
-        for sign in (1, -1):
-            near, far = found.get(sign * SHIFTS[0]), found.get(sign * SHIFTS[-1])
-            if near is None or far is None or not (far < 0 and far < near) \
-                    or near - far < FALL * max(base - near, 0.0, 1e-6 * abs(base)):
-                continue
-            direction = "up" if sign > 0 else "down"
-            findings.error(
-                "LOSS_UNBOUNDED_BELOW",
-                f"the loss has no lower bound: moving every prediction {direction} (eval mode) takes it from {base:.4g} "
-                f"to {near:.4g} and then {far:.4g}, so training can lower it forever by running the outputs off to "
-                "infinity. A pinball (quantile) loss given its quantile in percent (q=90 for P90: max(q * e, "
-                "(q - 1) * e) is negative and unbounded for every over-prediction), or a sign flipped in a "
-                "hand-written loss, does this",
-                "Give the quantile as a fraction in (0, 1) (q=0.9 for P90) and check the loss's sign: a loss must have "
-                "a minimum the model can reach (it is 0 for a perfect prediction in a pinball or squared loss).",
-            )
+        findings.data.update(loss=base, shifted={f"{only}:{shift:g}": value for (only, shift), value in found.items()})
+        findings.data["summary"] = (f"loss {base:.4g}; at the largest shifts {found[None, SHIFTS[-1]]}, "
+                                    f"{found[None, -SHIFTS[-1]]}")
+        for only in targets:
+            for sign in (1, -1):
+                near, far = found.get((only, sign * SHIFTS[0])), found.get((only, sign * SHIFTS[-1]))
+                if _unbounded(base, near, far):
+                    self._report(findings, base, near, far, "up" if sign > 0 else "down", only, outputs)
+                    return
+        if self._small_parameters(ctx, batch, base, findings):
             return
+        self._repeated(ctx, batch, base, findings)
+
+    @staticmethod
+    def _small_parameters(ctx: PreflightContext, batch: Any, base: float, findings: Findings) -> bool:
+        """A learned scalar of the loss (a task's log-variance, a temperature) that lowers it without bound."""
+        small = [(name, p) for name, p in ctx.model.named_parameters()
+                 if p.requires_grad and p.is_floating_point() and p.numel() <= SMALL_PARAMETER][:MAX_OUTPUTS]
+        for name, param in small:
+            found = {}
+            for shift in SHIFTS:
+                for sign in (1, -1):
+                    saved = param.detach().clone()
+                    try:
+                        with torch.no_grad():
+                            param.add_(sign * shift)
+                        found[sign * shift] = shifted_loss(ctx, batch, 0.0)
+                    except Exception:
+                        found[sign * shift] = None
+                    finally:
+                        with torch.no_grad():
+                            param.copy_(saved)
+            for sign in (1, -1):
+                near, far = found[sign * SHIFTS[0]], found[sign * SHIFTS[-1]]
+                if not _unbounded(base, near, far):
+                    continue
+                direction = "up" if sign > 0 else "down"
+                findings.error(
+                    "LOSS_UNBOUNDED_BELOW",
+                    f"the loss has no lower bound in the learned parameter '{name}' ({param.numel()} value(s)): "
+                    f"moving it {direction} by {SHIFTS[0]:g} and {SHIFTS[-1]:g} takes the loss from {base:.4g} to "
+                    f"{near:.4g} and then {far:.4g}, so the optimizer can lower it forever through that parameter "
+                    "alone while the rest stops learning. A learned task weighting (Kendall's uncertainty weights) "
+                    "written exp(log_var) * loss + log_var, where exp(-log_var) * loss + log_var is meant, does this: "
+                    "its task weights exp(log_var) fall to 0; so does a temperature or scale without a floor",
+                    "Write the uncertainty weighting as torch.exp(-log_var) * task_loss + log_var (the precision "
+                    "multiplies the loss; log_var pays for it), or bound the parameter (clamp, softplus + floor).",
+                )
+                return True
+        return False
+
+    @staticmethod
+    def _repeated(ctx: PreflightContext, batch: Any, base: float, findings: Findings) -> None:
+        """The same batch, the same seed, eval mode: a loss that keeps falling from call to call keeps state."""
+        try:
+            values = [base] + [shifted_loss(ctx, batch, 0.0) for _ in range(REPEATS)]
+        except Exception:
+            return
+        if any(v is None or not math.isfinite(v) for v in values) or base <= 0:
+            return
+        if not all(later < earlier * (1 - SHRINK) for earlier, later in zip(values, values[1:])):
+            return
+        shown = " -> ".join(f"{v:.4g}" for v in values)
+        findings.warning(
+            "LOSS_SHRINKS_EACH_CALL",
+            f"the loss function returns a smaller value for the same batch at every call (eval mode, same seed: "
+            f"{shown}): it keeps state across calls that shrinks the loss, such as a normaliser accumulated as a "
+            "running total that is never reset (self.tokens += mask.sum(); return loss_sum / self.tokens). The "
+            "divisor grows with every step, so the loss and its gradients shrink like 1/step: a learning rate that "
+            "decays by itself, and training stalls",
+            "Divide by this batch's own count (tokens = mask.sum(); return loss_sum / tokens), or reset the "
+            "running total every step.",
+        )
+
+    @staticmethod
+    def _report(findings: Findings, base: float, near: float, far: float, direction: str, only: int | None,
+                outputs: int) -> None:
+        which = "every prediction" if only is None else f"output {only} of the model's {outputs} alone"
+        cause = ("A pinball (quantile) loss given its quantile in percent (q=90 for P90: max(q * e, (q - 1) * e) is "
+                 "negative and unbounded for every over-prediction), or a sign flipped in a hand-written loss, does this")
+        if only is not None:
+            cause = ("One output of several lowers it alone: a regulariser added with the wrong sign, e.g. a VAE's KL "
+                     "term written + 0.5 * sum(1 + logvar - mu^2 - exp(logvar)) (that is minus the KL; the ELBO loss "
+                     "adds -0.5 * sum(...)), or a log-variance, scale or temperature output without a floor. " + cause)
+        findings.error(
+            "LOSS_UNBOUNDED_BELOW",
+            f"the loss has no lower bound: moving {which} {direction} (eval mode) takes it from {base:.4g} to "
+            f"{near:.4g} and then {far:.4g}, so training can lower it forever by running the outputs off to "
+            f"infinity. {cause}",
+            "Check the sign of each loss term (a KL divergence is >= 0 and is added: kl = -0.5 * sum(1 + logvar - "
+            "mu^2 - exp(logvar))); give a quantile as a fraction in (0, 1) (q=0.9 for P90): a loss must have a "
+            "minimum the model can reach (0 for a perfect prediction in a pinball or squared loss).",
+        )

@@ -10,6 +10,13 @@
   backbone frozen for a linear probe or a fine-tune into which nothing was loaded
   (``load_state_dict(strict=False)`` matching no key, a ``module.`` prefix). Trained weights
   leave that box and lose the flat histogram within the first steps.
+  Two such layers at least (one small stem loaded from weights that were themselves a fresh
+  init looks the same); a frozen layer also held under another name (a teacher kept as
+  ``[self.encoder]`` where ``copy.deepcopy`` was meant) is named as that alias.
+- ``FROZEN_AT_ZERO``: a frozen parameter of two or more dims that holds only zeros (a learned
+  position table left ``requires_grad=False``): it contributes nothing for the whole run.
+- ``INIT_ALL_POSITIVE``: trainable Linear/Conv weights all in [0, 1) with U(0, 1)'s spread:
+  ``nn.init.uniform_(w)`` without bounds.
 - ``BN_MOMENTUM``: a BatchNorm whose ``momentum`` is 0 (its running statistics never move
   from their init, so evaluation normalises by mean 0 and variance 1), or 0.9 and above
   (Keras' convention, where momentum weighs the old statistics; in torch it weighs the new
@@ -32,6 +39,8 @@ if TYPE_CHECKING:
 KERAS_MOMENTUM = 0.9
 MIN_INIT_VALUES = 256  # a smaller weight says too little about its histogram
 UNIFORM_STD = 3 ** -0.5  # std of U(-b, b) / b
+UNIFORM_01_STD = 12 ** -0.5  # std of U(0, 1)
+MIN_ZERO_VALUES = 16  # a frozen all-zero tensor at least this large is a table, not a scalar gate
 
 
 def at_default_init(weight: torch.Tensor) -> bool:
@@ -62,8 +71,9 @@ def at_default_uniform(weights: list[torch.Tensor], bound: float) -> bool:
     return abs(float(values.std()) / bound - UNIFORM_STD) < 0.05 * UNIFORM_STD
 
 
-def frozen_at_init(model: nn.Module) -> tuple[list[str], int]:
-    """Names of frozen Linear/Conv/Embedding/RNN layers still at the default init, and the values they hold."""
+def frozen_at_init(model: nn.Module, min_layers: int = 2) -> tuple[list[str], int]:
+    """Names of frozen Linear/Conv/Embedding/RNN layers still at the default init, and the values
+    they hold; none when fewer than ``min_layers`` are."""
     names, values, tables = [], 0, 0
     for name, module in model.named_modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)):
@@ -82,11 +92,39 @@ def frozen_at_init(model: nn.Module) -> tuple[list[str], int]:
             names.append(name or type(module).__name__)
             values += sum(p.numel() for p in weights)
             tables += isinstance(module, nn.Embedding)
-    if tables == len(names):
+    if tables == len(names) or len(names) < min_layers:
         # An N(0, 1) table alone proves nothing: vectors loaded with from_pretrained(freeze=True) may
         # be drawn that way too. Beside a frozen layer still at its init, it is part of the same story.
+        # Nor does one small frozen layer: a stem loaded from weights that were themselves a fresh
+        # init looks the same; a backbone nothing was loaded into has several.
         return [], 0
     return names, values
+
+
+def aliases(model: nn.Module, names: list[str]) -> list[tuple[str, str]]:
+    """(name, other name) for each of ``names`` that the model also holds under another
+    attribute (``teacher = model.encoder``, where ``copy.deepcopy`` was meant)."""
+    seen: dict[int, list[str]] = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        seen.setdefault(id(module), []).append(name)
+        # Held outside the registered children too: a teacher kept in a plain list or attribute.
+        for attribute, value in vars(module).items():
+            held = [(f"{attribute}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, (list, tuple)) \
+                else [(attribute, value)] if isinstance(value, nn.Module) and not attribute.startswith("_") else []
+            for label, other in held:
+                if isinstance(other, nn.Module) and id(other) != id(module):
+                    seen.setdefault(id(other), []).append(f"{name}.{label}" if name else label)
+    modules = dict(model.named_modules())
+    found = []
+    for name in names:
+        parts = name.split(".")
+        # The layer itself or a module that holds it (the whole encoder aliased).
+        for prefix in (".".join(parts[:end]) for end in range(len(parts), 0, -1)):
+            module = modules.get(prefix)
+            if module is not None and len(seen.get(id(module), [])) > 1:
+                found.append((prefix, next(other for other in seen[id(module)] if other != prefix)))
+                break
+    return found
 
 
 def repeated_children(model: nn.Module) -> list[tuple[str, str, int]]:
@@ -113,22 +151,49 @@ class ModuleStructureCheck(Check):
 
     name = "model.structure"
     stage = Stage.MODEL
-    codes = ("MODULE_REPEATED", "BN_MOMENTUM", "FROZEN_AT_INIT", "ACTIVATION_LINEAR", "ONLY_BIASES_TRAIN")
+    codes = ("MODULE_REPEATED", "BN_MOMENTUM", "FROZEN_AT_INIT", "ACTIVATION_LINEAR", "ONLY_BIASES_TRAIN",
+             "FROZEN_AT_ZERO", "INIT_ALL_POSITIVE")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        self._initial_values(ctx, findings)
         at_init, values = frozen_at_init(ctx.model)
         matrices = [p for p in ctx.model.parameters() if p.dim() >= 2]
-        if at_init and matrices and not any(p.requires_grad for p in matrices) \
-                and any(p.requires_grad for p in ctx.model.parameters()):
+        named = list(ctx.model.named_parameters())
+        trainable = [name for name, p in named if p.requires_grad]
+        only_biases = bool(matrices) and not any(p.requires_grad for p in matrices) and bool(trainable)
+        if only_biases:
+            # Every weight frozen: one layer at its init already tells the story.
+            at_init, values = frozen_at_init(ctx.model, min_layers=1)
+        if at_init and only_biases:
+            if trainable == [named[-1][0]]:
+                cause = (f"Only the very last parameter, {trainable[0]}, trains: list(model.parameters())[:-1] (or a "
+                         "slice of named_parameters()) meant as 'everything but the head' also froze the head's "
+                         "weight, since parameters() ends with the head's weight and then its bias")
+                fix = ("Freeze by module, not by a slice of the parameter list: for p in model.backbone.parameters(): "
+                       "p.requires_grad_(False), leaving the head's weight and bias trainable.")
+            else:
+                cause = ("A helper that picks modules with hasattr(m, 'weight') (every Conv and Linear has one) where "
+                         "isinstance(m, nn.BatchNorm2d) was meant does this")
+                fix = ("Select the modules to freeze by type (isinstance(m, nn.BatchNorm2d)) or by name, and print "
+                       "[n for n, p in model.named_parameters() if p.requires_grad] after freezing.")
             findings.warning(
                 "ONLY_BIASES_TRAIN",
                 f"every weight matrix of the model ({len(matrices)} conv/linear/embedding weights) is frozen "
                 "(requires_grad=False) and only biases and normalisation parameters train, while frozen layers "
                 f"({', '.join(at_init[:4])}) are still at PyTorch's random init: a freeze meant for a few layers "
-                "caught them all. A helper that picks modules with hasattr(m, 'weight') (every Conv and Linear has "
-                "one) where isinstance(m, nn.BatchNorm2d) was meant does this",
-                "Select the modules to freeze by type (isinstance(m, nn.BatchNorm2d)) or by name, and print "
-                "[n for n, p in model.named_parameters() if p.requires_grad] after freezing.",
+                f"caught them all. {cause}",
+                fix,
+            )
+        elif at_init and (shared := aliases(ctx.model, at_init)):
+            name, other = shared[0]
+            findings.warning(
+                "FROZEN_AT_INIT",
+                f"{len(at_init)} frozen layer(s) ({', '.join(at_init[:4])}; {values:,} weights) are still at PyTorch's "
+                f"random init, and '{name}' is the same module object as '{other}': an alias (teacher = "
+                "model.encoder) where a copy was meant, so freezing one froze the other; the two share the same "
+                "parameters, and the part that should train never does",
+                f"Make the second one a copy: self.{other.split('.')[0]} = copy.deepcopy(...) of the module, then "
+                "freeze the copy (requires_grad_(False)) and update it by EMA if it is a mean teacher.",
             )
         elif at_init:
             shown = ", ".join(at_init[:4]) + (" ..." if len(at_init) > 4 else "")
@@ -181,3 +246,39 @@ class ModuleStructureCheck(Check):
                 "Use torch's default momentum=0.1 (Keras' momentum=0.99 is torch's momentum=0.01), or momentum=None "
                 "for a cumulative average.",
             )
+
+    @staticmethod
+    def _initial_values(ctx: PreflightContext, findings: Findings) -> None:
+        frozen_zero = [name for name, p in ctx.model.named_parameters()
+                       if not p.requires_grad and p.is_floating_point() and p.dim() >= 2 and p.numel() >= MIN_ZERO_VALUES
+                       and not bool(p.detach().any())]
+        if frozen_zero:
+            findings.warning(
+                "FROZEN_AT_ZERO",
+                f"{len(frozen_zero)} frozen parameter(s) ({', '.join(frozen_zero[:4])}) hold only zeros and have "
+                "requires_grad=False: they add or multiply nothing, now and for the whole run. A learned position "
+                "table created as nn.Parameter(torch.zeros(...), requires_grad=False), the flag kept from the fixed "
+                "sinusoidal table it replaced, leaves the model with no position information (self-attention is then "
+                "permutation-invariant)",
+                "Let it train (requires_grad=True, and put it in the optimizer), or fill it with the fixed values it "
+                "is meant to hold (a sinusoidal table, register_buffer) before freezing it.",
+            )
+        positive = [name for name, module in ctx.model.named_modules()
+                    if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)) and module.weight.requires_grad
+                    and module.weight.numel() >= MIN_INIT_VALUES and _all_positive_init(module.weight)]
+        if positive:
+            findings.warning(
+                "INIT_ALL_POSITIVE",
+                f"{len(positive)} layer(s) ({', '.join(positive[:4])}) start with every weight positive, spread over "
+                "[0, 1): nn.init.uniform_(w) without bounds draws from U(0, 1) (a=0, b=1 are its defaults), not a "
+                "small symmetric range. Every unit of a layer then computes nearly the same large positive sum, the "
+                "activations grow layer by layer and the units stay alike",
+                "Give the range (nn.init.uniform_(w, -bound, bound) with bound = 1 / sqrt(fan_in)), or use the "
+                "layer's default init (kaiming_uniform_) or nn.init.xavier_uniform_.",
+            )
+
+
+def _all_positive_init(weight: torch.Tensor) -> bool:
+    """Every value in [0, 1) and spread like U(0, 1): far beyond any default init's 1/sqrt(fan_in)."""
+    values = weight.detach().float()
+    return float(values.min()) >= 0 and float(values.max()) < 1 and abs(float(values.std()) - UNIFORM_01_STD) < 0.05

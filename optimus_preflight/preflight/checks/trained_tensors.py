@@ -20,7 +20,7 @@ from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
-from optimus_preflight.training.batches import move_to_device
+from optimus_preflight.training.batches import leaves, move_to_device
 from optimus_preflight.training.learnable import loss_leaves, loss_tensors, orphaned_tensors, unregistered_tensors
 from optimus_preflight.training.step import split_loss_output
 
@@ -170,6 +170,21 @@ def second_forward_leaves(ctx: PreflightContext) -> list[torch.Tensor] | None:
         return None if loss is None else loss_leaves(loss, known)
 
 
+def _copies_the_batch(tensor: torch.Tensor, batch: list[torch.Tensor]) -> bool:
+    """Whether ``tensor`` holds a batch tensor's values, whole or some of its last-dim columns."""
+    values = tensor.detach().cpu()
+    for leaf in batch:
+        leaf = leaf.detach().cpu()
+        if leaf.shape == values.shape and torch.equal(leaf, values.to(leaf.dtype)):
+            return True
+        if leaf.dim() == values.dim() >= 2 and leaf.shape[:-1] == values.shape[:-1] and values.shape[-1] < leaf.shape[-1]:
+            width = values.shape[-1]
+            if any(torch.equal(leaf[..., start:start + width], values.to(leaf.dtype))
+                   for start in range(leaf.shape[-1] - width + 1)):
+                return True
+    return False
+
+
 def _shape(tensor: torch.Tensor) -> str:
     return "(" + ", ".join(str(size) for size in tensor.shape) + ("," if tensor.dim() == 1 else "") + ")"
 
@@ -202,6 +217,10 @@ class FreshTensorsCheck(Check):
         before = {id(tensor) for tensor in first}
         shapes = {tuple(tensor.shape) for tensor in first}
         fresh = [tensor for tensor in second if id(tensor) not in before and tuple(tensor.shape) in shapes]
+        # An input made differentiable for a derivative with respect to it (a physics-informed
+        # loss, a gradient penalty, saliency) is a copy of the batch, not a weight.
+        batch = [leaf for leaf in leaves(ctx.artifacts.first_batch) if isinstance(leaf, torch.Tensor)]
+        fresh = [tensor for tensor in fresh if not _copies_the_batch(tensor, batch)]
         findings.data["fresh"] = len(fresh)
         findings.data["summary"] = f"{len(fresh)} learnable tensor(s) made anew by each forward"
         if not fresh:

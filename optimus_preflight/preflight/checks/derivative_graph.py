@@ -1,0 +1,96 @@
+"""A derivative the loss uses, taken without its graph (``step.derivative_graph``).
+
+``DERIVATIVE_WITHOUT_GRAPH``: ``compute_loss`` calls ``torch.autograd.grad`` without
+``create_graph=True`` and puts the result in the loss: a physics-informed residual
+``(du/dx - f)^2``, a WGAN-GP gradient penalty, an input-gradient regulariser. The derivative
+then comes back as a constant with no graph to the weights, so that term contributes no
+gradient at all and the optimizer trains only the rest of the loss.
+
+Measured, not guessed: only when the step calls ``autograd.grad`` with ``create_graph``
+off, the weights' gradient is computed twice on the first batch (eval mode, one seed),
+once as written and once with ``create_graph=True`` forced into those calls. A derivative
+used as data (an FGSM perturbation's ``sign()``) has no gradient either way, so forcing the
+graph changes nothing and the check stays quiet; one the loss depends on changes the
+weights' gradient.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from optimus_preflight.preflight.analyses.autograd_calls import watched_autograd_grad
+from optimus_preflight.preflight.analyses.probe import get_probe
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.framework.preserve import preserved_training_state
+from optimus_preflight.training.batches import move_to_device
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+CHANGED = 0.1  # of the gradient's norm: what forcing the graph must change to count
+
+
+def weight_gradient(ctx: PreflightContext, batch: Any, params: list[torch.Tensor], calls: list[bool],
+                    force_graph: bool) -> torch.Tensor | None:
+    """The trainable weights' gradient of the first batch's loss (eval mode, seed 0), flat;
+    None when the loss is not a differentiable scalar."""
+    real = torch.autograd.grad
+    # cuDNN's RNN kernels refuse a backward in eval mode; the native ones give the same gradients
+    with preserved_training_state(ctx), torch.random.fork_rng(devices=[]), torch.backends.cudnn.flags(enabled=False):
+        torch.manual_seed(0)
+        ctx.model.eval()  # no dropout: both passes compute the same function
+        with watched_autograd_grad(calls, force_graph), ctx.training.plan.autocast():
+            output = ctx.compute_loss(ctx.model, batch)
+        loss = output[0] if isinstance(output, tuple) else output
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
+            return None
+        grads = real(loss, params, allow_unused=True)
+        return torch.cat([(g if g is not None else torch.zeros_like(p)).detach().float().flatten()
+                          for g, p in zip(grads, params)])
+
+
+class DerivativeGraphCheck(Check):
+    """DERIVATIVE_WITHOUT_GRAPH: ``autograd.grad`` without ``create_graph`` in the loss."""
+
+    name = "step.derivative_graph"
+    stage = Stage.STEP
+    codes = ("DERIVATIVE_WITHOUT_GRAPH",)
+    requires = (FIRST_BATCH, FIRST_STEP)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        calls = get_probe(ctx).derivative_calls  # recorded in the first step: no extra pass when there are none
+        findings.data["summary"] = f"{len(calls)} autograd.grad call(s) in the step, {calls.count(False)} without create_graph"
+        if all(calls):
+            return
+        params = [param for param in ctx.model.parameters() if param.requires_grad]
+        batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
+        try:
+            as_written = weight_gradient(ctx, batch, params, [], force_graph=False)
+            forced = weight_gradient(ctx, batch, params, [], force_graph=True)
+        except Exception:
+            findings.data["summary"] = "the loss could not be differentiated twice"
+            return
+        if as_written is None or forced is None:
+            return
+        scale = float(forced.norm())
+        change = float((forced - as_written).norm()) / scale if scale > 0 else 0.0
+        findings.data.update(calls_without_graph=calls.count(False), gradient_change=change)
+        findings.data["summary"] = (f"{calls.count(False)} autograd.grad call(s) without create_graph; with it the "
+                                    f"weights' gradient changes by {change:.0%}")
+        if change < CHANGED:
+            return
+        findings.warning(
+            "DERIVATIVE_WITHOUT_GRAPH",
+            f"the loss uses a derivative taken with torch.autograd.grad without create_graph=True "
+            f"({calls.count(False)} call(s) in the step): the derivative comes back as a constant with no graph to "
+            f"the weights, so the loss term built from it (a physics-informed residual du/dx - f, a gradient "
+            f"penalty) trains nothing; with create_graph=True the weights' gradient on the first batch changes by "
+            f"{change:.0%}",
+            "Pass create_graph=True to torch.autograd.grad when the derivative is part of the loss (PINN residuals, "
+            "WGAN-GP and other gradient penalties, input-gradient regularisers); leave it off only for a derivative "
+            "used as data, such as an adversarial perturbation's sign().",
+        )

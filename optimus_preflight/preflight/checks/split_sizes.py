@@ -1,0 +1,77 @@
+"""How much data a step and the run get, read from the loaders (``data.split_sizes``).
+
+- ``SPLIT_TRAIN_SMALLER``: the training set holds fewer than half the samples of the
+  validation set. A split fraction given for the wrong side does it: scikit-learn's
+  ``train_test_split(X, y, test_size=0.8)`` with 0.8 meant as the training share trains on
+  a fifth of the data and validates on the rest.
+- ``BATCHING_DISABLED``: a map-style dataset read by ``DataLoader(batch_size=None)``, which
+  turns automatic batching off: every "batch" is one sample, without a batch dimension
+  (a 0-dim target), so each step trains on a single example with the noise of one. A
+  config's ``None`` meant as "the default" does it; a dataset that returns whole batches
+  itself (its items share a leading batch dimension) is what ``batch_size=None`` is for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import IterableDataset
+
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.checks.val_loader import length_of
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.framework.context import PreflightContext
+from optimus_preflight.training.batches import leaves
+
+SMALLER = 0.5  # the training set under this share of the validation set's size
+
+
+def _samples(loader: Any) -> int | None:
+    dataset = getattr(loader, "dataset", None)
+    return length_of(dataset) if dataset is not None and not isinstance(dataset, IterableDataset) else None
+
+
+def _unbatched(batch: Any) -> bool:
+    """A sample, not a batch: some tensor is 0-dim, or the tensors share no leading size."""
+    tensors = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor)]
+    if not tensors:
+        return False
+    return any(t.dim() == 0 for t in tensors) or len({t.shape[0] for t in tensors}) > 1
+
+
+class SplitSizesCheck(Check):
+    """SPLIT_TRAIN_SMALLER, BATCHING_DISABLED."""
+
+    name = "data.split_sizes"
+    stage = Stage.DATA
+    codes = ("SPLIT_TRAIN_SMALLER", "BATCHING_DISABLED")
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        train, val = _samples(ctx.train_loader), _samples(ctx.val_loader) if ctx.val_loader is not None else None
+        findings.data["summary"] = f"{train} training and {val} validation samples"
+        if train and val and train < SMALLER * val:
+            findings.warning(
+                "SPLIT_TRAIN_SMALLER",
+                f"the training set holds {train} samples and the validation set {val}: training sees only "
+                f"{train / (train + val):.0%} of the data. A split fraction given for the wrong side does this: "
+                "train_test_split(X, y, test_size=0.8) with 0.8 meant as the training share keeps a fifth for "
+                "training and validates on the rest",
+                "Give the held-out share to test_size (test_size=0.2 keeps 80% for training), or pass train_size= "
+                "when you mean the training share.",
+            )
+        loader = ctx.train_loader
+        dataset = getattr(loader, "dataset", None)
+        if getattr(loader, "batch_size", 0) is None and getattr(loader, "batch_sampler", 0) is None \
+                and dataset is not None and not isinstance(dataset, IterableDataset) \
+                and _unbatched(ctx.artifacts.first_batch):
+            findings.warning(
+                "BATCHING_DISABLED",
+                "the training loader was built with batch_size=None, which turns automatic batching off: each "
+                "'batch' is a single sample without a batch dimension (the first one's tensors are "
+                + ", ".join(str(tuple(t.shape)) for t in leaves(ctx.artifacts.first_batch) if isinstance(t, torch.Tensor))
+                + "), so every step trains on one example, with the noise of one, and the model sees unbatched input",
+                "Pass a batch size (DataLoader(dataset, batch_size=64, shuffle=True)); batch_size=None is only for a "
+                "dataset whose items are already whole batches. A config's null meant as 'the default' does this.",
+            )

@@ -1,0 +1,281 @@
+"""Loss conventions torch accepts without a word, each broken the way users break it and
+written correctly: label_smoothing given as the confidence kept (LABEL_SMOOTHING_TOO_HIGH),
+nn.KLDivLoss's default reduction='mean' (KL_DIV_MEAN_REDUCTION), the stop-gradient on the
+prediction instead of the TD target (PREDICTION_DETACHED), a derivative taken without
+create_graph (DERIVATIVE_WITHOUT_GRAPH, with FGSM's sign() as the quiet use), and a VAE's
+KL term added with the wrong sign (LOSS_UNBOUNDED_BELOW); distillation on log-probabilities
+stays quiet there."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.derivative_graph import DerivativeGraphCheck
+from optimus_preflight.preflight.checks.loss_bounds import LossBoundsCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck, LossFunctionCheck
+from optimus_preflight.preflight.checks.trained_tensors import FreshTensorsCheck
+
+
+def issues(model, loss_fn, loader, check, code):
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), check])
+    return [i for i in report.check(check.name).issues if i.code == code]
+
+
+def classes_loader(features=12, classes=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return DataLoader(TensorDataset(torch.randn(256, features, generator=g), torch.randint(0, classes, (256,), generator=g)),
+                      batch_size=32, shuffle=True)
+
+
+@pytest.mark.parametrize("smoothing", [0.9, 0.1])
+def test_label_smoothing_given_as_the_confidence_kept(smoothing):
+    found = issues(nn.Linear(12, 5), nn.CrossEntropyLoss(label_smoothing=smoothing), classes_loader(),
+                   LossFunctionCheck(), "LABEL_SMOOTHING_TOO_HIGH")
+    assert bool(found) == (smoothing == 0.9)
+    if found:
+        assert "0.28" in found[0].message and "label_smoothing=0.1" in found[0].fix
+
+
+@pytest.mark.parametrize("reduction", ["mean", "batchmean"])
+def test_kl_div_with_its_default_mean_reduction(reduction):
+    teacher = nn.Linear(12, 5)
+    kl = nn.KLDivLoss() if reduction == "mean" else nn.KLDivLoss(reduction=reduction)
+
+    def distill(model, batch):
+        x, _ = batch
+        with torch.no_grad():
+            target = F.softmax(teacher(x) / 2.0, dim=-1)
+        return kl(F.log_softmax(model(x) / 2.0, dim=-1), target) * 4.0
+
+    found = issues(nn.Linear(12, 5), distill, classes_loader(), LossFunctionCheck(), "KL_DIV_MEAN_REDUCTION")
+    assert bool(found) == (reduction == "mean")
+    if found:
+        assert "5 times smaller" in found[0].message and "batchmean" in found[0].fix
+
+
+@pytest.mark.parametrize("detached", ["prediction", "target"])
+def test_td_loss_with_the_stop_gradient_on_the_prediction(detached):
+    g = torch.Generator().manual_seed(1)
+    s, s_next = torch.randn(512, 6, generator=g), torch.randn(512, 6, generator=g)
+    loader = DataLoader(TensorDataset(s, torch.randn(512, generator=g), s_next), batch_size=64, shuffle=True)
+
+    def td(model, batch):
+        state, reward, following = batch
+        value, bootstrap = model(state).squeeze(-1), reward + 0.9 * model(following).squeeze(-1)
+        if detached == "prediction":
+            return F.mse_loss(value.detach(), bootstrap)
+        return F.mse_loss(value, bootstrap.detach())
+
+    found = issues(nn.Linear(6, 1), td, loader, LossFunctionCheck(), "PREDICTION_DETACHED")
+    assert bool(found) == (detached == "prediction")
+    if found:
+        assert "V(s').detach()" not in found[0].fix and ".detach()" in found[0].fix
+
+
+def pinn_loss(create_graph: bool):
+    def residual(model, batch):
+        x = batch[0].detach().clone().requires_grad_(True)
+        du = torch.autograd.grad(model(x).sum(), x, create_graph=create_graph)[0]
+        return (du - torch.cos(2 * x)).pow(2).mean() + model(torch.zeros(1, 1)).pow(2).mean()
+    return residual
+
+
+def pinn():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
+
+
+def pinn_loader():
+    return DataLoader(TensorDataset(torch.rand(512, 1, generator=torch.Generator().manual_seed(2)) * 3), batch_size=64)
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_a_physics_residual_differentiated_without_create_graph(create_graph):
+    found = issues(pinn(), pinn_loss(create_graph), pinn_loader(), DerivativeGraphCheck(), "DERIVATIVE_WITHOUT_GRAPH")
+    assert bool(found) == (not create_graph)
+    if found:
+        assert "create_graph=True" in found[0].fix
+
+
+def test_an_fgsm_perturbation_taken_without_create_graph_is_quiet():
+    def adversarial(model, batch):
+        x, y = batch
+        x = x.clone().requires_grad_(True)
+        grad = torch.autograd.grad(F.cross_entropy(model(x), y), x)[0]
+        return F.cross_entropy(model(x.detach() + 0.05 * grad.sign()), y)
+
+    assert not issues(nn.Linear(12, 5), adversarial, classes_loader(), DerivativeGraphCheck(), "DERIVATIVE_WITHOUT_GRAPH")
+
+
+def test_an_input_made_differentiable_is_not_a_layer_created_in_forward():
+    assert not issues(pinn(), pinn_loss(True), pinn_loader(), FreshTensorsCheck(), "PARAM_CREATED_IN_FORWARD")
+
+
+class Vae(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.encoder, self.decoder = nn.Linear(16, 8), nn.Linear(4, 16)
+
+    def forward(self, x):
+        mu, logvar = self.encoder(x).chunk(2, dim=-1)
+        z = mu + torch.randn_like(mu) * (0.5 * logvar).exp()
+        return self.decoder(z), mu, logvar
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0], ids=["kl_added_with_the_wrong_sign", "elbo"])
+def test_a_vae_kl_term_with_the_wrong_sign_has_no_lower_bound(sign):
+    def elbo(model, batch):
+        x = batch[0]
+        reconstruction, mu, logvar = model(x)
+        kl = sign * 0.5 * (1 + logvar - mu.pow(2) - logvar.exp()).sum(-1).mean()
+        return F.mse_loss(reconstruction, x) + kl
+
+    loader = DataLoader(TensorDataset(torch.randn(256, 16, generator=torch.Generator().manual_seed(4))), batch_size=32)
+    found = issues(Vae(), elbo, loader, LossBoundsCheck(), "LOSS_UNBOUNDED_BELOW")
+    assert bool(found) == (sign == 1.0)
+    if found:
+        assert "KL" in found[0].fix
+
+
+def test_distillation_on_log_probabilities_is_not_unbounded():
+    """Shifting log-probabilities would lower a KL without bound, but no model output can move
+    off the simplex its log_softmax keeps it on."""
+    teacher = nn.Linear(12, 5)
+
+    class Student(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(12, 5)
+
+        def forward(self, x):
+            return F.log_softmax(self.linear(x), dim=-1)
+
+    def distill(model, batch):
+        with torch.no_grad():
+            target = F.softmax(teacher(batch[0]), dim=-1)
+        return F.kl_div(model(batch[0]), target, reduction="batchmean")
+
+    assert not issues(Student(), distill, classes_loader(), LossBoundsCheck(), "LOSS_UNBOUNDED_BELOW")
+
+
+class TwoTasks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.trunk, self.heads = nn.Linear(12, 16), nn.Linear(16, 2)
+        self.log_vars = nn.Parameter(torch.zeros(2))
+
+    def forward(self, x):
+        return self.heads(torch.relu(self.trunk(x)))
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0], ids=["exp_log_var_times_loss", "exp_minus_log_var"])
+def test_uncertainty_task_weights_with_the_sign_flipped(sign):
+    def weighted(model, batch):
+        x, y = batch
+        out = model(x)
+        losses = torch.stack([F.mse_loss(out[:, 0], y[:, 0]), F.mse_loss(out[:, 1], y[:, 1])])
+        return (torch.exp(sign * model.log_vars) * losses + model.log_vars).sum()
+
+    g = torch.Generator().manual_seed(6)
+    loader = DataLoader(TensorDataset(torch.randn(256, 12, generator=g), torch.randn(256, 2, generator=g)), batch_size=32)
+    found = issues(TwoTasks(), weighted, loader, LossBoundsCheck(), "LOSS_UNBOUNDED_BELOW")
+    assert bool(found) == (sign == 1.0)
+    if found:
+        assert "'log_vars'" in found[0].message and "exp(-log_var)" in found[0].fix
+
+
+class TokenMean:
+    def __init__(self, running: bool):
+        self.running, self.tokens = running, 0
+
+    def __call__(self, model, batch):
+        x, y = batch
+        loss_sum = F.cross_entropy(model(x), y, reduction="sum")
+        self.tokens = self.tokens + len(y) if self.running else len(y)
+        return loss_sum / self.tokens
+
+
+@pytest.mark.parametrize("running", [True, False], ids=["running_total", "this_batch"])
+def test_a_loss_normaliser_that_is_a_running_total(running):
+    found = issues(nn.Linear(12, 5), TokenMean(running), classes_loader(), LossBoundsCheck(), "LOSS_SHRINKS_EACH_CALL")
+    assert bool(found) == running
+    if found:
+        assert "self.tokens" in found[0].message
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_action_values_gathered_along_the_batch_axis(dim):
+    g = torch.Generator().manual_seed(7)
+    loader = DataLoader(TensorDataset(torch.randn(512, 12, generator=g), torch.randint(0, 4, (512,), generator=g),
+                                      torch.randn(512, generator=g)), batch_size=64, shuffle=True)
+
+    def q_loss(model, batch):
+        x, actions, reward = batch
+        return F.smooth_l1_loss(model(x).gather(dim, actions.unsqueeze(1)).squeeze(1), reward)
+
+    found = issues(nn.Linear(12, 4), q_loss, loader, LossFunctionCheck(), "GATHER_ALONG_BATCH")
+    assert bool(found) == (dim == 0)
+    if found:
+        assert "gather(1, actions.unsqueeze(1))" in found[0].fix
+
+
+@pytest.mark.parametrize("subscripts", ["bd,be->b", "bd,bd->b"])
+def test_an_einsum_whose_factor_axis_is_not_shared(subscripts):
+    class Factorisation(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.user, self.item = nn.Embedding(40, 8), nn.Embedding(60, 8)
+
+        def forward(self, u, i):
+            return torch.einsum(subscripts, self.user(u), self.item(i))
+
+    g = torch.Generator().manual_seed(8)
+    loader = DataLoader(TensorDataset(torch.randint(0, 40, (512,), generator=g), torch.randint(0, 60, (512,), generator=g),
+                                      torch.randn(512, generator=g)), batch_size=64, shuffle=True)
+    found = issues(Factorisation(), lambda model, batch: F.mse_loss(model(batch[0], batch[1]), batch[2]), loader,
+                   LossFunctionCheck(), "EINSUM_NOT_CONTRACTED")
+    assert bool(found) == (subscripts == "bd,be->b")
+
+
+class PointSet(nn.Module):
+    def __init__(self, sort_dim):
+        super().__init__()
+        self.sort_dim, self.head = sort_dim, nn.Linear(3, 2)
+        self.router = nn.Linear(3, 4)
+
+    def forward(self, points):
+        canonical = torch.sort(points)[0] if self.sort_dim is None else torch.sort(points, dim=self.sort_dim)[0]
+        torch.sort(self.router(points), descending=True)  # top-k routing over 4 experts: a sort of model outputs
+        return self.head(canonical.mean(1))
+
+
+@pytest.mark.parametrize("sort_dim", [None, 1], ids=["default_dim", "points_axis"])
+def test_a_point_set_sorted_along_its_coordinates(sort_dim):
+    g = torch.Generator().manual_seed(9)
+    loader = DataLoader(TensorDataset(torch.randn(256, 32, 3, generator=g), torch.randint(0, 2, (256,), generator=g)),
+                        batch_size=32)
+    found = issues(PointSet(sort_dim), nn.CrossEntropyLoss(), loader, LossFunctionCheck(), "SORT_ALONG_LAST_DIM")
+    assert bool(found) == (sort_dim is None)
+
+
+@pytest.mark.parametrize("sigma", [0.05, 1.5], ids=["sigma_in_normalised_units", "sigma_in_pixels"])
+def test_heatmap_targets_that_vanish_at_every_pixel(sigma):
+    g = torch.Generator().manual_seed(10)
+    centres = torch.rand(256, 2, generator=g) * 18 + 3
+    yy, xx = torch.meshgrid(torch.arange(24.0), torch.arange(24.0), indexing="ij")
+    d2 = (xx - centres[:, 0, None, None]) ** 2 + (yy - centres[:, 1, None, None]) ** 2
+    heatmaps = torch.exp(-d2 / (2 * sigma ** 2)).unsqueeze(1)
+    images = (torch.exp(-d2 / 8) + 0.3 * torch.randn(256, 24, 24, generator=g)).unsqueeze(1)
+    loader = DataLoader(TensorDataset(images, heatmaps), batch_size=32, shuffle=True)
+    found = issues(nn.Conv2d(1, 1, 3, padding=1), lambda model, batch: F.mse_loss(model(batch[0]), batch[1]), loader,
+                   LossFunctionCheck(), "TARGET_MAPS_VANISH")
+    assert bool(found) == (sigma == 0.05)

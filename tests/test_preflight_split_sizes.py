@@ -1,0 +1,56 @@
+"""data.split_sizes: a training split smaller than half the validation split (test_size
+given the training share, SPLIT_TRAIN_SMALLER) and a DataLoader with batch_size=None over
+a map-style dataset of single samples (BATCHING_DISABLED); an 80/20 split and a dataset
+that serves whole batches itself under batch_size=None stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.split_sizes import SplitSizesCheck
+
+
+def codes(train, val=None) -> list[str]:
+    model = nn.Linear(6, 3)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), train, val_loader=val,
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitSizesCheck()])
+    return [i.code for i in report.check("data.split_sizes").issues]
+
+
+def table(rows: int, seed: int) -> TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    return TensorDataset(torch.randn(rows, 6, generator=g), torch.randint(0, 3, (rows,), generator=g))
+
+
+@pytest.mark.parametrize("test_size", [0.8, 0.2])
+def test_a_split_fraction_given_for_the_wrong_side(test_size):
+    held_out = int(1000 * test_size)
+    found = codes(DataLoader(table(1000 - held_out, 0), batch_size=32, shuffle=True),
+                  DataLoader(table(held_out, 1), batch_size=64))
+    assert found == (["SPLIT_TRAIN_SMALLER"] if test_size == 0.8 else [])
+
+
+def test_batch_size_none_over_single_samples():
+    assert codes(DataLoader(table(256, 2), batch_size=None, shuffle=True)) == ["BATCHING_DISABLED"]
+
+
+class Prebatched(Dataset):
+    """Items that are whole batches already: what batch_size=None is for."""
+
+    def __init__(self):
+        self.data = table(512, 3)
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, index):
+        return self.data[index * 32:(index + 1) * 32]
+
+
+def test_batch_size_none_over_a_dataset_of_batches_is_quiet():
+    assert codes(DataLoader(Prebatched(), batch_size=None, shuffle=True)) == []
