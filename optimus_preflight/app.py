@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import traceback
 from datetime import datetime
 from pathlib import Path
@@ -315,6 +316,29 @@ def _quit_at_once(signum: int, frame: Any) -> None:
     os._exit(128 + signal.SIGINT)
 
 
+def _quit_at_once_from_any_thread() -> None:
+    """A Ctrl+C the kernel hands to another thread than the main one does not wake a main
+    thread blocked in a C call (a join, a sleep at exit), and Python runs its handler only
+    on the main thread: a thread of ours reads the signal from the wakeup fd, which the
+    C-level handler writes whichever thread received it, and ends the process itself."""
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    try:
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread
+        return
+
+    def watch() -> None:
+        while True:
+            received = os.read(read, 64)
+            if not received or signal.SIGINT in received:
+                break
+        if received:
+            _quit_at_once(signal.SIGINT, None)
+
+    threading.Thread(target=watch, name="optimus-exit-ctrl-c", daemon=True).start()
+
+
 def _check_output_dir(overrides: list[str], multirun: bool) -> None:
     """An explicit ``hydra.run.dir`` (``hydra.sweep.dir`` under -m) that cannot be created
     is a storage error with the key named: Hydra creates it before any of our code runs,
@@ -419,6 +443,7 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
     finally:
         with contextlib.suppress(ValueError):  # off the main thread Python sets no handler
             signal.signal(signal.SIGINT, _quit_at_once)
+            _quit_at_once_from_any_thread()
         if stop_timeouts and all(code == EXIT_OK or code >= 128 for code in exit_codes):  # jobs ran, and ended cleanly
             leave_together(stop_timeouts[-1])
         destroy_process_group()

@@ -13,7 +13,8 @@ Environment:
 - RAISE_AT_READ=N: the N-th sample a process reads raises ValueError("sample <index> is corrupt").
 - RAISE_IN_BUILDER=build_model|build_optimizer|build_dataloaders: that builder raises.
 - HANG_AT_EXIT=1: an exit handler blocks for an hour (as a join of a worker that never
-  ends would) and, once the main thread sits in it, this process gets one SIGINT.
+  ends would) and, once the main thread sits in it, this process gets one SIGINT
+  (CTRL_C_TO_THREAD=1: delivered to another thread than the main one).
 """
 
 from __future__ import annotations
@@ -90,11 +91,15 @@ def _hang_at_exit() -> None:
 
 def _ctrl_c_once_exiting() -> None:
     main = threading.main_thread().ident
+    to_this_thread = os.environ.get("CTRL_C_TO_THREAD") == "1"
 
     def send() -> None:
         while not _in_function(main, _hang_at_exit.__code__):
             time.sleep(0.01)  # the event: the main thread sits in the exit handler
-        os.kill(os.getpid(), signal.SIGINT)
+        if to_this_thread:  # as the kernel may deliver a process's SIGINT to any of its threads
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+        else:
+            os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=send, daemon=True).start()
 

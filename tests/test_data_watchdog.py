@@ -112,9 +112,13 @@ def test_one_ctrl_c_ends_the_run_while_a_worker_is_stopped(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_ctrl_c_while_the_process_exits_ends_it_at_once(tmp_path):
-    """An exit that blocks (a join that never returns): Ctrl+C ends it, 130, one line."""
-    result = run_cli(tmp_path / "run", *RUN, "trainer.max_steps=2", cwd=REPO, env={"HANG_AT_EXIT": "1"})
+@pytest.mark.parametrize("delivered_to", ["process", "another_thread"])
+def test_a_ctrl_c_while_the_process_exits_ends_it_at_once(tmp_path, delivered_to):
+    """An exit that blocks (a join that never returns): Ctrl+C ends it, 130, one line, also
+    when the kernel hands the signal to another thread (the main one then stays blocked; a
+    run once hung here for 300 s on two loaded cores)."""
+    env = {"HANG_AT_EXIT": "1", **({"CTRL_C_TO_THREAD": "1"} if delivered_to == "another_thread" else {})}
+    result = run_cli(tmp_path / "run", *RUN, "trainer.max_steps=2", cwd=REPO, env=env, timeout=120)
     assert result.returncode == 130, result.output
     assert "Traceback" not in result.output and "KeyboardInterrupt" not in result.output
     assert "interrupted while exiting: stopped at once" in result.stderr
