@@ -112,11 +112,17 @@ class PeerWatch:
         wait for it in a collective), and return rank 0's checkpoint of this step, or why
         there is none. Rank 0 writes it here; another rank waits for rank 0's word."""
         self.peers.announce(STALLED, headline)
-        others = [rank for rank in range(self.peers.world_size) if rank != self.peers.rank]
+        saved = self._stall_checkpoint(from_main_thread=True)
         if self.peers.rank == 0:
-            saved = self.save_last_step(True)
-            self.peers.announce(STALL_SAVED, _encode(saved))
+            others = [rank for rank in range(self.peers.world_size) if rank != self.peers.rank]
             self.peers.wait_for(STALL_SEEN, others, self.stop_timeout_s)
+        return saved
+
+    def _stall_checkpoint(self, *, from_main_thread: bool) -> Path | str:
+        """Rank 0 saves the last step and tells the others; they wait for its word."""
+        if self.peers.rank == 0:
+            saved = self.save_last_step(from_main_thread)
+            self.peers.announce(STALL_SAVED, _encode(saved))
             return saved
         word = self.peers.wait_for(STALL_SAVED, [0], self.stop_timeout_s).get(0)
         return _decode(word) if word is not None else f"rank 0 did not answer within {self.stop_timeout_s:g} s"
@@ -129,12 +135,7 @@ class PeerWatch:
         saved: list[Path | str] = ["saving it failed"]
 
         def save() -> None:
-            if self.peers.rank == 0:
-                saved[0] = self.save_last_step(False)
-                self.peers.announce(STALL_SAVED, _encode(saved[0]))
-            else:
-                word = self.peers.wait_for(STALL_SAVED, [0], self.stop_timeout_s).get(0)
-                saved[0] = _decode(word) if word is not None else "rank 0 did not say"
+            saved[0] = self._stall_checkpoint(from_main_thread=False)
             self.peers.announce(STALL_SEEN, "1")
 
         self.stop.peer_stall = f"data stalled on rank {rank}: {headline}"

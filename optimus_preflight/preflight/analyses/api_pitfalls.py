@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from optimus_preflight.preflight.analyses.call_args import argument
+
 if TYPE_CHECKING:
     from optimus_preflight.preflight.analyses.loss_findings import Finding
 
@@ -36,10 +38,6 @@ REGRESSION = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
 SMOOTHING_LIMIT = 0.5
 DENSE_MAP, TINY, MOSTLY = 64, 1e-3, 0.75  # per-sample map size; a peak below TINY; the share of such maps
 SHORT_AXIS, LONG_AXIS = 4, 16  # a sort along a last dim this short, with another this long, sorts coordinates
-
-
-def _argument(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
-    return kwargs[name] if name in kwargs else (args[index] if len(args) > index else default)
 
 
 @dataclass
@@ -98,7 +96,7 @@ class PitfallWatch:
     def _sort(self, args: tuple, kwargs: dict) -> None:
         """A sort along a last dim of 4 or fewer (coordinates, channels) while another
         non-batch dim is long: torch.sort's default dim=-1 orders the values inside each point."""
-        inputs, dim = _argument(args, kwargs, 0, "input"), _argument(args, kwargs, 1, "dim", -1)
+        inputs, dim = argument(args, kwargs, 0, "input"), argument(args, kwargs, 1, "dim", -1)
         # Data, not what the model computes: sorting a router's (B, T, experts) logits is routing.
         if not isinstance(inputs, torch.Tensor) or not isinstance(dim, int) or inputs.dim() < 3 or inputs.requires_grad:
             return
@@ -106,8 +104,8 @@ class PitfallWatch:
             self.found.sort_last = tuple(inputs.shape)
 
     def _gather(self, args: tuple, kwargs: dict) -> None:
-        inputs, dim, index = (_argument(args, kwargs, 0, "input"), _argument(args, kwargs, 1, "dim"),
-                              _argument(args, kwargs, 2, "index"))
+        inputs, dim, index = (argument(args, kwargs, 0, "input"), argument(args, kwargs, 1, "dim"),
+                              argument(args, kwargs, 2, "index"))
         if self.found.gather_rows is not None or dim != 0 or not isinstance(inputs, torch.Tensor) \
                 or not isinstance(index, torch.Tensor) or inputs.dim() != 2 or not inputs.requires_grad:
             return
@@ -120,23 +118,23 @@ class PitfallWatch:
 
     def _criterion(self, name: str, args: tuple, kwargs: dict) -> None:
         found = self.found
-        inputs = _argument(args, kwargs, 0, "input")
+        inputs = argument(args, kwargs, 0, "input")
         if not isinstance(inputs, torch.Tensor):
             return
         if name == "cross_entropy" and found.label_smoothing is None:
-            smoothing = _argument(args, kwargs, 7, "label_smoothing", 0.0)
+            smoothing = argument(args, kwargs, 7, "label_smoothing", 0.0)
             if isinstance(smoothing, (int, float)) and smoothing > SMOOTHING_LIMIT and inputs.dim() >= 2:
                 found.label_smoothing = (float(smoothing), int(inputs.shape[1]))
         elif name == "kl_div" and found.kl_div_mean is None:
-            if _argument(args, kwargs, 4, "reduction", "mean") == "mean" and inputs.dim() >= 2 and inputs.shape[-1] >= 2:
+            if argument(args, kwargs, 4, "reduction", "mean") == "mean" and inputs.dim() >= 2 and inputs.shape[-1] >= 2:
                 found.kl_div_mean = tuple(inputs.shape)
         elif name in REGRESSION and found.detached_prediction is None and torch.is_grad_enabled():
-            target = _argument(args, kwargs, 1, "target")
+            target = argument(args, kwargs, 1, "target")
             if isinstance(target, torch.Tensor) and target.requires_grad and not inputs.requires_grad:
                 found.detached_prediction = (name, tuple(inputs.shape))
         if name in (*REGRESSION, "binary_cross_entropy", "binary_cross_entropy_with_logits") \
                 and found.vanishing_targets is None:
-            self._dense_targets(_argument(args, kwargs, 1, "target"))
+            self._dense_targets(argument(args, kwargs, 1, "target"))
 
     def _dense_targets(self, target: Any) -> None:
         """Dense target maps (B, ..., H, W) nearly all of which are tiny but not zero: values drawn

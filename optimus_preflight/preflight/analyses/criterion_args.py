@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from optimus_preflight.preflight.analyses.call_args import argument
 from optimus_preflight.preflight.analyses.loss_weights import (
     WeightsAfterMean,
     WeightsAfterMeanWatch,
@@ -88,7 +89,7 @@ class MultiHotIndices:
 def multi_hot_index_target(args: tuple, kwargs: dict) -> MultiHotIndices | None:
     """multilabel_margin_loss reads its target as class indices padded with -1; a 0/1 (B, C)
     multi-hot target with C > 2 and no -1 reads as 'classes 0 and 1' for every row."""
-    target = _argument(args, kwargs, 1, "target")
+    target = argument(args, kwargs, 1, "target")
     if not isinstance(target, torch.Tensor) or target.dim() != 2 or target.shape[1] <= 2 or not target.numel():
         return None
     with torch.no_grad():
@@ -107,12 +108,6 @@ class CriterionArgs:
     weights_after_mean: WeightsAfterMean | None = None
 
 
-def _argument(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
-    if len(args) > index:
-        return args[index]
-    return kwargs.get(name, default)
-
-
 def _lengths(value: Any) -> list[int] | None:
     if isinstance(value, torch.Tensor):
         return [int(v) for v in value.detach().reshape(-1).tolist()]
@@ -123,9 +118,9 @@ def _lengths(value: Any) -> list[int] | None:
 
 def ctc_blank_in_targets(args: tuple, kwargs: dict) -> CtcBlank | None:
     """The blank among the label symbols a ``ctc_loss`` call trains on (pure)."""
-    log_probs, targets = _argument(args, kwargs, 0, "log_probs"), _argument(args, kwargs, 1, "targets")
-    lengths = _lengths(_argument(args, kwargs, 3, "target_lengths"))
-    blank = _argument(args, kwargs, 4, "blank", 0)
+    log_probs, targets = argument(args, kwargs, 0, "log_probs"), argument(args, kwargs, 1, "targets")
+    lengths = _lengths(argument(args, kwargs, 3, "target_lengths"))
+    blank = argument(args, kwargs, 4, "blank", 0)
     if (not isinstance(targets, torch.Tensor) or targets.is_floating_point() or lengths is None
             or not isinstance(blank, int) or targets.dim() not in (1, 2)):
         return None
@@ -149,8 +144,8 @@ def ctc_blank_in_targets(args: tuple, kwargs: dict) -> CtcBlank | None:
 def poisson_log_input(args: tuple, kwargs: dict) -> PoissonLogInput | None:
     """A ``poisson_nll_loss`` call with ``log_input=True`` on the output of a non-negative
     activation (pure)."""
-    inputs, target = _argument(args, kwargs, 0, "input"), _argument(args, kwargs, 1, "target")
-    if not bool(_argument(args, kwargs, 2, "log_input", True)):
+    inputs, target = argument(args, kwargs, 0, "input"), argument(args, kwargs, 1, "target")
+    if not bool(argument(args, kwargs, 2, "log_input", True)):
         return None
     if not isinstance(inputs, torch.Tensor) or not inputs.requires_grad:
         return None

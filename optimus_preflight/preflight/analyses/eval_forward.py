@@ -29,15 +29,20 @@ def eval_forward(ctx: PreflightContext, batch: Any) -> Any:
             return ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
 
 
-def eval_loss(ctx: PreflightContext, batch: Any) -> float | None:
-    """The scalar loss ``eval_forward`` returns (the first element of a tuple), or None when it
-    returns something else or a value that is not finite."""
-    output = eval_forward(ctx, batch)
+def loss_value(output: Any) -> float | None:
+    """The scalar loss in what ``compute_loss`` returned (the first element of a tuple), any
+    float (inf and NaN too); None when it returns something else."""
     loss = output[0] if isinstance(output, tuple) else output
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         return None
-    value = float(loss.detach().float())
-    return value if math.isfinite(value) else None
+    return float(loss.detach().float())
+
+
+def eval_loss(ctx: PreflightContext, batch: Any) -> float | None:
+    """The scalar loss ``eval_forward`` returns, or None when it returns something else or a
+    value that is not finite."""
+    value = loss_value(eval_forward(ctx, batch))
+    return value if value is not None and math.isfinite(value) else None
 
 
 def model_outputs(ctx: PreflightContext, batch: Any) -> list[torch.Tensor] | None:

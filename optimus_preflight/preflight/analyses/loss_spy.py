@@ -35,6 +35,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from optimus_preflight.preflight.analyses.api_pitfalls import PitfallWatch
+from optimus_preflight.preflight.analyses.call_args import argument
 from optimus_preflight.preflight.analyses.channel_axis import ChannelAxisWatch
 from optimus_preflight.preflight.analyses.class_weights import (
     FrequentClassWeights,
@@ -244,20 +245,14 @@ def _stats(tensor: torch.Tensor, class_dim: int | None, shapes: list[tuple[int, 
     return stats
 
 
-def _argument(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
-    if len(args) > index:
-        return args[index]
-    return kwargs.get(name, default)
-
-
 def _reduction(name: str, args: tuple, kwargs: dict) -> str:
     if name in _LEGACY_INDEX:  # the deprecated size_average/reduce pair, where a caller still passes it
         size_average_at, reduce_at = _LEGACY_INDEX[name]
-        if _argument(args, kwargs, reduce_at, "reduce") is False:
+        if argument(args, kwargs, reduce_at, "reduce") is False:
             return "none"
-        if _argument(args, kwargs, size_average_at, "size_average") is False:
+        if argument(args, kwargs, size_average_at, "size_average") is False:
             return "sum"
-    return str(_argument(args, kwargs, _REDUCTION_INDEX[name], "reduction", "mean"))
+    return str(argument(args, kwargs, _REDUCTION_INDEX[name], "reduction", "mean"))
 
 
 class LossSpy(TorchFunctionMode):
@@ -304,7 +299,7 @@ class LossSpy(TorchFunctionMode):
                 and len(self.attention_queries) < 4:
             self.attention_queries.append(tuple(args[0].shape))
         if name in SIGN_TARGETS and self.zero_one_sign_target is None:
-            target = _argument(args, kwargs, SIGN_TARGETS[name], "target")
+            target = argument(args, kwargs, SIGN_TARGETS[name], "target")
             if isinstance(target, torch.Tensor) and target.numel() and bool(((target == 0) | (target == 1)).all()) \
                     and bool((target == 0).any()):
                 self.zero_one_sign_target = name
@@ -332,28 +327,28 @@ class LossSpy(TorchFunctionMode):
         self.criterion_args.after(name, args, out, kwargs)
         if record is not None and isinstance(out, torch.Tensor) and out.dim() == 0 and out.requires_grad:
             self.scalar_outputs.append(out)
-            self.scalar_sources.append((name, _argument(args, kwargs, 1, "target")))
+            self.scalar_sources.append((name, argument(args, kwargs, 1, "target")))
         if record is not None and isinstance(out, torch.Tensor) and out.numel():
             record.loss = float(out.detach().float().mean())
             if pad_mask is not None and record.reduction == "none" and out.numel() == pad_mask.numel():
-                record.sums = _elementwise_sums(out, _argument(args, kwargs, 1, "target"), pad_mask, record.ignore_index)
+                record.sums = _elementwise_sums(out, argument(args, kwargs, 1, "target"), pad_mask, record.ignore_index)
         return out
 
     def _check_normalize(self, args: tuple, kwargs: dict) -> None:
-        tensor, dim = _argument(args, kwargs, 0, "input"), _argument(args, kwargs, 2, "dim", 1)
+        tensor, dim = argument(args, kwargs, 0, "input"), argument(args, kwargs, 2, "dim", 1)
         if (isinstance(tensor, torch.Tensor) and isinstance(dim, int) and tensor.dim() == 2 and tensor.requires_grad
                 and dim in (0, -2) and self.batch_rows and tensor.shape[0] % self.batch_rows == 0
                 and tensor.shape[1] != tensor.shape[0]):  # (B, D), or (2B, D) of two views stacked
             self.batch_normalize = (tuple(tensor.shape), dim)
 
     def _describe(self, name: str, args: tuple, kwargs: dict) -> tuple[CriterionCall, torch.Tensor | None]:
-        inputs = _argument(args, kwargs, 0, "input")
-        target = _argument(args, kwargs, 1, "target")
+        inputs = argument(args, kwargs, 0, "input")
+        target = argument(args, kwargs, 1, "target")
         class_dim = None
         if name in CLASS_CRITERIA and isinstance(inputs, torch.Tensor):
             class_dim = 1 if inputs.dim() >= 2 else 0
         n_classes = int(inputs.shape[class_dim]) if class_dim is not None else None
-        ignore_index = _argument(args, kwargs, 4, "ignore_index", -100) if name in CLASS_CRITERIA else None
+        ignore_index = argument(args, kwargs, 4, "ignore_index", -100) if name in CLASS_CRITERIA else None
         record = CriterionCall(
             function=name,
             input=None,
@@ -374,7 +369,7 @@ class LossSpy(TorchFunctionMode):
             rows = as_rows(target, self.shapes)
             if rows is not None:
                 record.padding, pad_mask = edge_padding(rows, ignore_index)
-                weight = _argument(args, kwargs, 2, "weight")
+                weight = argument(args, kwargs, 2, "weight")
                 if (record.padding is not None and isinstance(weight, torch.Tensor)
                         and 0 <= record.padding.value < weight.numel() and float(weight[record.padding.value]) == 0):
                     record.padding = pad_mask = None  # a zero class weight masks the pad id
@@ -391,11 +386,11 @@ class LossSpy(TorchFunctionMode):
         if name in CLASS_CRITERIA and isinstance(inputs, torch.Tensor) and inputs.requires_grad:
             record.logit_activation = output_activation(inputs)
             record.classes_last = inputs.dim() >= 3 and features_on_last_dim(inputs)
-        weight = _argument(args, kwargs, 2, "weight")
+        weight = argument(args, kwargs, 2, "weight")
         if name in CLASS_CRITERIA and isinstance(weight, torch.Tensor) and isinstance(target, torch.Tensor) \
                 and not target.is_floating_point():
             record.frequent_class_weights = weights_follow_counts(weight, target, ignore_index)
-        pos_weight = _argument(args, kwargs, 6, "pos_weight") if name == "binary_cross_entropy_with_logits" else None
+        pos_weight = argument(args, kwargs, 6, "pos_weight") if name == "binary_cross_entropy_with_logits" else None
         if isinstance(pos_weight, torch.Tensor) and isinstance(target, torch.Tensor):
             record.frequent_class_weights = pos_weight_down_weights_positives(pos_weight, target)
         if name == "binary_cross_entropy" and isinstance(inputs, torch.Tensor) and isinstance(target, torch.Tensor):
@@ -404,7 +399,7 @@ class LossSpy(TorchFunctionMode):
                 and isinstance(target, torch.Tensor)):
             record.output_range = bounded_output(inputs, target)
         if name == "kl_div" and isinstance(inputs, torch.Tensor) and isinstance(target, torch.Tensor):
-            log_target = bool(_argument(args, kwargs, 5, "log_target", False))
+            log_target = bool(argument(args, kwargs, 5, "log_target", False))
             record.kl_normalisation = kl_wrong_dims(inputs, target, log_target, SAMPLE_ROWS)
         return record, pad_mask
 

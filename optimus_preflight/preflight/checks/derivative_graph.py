@@ -34,21 +34,20 @@ if TYPE_CHECKING:
 CHANGED = 0.1  # of the gradient's norm: what forcing the graph must change to count
 
 
-def weight_gradient(ctx: PreflightContext, batch: Any, params: list[torch.Tensor], calls: list[bool],
+def weight_gradient(ctx: PreflightContext, batch: Any, params: list[torch.Tensor], *,
                     force_graph: bool) -> torch.Tensor | None:
     """The trainable weights' gradient of the first batch's loss (eval mode, seed 0), flat;
     None when the loss is not a differentiable scalar."""
-    real = torch.autograd.grad
     # cuDNN's RNN kernels refuse a backward in eval mode; the native ones give the same gradients
     with preserved_training_state(ctx), torch.random.fork_rng(devices=[]), torch.backends.cudnn.flags(enabled=False):
         torch.manual_seed(0)
         ctx.model.eval()  # no dropout: both passes compute the same function
-        with watched_autograd_grad(calls, force_graph), ctx.training.plan.autocast():
+        with watched_autograd_grad([], force_graph), ctx.training.plan.autocast():
             output = ctx.compute_loss(ctx.model, batch)
         loss = output[0] if isinstance(output, tuple) else output
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
             return None
-        grads = real(loss, params, allow_unused=True)
+        grads = torch.autograd.grad(loss, params, allow_unused=True)  # the real one: the watch has ended
         return torch.cat([(g if g is not None else torch.zeros_like(p)).detach().float().flatten()
                           for g, p in zip(grads, params)])
 
@@ -69,8 +68,8 @@ class DerivativeGraphCheck(Check):
         params = [param for param in ctx.model.parameters() if param.requires_grad]
         batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
         try:
-            as_written = weight_gradient(ctx, batch, params, [], force_graph=False)
-            forced = weight_gradient(ctx, batch, params, [], force_graph=True)
+            as_written = weight_gradient(ctx, batch, params, force_graph=False)
+            forced = weight_gradient(ctx, batch, params, force_graph=True)
         except Exception:
             findings.data["summary"] = "the loss could not be differentiated twice"
             return

@@ -62,6 +62,10 @@ def varies(tensor: Any, size: int) -> bool | None:
     return bool(((rows - rows[0]).abs() > SAME * scale).any())
 
 
+# Where the samples' differences are lost: (the module's name, the module, (the shape and the
+# largest magnitude of its floating input) or None).
+Lost = tuple[str, nn.Module, "tuple[tuple[int, ...], float] | None"]
+
 # The largest value of a layer input that counts as zero everywhere (a mean over a LayerNorm's
 # features is 0 up to float rounding, about 1e-8).
 NEAR_ZERO = 1e-5
@@ -134,7 +138,7 @@ class InputDependenceCheck(Check):
                 "the default gamma = 1: nn.init.ones_(m.weight) for the other norms.",
             )
             return
-        received = getattr(self, "_lost_input", None)
+        received = lost_at[2] if lost_at is not None else None
         if lost_at is not None and isinstance(lost_at[1], (nn.Linear, nn.LazyLinear)) and received is not None \
                 and received[1] < NEAR_ZERO and any(isinstance(m, nn.LayerNorm) for m in ctx.model.modules()):
             findings.error(
@@ -228,16 +232,15 @@ class InputDependenceCheck(Check):
             "convolution's right padding (Chomp1d: out[..., :-padding]).",
         )
 
-    def _trace(self, ctx: PreflightContext, batch: Any, size: int) -> tuple[bool | None, tuple[str, nn.Module] | None] | None:
+    def _trace(self, ctx: PreflightContext, batch: Any, size: int) -> tuple[bool | None, Lost | None] | None:
         """(whether the model's output differs between samples, the first module that loses
         the differences); None when the forward cannot be observed or the model's own inputs
         do not differ (identical samples are the data checks' finding)."""
         names = {module: name or type(module).__name__ for name, module in ctx.model.named_modules()}
-        lost: list[tuple[str, nn.Module]] = []
+        lost: list[Lost] = []
         top: list[tuple[bool | None, Any]] = []
         read = self._model_reads
         read.clear()
-        self._lost_input = None
 
         def on_forward(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
             inputs_vary = _any_varies((args, kwargs), size)
@@ -247,9 +250,9 @@ class InputDependenceCheck(Check):
                     read.update(storages((args, kwargs)))
                 return
             if not lost and inputs_vary and _any_varies(output, size) is False:
-                lost.append((names[module], module))
                 first = next((a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()), None)
-                self._lost_input = (tuple(first.shape), float(first.detach().abs().max())) if first is not None else None
+                received = (tuple(first.shape), float(first.detach().abs().max())) if first is not None else None
+                lost.append((names[module], module, received))
 
         handles = [module.register_forward_hook(on_forward, with_kwargs=True) for module in names]
         try:

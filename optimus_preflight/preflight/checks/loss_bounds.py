@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from optimus_preflight.preflight.analyses.eval_forward import eval_forward
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward, loss_value, model_outputs
 from optimus_preflight.preflight.analyses.loss_shapes import log_sums_to_zero, sums_to_one
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.training.batches import leaves, map_batch, move_to_device
+from optimus_preflight.training.batches import map_batch, move_to_device
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -83,22 +83,8 @@ def shifted_loss(ctx: PreflightContext, batch: Any, shift: float, only: int | No
     finally:
         if handle is not None:
             handle.remove()
-    loss = output[0] if isinstance(output, tuple) else output
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        return None
-    value = float(loss.detach().float())
-    return None if math.isnan(value) or value == math.inf else value
-
-
-def model_outputs_to_shift(ctx: PreflightContext, batch: Any) -> int:
-    """How many of the model's floating outputs can be shifted (a VAE's reconstruction, mean, log-variance)."""
-    seen: list[Any] = []
-    handle = ctx.model.register_forward_hook(lambda module, args, output: seen.append(output) if not seen else None)
-    try:
-        eval_forward(ctx, batch)
-    finally:
-        handle.remove()
-    return sum(_shiftable(value) for value in leaves(seen[:1]))
+    value = loss_value(output)
+    return None if value is None or math.isnan(value) or value == math.inf else value
 
 
 def _unbounded(base: float, near: float | None, far: float | None) -> bool:
@@ -125,7 +111,8 @@ class LossBoundsCheck(Check):
             if base is None or not math.isfinite(base):
                 findings.data["summary"] = "no scalar loss"
                 return
-            outputs = model_outputs_to_shift(ctx, batch)
+            # How many outputs can be shifted (a VAE's reconstruction, mean, log-variance).
+            outputs = sum(_shiftable(value) for value in model_outputs(ctx, batch) or [])
             # All outputs together, then each alone when there are a few (a VAE's mean and log-variance).
             targets = [None] + (list(range(outputs)) if 1 < outputs <= MAX_OUTPUTS else [])
             found = {(only, sign * shift): shifted_loss(ctx, batch, sign * shift, only)

@@ -156,14 +156,12 @@ class ModuleStructureCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         self._initial_values(ctx, findings)
-        at_init, values = frozen_at_init(ctx.model)
         matrices = [p for p in ctx.model.parameters() if p.dim() >= 2]
         named = list(ctx.model.named_parameters())
         trainable = [name for name, p in named if p.requires_grad]
         only_biases = bool(matrices) and not any(p.requires_grad for p in matrices) and bool(trainable)
-        if only_biases:
-            # Every weight frozen: one layer at its init already tells the story.
-            at_init, values = frozen_at_init(ctx.model, min_layers=1)
+        # Every weight frozen: one layer at its init already tells the story.
+        at_init, values = frozen_at_init(ctx.model, min_layers=1 if only_biases else 2)
         if at_init and only_biases:
             if trainable == [named[-1][0]]:
                 cause = (f"Only the very last parameter, {trainable[0]}, trains: list(model.parameters())[:-1] (or a "
