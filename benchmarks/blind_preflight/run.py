@@ -30,7 +30,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "c": "benchmarks.blind_preflight_c.registry", "d": "benchmarks.blind_preflight_d.registry",
               "e": "benchmarks.blind_preflight_e.registry", "f": "benchmarks.blind_preflight_f.registry",
               "g": "benchmarks.blind_preflight_g.registry", "h": "benchmarks.blind_preflight_h.registry",
-              "i": "benchmarks.blind_preflight_i.registry", "j": "benchmarks.blind_preflight_j.registry"}
+              "i": "benchmarks.blind_preflight_i.registry", "j": "benchmarks.blind_preflight_j.registry",
+              "k": "benchmarks.blind_preflight_k.registry"}
 
 
 def load_cases(which: str = "a"):
