@@ -659,8 +659,11 @@ class TrainRecipe(TrainingContextMixin, PreflightMixin, TrainingIterationMixin, 
         mid-update (a forced quit from another thread): the hash is then null."""
         model = getattr(self, "model", None)
         context = getattr(self, "training_context", None)
-        # Gathering FSDP shards is a collective: after a failure a peer may never join it.
-        hash_params = hash_params and not (status == "failed" and self.strategy == "fsdp")
+        # Gathering FSDP shards is a collective: after a failure, or this rank's data stall
+        # (its peers have already exited), a peer may never join it.
+        stop_control = getattr(self, "stop_control", None)
+        peers_may_be_gone = status == "failed" or (stop_control is not None and stop_control.stall is not None)
+        hash_params = hash_params and not (peers_may_be_gone and self.strategy == "fsdp")
         hash_params = hash_params and model is not None and not any(p.is_meta for p in model.parameters())
         return {
             "status": status,

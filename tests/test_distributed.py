@@ -140,16 +140,18 @@ STALLING = ("recipe=char_lm_tiny", "preflight.enabled=false", "logging.progress=
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stalled_rank", [0, 1])
-def test_one_ranks_data_stall_stops_every_rank_with_rank_0s_checkpoint(tmp_path, stalled_rank):
+@pytest.mark.parametrize("strategy,stalled_rank", [("ddp", 0), ("ddp", 1), ("fsdp", 1)])
+def test_one_ranks_data_stall_stops_every_rank_with_rank_0s_checkpoint(tmp_path, strategy, stalled_rank):
     """The stalled rank's data watchdog fires while its peer waits for it in the step's
-    gradient all-reduce (its heartbeat goes on, so it is not silent): every rank must exit
+    gradient collective (its heartbeat goes on, so it is not silent): every rank must exit
     2 within a bound, naming the stalled rank and its frame, with rank 0's checkpoint of
-    the last step, and the resume must end where an uninterrupted run ends."""
+    the last step (under FSDP, which needs every rank's shard: the last one on disk), and
+    the resume must end where an uninterrupted run ends."""
     run_dir = tmp_path / "run"
+    overrides = (*STALLING, f"trainer.strategy={strategy}")
     # Each rank reads 8 samples a step: read 50 is in step 7, so the boundary is step 6.
     started = time.monotonic()
-    stalled = torchrun(run_dir, *STALLING, env={"STALL_AT_READ": "50", "STALL_RANK": str(stalled_rank)})
+    stalled = torchrun(run_dir, *overrides, env={"STALL_AT_READ": "50", "STALL_RANK": str(stalled_rank)})
     elapsed = time.monotonic() - started
     assert stalled.stderr.count("exitcode  : 2") == 2, stalled.stderr[-3000:]
     output = stalled.stdout + stalled.stderr
@@ -159,14 +161,19 @@ def test_one_ranks_data_stall_stops_every_rank_with_rank_0s_checkpoint(tmp_path,
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["steps"] == 6
     assert f"rank {stalled_rank}: no training batch within 10 s" in summary["stop_reason"]
-    assert verify(run_dir / "checkpoints" / "step_00000006")["step"] == 6
+    saved_step = 6 if strategy == "ddp" else 4
+    if strategy == "fsdp":  # the stalled rank cannot write its shard, and its summary gathers none
+        assert f"the last one on disk is {run_dir / 'checkpoints' / 'step_00000004'}" in output, output[-3000:]
+        assert not (run_dir / "checkpoints" / "step_00000006").exists()
+    assert verify(run_dir / "checkpoints" / f"step_{saved_step:08d}")["step"] == saved_step
     if stalled_rank == 1:  # rank 0 saved from its watchdog thread, its main thread inside step 7
-        resumed = torchrun(run_dir, *STALLING, "checkpoint.resume=auto")
+        resumed = torchrun(run_dir, *overrides, "checkpoint.resume=auto")
         assert resumed.returncode == 0, resumed.stderr[-3000:]
-        reference = torchrun(tmp_path / "reference", *STALLING)
+        reference = torchrun(tmp_path / "reference", *overrides)
         assert reference.returncode == 0, reference.stderr[-3000:]
         final, expected = (json.loads((d / "summary.json").read_text()) for d in (run_dir, tmp_path / "reference"))
         assert final["steps"] == 12 and final["params_sha256"] == expected["params_sha256"]
+        assert final["resumed_from"].endswith(f"step_{saved_step:08d}")
 
 
 # ------------------------------------------------------------------ components (fast)
