@@ -26,6 +26,7 @@ from optimus_preflight.preflight.checks.adapter_checks import AdapterCheck
 from optimus_preflight.preflight.checks.attention_mask import AttentionMaskCheck
 from optimus_preflight.preflight.checks.batch_layout import BatchLayoutCheck
 from optimus_preflight.preflight.checks.buffer_lookups import BufferLookupsCheck
+from optimus_preflight.preflight.checks.collate_context import CollateContextCheck
 from optimus_preflight.preflight.checks.collate_order import CollateOrderCheck
 from optimus_preflight.preflight.checks.collate_truncation import CollateTruncationCheck
 from optimus_preflight.preflight.checks.contrastive_targets import ContrastiveTargetsCheck
@@ -96,6 +97,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     LabelMaskingCheck,
     batch_checks.CollateCheck,
     CollateOrderCheck,
+    CollateContextCheck,
     DatasetLengthCheck,
     DatasetCacheCheck,
     DatasetMutationCheck,

@@ -65,12 +65,13 @@ def disagreeing(first: Any, second: Any, size: int) -> tuple[int, int] | None:
     return None
 
 
-def _collate_seeded(collate: Any, samples: list[Any]) -> Any:
+def collate_seeded(collate: Any, samples: list[Any], seed: int = 0) -> Any:
+    """``collate(samples)`` with every RNG seeded, and their states left as they were."""
     with torch.random.fork_rng(devices=[]):
         state, np_state = random.getstate(), np.random.get_state()
-        torch.manual_seed(0)
-        random.seed(0)
-        np.random.seed(0)
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed)
         try:
             return collate(samples)
         finally:
@@ -78,7 +79,7 @@ def _collate_seeded(collate: Any, samples: list[Any]) -> Any:
             np.random.set_state(np_state)
 
 
-def _leaf_names(batch: Any) -> list[str]:
+def leaf_names(batch: Any) -> list[str]:
     names: list[str] = []
 
     def walk(value: Any, path: str) -> None:
@@ -118,8 +119,8 @@ class CollateOrderCheck(Check):
         with preserved_data_state(ctx):
             samples = [guard.call(dataset.__getitem__, i, what=f"dataset[{i}]") for i in range(size)]
             try:
-                first = guard.call(_collate_seeded, loader.collate_fn, samples, what="collate_fn(samples)")
-                second = guard.call(_collate_seeded, loader.collate_fn, samples[::-1], what="collate_fn(samples)")
+                first = guard.call(collate_seeded, loader.collate_fn, samples, what="collate_fn(samples)")
+                second = guard.call(collate_seeded, loader.collate_fn, samples[::-1], what="collate_fn(samples)")
             except Exception as error:  # the loader's own first batch worked: a collate of these samples may not
                 findings.data["summary"] = f"collate_fn raised on {size} samples: {type(error).__name__}"
                 return
@@ -127,7 +128,7 @@ class CollateOrderCheck(Check):
         findings.data["summary"] = "one order for every tensor" if found is None else "tensors in different orders"
         if found is None:
             return
-        names = _leaf_names(first)
+        names = leaf_names(first)
         ordered, other = (names[i] if i < len(names) else f"tensor {i}" for i in found)
         findings.error(
             "DATA_COLLATE_ORDER",
