@@ -328,3 +328,34 @@ def test_a_missing_value_sentinel_that_sets_the_column_statistics(fill):
                            loss_fn=torch.nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), InputScaleCheck()])
     sentinel = [i for i in report.check("data.input_scale").issues if "sentinel" in i.message]
     assert bool(sentinel) == (fill == "sentinel")
+
+
+# ---------------------------------------------------------------- CHANNELS_INTERLEAVED
+
+def _smooth_rgb(n: int = 128, side: int = 24) -> torch.Tensor:
+    """(N, 3, H, W) images: blurred noise with correlated bands, and bright blobs in one band."""
+    g = torch.Generator().manual_seed(0)
+    base = nn.functional.conv2d(torch.randn(n, 1, side, side, generator=g), torch.ones(1, 1, 5, 5) / 25, padding=2)
+    images = torch.cat([base, 0.8 * base + 0.1 * torch.randn(n, 1, side, side, generator=g), 0.5 * base + 0.3], 1)
+    for i in range(n):
+        images[i, i % 3, 4:10, 6:12] += 1.5
+    return images
+
+
+@pytest.mark.parametrize("layout", ["reshaped_from_nhwc", "permuted_from_nhwc", "noise", "gray_as_rgb"])
+def test_channels_last_images_reshaped_instead_of_permuted(layout):
+    images = _smooth_rgb()
+    nhwc = images.permute(0, 2, 3, 1).contiguous()  # as a NumPy / PIL pipeline holds them
+    x = {"reshaped_from_nhwc": nhwc.reshape(images.shape),
+         "permuted_from_nhwc": nhwc.permute(0, 3, 1, 2),
+         "noise": torch.randn(images.shape, generator=torch.Generator().manual_seed(1)),
+         "gray_as_rgb": images[:, :1].expand(-1, 3, -1, -1).contiguous()}[layout]
+    y = torch.arange(len(x)) % 3
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 3))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True), loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), InputScaleCheck()])
+    found = [issue for _, issue in report.issues() if issue.code == "CHANNELS_INTERLEAVED"]
+    assert bool(found) == (layout == "reshaped_from_nhwc")
+    if found:
+        assert "period of 3" in found[0].message and "permute(0, 3, 1, 2)" in found[0].fix

@@ -179,6 +179,25 @@ def test_a_factory_called_per_group_with_the_same_value_is_quiet():
                   max_steps=500) == []
 
 
+# ---------------------------------------------------------------- LR_LAMBDA_RETURNS_LR
+
+@pytest.mark.parametrize("form", ["returns_the_lr", "returns_a_factor", "absolute_with_base_1", "warmup_to_the_lr"])
+def test_a_lambda_that_returns_the_learning_rate_itself(form):
+    lr = 1.0 if form == "absolute_with_base_1" else 3e-3
+    model = net()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    lam = {"returns_the_lr": lambda step: 3e-3 * 0.98 ** (step / 10),
+           "returns_a_factor": lambda step: 0.98 ** (step / 10),
+           "absolute_with_base_1": lambda step: 3e-3 * 0.98 ** (step / 10),  # Adam(lr=1): the deliberate form
+           "warmup_to_the_lr": lambda step: 3e-3 * min(1.0, (step + 1) / 50)}[form]
+    found = issues(model, optimizer, LrScheduleCheck(), "LR_LAMBDA_RETURNS_LR", scheduler=LambdaLR(optimizer, lam),
+                   max_steps=300)
+    assert bool(found) == (form in ("returns_the_lr", "warmup_to_the_lr"))
+    if found:
+        assert "9e-06" in found[0].message and "333x too small" in found[0].message
+        assert "only the multiplicative factor" in found[0].fix
+
+
 # ---------------------------------------------------------------- SAMPLER_NO_REPLACEMENT
 
 def balanced_loader(num_samples: int, replacement: bool) -> DataLoader:

@@ -6,6 +6,7 @@ twin that stays quiet."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -323,6 +324,21 @@ def test_a_loss_rebuilt_from_item_values_names_the_new_leaf_not_a_fresh_layer():
     issue = issue_of(report, "step.gradients")
     assert "torch.tensor([...], requires_grad=True)" in issue.message and "(2,)" in issue.message
     assert "cls_loss + reg_loss" in issue.fix
+
+
+def test_a_loss_computed_in_numpy_and_rewrapped_is_named_as_a_leaf_with_no_graph():
+    model = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, CLASSES))
+
+    def loss_fn(model, batch):
+        inputs, targets = batch
+        error = targets.float().numpy()[:, None] - model(inputs).detach().numpy()
+        return torch.tensor(float(np.maximum(0.7 * error, -0.3 * error).mean()), requires_grad=True)
+
+    report = preflight(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=loss_fn, checks=FRESH)
+    assert loud(report) == [("step.gradients", "GRAD_NONE", "error")]
+    issue = issue_of(report, "step.gradients")
+    assert "itself a new leaf tensor with no grad_fn" in issue.message and "torch.tensor(value, requires_grad=True)" in issue.message
+    assert "torch operations on the model's output" in issue.fix
 
 
 # ---------------------------------------------------------------- dropout rates

@@ -216,6 +216,8 @@ def walk_loss_graph(loss: torch.Tensor, excluded: set[int]) -> LossGraph:
     """What ``loss`` was computed from: the learnable leaves not in ``excluded`` (ids: the
     model's parameters, the optimizer's), the nodes passed and the zero-gradient ops among them."""
     graph = LossGraph()
+    if loss.grad_fn is None and loss.requires_grad and id(loss) not in excluded:
+        graph.outside_leaves.append(loss)  # torch.tensor(value, requires_grad=True): a loss with no graph at all
     stack = [loss.grad_fn]
     while stack:
         node = stack.pop()

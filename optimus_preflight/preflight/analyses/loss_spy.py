@@ -43,6 +43,7 @@ from optimus_preflight.preflight.analyses.class_weights import (
     weights_follow_counts,
 )
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgsWatch
+from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch, flatten_mismatch
 from optimus_preflight.preflight.analyses.loss_shapes import (
     TOL,
     KlNormalisation,
@@ -281,6 +282,7 @@ class LossSpy(TorchFunctionMode):
         self.attention_queries: list[tuple[int, ...]] = []  # shapes of scaled_dot_product_attention's queries
         self.channel_axis = ChannelAxisWatch()  # a conv map reduced over its channels and one spatial axis
         self.views = ViewWatch()  # a view/reshape to the input's sizes in another order
+        self.flatten_mismatch: FlattenMismatch | None = None  # (T, B) logits rows against (B, T) target rows
         self.criterion_args = CriterionArgsWatch()  # CTC blank in targets, Poisson log_input, scores[:, labels]
         self.spectral = SpectralWatch()  # an FFT across the channels of (B, T, C) windows
         self.pitfalls = PitfallWatch()  # a 1-D .T, torch.meshgrid without indexing=
@@ -293,6 +295,9 @@ class LossSpy(TorchFunctionMode):
         if name in CLASS_CRITERIA + BINARY_CRITERIA + REGRESSION_CRITERIA:
             record, pad_mask = self._describe(name, args, kwargs)
             self.calls.append(record)
+            if self.flatten_mismatch is None:
+                self.flatten_mismatch = flatten_mismatch(name, argument(args, kwargs, 0, "input"),
+                                                         argument(args, kwargs, 1, "target"))
         elif name in ACTIVATIONS:
             self.activations[name] += 1
         if name == "scaled_dot_product_attention" and args and isinstance(args[0], torch.Tensor) \

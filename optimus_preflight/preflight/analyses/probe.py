@@ -37,6 +37,7 @@ from optimus_preflight.preflight.analyses.autograd_calls import watched_autograd
 from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, ModuleInput
 from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgs
+from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch
 from optimus_preflight.preflight.analyses.gradient_reversal import Reversal, find_reversals
 from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy, SlicedPair
 from optimus_preflight.preflight.analyses.padding import sequence_shapes
@@ -90,6 +91,7 @@ class StepProbe:
     target_is_input: tuple[str, tuple[int, ...]] | None = None  # (criterion, shape): trained towards its own input
     channel_reduction: ChannelReduction | None = None  # a conv map reduced over channels + one spatial axis
     view_as_permute: ViewAsPermute | None = None  # a view/reshape to the same sizes in another order
+    flatten_mismatch: FlattenMismatch | None = None  # predictions and targets flattened in different orders
     scaler_enabled: bool = False
     layout_inputs: list[ModuleInput] = field(default_factory=list)  # batch_first modules (batch_layout)
     updates: list[GroupStep] = field(default_factory=list)  # per parameter group, around optimizer.step()
@@ -395,6 +397,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         call.target_tensor = None  # the probe keeps statistics, not the batch's tensors
     probe.channel_reduction = spy.channel_axis.found
     probe.view_as_permute = spy.views.found
+    probe.flatten_mismatch = spy.flatten_mismatch
     probe.criterion_args = spy.criterion_args.found
     probe.fft_over_channels = spy.spectral.found
     probe.time_major_target = time_major_target(spy.calls, step_batches[0] if step_batches else batch, model_inputs,

@@ -44,7 +44,7 @@ class BatchLayoutCheck(Check):
     name = "step.batch_layout"
     stage = Stage.STEP
     codes = ("BATCH_TIME_MAJOR", "BATCH_NOT_TIME_MAJOR", "CHANNEL_AXIS_REDUCED", "VIEW_AS_PERMUTE",
-             "ATTENTION_OVER_HEADS", "FFT_OVER_CHANNELS")
+             "ATTENTION_OVER_HEADS", "FFT_OVER_CHANNELS", "FLATTEN_ORDER_MISMATCH")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -70,6 +70,19 @@ class BatchLayoutCheck(Check):
                 "as (B, C, T) for a Conv1d mixes time steps into channels)",
                 "Swap axes with .permute(...) or .transpose(a, b) (then .contiguous() if a view is needed next), "
                 "not .view/.reshape.",
+            )
+        if probe.flatten_mismatch is not None:
+            found = probe.flatten_mismatch
+            findings.error(
+                "FLATTEN_ORDER_MISMATCH",
+                f"{found.function} gets predictions flattened from {found.prediction_axes} leading axes and targets "
+                f"flattened from {found.target_axes}: the same number of rows in a different order, so row i of the "
+                "predictions and row i of the targets belong to different positions of different samples and every "
+                "token is scored against another token's label. A seq-first (T, B, C) output (nn.TransformerEncoder, "
+                "nn.LSTM/GRU without batch_first=True) flattened with reshape(-1, C) against batch-first (B, T) "
+                "targets does this",
+                "Bring both to one layout before flattening: logits.transpose(0, 1).reshape(-1, C) against "
+                "targets.reshape(-1) (or build the model with batch_first=True).",
             )
         if probe.fft_over_channels is not None:
             findings.warning("FFT_OVER_CHANNELS", *fft_over_channels_text(probe.fft_over_channels))

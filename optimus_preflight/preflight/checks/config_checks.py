@@ -200,7 +200,7 @@ class LrScheduleCheck(Check):
 
     name = "config.lr_schedule"
     stage = Stage.CONFIG
-    codes = ("O8", "LR_LAMBDA_LATE_BINDING")
+    codes = ("O8", "LR_LAMBDA_LATE_BINDING", "LR_LAMBDA_RETURNS_LR")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         scheduler = ctx.scheduler
@@ -258,7 +258,12 @@ class LrScheduleCheck(Check):
         base = base_lr(scheduler, ctx.optimizer)
         if (above := above_base(scheduler, points, base)) is not None:
             findings.error("O8", *above, "scheduler")
-        if (unreached := peak_not_reached(points, base, max_steps)) is not None:
+        if (absolute := lambda_returns_lr(scheduler, points, base)) is not None:
+            findings.error("LR_LAMBDA_RETURNS_LR", absolute,
+                           "Return only the multiplicative factor from lr_lambda (lambda step: 0.98 ** (step / 10), "
+                           "not lambda step: 3e-3 * 0.98 ** (step / 10)); the optimizer's lr is the base it scales.",
+                           "scheduler")
+        elif (unreached := peak_not_reached(points, base, max_steps)) is not None:
             findings.warning("O8", unreached,
                              "Shorten the warmup: scheduler.warmup_fraction=0.05 (5% of the run), or a "
                              "scheduler.warmup_steps well below trainer.max_steps.", "scheduler.warmup_steps")
@@ -386,6 +391,19 @@ def peak_not_reached(points: list[tuple[int, float]], base: float | None, max_st
         return None
     return (f"the learning rate never reaches its configured value {base:.2e} within trainer.max_steps={max_steps}: "
             f"it peaks at {peak:.2e} ({100 * peak / base:.0f}%), so the run is all warmup")
+
+
+def lambda_returns_lr(scheduler: Any, points: list[tuple[int, float]], base: float | None) -> str | None:
+    """A LambdaLR whose lambda returns the learning rate itself, not a factor: the LR peaks
+    at the base LR squared. A base of about 1 with an absolute schedule is the deliberate form."""
+    if not isinstance(scheduler, LambdaLR) or base is None or not 0 < base < 0.5 or not points:
+        return None
+    peak = max(lr for _, lr in points)
+    if abs(peak - base * base) > 0.05 * base * base:
+        return None
+    return (f"LambdaLR multiplies the optimizer's lr={base:g} by what lr_lambda returns, and this lambda returns "
+            f"the learning rate itself (its peak is {peak / base:.3g}, the lr): the scheduled LR peaks at "
+            f"{base:g} * {base:g} = {peak:.3g}, {1 / base:.0f}x too small, and the model barely trains")
 
 
 def cpu_fp16_finding(precision: str, device_type: str) -> tuple[str, str] | None:

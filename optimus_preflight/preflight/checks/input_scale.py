@@ -57,6 +57,9 @@ RAW_FEATURE_MEAN = 100.0
 # table's min/max (not per column) squeezes every ordinary column into such a band.
 SQUEEZED_STD = 1e-4
 SQUEEZED_SHARE = 0.25  # of the varying columns
+# Values C apart in memory this much closer than values C - 1 and C + 1 apart: a periodic
+# pattern no image has along its rows.
+INTERLEAVE_DIP = 0.95
 
 
 class _FirstLayerSeen(BaseException):
@@ -329,6 +332,23 @@ def describe(finding: ScaleFinding, seen: FirstLayerInput, batch_dtype: torch.dt
     return message, "In the dataset's Normalize, " + how, dataset + "in its Normalize, " + how, "data.train"
 
 
+def interleaved_channels(images: torch.Tensor, samples: int = 64) -> int | None:
+    """The channel count C when an (N, C, H, W) batch is a channels-last (N, H, W, C) array
+    reshaped, not permuted (pure): read in memory order, each value's nearest relatives are
+    C steps away (the same band at the next pixel), so the mean absolute difference between
+    values k apart dips at k = C and again at 2C, where an image's only grows with k."""
+    if images.dim() != 4 or not 2 <= images.shape[1] <= MAX_CHANNELS or min(images.shape[2:]) < MIN_SIDE:
+        return None
+    channels = images.shape[1]
+    flat = images[:samples].reshape(min(samples, images.shape[0]), -1).float()
+    gap = {k: float((flat[:, k:] - flat[:, :-k]).abs().mean()) for k in range(1, 2 * channels + 2)}
+    if gap[channels] <= 0:
+        return None
+    first_dip = gap[channels] < INTERLEAVE_DIP * min(gap[channels - 1], gap[channels + 1])
+    second_dip = gap[2 * channels] < min(gap[2 * channels - 1], gap[2 * channels + 1])
+    return channels if first_dip and second_dip else None
+
+
 class InputScaleCheck(Check):
     """DP12 / DP10: image inputs not scaled to [0, 1], scaled or normalised twice, or
     normalised with statistics of the wrong scale; tabular feature columns on raw scales
@@ -336,7 +356,7 @@ class InputScaleCheck(Check):
 
     name = "data.input_scale"
     stage = Stage.DATA
-    codes = ("DP10", "DP12")
+    codes = ("DP10", "DP12", "CHANNELS_INTERLEAVED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -345,6 +365,21 @@ class InputScaleCheck(Check):
         if not images:
             self._tabular(ctx, batch, findings)
             return
+        channels = next((found for image in images if image.is_floating_point() and
+                         (found := interleaved_channels(image.detach().cpu())) is not None), None)
+        if channels is not None:
+            shape = tuple(next(image for image in images if image.shape[1] == channels).shape)
+            findings.warning(
+                "CHANNELS_INTERLEAVED",
+                f"the {shape} images repeat with a period of {channels} values along each row: in memory, each "
+                f"value's nearest relative is {channels} values away, the same band at the next pixel. That is a "
+                f"channels-last (N, H, W, {channels}) array turned into (N, {channels}, H, W) with reshape or view "
+                "instead of permute: every 'channel' plane interleaves the bands of neighbouring pixels, and the "
+                "convolutions see scrambled images",
+                "Move the channel axis with x.permute(0, 3, 1, 2) (NumPy: x.transpose(0, 3, 1, 2)), not "
+                "x.reshape(N, C, H, W) or x.view(...); torchvision's ToTensor() does it for H x W x C arrays.",
+                "data.train",
+            )
         seen = first_layer_input(ctx, batch)
         if seen is None:
             findings.data["summary"] = "no conv/linear layer reached"

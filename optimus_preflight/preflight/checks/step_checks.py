@@ -274,7 +274,19 @@ class GradientsCheck(Check):
         findings.data.update(trainable=probe.trainable_params, without_grad=len(missing), nonfinite=len(nonfinite))
         findings.data["summary"] = f"{probe.trainable_params - len(missing)}/{probe.trainable_params} trainable tensors got a gradient"
         distributed = ctx.training.dist.world_size > 1
-        if missing and len(missing) == probe.trainable_params and probe.outside_leaves:
+        loss_is_leaf = any(leaf.grad_fn is None and leaf.dim() == 0 for leaf in probe.outside_leaves[:1]) and \
+            len(probe.outside_leaves) == 1
+        if missing and len(missing) == probe.trainable_params and loss_is_leaf:
+            findings.error(
+                "GRAD_NONE",
+                "no trainable parameter received a gradient: the loss compute_loss returns is itself a new leaf "
+                "tensor with no grad_fn, cut from the model's graph, so backward stops at once and nothing will train. "
+                "torch.tensor(value, requires_grad=True) around a value computed outside autograd (NumPy, .item(), "
+                ".detach()) builds such a leaf: requires_grad=True does not connect it to the model",
+                "Compute the loss with torch operations on the model's output, keeping it a tensor all the way "
+                "(torch.maximum(q * e, (q - 1) * e).mean(), not np.maximum(...) on pred.detach().numpy()).",
+            )
+        elif missing and len(missing) == probe.trainable_params and probe.outside_leaves:
             shapes = ", ".join(str(tuple(leaf.shape)) for leaf in probe.outside_leaves[:3])
             findings.error(
                 "GRAD_NONE",

@@ -1,0 +1,68 @@
+"""Predictions and targets flattened from their leading axes in different orders.
+
+A sequence model that returns seq-first ``(T, B, C)`` logits (``nn.TransformerEncoder`` and
+``nn.LSTM`` without ``batch_first``) flattened with ``reshape(-1, C)`` against batch-first
+``(B, T)`` tags flattened with ``reshape(-1)``: both have ``T * B`` rows, so the criterion
+accepts them, but row ``i`` of the logits is position ``i // B`` of sample ``i % B`` while
+row ``i`` of the targets is position ``i % T`` of sample ``i // T``. Every token is scored
+against another token's label. Read from what the criterion gets: the shape each tensor is
+a flattened view of (its ``_base``, or the sizes its reshape's backward saved).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+RESHAPE_BACKWARDS = ("ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0")
+
+
+@dataclass
+class FlattenMismatch:
+    function: str
+    prediction_axes: tuple[int, ...]  # the leading axes flattened into the criterion's rows
+    target_axes: tuple[int, ...]
+
+
+def flattened_from(tensor: torch.Tensor) -> tuple[int, ...] | None:
+    """The shape ``tensor`` is a flattened view or reshape of, where that is known."""
+    base = tensor._base
+    if base is not None and base.dim() > tensor.dim():
+        return tuple(base.shape)
+    node = tensor.grad_fn
+    if node is not None and type(node).__name__ in RESHAPE_BACKWARDS:
+        sizes = getattr(node, "_saved_self_sym_sizes", None)
+        if sizes is not None and len(sizes) > tensor.dim():
+            return tuple(int(size) for size in sizes)
+    return None
+
+
+def leading_axes(shape: tuple[int, ...], rows: int) -> tuple[int, ...] | None:
+    """The first axes of ``shape`` whose product is ``rows`` (pure)."""
+    product = 1
+    for count, size in enumerate(shape, start=1):
+        product *= size
+        if product == rows:
+            return shape[:count]
+        if product > rows:
+            return None
+    return None
+
+
+def flatten_mismatch(function: str, inputs: object, target: object) -> FlattenMismatch | None:
+    """The criterion's rows flattened from (T, B) on one side and (B, T) on the other."""
+    if not (isinstance(inputs, torch.Tensor) and isinstance(target, torch.Tensor)) or inputs.dim() == 0 \
+            or target.dim() == 0 or inputs.shape[0] != target.shape[0]:
+        return None
+    rows = inputs.shape[0]
+    sources = flattened_from(inputs), flattened_from(target)
+    if sources[0] is None or sources[1] is None:
+        return None
+    prediction, labels = (leading_axes(source, rows) for source in sources)
+    if prediction is None or labels is None:
+        return None
+    kept_prediction, kept_labels = [s for s in prediction if s != 1], [s for s in labels if s != 1]
+    if len(kept_prediction) < 2 or kept_prediction == kept_labels or sorted(kept_prediction) != sorted(kept_labels):
+        return None
+    return FlattenMismatch(function, prediction, labels)

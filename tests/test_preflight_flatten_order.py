@@ -1,0 +1,87 @@
+"""step.batch_layout, FLATTEN_ORDER_MISMATCH: seq-first (T, B, C) logits flattened against
+batch-first (B, T) targets. Flattening both from one layout stays quiet, whatever the model
+or the shift of a language model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.analyses.flatten_order import leading_axes
+from optimus_preflight.preflight.checks.batch_layout import BatchLayoutCheck
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+
+BATCH, LENGTH, VOCAB, TAGS = 16, 10, 30, 5
+
+
+class Tagger(nn.Module):
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
+        self.embed, self.head = nn.Embedding(VOCAB, 16), nn.Linear(16, TAGS)
+        if kind == "transformer":
+            self.body = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0), 1,
+                                              enable_nested_tensor=False)
+        else:
+            self.body = nn.LSTM(16, 16, batch_first=kind == "lstm_batch_first")
+
+    def forward(self, tokens):  # (B, T) -> (T, B, tags) seq-first, or (B, T, tags)
+        h = self.embed(tokens)
+        if self.kind != "lstm_batch_first":
+            h = h.transpose(0, 1)
+        h = self.body(h)
+        return self.head(h[0] if isinstance(h, tuple) else h)
+
+
+def codes(model, loss_fn):
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, VOCAB, (256, LENGTH), generator=g)
+    loader = DataLoader(TensorDataset(tokens, tokens % TAGS), batch_size=BATCH, shuffle=True)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), BatchLayoutCheck()])
+    return [issue for _, issue in report.issues() if issue.code == "FLATTEN_ORDER_MISMATCH"]
+
+
+def flat(model, batch):
+    tokens, tags = batch
+    logits = model(tokens)
+    return F.cross_entropy(logits.reshape(-1, TAGS), tags.reshape(-1))
+
+
+def transposed_first(model, batch):
+    tokens, tags = batch
+    logits = model(tokens).transpose(0, 1)
+    return F.cross_entropy(logits.reshape(-1, TAGS), tags.reshape(-1))
+
+
+@pytest.mark.parametrize("kind", ["transformer", "lstm_seq_first"])
+def test_seq_first_logits_flattened_against_batch_first_targets(kind):
+    found = codes(Tagger(kind), flat)
+    assert len(found) == 1
+    assert f"({LENGTH}, {BATCH}) leading axes and targets flattened from ({BATCH}, {LENGTH})" in found[0].message
+    assert "transpose(0, 1)" in found[0].fix
+
+
+@pytest.mark.parametrize("kind,loss_fn", [("transformer", transposed_first), ("lstm_seq_first", transposed_first),
+                                          ("lstm_batch_first", flat)])
+def test_predictions_and_targets_flattened_from_one_layout_stay_quiet(kind, loss_fn):
+    assert codes(Tagger(kind), loss_fn) == []
+
+
+def test_a_shifted_language_model_loss_stays_quiet():
+    def shifted(model, batch):
+        tokens, _ = batch
+        logits = model(tokens).transpose(0, 1)[:, :-1]
+        return F.cross_entropy(logits.reshape(-1, TAGS), (tokens % TAGS)[:, 1:].reshape(-1))
+
+    assert codes(Tagger("transformer"), shifted) == []
+
+
+def test_leading_axes_are_the_prefix_whose_product_is_the_rows():
+    assert leading_axes((12, 32, 5), 384) == (12, 32)
+    assert leading_axes((32, 12), 384) == (32, 12)
+    assert leading_axes((7, 5), 10) is None
