@@ -59,6 +59,7 @@ class LossReturn:
     finite: bool = True
     requires_grad: bool = False
     value: float | None = None
+    leaf: bool = False  # a tensor with no grad_fn: torch.tensor(value, requires_grad=True), no graph at all
 
 
 @dataclass
@@ -268,6 +269,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
                 finite=bool(torch.isfinite(detached).all()),
                 requires_grad=loss.requires_grad,
                 value=float(detached.float().mean()) if detached.numel() else None,
+                leaf=loss.grad_fn is None,
             )
             if loss.requires_grad:
                 graph = walk_loss_graph(loss, known_leaves)

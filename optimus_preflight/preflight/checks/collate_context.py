@@ -72,11 +72,11 @@ def _same(a: Any, b: Any) -> bool:
     return bool(torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)) if a.is_floating_point() else torch.equal(a, b))
 
 
-def batch_dependent(first: Any, first_again: Any, second: Any, whole: Any) -> tuple[list[int], float] | None:
+def batch_dependent(first: Any, first_again: Any, second: Any, whole: Any,
+                    sizes: tuple[int, int]) -> tuple[list[int], float] | None:
     """The tensors to blame (indices in ``leaves`` order) and the share of the halves' samples
-    whose rows, all tensors together, are nowhere in the whole batch; None when every sample
-    is found (pure)."""
-    sizes = (_length(first), _length(second))
+    (``sizes`` of them) whose rows, all tensors together, are nowhere in the whole batch; None
+    when every sample is found (pure)."""
     per_leaf: dict[int, torch.Tensor] = {}
     for index, (a, again, b, w) in enumerate(zip(leaves(first), leaves(first_again), leaves(second), leaves(whole),
                                                  strict=False)):
@@ -110,14 +110,10 @@ def mixes_samples(batch: Any) -> bool:
     for leaf in leaves(batch):
         if isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.dim() == 2 and leaf.shape[1] >= 2:
             rows = leaf.detach().cpu().double()
-            if bool((rows >= 0).all()) and bool(torch.allclose(rows.sum(1), torch.ones(rows.shape[0], dtype=rows.dtype), atol=1e-3)) \
-                    and not bool(((rows == 0) | (rows == 1)).all()):
+            on_simplex = bool((rows >= 0).all()) and bool(((rows.sum(1) - 1).abs() <= 1e-3).all())
+            if on_simplex and not bool(((rows == 0) | (rows == 1)).all()):
                 return True
     return False
-
-
-def _length(batch: Any) -> int:
-    return next((leaf.shape[0] for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.dim() >= 1), -1)
 
 
 class CollateContextCheck(Check):
@@ -158,7 +154,7 @@ class CollateContextCheck(Check):
         if disagreeing(whole, reversed_whole, count) is not None:
             findings.data["summary"] = "tensors in different orders (data.collate_order)"
             return
-        found = batch_dependent(first, first_again, second, whole)
+        found = batch_dependent(first, first_again, second, whole, (half, count - half))
         if found and mixes_samples(whole):
             findings.data["summary"] = "samples blended with each other, with soft targets (mixup, CutMix)"
             return
@@ -172,9 +168,10 @@ class CollateContextCheck(Check):
             "COLLATE_DEPENDS_ON_BATCH",
             f"the collate_fn gives the same sample different values depending on the other samples in its batch: "
             f"{count} samples collated as two batches of {half} and as one batch of {count} disagree in {where} "
-            f"for {share:.0%} of the samples, beyond padding and order. Typical causes: categories label-encoded (vocab / ids) from the values present "
-            "in each batch, or features or targets standardised with the batch's own mean and std; the model then "
-            "sees an encoding that changes from batch to batch, and validation is encoded differently again",
+            f"for {share:.0%} of the samples, beyond padding and order. Typical causes: categories label-encoded "
+            "(vocab / ids) from the values present in each batch, or features or targets standardised with the "
+            "batch's own mean and std; the model then sees an encoding that changes from batch to batch, and "
+            "validation is encoded differently again",
             "Make collate_fn a function of each sample alone: build vocabularies, label encoders and normalisation "
             "statistics once, from the training set (in the Dataset or before the DataLoader), and only stack and "
             "pad in collate_fn.",

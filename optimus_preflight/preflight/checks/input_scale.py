@@ -365,10 +365,9 @@ class InputScaleCheck(Check):
         if not images:
             self._tabular(ctx, batch, findings)
             return
-        channels = next((found for image in images if image.is_floating_point() and
-                         (found := interleaved_channels(image.detach().cpu())) is not None), None)
-        if channels is not None:
-            shape = tuple(next(image for image in images if image.shape[1] == channels).shape)
+        interleaved = next((image for image in images if interleaved_channels(image.detach().cpu()) is not None), None)
+        if interleaved is not None:
+            shape, channels = tuple(interleaved.shape), interleaved.shape[1]
             findings.warning(
                 "CHANNELS_INTERLEAVED",
                 f"the {shape} images repeat with a period of {channels} values along each row: in memory, each "

@@ -274,8 +274,7 @@ class GradientsCheck(Check):
         findings.data.update(trainable=probe.trainable_params, without_grad=len(missing), nonfinite=len(nonfinite))
         findings.data["summary"] = f"{probe.trainable_params - len(missing)}/{probe.trainable_params} trainable tensors got a gradient"
         distributed = ctx.training.dist.world_size > 1
-        loss_is_leaf = any(leaf.grad_fn is None and leaf.dim() == 0 for leaf in probe.outside_leaves[:1]) and \
-            len(probe.outside_leaves) == 1
+        loss_is_leaf = probe.loss is not None and probe.loss.requires_grad and probe.loss.leaf
         if missing and len(missing) == probe.trainable_params and loss_is_leaf:
             findings.error(
                 "GRAD_NONE",
