@@ -9,8 +9,18 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_sequence
 from torch.utils.data import DataLoader, Dataset, TensorDataset, WeightedRandomSampler
 
-from benchmarks.blind_preflight_k.registry import (acc_of, case, fix, fixed_of, gen, loader, mean_over, seed,
-                                                    split, teacher_classes)
+from benchmarks.blind_preflight_k.registry import (
+    acc_of,
+    case,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    mean_over,
+    seed,
+    split,
+    teacher_classes,
+)
 
 _argmax = acc_of(lambda m, b: (m(b[0]).argmax(-1), b[1]))
 

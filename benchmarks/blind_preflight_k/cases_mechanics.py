@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from benchmarks.blind_preflight_k.registry import (acc_of, case, fix, fixed_of, loader, mean_over, rmse_of, seed,
-                                                    split, teacher_classes, teacher_regression)
+from benchmarks.blind_preflight_k.registry import (
+    acc_of,
+    case,
+    fix,
+    fixed_of,
+    loader,
+    rmse_of,
+    seed,
+    split,
+    teacher_classes,
+    teacher_regression,
+)
 
 _argmax = acc_of(lambda m, b: (m(b[0]).argmax(-1), b[1]))
 

@@ -7,8 +7,19 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from benchmarks.blind_preflight_k.registry import (acc_of, case, fix, fixed_of, gen, loader, rmse_of, seed, split,
-                                                    teacher_classes, teacher_regression)
+from benchmarks.blind_preflight_k.registry import (
+    acc_of,
+    case,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    rmse_of,
+    seed,
+    split,
+    teacher_classes,
+    teacher_regression,
+)
 
 
 # --- 1. house prices: (N, 1) predictions against (N,) targets in MSELoss --------------------------------------------

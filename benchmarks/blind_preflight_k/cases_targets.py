@@ -8,8 +8,19 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
-from benchmarks.blind_preflight_k.registry import (acc_of, case, fix, fixed_of, gen, loader, mean_over, rmse_of, seed,
-                                                    split, token_sequences)
+from benchmarks.blind_preflight_k.registry import (
+    acc_of,
+    case,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    mean_over,
+    rmse_of,
+    seed,
+    split,
+    token_sequences,
+)
 
 
 # --- 1. segmentation masks read as 0/255 -------------------------------------------------------------------------------

@@ -7,8 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from benchmarks.blind_preflight_k.registry import (acc_of, case, fix, fixed_of, gen, loader, seed, split,
-                                                    teacher_classes)
+from benchmarks.blind_preflight_k.registry import acc_of, case, fix, fixed_of, gen, loader, seed, split, teacher_classes
 
 _argmax = acc_of(lambda m, b: (m(b[0]).argmax(-1), b[1]))
 

@@ -23,11 +23,14 @@ import copy
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import DataLoader
-from torch.utils.data._utils.collate import default_collate
 
-from optimus_preflight.preflight.checks.batch_checks import is_map_style
-from optimus_preflight.preflight.checks.collate_order import collate_seeded, disagreeing, leaf_names
+from optimus_preflight.preflight.checks.collate_order import (
+    NOT_CUSTOM_COLLATE,
+    collate_seeded,
+    custom_collate,
+    disagreeing,
+    leaf_names,
+)
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.data_access.guard import DataGuard
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -126,9 +129,8 @@ class CollateContextCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
-        if not isinstance(loader, DataLoader) or loader.collate_fn is default_collate or \
-                not is_map_style(loader.dataset):
-            findings.data["summary"] = "not applicable (default collate, or not a map-style DataLoader)"
+        if not custom_collate(loader):
+            findings.data["summary"] = NOT_CUSTOM_COLLATE
             return
         guard = DataGuard(ctx, self.name, findings)
         dataset = loader.dataset

@@ -96,6 +96,15 @@ def leaf_names(batch: Any) -> list[str]:
     return names
 
 
+NOT_CUSTOM_COLLATE = "not applicable (default collate, or not a map-style DataLoader)"
+
+
+def custom_collate(loader: Any) -> bool:
+    """A map-style DataLoader with a collate_fn of its own: what the collate checks read."""
+    return isinstance(loader, DataLoader) and loader.collate_fn is not default_collate and \
+        is_map_style(loader.dataset)
+
+
 class CollateOrderCheck(Check):
     """DATA_COLLATE_ORDER: a custom collate that puts a batch's tensors in different orders."""
 
@@ -106,9 +115,8 @@ class CollateOrderCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         loader = ctx.train_loader
-        if not isinstance(loader, DataLoader) or loader.collate_fn is default_collate or \
-                not is_map_style(loader.dataset):
-            findings.data["summary"] = "not applicable (default collate, or not a map-style DataLoader)"
+        if not custom_collate(loader):
+            findings.data["summary"] = NOT_CUSTOM_COLLATE
             return
         guard = DataGuard(ctx, self.name, findings)
         dataset = loader.dataset
