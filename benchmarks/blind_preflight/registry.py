@@ -98,3 +98,35 @@ def token_sequences(n: int, length: int, vocab: int, s: int = 0, low: int = 3) -
 TABLE = CaseTable([f"benchmarks.blind_preflight.{name}" for name in (
     "cases_shapes", "cases_targets", "cases_trained", "cases_data", "cases_own", "cases_healthy")])
 CASES, case, healthy, load_all = TABLE.cases, TABLE.case, TABLE.healthy, TABLE.load_all
+
+
+def gen(s: int) -> torch.Generator:
+    return torch.Generator().manual_seed(s)
+
+
+def twin(builder: Callable[..., dict]) -> Callable[[], dict]:
+    """The corrected twin of a broken case's builder (``builder(fixed=True)``), as a plain
+    function filed under its set's healthy family."""
+    def build() -> dict:
+        return builder(fixed=True)
+    build.__module__ = builder.__module__.rsplit(".", 1)[0] + ".cases_healthy"
+    build.__name__ = builder.__name__ + "_fixed"
+    return build
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.no_grad()
+def mean_over(model: torch.nn.Module, batches: Any, fn: Callable[[Any, Any], tuple[float, float]]) -> float:
+    """Average of fn(model, batch) -> (sum, count) over the batches, the model in eval mode."""
+    was = model.training
+    model.eval()
+    total = n = 0.0
+    for batch in batches:
+        s, c = fn(model, batch)
+        total += float(s)
+        n += float(c)
+    model.train(was)
+    return total / max(n, 1.0)

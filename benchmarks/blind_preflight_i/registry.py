@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import torch
-
 from benchmarks.blind_preflight.fixes import FixTable, accuracy, val_acc  # noqa: F401
 from benchmarks.blind_preflight.registry import (  # noqa: F401
     Case,
     CaseTable,
+    gen,
     loader,
     seed,
     teacher_classes,
@@ -22,6 +21,3 @@ CASES, case, healthy, load_all = TABLE.cases, TABLE.case, TABLE.healthy, TABLE.l
 FIX_TABLE = FixTable()
 FIXES, fix = FIX_TABLE.fixes, FIX_TABLE.fix
 
-
-def gen(s: int) -> torch.Generator:
-    return torch.Generator().manual_seed(s)

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from benchmarks.blind_preflight.fixes import FixTable, accuracy, val_acc  # noqa: F401
 from benchmarks.blind_preflight.registry import (  # noqa: F401
     Case,
     CaseTable,
+    gen,
     loader,
+    mean_over,
+    model_device,
     seed,
     teacher_classes,
     teacher_regression,
     token_sequences,
+    twin,
 )
 
 TABLE = CaseTable.by_family("benchmarks.blind_preflight_k")
@@ -25,39 +27,8 @@ FIX_TABLE = FixTable()
 FIXES, fix = FIX_TABLE.fixes, FIX_TABLE.fix
 
 
-def gen(s: int) -> torch.Generator:
-    return torch.Generator().manual_seed(s)
-
-
-def twin(builder):
-    """The corrected twin of a broken case's builder (``builder(fixed=True)``), as a plain function."""
-    def build():
-        return builder(fixed=True)
-    build.__module__ = "benchmarks.blind_preflight_k.cases_healthy"
-    build.__name__ = builder.__name__ + "_fixed"
-    return build
-
-
 def fixed_of(builder):
     return lambda: builder(fixed=True)
-
-
-def model_device(model) -> torch.device:
-    return next(model.parameters()).device
-
-
-@torch.no_grad()
-def mean_over(model, batches, fn) -> float:
-    """Average of fn(model, batch) -> (sum, count) over the batches, the model in eval mode."""
-    was = model.training
-    model.eval()
-    total = n = 0.0
-    for batch in batches:
-        s, c = fn(model, batch)
-        total += float(s)
-        n += float(c)
-    model.train(was)
-    return total / max(n, 1.0)
 
 
 def rmse_of(fwd):
