@@ -31,7 +31,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "e": "benchmarks.blind_preflight_e.registry", "f": "benchmarks.blind_preflight_f.registry",
               "g": "benchmarks.blind_preflight_g.registry", "h": "benchmarks.blind_preflight_h.registry",
               "i": "benchmarks.blind_preflight_i.registry", "j": "benchmarks.blind_preflight_j.registry",
-              "k": "benchmarks.blind_preflight_k.registry"}
+              "k": "benchmarks.blind_preflight_k.registry",
+              "l": "benchmarks.blind_preflight_l.registry"}
 
 
 def load_cases(which: str = "a"):
