@@ -169,6 +169,58 @@ def test_a_dataset_serving_one_sample_for_every_index(tmp_path, dataset, fires):
         assert_quiet(result)
 
 
+class Buckets(Dataset):
+    """Rows looked up by a bucket number instead of the index: 1200 indices, 12 distinct rows."""
+
+    def __init__(self, per_row: int = 100, rows: int = 12):
+        g = torch.Generator().manual_seed(0)
+        self.features, self.labels = torch.randn(rows, FEATURES, generator=g), torch.randint(0, 4, (rows,), generator=g)
+        self.per_row = per_row
+
+    def __len__(self) -> int:
+        return len(self.features) * self.per_row
+
+    def __getitem__(self, index: int):
+        if index >= len(self):
+            raise IndexError(index)
+        row = index // self.per_row  # the bug: a bucket number used as the row
+        return self.features[row], int(self.labels[row])
+
+
+def _few_distinct(tmp_path, dataset, **loader_kwargs):
+    loader_kwargs = loader_kwargs or {"shuffle": True}
+    ctx = plain_context(tmp_path, dataset=dataset, loader=lambda data: DataLoader(data, batch_size=32, **loader_kwargs))
+    return run(ctx, FirstBatchCheck, DuplicateSamplesCheck)["data.duplicates"]
+
+
+def test_a_shuffled_dataset_serving_a_dozen_rows_under_many_indices_fires(tmp_path):
+    result = _few_distinct(tmp_path, Buckets())
+    assert codes(result) == {"DATA_FEW_DISTINCT"} and result.status == CheckStatus.WARNING
+    issue = result.issues[0]
+    assert "1200 indices" in issue.message and result.data["window_distinct"] <= 16
+    assert "idx // k" in issue.fix and "DATA_FEW_DISTINCT" in issue.fix
+
+
+def test_oversampled_minority_rows_categorical_tables_and_sampling_with_replacement_are_quiet(tmp_path):
+    from torch.utils.data import ConcatDataset, TensorDataset, WeightedRandomSampler
+
+    g = torch.Generator().manual_seed(0)
+    majority = TensorDataset(torch.randn(1000, FEATURES, generator=g), torch.zeros(1000, dtype=torch.long))
+    minority = TensorDataset(torch.randn(100, FEATURES, generator=g), torch.ones(100, dtype=torch.long))
+    assert_quiet(_few_distinct(tmp_path, ConcatDataset([majority] + [minority] * 10)))  # minority repeated tenfold
+    categorical = torch.randint(0, 2, (1200, 3), generator=g).float()  # eight distinct rows by nature
+    assert_quiet(_few_distinct(tmp_path, TensorDataset(categorical, categorical[:, 0].long())))
+    small = TensorDataset(torch.randn(40, FEATURES, generator=g), torch.randint(0, 2, (40,), generator=g))
+    sampler = WeightedRandomSampler(torch.ones(40), num_samples=1200, replacement=True)
+    assert_quiet(_few_distinct(tmp_path, small, sampler=sampler))  # repeats are the sampler's, by design
+    assert_quiet(_few_distinct(tmp_path, Buckets(per_row=1, rows=1200)))
+
+
+def test_distinct_pool_inverts_the_expected_distinct_count():
+    assert data_checks.distinct_pool(11, 32) in range(10, 15)
+    assert data_checks.distinct_pool(31, 32) > 200
+
+
 class WithBatchNorm(nn.Module):
     def __init__(self):
         super().__init__()

@@ -1,4 +1,4 @@
-"""Label leakage: LM targets never shifted (LEAK_TARGETS), attention that reads later
+"""Label leakage: LM targets never shifted or a decoder fed its own targets (LEAK_TARGETS), attention that reads later
 tokens under a next-token objective (LEAK_FUTURE), a feature column that is the label
 (LEAK_FEATURE), a validation loader that reads training samples (LEAK_SPLIT).
 
@@ -232,6 +232,81 @@ def test_a_bert_lm_head_that_is_no_decoder_sees_the_future(transformers):
     leaky = leak_check(transformers.BertLMHeadModel(bert_config(transformers)), TokenData())
     assert codes(leaky) == {"LEAK_FUTURE"}
     assert_quiet(leak_check(transformers.BertLMHeadModel(bert_config(transformers, is_decoder=True)), TokenData()))
+
+
+class GruSeq2Seq(nn.Module):
+    """Encoder and decoder share one embedding table, as many tutorial seq2seq models do: the
+    decoder's ids reach it in its second call."""
+
+    def __init__(self, vocab: int = 20):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, 16)
+        self.encoder = nn.GRU(16, 16, batch_first=True)
+        self.decoder = nn.GRU(16, 16, batch_first=True)
+        self.out = nn.Linear(16, vocab)
+
+    def forward(self, source: torch.Tensor, decoder_input: torch.Tensor) -> torch.Tensor:
+        _, state = self.encoder(self.embed(source))
+        hidden, _ = self.decoder(self.embed(decoder_input), state)
+        return self.out(hidden)
+
+
+@pytest.mark.parametrize("shift_right", [False, True])
+def test_a_teacher_forced_decoder_given_its_own_targets_fires_leak_targets(shift_right):
+    source = torch.randint(2, 20, (64, 10), generator=torch.Generator().manual_seed(0))
+    target = source.flip(1)  # a reversal task: the targets are not the source tokens
+
+    def loss_fn(model, batch):
+        src, tgt = batch
+        # The bug: the decoder reads tgt itself; teacher forcing feeds it tgt shifted right.
+        decoder_input = torch.cat([torch.ones_like(tgt[:, :1]), tgt[:, :-1]], dim=1) if shift_right else tgt
+        return F.cross_entropy(model(src, decoder_input).reshape(-1, 20), tgt.reshape(-1))
+
+    model = GruSeq2Seq()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), lr=1e-3),
+                           DataLoader(TensorDataset(source, target), batch_size=16, shuffle=True), loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), TargetLeakCheck()])
+    result = next(result for result in report.checks if result.name == TARGETS)
+    if shift_right:
+        assert_quiet(result)
+        assert result.data["objective"] == "next_token" and result.data["embedding_call"] == 1
+        assert result.data["change_before"] == 0.0  # a GRU decoder is causal
+    else:
+        assert codes(result) == {"LEAK_TARGETS"} and result.data["embedding_call"] == 1
+        assert "decoder" in result.issues[0].message and "shifted right" in result.issues[0].fix
+
+
+class Seq2SeqData(Dataset):
+    """A reversal task for a Hugging Face encoder-decoder; ``decoder_input_ids=labels`` is the
+    bug of passing the labels as the decoder's input too."""
+
+    def __init__(self, decoder_inputs: bool):
+        self.ids = torch.randint(5, HF_VOCAB, (32, 12), generator=torch.Generator().manual_seed(0))
+        self.decoder_inputs = decoder_inputs
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        labels = self.ids[index].flip(0)
+        sample = {"input_ids": self.ids[index], "labels": labels}
+        if self.decoder_inputs:
+            sample["decoder_input_ids"] = labels.clone()
+        return sample
+
+
+def test_a_t5_given_its_labels_as_decoder_input_ids_fires_and_labels_alone_are_quiet(transformers):
+    def t5():
+        torch.manual_seed(0)
+        return transformers.T5ForConditionalGeneration(transformers.T5Config(
+            vocab_size=HF_VOCAB, d_model=32, d_ff=64, num_layers=2, num_heads=2, d_kv=16, decoder_start_token_id=0,
+            pad_token_id=0))
+
+    leaky = leak_check(t5(), Seq2SeqData(decoder_inputs=True))
+    assert codes(leaky) == {"LEAK_TARGETS"} and "not decoder_input_ids=labels" in leaky.issues[0].fix
+    healthy = leak_check(t5(), Seq2SeqData(decoder_inputs=False))
+    assert_quiet(healthy)
+    assert healthy.data["objective"] == "next_token" and healthy.data["change_before"] == 0.0
 
 
 # ------------------------------------------------------------ label in features

@@ -246,6 +246,47 @@ def test_an_einsum_whose_factor_axis_is_not_shared(subscripts):
     assert bool(found) == (subscripts == "bd,be->b")
 
 
+class SelfAttentionPool(nn.Module):
+    """Hand-written self-attention over token embeddings; ``weights`` says how its scores are turned
+    into weights: the bug (over the queries), the correct softmax, a slot-attention style
+    renormalisation, and an attention pooling over (B, T, 1) scores."""
+
+    def __init__(self, weights: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.weights = weights
+        self.embed, self.q, self.k, self.v = nn.Embedding(30, 16), nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16)
+        self.score, self.head = nn.Linear(16, 1), nn.Linear(16, 2)
+
+    def forward(self, ids):
+        e = self.embed(ids)
+        scores = self.q(e) @ self.k(e).transpose(1, 2) / 4.0
+        if self.weights == "pooled":  # (B, T, 1) scores over the positions, applied as (B, 1, T) @ (B, T, D)
+            attention = torch.softmax(self.score(e), dim=1)
+            return self.head((attention.transpose(1, 2) @ self.v(e)).squeeze(1))
+        if self.weights == "over_queries":
+            mixed = torch.softmax(scores, dim=1) @ self.v(e)
+        elif self.weights == "over_keys":
+            mixed = torch.softmax(scores, dim=-1) @ self.v(e)
+        else:  # slot attention: softmax over the slots, then renormalised over the inputs
+            attention = torch.softmax(scores, dim=1)
+            mixed = (attention / attention.sum(dim=-1, keepdim=True)) @ self.v(e)
+        return self.head(mixed.mean(dim=1))
+
+
+@pytest.mark.parametrize("weights", ["over_queries", "over_keys", "renormalised", "pooled"])
+def test_attention_weights_normalised_over_the_queries(weights):
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 30, (256, 10), generator=g)
+    loader = DataLoader(TensorDataset(ids, (ids[:, 0] > 15).long()), batch_size=32, shuffle=True)
+    found = issues(SelfAttentionPool(weights), nn.CrossEntropyLoss(), loader, LossFunctionCheck(), "SOFTMAX_OFF_AXIS")
+    if weights == "over_queries":
+        assert len(found) == 1 and "(32, 10, 10)" in found[0].message and "softmax over dim 1" in found[0].message
+        assert "dim=-1" in found[0].fix
+    else:
+        assert not found
+
+
 class PointSet(nn.Module):
     def __init__(self, sort_dim):
         super().__init__()

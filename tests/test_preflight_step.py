@@ -412,6 +412,40 @@ def test_a_loss_clamped_below_its_start_has_no_gradient_and_names_the_clamp(cap)
         assert not issues
 
 
+@pytest.mark.parametrize("dim", [-1, 1])
+def test_attention_pooling_softmaxed_over_its_size_one_dim_names_the_softmax(dim):
+    torch.manual_seed(0)
+
+    class AttentionPooled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.rnn = nn.Embedding(30, 16), nn.GRU(16, 16, batch_first=True)
+            self.score, self.head = nn.Linear(16, 1), nn.Linear(16, 4)
+
+        def forward(self, ids):
+            states, _ = self.rnn(self.embed(ids))
+            weights = torch.softmax(self.score(states), dim=dim)  # (B, T, 1): dim=-1 is the bug
+            return self.head((weights * states).sum(dim=1))
+
+    g = torch.Generator().manual_seed(0)
+    issues = first_step_issues(AttentionPooled(), torch.randint(0, 30, (64, 12), generator=g),
+                               torch.randint(0, 4, (64,), generator=g), nn.CrossEntropyLoss(), GradientsCheck(),
+                               "GRAD_ZERO")
+    if dim == -1:
+        assert len(issues) == 1 and "score.weight" in issues[0].message
+        assert "softmax over dim 2 of a (16, 12, 1) tensor" in issues[0].message and "dim=1" in issues[0].fix
+    else:
+        assert not issues
+
+
+def test_a_log_softmax_over_one_binary_logit_makes_every_gradient_zero():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 8), nn.ReLU(), nn.Linear(8, 1), nn.LogSoftmax(dim=1))
+    issues = _zero_gradient_issues(model, lambda m, b: nn.functional.nll_loss(m(b[0]), torch.zeros_like(b[1])), 1)
+    assert len(issues) == 1 and "every gradient of the first step is exactly zero" in issues[0].message
+    assert "BCEWithLogitsLoss" in issues[0].fix
+
+
 @pytest.mark.parametrize("start", ["zeros", "ones"])
 def test_a_freeze_mask_hook_built_from_zeros_zeroes_every_row(start):
     torch.manual_seed(0)

@@ -197,6 +197,10 @@ class LossGraph:
     zero_gradient_ops: list[str] = field(default_factory=list)  # torch.round, floor, sign, ... in the graph
     zero_factors: int = 0  # multiplications by a constant 0 (a loss weight of 0.0)
     clamp_ops: list[str] = field(default_factory=list)  # torch.clamp and kin in the graph
+    # (shape, dim) of each softmax / log_softmax taken over a dimension of size 1: a constant
+    # (1, or 0 for log_softmax) whose gradient is 0, as in attention-pooling scores (B, T, 1)
+    # normalised over their last dimension instead of T.
+    singleton_softmax: list[tuple[tuple[int, ...], int]] = field(default_factory=list)
     complete: bool = True  # False past LOSS_GRAPH_NODES
 
 
@@ -210,6 +214,21 @@ def _times_constant_zero(node: Any) -> bool:
         if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.requires_grad and float(value) == 0:
             return True
     return False
+
+
+def _softmax_over_one(node: Any) -> tuple[tuple[int, ...], int] | None:
+    """(shape, dim) of a softmax / log_softmax node whose dim has size 1."""
+    if type(node).__name__ not in ("SoftmaxBackward0", "LogSoftmaxBackward0"):
+        return None
+    try:
+        dim, result = node._saved_dim, node._saved_result
+    except (AttributeError, RuntimeError):  # a saved tensor already freed
+        return None
+    if dim >= 2**63:  # saved as an unsigned 64-bit integer: -1 reads 2**64 - 1
+        dim -= 2**64
+    if not isinstance(result, torch.Tensor) or result.dim() == 0 or result.shape[dim] != 1:
+        return None
+    return tuple(result.shape), dim % result.dim()
 
 
 def walk_loss_graph(loss: torch.Tensor, excluded: set[int]) -> LossGraph:
@@ -235,6 +254,8 @@ def walk_loss_graph(loss: torch.Tensor, excluded: set[int]) -> LossGraph:
             graph.clamp_ops.append(name)
         if name.startswith("MulBackward") and _times_constant_zero(node):
             graph.zero_factors += 1
+        if (singleton := _softmax_over_one(node)) is not None and singleton not in graph.singleton_softmax:
+            graph.singleton_softmax.append(singleton)
         variable = getattr(node, "variable", None)  # an AccumulateGrad node: the leaf it feeds
         if isinstance(variable, torch.Tensor):
             if id(variable) not in excluded and variable.requires_grad:

@@ -14,6 +14,10 @@ spy:
   element, classes included: the KL is ``classes`` times too small ('batchmean' is the KL).
 - a regression criterion whose prediction is detached while its target requires grad: the
   stop-gradient on the wrong side (TD learning's bootstrap target), or swapped arguments.
+- attention weights normalised over the wrong axis: a batched matmul whose operand comes
+  straight out of a softmax taken over another dim than the one the matmul sums over
+  (``softmax(q @ k.T, dim=1) @ v`` on (B, Tq, Tk) scores normalises over the queries, so
+  each query's weights over the keys do not sum to 1).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ if TYPE_CHECKING:
 TRANSPOSE = torch._C.TensorBase.__dict__.get("T")  # the .T property's descriptor: its __get__ reaches the mode
 
 
+MATMULS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm, torch.Tensor.bmm)
 REGRESSION = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
 # Above this, label smoothing gives the true class less than half of the target's mass, (1 - s) + s / K:
 # a keep-confidence (0.9) passed where the smoothing (0.1) was meant.
@@ -51,6 +56,8 @@ class Pitfalls:
     einsum_private: tuple[str, str] | None = None  # (equation, the letters each summed inside one operand)
     sort_last: tuple[int, ...] | None = None  # shape of a tensor sorted along a short last dim
     vanishing_targets: tuple[tuple[int, ...], float, float] | None = None  # (shape, share of maps, largest value)
+    # (shape, the softmax's dim, the dim the matmul sums over) of attention weights normalised off-axis
+    softmax_off_axis: tuple[tuple[int, ...], int, int] | None = None
 
 
 class PitfallWatch:
@@ -69,12 +76,34 @@ class PitfallWatch:
             self.found.meshgrid_default.append(tuple(t.numel() for t in tensors if isinstance(t, torch.Tensor)))
         elif func in (torch.gather, torch.Tensor.gather):
             self._gather(args, kwargs)
+        elif func in MATMULS and self.found.softmax_off_axis is None:
+            self._matmul(args)
         elif func is torch.einsum and self.found.einsum_private is None:
             self._einsum(args)
         elif func in (torch.sort, torch.Tensor.sort, torch.argsort, torch.Tensor.argsort) and self.found.sort_last is None:
             self._sort(args, kwargs)
         else:
             self._criterion(getattr(func, "__name__", ""), args, kwargs)
+
+    def _matmul(self, args: tuple) -> None:
+        """An operand of a batched matmul that is a softmax's output, normalised over another
+        dim than the one the product sums over (the last of the left operand, the second to
+        last of the right one)."""
+        for operand, summed in zip(args[:2], (-1, -2), strict=False):
+            if not isinstance(operand, torch.Tensor) or operand.dim() < 3 or operand.shape[summed] < 2:
+                continue
+            node = operand.grad_fn
+            if type(node).__name__ != "SoftmaxBackward0":
+                continue
+            try:
+                dim = node._saved_dim
+            except (AttributeError, RuntimeError):
+                continue
+            dim = (dim - 2**64 if dim >= 2**63 else dim) % operand.dim()
+            # dim 0 is the batch: mixing samples is step.sample_mixing's finding.
+            if dim not in (0, summed % operand.dim()) and operand.shape[dim] >= 2:
+                self.found.softmax_off_axis = (tuple(operand.shape), dim, summed % operand.dim())
+                return
 
     def _einsum(self, args: tuple) -> None:
         """Two or more operands that each have an axis no other operand and not the output
@@ -184,6 +213,18 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "every pixel",
             "Draw the targets in the grid's own units (sigma of 1-3 pixels for a heatmap in pixels, or scale the "
             "normalised sigma by the map size) and check that each target map peaks near 1.",
+        ))
+    if found.softmax_off_axis is not None:
+        shape, dim, summed = found.softmax_off_axis
+        findings.append(Finding(
+            "SOFTMAX_OFF_AXIS", "warning",
+            f"attention weights of shape {shape} come straight out of a softmax over dim {dim} and are then "
+            f"multiplied into a matmul that sums over dim {summed}: each output mixes the values with weights that "
+            f"do not sum to 1 over what it sums, while they do over dim {dim}. softmax(q @ k.transpose(-2, -1), "
+            "dim=1) on (B, T_queries, T_keys) scores normalises over the queries; averaged over the queries "
+            "afterwards, the attention then has no effect at all",
+            "Normalise over the axis the matmul sums over, the keys: softmax(scores, dim=-1) before weights @ v "
+            f"(dim {summed} of these {shape} weights).",
         ))
     if found.einsum_private is not None:
         equation, letters = found.einsum_private

@@ -106,6 +106,8 @@ class StepProbe:
     zero_gradient_ops: list[str] = field(default_factory=list)  # torch.round, floor, sign in the loss's graph
     zero_factors: int = 0  # multiplications by a constant 0 in the loss's graph (a loss weight of 0.0)
     clamp_ops: list[str] = field(default_factory=list)  # torch.clamp and kin in the loss's graph
+    # (shape, dim) of softmaxes over a dimension of size 1 in the loss's graph: constants, gradient 0
+    singleton_softmax: list[tuple[tuple[int, ...], int]] = field(default_factory=list)
     params_zero_grad: list[str] = field(default_factory=list)  # got a gradient of exactly 0 everywhere
     hooked_params: list[str] = field(default_factory=list)  # with a gradient hook of the user's (register_hook)
     loss_reseeds: list[str] = field(default_factory=list)  # seeding calls made inside compute_loss
@@ -278,6 +280,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
                     probe.zero_gradient_ops = graph.zero_gradient_ops
                     probe.zero_factors = graph.zero_factors
                     probe.clamp_ops = graph.clamp_ops
+                    probe.singleton_softmax = graph.singleton_softmax
                     probe.loss_ignores_output = bool(outputs) and not any(id(node) in graph.nodes for node in outputs)
         else:
             probe.loss = LossReturn(kind=type(loss).__name__)

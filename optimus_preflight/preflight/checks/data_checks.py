@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from typing import TYPE_CHECKING, Any
 
 import psutil
 import torch
-from torch.utils.data import IterableDataset
+from torch.utils.data import IterableDataset, RandomSampler, SequentialSampler, SubsetRandomSampler
 
 from optimus_preflight.preflight.analyses.sizes import dataloader_host_bytes
 from optimus_preflight.preflight.checks.batch_checks import describe_groups, is_map_style, shape_groups
@@ -44,6 +45,15 @@ DUPLICATE_FRACTION = 0.5
 # indices. A toy task with four distinct rows in a batch of 32 (12.5%) stays quiet.
 IDENTICAL_MIN_BATCH = 8
 IDENTICAL_MAX_DISTINCT = 0.1
+# The first window of batches of a loader that draws each index at most once per epoch: when
+# at most this share of what it read is distinct, and the inputs are too rich to repeat by
+# chance (non-integer values, or integer rows of FEW_DISTINCT_RICH values or more: token
+# ids, pixels), the dataset serves a handful of samples under many indices. Oversampling by
+# repeating the minority's rows tenfold keeps ~90% of a batch distinct; a low-cardinality
+# categorical table (three binary columns) repeats by nature and is not read.
+FEW_DISTINCT_MIN_READ = 32
+FEW_DISTINCT_SHARE = 0.5
+FEW_DISTINCT_RICH = 8
 SHARD_FIX = ("Shard inside __iter__: info = torch.utils.data.get_worker_info(); keep items where "
              "index % (info.num_workers * world_size) == rank * info.num_workers + info.id.")
 
@@ -208,9 +218,78 @@ def one_sample_axis(batch: Any) -> bool:
     return len(sizes) <= 1
 
 
+def draws_each_index_once(loader: Any) -> bool:
+    """Whether the loader's sampler yields every index at most once per epoch (a shuffle
+    without replacement, a sequential pass, a random subset), so repeats are the data's."""
+    sampler = getattr(loader, "sampler", None)
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    if batch_sampler is not None and getattr(batch_sampler, "sampler", None) is not sampler:
+        return False  # a custom batch sampler: its own rules
+    if isinstance(sampler, RandomSampler):
+        return not sampler.replacement
+    return isinstance(sampler, (SequentialSampler, SubsetRandomSampler))
+
+
+def rich_inputs(batch: Any) -> bool:
+    """Whether the batch's largest tensor holds values that do not repeat by chance: any
+    non-integer value, or integer rows of FEW_DISTINCT_RICH or more values per sample."""
+    tensors = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.dim() >= 1
+               and leaf.numel() > 0]
+    if not tensors:
+        return False
+    largest = max(tensors, key=lambda t: t.numel())
+    if largest.is_floating_point():
+        values = largest.detach().float()
+        return bool((values != values.round()).any())
+    return largest.numel() // max(int(largest.shape[0]), 1) >= FEW_DISTINCT_RICH
+
+
+def distinct_pool(distinct: int, draws: int) -> int:
+    """How many equally common distinct samples give ``distinct`` of them among ``draws``
+    uniform draws: the dataset's distinct samples, estimated (bisection on the expectation)."""
+    low, high = distinct, max(distinct, 1) * 1000
+    while high - low > 1:
+        middle = (low + high) // 2
+        expected = middle * -math.expm1(draws * math.log1p(-1 / middle)) if middle > 1 else 1.0
+        low, high = (middle, high) if expected < distinct else (low, middle)
+    return high
+
+
 class DuplicateSamplesCheck(Check):
     """DP2: an IterableDataset that is not sharded yields every sample once per worker;
     DATA_IDENTICAL: a first batch made of (nearly) one sample, whatever the dataset type."""
+
+    @staticmethod
+    def _few_distinct(ctx: PreflightContext, findings: Findings) -> None:
+        """DATA_FEW_DISTINCT: the first window of a loader that draws each index once holds
+        far fewer distinct samples than it read."""
+        batches = ctx.artifacts.window_batches or []
+        if not batches or not one_sample_axis(batches[0]) or not rich_inputs(batches[0]):
+            return
+        digests = [digest for batch in batches for digest in sample_hashes(batch)]
+        read, distinct = len(digests), len(set(digests))
+        findings.data.update(window_read=read, window_distinct=distinct)
+        try:
+            length = len(ctx.train_loader.sampler)
+        except TypeError:
+            return
+        if read < FEW_DISTINCT_MIN_READ or distinct > FEW_DISTINCT_SHARE * read or length < 2 * read:
+            return
+        pool = distinct_pool(distinct, read)
+        fix = ("Check the index arithmetic in the dataset's __getitem__: an index divided or reduced on the way "
+               "(idx // k, idx % k, a bucket or file number used as the row), a lookup table built with too few "
+               "entries, or a cache keyed by something other than the index. Print dataset[i] for a few i to "
+               "compare. If the repetition is deliberate (a small dataset repeated to lengthen the epoch), disable "
+               "the issue DATA_FEW_DISTINCT.")
+        findings.warning(
+            "DATA_FEW_DISTINCT",
+            f"the first {read} samples the training loader read hold only {distinct} distinct ones (inputs and "
+            f"targets compared by value), although its sampler draws each of its {length} indices once per epoch: "
+            f"the dataset serves about {pool} distinct samples under {length} indices, so the model trains on ~{pool} "
+            "examples however long it runs",
+            fix,
+            code_fix=fix,
+        )
 
     @staticmethod
     def _identical_samples(digests: list[str], findings: Findings, inputs_only: bool = False,
@@ -265,7 +344,7 @@ class DuplicateSamplesCheck(Check):
 
     name = "data.duplicates"
     stage = Stage.DATA
-    codes = ("DP2", "DATA_IDENTICAL")
+    codes = ("DP2", "DATA_IDENTICAL", "DATA_FEW_DISTINCT")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -288,6 +367,8 @@ class DuplicateSamplesCheck(Check):
             if "distinct_in_first" not in findings.data and batches and one_sample_axis(batches[0]):
                 self._identical_samples(input_digests(batches[0]), findings, inputs_only=True,
                                         constant=constant_field(batches[0]))
+        if "distinct_in_first" not in findings.data and draws_each_index_once(ctx.train_loader):
+            self._few_distinct(ctx, findings)
         if later and repeated / later >= DUPLICATE_FRACTION:
             workers = ctx.train_loader.num_workers
             findings.error(

@@ -329,7 +329,22 @@ class GradientsCheck(Check):
                 "separately.",
             )
         zeroed = [name for name in probe.params_zero_grad if name not in missing]
-        if zeroed and probe.zero_gradient_ops and probe.grad_norm != 0.0:
+        if (zeroed or probe.grad_norm == 0.0) and probe.singleton_softmax:
+            shape, dim = probe.singleton_softmax[0]
+            which = f"{len(zeroed)} trainable parameter(s) got a gradient of exactly 0 from the first step: " \
+                f"{_names(zeroed)}" if zeroed and probe.grad_norm != 0.0 else \
+                "every gradient of the first step is exactly zero"
+            findings.error(
+                "GRAD_ZERO",
+                f"{which}. The loss's graph takes a softmax over dim {dim} of a {shape} tensor, a dimension of size "
+                "1: softmax there is 1 (log_softmax 0) whatever its input, so its gradient is 0 and everything that "
+                "computes its input never trains. Attention pooling does this with scores of shape (B, T, 1) "
+                "normalised with dim=-1 instead of over the T positions, leaving an unweighted sum",
+                "Normalise over the dimension that holds the alternatives: softmax(scores, dim=1) for (B, T, 1) "
+                "attention scores (or squeeze the last dim first); for a single binary logit use sigmoid / "
+                "BCEWithLogitsLoss instead of a softmax over one class.",
+            )
+        elif zeroed and probe.zero_gradient_ops and probe.grad_norm != 0.0:
             ops = ", ".join(f"torch.{op.removesuffix('Backward0').removesuffix('Backward1').lower()}"
                             for op in probe.zero_gradient_ops)
             findings.error(
@@ -366,7 +381,9 @@ class GradientsCheck(Check):
             findings.error("GRAD_NONFINITE", f"{len(nonfinite)} parameter(s) got inf/NaN gradients: {_names(nonfinite)}",
                            "Check the loss and inputs for inf/NaN; lower the learning rate or enable gradient clipping "
                            "(trainer.clip_grad_norm).", "trainer.clip_grad_norm")
-        if probe.grad_norm == 0.0 and not missing and probe.clamp_ops:
+        if probe.singleton_softmax:
+            pass  # reported above
+        elif probe.grad_norm == 0.0 and not missing and probe.clamp_ops:
             findings.error(
                 "GRAD_ZERO",
                 "every gradient of the first step is exactly zero, and the loss's graph passes through torch.clamp "
@@ -397,7 +414,7 @@ class LossFunctionCheck(Check):
     codes = ("O12", "O13", "O16", "LOSS_NORM_DIM", "LOSS_BROADCAST", "LOSS_SOFTMAX_BCE", "LOSS_OUTPUT_RANGE",
              "LOSS_PAIR_SLICES", "LOSS_CLASS_WEIGHTS", "LOSS_BOUNDED_LOGITS", "LOSS_CLASS_DIM", "CTC_BLANK_IN_TARGETS", "MULTILABEL_MARGIN_MULTI_HOT",
              "POISSON_LOG_INPUT", "LOSS_INDEXED_BY_BATCH", "TRANSPOSE_1D", "MESHGRID_INDEXING", "LABEL_SMOOTHING_TOO_HIGH", "KL_DIV_MEAN_REDUCTION", "PREDICTION_DETACHED", "GATHER_ALONG_BATCH", "EINSUM_NOT_CONTRACTED", "SORT_ALONG_LAST_DIM", "TARGET_MAPS_VANISH",
-             "LOSS_WEIGHTS_AFTER_MEAN")
+             "LOSS_WEIGHTS_AFTER_MEAN", "SOFTMAX_OFF_AXIS")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:

@@ -14,6 +14,10 @@ next-token objective it is; a masked LM (BERT) compares neither way and is left 
 Targets equal to the input token *two* positions later mean labels shifted twice (by
 hand, then again inside a Hugging Face causal LM): the model is taught to skip a token
 (``LM_SHIFT_TWICE``).
+
+Every call of an embedding is compared, not only its first: an encoder-decoder that embeds
+the source and then the decoder's input with one shared table shows a teacher-forced
+decoder fed the targets themselves (never shifted right) only in the second call.
 """
 
 
@@ -134,6 +138,7 @@ class TokenInput:
     module: nn.Embedding
     name: str
     ids: torch.Tensor  # (B, T)
+    call: int = 0  # which call of ``module`` in the forward received them
 
 
 @dataclass
@@ -142,24 +147,32 @@ class LossForward:
     criterion: CriterionSeen | None = None
 
 
-def loss_forward(ctx: PreflightContext, batch: Any, replace: tuple[nn.Embedding, torch.Tensor] | None = None) -> LossForward | None:
+# Calls of one embedding recorded: the source and the decoder input of a shared table, and a few
+# more; a decoder stepping token by token calls it with (B, 1) ids, which are not recorded anyway.
+CALLS_PER_EMBEDDING = 4
+
+
+def loss_forward(ctx: PreflightContext, batch: Any,
+                 replace: tuple[TokenInput, torch.Tensor] | None = None) -> LossForward | None:
     """``compute_loss`` on ``batch`` in eval mode without gradients, recording what each
-    nn.Embedding's first call receives (token ids of shape (B, T)) and the first
-    criterion call; ``replace`` swaps one embedding's ids for others. None when the loss
+    nn.Embedding's calls receive (token ids of shape (B, T)) and the first criterion
+    call; ``replace`` swaps the ids of one recorded call for others. None when the loss
     raises (step.first_step reports it)."""
     model = ctx.model
     names = {module: name for name, module in model.named_modules() if isinstance(module, nn.Embedding)}
     seen = LossForward()
-    called: set[nn.Module] = set()
+    calls: dict[nn.Module, int] = {}
 
     def on_embedding(module: nn.Module, args: tuple) -> tuple | None:
-        if module in called or not args or not isinstance(args[0], torch.Tensor):
+        call = calls.get(module, 0)
+        if call >= CALLS_PER_EMBEDDING or not args or not isinstance(args[0], torch.Tensor):
             return None
-        called.add(module)
+        calls[module] = call + 1
         ids = args[0]
         if ids.dim() == 2 and ids.shape[1] > 1 and not ids.is_floating_point():
-            seen.inputs.append(TokenInput(module, names[module], ids))  # type: ignore[arg-type]
-            if replace is not None and replace[0] is module and replace[1].shape == ids.shape:
+            seen.inputs.append(TokenInput(module, names[module], ids, call))  # type: ignore[arg-type]
+            if replace is not None and replace[0].module is module and replace[0].call == call \
+                    and replace[1].shape == ids.shape:
                 return (replace[1].to(ids.device), *args[1:])
         return None
 
@@ -251,12 +264,12 @@ class TargetLeakCheck(Check):
             objective = objective_of(token_input.ids, criterion.target, criterion.ignore_index)
             if objective is None or objective.kind in ("unknown", "other"):
                 continue
-            findings.data.update(embedding=token_input.name, objective=objective.kind,
+            findings.data.update(embedding=token_input.name, embedding_call=token_input.call, objective=objective.kind,
                                  aligned=round(objective.aligned, 4), shifted=round(objective.shifted, 4),
                                  targets_compared=objective.compared)
             if objective.kind == "copy":
                 findings.data["summary"] = "targets equal the input tokens at their own positions"
-                self._report_copy(objective, findings)
+                self._report_copy(objective, findings, decoder=token_input is not seen.inputs[0])
                 return
             if objective.kind == "shifted_twice":
                 findings.data["summary"] = "targets equal the input tokens two positions later"
@@ -273,7 +286,20 @@ class TargetLeakCheck(Check):
         findings.data["summary"] = "targets are neither the inputs nor the next inputs (not a plain LM objective)"
 
     @staticmethod
-    def _report_copy(objective: Objective, findings: Findings) -> None:
+    def _report_copy(objective: Objective, findings: Findings, decoder: bool) -> None:
+        if decoder:
+            # An earlier embedding call read other tokens (the source): this one is a decoder's input.
+            findings.error(
+                "LEAK_TARGETS",
+                f"{objective.aligned:.0%} of the {objective.compared} targets that reach the loss equal the token the "
+                "decoder is given at the same position: teacher forcing feeds the decoder the targets themselves, not "
+                "shifted right, so at each position it reads the answer it must predict, the loss falls to ~0 within "
+                "a few steps, and generation (which has no target to read) fails",
+                "Feed the decoder the targets shifted right by one: decoder_input = cat([start_token, tgt[:, :-1]], "
+                "dim=1) against targets tgt (or tgt[:, :-1] in, tgt[:, 1:] out). Hugging Face seq2seq models build "
+                "decoder_input_ids from labels themselves: pass labels only, not decoder_input_ids=labels.",
+            )
+            return
         fix = ("Shift the targets by one token: inputs = ids[:, :-1], targets = ids[:, 1:] (or compare logits[:, :-1] "
                "with ids[:, 1:] in the loss). A Hugging Face *ForCausalLM model shifts labels itself: pass it "
                "labels=input_ids. For masked-LM training, mask the inputs (e.g. DataCollatorForLanguageModeling) "
@@ -311,7 +337,7 @@ class TargetLeakCheck(Check):
         before them must not move."""
         start, rows = probe
         replaced = perturbed(token_input.ids.detach(), start, token_input.module.num_embeddings)
-        again = loss_forward(ctx, batch, replace=(token_input.module, replaced))
+        again = loss_forward(ctx, batch, replace=(token_input, replaced))
         second = None
         if again is not None and again.criterion is not None:
             second = position_logits(again.criterion.logits, grid, [start - 1, start])
