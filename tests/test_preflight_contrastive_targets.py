@@ -84,3 +84,44 @@ def test_a_samples_rows_change_whole_and_its_columns_change_elsewhere():
     after[[1, 4]] = 1.0  # sample's two rows
     after[:, [1, 4]] = 1.0  # and its two columns in every other row
     assert sample_rows_and_columns(before, after) == ([1, 4], [1, 4])
+
+
+def views_loss(views: str, tau: float = 0.1):
+    """A paired-rows InfoNCE; ``views``: 'once' (one augmentation used for both views, the bug),
+    'twice' (two independent draws) or 'same_input' (one input twice, SimCSE: dropout makes the views)."""
+    def loss_fn(model, batch):
+        x = batch[0]
+        if views == "once":
+            first = augment(x)
+            second = first
+        elif views == "twice":
+            first, second = augment(x), augment(x)
+        else:
+            first = second = x
+        a, b = F.normalize(model(first), dim=1), F.normalize(model(second), dim=1)
+        return F.cross_entropy(a @ b.T / tau, torch.arange(len(x)))
+    return loss_fn
+
+
+@pytest.mark.parametrize("views, dropout, fires", [("once", 0.0, True), ("twice", 0.0, False),
+                                                    ("same_input", 0.1, False), ("same_input", 0.0, True)])
+def test_identical_views_of_each_sample_fire(views, dropout, fires):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(dropout), nn.Linear(32, 8))
+    rows = TensorDataset(torch.randn(256, 16, generator=torch.Generator().manual_seed(0)))
+    issues = issues_of(model, rows, views_loss(views))
+    assert [issue.code for issue in issues] == (["IN_BATCH_VIEWS_IDENTICAL"] if fires else [])
+    if fires:
+        assert "is 10, the largest score" in issues[0].message and "augment(x), augment(x)" in issues[0].fix
+
+
+def test_identical_positives_needs_every_positive_at_the_maximum():
+    from optimus_preflight.preflight.checks.contrastive_targets import identical_positives
+
+    z = F.normalize(torch.randn(8, 4, generator=torch.Generator().manual_seed(0)), dim=1)
+    assert identical_positives(z @ z.T / 0.5, torch.arange(8)) == pytest.approx(2.0)
+    other = F.normalize(z + 0.1 * torch.randn(8, 4, generator=torch.Generator().manual_seed(1)), dim=1)
+    assert identical_positives(z @ other.T / 0.5, torch.arange(8)) is None
+    both = torch.cat([z, z])
+    masked = (both @ both.T / 0.5).masked_fill(torch.eye(16, dtype=torch.bool), -1e9)
+    assert identical_positives(masked, (torch.arange(16) + 8) % 16) == pytest.approx(2.0)

@@ -339,6 +339,26 @@ def test_a_regression_target_among_the_features_fires(tmp_path):
     assert feature_label_matches(features, target) == []
 
 
+@pytest.mark.parametrize("cut_too_long", [True, False])
+def test_a_forecasting_window_that_holds_its_own_target_fires(cut_too_long):
+    series = torch.cumsum(torch.randn(3000, generator=torch.Generator().manual_seed(0)), 0) * 0.1
+    width = 24
+    extra = 1 if cut_too_long else 0
+    windows = torch.stack([series[i : i + width + extra] for i in range(1000)]).unsqueeze(-1)  # (B, T, 1)
+    targets = torch.stack([series[i + width] for i in range(1000)]).unsqueeze(-1)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(width + extra, 1))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(windows, targets), batch_size=32, shuffle=True),
+                           loss_fn=nn.MSELoss(), checks=[FirstBatchCheck(), FeatureLabelCheck()])
+    result = report.check(FEATURE)
+    if cut_too_long:
+        assert codes(result) == {"LEAK_FEATURE"}
+        assert "step 24 of feature 0" in result.issues[0].message and "cut one step too long" in result.issues[0].message
+        assert "series[i : i + W]" in result.issues[0].fix
+    else:
+        assert_quiet(result)
+
+
 def test_binary_float_labels_of_shape_n_1_are_read_too(tmp_path):
     data = classification_data()
     features, labels = data.tensors

@@ -173,3 +173,30 @@ def test_readout_of_counts_rows_whose_last_position_dominates():
     short = torch.zeros(3, 10, dtype=torch.bool)
     short[:, 8:] = True  # two pad steps cannot show where the read-out is
     assert readout_of(after, short) is None
+
+
+class PaddedEncoderDecoder(nn.Module):
+    """A GRU encoder over right-padded sources hands h_n to a decoder emitting a sequence: the
+    tutorial seq2seq, not a per-sample read-out."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(20, 16, padding_idx=0)
+        self.encoder, self.decoder = nn.GRU(16, 16, batch_first=True), nn.GRU(16, 16, batch_first=True)
+        self.out = nn.Linear(16, 20)
+
+    def forward(self, source: torch.Tensor) -> torch.Tensor:
+        _, state = self.encoder(self.embed(source))
+        decoded, _ = self.decoder(self.embed(source.flip(1)), state)
+        return self.out(decoded)
+
+
+def test_an_encoder_over_padding_feeding_a_sequence_decoder_is_quiet():
+    ids, _ = padded_tokens()
+    model = PaddedEncoderDecoder()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), lr=1e-3),
+                           DataLoader(TensorDataset(ids, ids), batch_size=16, shuffle=True),
+                           loss_fn=lambda m, b: nn.functional.cross_entropy(m(b[0]).reshape(-1, 20), b[1].reshape(-1)),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), PaddingReadoutCheck()])
+    assert_quiet(report.check(NAME))

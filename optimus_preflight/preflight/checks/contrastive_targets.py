@@ -9,6 +9,13 @@ paired rows), and a layout that differs from the one the embeddings are really i
 (``torch.stack([z1, z2], 1).reshape(2B, -1)`` interleaves them) makes every "positive" an
 unrelated sample. The loss still falls, by pulling random pairs together.
 
+``IN_BATCH_VIEWS_IDENTICAL``: the two views of each sample are one tensor (an augmentation
+applied once and used twice, or a deterministic transform), so every positive pair is an
+embedding and itself: with normalised embeddings each positive score is the largest score
+possible, 1 / temperature, identical in every row, and the loss is solved without learning
+anything that transfers. Read from one train-mode forward (dropout and random augmentation
+active, as in training: SimCSE's two dropout passes over one input differ there).
+
 Measured, not read from the code: with the model in eval mode and the RNG reseeded before
 each call (so random augmentations repeat), the loss is computed on the first batch and
 again with one sample's inputs changed. The rows of the similarity matrix that change in
@@ -27,6 +34,7 @@ from torch.overrides import TorchFunctionMode
 from optimus_preflight.preflight.analyses.eval_forward import eval_forward
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.batches import batch_size_of, move_to_device
 
 if TYPE_CHECKING:
@@ -70,6 +78,36 @@ def seeded_scores(ctx: PreflightContext, batch: Any) -> tuple[torch.Tensor, torc
     return watch.scores, watch.target
 
 
+def train_mode_scores(ctx: PreflightContext, batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The (N, N) scores and targets of one train-mode forward without gradients: dropout and
+    random augmentation as the training step has them."""
+    watch = SimilarityWatch()
+    with preserved_training_state(ctx), torch.no_grad():
+        ctx.model.train()
+        with ctx.training.plan.autocast(), watch:
+            ctx.compute_loss(ctx.model, batch)
+    if watch.scores is None or watch.target is None:
+        return None
+    return watch.scores, watch.target
+
+
+IDENTICAL = 1e-4  # relative spread of the positive scores (and their gap to the largest) of identical views
+
+
+def identical_positives(scores: torch.Tensor, target: torch.Tensor) -> float | None:
+    """The common positive score when every row's positive equals the largest finite score
+    of the matrix (identical, normalised views); None otherwise."""
+    finite = torch.isfinite(scores) & (scores.abs() < 1e8)
+    if not bool(finite.any()) or int(target.min()) < 0 or int(target.max()) >= scores.shape[1]:
+        return None
+    positives = scores.gather(1, target.long().unsqueeze(1)).squeeze(1)
+    largest = float(scores[finite].max())
+    scale = max(abs(largest), 1e-6)
+    if float(positives.max() - positives.min()) > IDENTICAL * scale or largest - float(positives.min()) > IDENTICAL * scale:
+        return None
+    return float(positives.mean())
+
+
 def with_sample_changed(batch: Any, index: int, rows: int) -> Any | None:
     """The batch with sample ``index`` of every floating (rows, ...) tensor moved (a sign flip
     and a shift); None when the batch has no such tensor."""
@@ -109,7 +147,7 @@ class ContrastiveTargetsCheck(Check):
 
     name = "step.contrastive_targets"
     stage = Stage.STEP
-    codes = ("IN_BATCH_POSITIVES_MISMATCHED",)
+    codes = ("IN_BATCH_POSITIVES_MISMATCHED", "IN_BATCH_VIEWS_IDENTICAL")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -130,6 +168,8 @@ class ContrastiveTargetsCheck(Check):
         scores, target = base
         if target.unique().numel() == 1:  # one column for every row: TARGET_ONE_CLASS names that
             findings.data["summary"] = "one target for every row"
+            return
+        if self._identical_views(ctx, batch, findings):
             return
         mismatched: list[tuple[int, list[int], list[int], int]] = []
         judged = 0
@@ -164,3 +204,30 @@ class ContrastiveTargetsCheck(Check):
                 "Build the embeddings and the targets from one layout: z = torch.cat([z1, z2]) with targets "
                 "(torch.arange(2 * B) + B) % (2 * B), or for interleaved rows targets torch.arange(2 * B) ^ 1.",
             )
+
+    @staticmethod
+    def _identical_views(ctx: PreflightContext, batch: Any, findings: Findings) -> bool:
+        try:
+            trained = train_mode_scores(ctx, batch)
+        except Exception:
+            return False
+        if trained is None:
+            return False
+        scores, target = trained
+        positive = identical_positives(scores, target)
+        if positive is None:
+            return False
+        findings.data["summary"] = f"every positive score is {positive:.4g}, the largest in the matrix"
+        findings.warning(
+            "IN_BATCH_VIEWS_IDENTICAL",
+            f"the in-batch contrastive loss's positive pairs are identical: in a train-mode forward every row's "
+            f"positive score in the ({scores.shape[0]}, {scores.shape[1]}) similarities is {positive:.4g}, the "
+            "largest score in the matrix (cosine 1 / temperature), so each sample is paired with its own embedding. "
+            "The two views are one tensor (an augmentation drawn once and used twice, view2 = view1, or a transform "
+            "with nothing random in it): the loss is solved by any embedding that tells the samples apart, and "
+            "nothing invariant to augmentation is learned",
+            "Draw two independent random views per sample: view1, view2 = augment(x), augment(x), with an augment "
+            "that is random on each call (crops, noise, masking, dropout); SimCSE-style training feeds one input "
+            "twice and relies on dropout being active in train mode.",
+        )
+        return True

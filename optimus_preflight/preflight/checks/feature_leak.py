@@ -1,6 +1,10 @@
 """Label leakage through the features (``data.label_in_features``): a feature column of a
 tabular batch that equals the label or a relabelling of it (an encoding, an affine
 rescaling, a one-hot group), so the model reads the answer from its input: warning.
+
+A window of a sequence, (B, T, F) features, is read as T * F columns: a forecasting window
+cut one step too long (``series[i : i + W + 1]`` for the target ``series[i + W]``) holds its
+own target at its last step.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ class FeatureMatch:
     kind: str  # equal | relabelling | affine | one_hot
 
 
+MAX_WINDOW_COLUMNS = 4096  # columns of a (B, T, F) window compared one by one
 LABEL_KEYS = ("label", "labels", "target", "targets", "y")  # where a mapping batch keeps its labels
 
 
@@ -45,8 +50,10 @@ def _labels_of(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     if not (isinstance(features, torch.Tensor) and isinstance(labels, torch.Tensor)):
         return None
     # One column is the input itself (a toy y = a * x + b), not a column beside the label.
-    if features.dim() != 2 or features.shape[1] < 2 or not features.is_floating_point() or \
+    if features.dim() not in (2, 3) or features[0].numel() < 2 or not features.is_floating_point() or \
             labels.shape[0] != features.shape[0]:
+        return None
+    if features.dim() == 3 and features[0].numel() > MAX_WINDOW_COLUMNS:  # a spectrogram or an image, not a window
         return None
     if labels.dim() == 2 and labels.shape[1] == 1:
         labels = labels[:, 0]
@@ -143,18 +150,31 @@ class FeatureLabelCheck(Check):
             findings.data["summary"] = "not a (features, labels) batch"
             return
         features, labels = pair
-        matches = feature_label_matches(features, labels)
-        findings.data["summary"] = f"{features.shape[1]} feature columns, {len(matches)} determine the label"
+        window = tuple(features.shape[1:]) if features.dim() == 3 else None
+        matches = feature_label_matches(features.reshape(features.shape[0], -1), labels)
+        findings.data["summary"] = f"{features[0].numel()} feature columns, {len(matches)} determine the label"
         if not matches:
             return
         findings.data["columns"] = [match.columns for match in matches]
+
+        def where(column: int) -> str:
+            if window is None:
+                return f"column {column}"
+            step, feature = divmod(column, window[1])
+            last = " (the window's last step: it was cut one step too long and holds its target)" \
+                if step == window[0] - 1 else ""
+            return f"step {step} of feature {feature} in the {window} windows{last}"
+
         described = "; ".join(
-            f"column {match.columns[0]} " + {"equal": "equals the label", "relabelling": "is a relabelling of the label",
+            f"{where(match.columns[0])} " + {"equal": "equals the label", "relabelling": "is a relabelling of the label",
                                               "affine": "is a linear function of the label"}[match.kind]
             if match.kind != "one_hot" else f"columns {match.columns} one-hot encode the label"
             for match in matches[:4])
         how = ("drop the label and anything computed from it from the features (e.g. X = df.drop(columns=[target]); "
                "fit encoders and scalers on the features only).")
+        if window is not None:
+            how = ("end each input window before the step it forecasts: x = series[i : i + W], y = series[i + W] "
+                   "(not series[i : i + W + 1]), and drop the target's own column from the window's features.")
         findings.warning(
             "LEAK_FEATURE",
             f"in the first batch ({features.shape[0]} samples) {described}: the model can read the answer from its "

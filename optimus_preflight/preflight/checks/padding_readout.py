@@ -16,6 +16,8 @@ in most padded rows, the last position (padding) gets far more of it than any re
 the output is read after the padding. A packed sequence is no tensor and is not probed; a
 read-out at ``lengths - 1``, a masked or max pooling, or left padding give the pad positions
 little or no gradient and stay quiet; a plain mean over all positions spreads it evenly.
+Only a per-sample prediction, a (B, C) or (B,) output, is a read-out: an encoder-decoder
+whose encoder runs over padding hands its last state to a decoder that emits a sequence.
 """
 
 from __future__ import annotations
@@ -180,8 +182,10 @@ class PaddingReadoutCheck(Check):
                     ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
                 candidates = [(entry, mask) for entry in seen
                               if (mask := trailing_padding(entry.rows(entry.value.detach()))) is not None]
+                # A per-sample prediction, (B, C) or (B,): a sequence output (a seq2seq decoder's (B, T, V)
+                # logits, a tagger's) reads the encoder's state to start from, not as the answer.
                 scores = [t for t in leaves(outputs[:1]) if isinstance(t, torch.Tensor) and t.requires_grad
-                          and t.is_floating_point()]
+                          and t.is_floating_point() and t.dim() <= 2]
                 if not candidates or not scores:
                     return None
                 generator = torch.Generator().manual_seed(0)
