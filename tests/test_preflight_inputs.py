@@ -261,6 +261,34 @@ def test_one_unscaled_channel_is_named(tmp_path):
     assert codes(result) == {"DP12"} and "channel(s) 3" in result.issues[0].message
 
 
+def spectrograms(samples: int = 32, log: bool = False) -> torch.Tensor:
+    """(B, 1, F, T) power spectrograms of a tone over noise: 660x between the loudest bin and the
+    median, as torch.stft(...).abs() ** 2 gives them."""
+    g = torch.Generator().manual_seed(0)
+    t = torch.arange(4000) / 8000
+    tones = 300 + 500 * torch.randint(0, 2, (samples, 1), generator=g)
+    waves = torch.sin(2 * torch.pi * tones * t) + 0.3 * torch.randn(samples, 4000, generator=g)
+    power = torch.stft(waves, 256, 128, window=torch.hann_window(256), return_complex=True).abs() ** 2 * 1000
+    return (power.clamp_min(1e-6).log() if log else power).unsqueeze(1).float()
+
+
+def test_a_power_spectrogram_without_a_log_fires_dp12_naming_the_log(tmp_path):
+    result = check_on(tmp_path, spectrograms(), model=lambda: cnn(1))
+    assert codes(result) == {"DP12"}
+    assert "spectrogram" in result.issues[0].message and "AmplitudeToDB" in result.issues[0].fix
+    assert_quiet(check_on(tmp_path, spectrograms(log=True), model=lambda: cnn(1)))
+
+
+def test_sparse_counts_and_depth_maps_are_not_heavy_tailed():
+    def stats(median, high):
+        return [ChannelStats(high / 4, high / 5, 0.0, high, False, median)]
+
+    for median, high in ((2.0, 20.0), (20.0, 80.0)):  # event counts, a depth map in metres
+        found = scale_finding(stats(median, high))
+        assert found is None or found.kind != "heavy_tailed"
+    assert scale_finding(stats(6000.0, 4e6)).kind == "heavy_tailed"
+
+
 def test_signatures_from_statistics():
     def stats(mean, std, low, high, channels=3):
         return [ChannelStats(mean, std, low, high)] * channels

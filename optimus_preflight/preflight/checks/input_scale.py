@@ -37,6 +37,10 @@ MAX_CHANNELS = 4  # gray, RGB, RGBA / RGB-D
 STATS_SAMPLES = 16
 UNSCALED_MAX = 2.0  # [0, 1] pixels never exceed it; normalised ones are also negative
 MAX_8BIT = 255.5
+# Non-negative values whose largest is this many times the median of the positive ones: a
+# power or magnitude spectrogram without a log (a tone over noise measured 660x, speech spans
+# 1e6 and more). Pixels on any scale, and sparse counts, stay within ~10x of that median.
+HEAVY_TAIL = 300.0
 NORMALISED_UNSCALED_STD = 20.0  # Normalize on 0..255 pixels: std ~ 0.25 * 255 / 0.226 ~ 300
 # Normalize twice: std ~ std_pixels / s^2 ~ 4-6 with ImageNet's s ~ 0.226. One Normalize
 # of [0, 1] pixels gives at most 0.5 / s ~ 2.2 even for black-and-white images.
@@ -74,6 +78,7 @@ class ChannelStats:
     min: float
     max: float
     integral: bool = False  # whole numbers only: pixel values of an integer image format
+    median: float | None = None  # of the positive values
 
 
 @dataclass
@@ -114,7 +119,13 @@ def channel_stats(inputs: torch.Tensor, channel_dim: int | None) -> list[Channel
     else:
         groups = list(values.movedim(channel_dim, 0).reshape(values.shape[channel_dim], -1))
     return [ChannelStats(float(g.mean()), float(g.std(unbiased=False)), float(g.min()), float(g.max()),
-                         bool((g == g.round()).all())) for g in groups if g.numel()]
+                         bool((g == g.round()).all()), _positive_median(g)) for g in groups if g.numel()]
+
+
+def _positive_median(values: torch.Tensor) -> float | None:
+    """The median of the positive values: sparse inputs (counts, occupancy) are mostly 0."""
+    positive = values[values > 0]
+    return float(positive.median()) if positive.numel() else None
 
 
 def scale_finding(stats: list[ChannelStats]) -> ScaleFinding | None:
@@ -128,6 +139,10 @@ def scale_finding(stats: list[ChannelStats]) -> ScaleFinding | None:
     raw = [i for i in positive if stats[i].max <= MAX_8BIT or stats[i].integral]
     if raw:
         return ScaleFinding("DP12", "unscaled", raw)
+    heavy = [i for i, s in enumerate(stats) if s.min >= 0 and s.median is not None and s.max > UNSCALED_MAX
+             and s.max > HEAVY_TAIL * max(s.median, 1e-12)]
+    if heavy and len(heavy) == len([s for s in stats if s.max > 0]):
+        return ScaleFinding("DP12", "heavy_tailed", heavy)
     wide = [i for i, s in enumerate(stats) if s.std > NORMALISED_UNSCALED_STD]
     if wide:
         return ScaleFinding("DP12", "normalised_unscaled", wide)
@@ -306,6 +321,15 @@ def describe(finding: ScaleFinding, seen: FirstLayerInput, batch_dtype: torch.dt
         how = ("scale the pixels explicitly: torch.from_numpy(array).float() / 255 (/ 65535 for 16-bit images), "
                "or keep uint8 arrays for ToTensor() / transforms.v2.ToDtype(torch.float32, scale=True); then "
                "Normalize(mean, std).")
+        return message, "In the dataset's transform, " + how, dataset + how, "data.train"
+    if finding.kind == "heavy_tailed":
+        median = min(stats[i].median or 0.0 for i in finding.channels)
+        ratio = high / max(median, 1e-12)
+        message = (f"{where}: non-negative values whose largest is {ratio:,.0f} times the median ({median:.3g}), "
+                   "a power or magnitude spectrogram (or counts) fed without a log: the few largest bins dominate "
+                   "every activation, the rest read as ~0, and gradients swing with the loudest input")
+        how = ("compress the range before the model: torch.log(spec + 1e-6), or torchaudio.transforms.AmplitudeToDB() "
+               "for a (mel) spectrogram, log1p for counts; then standardise with the training set's mean and std.")
         return message, "In the dataset's transform, " + how, dataset + how, "data.train"
     if finding.kind == "normalised_unscaled":
         message = (f"{where} with per-channel std {stds} (a normalised image has ~1): Normalize(mean, std) was applied "
