@@ -284,12 +284,16 @@ def init_loss_finding(calls: list[CriterionCall]) -> tuple[Finding | None, dict[
                 f"initial loss {call.loss:.4g} is far above ln({call.n_classes}) = {expected:.3f}, the loss of uniform "
                 f"predictions, and the logits reach {largest:.3g}: the softmax is saturated, so the loss is driven "
                 "by the single hardest wrong class and its gradient by one logit. Logits this large come from a "
-                "scale applied to them: a temperature or logit scale used the wrong way (CLIP's logit_scale "
-                "initialised to 1/0.07 = 14.3 itself and then .exp()'d multiplies by e^14.3 = 1.6e6; a division by "
-                "a temperature meant as a multiplication), or activations that blow up through the layers",
-                "Store a learnable scale as a log and exponentiate it: logit_scale = nn.Parameter(torch.tensor("
-                "math.log(1 / 0.07))), logits = logit_scale.exp() * sim (clamp it, e.g. at 100); check the "
-                "similarity is of normalised vectors, and that the layers' init keeps activations of order 1.",
+                "scale somewhere on the way: inputs that were never normalised (raw pixels, a power spectrogram "
+                "without a log, features in the thousands: see data.input_scale); a sum that grows with its size "
+                "(a graph layer summing over neighbours with an unnormalised adjacency, a sum pooling); or a "
+                "temperature or logit scale used the wrong way (CLIP's logit_scale initialised to 1/0.07 = 14.3 "
+                "itself and then .exp()'d multiplies by e^14.3 = 1.6e6; a division by a temperature meant as a "
+                "multiplication)",
+                "Find where the scale enters: normalise the inputs (standardise features, log a spectrogram, scale "
+                "pixels to [0, 1]); normalise sums (mean pooling, D^-1/2 (A + I) D^-1/2 for a graph's adjacency); "
+                "store a learnable logit scale as a log and exponentiate it: logit_scale = nn.Parameter("
+                "torch.tensor(math.log(1 / 0.07))), logits = logit_scale.exp() * sim (clamped, e.g. at 100).",
             ), data
         return Finding(
             "O1", "warning" if exploding else "info",
