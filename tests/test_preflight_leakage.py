@@ -354,9 +354,22 @@ def test_a_forecasting_window_that_holds_its_own_target_fires(cut_too_long):
     if cut_too_long:
         assert codes(result) == {"LEAK_FEATURE"}
         assert "step 24 of feature 0" in result.issues[0].message and "cut one step too long" in result.issues[0].message
-        assert "series[i : i + W]" in result.issues[0].fix
+        assert "series[i : i + W]" in result.issues[0].fix and "shift(-1)" in result.issues[0].fix
     else:
         assert_quiet(result)
+
+
+def test_a_target_shifted_into_the_past_is_named_as_shifted_the_wrong_way():
+    series = torch.cumsum(torch.randn(3000, generator=torch.Generator().manual_seed(0)), 0) * 0.1
+    width = 24
+    windows = torch.stack([series[i : i + width] for i in range(1, 1001)]).unsqueeze(-1)
+    previous = torch.stack([series[i + width - 2] for i in range(1, 1001)]).unsqueeze(-1)  # shift(1): inside
+    model = nn.Sequential(nn.Flatten(), nn.Linear(width, 1))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(windows, previous), batch_size=32, shuffle=True),
+                           loss_fn=nn.MSELoss(), checks=[FirstBatchCheck(), FeatureLabelCheck()])
+    issue = report.check(FEATURE).issues[0]
+    assert "step 22 of feature 0" in issue.message and "shift(1), the previous step" in issue.message
 
 
 def test_binary_float_labels_of_shape_n_1_are_read_too(tmp_path):

@@ -199,6 +199,54 @@ def test_a_column_prediction_against_a_flat_target_broadcasts_to_batch_by_batch(
     assert "squeeze(-1)" in found.fix
 
 
+class GraphRegressor(nn.Module):
+    """Node features of a batch of graphs, pooled per graph by a batch assignment vector; without
+    it (batch=None), as PyG's global_mean_pool does, every node of the batch is pooled into one."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.node, self.head = nn.Linear(FEATURES, 16), nn.Linear(16, 1)
+
+    def forward(self, x, batch=None):
+        h = torch.relu(self.node(x))
+        if batch is None:
+            pooled = h.mean(dim=0, keepdim=True)
+        else:
+            graphs = int(batch.max()) + 1
+            pooled = torch.zeros(graphs, h.shape[1]).index_add_(0, batch, h) / torch.bincount(batch).unsqueeze(1)
+        return self.head(pooled).view(-1)
+
+
+def graph_batches(graphs: int = 64, nodes: int = 6) -> list:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(graphs, nodes, FEATURES, generator=g)
+    return [(x[i], x[i].sum().reshape(())) for i in range(graphs)]
+
+
+def collate_graphs(samples):
+    xs, ys = zip(*samples)
+    batch = torch.cat([torch.full((len(x),), i) for i, x in enumerate(xs)])
+    return torch.cat(xs), batch, torch.stack(ys)
+
+
+@pytest.mark.parametrize("passes_batch", [False, True])
+def test_a_graph_readout_without_the_batch_vector_makes_one_prediction(passes_batch):
+    def loss(model, data):
+        x, batch, y = data
+        return F.mse_loss(model(x, batch if passes_batch else None), y)
+
+    report = preflight(GraphRegressor(), DataLoader(graph_batches(), batch_size=32, shuffle=True,
+                                                    collate_fn=collate_graphs), loss)
+    found = issues(report).get("LOSS_ONE_PREDICTION")
+    if passes_batch:
+        assert found is None and "LOSS_BROADCAST" not in issues(report)
+    else:
+        assert found is not None and found.severity == Severity.ERROR
+        assert "(1,)" in found.message and "(32,)" in found.message and "batch vector" in found.message
+        assert "global_mean_pool(x, data.batch)" in found.fix
+
+
 @pytest.mark.parametrize("target", [lambda x: x.sum(1, keepdim=True), lambda x: x.sum(1)])
 def test_matching_regression_shapes_are_quiet(target):
     x = features()

@@ -261,6 +261,13 @@ def test_constant_initialisation_of_every_layer_is_symmetric():
     assert "INIT_SYMMETRIC" in found(audit(model, torch.optim.SGD(model.parameters(), lr=0.05), images()))
 
 
+def test_an_all_zero_initialisation_is_named_as_zeros():
+    model, data = tabular()
+    report = audit(constant_init(model, 0.0), torch.optim.Adam(model.parameters(), lr=1e-3), data, nn.MSELoss())
+    issue = found(report)["INIT_SYMMETRIC"]
+    assert "initialised to zero (nn.init.zeros_)" in issue.message and "constant_" not in issue.message
+
+
 class LoraLinear(nn.Module):
     """A frozen base weight plus a low-rank update whose B starts at zero."""
 

@@ -63,6 +63,7 @@ from optimus_preflight.preflight.checks.split_sizes import SplitSizesCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
 from optimus_preflight.preflight.checks.target_signal import TargetSignalCheck
 from optimus_preflight.preflight.checks.tied_embeddings import TiedEmbeddingsCheck
+from optimus_preflight.preflight.checks.token_labels import TokenLabelsCheck
 from optimus_preflight.preflight.checks.trained_tensors import (
     FreshTensorsCheck,
     LossTensorsCheck,
@@ -135,6 +136,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     step_checks.LossFunctionCheck,
     step_checks.TargetsCheck,
     step_checks.PaddedLossCheck,
+    TokenLabelsCheck,
     step_checks.InitialLossCheck,
     BatchLayoutCheck,
     TargetLeakCheck,

@@ -119,6 +119,9 @@ def broadcast_findings(calls: list[CriterionCall]) -> list[Finding]:
         prediction, target = call.input.shape, call.target_shape
         if prediction == target:
             continue
+        if math.prod(prediction) == 1 and target and target[0] >= MIN_TARGET_ROWS:
+            found.append(_one_prediction(call.function, prediction, target))
+            continue
         result = broadcast_shape(prediction, target)
         if result is None or math.prod(result) <= max(math.prod(prediction), math.prod(target)):
             continue
@@ -136,6 +139,27 @@ def broadcast_findings(calls: list[CriterionCall]) -> list[Finding]:
             "prediction's shape in the dataset.",
         ))
     return found
+
+
+# A single prediction broadcast against this many targets is the whole batch pooled into one.
+MIN_TARGET_ROWS = 4
+
+
+def _one_prediction(function: str, prediction: tuple[int, ...], target: tuple[int, ...]) -> Finding:
+    from optimus_preflight.preflight.analyses.loss_findings import Finding  # noqa: F811  (a cycle at import time)
+
+    return Finding(
+        "LOSS_ONE_PREDICTION", "error",
+        f"{function} gets a single prediction, shape {prediction}, for a target of shape {target}: broadcasting "
+        f"compares that one value with all {target[0]} targets, so the model makes one output for the whole batch "
+        "and learns the targets' mean. A readout that pools every sample of the batch together does this: a graph "
+        "network's global pooling called without the batch vector (global_mean_pool(x, batch=None), or "
+        "model(x, edge_index) where model(x, edge_index, batch) was meant, pools the nodes of all graphs into one "
+        "vector), or a mean / sum over dim 0 instead of the features",
+        "Keep one prediction per sample: pass the batch assignment vector to the graph readout "
+        "(global_mean_pool(x, data.batch), model(data.x, data.edge_index, data.batch)), or pool over the "
+        "sample's own axis (dim=1), so the prediction has the target's shape.",
+    )
 
 
 def column_broadcast_findings(broadcasts: list[ColumnBroadcast], calls: list[CriterionCall]) -> list[Finding]:

@@ -161,9 +161,11 @@ class FeatureLabelCheck(Check):
             if window is None:
                 return f"column {column}"
             step, feature = divmod(column, window[1])
-            last = " (the window's last step: it was cut one step too long and holds its target)" \
-                if step == window[0] - 1 else ""
-            return f"step {step} of feature {feature} in the {window} windows{last}"
+            why = (" (the window's last step: it was cut one step too long and holds its target)"
+                   if step == window[0] - 1 else
+                   " (a past step the window already holds: the target was built from the past, e.g. "
+                   "df[col].shift(1), the previous step, where shift(-1), the next one, was meant)")
+            return f"step {step} of feature {feature} in the {window} windows{why}"
 
         described = "; ".join(
             f"{where(match.columns[0])} " + {"equal": "equals the label", "relabelling": "is a relabelling of the label",
@@ -171,14 +173,20 @@ class FeatureLabelCheck(Check):
             if match.kind != "one_hot" else f"columns {match.columns} one-hot encode the label"
             for match in matches[:4])
         how = ("drop the label and anything computed from it from the features (e.g. X = df.drop(columns=[target]); "
-               "fit encoders and scalers on the features only).")
+               "fit encoders and scalers on the features only); for a window over a series, forecast a step the "
+               "window does not hold: y = series[i + W] for x = series[i : i + W] (df[col].shift(-1) for the next "
+               "step).")
         if window is not None:
-            how = ("end each input window before the step it forecasts: x = series[i : i + W], y = series[i + W] "
-                   "(not series[i : i + W + 1]), and drop the target's own column from the window's features.")
+            how = ("make the target a step the window does not hold: y = series[i + W] for x = series[i : i + W] "
+                   "(not a window series[i : i + W + 1], and df[col].shift(-1) for the next step, not shift(1)); "
+                   "drop the target's own column from the window's features.")
         findings.warning(
             "LEAK_FEATURE",
-            f"in the first batch ({features.shape[0]} samples) {described}: the model can read the answer from its "
-            "input, so training and validation look perfect and the model is useless on data without the label",
+            f"in the first batch ({features.shape[0]} samples) {described}: the label is already in the inputs (a "
+            "leak), so the model reads the answer instead of learning it, training and validation look perfect and "
+            "the model is useless on data without the label. A label column left among the features does this, and so "
+            "does, for a sliding window over a series, a target built from a step the window holds (shifted into the "
+            "past with df[col].shift(1) where shift(-1) was meant, or a window cut one step too long)",
             "Where the dataset builds its features, " + how,
             "data.train",
             code_fix="In the dataset of the DataLoader your build_dataloaders() returns, " + how,

@@ -186,6 +186,17 @@ class InputDependenceCheck(Check):
             if axis is None or leaf.untyped_storage().data_ptr() not in self._model_reads:
                 continue
             length = leaf.shape[axis]
+            # The control the warning claims: swapping the whole sequence moves the outputs. Labels an
+            # HF model receives beside its inputs reach only the loss, never the per-sample outputs.
+            whole = _swap_span(leaf, axis, 0, length)
+            if whole is None:
+                continue
+            output = model_outputs(ctx, map_batch(lambda value, target=leaf, new=whole: new if value is target else value,
+                                                  batch))
+            if output is None:
+                return
+            if not _samples_moved(base, output, size):
+                continue
             # Halves first; then the first and the last quarter (a pooling window that stops short of the end).
             for spans in ((("first half", 0, length // 2), ("second half", length // 2, length)),
                           (("first quarter", 0, length // 4), ("last quarter", length - length // 4, length))):

@@ -45,11 +45,18 @@ class UpdateCheck(Check):
             for g in findings.data["groups"][:4]) or "no parameter group with gradients"
         if probe.symmetric_weights:
             shown = ", ".join(probe.symmetric_weights[:4]) + (" ..." if len(probe.symmetric_weights) > 4 else "")
+            params = dict(ctx.model.named_parameters())
+            zeros = [name for name in probe.symmetric_weights if name in params and not bool(params[name].detach().any())]
+            how = ("they are initialised to zero (nn.init.zeros_): every unit of a layer computes the same value (0, "
+                   "with a zero gradient behind a ReLU) and gets the same update, so each such layer computes a single "
+                   "feature however wide it is, and the model predicts little more than the class prior"
+                   if len(zeros) == len(probe.symmetric_weights) else
+                   "a constant initialisation (nn.init.constant_, ones_, fill_) keeps the units identical forever, so "
+                   "each such layer computes a single feature however wide it is")
             findings.error(
                 "INIT_SYMMETRIC",
                 f"{len(probe.symmetric_weights)} weight(s) start with every unit identical and get identical gradients "
-                f"({shown}): a constant initialisation (nn.init.constant_, ones_, fill_) keeps the units identical "
-                "forever, so each such layer computes a single feature however wide it is",
+                f"({shown}): {how}",
                 "Initialise weights randomly (the layers' defaults, or nn.init.kaiming_uniform_ / xavier_uniform_ / "
                 "normal_(std=0.02)); constants are for biases and normalisation gains only.",
             )

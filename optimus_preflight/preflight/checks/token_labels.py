@@ -1,0 +1,111 @@
+"""Token-classification labels that stop before the tokens do (``step.token_labels``).
+
+Word-level tags (NER, POS) must be re-aligned to a sub-word tokenizer's pieces: through
+``word_ids()``, each word's first piece gets its tag and the other pieces, ``[CLS]``,
+``[SEP]`` and padding get -100. Laid one per position instead, ``[-100] + tags + [-100] * k``,
+the tags fill a contiguous run that ends where the words would end without sub-words, long
+before the tokens do, and every tag after the first split word sits on the wrong token.
+
+Read from a mapping batch holding ``input_ids``, ``attention_mask`` and ``labels`` of one
+(B, T) shape: per row, the trained labels (not -100) and the real tokens (mask 1). A row is
+short when its trained labels form one unbroken run that ends well before its last real
+token: at least ``SHORT_BY`` positions and a quarter of the row. Aligned labels have gaps
+(the extra pieces) and end at the last word, one to three positions before ``[SEP]``;
+prompt-completion labels end at the last token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+IGNORE_INDEX = -100  # what Hugging Face token classifiers ignore
+SHORT_BY = 3  # positions between the last trained label and the last real token
+SHORT_SHARE = 0.25  # ... and at least this share of the row's real tokens
+ROWS_SHARE = 0.75  # of the rows with trained labels
+MIN_ROWS = 4
+
+
+@dataclass
+class LabelSpan:
+    rows: int  # rows with trained labels
+    short: int  # of them, rows whose labels are one run ending early
+    median_labelled: float  # trained labels over real tokens, median over the short rows
+    example: tuple[int, int]  # (last labelled position, last real token) of the first short row
+
+
+def label_span(input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> LabelSpan | None:
+    """Where each row's trained labels end against its real tokens (pure); None when the
+    tensors are not (B, T) token ids, mask and labels of one shape."""
+    if not (input_ids.shape == attention_mask.shape == labels.shape) or labels.dim() != 2 \
+            or labels.is_floating_point() or input_ids.is_floating_point():
+        return None
+    rows = short = 0
+    shares: list[float] = []
+    example = (-1, -1)
+    positions = torch.arange(labels.shape[1])
+    for row_labels, row_mask in zip(labels.cpu(), attention_mask.cpu(), strict=True):
+        trained = row_labels != IGNORE_INDEX
+        real = row_mask != 0
+        if not bool(trained.any()) or not bool(real.any()):
+            continue
+        rows += 1
+        labelled = positions[trained]
+        first, last = int(labelled.min()), int(labelled.max())
+        last_token = int(positions[real].max())
+        unbroken = int(trained.sum()) == last - first + 1
+        length = int(real.sum())
+        if unbroken and last_token - last >= max(SHORT_BY, SHORT_SHARE * length):
+            short += 1
+            shares.append(int(trained.sum()) / length)
+            if example == (-1, -1):
+                example = (last, last_token)
+    if rows < MIN_ROWS:
+        return None
+    median = float(torch.tensor(shares).median()) if shares else 0.0
+    return LabelSpan(rows, short, median, example)
+
+
+class TokenLabelsCheck(Check):
+    """TOKEN_LABELS_NOT_ALIGNED: word tags laid one per position on a sub-word sequence."""
+
+    name = "step.token_labels"
+    stage = Stage.STEP
+    codes = ("TOKEN_LABELS_NOT_ALIGNED",)
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        batch = ctx.artifacts.first_batch
+        if not isinstance(batch, Mapping) or not all(isinstance(batch.get(key), torch.Tensor)
+                                                     for key in ("input_ids", "attention_mask", "labels")):
+            findings.data["summary"] = "no input_ids / attention_mask / labels batch"
+            return
+        span = label_span(batch["input_ids"], batch["attention_mask"], batch["labels"])
+        if span is None:
+            findings.data["summary"] = "labels are not per-token (B, T) beside the input ids"
+            return
+        findings.data.update(rows=span.rows, short_rows=span.short)
+        findings.data["summary"] = f"{span.short} of {span.rows} rows' labels end before their tokens"
+        if span.short < ROWS_SHARE * span.rows:
+            return
+        last, last_token = span.example
+        findings.warning(
+            "TOKEN_LABELS_NOT_ALIGNED",
+            f"the token labels stop long before the tokens: in {span.short} of {span.rows} rows the trained labels "
+            f"(not -100) are one unbroken run covering a median {span.median_labelled:.0%} of the real tokens and "
+            f"ending before the last one (e.g. at position {last}, the tokens at {last_token}). Word-level tags laid "
+            "one per position on a sub-word (word-piece) sequence do this: as soon as a word is split into pieces, "
+            "every later tag sits on the wrong token, and the model is trained on labels shifted against its inputs",
+            "Align the word tags to the tokens with the tokenizer's word_ids(): give each word's first piece its "
+            "tag and every other piece, [CLS], [SEP] and padding -100 (label_all_tokens=False in the Hugging Face "
+            "token-classification example), or tokenize with is_split_into_words=True and map through word_ids().",
+        )
