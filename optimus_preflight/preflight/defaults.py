@@ -59,6 +59,7 @@ from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageC
 from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
 from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck
 from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
+from optimus_preflight.preflight.checks.split_scale import SplitScaleCheck
 from optimus_preflight.preflight.checks.split_sizes import SplitSizesCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
 from optimus_preflight.preflight.checks.target_signal import TargetSignalCheck
@@ -111,6 +112,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     CollateTruncationCheck,
     SplitOverlapCheck,
     SplitLabelsCheck,
+    SplitScaleCheck,
     TargetSignalCheck,
     RankBatchesCheck,
     model_checks.OptimizerParamsCheck,

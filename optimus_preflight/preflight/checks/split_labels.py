@@ -32,6 +32,7 @@ from optimus_preflight.preflight.analyses.train_shortcut import Shortcut, train_
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.feature_leak import LABEL_KEYS
 from optimus_preflight.preflight.checks.split_overlap import few_integers
+from optimus_preflight.preflight.checks.split_scale import scale_mismatch
 from optimus_preflight.preflight.data_access.guard import DataGuard
 from optimus_preflight.preflight.data_access.samples import sample_hashes
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -278,6 +279,11 @@ class SplitLabelsCheck(Check):
             self._shortcut(train_only_shortcut(train[0], train[1], val[0], val[1]), findings)
         found = None
         if train[0] is not None and val[0] is not None and train[0].shape[1] == val[0].shape[1]:
+            if scale_mismatch(train[0], val[0]) is not None:
+                # Inputs preprocessed unlike training's move every neighbour: data.split_scale names that,
+                # and no relabelling is to be read from it.
+                findings.data["summary"] = "validation inputs on another scale (data.split_scale)"
+                return
             found = relabelling(train[0], train[1], val[0], val[1])
         if found is None or not found.relabelled:
             self._shift(ctx, train[1], val[1], findings)

@@ -1,0 +1,193 @@
+"""Validation data preprocessed unlike the training data (``data.split_scale``).
+
+A scaler fitted and applied to the training split only, a target log-transformed (or
+standardised) for training and left raw for validation, images normalised in the training
+transform and not in the validation one: every shape and dtype is right, training learns,
+and the validation loss is meaningless (a model fed inputs on another scale, scored against
+targets in other units). The user sees "validation loss huge, accuracy at chance".
+
+Read from samples of both loaders: per column of the inputs (the batch's floating tensor,
+flattened and strided like ``data.split_labels`` reads it) and of float regression targets,
+the validation median against the training median and interquartile range. A column is on
+another scale when its validation IQR is more than ``SPREAD`` times larger or smaller (a
+scaler applied to one split changes each column's spread by its std; a log changes it by
+orders of magnitude), or its validation median sits more than ``SHIFT`` training IQRs away.
+A random split keeps every column within a fraction of an IQR; a split in time of a
+drifting series moves the medians by a few IQRs at the same spread: the finding needs
+``MOST`` of the varying columns off.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.checks.feature_leak import LABEL_KEYS
+from optimus_preflight.preflight.data_access.guard import DataGuard
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.framework.preserve import preserved_data_state
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+TRAIN_SAMPLES, VAL_SAMPLES = 512, 256
+MIN_TRAIN, MIN_VAL = 64, 32
+SCAN_BUDGET_S = 2.0  # per loader
+MAX_COLUMNS = 1024  # values kept per sample (strided): an image's pixels are many columns of one kind
+SHIFT = 20.0  # validation median this many training IQRs from the training median
+SPREAD = 5.0  # validation IQR this many times larger or smaller
+MOST = 0.5  # of the columns that vary in training
+
+
+@dataclass
+class ScaleMismatch:
+    columns: int  # varying columns compared
+    off: list[int]  # of them, on another scale
+    train: tuple[float, float]  # (median, IQR) of the first off column, training
+    val: tuple[float, float]  # ... validation
+
+
+def _quartiles(values: torch.Tensor) -> torch.Tensor:
+    return torch.quantile(values.double(), torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64), dim=0)
+
+
+def scale_mismatch(train: torch.Tensor, val: torch.Tensor) -> ScaleMismatch | None:
+    """Columns of (N, D) validation values on another scale than the (M, D) training ones
+    (pure); None when too few columns vary or most columns agree."""
+    if train.dim() != 2 or val.dim() != 2 or train.shape[1] != val.shape[1] or len(train) < 8 or len(val) < 8:
+        return None
+    finite = torch.isfinite(train).all(dim=0) & torch.isfinite(val).all(dim=0)
+    t, v = _quartiles(train), _quartiles(val)
+    t_iqr, v_iqr = t[2] - t[0], v[2] - v[0]
+    varying = finite & (t_iqr > 0)
+    if int(varying.sum()) == 0:
+        return None
+    shift = (v[1] - t[1]).abs() / t_iqr.clamp_min(1e-30)
+    ratio = v_iqr / t_iqr.clamp_min(1e-30)
+    off = varying & ((shift > SHIFT) | (ratio > SPREAD) | (ratio < 1 / SPREAD))
+    if int(off.sum()) < MOST * int(varying.sum()):
+        return None
+    columns = [int(c) for c in torch.nonzero(off).flatten()]
+    first = columns[0]
+    return ScaleMismatch(int(varying.sum()), columns, (float(t[1, first]), float(t_iqr[first])),
+                         (float(v[1, first]), float(v_iqr[first])))
+
+
+def inputs_and_targets(batch: Any) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
+    """(inputs (B, D) float, regression targets (B, K) float or None) of an ``(x, y)`` batch or a
+    mapping with one label key and one floating tensor beside it; None for other batches."""
+    if isinstance(batch, (list, tuple)) and len(batch) == 2:
+        inputs, targets = batch
+    elif isinstance(batch, Mapping):
+        keys = [key for key in LABEL_KEYS if key in batch]
+        floats = [value for key, value in batch.items() if key not in keys and isinstance(value, torch.Tensor)
+                  and value.is_floating_point()]
+        if len(keys) != 1 or len(floats) != 1:
+            return None
+        inputs, targets = floats[0], batch[keys[0]]
+    else:
+        return None
+    if not isinstance(inputs, torch.Tensor) or not isinstance(targets, torch.Tensor) or inputs.dim() < 2 \
+            or targets.dim() == 0 or targets.shape[0] != inputs.shape[0]:
+        return None
+    flat = inputs.detach().reshape(inputs.shape[0], -1) if inputs.is_floating_point() else None
+    if flat is not None and flat.shape[1] > MAX_COLUMNS:
+        flat = flat[:, ::-(-flat.shape[1] // MAX_COLUMNS)]
+    regression = targets.detach().reshape(targets.shape[0], -1) if targets.is_floating_point() \
+        and targets.dim() <= 2 else None
+    if regression is not None and bool(((regression == 0) | (regression == 1)).all()):
+        regression = None  # binary labels as floats: classes, not a scale
+    return (flat.float().cpu() if flat is not None else None,
+            regression.float().cpu() if regression is not None else None)
+
+
+class SplitScaleCheck(Check):
+    """VAL_INPUTS_OTHER_SCALE / VAL_TARGETS_OTHER_SCALE: the validation split preprocessed unlike
+    the training split."""
+
+    name = "data.split_scale"
+    stage = Stage.DATA
+    codes = ("VAL_INPUTS_OTHER_SCALE", "VAL_TARGETS_OTHER_SCALE")
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        if ctx.val_loader is None:
+            findings.data["summary"] = "no validation loader"
+            return
+        if inputs_and_targets(ctx.artifacts.first_batch) is None:
+            findings.data["summary"] = "not an (inputs, targets) batch"
+            return
+        train = self._read(ctx, findings, ctx.train_loader, TRAIN_SAMPLES, "training")
+        val = self._read(ctx, findings, ctx.val_loader, VAL_SAMPLES, "validation")
+        read = [len(part) for part in (train or ()) if part is not None]
+        if train is None or val is None or not read or max(read) < MIN_TRAIN:
+            findings.data["summary"] = "too few samples read"
+            return
+        summary = []
+        for index, (what, code) in enumerate((("inputs", "VAL_INPUTS_OTHER_SCALE"),
+                                              ("regression targets", "VAL_TARGETS_OTHER_SCALE"))):
+            if train[index] is None or val[index] is None or len(val[index]) < MIN_VAL:
+                continue
+            found = scale_mismatch(train[index], val[index])
+            summary.append(f"{what}: {len(found.off) if found else 0} column(s) on another scale")
+            if found is not None:
+                self._report(code, what, found, findings)
+        findings.data["summary"] = "; ".join(summary) or "nothing comparable"
+
+    @staticmethod
+    def _report(code: str, what: str, found: ScaleMismatch, findings: Findings) -> None:
+        (t_median, t_iqr), (v_median, v_iqr) = found.train, found.val
+        shown = ", ".join(str(c) for c in found.off[:6]) + (" ..." if len(found.off) > 6 else "")
+        if code == "VAL_INPUTS_OTHER_SCALE":
+            cause = ("a scaler or normalisation fitted and applied to the training split only (StandardScaler."
+                     "fit_transform on X_train and nothing on X_val), or a Normalize in the training transform that "
+                     "the validation transform lacks")
+            fix = ("Preprocess every split the same way with the training split's statistics: fit the scaler on "
+                   "the training inputs once and call scaler.transform on the validation (and test) inputs; give the "
+                   "validation transform the same ToTensor / Normalize as the training one (without the random "
+                   "augmentation).")
+        else:
+            cause = ("a target transform applied to the training targets only (np.log1p(y_train), a standardisation "
+                     "of y_train) while the validation targets stay in raw units, so the validation loss compares "
+                     "predictions in one unit with targets in another")
+            fix = ("Transform the targets of every split the same way (log1p, or (y - y_mean) / y_std with the "
+                   "training statistics), and invert the transform on the predictions when reporting in raw units.")
+        findings.warning(
+            code,
+            f"the validation {what} are on another scale than the training {what}: {len(found.off)} of the "
+            f"{found.columns} columns that vary in training are off (column(s) {shown}); the first has median "
+            f"{t_median:.4g} and interquartile range {t_iqr:.4g} in training, {v_median:.4g} and {v_iqr:.4g} in "
+            f"validation. The splits were preprocessed differently: {cause}. Training can look healthy while the "
+            "validation scores are meaningless",
+            fix,
+            "data.val",
+        )
+
+    def _read(self, ctx: PreflightContext, findings: Findings, loader: Any, limit: int,
+              which: str) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
+        guard = DataGuard(ctx, self.name, findings)
+        inputs: list[torch.Tensor | None] = []
+        targets: list[torch.Tensor | None] = []
+        read, started = 0, time.perf_counter()
+        with preserved_data_state(ctx), guard.batches(loader, f"{which} samples for {self.name}") as stream:
+            for batch in stream:
+                pair = inputs_and_targets(batch)
+                if pair is None:
+                    return None
+                inputs.append(pair[0])
+                targets.append(pair[1])
+                read += len(pair[0]) if pair[0] is not None else len(pair[1]) if pair[1] is not None else 0
+                if read >= limit or time.perf_counter() - started > SCAN_BUDGET_S:
+                    break
+
+        def joined(parts: list[torch.Tensor | None]) -> torch.Tensor | None:
+            if not parts or any(p is None for p in parts) or len({p.shape[1] for p in parts}) != 1:  # type: ignore[union-attr]
+                return None
+            return torch.cat(parts)[:limit]  # type: ignore[arg-type]
+
+        return joined(inputs), joined(targets)

@@ -1,0 +1,82 @@
+"""VAL_INPUTS_OTHER_SCALE / VAL_TARGETS_OTHER_SCALE: a scaler fitted and applied to the training
+split only, and targets log-transformed for training only; the same preprocessing on both
+splits, a chronological split of a drifting series and noise augmentation on the training
+split alone stay quiet, and the label-mapping check does not read a scale mismatch as
+relabelled classes."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck
+from optimus_preflight.preflight.checks.split_scale import SplitScaleCheck, scale_mismatch
+from tests.preflight_support import assert_quiet, codes
+
+NAME = "data.split_scale"
+
+
+def raw_table(rows: int = 1500, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Columns on raw scales (hundreds, a few, thousands) and class labels from them."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, 6, generator=g) * torch.tensor([50.0, 2.0, 800.0, 10.0, 0.3, 120.0]) \
+        + torch.tensor([200.0, 5.0, 3000.0, 40.0, 1.0, 500.0])
+    labels = ((x[:, 0] - 200) / 50 + (x[:, 2] - 3000) / 800 > 0).long() + ((x[:, 3] - 40) / 10 > 0.5).long()
+    return x, labels
+
+
+def preflight(train: TensorDataset, val: TensorDataset, model: nn.Module, loss_fn):
+    return run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), DataLoader(train, batch_size=32, shuffle=True),
+                         val_loader=DataLoader(val, batch_size=64), loss_fn=loss_fn,
+                         checks=[FirstBatchCheck(), SplitScaleCheck(), SplitLabelsCheck()])
+
+
+def test_a_scaler_applied_to_the_training_split_only_fires():
+    x, y = raw_table()
+    mean, std = x[:1200].mean(0), x[:1200].std(0)
+    train = TensorDataset((x[:1200] - mean) / std, y[:1200])
+    report = preflight(train, TensorDataset(x[1200:], y[1200:]), nn.Linear(6, 3), nn.CrossEntropyLoss())
+    result = report.check(NAME)
+    assert codes(result) == {"VAL_INPUTS_OTHER_SCALE"}
+    assert "4 of the 6 columns" in result.issues[0].message  # std 2 and 0.3: within SPREAD of 1 and "scaler.transform" in result.issues[0].fix
+    assert "VAL_LABEL_MAPPING" not in codes(report.check("data.split_labels"))
+    healthy = preflight(train, TensorDataset((x[1200:] - mean) / std, y[1200:]), nn.Linear(6, 3), nn.CrossEntropyLoss())
+    assert_quiet(healthy.check(NAME))
+
+
+def test_targets_log_transformed_for_training_only_fire():
+    x, _ = raw_table()
+    prices = (x[:, 0] * 3 + x[:, 2]).unsqueeze(1)
+    standardised = (x - x[:1200].mean(0)) / x[:1200].std(0)
+    train = TensorDataset(standardised[:1200], torch.log1p(prices[:1200]))
+    result = preflight(train, TensorDataset(standardised[1200:], prices[1200:]), nn.Linear(6, 1), nn.MSELoss()).check(NAME)
+    assert codes(result) == {"VAL_TARGETS_OTHER_SCALE"} and "log1p" in result.issues[0].fix
+    logged = TensorDataset(standardised[1200:], torch.log1p(prices[1200:]))
+    assert_quiet(preflight(train, logged, nn.Linear(6, 1), nn.MSELoss()).check(NAME))
+
+
+def test_a_chronological_split_of_a_drifting_series_and_training_noise_are_quiet():
+    walk = torch.cumsum(torch.randn(4000, generator=torch.Generator().manual_seed(1)), 0)
+    windows = torch.stack([walk[i : i + 16] for i in range(3900)])
+    targets = walk[16:3916].unsqueeze(1)
+    train, val = TensorDataset(windows[:3000], targets[:3000]), TensorDataset(windows[3000:], targets[3000:])
+    assert_quiet(preflight(train, val, nn.Linear(16, 1), nn.MSELoss()).check(NAME))
+    x, y = raw_table()
+    x = (x - x.mean(0)) / x.std(0)
+    noisy = TensorDataset(x[:1200] + 0.5 * torch.randn(1200, 6, generator=torch.Generator().manual_seed(2)), y[:1200])
+    assert_quiet(preflight(noisy, TensorDataset(x[1200:], y[1200:]), nn.Linear(6, 3), nn.CrossEntropyLoss()).check(NAME))
+
+
+def test_scale_mismatch_needs_most_varying_columns_off():
+    g = torch.Generator().manual_seed(3)
+    train = torch.randn(200, 4, generator=g)
+    assert scale_mismatch(train, torch.randn(100, 4, generator=g)) is None
+    one_off = torch.randn(100, 4, generator=g)
+    one_off[:, 0] *= 100
+    assert scale_mismatch(train, one_off) is None  # one column of four: a shift, not a pipeline
+    scaled = torch.randn(100, 4, generator=g) * 50
+    found = scale_mismatch(train, scaled)
+    assert found is not None and found.off == [0, 1, 2, 3] and found.columns == 4
