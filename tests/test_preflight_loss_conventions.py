@@ -320,3 +320,31 @@ def test_heatmap_targets_that_vanish_at_every_pixel(sigma):
     found = issues(nn.Conv2d(1, 1, 3, padding=1), lambda model, batch: F.mse_loss(model(batch[0]), batch[1]), loader,
                    LossFunctionCheck(), "TARGET_MAPS_VANISH")
     assert bool(found) == (sigma == 0.05)
+
+
+@pytest.mark.parametrize("form, fires", [("log_sigmoid", True), ("log_softmax_of_probabilities", True),
+                                         ("epsilon", False), ("with_logits", False), ("log_softmax", False)])
+def test_a_log_taken_straight_of_probabilities(form, fires):
+    def loss_fn(model, batch):
+        x, y = batch
+        logits = model(x)
+        if form == "log_sigmoid":  # a hand-written binary cross-entropy
+            p = torch.sigmoid(logits[:, 0])
+            return -(y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()
+        if form == "epsilon":
+            p = torch.sigmoid(logits[:, 0])
+            return -(y * torch.log(p + 1e-7) + (1 - y) * torch.log(1 - p + 1e-7)).mean()
+        if form == "with_logits":
+            return F.binary_cross_entropy_with_logits(logits[:, 0], y)
+        labels = y.long()
+        if form == "log_softmax":
+            return F.nll_loss(F.log_softmax(logits, dim=1), labels)
+        return F.nll_loss(torch.log(torch.softmax(logits, dim=1)), labels)
+
+    g = torch.Generator().manual_seed(4)
+    loader = DataLoader(TensorDataset(torch.randn(256, 12, generator=g), torch.randint(0, 2, (256,), generator=g).float()),
+                        batch_size=32, shuffle=True)
+    found = issues(nn.Linear(12, 2), loss_fn, loader, LossFunctionCheck(), "LOSS_LOG_OF_PROBABILITY")
+    assert bool(found) == fires
+    if fires:
+        assert "binary_cross_entropy_with_logits" in found[0].fix and "log_softmax" in found[0].fix

@@ -201,6 +201,9 @@ class LossGraph:
     # (1, or 0 for log_softmax) whose gradient is 0, as in attention-pooling scores (B, T, 1)
     # normalised over their last dimension instead of T.
     singleton_softmax: list[tuple[tuple[int, ...], int]] = field(default_factory=list)
+    # "sigmoid", "1 - sigmoid", "softmax": torch.log taken straight of a probability, which
+    # saturates to exactly 0 (log: -inf) where log_softmax / logsigmoid stay finite.
+    log_of_probability: list[str] = field(default_factory=list)
     complete: bool = True  # False past LOSS_GRAPH_NODES
 
 
@@ -231,6 +234,36 @@ def _softmax_over_one(node: Any) -> tuple[tuple[int, ...], int] | None:
     return tuple(result.shape), dim % result.dim()
 
 
+# Nodes that change a tensor's shape, not its values: a probability stays one through them.
+SHAPE_ONLY = ("SqueezeBackward", "UnsqueezeBackward", "ViewBackward", "UnsafeViewBackward", "ReshapeAliasBackward",
+              "ExpandBackward", "SelectBackward", "SliceBackward", "TransposeBackward", "PermuteBackward", "TBackward",
+              "CloneBackward", "IndexBackward", "GatherBackward")
+
+
+def _input_node(node: Any) -> Any:
+    """The node feeding ``node``'s first input, past shape-only nodes."""
+    inner = next((n for n, _ in getattr(node, "next_functions", ()) if n is not None), None)
+    while inner is not None and type(inner).__name__.rstrip("0123456789").startswith(SHAPE_ONLY):
+        inner = next((n for n, _ in getattr(inner, "next_functions", ()) if n is not None), None)
+    return inner
+
+
+def _log_of_probability(node: Any) -> str | None:
+    """What a LogBackward node takes the log of, when it is a probability straight from a
+    sigmoid or softmax (no epsilon, no clamp in between)."""
+    if type(node).__name__ != "LogBackward0":
+        return None
+    inner = _input_node(node)
+    name = type(inner).__name__
+    if name == "SigmoidBackward0":
+        return "sigmoid"
+    if name == "SoftmaxBackward0":
+        return "softmax"
+    if name.startswith("RsubBackward") and type(_input_node(inner)).__name__ == "SigmoidBackward0":
+        return "1 - sigmoid"
+    return None
+
+
 def walk_loss_graph(loss: torch.Tensor, excluded: set[int]) -> LossGraph:
     """What ``loss`` was computed from: the learnable leaves not in ``excluded`` (ids: the
     model's parameters, the optimizer's), the nodes passed and the zero-gradient ops among them."""
@@ -256,6 +289,8 @@ def walk_loss_graph(loss: torch.Tensor, excluded: set[int]) -> LossGraph:
             graph.zero_factors += 1
         if (singleton := _softmax_over_one(node)) is not None and singleton not in graph.singleton_softmax:
             graph.singleton_softmax.append(singleton)
+        if (logged := _log_of_probability(node)) is not None and logged not in graph.log_of_probability:
+            graph.log_of_probability.append(logged)
         variable = getattr(node, "variable", None)  # an AccumulateGrad node: the leaf it feeds
         if isinstance(variable, torch.Tensor):
             if id(variable) not in excluded and variable.requires_grad:

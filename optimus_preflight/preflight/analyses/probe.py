@@ -108,6 +108,7 @@ class StepProbe:
     clamp_ops: list[str] = field(default_factory=list)  # torch.clamp and kin in the loss's graph
     # (shape, dim) of softmaxes over a dimension of size 1 in the loss's graph: constants, gradient 0
     singleton_softmax: list[tuple[tuple[int, ...], int]] = field(default_factory=list)
+    log_of_probability: list[str] = field(default_factory=list)  # torch.log straight of a sigmoid / softmax
     params_zero_grad: list[str] = field(default_factory=list)  # got a gradient of exactly 0 everywhere
     hooked_params: list[str] = field(default_factory=list)  # with a gradient hook of the user's (register_hook)
     loss_reseeds: list[str] = field(default_factory=list)  # seeding calls made inside compute_loss
@@ -281,6 +282,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
                     probe.zero_factors = graph.zero_factors
                     probe.clamp_ops = graph.clamp_ops
                     probe.singleton_softmax = graph.singleton_softmax
+                    probe.log_of_probability = graph.log_of_probability
                     probe.loss_ignores_output = bool(outputs) and not any(id(node) in graph.nodes for node in outputs)
         else:
             probe.loss = LossReturn(kind=type(loss).__name__)

@@ -414,7 +414,7 @@ class LossFunctionCheck(Check):
     codes = ("O12", "O13", "O16", "LOSS_NORM_DIM", "LOSS_BROADCAST", "LOSS_ONE_PREDICTION", "LOSS_SOFTMAX_BCE", "LOSS_OUTPUT_RANGE",
              "LOSS_PAIR_SLICES", "LOSS_CLASS_WEIGHTS", "LOSS_BOUNDED_LOGITS", "LOSS_CLASS_DIM", "CTC_BLANK_IN_TARGETS", "MULTILABEL_MARGIN_MULTI_HOT",
              "POISSON_LOG_INPUT", "LOSS_INDEXED_BY_BATCH", "TRANSPOSE_1D", "MESHGRID_INDEXING", "LABEL_SMOOTHING_TOO_HIGH", "KL_DIV_MEAN_REDUCTION", "PREDICTION_DETACHED", "GATHER_ALONG_BATCH", "EINSUM_NOT_CONTRACTED", "SORT_ALONG_LAST_DIM", "TARGET_MAPS_VANISH",
-             "LOSS_WEIGHTS_AFTER_MEAN", "SOFTMAX_OFF_AXIS")
+             "LOSS_WEIGHTS_AFTER_MEAN", "SOFTMAX_OFF_AXIS", "LOSS_LOG_OF_PROBABILITY")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -428,6 +428,18 @@ class LossFunctionCheck(Check):
                       *bounded_logit_findings(calls), *class_dim_findings(calls),
                       *criterion_arg_findings(probe.criterion_args), *pitfall_findings(probe.pitfalls)]:
             findings.add(found.severity, found.code, found.message, found.fix)
+        if probe.log_of_probability:
+            taken = " and ".join(f"log({what})" for what in probe.log_of_probability)
+            findings.warning(
+                "LOSS_LOG_OF_PROBABILITY",
+                f"the loss takes {taken} directly, a hand-written cross-entropy on probabilities: once the "
+                "activation saturates (a logit beyond about 17 in float32, far less in bf16/fp16) the probability is "
+                "exactly 0 or 1, log returns -inf and the loss turns inf or NaN, and before that its gradient "
+                "vanishes. The built-in losses compute the same value from the logits, stably",
+                "Compute the loss from the logits: F.binary_cross_entropy_with_logits(logits, y) (or F.logsigmoid(z) "
+                "for log(sigmoid(z)) and F.logsigmoid(-z) for log(1 - sigmoid(z))); F.log_softmax(z, dim) or "
+                "F.cross_entropy(z, y) instead of log(softmax(z)).",
+            )
         if probe.batch_normalize is not None:
             shape, dim = probe.batch_normalize
             findings.error(
