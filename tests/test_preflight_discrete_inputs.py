@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from optimus_preflight.preflight import run_preflight
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.embedding_inputs import EmbeddingInputsCheck
 from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck
 from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
 
 
 class Scorer(nn.Module):
@@ -135,3 +138,45 @@ def test_a_position_table_looked_up_with_token_ids(by):
                            loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), FirstStepCheck(), EmbeddingInputsCheck()])
     found = [i for i in report.check("model.embedding_inputs").issues if i.code == "POSITION_EMBEDDING_TOKEN_IDS"]
     assert bool(found) == (by == "tokens")
+
+
+def _bag_batches(correct_offsets: bool) -> DataLoader:
+    g = torch.Generator().manual_seed(5)
+    texts = [torch.randint(0, 50, (int(torch.randint(3, 12, (1,), generator=g)),), generator=g) for _ in range(256)]
+    labels = [int((t < 25).float().mean() > 0.5) for t in texts]
+
+    def collate(samples):
+        tokens = torch.cat([t for t, _ in samples])
+        lengths = torch.tensor([len(t) for t, _ in samples])
+        offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)[:-1]]) if correct_offsets \
+            else torch.arange(len(samples))  # the bug: bag indices, not where each bag starts
+        return tokens, offsets, torch.tensor([y for _, y in samples])
+
+    return DataLoader(list(zip(texts, labels)), batch_size=32, shuffle=True, collate_fn=collate)
+
+
+class BagClassifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.bag, self.head = nn.EmbeddingBag(50, 16), nn.Linear(16, 2)
+
+    def forward(self, tokens, offsets):
+        return self.head(self.bag(tokens, offsets))
+
+
+@pytest.mark.parametrize("correct_offsets", [False, True])
+def test_embeddingbag_offsets_that_are_bag_indices_fire_and_collated_offsets_are_not_per_sample(correct_offsets):
+    from optimus_preflight.preflight.checks.collate_context import CollateContextCheck
+    from optimus_preflight.preflight.checks.collate_order import CollateOrderCheck
+
+    model = BagClassifier()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-2), _bag_batches(correct_offsets),
+                           loss_fn=lambda m, b: F.cross_entropy(m(b[0], b[1]), b[2]),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), EmbeddingInputsCheck(), CollateOrderCheck(),
+                                   CollateContextCheck()])
+    loud = {issue.code for _, issue in report.issues() if issue.severity.value in ("warning", "error")}
+    assert loud == (set() if correct_offsets else {"EMBEDDINGBAG_OFFSETS"})
+    if not correct_offsets:
+        issue = next(issue for _, issue in report.issues() if issue.code == "EMBEDDINGBAG_OFFSETS")
+        assert "offsets 0, 1, ..., 31" in issue.message and "lengths.cumsum(0)[:-1]" in issue.fix

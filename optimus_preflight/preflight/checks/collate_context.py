@@ -29,6 +29,7 @@ from optimus_preflight.preflight.checks.collate_order import (
     collate_seeded,
     custom_collate,
     disagreeing,
+    is_offsets,
     leaf_names,
 )
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
@@ -87,7 +88,7 @@ def batch_dependent(first: Any, first_again: Any, second: Any, whole: Any,
             continue
         if (a.shape[0], b.shape[0], w.shape[0]) != (*sizes, sum(sizes)) or not a.dim() == b.dim() == w.dim():
             continue
-        if not _same(a, again) or _same(a, b):  # random, or positional / constant
+        if not _same(a, again) or _same(a, b) or is_offsets(w, whole):  # random, positional / constant, offsets
             continue
         per_leaf[index] = torch.cat([_row_matches(a, w), _row_matches(b, w)])
     if not per_leaf:

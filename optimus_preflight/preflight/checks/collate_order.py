@@ -46,12 +46,24 @@ def row_matches(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor | Non
     return equal if bool(equal.any(dim=1).all()) else None
 
 
+def is_offsets(tensor: Any, batch: Any) -> bool:
+    """A 1-D integer tensor that starts at 0, never decreases, and points inside a longer 1-D
+    tensor of the batch: the offsets of bags in a flat input (nn.EmbeddingBag, packed graphs),
+    positions that depend on the other samples by definition, not per-sample values."""
+    if not isinstance(tensor, torch.Tensor) or tensor.dim() != 1 or tensor.numel() < 2 or tensor.is_floating_point() \
+            or int(tensor[0]) != 0 or bool((tensor.diff() < 0).any()):
+        return False
+    last = int(tensor[-1])
+    return any(isinstance(leaf, torch.Tensor) and leaf.dim() == 1 and leaf.numel() > max(last, tensor.numel())
+               for leaf in leaves(batch) if leaf is not tensor)
+
+
 def disagreeing(first: Any, second: Any, size: int) -> tuple[int, int] | None:
     """Indices (in ``leaves`` order) of two tensors of the two collated batches that no
     single reordering of the samples explains (pure)."""
     pairs = [(index, a, b) for index, (a, b) in enumerate(zip(leaves(first), leaves(second), strict=False))
              if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() >= 1
-             and a.shape == b.shape and a.shape[0] == size]
+             and a.shape == b.shape and a.shape[0] == size and not is_offsets(a, first)]
     matches = [(index, m) for index, a, b in pairs if (m := row_matches(a, b)) is not None]
     # An order is known from a tensor whose rows are all different: a permutation.
     orders = [(index, m.float().argmax(dim=1)) for index, m in matches

@@ -99,13 +99,17 @@ def dominant_token(ids: torch.Tensor) -> tuple[int, float, int] | None:
     return int(values[top]), float(counts[top]) / kept.numel(), kept.numel()
 
 
+MIN_BAGS = 4  # offsets of a batch this large before their layout is judged
+
+
 class EmbeddingInputsCheck(Check):
     """EMBEDDING_ONE_TOKEN: one id is most of the tokens; EMBEDDING_PADDING_IDX: an Embedding's
     padding_idx occurs inside the sequences."""
 
     name = "model.embedding_inputs"
     stage = Stage.STEP
-    codes = ("EMBEDDING_ONE_TOKEN", "EMBEDDING_PADDING_IDX", "EMBEDDING_FIELDS_SHARE_IDS", "POSITION_EMBEDDING_TOKEN_IDS")
+    codes = ("EMBEDDING_ONE_TOKEN", "EMBEDDING_PADDING_IDX", "EMBEDDING_FIELDS_SHARE_IDS", "POSITION_EMBEDDING_TOKEN_IDS",
+             "EMBEDDINGBAG_OFFSETS")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -120,8 +124,18 @@ class EmbeddingInputsCheck(Check):
         batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
         batch_storage = storages(batch)
 
+        one_token_bags: dict[nn.Module, tuple[int, int]] = {}  # (bags, tokens) of offsets = arange(bags)
+
         def on_input(module: nn.Module, args: tuple) -> None:
             ids = args[0] if args else None
+            offsets = args[1] if len(args) > 1 else None
+            if isinstance(module, nn.EmbeddingBag) and isinstance(ids, torch.Tensor) and ids.dim() == 1 \
+                    and isinstance(offsets, torch.Tensor) and offsets.dim() == 1 and offsets.numel() >= MIN_BAGS:
+                bags = offsets.numel()
+                # Offsets are where each bag starts in the flat ids: arange(B) gives every bag one token and
+                # the last bag all the rest (the bag sizes were never summed).
+                if ids.numel() >= 2 * bags and torch.equal(offsets.detach().cpu(), torch.arange(bags)):
+                    one_token_bags[module] = (bags, ids.numel())
             if module in seen or not isinstance(ids, torch.Tensor) or ids.is_floating_point() or not ids.numel():
                 return
             ids = ids.detach()
@@ -160,6 +174,17 @@ class EmbeddingInputsCheck(Check):
             for handle in handles:
                 handle.remove()
         findings.data["summary"] = f"{len(seen)} Embedding input(s) observed"
+        for module, (bags, tokens) in one_token_bags.items():
+            findings.error(
+                "EMBEDDINGBAG_OFFSETS",
+                f"the EmbeddingBag '{embeddings[module]}' gets offsets 0, 1, ..., {bags - 1} for {tokens} flat ids: "
+                "offsets are where each bag STARTS in the flat input, so bags 0 to "
+                f"{bags - 2} hold one token each (the first token of the batch, then the next...) and the last bag "
+                f"holds the other {tokens - bags + 1}: no sample is encoded from its own tokens",
+                "Build the offsets from the bag lengths: offsets = torch.cat([torch.zeros(1, dtype=torch.long), "
+                "lengths.cumsum(0)[:-1]]) (or pass a padded (B, T) input with padding_idx, and no offsets).",
+            )
+            break
         for module, token_ids in positions.items():
             if token_ids:
                 findings.warning(
