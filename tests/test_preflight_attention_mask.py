@@ -68,3 +68,50 @@ def test_masks_that_select_the_padding_fire(torch_inverted, hf_inverted, says):
 
 def test_the_right_conventions_are_quiet():
     assert not inverted(Encoder(False), hf_collate(False))
+
+
+def hf_batches(with_mask: bool, side: str = "right") -> DataLoader:
+    def collate(rows):
+        ids = [r[0] for r in rows]
+        if side == "left":
+            ids = pad_sequence([i.flip(0) for i in ids], batch_first=True, padding_value=PAD).flip(1)
+        else:
+            ids = pad_sequence(ids, batch_first=True, padding_value=PAD)
+        batch = {"input_ids": ids, "labels": torch.tensor([r[1] for r in rows])}
+        if with_mask:
+            batch["attention_mask"] = (ids != PAD).long()
+        return batch
+    return DataLoader(sentences(), batch_size=32, shuffle=True, collate_fn=collate)
+
+
+def missing(model: nn.Module, loader: DataLoader) -> list:
+    report = run_preflight(model, torch.optim.AdamW(model.parameters(), 1e-3), loader,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), AttentionMaskCheck()])
+    return [i for i in report.check("step.attention_mask").issues if i.code == "ATTENTION_MASK_MISSING"]
+
+
+@pytest.fixture
+def transformers():
+    transformers = pytest.importorskip("transformers")
+    transformers.utils.logging.set_verbosity_error()
+    return transformers
+
+
+def test_a_padded_batch_without_an_attention_mask_into_a_hf_encoder_fires(transformers):
+    def bert():
+        torch.manual_seed(0)
+        return transformers.BertForSequenceClassification(transformers.BertConfig(
+            vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+            num_labels=2, pad_token_id=PAD))
+
+    found = missing(bert(), hf_batches(with_mask=False))
+    assert len(found) == 1 and "padding id 0" in found[0].message and "attention_mask" in found[0].fix
+    assert not missing(bert(), hf_batches(with_mask=True))
+
+
+def test_a_causal_lm_with_right_padding_and_no_mask_is_quiet(transformers):
+    torch.manual_seed(0)
+    gpt2 = transformers.GPT2ForSequenceClassification(transformers.GPT2Config(
+        vocab_size=50, n_positions=32, n_embd=16, n_layer=1, n_head=2, num_labels=2, pad_token_id=PAD))
+    assert not missing(gpt2, hf_batches(with_mask=False))
+    assert missing(gpt2, hf_batches(with_mask=False, side="left"))  # left padding precedes the tokens

@@ -10,7 +10,11 @@ id filling runs at the rows' ends), so the check needs no knowledge of the token
 - a Hugging Face style batch whose ``attention_mask`` is 1 exactly on the padding;
 - a ``key_padding_mask`` that an ``nn.MultiheadAttention``/``nn.Transformer*`` module
   receives during one eval-mode forward that is True on the tokens and False on the
-  padding (seen through forward pre-hooks).
+  padding (seen through forward pre-hooks);
+- a Hugging Face model called with padded ``input_ids`` and no ``attention_mask``
+  (``ATTENTION_MASK_MISSING``): it attends to the padding, so each sample's representation
+  depends on how much padding its batch needed. A causal model with right padding is left
+  alone: its real tokens never see the padding that follows them.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
 
 AGREE = 0.95  # of the positions: the mask is the padding (or its complement) this often
+CAUSAL_MODEL_TYPES = ("gpt2", "gpt_neo", "gptj", "gpt_neox", "llama", "mistral", "opt", "bloom", "qwen2", "phi", "gemma",
+                      "falcon", "codegen")
 MASK_KWARGS = ("key_padding_mask", "src_key_padding_mask", "tgt_key_padding_mask", "memory_key_padding_mask")
 ATTENTION_MODULES = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder,
                      nn.TransformerDecoderLayer, nn.TransformerDecoder, nn.Transformer)
@@ -71,7 +77,7 @@ class AttentionMaskCheck(Check):
 
     name = "step.attention_mask"
     stage = Stage.STEP
-    codes = ("ATTENTION_MASK_INVERTED",)
+    codes = ("ATTENTION_MASK_INVERTED", "ATTENTION_MASK_MISSING")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -86,6 +92,8 @@ class AttentionMaskCheck(Check):
                 "Build it as (input_ids != tokenizer.pad_token_id).long(): 1 on the tokens, 0 on the padding (the "
                 "tokenizer's own attention_mask already is).",
             )
+            return
+        if self._missing_hf_mask(ctx, findings):
             return
         pads = [pad for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and (pad := padding_of(leaf)) is not None]
         modules = [m for m in ctx.model.modules() if isinstance(m, ATTENTION_MODULES)]
@@ -105,6 +113,52 @@ class AttentionMaskCheck(Check):
                     "start from a Hugging Face attention_mask.",
                 )
                 return
+
+    @staticmethod
+    def _missing_hf_mask(ctx: PreflightContext, findings: Findings) -> bool:
+        """ATTENTION_MASK_MISSING: a Hugging Face model's forward given padded input_ids and no
+        attention_mask (read from the call itself: a loss function may build the mask)."""
+        model = ctx.model
+        config = getattr(model, "config", None)
+        if config is None or not hasattr(config, "pad_token_id") or not hasattr(model, "get_input_embeddings"):
+            return False
+        calls: list[tuple[Any, Any]] = []
+
+        def on_call(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            if not calls:
+                ids = kwargs.get("input_ids", args[0] if args else None)
+                calls.append((ids, kwargs.get("attention_mask", args[1] if len(args) > 1 else None)))
+
+        handle = model.register_forward_pre_hook(on_call, with_kwargs=True)
+        try:
+            eval_forward(ctx, ctx.artifacts.first_batch)
+        except Exception:
+            return False
+        finally:
+            handle.remove()
+        if not calls or not isinstance(calls[0][0], torch.Tensor) or calls[0][1] is not None:
+            return False
+        ids = calls[0][0]
+        pad = padding_of(ids)
+        if pad is None:
+            return False
+        profile, _ = edge_padding(ids, None)
+        causal = bool(getattr(config, "is_decoder", False)) or type(model).__name__.endswith(
+            ("ForCausalLM", "LMHeadModel")) or getattr(config, "model_type", "") in CAUSAL_MODEL_TYPES
+        if causal and profile is not None and profile.side == "end":
+            return False
+        share = float(pad.float().mean())
+        findings.warning(
+            "ATTENTION_MASK_MISSING",
+            f"the {type(model).__name__} is called with padded input_ids ({share:.0%} of the positions are padding id "
+            f"{profile.value if profile else '?'}) and no attention_mask: it attends to the padding as if it were text, "
+            "so each sample's representation depends on how much padding its batch needed, and the model learns "
+            "around the padding instead of ignoring it (Hugging Face only logs a one-time warning)",
+            "Pass the tokenizer's attention_mask along with input_ids (model(input_ids=..., attention_mask=...); keep "
+            "it in the batch: tokenizer(..., padding=True) returns it, and DataCollatorWithPadding pads it), or "
+            "build it as (input_ids != tokenizer.pad_token_id).long().",
+        )
+        return True
 
     @staticmethod
     def _key_padding_masks(ctx: PreflightContext, modules: list[nn.Module]) -> list[tuple[str, torch.Tensor]]:
