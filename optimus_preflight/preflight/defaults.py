@@ -38,6 +38,7 @@ from optimus_preflight.preflight.checks.dropout_rate import DropoutInEvalCheck, 
 from optimus_preflight.preflight.checks.embedding_inputs import EmbeddingInputsCheck
 from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
 from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
+from optimus_preflight.preflight.checks.flip_labels import FlipLabelsCheck
 from optimus_preflight.preflight.checks.forecast_leak import ForecastLeakCheck
 from optimus_preflight.preflight.checks.graph_batch import GraphBatchCheck
 from optimus_preflight.preflight.checks.input_content import InputContentCheck
@@ -113,6 +114,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     SplitOverlapCheck,
     SplitLabelsCheck,
     SplitScaleCheck,
+    FlipLabelsCheck,
     TargetSignalCheck,
     RankBatchesCheck,
     model_checks.OptimizerParamsCheck,

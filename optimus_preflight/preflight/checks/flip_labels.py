@@ -1,0 +1,182 @@
+"""A random horizontal flip that turns one class into another (``data.flip_labels``).
+
+``RandomHorizontalFlip`` is the first augmentation everyone adds, and it is wrong wherever
+the class depends on left and right: arrow or hand-signal directions, mirrored letters and
+digits, left/right body parts, lane positions. A flipped "left" keeps its label "left" and
+looks exactly like a "right": half of those samples are mislabelled and the two classes
+become one.
+
+Two facts, both read from the data:
+- the training dataset flips at random: drawing the same index several times returns an
+  image and its exact mirror (``x.flip(-1)``) with the same label;
+- two classes cannot be told apart in the flipped data: a 1-nearest-neighbour vote between
+  them is near chance (each holds both orientations),
+  on data where nearest neighbours are meaningful: the closest image is much closer than a
+  typical one (rendered signs, glyphs and sprites, not natural photos), or another pair of
+  classes separates cleanly by the same vote.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from optimus_preflight.preflight.checks.batch_checks import is_map_style
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.data_access.guard import DataGuard
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.framework.preserve import preserved_data_state
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+PROBED_INDICES = 12
+DRAWS = 4  # of each probed index: a p=0.5 flip shows both orientations with probability 7/8
+MIN_FLIPPED = 3  # probed indices that came back mirrored
+SAMPLES = 256  # images read for the nearest-neighbour vote
+BUDGET_S = 2.0
+MIN_WIDTH = 8
+MIN_CLASS = 8
+CHANCE = 0.6  # 1-NN accuracy between two classes at or below this: one class
+# The nearest image over the median distance between images: rendered, clustered
+# data sits well below; natural photos sit near 1, where a pixel neighbour says little.
+CLUSTERED = 0.7
+SEPARATED = 0.9  # ... or another class pair separates at least this well
+
+
+def image_and_label(sample: Any) -> tuple[torch.Tensor, int] | None:
+    """(image (..., H, W) float, class id) of an ``(image, label)`` sample or a mapping with
+    one float tensor and one integer label."""
+    if isinstance(sample, (list, tuple)) and len(sample) == 2:
+        image, label = sample
+    elif isinstance(sample, Mapping):
+        floats = [v for v in sample.values() if isinstance(v, torch.Tensor) and v.is_floating_point()]
+        ints = [v for v in sample.values() if not (isinstance(v, torch.Tensor) and v.is_floating_point())]
+        if len(floats) != 1 or len(ints) != 1:
+            return None
+        image, label = floats[0], ints[0]
+    else:
+        return None
+    if not isinstance(image, torch.Tensor) or not image.is_floating_point() or image.dim() not in (2, 3) \
+            or image.shape[-1] < MIN_WIDTH or image.shape[-2] < MIN_WIDTH:
+        return None
+    if isinstance(label, torch.Tensor):
+        if label.numel() != 1 or label.is_floating_point():
+            return None
+        label = int(label)
+    if not isinstance(label, int) or isinstance(label, bool):
+        return None
+    return image.detach().float().cpu(), label
+
+
+def shows_mirror(draws: list[torch.Tensor]) -> bool:
+    """Two draws of one index that are each other's horizontal mirror (and differ)."""
+    for i, first in enumerate(draws):
+        for second in draws[i + 1:]:
+            if first.shape == second.shape and not torch.equal(first, second) \
+                    and torch.allclose(first.flip(-1), second, atol=1e-6):
+                return True
+    return False
+
+
+@dataclass
+class MirrorClasses:
+    first: int
+    second: int
+    accuracy: float  # 1-NN between the two classes, as the loader serves them
+    clustered: float  # nearest over median distance
+
+
+def mirror_classes(images: torch.Tensor, labels: torch.Tensor) -> MirrorClasses | None:
+    """The class pair a 1-NN vote cannot separate in the flipped data, where neighbours are
+    meaningful (pure); None when every pair separates or neighbours say little. Flipped with
+    their labels swapped, or not flipped, left and right separate cleanly; flipped under a
+    kept label, each holds both orientations and they are one class."""
+    flat = images.reshape(len(images), -1).double()
+    distance = torch.cdist(flat, flat)
+    distance.fill_diagonal_(float("inf"))
+    nearest = distance.min(dim=1).values
+    typical = distance[torch.isfinite(distance)].median()
+    clustered = float(nearest.median() / typical.clamp_min(1e-30))
+    classes = [int(c) for c, n in zip(*torch.unique(labels, return_counts=True), strict=True) if n >= MIN_CLASS]
+    accuracies: dict[tuple[int, int], float] = {}
+    for i, a in enumerate(classes):
+        for b in classes[i + 1:]:
+            keep = (labels == a) | (labels == b)
+            picked = labels[keep][distance[keep][:, keep].argmin(dim=1)]
+            accuracies[(a, b)] = float((picked == labels[keep]).float().mean())
+    if not accuracies:
+        return None
+    (a, b), worst = min(accuracies.items(), key=lambda item: item[1])
+    others = [accuracy for pair, accuracy in accuracies.items() if pair != (a, b)]
+    # Neighbours mean something here: the data is clustered, or other classes separate cleanly.
+    meaningful = clustered <= CLUSTERED or (others and max(others) >= SEPARATED)
+    if worst > CHANCE or not meaningful:
+        return None
+    return MirrorClasses(a, b, worst, clustered)
+
+
+class FlipLabelsCheck(Check):
+    """FLIP_CHANGES_CLASS: a random horizontal flip, kept label, two classes that are mirrors."""
+
+    name = "data.flip_labels"
+    stage = Stage.DATA
+    codes = ("FLIP_CHANGES_CLASS",)
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        dataset = getattr(ctx.train_loader, "dataset", None)
+        if dataset is None or not is_map_style(dataset):
+            findings.data["summary"] = "no map-style training dataset"
+            return
+        guard = DataGuard(ctx, self.name, findings)
+        with preserved_data_state(ctx):
+            size = guard.call(len, dataset, what="len(dataset)")
+            first = image_and_label(guard.call(dataset.__getitem__, 0, what="dataset[0]")) if size else None
+            if first is None:
+                findings.data["summary"] = "not (image, class) samples"
+                return
+            stride = max(1, size // PROBED_INDICES)
+            flipped = 0
+            for index in range(0, min(size, stride * PROBED_INDICES), stride):
+                draws = [image_and_label(guard.call(dataset.__getitem__, index, what=f"dataset[{index}]"))
+                         for _ in range(DRAWS)]
+                if any(d is None for d in draws) or len({d[1] for d in draws}) != 1:  # type: ignore[index]
+                    continue  # a label that changes with the draw: flips that swap the class, or noise
+                flipped += shows_mirror([d[0] for d in draws])  # type: ignore[index]
+            findings.data["flipped_indices"] = flipped
+            if flipped < MIN_FLIPPED:
+                findings.data["summary"] = f"{flipped} of {PROBED_INDICES} indices came back mirrored: no random flip"
+                return
+            images, labels, started = [], [], time.perf_counter()
+            step = max(1, size // SAMPLES)
+            for index in range(0, size, step):
+                pair = image_and_label(guard.call(dataset.__getitem__, index, what=f"dataset[{index}]"))
+                if pair is None or pair[0].shape != first[0].shape:
+                    return
+                images.append(pair[0])
+                labels.append(pair[1])
+                if len(images) >= SAMPLES or time.perf_counter() - started > BUDGET_S:
+                    break
+        found = mirror_classes(torch.stack(images), torch.tensor(labels))
+        findings.data["summary"] = (f"random horizontal flip; classes {found.first} and {found.second} are one once "
+                                    "mirrored" if found else "random horizontal flip; every class pair separates")
+        if found is None:
+            return
+        findings.warning(
+            "FLIP_CHANGES_CLASS",
+            f"the training dataset flips images horizontally at random ({flipped} of {PROBED_INDICES} indices came "
+            f"back as an image and its mirror under one label), and classes {found.first} and {found.second} cannot "
+            f"be told apart as the dataset serves them: a nearest-neighbour vote between them is "
+            f"right {found.accuracy:.0%} of the time (chance: 50%), where images' nearest neighbours are meaningful. "
+            "The classes differ by left and right (a direction, a "
+            "mirrored glyph or sign), and the flip turns one into the other while keeping its label: half their "
+            "samples are mislabelled and the model cannot learn the difference",
+            "Drop the horizontal flip for these classes (transforms without RandomHorizontalFlip; keep augmentations "
+            "that preserve the class), or swap the label with the image when flipping (left <-> right).",
+            "data.train",
+        )

@@ -1,0 +1,96 @@
+"""FLIP_CHANGES_CLASS: a random horizontal flip that keeps the label on left/right classes; no
+flip, a flip that swaps left and right with the image, and a flip on shapes that do not care
+stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.flip_labels import FlipLabelsCheck, mirror_classes, shows_mirror
+from tests.preflight_support import assert_quiet, codes
+
+LEFT, RIGHT, UP, DOWN = 0, 1, 2, 3
+
+
+def glyph(kind: int, size: int = 12) -> torch.Tensor:
+    """A bar with a block at one end: the block's side is the direction."""
+    image = torch.zeros(size, size)
+    middle = size // 2
+    if kind in (LEFT, RIGHT):
+        image[middle - 1 : middle + 1, 2:-2] = 1.0
+        end = slice(1, 4) if kind == LEFT else slice(size - 4, size - 1)
+        image[middle - 3 : middle + 3, end] = 1.0
+    elif kind in (UP, DOWN):
+        image[2:-2, middle - 1 : middle + 1] = 1.0
+        end = slice(1, 4) if kind == UP else slice(size - 4, size - 1)
+        image[end, middle - 3 : middle + 3] = 1.0
+    else:  # a ring or a cross: the same under a mirror
+        image[2:-2, 2:-2] = 1.0
+        if kind == 4:
+            image[4:-4, 4:-4] = 0.0
+        else:
+            image[2:-2, 2:-2] = 0.0
+            image[middle - 1 : middle + 1, :] = 1.0
+            image[:, middle - 1 : middle + 1] = 1.0
+    return image
+
+
+class Signs(Dataset):
+    def __init__(self, kinds: tuple[int, ...], flip: str):
+        g = torch.Generator().manual_seed(0)
+        self.labels = torch.tensor(kinds)[torch.randint(0, len(kinds), (600,), generator=g)]
+        self.noise = 0.15 * torch.randn(600, 12, 12, generator=g)
+        self.flip = flip
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int):
+        label = int(self.labels[index])
+        image = glyph(label) + self.noise[index]
+        if self.flip != "none" and torch.rand(1).item() < 0.5:  # RandomHorizontalFlip(p=0.5)
+            image = image.flip(-1)
+            if self.flip == "swap" and label in (LEFT, RIGHT):
+                label = RIGHT if label == LEFT else LEFT
+        return image.unsqueeze(0), label
+
+
+def result(dataset: Dataset):
+    model = nn.Sequential(nn.Flatten(), nn.Linear(144, 6))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(dataset, batch_size=32, shuffle=True), loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FlipLabelsCheck()])
+    return report.check("data.flip_labels")
+
+
+def test_a_label_keeping_flip_on_direction_classes_fires():
+    found = result(Signs((LEFT, RIGHT, UP, DOWN), flip="keep"))
+    assert codes(found) == {"FLIP_CHANGES_CLASS"}
+    assert "classes 0 and 1" in found.issues[0].message and "RandomHorizontalFlip" in found.issues[0].fix
+
+
+@pytest.mark.parametrize("kinds, flip", [((LEFT, RIGHT, UP, DOWN), "none"), ((LEFT, RIGHT, UP, DOWN), "swap"),
+                                         ((4, 5, UP, DOWN), "keep")],
+                         ids=["no_flip", "flip_swaps_left_and_right", "mirror_symmetric_classes"])
+def test_no_flip_a_label_swapping_flip_and_symmetric_classes_are_quiet(kinds, flip):
+    assert_quiet(result(Signs(kinds, flip)))
+
+
+def test_the_pure_parts():
+    image = torch.randn(1, 12, 12)
+    assert shows_mirror([image, image.clone(), image.flip(-1)])
+    assert not shows_mirror([image, image.clone()])
+    symmetric = torch.ones(1, 12, 12)
+    assert not shows_mirror([symmetric, symmetric.flip(-1)])  # equal: nothing to tell
+    images = torch.stack([glyph(k).unsqueeze(0) for k in (LEFT, RIGHT, UP, DOWN) for _ in range(30)])
+    images = images + 0.1 * torch.randn(images.shape, generator=torch.Generator().manual_seed(1))
+    labels = torch.tensor([k for k in (LEFT, RIGHT, UP, DOWN) for _ in range(30)])
+    flipped = torch.rand(120, generator=torch.Generator().manual_seed(2)) < 0.5
+    images[flipped] = images[flipped].flip(-1)
+    found = mirror_classes(images, labels)
+    assert found is not None and (found.first, found.second) == (LEFT, RIGHT) and found.accuracy <= 0.6
