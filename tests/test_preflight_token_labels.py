@@ -85,3 +85,37 @@ def test_prompt_completion_labels_end_at_the_last_token():
     stacked = {key: torch.stack([row[key] for row in rows]) for key in rows[0]}
     span = label_span(stacked["input_ids"], stacked["attention_mask"], stacked["labels"])
     assert span is not None and span.short == 0 and span.rows == 16
+
+
+class GruTagger(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.rnn, self.out = torch.nn.Embedding(100, 16), torch.nn.GRU(16, 16, batch_first=True), \
+            torch.nn.Linear(16, 5)
+
+    def forward(self, ids):
+        return self.out(self.rnn(self.embed(ids))[0])
+
+
+@pytest.mark.parametrize("layout", ["per_position", "aligned"])
+def test_an_ids_labels_tuple_is_read_too(layout):
+    rows = tagged_sentences(layout)
+    pairs = DataLoader([(row["input_ids"], row["labels"]) for row in rows], batch_size=16, shuffle=True)
+    model = GruTagger()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), pairs,
+                           loss_fn=lambda m, b: torch.nn.functional.cross_entropy(m(b[0]).reshape(-1, 5),
+                                                                                 b[1].reshape(-1)),
+                           checks=[FirstBatchCheck(), TokenLabelsCheck()])
+    result = report.check("step.token_labels")
+    assert codes(result) == ({"TOKEN_LABELS_NOT_ALIGNED"} if layout == "per_position" else set())
+
+
+def test_labels_that_are_token_ids_are_another_task():
+    from optimus_preflight.preflight.checks.token_labels import ids_mask_labels
+
+    rows = tagged_sentences("aligned", 8)
+    ids = torch.stack([row["input_ids"] for row in rows])
+    target = torch.full_like(ids, -100)
+    target[:, :5] = ids[:, 1:6]  # a seq2seq target of token ids, shorter than the source
+    assert ids_mask_labels({"input_ids": ids, "attention_mask": (ids != 0).long(), "labels": target}) is None

@@ -6,8 +6,11 @@ Word-level tags (NER, POS) must be re-aligned to a sub-word tokenizer's pieces: 
 the tags fill a contiguous run that ends where the words would end without sub-words, long
 before the tokens do, and every tag after the first split word sits on the wrong token.
 
-Read from a mapping batch holding ``input_ids``, ``attention_mask`` and ``labels`` of one
-(B, T) shape: per row, the trained labels (not -100) and the real tokens (mask 1). A row is
+Read from a batch holding token ids and labels of one (B, T) shape: a mapping's
+``input_ids``, ``attention_mask`` and ``labels``, or an ``(ids, labels)`` tuple whose labels
+hold -100 (the real tokens are then what is not edge padding). Per row: the trained labels
+(not -100) and the real tokens. Tags are class ids, far below the token ids; labels that are
+token ids themselves (a seq2seq target, an LM's) are another task and are not read. A row is
 short when its trained labels form one unbroken run that ends well before its last real
 token: at least ``SHORT_BY`` positions and a quarter of the row. Aligned labels have gaps
 (the extra pieces) and end at the last word, one to three positions before ``[SEP]``;
@@ -18,10 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from optimus_preflight.preflight.checks.attention_mask import padding_of
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
@@ -75,6 +79,33 @@ def label_span(input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: to
     return LabelSpan(rows, short, median, example)
 
 
+def ids_mask_labels(batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(token ids, real-token mask, labels) of a token-classification batch, or None."""
+    if isinstance(batch, Mapping):
+        ids, mask, labels = batch.get("input_ids"), batch.get("attention_mask"), batch.get("labels")
+    elif isinstance(batch, (list, tuple)):
+        grids = [leaf for leaf in batch if isinstance(leaf, torch.Tensor) and leaf.dim() == 2
+                 and not leaf.is_floating_point() and leaf.dtype != torch.bool]
+        marked = [grid for grid in grids if bool((grid == IGNORE_INDEX).any())]
+        plain = [grid for grid in grids if not bool((grid == IGNORE_INDEX).any())]
+        if len(marked) != 1 or not plain:
+            return None
+        labels, ids, mask = marked[0], plain[0], None
+    else:
+        return None
+    if not isinstance(ids, torch.Tensor) or not isinstance(labels, torch.Tensor) or ids.shape != labels.shape \
+            or ids.dim() != 2:
+        return None
+    if not isinstance(mask, torch.Tensor):
+        pad = padding_of(ids)
+        mask = ~pad if pad is not None else torch.ones_like(ids, dtype=torch.bool)
+    trained = labels[labels != IGNORE_INDEX]
+    # Tags are a handful of class ids; labels in the token ids' own range are tokens (seq2seq, LM).
+    if not trained.numel() or int(trained.max()) * 2 > int(ids.max()):
+        return None
+    return ids, mask, labels
+
+
 class TokenLabelsCheck(Check):
     """TOKEN_LABELS_NOT_ALIGNED: word tags laid one per position on a sub-word sequence."""
 
@@ -84,12 +115,11 @@ class TokenLabelsCheck(Check):
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        batch = ctx.artifacts.first_batch
-        if not isinstance(batch, Mapping) or not all(isinstance(batch.get(key), torch.Tensor)
-                                                     for key in ("input_ids", "attention_mask", "labels")):
-            findings.data["summary"] = "no input_ids / attention_mask / labels batch"
+        found = ids_mask_labels(ctx.artifacts.first_batch)
+        if found is None or getattr(getattr(ctx.model, "config", None), "is_encoder_decoder", False):
+            findings.data["summary"] = "no token ids with per-token labels"
             return
-        span = label_span(batch["input_ids"], batch["attention_mask"], batch["labels"])
+        span = label_span(*found)
         if span is None:
             findings.data["summary"] = "labels are not per-token (B, T) beside the input ids"
             return
