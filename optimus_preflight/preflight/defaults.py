@@ -48,6 +48,7 @@ from optimus_preflight.preflight.checks.label_masking import LabelMaskingCheck
 from optimus_preflight.preflight.checks.loss_bounds import LossBoundsCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
 from optimus_preflight.preflight.checks.mask_alignment import MaskAlignmentCheck
+from optimus_preflight.preflight.checks.mask_interpolation import MaskInterpolationCheck
 from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
 from optimus_preflight.preflight.checks.module_structure import ModuleStructureCheck
 from optimus_preflight.preflight.checks.padding_readout import PaddingReadoutCheck
@@ -98,6 +99,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     InputScaleCheck,
     FeatureLabelCheck,
     MaskAlignmentCheck,
+    MaskInterpolationCheck,
     LabelMaskingCheck,
     batch_checks.CollateCheck,
     CollateOrderCheck,

@@ -1,0 +1,107 @@
+"""Segmentation masks resized with interpolation (``data.mask_interpolation``).
+
+``F.interpolate(mask.float(), size, mode='bilinear').long()`` (or a PIL ``resize`` with its
+default filter) averages the class ids across every object edge and truncates: the border
+of a class-3 object on background becomes a rim of class 2 or 1, classes that are not
+there. The mask keeps its dtype and its set of ids, and the model learns the fake rims.
+
+The signature, read from the integer (B, H, W) targets of the first batch: a class that is a
+real object somewhere (pixels whose whole 3x3 neighbourhood is that class) also forms thin
+rims elsewhere, one pixel wide and lying between a lower and a higher class id, the way an
+average of the two would. A clean mask has such pixels only where three classes meet; a
+boundary class of its own (nuclei, boundary, background) is thin everywhere and is never an
+object, so it stays quiet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.training.batches import leaves
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+MIN_SIDE = 8
+MAX_CLASSES = 64
+MIN_PIXELS = 20  # of a class's object interior, and of its rims
+RIM_SHARE = 0.2  # of the class's pixels that are rims between a lower and a higher id
+
+
+@dataclass
+class Rims:
+    klass: int
+    rim_pixels: int
+    class_pixels: int
+
+
+def _spread(mask: torch.Tensor) -> torch.Tensor:
+    """Whether any pixel of the 3x3 neighbourhood is set (B, H, W bool)."""
+    return F.max_pool2d(mask.float().unsqueeze(1), 3, stride=1, padding=1).squeeze(1) > 0
+
+
+def interpolation_rims(masks: torch.Tensor) -> Rims | None:
+    """The class with the most interpolation rims in integer (B, H, W) masks (pure)."""
+    masks = masks.detach().cpu().long()
+    worst: Rims | None = None
+    for value in torch.unique(masks).tolist():
+        own = masks == value
+        # A pixel is interior when no pixel of its 3x3 neighbourhood is another class.
+        interior = own & ~_spread(~own)
+        rims = own & ~interior & _spread(masks < value) & _spread(masks > value)
+        # A rim is thin: it holds no interior pixel within its own neighbourhood either.
+        rims &= ~_spread(interior)
+        count, total = int(rims.sum()), int(own.sum())
+        if int(interior.sum()) >= MIN_PIXELS and count >= MIN_PIXELS and count >= RIM_SHARE * total \
+                and (worst is None or count > worst.rim_pixels):
+            worst = Rims(int(value), count, total)
+    return worst
+
+
+def mask_targets(batch) -> torch.Tensor | None:
+    """The batch's integer (B, H, W) tensor of a few class ids: a segmentation target."""
+    for leaf in leaves(batch):
+        if isinstance(leaf, torch.Tensor) and leaf.dim() == 3 and not leaf.is_floating_point() \
+                and leaf.dtype != torch.bool and min(leaf.shape[1:]) >= MIN_SIDE:
+            values = torch.unique(leaf)
+            if 2 < values.numel() <= MAX_CLASSES and int(values.min()) >= 0:
+                return leaf
+    return None
+
+
+class MaskInterpolationCheck(Check):
+    """MASK_INTERPOLATED: class-id masks resized by averaging, leaving rims of in-between ids."""
+
+    name = "data.mask_interpolation"
+    stage = Stage.DATA
+    codes = ("MASK_INTERPOLATED",)
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        masks = mask_targets(ctx.artifacts.first_batch)
+        if masks is None:
+            findings.data["summary"] = "no (B, H, W) class-id masks"
+            return
+        found = interpolation_rims(masks)
+        findings.data["summary"] = (f"class {found.klass}: {found.rim_pixels} rim pixels" if found
+                                    else "no interpolation rims")
+        if found is None:
+            return
+        findings.warning(
+            "MASK_INTERPOLATED",
+            f"the {tuple(masks.shape)} segmentation masks hold rims of class {found.klass} one pixel wide between a "
+            f"lower and a higher class id ({found.rim_pixels} of its {found.class_pixels} pixels), while the same class "
+            "is a whole object elsewhere: the masks were resized with interpolation (bilinear or bicubic, PIL's "
+            "default resize filter) and cast back to integers, which averages the ids across every object edge and "
+            "truncates them, so object borders carry classes that are not there and the model learns fake rims",
+            "Resize masks with nearest-neighbour interpolation only: F.interpolate(mask[:, None].float(), size, "
+            "mode='nearest')[:, 0].long(), transforms.Resize(size, interpolation=InterpolationMode.NEAREST), or "
+            "PIL's mask.resize(size, Image.NEAREST); keep bilinear for the images.",
+            "data.train",
+        )

@@ -1,0 +1,64 @@
+"""MASK_INTERPOLATED: class-id masks downsampled bilinearly and truncated; nearest-neighbour
+resizing, a boundary class of its own (background, boundary, interior) and clean masks where
+many classes meet stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.mask_interpolation import MaskInterpolationCheck, interpolation_rims
+from tests.preflight_support import assert_quiet, codes
+
+
+def scenes(samples: int = 64, size: int = 48) -> torch.Tensor:
+    """Rectangles of classes 1-3 on background 0."""
+    g = torch.Generator().manual_seed(0)
+    masks = torch.zeros(samples, size, size, dtype=torch.long)
+    for mask in masks:
+        for _ in range(3):
+            k, (h, w) = int(torch.randint(1, 4, (1,), generator=g)), torch.randint(8, 20, (2,), generator=g).tolist()
+            r, c = int(torch.randint(0, size - h, (1,), generator=g)), int(torch.randint(0, size - w, (1,), generator=g))
+            mask[r : r + h, c : c + w] = k
+    return masks
+
+
+def resized(masks: torch.Tensor, mode: str) -> torch.Tensor:
+    kwargs = {"align_corners": False} if mode == "bilinear" else {}
+    return F.interpolate(masks[:, None].float(), size=24, mode=mode, **kwargs)[:, 0].long()
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_masks_resized_bilinearly_fire_and_nearest_is_quiet(mode):
+    masks = resized(scenes(), mode)
+    images = torch.randn(len(masks), 3, 24, 24, generator=torch.Generator().manual_seed(1))
+    model = nn.Conv2d(3, 4, 1)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(images, masks), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), MaskInterpolationCheck()])
+    result = report.check("data.mask_interpolation")
+    if mode == "nearest":
+        assert_quiet(result)
+    else:
+        assert codes(result) == {"MASK_INTERPOLATED"} and "mode='nearest'" in result.issues[0].fix
+
+
+def test_a_boundary_class_of_its_own_is_quiet():
+    masks = torch.zeros(16, 32, 32, dtype=torch.long)
+    masks[:, 8:24, 8:24] = 1  # the cell's boundary ring ...
+    masks[:, 9:23, 9:23] = 2  # ... around its interior (ids 0 background, 1 boundary, 2 interior)
+    assert interpolation_rims(masks) is None
+
+
+def test_clean_masks_where_many_classes_meet_are_quiet():
+    g = torch.Generator().manual_seed(2)
+    seeds = torch.randint(0, 40, (8, 12, 2), generator=g).float()
+    grid = torch.stack(torch.meshgrid(torch.arange(40.0), torch.arange(40.0), indexing="ij"), -1).reshape(-1, 2)
+    masks = torch.stack([torch.cdist(grid, s).argmin(1).reshape(40, 40) % 6 for s in seeds])  # Voronoi cells
+    assert interpolation_rims(masks) is None
+    assert interpolation_rims(resized(scenes(), "bilinear")) is not None
