@@ -537,3 +537,37 @@ def test_a_validation_loader_on_the_whole_dataset_reads_every_training_subset_sa
     result = split_check(train, data)
     assert codes(result) == {"LEAK_SPLIT"}
     assert result.data["shared"] == 80 and result.data["validation_samples"] == 100
+
+
+def _groups(rows: int = 256, groups: int = 120, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    group = torch.randint(0, groups, (rows,), generator=g)
+    effect = torch.randn(groups, generator=g)
+    x = torch.randn(rows, 4, generator=g)
+    score = x[:, 0] + effect[group] + 0.5 * torch.randn(rows, generator=g)
+    return group, x, score
+
+
+def _group_mean(group, values, leave_one_out: bool):
+    sums = torch.zeros(int(group.max()) + 1).index_add_(0, group, values)
+    counts = torch.zeros(int(group.max()) + 1).index_add_(0, group, torch.ones(len(group)))
+    if leave_one_out:
+        others = (counts[group] - 1).clamp_min(1)
+        return torch.where(counts[group] > 1, (sums[group] - values) / others, values.mean())
+    return sums[group] / counts[group]
+
+
+@pytest.mark.parametrize("kind", ["binary", "continuous"])
+@pytest.mark.parametrize("leave_one_out", [False, True])
+def test_a_target_encoding_that_includes_the_row_fires(kind, leave_one_out):
+    from optimus_preflight.preflight.checks.feature_leak import own_label_encoded
+
+    group, x, score = _groups()
+    labels = (score > 0).float() if kind == "binary" else score
+    encoded = torch.cat([x, _group_mean(group, labels, leave_one_out)[:, None]], dim=1)
+    found = own_label_encoded(encoded[:64], labels[:64])
+    assert (found is not None) == (not leave_one_out)
+    if found is not None:
+        assert found[0] == 4
+    binary_feature = torch.cat([x, (x[:, :1] > 0).float()], dim=1)  # predictive, but a feature of its own
+    assert own_label_encoded(binary_feature[:64], (score[:64] > 0).float()) is None

@@ -136,6 +136,41 @@ def _affine_matches(x: torch.Tensor, y: torch.Tensor) -> list[FeatureMatch]:
     return found
 
 
+# Target encoding that includes the row's own label: the group mean equals the label exactly
+# wherever the group is one row (continuous labels), and is 0 or 1 only where it agrees
+# with the row's own binary label. Out-of-fold or leave-one-out encodings disagree there often.
+OWN_LABEL_SHARE = 0.05  # of the rows, a continuous label equal to the column (no chance equality)
+MIN_EQUAL_ROWS = 3
+PURE_SHARE = 0.25  # of the rows, a binary label's column at exactly 0 or 1 ...
+PURE_AGREEMENT = 0.99  # ... and equal to the row's label there
+MIN_PURE_ROWS = 12
+
+
+def own_label_encoded(features: torch.Tensor, labels: torch.Tensor) -> tuple[int, int, int] | None:
+    """(column, rows where the column gives the label away, rows) of a column that is a mean of
+    the label over a group including the row itself (pure); None when no column is."""
+    x = features.detach().double().cpu()
+    y = labels.detach().double().cpu()
+    rows = len(y)
+    if rows < MIN_ROWS:
+        return None
+    binary = bool(((y == 0) | (y == 1)).all())
+    continuous = not bool((y == y.round()).all())
+    for j in range(x.shape[1]):
+        column = x[:, j]
+        if continuous:
+            equal = int((column == y).sum())
+            if equal >= max(MIN_EQUAL_ROWS, OWN_LABEL_SHARE * rows) and equal < rows:
+                return j, equal, rows
+        elif binary:
+            ends = (column == 0) | (column == 1)
+            if bool(ends.all()) or int(ends.sum()) < max(MIN_PURE_ROWS, PURE_SHARE * rows):
+                continue  # a binary feature, or too few rows at the ends to tell
+            if float((column[ends] == y[ends]).double().mean()) >= PURE_AGREEMENT:
+                return j, int(ends.sum()), rows
+    return None
+
+
 class FeatureLabelCheck(Check):
     """A tabular feature column that is the label, or a trivial function of it."""
 
@@ -154,6 +189,9 @@ class FeatureLabelCheck(Check):
         matches = feature_label_matches(features.reshape(features.shape[0], -1), labels)
         findings.data["summary"] = f"{features[0].numel()} feature columns, {len(matches)} determine the label"
         if not matches:
+            encoded = own_label_encoded(features.reshape(features.shape[0], -1), labels) if window is None else None
+            if encoded is not None:
+                self._own_label(encoded, findings)
             return
         findings.data["columns"] = [match.columns for match in matches]
 
@@ -187,6 +225,25 @@ class FeatureLabelCheck(Check):
             "the model is useless on data without the label. A label column left among the features does this, and so "
             "does, for a sliding window over a series, a target built from a step the window holds (shifted into the "
             "past with df[col].shift(1) where shift(-1) was meant, or a window cut one step too long)",
+            "Where the dataset builds its features, " + how,
+            "data.train",
+            code_fix="In the dataset of the DataLoader your build_dataloaders() returns, " + how,
+        )
+
+    @staticmethod
+    def _own_label(encoded: tuple[int, int, int], findings: Findings) -> None:
+        column, giving, rows = encoded
+        findings.data["columns"] = [[column]]
+        how = ("compute the encoding out of fold: for training rows from the other folds (or leave-one-out: "
+               "(group_sum - y) / (group_count - 1)), for validation and test rows from the training split only, "
+               "with smoothing towards the global mean for small groups.")
+        findings.warning(
+            "LEAK_FEATURE",
+            f"column {column} is a mean of the label over a group that includes the row itself (a target encoding "
+            f"computed on the whole table): in {giving} of the {rows} rows of the first batch it gives the row's own "
+            "label away (equal to it, or 0 / 1 exactly where the row's label is that), because small groups "
+            "average little more than the row's own label. Training and validation look excellent through this "
+            "leak, while new rows, encoded from other rows only, are predicted far worse",
             "Where the dataset builds its features, " + how,
             "data.train",
             code_fix="In the dataset of the DataLoader your build_dataloaders() returns, " + how,
