@@ -348,3 +348,38 @@ def test_a_log_taken_straight_of_probabilities(form, fires):
     assert bool(found) == fires
     if fires:
         assert "binary_cross_entropy_with_logits" in found[0].fix and "log_softmax" in found[0].fix
+
+
+class MaskedAttentionPool(nn.Module):
+    """Attention pooling over right-padded token ids; ``fill`` is how the padding is masked."""
+
+    def __init__(self, fill: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fill = fill
+        self.embed, self.score, self.head = nn.Embedding(30, 16), nn.Linear(16, 1), nn.Linear(16, 2)
+
+    def forward(self, ids):
+        e = self.embed(ids)
+        scores = self.score(e).squeeze(-1)
+        if self.fill == "zero":
+            scores = scores.masked_fill(ids == 0, 0.0)
+        elif self.fill == "multiply":
+            scores = scores * (ids != 0).float()
+        else:
+            scores = scores.masked_fill(ids == 0, float("-inf") if self.fill == "-inf" else torch.finfo(scores.dtype).min)
+        return self.head((torch.softmax(scores, dim=1).unsqueeze(-1) * e).sum(1))
+
+
+@pytest.mark.parametrize("fill, fires", [("zero", True), ("multiply", True), ("-inf", False), ("finfo_min", False)])
+def test_attention_scores_masked_with_zero(fill, fires):
+    g = torch.Generator().manual_seed(6)
+    ids = torch.zeros(256, 20, dtype=torch.long)
+    for row in ids:
+        length = int(torch.randint(3, 10, (1,), generator=g))
+        row[:length] = torch.randint(1, 30, (length,), generator=g)
+    loader = DataLoader(TensorDataset(ids, (ids[:, 0] > 15).long()), batch_size=32, shuffle=True)
+    found = issues(MaskedAttentionPool(fill), nn.CrossEntropyLoss(), loader, LossFunctionCheck(), "MASK_FILLED_WITH_ZERO")
+    assert bool(found) == fires
+    if fires:
+        assert "(32, 20)" in found[0].message and "float('-inf')" in found[0].fix

@@ -18,6 +18,9 @@ spy:
   straight out of a softmax taken over another dim than the one the matmul sums over
   (``softmax(q @ k.T, dim=1) @ v`` on (B, Tq, Tk) scores normalises over the queries, so
   each query's weights over the keys do not sum to 1).
+- scores masked with 0 before a softmax: ``scores.masked_fill(pad, 0)`` or ``scores * mask``
+  leaves the masked positions at score 0, which softmax still weights (e^0 is an average
+  score's weight): the padding keeps its share of the attention. Masks fill with -inf.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ if TYPE_CHECKING:
 TRANSPOSE = torch._C.TensorBase.__dict__.get("T")  # the .T property's descriptor: its __get__ reaches the mode
 
 
+MASKED_FILLS = (torch.masked_fill, torch.Tensor.masked_fill, torch.Tensor.masked_fill_)
+SOFTMAXES = (torch.softmax, torch.Tensor.softmax, torch.nn.functional.softmax)
+MILD_FILL = -1e3  # a fill above this leaves a masked score a weight softmax can see (-inf, -1e9 and finfo.min do not)
 MATMULS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm, torch.Tensor.bmm)
 REGRESSION = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
 # Above this, label smoothing gives the true class less than half of the target's mass, (1 - s) + s / K:
@@ -58,6 +64,7 @@ class Pitfalls:
     vanishing_targets: tuple[tuple[int, ...], float, float] | None = None  # (shape, share of maps, largest value)
     # (shape, the softmax's dim, the dim the matmul sums over) of attention weights normalised off-axis
     softmax_off_axis: tuple[tuple[int, ...], int, int] | None = None
+    masked_with_zero: tuple[tuple[int, ...], str] | None = None  # (scores shape, how) of a mask filled with ~0
 
 
 class PitfallWatch:
@@ -65,6 +72,9 @@ class PitfallWatch:
 
     def __init__(self) -> None:
         self.found = Pitfalls()
+        # The autograd nodes of tensors given masked_fill with a value that is no -inf (held, so
+        # their ids stay theirs while the step runs).
+        self._filled_mildly: list[Any] = []
 
     def observe(self, func: Any, args: tuple, kwargs: dict) -> None:
         if getattr(func, "__self__", None) is TRANSPOSE:
@@ -78,6 +88,10 @@ class PitfallWatch:
             self._gather(args, kwargs)
         elif func in MATMULS and self.found.softmax_off_axis is None:
             self._matmul(args)
+        elif func in MASKED_FILLS:
+            self._masked_fill(args, kwargs)
+        elif func in SOFTMAXES and self.found.masked_with_zero is None:
+            self._masked_softmax(args, kwargs)
         elif func is torch.einsum and self.found.einsum_private is None:
             self._einsum(args)
         elif func in (torch.sort, torch.Tensor.sort, torch.argsort, torch.Tensor.argsort) and self.found.sort_last is None:
@@ -104,6 +118,37 @@ class PitfallWatch:
             if dim not in (0, summed % operand.dim()) and operand.shape[dim] >= 2:
                 self.found.softmax_off_axis = (tuple(operand.shape), dim, summed % operand.dim())
                 return
+
+    def _masked_fill(self, args: tuple, kwargs: dict) -> None:
+        inputs, value = argument(args, kwargs, 0, "input"), argument(args, kwargs, 2, "value")
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = float(value)
+        if isinstance(inputs, torch.Tensor) and inputs.grad_fn is not None and isinstance(value, (int, float)) \
+                and value > MILD_FILL and len(self._filled_mildly) < 16:
+            self._filled_mildly.append(inputs.grad_fn)
+
+    def _masked_softmax(self, args: tuple, kwargs: dict) -> None:
+        """A softmax over scores masked with 0: masked_fill(mask, 0) just before it, or a
+        multiplication by a constant 0/1 mask."""
+        scores = argument(args, kwargs, 0, "input")
+        if not isinstance(scores, torch.Tensor) or scores.dim() < 2 or scores.grad_fn is None:
+            return
+        node = scores.grad_fn
+        name = type(node).__name__
+        inner = next((n for n, _ in getattr(node, "next_functions", ()) if n is not None), None)
+        if name == "MaskedFillBackward0" and any(inner is filled for filled in self._filled_mildly):
+            self.found.masked_with_zero = (tuple(scores.shape), "masked_fill(mask, 0)")
+        elif name == "MulBackward0":
+            for attribute in ("_saved_other", "_saved_self"):
+                try:
+                    factor = getattr(node, attribute, None)
+                except RuntimeError:
+                    continue
+                if isinstance(factor, torch.Tensor) and not factor.requires_grad and factor.numel() > 1 \
+                        and factor.shape[-1] == scores.shape[-1] and bool(((factor == 0) | (factor == 1)).all()) \
+                        and bool((factor == 0).any()):
+                    self.found.masked_with_zero = (tuple(scores.shape), "scores * mask")
+                    return
 
     def _einsum(self, args: tuple) -> None:
         """Two or more operands that each have an axis no other operand and not the output
@@ -213,6 +258,17 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "every pixel",
             "Draw the targets in the grid's own units (sigma of 1-3 pixels for a heatmap in pixels, or scale the "
             "normalised sigma by the map size) and check that each target map peaks near 1.",
+        ))
+    if found.masked_with_zero is not None:
+        shape, how = found.masked_with_zero
+        findings.append(Finding(
+            "MASK_FILLED_WITH_ZERO", "warning",
+            f"the {shape} scores going into a softmax are masked with {how}: the masked positions keep score 0, "
+            "which the softmax still weights (e^0 is as much as an average score gets), so the padding or the "
+            "positions meant to be hidden keep a share of the attention, a large one in short, heavily padded rows",
+            "Fill the masked scores with -inf before the softmax: scores.masked_fill(~keep, float('-inf')) (or "
+            "torch.finfo(scores.dtype).min), never 0; a 0/1 mask multiplies the weights after the softmax, followed "
+            "by renormalising, not the scores.",
         ))
     if found.softmax_off_axis is not None:
         shape, dim, summed = found.softmax_off_axis
