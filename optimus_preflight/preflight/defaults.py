@@ -41,6 +41,7 @@ from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, 
 from optimus_preflight.preflight.checks.flip_labels import FlipLabelsCheck
 from optimus_preflight.preflight.checks.forecast_leak import ForecastLeakCheck
 from optimus_preflight.preflight.checks.graph_batch import GraphBatchCheck
+from optimus_preflight.preflight.checks.init_scale import InitScaleCheck
 from optimus_preflight.preflight.checks.input_content import InputContentCheck
 from optimus_preflight.preflight.checks.input_dependence import InputDependenceCheck
 from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
@@ -136,6 +137,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     step_checks.FirstStepCheck,
     step_checks.GradientsCheck,
     UpdateCheck,
+    InitScaleCheck,
     LossTensorsCheck,
     FreshTensorsCheck,
     DerivativeGraphCheck,
