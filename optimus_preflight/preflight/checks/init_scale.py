@@ -89,12 +89,14 @@ class InitScaleCheck(Check):
         if not (exploded or vanished):
             return
         shown = ", ".join(f"'{name}' {g:.3g}" for name, g in side[:4]) + (" ..." if len(side) > 4 else "")
-        effect = ("multiplies the activations at every layer, so the outputs differ between samples " f"{ratio:.2g}x as "
-                  "much as the inputs do: "
-                  "logits saturate the softmax, the first losses are huge and the first steps overwrite the weights"
-                  if exploded else
-                  "divides the activations at every layer, so the outputs differ between samples only " f"{ratio:.2g}x as "
-                  "much as the inputs do: the model answers the same whatever the input and the gradients reaching the first layers vanish")
+        if exploded:
+            effect = (f"multiplies the activations at every layer, so the outputs differ between samples {ratio:.2g}x as "
+                      "much as the inputs do: logits saturate the softmax, the first losses are huge and the first "
+                      "steps overwrite the weights")
+        else:
+            effect = (f"divides the activations at every layer, so the outputs differ between samples only {ratio:.2g}x "
+                      "as much as the inputs do: the model answers the same whatever the input, and the gradients "
+                      "reaching the first layers vanish")
         findings.warning(
             "INIT_SCALE",
             f"{len(side)} layer(s) are initialised on the wrong scale for their width: std(W) * sqrt(fan_in), the factor "
