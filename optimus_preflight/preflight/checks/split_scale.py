@@ -19,7 +19,6 @@ drifting series moves the medians by a few IQRs at the same spread: the finding 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,9 +27,8 @@ import torch
 
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.feature_leak import LABEL_KEYS
-from optimus_preflight.preflight.data_access.guard import DataGuard
+from optimus_preflight.preflight.data_access.guard import read_samples
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.framework.preserve import preserved_data_state
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -170,24 +168,23 @@ class SplitScaleCheck(Check):
 
     def _read(self, ctx: PreflightContext, findings: Findings, loader: Any, limit: int,
               which: str) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
-        guard = DataGuard(ctx, self.name, findings)
-        inputs: list[torch.Tensor | None] = []
-        targets: list[torch.Tensor | None] = []
-        read, started = 0, time.perf_counter()
-        with preserved_data_state(ctx), guard.batches(loader, f"{which} samples for {self.name}") as stream:
-            for batch in stream:
-                pair = inputs_and_targets(batch)
-                if pair is None:
-                    return None
-                inputs.append(pair[0])
-                targets.append(pair[1])
-                read += len(pair[0]) if pair[0] is not None else len(pair[1]) if pair[1] is not None else 0
-                if read >= limit or time.perf_counter() - started > SCAN_BUDGET_S:
-                    break
-
-        def joined(parts: list[torch.Tensor | None]) -> torch.Tensor | None:
-            if not parts or any(p is None for p in parts) or len({p.shape[1] for p in parts}) != 1:  # type: ignore[union-attr]
+        def convert(batch: Any) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+            pair = inputs_and_targets(batch)
+            if pair is None:
                 return None
-            return torch.cat(parts)[:limit]  # type: ignore[arg-type]
+            inputs, targets = pair
+            rows = len(inputs) if inputs is not None else len(targets) if targets is not None else 0
+            # (B, 0) stands for inputs that are not floats, so every part counts its rows.
+            return (inputs if inputs is not None else torch.empty(rows, 0)), targets
 
-        return joined(inputs), joined(targets)
+        parts = read_samples(ctx, self.name, findings, loader, f"{which} samples for {self.name}", convert, limit,
+                             SCAN_BUDGET_S)
+        if not parts:
+            return None
+
+        def joined(pieces: list[torch.Tensor | None]) -> torch.Tensor | None:
+            if any(p is None or p.shape[1] == 0 for p in pieces) or len({p.shape[1] for p in pieces}) != 1:  # type: ignore[union-attr]
+                return None
+            return torch.cat(pieces)[:limit]  # type: ignore[arg-type]
+
+        return joined([part[0] for part in parts]), joined([part[1] for part in parts])
