@@ -80,3 +80,13 @@ def test_scale_mismatch_needs_most_varying_columns_off():
     scaled = torch.randn(100, 4, generator=g) * 50
     found = scale_mismatch(train, scaled)
     assert found is not None and found.off == [0, 1, 2, 3] and found.columns == 4
+
+
+def test_validation_columns_in_another_order_are_named_as_reordered():
+    x, y = raw_table()
+    order = [2, 0, 1, 5, 3, 4]  # a column list built from a set, or listed differently for validation
+    report = preflight(TensorDataset(x[:1200], y[:1200]), TensorDataset(x[1200:][:, order], y[1200:]),
+                       nn.Linear(6, 3), nn.CrossEntropyLoss())
+    result = report.check(NAME)
+    assert codes(result) == {"VAL_COLUMNS_REORDERED"}
+    assert "0 <- 2" in result.issues[0].message and "df_val[df_train.columns]" in result.issues[0].fix

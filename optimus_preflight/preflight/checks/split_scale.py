@@ -1,5 +1,8 @@
 """Validation data preprocessed unlike the training data (``data.split_scale``).
 
+(When every off column matches another training column by its quartiles, the validation
+table holds the same features in another order: ``VAL_COLUMNS_REORDERED``.)
+
 A scaler fitted and applied to the training split only, a target log-transformed (or
 standardised) for training and left raw for validation, images normalised in the training
 transform and not in the validation one: every shape and dtype is right, training learns,
@@ -48,6 +51,27 @@ class ScaleMismatch:
     off: list[int]  # of them, on another scale
     train: tuple[float, float]  # (median, IQR) of the first off column, training
     val: tuple[float, float]  # ... validation
+    reordered: dict[int, int] | None = None  # validation column -> the training column it matches
+
+
+# A validation column "is" a training column when its median is within this many of that
+# column's IQRs and its IQR within this factor.
+SAME_MEDIAN, SAME_SPREAD = 0.5, 1.5
+
+
+def column_order(t: torch.Tensor, v: torch.Tensor, off: list[int]) -> dict[int, int] | None:
+    """{validation column: training column} when every off column matches exactly one other
+    training column by its quartiles, and the matches permute the off columns: the same
+    features in another order."""
+    t_iqr, v_iqr = (t[2] - t[0]).clamp_min(1e-30), (v[2] - v[0]).clamp_min(1e-30)
+    mapping: dict[int, int] = {}
+    for j in off:
+        close = [k for k in off if k != j and float((v[1, j] - t[1, k]).abs() / t_iqr[k]) <= SAME_MEDIAN
+                 and 1 / SAME_SPREAD <= float(v_iqr[j] / t_iqr[k]) <= SAME_SPREAD]
+        if len(close) != 1:
+            return None
+        mapping[j] = close[0]
+    return mapping if sorted(mapping.values()) == sorted(mapping) else None
 
 
 def _quartiles(values: torch.Tensor) -> torch.Tensor:
@@ -73,7 +97,7 @@ def scale_mismatch(train: torch.Tensor, val: torch.Tensor) -> ScaleMismatch | No
     columns = [int(c) for c in torch.nonzero(off).flatten()]
     first = columns[0]
     return ScaleMismatch(int(varying.sum()), columns, (float(t[1, first]), float(t_iqr[first])),
-                         (float(v[1, first]), float(v_iqr[first])))
+                         (float(v[1, first]), float(v_iqr[first])), column_order(t, v, columns))
 
 
 def inputs_and_targets(batch: Any) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
@@ -110,7 +134,7 @@ class SplitScaleCheck(Check):
 
     name = "data.split_scale"
     stage = Stage.DATA
-    codes = ("VAL_INPUTS_OTHER_SCALE", "VAL_TARGETS_OTHER_SCALE")
+    codes = ("VAL_INPUTS_OTHER_SCALE", "VAL_TARGETS_OTHER_SCALE", "VAL_COLUMNS_REORDERED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -143,6 +167,21 @@ class SplitScaleCheck(Check):
     def _report(code: str, what: str, found: ScaleMismatch, findings: Findings) -> None:
         (t_median, t_iqr), (v_median, v_iqr) = found.train, found.val
         shown = ", ".join(str(c) for c in found.off[:6]) + (" ..." if len(found.off) > 6 else "")
+        if code == "VAL_INPUTS_OTHER_SCALE" and found.reordered:
+            pairs = ", ".join(f"{j} <- {k}" for j, k in list(found.reordered.items())[:6])
+            findings.warning(
+                "VAL_COLUMNS_REORDERED",
+                f"the validation inputs hold the training features in another order: {len(found.reordered)} of the "
+                f"{found.columns} columns are off, and each matches another training column by its median and spread "
+                f"(validation column <- training column: {pairs}). The feature table was built with its columns in "
+                "another order for validation (a dict or set of column names, df[cols] with cols listed differently, "
+                "a pivot sorted otherwise), so the model reads each feature in another one's place",
+                "Select the columns by one fixed list for every split (feature_cols = [...]; X_val = df_val["
+                "feature_cols]) and build the arrays from it, or save the training column order and reindex the "
+                "validation frame with it (df_val[df_train.columns]).",
+                "data.val",
+            )
+            return
         if code == "VAL_INPUTS_OTHER_SCALE":
             cause = ("a scaler or normalisation fitted and applied to the training split only (StandardScaler."
                      "fit_transform on X_train and nothing on X_val), or a Normalize in the training transform that "
