@@ -246,3 +246,24 @@ def test_weights_initialised_from_uniform_0_1(init):
     assert [i.code for i in found] == (["INIT_ALL_POSITIVE"] if init == "uniform_default" else [])
     if found:
         assert "U(0, 1)" in found[0].message and "uniform_(w, -bound, bound)" in found[0].fix
+
+
+@pytest.mark.parametrize("keep", [("head", "LayerNorm"), ("classifier", "LayerNorm")], ids=["timm_names", "hf_names"])
+def test_a_freeze_by_name_that_misses_a_hugging_face_head(keep):
+    transformers = pytest.importorskip("transformers")
+    transformers.utils.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(transformers.BertConfig(
+        vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, num_labels=3))
+    for name, p in model.named_parameters():
+        p.requires_grad = any(k in name for k in keep)  # the names of another library's models
+    ids = torch.randint(0, 60, (64, 12), generator=torch.Generator().manual_seed(1))
+    data = [{"input_ids": row, "labels": torch.tensor(int(row[0]) % 3)} for row in ids]
+    report = run_preflight(model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], 1e-3),
+                           DataLoader(data, batch_size=16), checks=[FirstBatchCheck(), ModuleStructureCheck()])
+    found = [i for i in report.check("model.structure").issues if i.severity.value != "info"]
+    if keep[0] == "head":
+        assert [i.code for i in found] == ["ONLY_BIASES_TRAIN"]
+        assert "'classifier' is frozen too" in found[0].message and "model.classifier" in found[0].fix
+    else:
+        assert found == []

@@ -71,14 +71,30 @@ def at_default_uniform(weights: list[torch.Tensor], bound: float) -> bool:
     return abs(float(values.std()) / bound - UNIFORM_STD) < 0.05 * UNIFORM_STD
 
 
-def frozen_at_init(model: nn.Module, min_layers: int = 2) -> tuple[list[str], int]:
-    """Names of frozen Linear/Conv/Embedding/RNN layers still at the default init, and the values
-    they hold; none when fewer than ``min_layers`` are."""
+def at_normal_init(module: nn.Module, std: float) -> bool:
+    """A layer as Hugging Face's _init_weights leaves it: weight ~ N(0, initializer_range),
+    bias all zeros (pure)."""
+    weight, bias = module.weight, getattr(module, "bias", None)
+    if weight.numel() < MIN_INIT_VALUES or std <= 0:
+        return False
+    values = weight.detach().float()
+    return (abs(float(values.std()) / std - 1) < 0.1 and abs(float(values.mean())) < 0.1 * std
+            and (bias is None or not bool(bias.detach().any())))
+
+
+def frozen_at_init(model: nn.Module, min_layers: int = 2, hf_init: bool = False) -> tuple[list[str], int]:
+    """Names of frozen Linear/Conv/Embedding/RNN layers still at the default init (PyTorch's, and
+    with ``hf_init`` Hugging Face's normal init for a model with a config), and the values they
+    hold; none when fewer than ``min_layers`` are. A Hugging Face model built from a config with a
+    frozen encoder is a common toy: its init is read only where every weight matrix is frozen."""
     names, values, tables = [], 0, 0
+    hf_std = getattr(getattr(model, "config", None), "initializer_range", None) if hf_init else None
     for name, module in model.named_modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)):
             weights = [module.weight]
-            fresh = not module.weight.requires_grad and at_default_init(module.weight)
+            fresh = not module.weight.requires_grad and (
+                at_default_init(module.weight)
+                or (isinstance(hf_std, float) and isinstance(module, nn.Linear) and at_normal_init(module, hf_std)))
         elif isinstance(module, nn.Embedding):
             weights = [module.weight]
             fresh = not module.weight.requires_grad and module.padding_idx is None and at_default_normal(module.weight)
@@ -161,7 +177,7 @@ class ModuleStructureCheck(Check):
         trainable = [name for name, p in named if p.requires_grad]
         only_biases = bool(matrices) and not any(p.requires_grad for p in matrices) and bool(trainable)
         # Every weight frozen: one layer at its init already tells the story.
-        at_init, values = frozen_at_init(ctx.model, min_layers=1 if only_biases else 2)
+        at_init, values = frozen_at_init(ctx.model, min_layers=1 if only_biases else 2, hf_init=only_biases)
         if at_init and only_biases:
             if trainable == [named[-1][0]]:
                 cause = (f"Only the very last parameter, {trainable[0]}, trains: list(model.parameters())[:-1] (or a "
@@ -170,15 +186,21 @@ class ModuleStructureCheck(Check):
                 fix = ("Freeze by module, not by a slice of the parameter list: for p in model.backbone.parameters(): "
                        "p.requires_grad_(False), leaving the head's weight and bias trainable.")
             else:
-                cause = ("A helper that picks modules with hasattr(m, 'weight') (every Conv and Linear has one) where "
-                         "isinstance(m, nn.BatchNorm2d) was meant does this")
-                fix = ("Select the modules to freeze by type (isinstance(m, nn.BatchNorm2d)) or by name, and print "
+                head = next((n for n, m in reversed(list(ctx.model.named_modules())) if isinstance(m, nn.Linear)), None)
+                named_head = (f" The output layer '{head}' is frozen too: a freeze that keeps parameters by name "
+                              "('head' in n, 'fc' in n, 'norm' in n) misses a head this model names otherwise "
+                              "(Hugging Face's ViT and BERT call it 'classifier', timm 'head', torchvision 'fc'). "
+                              if head else " ")
+                cause = (named_head.lstrip() + "A helper that picks modules with hasattr(m, 'weight') (every Conv and "
+                         "Linear has one) where isinstance(m, nn.BatchNorm2d) was meant does this too")
+                fix = ("Select what trains by this model's own names or types (print [n for n, _ in "
+                       "model.named_parameters()] first; e.g. model.classifier for a Hugging Face head), and print "
                        "[n for n, p in model.named_parameters() if p.requires_grad] after freezing.")
             findings.warning(
                 "ONLY_BIASES_TRAIN",
                 f"every weight matrix of the model ({len(matrices)} conv/linear/embedding weights) is frozen "
                 "(requires_grad=False) and only biases and normalisation parameters train, while frozen layers "
-                f"({', '.join(at_init[:4])}) are still at PyTorch's random init: a freeze meant for a few layers "
+                f"({', '.join(at_init[:4])}) are still at their random init: a freeze meant for a few layers "
                 f"caught them all. {cause}",
                 fix,
             )
