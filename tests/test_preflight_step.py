@@ -577,3 +577,33 @@ def test_a_forward_hook_returning_a_detached_copy_is_named(hook_returns_copy):
     if issues:
         assert "net.0.weight" in issues[0].message and "forward hook on net.1, net.3" in issues[0].message
         assert "REPLACES the module's output" in issues[0].message and "return None" in issues[0].fix
+
+
+@pytest.mark.parametrize("frozen_by", ["no_grad", "requires_grad"])
+def test_layers_run_under_no_grad_in_forward_are_named(frozen_by):
+    torch.manual_seed(0)
+
+    class CnnThenHead(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cnn = nn.Sequential(nn.Conv1d(4, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool1d(1), nn.Flatten())
+            self.head = nn.Linear(8, 3)
+            if frozen_by == "requires_grad":
+                self.cnn.requires_grad_(False)
+
+        def forward(self, x):
+            if frozen_by == "no_grad":
+                with torch.no_grad():  # "the CNN is only a feature extractor"
+                    features = self.cnn(x)
+            else:
+                features = self.cnn(x)
+            return self.head(features)
+
+    g = torch.Generator().manual_seed(0)
+    issues = first_step_issues(CnnThenHead(), torch.randn(64, 4, 16, generator=g), torch.randint(0, 3, (64,), generator=g),
+                               nn.CrossEntropyLoss(), GradientsCheck(), "GRAD_NONE")
+    if frozen_by == "no_grad":
+        assert len(issues) == 1 and "cnn.0" in issues[0].message and "torch.no_grad()" in issues[0].message
+        assert "Remove the `with torch.no_grad():`" in issues[0].fix
+    else:
+        assert not issues

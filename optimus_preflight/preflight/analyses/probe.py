@@ -123,6 +123,7 @@ class StepProbe:
     # Names of the modules owning trainable parameters whose forward ran during the step: a
     # parameter without a gradient in one of them had its output dropped on the way to the loss.
     modules_run: set[str] = field(default_factory=set)
+    modules_run_without_grad: set[str] = field(default_factory=set)  # ran while torch.is_grad_enabled() was False
     # Modules with forward hooks of the user's whose output, after those hooks, is cut from the graph
     # although their input was attached (a hook returning a stored detached copy replaces the output).
     hooks_detaching: list[str] = field(default_factory=list)
@@ -358,7 +359,12 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         # Registered after the user's hooks, so they see the output those hooks returned.
         handles += [module.register_forward_hook(lambda module, args, output, name=name: on_hooked_output(module, args, output, name))
                     for name, module in user_hooked]
-        handles += [module.register_forward_hook(lambda module, args, output, name=name: probe.modules_run.add(name))
+        def on_run(name: str) -> None:
+            probe.modules_run.add(name)
+            if not torch.is_grad_enabled():  # inside torch.no_grad() / inference_mode in the forward
+                probe.modules_run_without_grad.add(name)
+
+        handles += [module.register_forward_hook(lambda module, args, output, name=name: on_run(name))
                     for name, module in model.named_modules()
                     if any(p.requires_grad for p in module.parameters(recurse=False))]
         layout = LayoutWatch(model)

@@ -60,7 +60,8 @@ DETACHED_SLOPE = 0.2  # d(returned loss) / d(criterion) below this ...
 DETACHED_VALUE = 0.5  # ... while the returned value is at least this share of the criterion's
 
 
-def _why_no_gradient(missing: list[str], modules_run: set[str], hooks_detaching: list[str] | None = None) -> tuple[str, str]:
+def _why_no_gradient(missing: list[str], modules_run: set[str], hooks_detaching: list[str] | None = None,
+                     without_grad: set[str] | None = None) -> tuple[str, str]:
     """What the modules owning gradient-less parameters did in the step's forward: ran (their
     output was dropped before the loss, or a forward hook replaced it with a detached copy) or
     never ran (defined, not called)."""
@@ -73,6 +74,14 @@ def _why_no_gradient(missing: list[str], modules_run: set[str], hooks_detaching:
                 "tensor only to change the output on purpose.")
     owners = sorted({name.rpartition(".")[0] for name in missing})
     ran = [owner for owner in owners if owner in modules_run]
+    no_grad = [owner for owner in ran if owner in (without_grad or set())]
+    if no_grad and len(no_grad) == len(ran):
+        return (f"{_names(no_grad, 4)} ran in the forward with gradients switched off: the model's forward calls them "
+                "inside torch.no_grad() (or torch.inference_mode()), so autograd records nothing for them and they "
+                "never train, though they are in the optimizer and requires_grad=True",
+                "Remove the `with torch.no_grad():` around these layers in forward (keep it only around parts meant "
+                "to stay frozen, and set requires_grad=False on those); evaluation code belongs in the eval loop, "
+                "not in forward.")
     if not ran:
         return ("Their modules never ran in the forward: defined but not called (a branch never taken, a layer "
                 "left out of forward)",
@@ -310,7 +319,7 @@ class GradientsCheck(Check):
                 "tracks the parameters whatever the inputs), or do not checkpoint the first block.",
             )
         elif missing:
-            why, fix = _why_no_gradient(missing, probe.modules_run, probe.hooks_detaching)
+            why, fix = _why_no_gradient(missing, probe.modules_run, probe.hooks_detaching, probe.modules_run_without_grad)
             findings.add(
                 "error" if distributed else "warning",
                 "GRAD_NONE",
