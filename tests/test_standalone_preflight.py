@@ -200,3 +200,13 @@ def test_default_loss_reads_hugging_face_style_outputs():
                            DataLoader(Mapped(), batch_size=16, shuffle=True))
     assert report.check("step.first_step").status == CheckStatus.PASSED
     assert warnings_and_errors(report) == []
+
+
+def test_a_model_with_uninitialised_lazy_modules_is_refused_with_the_fix():
+    model = nn.Sequential(nn.Flatten(), nn.LazyLinear(3))
+    loader = DataLoader(TensorDataset(torch.randn(32, 4, 4), torch.randint(0, 3, (32,))), batch_size=8)
+    with pytest.raises(ValueError, match=r"lazy module\(s\) of the model \(1\).*call the model once on a batch"):
+        run_preflight(model, torch.optim.SGD(model.parameters(), 0.1), loader, loss_fn=nn.CrossEntropyLoss())
+    model(next(iter(loader))[0])  # the dry run torch recommends: now it has weights to check
+    report = run_preflight(model, torch.optim.SGD(model.parameters(), 0.1), loader, loss_fn=nn.CrossEntropyLoss())
+    assert not report.failed

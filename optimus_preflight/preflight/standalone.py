@@ -197,6 +197,19 @@ def failure_outcome(raise_on_failure: bool) -> str:
             "PreflightFailed instead)")
 
 
+def _refuse_lazy(model: nn.Module) -> None:
+    """A model whose lazy modules (nn.LazyLinear, LazyConv*) have not run yet has no weights to
+    check, copy or restore: say how to give it some, as torch asks before an optimizer is built."""
+    lazy = [name for name, module in model.named_modules()
+            if any(nn.parameter.is_lazy(p) for p in module.parameters(recurse=False))]
+    if lazy:
+        raise ValueError(
+            f"run_preflight: {len(lazy)} lazy module(s) of the model ({', '.join(lazy[:3])}) have not been "
+            "initialised yet (their shapes are set by the first forward): call the model once on a batch, "
+            "model(next(iter(train_loader))[0]) or as your loss function does, before building the optimizer and "
+            "calling run_preflight, as torch recommends for lazy modules")
+
+
 def _validate(precision: str, accumulation_steps: int, max_steps: int | None, fail_on: str, device: torch.device) -> str:
     if precision not in STANDALONE_PRECISIONS:
         raise ValueError(f"run_preflight(precision=...) must be one of {', '.join(STANDALONE_PRECISIONS)}, "
@@ -264,6 +277,7 @@ def run_preflight(
     """
     device = _model_device(model)
     resolved = _validate(precision, accumulation_steps, max_steps, fail_on, device)
+    _refuse_lazy(model)
     if max_steps is None:
         max_steps = _optimizer_steps_per_epoch(train_loader, accumulation_steps) or 1
     cfg = foreign_loop_config(
