@@ -154,7 +154,9 @@ class MaskAlignmentCheck(Check):
         cause = ("the image and the mask go through different axis orders: an NHWC image made channels-first with "
                  "transpose(1, 3), which gives (B, C, W, H), or a mask transposed on its own" if how.startswith("transposed")
                  else "a flip or rotation applied to the image and not to its mask") if every else \
-            "a random augmentation (flip, rotation, transpose) applied to the image and not to its mask"
+            ("the image and its mask flipped independently (two RandomHorizontalFlip transforms, one per tensor, "
+             "toss separate coins, so about half the pairs disagree), or a random augmentation (flip, rotation, "
+             "transpose) applied to the image and not to its mask")
         findings.warning(
             "MASK_MISALIGNED",
             f"in {wins} of {scored} samples of the first batch the mask lies on its image far better {how} than as "
