@@ -85,3 +85,29 @@ def test_leading_axes_are_the_prefix_whose_product_is_the_rows():
     assert leading_axes((12, 32, 5), 384) == (12, 32)
     assert leading_axes((32, 12), 384) == (32, 12)
     assert leading_axes((7, 5), 10) is None
+
+
+@pytest.mark.parametrize("flatten, fires", [("view", True), ("permute_then_reshape", False), ("unflattened", False)])
+def test_segmentation_logits_viewed_to_rows_without_moving_the_class_axis(flatten, fires):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 1))  # (N, 4, H, W) logits
+
+    def loss_fn(model, batch):
+        images, masks = batch
+        logits = model(images)
+        if flatten == "unflattened":
+            return F.cross_entropy(logits, masks)
+        if flatten == "view":
+            rows = logits.view(-1, 4)  # the bug: the class axis is dim 1
+        else:
+            rows = logits.permute(0, 2, 3, 1).reshape(-1, 4)
+        return F.cross_entropy(rows, masks.view(-1))
+
+    g = torch.Generator().manual_seed(1)
+    data = TensorDataset(torch.randn(64, 3, 12, 12, generator=g), torch.randint(0, 4, (64, 12, 12), generator=g))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), DataLoader(data, batch_size=16),
+                           loss_fn=loss_fn, checks=[FirstBatchCheck(), BatchLayoutCheck()])
+    found = [i for i in report.check("step.batch_layout").issues if i.code == "FLATTEN_ORDER_MISMATCH"]
+    assert bool(found) == fires
+    if fires:
+        assert "(16, 4, 12, 12)" in found[0].message and "permute(0, 2, 3, 1)" in found[0].fix

@@ -7,6 +7,10 @@ accepts them, but row ``i`` of the logits is position ``i // B`` of sample ``i %
 row ``i`` of the targets is position ``i % T`` of sample ``i // T``. Every token is scored
 against another token's label. Read from what the criterion gets: the shape each tensor is
 a flattened view of (its ``_base``, or the sizes its reshape's backward saved).
+
+The same read finds channels-first class scores, ``(N, C, H, W)`` segmentation logits (or
+``(B, C, T)`` from a Conv1d), flattened with ``view(-1, C)`` without moving the class axis
+last: each row then holds C neighbouring values of one class's map, not one pixel's scores.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ class FlattenMismatch:
     function: str
     prediction_axes: tuple[int, ...]  # the leading axes flattened into the criterion's rows
     target_axes: tuple[int, ...]
+    class_axis: tuple[int, ...] | None = None  # the channels-first shape whose class axis was viewed as last
 
 
 def flattened_from(tensor: torch.Tensor) -> tuple[int, ...] | None:
@@ -50,12 +55,28 @@ def leading_axes(shape: tuple[int, ...], rows: int) -> tuple[int, ...] | None:
     return None
 
 
+def class_axis_viewed_last(inputs: torch.Tensor) -> tuple[int, ...] | None:
+    """The channels-first shape (N, C, ...) that (rows, C) class scores are a plain view or
+    reshape of, its class axis not moved last: view(-1, C) of (N, C, H, W) segmentation logits
+    fills each row with C neighbouring pixels of one class's map (pure)."""
+    source = flattened_from(inputs)
+    if inputs.dim() != 2 or source is None or len(source) < 3:
+        return None
+    classes = inputs.shape[1]
+    if source[1] == classes and source[-1] != classes and classes >= 2:
+        return source
+    return None
+
+
 def flatten_mismatch(function: str, inputs: object, target: object) -> FlattenMismatch | None:
-    """The criterion's rows flattened from (T, B) on one side and (B, T) on the other."""
+    """The criterion's rows flattened from (T, B) on one side and (B, T) on the other, or class
+    scores viewed from a channels-first tensor without moving the class axis last."""
     if not (isinstance(inputs, torch.Tensor) and isinstance(target, torch.Tensor)) or inputs.dim() == 0 \
             or target.dim() == 0 or inputs.shape[0] != target.shape[0]:
         return None
     rows = inputs.shape[0]
+    if not target.is_floating_point() and (channels_first := class_axis_viewed_last(inputs)) is not None:
+        return FlattenMismatch(function, (rows,), tuple(target.shape), channels_first)
     sources = flattened_from(inputs), flattened_from(target)
     if sources[0] is None or sources[1] is None:
         return None

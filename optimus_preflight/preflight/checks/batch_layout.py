@@ -71,7 +71,21 @@ class BatchLayoutCheck(Check):
                 "Swap axes with .permute(...) or .transpose(a, b) (then .contiguous() if a view is needed next), "
                 "not .view/.reshape.",
             )
-        if probe.flatten_mismatch is not None:
+        if probe.flatten_mismatch is not None and probe.flatten_mismatch.class_axis is not None:
+            found = probe.flatten_mismatch
+            shape = found.class_axis
+            order = "0, " + ", ".join(str(i) for i in range(2, len(shape))) + ", 1"
+            findings.error(
+                "FLATTEN_ORDER_MISMATCH",
+                f"{found.function} gets class scores viewed from a {shape} channels-first tensor with the class axis "
+                f"(dim 1, {shape[1]} classes) not moved last: view(-1, {shape[1]}) or reshape(-1, {shape[1]}) fills "
+                f"each row with {shape[1]} neighbouring values of one class's map, not one pixel's (or step's) scores "
+                "for every class, so every pixel is scored with numbers from other pixels against its own label",
+                f"Move the class axis last before flattening: logits.permute({order}).reshape(-1, {shape[1]}) "
+                "against targets.reshape(-1); or give cross_entropy the (N, C, H, W) logits and (N, H, W) targets "
+                "as they are, without flattening.",
+            )
+        elif probe.flatten_mismatch is not None:
             found = probe.flatten_mismatch
             findings.error(
                 "FLATTEN_ORDER_MISMATCH",
