@@ -30,6 +30,7 @@ from optimus_preflight.preflight.checks.collate_context import CollateContextChe
 from optimus_preflight.preflight.checks.collate_order import CollateOrderCheck
 from optimus_preflight.preflight.checks.collate_truncation import CollateTruncationCheck
 from optimus_preflight.preflight.checks.contrastive_targets import ContrastiveTargetsCheck
+from optimus_preflight.preflight.checks.conv_layout import ConvLayoutCheck
 from optimus_preflight.preflight.checks.dataset_checks import DatasetLengthCheck
 from optimus_preflight.preflight.checks.dataset_memory import DatasetCacheCheck
 from optimus_preflight.preflight.checks.dataset_mutation import DatasetMutationCheck
@@ -147,6 +148,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     TokenLabelsCheck,
     step_checks.InitialLossCheck,
     BatchLayoutCheck,
+    ConvLayoutCheck,
     TargetLeakCheck,
     ForecastLeakCheck,
     SampleMixingCheck,

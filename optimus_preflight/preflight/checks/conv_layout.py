@@ -1,0 +1,106 @@
+"""A Conv1d fed (batch, time, features) as if it were (batch, channels, time) (``step.conv_layout``).
+
+``nn.Conv1d`` reads ``(B, C, L)`` and slides along the last axis. A window of a series is
+usually stored ``(B, T, F)`` (time steps, then sensors or leads), and built to match it the
+layer gets ``in_channels = T``: every time step becomes a channel, and the kernel slides over
+the handful of sensors instead of over time. Nothing raises, and the model cannot learn
+temporal patterns.
+
+Read from one eval-mode forward: the first ``nn.Conv1d`` whose input is a tensor of the batch
+as the loader gave it, ``(B, A, L)`` with ``A == in_channels`` at least twice ``L``, and whose
+axis 1 behaves like time: neighbouring entries along it correlate (lag-1 autocorrelation of
+0.5 or more, 0.2 above the one along the last axis), or the last axis is a handful of
+positions (16 or fewer, under a quarter of the channels) that no kernel would be slid over.
+Signals stored channels-first (12 ECG leads over 1000 samples) and mel spectrograms (64-128
+bins over a hundred frames or more) have the long axis last and stay quiet.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward
+from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.training.batches import move_to_device, storages
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+SMOOTH = 0.5
+MARGIN = 0.2
+MIN_RATIO = 2  # channels over length
+FEW_POSITIONS, FEW_RATIO = 16, 4
+
+
+def lag_one(values: torch.Tensor, dim: int) -> float:
+    """The lag-1 autocorrelation of a (B, A, L) tensor along ``dim`` (1 or 2), each series
+    centred on its own mean (pure)."""
+    x = values.detach().double().movedim(dim, -1)
+    x = x - x.mean(dim=-1, keepdim=True)
+    numerator = (x[..., 1:] * x[..., :-1]).sum()
+    denominator = (x * x).sum().clamp_min(1e-30)
+    return float(numerator / denominator)
+
+
+class ConvLayoutCheck(Check):
+    """CONV1D_TIME_AS_CHANNELS: a Conv1d sliding over the features, its channels being time."""
+
+    name = "step.conv_layout"
+    stage = Stage.STEP
+    codes = ("CONV1D_TIME_AS_CHANNELS",)
+    requires = (FIRST_STEP,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        convs = {m: name for name, m in ctx.model.named_modules() if isinstance(m, nn.Conv1d)}
+        if not convs:
+            findings.data["summary"] = "no Conv1d"
+            return
+        batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
+        from_batch = storages(batch)
+        seen: list[tuple[str, nn.Conv1d, torch.Tensor]] = []
+
+        def before(module: nn.Module, args: tuple) -> None:
+            x = args[0] if args else None
+            if not seen and isinstance(x, torch.Tensor) and x.dim() == 3 and x.is_floating_point() \
+                    and x.untyped_storage().data_ptr() in from_batch:
+                seen.append((convs[module], module, x.detach()))  # type: ignore[arg-type]
+
+        handles = [module.register_forward_pre_hook(before) for module in convs]
+        try:
+            eval_forward(ctx, batch)
+        except Exception:
+            findings.data["summary"] = "the forward could not be observed"
+            return
+        finally:
+            for handle in handles:
+                handle.remove()
+        if not seen:
+            findings.data["summary"] = "no Conv1d reads a batch tensor directly"
+            return
+        name, module, x = seen[0]
+        channels, length = x.shape[1], x.shape[2]
+        along_channels, along_length = lag_one(x, 1), lag_one(x, 2)
+        findings.data.update(layer=name, shape=list(x.shape), lag1_channels=round(along_channels, 3),
+                             lag1_length=round(along_length, 3))
+        findings.data["summary"] = f"Conv1d '{name}' reads {tuple(x.shape)}"
+        time_like = along_channels >= SMOOTH and along_channels >= along_length + MARGIN
+        # Noisy windows hide the smoothness; a "length" of a few entries under many times as many
+        # "channels" is the other sign: no one slides a kernel over 8 positions of 96-channel data.
+        few_positions = length <= FEW_POSITIONS and channels >= FEW_RATIO * length
+        if module.in_channels != channels or channels < MIN_RATIO * length or not (time_like or few_positions):
+            return
+        findings.warning(
+            "CONV1D_TIME_AS_CHANNELS",
+            f"nn.Conv1d '{name}' reads the batch's {tuple(x.shape)} tensor as (batch, channels, length) with "
+            f"in_channels={channels}: its {channels} 'channels' look like time steps (neighbouring entries along that "
+            f"axis correlate at {along_channels:.2f}, against {along_length:.2f} along the last axis, which holds only "
+            f"{length} positions), so the kernel "
+            f"slides over the {length} features (sensors, leads) instead of over time and no temporal pattern can "
+            "be learned. A (batch, time, features) window fed to a Conv1d built with in_channels = time does this",
+            f"Put the features on the channel axis: x.transpose(1, 2) (or permute(0, 2, 1)) before the layer, and "
+            f"nn.Conv1d(in_channels={length}, ...).",
+        )
