@@ -383,3 +383,46 @@ def test_attention_scores_masked_with_zero(fill, fires):
     assert bool(found) == fires
     if fires:
         assert "(32, 20)" in found[0].message and "float('-inf')" in found[0].fix
+
+
+class TinyVae(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.encoder, self.decoder = nn.Linear(32, 8), nn.Linear(4, 32)
+
+    def forward(self, x):
+        mu, logvar = self.encoder(x).chunk(2, dim=1)
+        z = mu + torch.randn_like(mu) * (0.5 * logvar).exp()
+        return self.decoder(z), mu, logvar
+
+
+@pytest.mark.parametrize("recon, kl, fires", [("mean", "sum", True), ("sum", "sum", False),
+                                               ("mean", "mean", False), ("sum_per_sample", "sum_per_sample", False)])
+def test_a_per_element_mean_beside_a_term_summed_over_the_batch(recon, kl, fires):
+    def loss_fn(model, batch):
+        (x,) = batch
+        out, mu, logvar = model(x)
+        terms = 1 + logvar - mu.pow(2) - logvar.exp()
+        kld = {"sum": -0.5 * torch.sum(terms), "mean": -0.5 * terms.mean(),
+               "sum_per_sample": -0.5 * torch.sum(terms) / len(x)}[kl]
+        rec = {"mean": F.mse_loss(out, x), "sum": F.mse_loss(out, x, reduction="sum"),
+               "sum_per_sample": F.mse_loss(out, x, reduction="sum") / len(x)}[recon]
+        return rec + kld
+
+    data = DataLoader(TensorDataset(torch.randn(256, 32, generator=torch.Generator().manual_seed(5))), batch_size=32,
+                      shuffle=True)
+    found = issues(TinyVae(), loss_fn, data, LossFunctionCheck(), "LOSS_REDUCTIONS_MIXED")
+    assert bool(found) == fires
+    if fires:
+        assert "(32, 32)" in found[0].message and "(32, 4)" in found[0].message and "reduction='sum'" in found[0].fix
+
+
+def test_weight_decay_summed_over_parameters_is_not_a_batch_sum():
+    model = nn.Linear(12, 5)
+
+    def loss_fn(model, batch):
+        x, y = batch
+        return F.cross_entropy(model(x), y) + 1e-4 * sum(p.pow(2).sum() for p in model.parameters())
+
+    assert not issues(model, loss_fn, classes_loader(), LossFunctionCheck(), "LOSS_REDUCTIONS_MIXED")

@@ -40,6 +40,7 @@ from optimus_preflight.preflight.analyses.criterion_args import CriterionArgs
 from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch
 from optimus_preflight.preflight.analyses.gradient_reversal import Reversal, find_reversals
 from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy, SlicedPair
+from optimus_preflight.preflight.analyses.loss_terms import MixedReductions, mixed_reductions
 from optimus_preflight.preflight.analyses.padding import sequence_shapes
 from optimus_preflight.preflight.analyses.spectral_axis import FftOverChannels
 from optimus_preflight.preflight.analyses.update_audit import GroupStep, UpdateRecorder
@@ -109,6 +110,7 @@ class StepProbe:
     # (shape, dim) of softmaxes over a dimension of size 1 in the loss's graph: constants, gradient 0
     singleton_softmax: list[tuple[tuple[int, ...], int]] = field(default_factory=list)
     log_of_probability: list[str] = field(default_factory=list)  # torch.log straight of a sigmoid / softmax
+    mixed_reductions: MixedReductions | None = None  # a per-element mean added to a term summed over the batch
     params_zero_grad: list[str] = field(default_factory=list)  # got a gradient of exactly 0 everywhere
     hooked_params: list[str] = field(default_factory=list)  # with a gradient hook of the user's (register_hook)
     loss_reseeds: list[str] = field(default_factory=list)  # seeding calls made inside compute_loss
@@ -276,6 +278,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
                 leaf=loss.grad_fn is None,
             )
             if loss.requires_grad:
+                probe.mixed_reductions = mixed_reductions(loss, batch_size_of(data) or 0)
                 graph = walk_loss_graph(loss, known_leaves)
                 if graph.complete:
                     probe.outside_leaves = graph.outside_leaves

@@ -424,7 +424,7 @@ class LossFunctionCheck(Check):
              "LOSS_PAIR_SLICES", "LOSS_CLASS_WEIGHTS", "LOSS_BOUNDED_LOGITS", "LOSS_CLASS_DIM", "CTC_BLANK_IN_TARGETS", "MULTILABEL_MARGIN_MULTI_HOT",
              "POISSON_LOG_INPUT", "LOSS_INDEXED_BY_BATCH", "TRANSPOSE_1D", "MESHGRID_INDEXING", "LABEL_SMOOTHING_TOO_HIGH", "KL_DIV_MEAN_REDUCTION", "PREDICTION_DETACHED", "GATHER_ALONG_BATCH", "EINSUM_NOT_CONTRACTED", "SORT_ALONG_LAST_DIM", "TARGET_MAPS_VANISH",
              "LOSS_WEIGHTS_AFTER_MEAN", "SOFTMAX_OFF_AXIS", "LOSS_LOG_OF_PROBABILITY",
-             "MASK_FILLED_WITH_ZERO")
+             "MASK_FILLED_WITH_ZERO", "LOSS_REDUCTIONS_MIXED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -438,6 +438,21 @@ class LossFunctionCheck(Check):
                       *bounded_logit_findings(calls), *class_dim_findings(calls),
                       *criterion_arg_findings(probe.criterion_args), *pitfall_findings(probe.pitfalls)]:
             findings.add(found.severity, found.code, found.message, found.fix)
+        if probe.mixed_reductions is not None:
+            found = probe.mixed_reductions
+            per_element = 1
+            for size in found.averaged:
+                per_element *= size
+            findings.warning(
+                "LOSS_REDUCTIONS_MIXED",
+                f"the loss adds {found.criterion} averaged over all {per_element:,} values of its {found.averaged} input "
+                f"to a term summed over a {found.summed} tensor, the batch included: per value, the summed term weighs "
+                f"{per_element:,} times more than the averaged one, so it dominates the gradient. In a VAE the summed "
+                "KL term wins: the posterior collapses to the prior and the decoder learns only the mean image "
+                "(or spectrum)",
+                "Reduce the terms alike: sum each per sample and average over the batch (F.mse_loss(recon, x, "
+                "reduction='sum') / B + kl.sum() / B), or average both, and weigh them on purpose (beta * kl).",
+            )
         if probe.log_of_probability:
             taken = " and ".join(f"log({what})" for what in probe.log_of_probability)
             findings.warning(
