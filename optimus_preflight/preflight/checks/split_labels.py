@@ -32,7 +32,7 @@ from optimus_preflight.preflight.analyses.train_shortcut import Shortcut, train_
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.feature_leak import LABEL_KEYS
 from optimus_preflight.preflight.checks.split_overlap import few_integers
-from optimus_preflight.preflight.checks.split_scale import scale_mismatch
+from optimus_preflight.preflight.checks.split_scale import inputs_beside_labels, scale_mismatch
 from optimus_preflight.preflight.data_access.guard import DataGuard
 from optimus_preflight.preflight.data_access.samples import sample_hashes
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -66,17 +66,10 @@ ONE_CLASS_TRAIN_MAX = 0.9  # a one-class validation set is news when training's 
 def features_and_labels(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(features (B, D) float, labels (B,) int) of an ``(x, y)`` batch or a mapping with one
     label key and one floating tensor beside it."""
-    if isinstance(batch, (list, tuple)) and len(batch) == 2:
-        features, labels = batch
-    elif isinstance(batch, Mapping):
-        keys = [key for key in LABEL_KEYS if key in batch]
-        floats = [value for key, value in batch.items() if key not in keys and isinstance(value, torch.Tensor)
-                  and value.is_floating_point()]
-        if len(keys) != 1 or len(floats) != 1:
-            return None
-        features, labels = floats[0], batch[keys[0]]
-    else:
+    pair = inputs_beside_labels(batch)
+    if pair is None:
         return None
+    features, labels = pair
     if not (isinstance(features, torch.Tensor) and isinstance(labels, torch.Tensor)):
         return None
     if labels.dim() == 2 and labels.shape[1] == 1:

@@ -100,20 +100,27 @@ def scale_mismatch(train: torch.Tensor, val: torch.Tensor) -> ScaleMismatch | No
                          (float(v[1, first]), float(v_iqr[first])), column_order(t, v, columns))
 
 
-def inputs_and_targets(batch: Any) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
-    """(inputs (B, D) float, regression targets (B, K) float or None) of an ``(x, y)`` batch or a
-    mapping with one label key and one floating tensor beside it; None for other batches."""
+def inputs_beside_labels(batch: Any) -> tuple[Any, Any] | None:
+    """(inputs, labels) of an ``(x, y)`` batch, or of a mapping with one label key and one
+    floating tensor beside it; None for other batches (nothing checked about the two)."""
     if isinstance(batch, (list, tuple)) and len(batch) == 2:
-        inputs, targets = batch
-    elif isinstance(batch, Mapping):
+        return batch[0], batch[1]
+    if isinstance(batch, Mapping):
         keys = [key for key in LABEL_KEYS if key in batch]
         floats = [value for key, value in batch.items() if key not in keys and isinstance(value, torch.Tensor)
                   and value.is_floating_point()]
-        if len(keys) != 1 or len(floats) != 1:
-            return None
-        inputs, targets = floats[0], batch[keys[0]]
-    else:
+        if len(keys) == 1 and len(floats) == 1:
+            return floats[0], batch[keys[0]]
+    return None
+
+
+def inputs_and_targets(batch: Any) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
+    """(inputs (B, D) float, regression targets (B, K) float or None) of an ``(x, y)`` batch or a
+    mapping with one label key and one floating tensor beside it; None for other batches."""
+    pair = inputs_beside_labels(batch)
+    if pair is None:
         return None
+    inputs, targets = pair
     if not isinstance(inputs, torch.Tensor) or not isinstance(targets, torch.Tensor) or inputs.dim() < 2 \
             or targets.dim() == 0 or targets.shape[0] != inputs.shape[0]:
         return None
