@@ -244,14 +244,18 @@ def rich_inputs(batch: Any) -> bool:
     return largest.numel() // max(int(largest.shape[0]), 1) >= FEW_DISTINCT_RICH
 
 
+def expected_distinct(size: int, draws: int) -> float:
+    """Distinct values among ``draws`` uniform draws with replacement from ``range(size)``."""
+    return size * -math.expm1(draws * math.log1p(-1 / size)) if size > 1 else float(min(size, draws))
+
+
 def distinct_pool(distinct: int, draws: int) -> int:
     """How many equally common distinct samples give ``distinct`` of them among ``draws``
-    uniform draws: the dataset's distinct samples, estimated (bisection on the expectation)."""
+    uniform draws: the dataset's distinct samples, estimated (bisection on expected_distinct)."""
     low, high = distinct, max(distinct, 1) * 1000
     while high - low > 1:
         middle = (low + high) // 2
-        expected = middle * -math.expm1(draws * math.log1p(-1 / middle)) if middle > 1 else 1.0
-        low, high = (middle, high) if expected < distinct else (low, middle)
+        low, high = (middle, high) if expected_distinct(middle, draws) < distinct else (low, middle)
     return high
 
 

@@ -88,7 +88,6 @@ class MirrorClasses:
     first: int
     second: int
     accuracy: float  # 1-NN between the two classes, as the loader serves them
-    clustered: float  # nearest over median distance
 
 
 FILTERS, KERNEL = 32, 5
@@ -115,16 +114,16 @@ def mirror_classes(images: torch.Tensor, labels: torch.Tensor) -> MirrorClasses 
              if (view := _pair_accuracies(space, labels)) is not None]
     if not views:
         return None
-    worst = min((pair for accuracies, _ in views for pair in accuracies.items()), key=lambda item: item[1])[0]
+    worst = min((pair for accuracies in views for pair in accuracies.items()), key=lambda item: item[1])[0]
     # The best any meaningful view does on that pair: one clean separation clears it.
-    best = max(accuracies[worst] for accuracies, _ in views)
+    best = max(accuracies[worst] for accuracies in views)
     if best > CHANCE:
         return None
-    return MirrorClasses(worst[0], worst[1], best, min(clustered for _, clustered in views))
+    return MirrorClasses(worst[0], worst[1], best)
 
 
-def _pair_accuracies(vectors: torch.Tensor, labels: torch.Tensor) -> tuple[dict[tuple[int, int], float], float] | None:
-    """(1-NN accuracy of every class pair, nearest over typical distance) in this view; None when
+def _pair_accuracies(vectors: torch.Tensor, labels: torch.Tensor) -> dict[tuple[int, int], float] | None:
+    """The 1-NN accuracy of every class pair in this view; None when
     neighbours say little here (the nearest sample near the typical distance, and no pair
     separating cleanly)."""
     flat = vectors.double()
@@ -142,7 +141,7 @@ def _pair_accuracies(vectors: torch.Tensor, labels: torch.Tensor) -> tuple[dict[
             accuracies[(a, b)] = float((picked == labels[keep]).float().mean())
     if not accuracies or (clustered > CLUSTERED and max(accuracies.values()) < SEPARATED):
         return None
-    return accuracies, clustered
+    return accuracies
 
 
 class FlipLabelsCheck(Check):

@@ -25,7 +25,6 @@ dataset count as covered), and a batch sampler whose epoch ends far before its o
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -34,6 +33,7 @@ import torch
 from torch.utils.data import WeightedRandomSampler
 
 from optimus_preflight.preflight.checks.batch_checks import sampler_chain
+from optimus_preflight.preflight.checks.data_checks import expected_distinct
 from optimus_preflight.preflight.checks.val_loader import length_of
 from optimus_preflight.preflight.data_access.guard import DataGuard
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -60,11 +60,6 @@ PER_SAMPLE_FIX = ("Give WeightedRandomSampler one weight per sample, the weight 
                   "class_weights = 1.0 / torch.bincount(labels); "
                   "WeightedRandomSampler(class_weights[labels], num_samples=len(labels)), with labels the "
                   "training dataset's label of each sample, in dataset order.")
-
-
-def expected_distinct(size: int, draws: int) -> float:
-    """Distinct values among ``draws`` uniform draws with replacement from ``range(size)``."""
-    return size * -math.expm1(draws * math.log1p(-1 / size)) if size > 1 else float(min(size, draws))
 
 
 def _key(index: Any) -> Any:
