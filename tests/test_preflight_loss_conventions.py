@@ -426,3 +426,20 @@ def test_weight_decay_summed_over_parameters_is_not_a_batch_sum():
         return F.cross_entropy(model(x), y) + 1e-4 * sum(p.pow(2).sum() for p in model.parameters())
 
     assert not issues(model, loss_fn, classes_loader(), LossFunctionCheck(), "LOSS_REDUCTIONS_MIXED")
+
+
+@pytest.mark.parametrize("order", ["swapped", "right"])
+def test_distillation_with_kl_div_arguments_swapped(order):
+    teacher = nn.Linear(12, 5).requires_grad_(False)
+
+    def distill(model, batch):
+        x, _ = batch
+        student, target = F.softmax(model(x) / 2.0, dim=-1), F.softmax(teacher(x) / 2.0, dim=-1)
+        if order == "swapped":  # kl_div(teacher log-probs, student probs)
+            return F.kl_div(target.log(), student, reduction="batchmean")
+        return F.kl_div(student.log(), target, reduction="batchmean")
+
+    found = issues(nn.Linear(12, 5), distill, classes_loader(), LossFunctionCheck(), "PREDICTION_DETACHED")
+    assert bool(found) == (order == "swapped")
+    if found:
+        assert "kl_div(student_log_probs, teacher_probs)" in found[0].fix

@@ -598,6 +598,22 @@ def test_a_constant_target_built_in_compute_loss_is_not_a_one_class_dataset():
     assert "TARGET_ONE_CLASS" not in issues(report)
 
 
+def test_a_target_made_from_column_ids_by_argmax_is_one_class():
+    """(B, 1) class ids turned into the target with argmax(dim=1): always 0."""
+    x = features()
+    labels = torch.randint(0, CLASSES, (256, 1), generator=torch.Generator().manual_seed(1))
+
+    def argmax_of_ids(model, batch):
+        return F.cross_entropy(model(batch[0]), batch[1].argmax(dim=1))
+
+    def squeezed(model, batch):
+        return F.cross_entropy(model(batch[0]), batch[1].squeeze(1))
+
+    found = issues(preflight(mlp(CLASSES), loader(x, labels), argmax_of_ids))
+    assert "TARGET_ONE_CLASS" in found and "y.squeeze(1)" in found["TARGET_ONE_CLASS"].fix
+    assert "TARGET_ONE_CLASS" not in issues(preflight(mlp(CLASSES), loader(x, labels), squeezed))
+
+
 # --------------------------------------------------------- more healthy setups, all quiet
 class Segmenter(nn.Module):
     def __init__(self, classes: int):

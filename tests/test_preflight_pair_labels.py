@@ -89,3 +89,35 @@ def test_only_labelled_pairs_of_one_shape_are_judged():
     assert pair_fields((x, torch.randn(8, 5), y)) is None  # two inputs of other shapes: no pair
     assert pair_fields((x, x, torch.zeros(8))) is None  # one label value
     assert pair_fields((x, y)) is None
+
+
+def _triplets(n: int = 512) -> TensorDataset:
+    g = torch.Generator().manual_seed(3)
+    prototypes = torch.randn(10, 16, generator=g)
+    own = torch.randint(0, 10, (n,), generator=g)
+    other = (own + torch.randint(1, 10, (n,), generator=g)) % 10
+    def noisy(ids):
+        return prototypes[ids] + 0.5 * torch.randn(n, 16, generator=g)
+    return TensorDataset(noisy(own), noisy(own), noisy(other))
+
+
+@pytest.mark.parametrize("order", ["swapped", "right"])
+def test_a_triplet_loss_given_the_negative_as_the_positive(order):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+
+    def triplet(model, batch):
+        anchor, positive, negative = batch
+        if order == "swapped":
+            return F.triplet_margin_loss(model(anchor), model(negative), model(positive))
+        return F.triplet_margin_loss(model(anchor), model(positive), model(negative))
+
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(_triplets(), batch_size=64, shuffle=True), loss_fn=triplet,
+                           checks=[FirstBatchCheck(), PairLabelsCheck()])
+    result = report.check("step.pair_labels")
+    found = [i for i in result.issues if i.code == "TRIPLET_ROLES_SWAPPED"]
+    assert bool(found) == (order == "swapped"), result.data
+    assert result.data["b_closer_share"] > 0.75
+    if found:
+        assert "batch[1]" in found[0].message and "f(positive), f(negative)" in found[0].fix

@@ -90,3 +90,24 @@ def test_validation_columns_in_another_order_are_named_as_reordered():
     result = report.check(NAME)
     assert codes(result) == {"VAL_COLUMNS_REORDERED"}
     assert "0 <- 2" in result.issues[0].message and "df_val[df_train.columns]" in result.issues[0].fix
+
+
+def test_training_targets_cast_to_long_beside_float_validation_targets_fire():
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(1500, 8, generator=g)
+    ratings = 2.5 + 2.4 * torch.tanh(x @ torch.randn(8, generator=g) / 3)  # continuous, in (0.1, 4.9)
+    model = nn.Linear(8, 1)
+
+    def mse(model, batch):
+        return nn.functional.mse_loss(model(batch[0]).squeeze(-1), batch[1].float())
+
+    report = preflight(TensorDataset(x[:1200], ratings[:1200].long()), TensorDataset(x[1200:], ratings[1200:]), model, mse)
+    result = report.check(NAME)
+    assert "TARGETS_CAST_TO_INT" in codes(result)
+    issue = next(i for i in result.issues if i.code == "TARGETS_CAST_TO_INT")
+    assert "int64" in issue.message and "dtype=torch.float32" in issue.fix
+    kept_float = preflight(TensorDataset(x[:1200], ratings[:1200]), TensorDataset(x[1200:], ratings[1200:]), model, mse)
+    assert "TARGETS_CAST_TO_INT" not in codes(kept_float.check(NAME))
+    classes = preflight(TensorDataset(x[:1200], ratings[:1200].long()), TensorDataset(x[1200:], ratings[1200:].long()),
+                        nn.Linear(8, 5), nn.CrossEntropyLoss())
+    assert "TARGETS_CAST_TO_INT" not in codes(classes.check(NAME))

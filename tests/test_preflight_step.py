@@ -251,6 +251,15 @@ def test_schedule_findings_tolerate_a_warmup_from_zero():
     assert schedule_findings(points, 100, None) == []
 
 
+def test_a_warmup_stuck_at_zero_by_integer_division_is_named():
+    stuck = [(step, min(1, step // 60)) for step in range(100)]  # min(1, step // warmup): 0, then 1
+    found = schedule_findings(stuck, 100, None)
+    assert [severity for severity, _ in found] == ["warning ramp"]
+    assert "first 60 of trainer.max_steps=100" in found[0][1] and "step // warmup_steps" in found[0][1]
+    long_ramp = [(step, min((step + 1) / 90, 1.0)) for step in range(100)]  # a float ramp over 90% of the run
+    assert schedule_findings(long_ramp, 100, None) == []
+
+
 # ------------------------------------------------------------------- overfit
 def test_overfit_smoke_passes_when_the_loop_can_memorise(tmp_path):
     result = run(plain_context(tmp_path, "preflight.overfit_steps=40", "optimizer.lr=0.01"), OverfitCheck)["step.overfit"]

@@ -53,11 +53,13 @@ from optimus_preflight.preflight.checks.mask_alignment import MaskAlignmentCheck
 from optimus_preflight.preflight.checks.mask_interpolation import MaskInterpolationCheck
 from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
 from optimus_preflight.preflight.checks.module_structure import ModuleStructureCheck
+from optimus_preflight.preflight.checks.padding_invariance import PaddingInvarianceCheck
 from optimus_preflight.preflight.checks.padding_readout import PaddingReadoutCheck
 from optimus_preflight.preflight.checks.pair_labels import PairLabelsCheck
 from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
 from optimus_preflight.preflight.checks.ranking_negatives import RankingNegativesCheck
 from optimus_preflight.preflight.checks.recurrence import RecurrenceCheck
+from optimus_preflight.preflight.checks.regressed_classes import RegressedClassesCheck
 from optimus_preflight.preflight.checks.sample_mixing import SampleMixingCheck
 from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageCheck
 from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
@@ -74,6 +76,7 @@ from optimus_preflight.preflight.checks.trained_tensors import (
     LossTensorsCheck,
     UnregisteredTensorsCheck,
 )
+from optimus_preflight.preflight.checks.truncation_signal import TruncationSignalCheck
 from optimus_preflight.preflight.checks.update_checks import UpdateCheck
 from optimus_preflight.preflight.checks.val_loader import ValidationLoaderCheck
 from optimus_preflight.preflight.checks.worker_pickling import WorkerPicklingCheck
@@ -115,6 +118,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     ValidationLoaderCheck,
     SplitSizesCheck,
     CollateTruncationCheck,
+    TruncationSignalCheck,
     SplitOverlapCheck,
     SplitLabelsCheck,
     SplitScaleCheck,
@@ -144,6 +148,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     DerivativeGraphCheck,
     step_checks.LossFunctionCheck,
     step_checks.TargetsCheck,
+    RegressedClassesCheck,
     step_checks.PaddedLossCheck,
     TokenLabelsCheck,
     step_checks.InitialLossCheck,
@@ -162,6 +167,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     AttentionMaskCheck,
     RecurrenceCheck,
     PaddingReadoutCheck,
+    PaddingInvarianceCheck,
     step_runs.AccumulationCheck,
     step_runs.LossScaleCheck,
     step_smoke.CheckpointRoundTripCheck,

@@ -44,6 +44,9 @@ SOFTMAXES = (torch.softmax, torch.Tensor.softmax, torch.nn.functional.softmax)
 MILD_FILL = -1e3  # a fill above this leaves a masked score a weight softmax can see (-inf, -1e9 and finfo.min do not)
 MATMULS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm, torch.Tensor.bmm)
 REGRESSION = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
+# Criteria whose input and target play different parts (log-probabilities vs probabilities,
+# logits vs labels): the prediction passed as the target is read as something else.
+SWAPPABLE = ("kl_div", "binary_cross_entropy", "binary_cross_entropy_with_logits", "nll_loss", "poisson_nll_loss")
 # Above this, label smoothing gives the true class less than half of the target's mass, (1 - s) + s / K:
 # a keep-confidence (0.9) passed where the smoothing (0.1) was meant.
 SMOOTHING_LIMIT = 0.5
@@ -58,6 +61,7 @@ class Pitfalls:
     label_smoothing: tuple[float, int] | None = None  # (label_smoothing, classes) of a cross_entropy above the limit
     kl_div_mean: tuple[int, ...] | None = None  # input shape of a kl_div with reduction='mean'
     detached_prediction: tuple[str, tuple[int, ...]] | None = None  # (criterion, shape): input detached, target not
+    swapped_arguments: tuple[str, tuple[int, ...]] | None = None  # the same for a criterion whose two sides differ
     gather_rows: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # (input, index) shapes of a gather(0) by ids
     einsum_private: tuple[str, str] | None = None  # (equation, the letters each summed inside one operand)
     sort_last: tuple[int, ...] | None = None  # shape of a tensor sorted along a short last dim
@@ -202,10 +206,14 @@ class PitfallWatch:
         elif name == "kl_div" and found.kl_div_mean is None:
             if argument(args, kwargs, 4, "reduction", "mean") == "mean" and inputs.dim() >= 2 and inputs.shape[-1] >= 2:
                 found.kl_div_mean = tuple(inputs.shape)
-        elif name in REGRESSION and found.detached_prediction is None and torch.is_grad_enabled():
+        if name in REGRESSION and found.detached_prediction is None and torch.is_grad_enabled():
             target = argument(args, kwargs, 1, "target")
             if isinstance(target, torch.Tensor) and target.requires_grad and not inputs.requires_grad:
                 found.detached_prediction = (name, tuple(inputs.shape))
+        elif name in SWAPPABLE and found.swapped_arguments is None and torch.is_grad_enabled():
+            target = argument(args, kwargs, 1, "target")
+            if isinstance(target, torch.Tensor) and target.requires_grad and not inputs.requires_grad:
+                found.swapped_arguments = (name, tuple(inputs.shape))
         if name in (*REGRESSION, "binary_cross_entropy", "binary_cross_entropy_with_logits") \
                 and found.vanishing_targets is None:
             self._dense_targets(argument(args, kwargs, 1, "target"))
@@ -348,5 +356,20 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "wrong order",
             "Detach the target, not the prediction: mse_loss(V(s), (r + gamma * V(s_next)).detach()) (the "
             "semi-gradient); pass criterion(prediction, target) in that order.",
+        ))
+    if found.swapped_arguments is not None:
+        name, shape = found.swapped_arguments
+        expected = {"kl_div": "kl_div(student_log_probs, teacher_probs): the model's log-probabilities first "
+                              "(F.log_softmax(logits / T, -1)), the fixed target distribution second",
+                    "nll_loss": "nll_loss(log_probs, labels)",
+                    "poisson_nll_loss": "poisson_nll_loss(log_rate, counts)"}.get(
+            name, f"{name}(prediction, labels): the model's output first, the 0/1 labels second")
+        findings.append(Finding(
+            "PREDICTION_DETACHED", "error",
+            f"{name} gets its first argument ({shape}) from outside the graph while its second, the target, requires "
+            f"grad: the model's output was passed as the target. The two arguments play different parts, so the "
+            "criterion computes something else than intended (labels read as logits, a divergence in the other "
+            "direction) and the gradient reaches the model only through the target side",
+            f"Pass the arguments in the criterion's order: {expected}.",
         ))
     return findings

@@ -49,7 +49,7 @@ def _neighbour_vote(x: torch.Tensor, y: torch.Tensor, classes: int) -> float:
     return float((votes.argmax(1) == y).float().mean())
 
 
-def _ridge_out_of_fold(x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def ridge_out_of_fold(x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Two-fold ridge predictions of ``targets`` (N, k) from ``x`` (N, d) plus a bias: each half
     predicted by the fit on the other half."""
     x = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], 1)
@@ -62,7 +62,7 @@ def _ridge_out_of_fold(x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def _linear_probe(x: torch.Tensor, y: torch.Tensor, classes: int) -> float:
-    scores = _ridge_out_of_fold(x, torch.nn.functional.one_hot(y, classes))
+    scores = ridge_out_of_fold(x, torch.nn.functional.one_hot(y, classes))
     return float((scores.argmax(1) == y).float().mean())
 
 
@@ -136,4 +136,4 @@ def target_signal(features: torch.Tensor, targets: torch.Tensor) -> TargetSignal
     distances.fill_diagonal_(float("inf"))
     nearest = distances.topk(NEIGHBOURS, largest=False).indices
     neighbour = _r2(y[nearest].mean(1), y)
-    return TargetSignal(len(y), y.shape[1], neighbour, _r2(_ridge_out_of_fold(x, y), y))
+    return TargetSignal(len(y), y.shape[1], neighbour, _r2(ridge_out_of_fold(x, y), y))

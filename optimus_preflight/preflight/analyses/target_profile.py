@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 MOSTLY_IGNORED = 0.95
 MIN_TARGETS = 32  # fewer say nothing about a share
 ONE_CLASS_MIN_TARGETS = 256
+# A constant target beside batch labels of several values needs no long scan to be news.
+COLLAPSED_MIN_TARGETS = 8
 MIN_MULTI_ROWS = 8
 NORMALISED_MULTI_HOT_SHARE = 0.25  # of the rows: one-label rows are one-hot, the rest 1/k
 _ROW_SUM_TOL = 1e-3
@@ -280,4 +282,38 @@ def made_target_finding(call: CriterionCall) -> Finding | None:
         )
     # Not square: a constant target is how MoCo-style logits (positive first, then a queue of
     # negatives) are scored by design.
+    return None
+
+
+def collapsed_target_finding(call: CriterionCall, batch: object) -> Finding | None:
+    """TARGET_ONE_CLASS for a class target made inside the loss that is one value for every
+    sample while the batch carries per-sample class ids with several values: the conversion
+    from the labels to the target collapsed them (``y.argmax(1)`` of ``(B, 1)`` ids is always 0)."""
+    from optimus_preflight.preflight.analyses.loss_findings import Finding
+    from optimus_preflight.training.batches import leaves
+
+    shape = call.input.shape
+    if call.function not in ("cross_entropy", "nll_loss") or len(shape) != 2 or call.profile is None \
+            or not call.n_classes or call.profile.kept < COLLAPSED_MIN_TARGETS:
+        return None
+    for leaf in leaves(batch):
+        if not isinstance(leaf, torch.Tensor) or leaf.is_floating_point() or leaf.dtype == torch.bool \
+                or leaf.dim() not in (1, 2) or leaf.shape[0] != shape[0] or (leaf.dim() == 2 and leaf.shape[1] != 1):
+            continue
+        values = leaf.detach().reshape(-1)
+        distinct = int(values.unique().numel())
+        # The ids must span the criterion's classes: MoCo's (B, 1 + queue) logits keep their
+        # constant target beside dataset labels of another, much smaller range.
+        if distinct >= 2 and int(values.min()) >= 0 and call.n_classes // 2 <= int(values.max()) < call.n_classes:
+            size = "x".join(str(s) for s in leaf.shape)
+            return Finding(
+                "TARGET_ONE_CLASS", "warning",
+                f"the batch carries ({size}) class ids with {distinct} different values, but the target "
+                f"{call.function} gets is made inside the loss and is {call.profile.only_value:g} for every one of "
+                f"its {call.profile.kept} samples: the conversion from labels to target collapses them (argmax over "
+                "a size-1 dim, as y.argmax(1) of (B, 1) ids, is always 0; so is a max or a comparison taken over the "
+                "wrong dim), and the model is trained to predict one class whatever the input",
+                "Pass the class ids themselves: y.view(-1) (or y.squeeze(1)) for (B, 1) ids; argmax(dim=1) only "
+                "converts one-hot (B, C) targets.",
+            )
     return None

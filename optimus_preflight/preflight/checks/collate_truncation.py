@@ -32,7 +32,7 @@ SHORT = 0.1  # every batch width at or under this quantile of the item lengths .
 LONG = 2.0  # ... while the median item is this many times wider than the widest batch
 
 
-def _token_rows(batch: Any) -> torch.Tensor | None:
+def token_rows(batch: Any) -> torch.Tensor | None:
     """The batch's first (B, W) integer tensor: token ids."""
     return next((leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.dim() == 2
                  and not leaf.is_floating_point() and leaf.dtype != torch.bool and leaf.shape[1] >= 2), None)
@@ -57,7 +57,7 @@ class CollateTruncationCheck(Check):
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        loader, first = ctx.train_loader, _token_rows(ctx.artifacts.first_batch)
+        loader, first = ctx.train_loader, token_rows(ctx.artifacts.first_batch)
         dataset = getattr(loader, "dataset", None)
         findings.data["summary"] = "no variable-length token sequences"
         if first is None or dataset is None or isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__"):
@@ -78,7 +78,7 @@ class CollateTruncationCheck(Check):
         widths = [first.shape[1]]
         with preserved_data_state(ctx), guard.batches(loader, "batch widths") as read:
             for _ in range(BATCHES):
-                rows = _token_rows(next(read, None))
+                rows = token_rows(next(read, None))
                 if rows is not None:
                     widths.append(rows.shape[1])
         findings.data.update(item_lengths=[int(ordered.min()), int(ordered.median()), int(ordered.max())], widths=widths)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 CPU_FP16_SLOWDOWN = 18
 SIMULATE_AT_MOST = 5000  # scheduler.step() calls; LambdaLR is evaluated directly instead
 NEAR_ZERO = 0.01  # of the peak LR
+STUCK_START = 0.2  # of the run spent under NEAR_ZERO before the LR first rises above it
 
 
 def schedule_length(scheduler: Any) -> int | None:
@@ -113,6 +114,16 @@ def schedule_findings(points: list[tuple[int, float]], max_steps: int, length: i
                                  f"{100 * (1 - dead / max_steps):.0f}% of the run barely trains. A schedule sized "
                                  "for one epoch (num_training_steps=len(train_loader)) or stepped per batch with "
                                  "epoch settings ends this early"))
+    # Before the peak: a warmup rises smoothly, so it is under 1% of the peak for about 1% of
+    # its length; a long stretch there is a factor stuck at 0 (integer division, a step-wise ramp).
+    stuck = next((step for step, lr in points if lr >= NEAR_ZERO * peak), 0)
+    if stuck >= STUCK_START * max_steps:
+        found.append(("warning ramp", f"the learning rate stays below 1% of its peak for the first {stuck} of trainer."
+                                 f"max_steps={max_steps} steps ({100 * stuck / max_steps:.0f}% of the run) and then "
+                                 f"jumps to {points[next(i for i, (st, _) in enumerate(points) if st == stuck)][1]:.3g}: "
+                                 "nothing trains until then. A warmup factor computed with integer division (step // "
+                                 "warmup_steps, min(1, step // warmup_steps)) is 0 for the whole warmup and then 1, "
+                                 "not a ramp"))
     first = points[0][1] if points else 0.0
     if first > 0 and peak >= GROWTH * first and peak_step >= 0.9 * points[-1][0]:
         found.append(("error", f"the learning rate grows {peak / first:.3g}x over the run and peaks at its end "
@@ -254,6 +265,11 @@ class LrScheduleCheck(Check):
             )
             return
         for severity, message in schedule_findings(points, max_steps, length):
+            if severity == "warning ramp":
+                findings.warning("O8", message, "Ramp the factor with a float ratio: lr_lambda=lambda step: min(1.0, "
+                                 "(step + 1) / warmup_steps) (or transformers' get_linear_schedule_with_warmup).",
+                                 "scheduler.warmup_steps")
+                continue
             findings.add(severity, "O8", message, fix, "scheduler.total_steps")
         base = base_lr(scheduler, ctx.optimizer)
         if (above := above_base(scheduler, points, base)) is not None:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 MIN_ROWS = 4  # pairs of each label
 CLOSER = 0.85  # mean input distance of the similar pairs, as a share of the other pairs'
 EFFECT = 0.05  # relative change of the loss that counts
+CLOSER_ROWS = 0.75  # of a triplet batch's rows, where one field is nearer the anchor than the other
 
 
 def pair_fields(batch: Any) -> tuple[int, int, int] | None:
@@ -60,16 +61,28 @@ def input_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return ((flat_a - flat_b) / scale).norm(dim=1)
 
 
+def is_triplet(batch: Any) -> bool:
+    """A ``(anchor, b, c)`` tuple batch of three same-shaped float tensors."""
+    return (isinstance(batch, (tuple, list)) and len(batch) == 3
+            and all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in batch)
+            and batch[0].dim() >= 2 and batch[0].shape[0] >= 2 * MIN_ROWS
+            and batch[0].shape == batch[1].shape == batch[2].shape)
+
+
 class PairLabelsCheck(Check):
-    """PAIR_LABELS_INVERTED: the loss pulls together the pairs the data marks dissimilar."""
+    """PAIR_LABELS_INVERTED: the loss pulls together the pairs the data marks dissimilar;
+    TRIPLET_ROLES_SWAPPED: a triplet loss given the negative where the positive belongs."""
 
     name = "step.pair_labels"
     stage = Stage.STEP
-    codes = ("PAIR_LABELS_INVERTED",)
+    codes = ("PAIR_LABELS_INVERTED", "TRIPLET_ROLES_SWAPPED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
+        if is_triplet(batch):
+            self._triplet(ctx, batch, findings)
+            return
         if pair_fields(batch) is None:
             findings.data["summary"] = "not a batch of labelled pairs"
             return
@@ -110,6 +123,51 @@ class PairLabelsCheck(Check):
                 "two terms, or use 1 - y for 0/1 labels (-y for +1/-1 labels); CosineEmbeddingLoss wants +1 for "
                 "similar pairs.",
             )
+
+    @staticmethod
+    def _triplet(ctx: PreflightContext, batch: Any, findings: Findings) -> None:
+        """In the data, which of the two other fields is the anchor's positive (closer in input
+        space on most rows); in the loss, which one it pulls towards the anchor (replacing it by
+        the anchor lowers the loss). They must agree."""
+        anchor, b, c = batch
+        closer_b = float((input_distances(anchor, b) < input_distances(anchor, c)).float().mean())
+        findings.data["b_closer_share"] = round(closer_b, 3)
+        if 1 - CLOSER_ROWS < closer_b < CLOSER_ROWS:
+            findings.data["summary"] = "neither field is clearly the anchor's positive in input space"
+            return
+        positive, negative = (1, 2) if closer_b >= CLOSER_ROWS else (2, 1)
+        try:
+            base = eval_loss(ctx, batch)
+            fields = list(batch)
+            fields[positive] = anchor
+            positive_same = eval_loss(ctx, tuple(fields))
+            fields = list(batch)
+            fields[negative] = anchor
+            negative_same = eval_loss(ctx, tuple(fields))
+        except Exception:
+            findings.data["summary"] = "the loss could not be computed on changed triplets"
+            return
+        if base is None or positive_same is None or negative_same is None:
+            findings.data["summary"] = "no finite scalar loss"
+            return
+        findings.data.update(loss=base, loss_positive_is_anchor=positive_same, loss_negative_is_anchor=negative_same)
+        findings.data["summary"] = (f"batch[{positive}] is the anchor's positive in the data; making it the anchor "
+                                    f"moves the loss {base:.4g} -> {positive_same:.4g}")
+        scale = max(abs(base), 1e-6)
+        if not (positive_same > base + EFFECT * scale and negative_same < base - EFFECT * scale):
+            return
+        findings.warning(
+            "TRIPLET_ROLES_SWAPPED",
+            f"in the data, batch[{positive}] holds each anchor's positive ({closer_b if positive == 1 else 1 - closer_b:.0%}"
+            f" of the rows are closer to the anchor than batch[{negative}] in standardised input space), but the loss "
+            f"treats it as the negative: making batch[{positive}] equal to the anchor raises the loss ({base:.4g} -> "
+            f"{positive_same:.4g}) and making batch[{negative}] equal to it lowers the loss ({negative_same:.4g}). "
+            "The positive and the negative reach the triplet loss in each other's place (triplet_margin_loss(anchor, "
+            "positive, negative) takes the positive second), so training pushes matching items apart and pulls "
+            "different ones together",
+            "Pass the triplet in the loss's order: F.triplet_margin_loss(f(anchor), f(positive), f(negative)) (and "
+            "check which field of the dataset's tuple holds the positive).",
+        )
 
     @staticmethod
     def _rows(y: torch.Tensor, value: float, like: torch.Tensor) -> torch.Tensor:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import RandomSampler, SequentialSampler
 
+from optimus_preflight.preflight.analyses.column_relations import RelationChange, relation_change
 from optimus_preflight.preflight.analyses.label_signal import label_signal
 from optimus_preflight.preflight.analyses.train_shortcut import Shortcut, train_only_shortcut
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
@@ -247,7 +248,7 @@ class SplitLabelsCheck(Check):
     name = "data.split_labels"
     stage = Stage.DATA
     codes = ("VAL_LABEL_MAPPING", "VAL_LABEL_SHIFT", "LABEL_CONFLICT", "LABELS_UNRELATED", "VAL_CHANNEL_ORDER",
-             "TRAIN_ONLY_SHORTCUT")
+             "TRAIN_ONLY_SHORTCUT", "VAL_COLUMNS_RECODED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -281,16 +282,19 @@ class SplitLabelsCheck(Check):
         if found is None or not found.relabelled:
             self._shift(ctx, train[1], val[1], findings)
         if found is None:
-            return
-        if found is None:
-            findings.data["summary"] = "too few samples or classes to compare"
+            if train[0] is None and train[4] is not None and val[4] is not None:
+                self._recoded(relation_change(train[4], train[1], val[4], val[1]), findings, text=True)
+            findings.data.setdefault("summary", "too few samples or classes to compare")
             return
         findings.data.update(train_agreement=round(found.train_agreement, 3),
                              val_agreement=round(found.val_agreement, 3),
                              relabelled_agreement=round(found.relabelled_agreement, 3))
         findings.data["summary"] = (f"nearest-neighbour label agreement {found.train_agreement:.0%} within training, "
                                     f"{found.val_agreement:.0%} from validation")
-        if self._channel_order(train, val, found, findings) or not found.relabelled:
+        if self._channel_order(train, val, found, findings):
+            return
+        if not found.relabelled:
+            self._recoded(relation_change(train[0], train[1], val[0], val[1]), findings)
             return
         moved = ", ".join(f"{v} -> {t}" for v, t in sorted(found.mapping.items()) if v != t)
         findings.warning(
@@ -303,6 +307,48 @@ class SplitLabelsCheck(Check):
             "from one split shifts every id after it, and the validation score measures the wrong classes",
             "Build the class -> id mapping once, from the training labels or the full class list, and apply that "
             "same mapping to every split (LabelEncoder().fit(train_labels), then .transform on each split).",
+            "data.val",
+        )
+
+    @staticmethod
+    def _recoded(found: RelationChange | None, findings: Findings, text: bool = False) -> None:
+        """VAL_COLUMNS_RECODED: columns that carry the label one way in training and another in
+        validation, at unchanged scale: the columns mean other things per split. For token ids
+        the columns are hashed token counts: the ids mean other words per split."""
+        if found is None:
+            return
+        if text:
+            findings.data["recoded_token_buckets"] = [c.column for c in found.changed]
+            findings.warning(
+                "VAL_COLUMNS_RECODED",
+                f"the token ids mean other words in validation than in training: counts of {len(found.changed)} "
+                f"token-id groups relate to the labels one way in training and another in validation, far beyond "
+                f"sampling noise (class-vs-rest difference in standard deviations: column {found.changed[0].column}, "
+                f"class {found.changed[0].label}: {found.changed[0].train_d:+.2f} in training, "
+                f"{found.changed[0].val_d:+.2f} in validation). The vocabulary (word -> id) was built separately per "
+                "split (a Tokenizer.fit_on_texts, Counter or build_vocab_from_iterator run on each split, ids by "
+                "frequency rank), so id 7 is one word in training and another in validation, and the validation score "
+                "measures the model on text it cannot read",
+                "Build the vocabulary once, on the training texts, and encode every split with it (unknown words -> an "
+                "<unk> id); save it with the model for serving.",
+                "data.val",
+            )
+            return
+        shown = "; ".join(f"column {c.column}, class {c.label}: {c.train_d:+.2f} in training, {c.val_d:+.2f} in "
+                          "validation" for c in found.changed[:3])
+        findings.data["recoded_columns"] = [c.column for c in found.changed]
+        findings.warning(
+            "VAL_COLUMNS_RECODED",
+            f"{len(found.changed)} input column(s) relate to the labels one way in training and another in "
+            f"validation, far beyond sampling noise, though their scale is unchanged (class-vs-rest mean difference "
+            f"in standard deviations: {shown}; {found.carrying} column(s) carry the label in training). The columns "
+            "mean other things in the two splits: one-hot (dummy) columns built separately per split (pd.get_dummies "
+            "or np.unique categories of each split: a category missing from one split shifts every column after it), "
+            "a category -> id table fitted per split, or columns selected or ordered per split. The validation score "
+            "measures the model on features it never saw",
+            "Fit every encoding on the training split and apply that same one to validation (and test): "
+            "OneHotEncoder(handle_unknown='ignore').fit(X_train_categories), then .transform on each split, or "
+            "pd.get_dummies(df_val).reindex(columns=train_columns, fill_value=0); one fixed column list for all splits.",
             "data.val",
         )
 
@@ -453,7 +499,7 @@ class SplitLabelsCheck(Check):
         images with the colour channels reversed, when it has images)."""
         guard = DataGuard(ctx, self.name, findings)
         features, labels, started = [], [], time.perf_counter()
-        bags: list[torch.Tensor] | None = [] if which == "training" else None
+        bags: list[torch.Tensor] | None = []
         flipped: list[torch.Tensor] | None = [] if which == "validation" else None
         digests: list[str] | None = [] if which == "training" else None
         with preserved_data_state(ctx), guard.batches(loader, f"{which} labels for {self.name}") as stream:

@@ -135,19 +135,45 @@ def inputs_and_targets(batch: Any) -> tuple[torch.Tensor | None, torch.Tensor | 
             regression.float().cpu() if regression is not None else None)
 
 
+FRACTIONAL = 0.5  # of the validation targets with a fractional part: continuous values, not class ids
+
+
+def truncated_targets(train_batch: Any, val_batch: Any) -> tuple[str, float, float] | None:
+    """(training dtype, share of fractional validation targets, an example) when the training
+    targets are integers while the validation targets of the same range carry fractions: a
+    ``dtype=torch.long`` cast in the training Dataset that truncates continuous targets."""
+    train, val = inputs_beside_labels(train_batch), inputs_beside_labels(val_batch)
+    if train is None or val is None:
+        return None
+    t, v = train[1], val[1]
+    if not (isinstance(t, torch.Tensor) and isinstance(v, torch.Tensor)) or t.is_floating_point() \
+            or t.dtype == torch.bool or not v.is_floating_point() or t.numel() == 0 or v.numel() < 8:
+        return None
+    values = v.detach().float().reshape(-1).cpu()
+    values = values[torch.isfinite(values)]
+    fractional = (values != values.round())
+    if values.numel() < 8 or float(fractional.float().mean()) < FRACTIONAL:
+        return None
+    low, high = float(t.min()), float(t.max())
+    if not low - 1 <= float(values.median()) <= high + 1:
+        return None  # another quantity altogether
+    return str(t.dtype).replace("torch.", ""), float(fractional.float().mean()), float(values[fractional][0])
+
+
 class SplitScaleCheck(Check):
     """VAL_INPUTS_OTHER_SCALE / VAL_TARGETS_OTHER_SCALE: the validation split preprocessed unlike
     the training split."""
 
     name = "data.split_scale"
     stage = Stage.DATA
-    codes = ("VAL_INPUTS_OTHER_SCALE", "VAL_TARGETS_OTHER_SCALE", "VAL_COLUMNS_REORDERED")
+    codes = ("VAL_INPUTS_OTHER_SCALE", "VAL_TARGETS_OTHER_SCALE", "VAL_COLUMNS_REORDERED", "TARGETS_CAST_TO_INT")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         if ctx.val_loader is None:
             findings.data["summary"] = "no validation loader"
             return
+        self._cast_targets(ctx, findings)
         first = inputs_and_targets(ctx.artifacts.first_batch)
         if first is None or (first[0] is None and first[1] is None):
             # Token ids and class labels: nothing here has a scale to compare.
@@ -169,6 +195,27 @@ class SplitScaleCheck(Check):
             if found is not None:
                 self._report(code, what, found, findings)
         findings.data["summary"] = "; ".join(summary) or "nothing comparable"
+
+    def _cast_targets(self, ctx: PreflightContext, findings: Findings) -> None:
+        """TARGETS_CAST_TO_INT: integer training targets beside fractional validation ones."""
+        if inputs_beside_labels(ctx.artifacts.first_batch) is None:
+            return
+        parts = read_samples(ctx, self.name, findings, ctx.val_loader, f"a validation batch for {self.name}",
+                             lambda batch: [batch], 1, SCAN_BUDGET_S)
+        found = truncated_targets(ctx.artifacts.first_batch, parts[0][0]) if parts else None
+        if found is None:
+            return
+        dtype, share, example = found
+        findings.warning(
+            "TARGETS_CAST_TO_INT",
+            f"the training targets are {dtype} while {share:.0%} of the validation targets, in the same range, have "
+            f"a fractional part (e.g. {example:.4g}): the training Dataset casts continuous targets to an integer "
+            "type (torch.tensor(y, dtype=torch.long), .long(), astype(int)), which truncates them (3.7 -> 3), so the "
+            "model learns floor(y), biased low by half a unit on average, and is scored against the real values",
+            "Keep regression targets floating: torch.tensor(y, dtype=torch.float32) (or torch.from_numpy(y).float()) "
+            "in the training Dataset, as in the validation one.",
+            "data.train",
+        )
 
     @staticmethod
     def _report(code: str, what: str, found: ScaleMismatch, findings: Findings) -> None:

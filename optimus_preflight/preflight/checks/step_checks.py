@@ -35,6 +35,7 @@ from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.analyses.target_profile import (
     all_ignored,
     all_ignored_message,
+    collapsed_target_finding,
     made_target_finding,
     one_class_candidate,
     one_class_finding,
@@ -587,7 +588,7 @@ class TargetsCheck(Check):
             )
         candidate = next((c for c in calls if one_class_candidate(c)), None)
         if candidate is not None and label_leaf(ctx.artifacts.first_batch, candidate) is None:
-            found = made_target_finding(candidate)
+            found = made_target_finding(candidate) or collapsed_target_finding(candidate, ctx.artifacts.first_batch)
             if found is not None:
                 findings.add(found.severity, found.code, found.message, found.fix)
         elif candidate is not None:

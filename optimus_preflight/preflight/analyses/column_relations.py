@@ -1,0 +1,88 @@
+"""Feature columns that relate to the labels one way in training and another in validation (pure).
+
+One-hot columns built per split (``pd.get_dummies`` or ``np.unique`` categories of each split),
+a category -> id table fitted per split, columns selected or ordered per split: every column
+keeps its range and frequency, so scale and distribution checks see nothing, yet column j
+means one category in training and another in validation. What changes is how the column
+relates to the label. For each column and class, the standardised mean difference between
+the class and the rest (Cohen's d) is measured in both splits; under a random split the two
+agree within their sampling error. A column "changed" when the two differ by more than
+``Z`` standard errors and by at least ``MIN_CHANGE`` in d; the finding needs ``MIN_COLUMNS``
+changed columns making up ``SHARE`` of the columns that carry the label in training. Drift
+in time moves a few relations a little; a recoding reverses many.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+MAX_COLUMNS = 256  # tabular rows: per-column relations are not judged on pixels
+MAX_CLASSES = 20
+MIN_CLASS_ROWS = 16  # rows of a class (and of the rest) in each split before its d counts
+CARRIES = 0.3  # |d| in training of a column that carries the label
+Z = 4.5  # standard errors between the splits' d ...
+MIN_CHANGE = 0.5  # ... and at least this much difference in d
+MIN_COLUMNS = 2
+SHARE = 0.25  # of the label-carrying columns
+
+
+@dataclass(frozen=True)
+class ChangedColumn:
+    column: int
+    label: int
+    train_d: float
+    val_d: float
+
+
+@dataclass(frozen=True)
+class RelationChange:
+    carrying: int  # columns whose d in training reaches CARRIES
+    changed: list[ChangedColumn]  # strongest first
+
+
+def _effects(x: torch.Tensor, y: torch.Tensor, label: int) -> tuple[torch.Tensor, float] | None:
+    """(d per column, its standard error) of class ``label`` against the rest."""
+    inside = y == label
+    n_in, n_out = int(inside.sum()), int((~inside).sum())
+    if n_in < MIN_CLASS_ROWS or n_out < MIN_CLASS_ROWS:
+        return None
+    spread = x.std(0).clamp_min(1e-12)
+    d = (x[inside].mean(0) - x[~inside].mean(0)) / spread
+    return d, (1 / n_in + 1 / n_out) ** 0.5
+
+
+def relation_change(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor,
+                    val_y: torch.Tensor) -> RelationChange | None:
+    """Columns whose relation to the labels differs between the splits beyond sampling error;
+    None where nothing is judged or too few columns changed."""
+    if train_x.dim() != 2 or val_x.dim() != 2 or train_x.shape[1] != val_x.shape[1] \
+            or train_x.shape[1] > MAX_COLUMNS:
+        return None
+    if not bool(torch.isfinite(train_x).all()) or not bool(torch.isfinite(val_x).all()):
+        return None
+    labels = torch.unique(train_y).tolist()
+    if not 2 <= len(labels) <= MAX_CLASSES:
+        return None
+    varying = (train_x.std(0) > 0) & (val_x.std(0) > 0)
+    train_x, val_x = train_x.double(), val_x.double()
+    carrying = torch.zeros(train_x.shape[1], dtype=torch.bool)
+    best: dict[int, ChangedColumn] = {}
+    for label in labels[1:] if len(labels) == 2 else labels:  # two classes: one contrast says it all
+        train_effect, val_effect = _effects(train_x, train_y, label), _effects(val_x, val_y, label)
+        if train_effect is None or val_effect is None:
+            continue
+        (t, t_se), (v, v_se) = train_effect, val_effect
+        carrying |= varying & (t.abs() >= CARRIES)
+        gap = (t - v).abs()
+        changed = varying & (gap >= MIN_CHANGE) & (gap >= Z * (t_se ** 2 + v_se ** 2) ** 0.5) \
+            & ((t.abs() >= CARRIES) | (v.abs() >= CARRIES))
+        for column in torch.nonzero(changed).flatten().tolist():
+            if column not in best or gap[column] > abs(best[column].train_d - best[column].val_d):
+                best[column] = ChangedColumn(column, int(label), float(t[column]), float(v[column]))
+    carried = int(carrying.sum())
+    if len(best) < MIN_COLUMNS or len(best) < SHARE * max(carried, 1):
+        return None
+    changed = sorted(best.values(), key=lambda c: -abs(c.train_d - c.val_d))
+    return RelationChange(carried, changed)
