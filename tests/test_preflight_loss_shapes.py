@@ -247,6 +247,28 @@ def test_a_graph_readout_without_the_batch_vector_makes_one_prediction(passes_ba
         assert "global_mean_pool(x, data.batch)" in found.fix
 
 
+class DotRecommender(nn.Module):
+    def __init__(self, per_row: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.per_row, self.users, self.items = per_row, nn.Embedding(50, 8), nn.Embedding(80, 8)
+
+    def forward(self, ids):
+        product = self.users(ids[:, 0]) * self.items(ids[:, 1])
+        return product.sum(dim=1) if self.per_row else product.sum()
+
+
+@pytest.mark.parametrize("per_row", [False, True])
+def test_a_dot_product_summed_without_dim_is_named(per_row):
+    g = torch.Generator().manual_seed(2)
+    ids = torch.stack([torch.randint(0, 50, (256,), generator=g), torch.randint(0, 80, (256,), generator=g)], 1)
+    report = preflight(DotRecommender(per_row), loader(ids, torch.rand(256, generator=g) * 5), nn.MSELoss())
+    found = issues(report).get("LOSS_ONE_PREDICTION")
+    assert (found is None) == per_row
+    if found is not None:
+        assert ".sum() with no dim" in found.message and "(u * v).sum(dim=1)" in found.fix
+
+
 @pytest.mark.parametrize("target", [lambda x: x.sum(1, keepdim=True), lambda x: x.sum(1)])
 def test_matching_regression_shapes_are_quiet(target):
     x = features()

@@ -105,3 +105,29 @@ def test_image_and_mask_cropped_at_different_places(joint):
     else:
         assert len(issues) == 1 and "cropped at different places" in issues[0].message
         assert "apply it to both" in issues[0].fix
+
+
+@pytest.mark.parametrize("joint", [False, True], ids=["separate_coin_tosses", "one_toss"])
+def test_binary_float_masks_for_bce_flipped_on_their_own_coin(joint):
+    """(B, 1, H, W) 0/1 float masks, as BCEWithLogitsLoss takes them."""
+    torch.manual_seed(0)
+    images, masks = road_markings()
+    images, masks = images.permute(0, 3, 1, 2), masks[:, None].float()
+
+    def separately(rows):
+        out_images, out_masks = [], []
+        for image, mask in rows:
+            flip_image = bool(torch.rand(1) < 0.5)
+            flip_mask = flip_image if joint else bool(torch.rand(1) < 0.5)
+            out_images.append(image.flip(-1) if flip_image else image)
+            out_masks.append(mask.flip(-1) if flip_mask else mask)
+        return torch.stack(out_images), torch.stack(out_masks)
+
+    model = nn.Conv2d(3, 1, 3, padding=1)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(images, masks), batch_size=32, shuffle=True, collate_fn=separately),
+                           loss_fn=nn.BCEWithLogitsLoss(), checks=[FirstBatchCheck(), MaskAlignmentCheck()])
+    issues = [i for i in report.check("data.mask_alignment").issues if i.code == "MASK_MISALIGNED"]
+    assert bool(issues) == (not joint)
+    if issues:
+        assert "flipped independently" in issues[0].message

@@ -121,3 +121,28 @@ def test_identical_inputs_with_opposite_labels_fire_and_informative_inputs_stay_
     found = conflict_verdict(drop_negations=True)
     assert found and "negations" in found[0].message
     assert not conflict_verdict(drop_negations=False)
+
+
+def test_folder_names_sorted_as_strings_in_one_split_are_named():
+    g = torch.Generator().manual_seed(4)
+    centres = torch.randn(12, 16, generator=g) * 2
+    folders = [str(k) for k in range(1, 13)]
+    lexical = sorted(folders)  # '1', '10', '11', '12', '2', ...: ImageFolder's class_to_idx
+
+    def split(n, seed):
+        pick = torch.randint(0, 12, (n,), generator=torch.Generator().manual_seed(seed))
+        return centres[pick] + 0.5 * torch.randn(n, 16, generator=torch.Generator().manual_seed(seed + 1)), pick
+
+    train_x, train_folder = split(2000, 5)
+    val_x, val_folder = split(500, 7)
+    train_y = torch.tensor([lexical.index(folders[k]) for k in train_folder.tolist()])
+    model = nn.Linear(16, 12)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(train_x, train_y), batch_size=64, shuffle=True),
+                           val_loader=DataLoader(TensorDataset(val_x, val_folder), batch_size=128),  # int(name) - 1
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    result = report.check("data.split_labels")
+    issues = [i for i in result.issues if i.code == "VAL_LABEL_MAPPING"]
+    assert issues and "sorted as strings in training ('1', '10', '11', '12', '2', ...)" in issues[0].message
+    assert "class_to_idx" in issues[0].fix
+    assert "TRAIN_ONLY_SHORTCUT" not in {i.code for i in result.issues}

@@ -260,6 +260,28 @@ def test_a_warmup_stuck_at_zero_by_integer_division_is_named():
     assert schedule_findings(long_ramp, 100, None) == []
 
 
+def test_a_per_epoch_decay_stepped_per_batch_is_named_with_its_setting():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from optimus_preflight.preflight import run_preflight
+    from optimus_preflight.preflight.checks.config_checks import epoch_settings
+
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    report = run_preflight(model, optimizer, DataLoader(TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,))),
+                                                        batch_size=16),
+                           loss_fn=torch.nn.CrossEntropyLoss(), max_steps=300,
+                           scheduler=torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.95),
+                           checks=[LrScheduleCheck()])
+    issue = next(i for i in report.check("config.lr_schedule").issues if i.code == "O8")
+    assert "ExponentialLR(gamma=0.95)" in issue.message and "under 1% after 90 steps" in issue.message
+    assert "0.95 ** (1 / len(train_loader))" in issue.fix
+    step = torch.optim.lr_scheduler.StepLR(torch.optim.SGD(model.parameters(), lr=0.1), step_size=10, gamma=0.5)
+    assert "step_size=10 counts batches" in epoch_settings(step)[0]
+    lambda_lr = torch.optim.lr_scheduler.LambdaLR(torch.optim.SGD(model.parameters(), lr=0.1), lambda s: 0.9 ** s)
+    assert epoch_settings(lambda_lr) is None
+
+
 # ------------------------------------------------------------------- overfit
 def test_overfit_smoke_passes_when_the_loop_can_memorise(tmp_path):
     result = run(plain_context(tmp_path, "preflight.overfit_steps=40", "optimizer.lr=0.01"), OverfitCheck)["step.overfit"]

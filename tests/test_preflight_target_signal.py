@@ -60,3 +60,23 @@ def test_soft_class_labels_are_not_regression_targets():
     mixed = torch.softmax(torch.randn(64, 4), dim=1)  # mixup / smoothed labels: rows summing to 1
     assert features_and_targets((x, mixed)) is None
     assert features_and_targets((x, torch.randn(64, 2))) is not None
+
+
+@pytest.mark.parametrize("shuffled_rows", [True, False], ids=["rows_shuffled_then_windowed", "windowed_in_order"])
+def test_a_series_shuffled_before_its_windows_were_cut_is_named(shuffled_rows):
+    import math
+
+    g = torch.Generator().manual_seed(3)
+    t = torch.arange(3000, dtype=torch.float32)
+    series = torch.sin(2 * math.pi * t / 24) + 0.5 * torch.sin(2 * math.pi * t / 168) + 0.1 * torch.randn(3000, generator=g)
+    if shuffled_rows:
+        series = series[torch.randperm(3000, generator=g)]
+    windows = torch.stack([series[i:i + 24] for i in range(len(series) - 24)])
+    model = nn.Sequential(nn.Linear(24, 16), nn.ReLU(), nn.Linear(16, 1), nn.Flatten(0))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(windows, series[24:]), batch_size=64, shuffle=True),
+                           loss_fn=nn.MSELoss(), checks=[FirstBatchCheck(), TargetSignalCheck()])
+    issues = [i for i in report.check("data.target_signal").issues if i.code == "TARGETS_UNRELATED"]
+    assert bool(issues) == shuffled_rows
+    if issues:
+        assert "shuffled before the windows were cut" in issues[0].message and "never the rows" in issues[0].fix

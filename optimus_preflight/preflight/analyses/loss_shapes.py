@@ -120,7 +120,7 @@ def broadcast_findings(calls: list[CriterionCall]) -> list[Finding]:
         if prediction == target:
             continue
         if math.prod(prediction) == 1 and target and target[0] >= MIN_TARGET_ROWS:
-            found.append(_one_prediction(call.function, prediction, target))
+            found.append(_one_prediction(call.function, prediction, target, call.input_op))
             continue
         result = broadcast_shape(prediction, target)
         if result is None or math.prod(result) <= max(math.prod(prediction), math.prod(target)):
@@ -145,9 +145,21 @@ def broadcast_findings(calls: list[CriterionCall]) -> list[Finding]:
 MIN_TARGET_ROWS = 4
 
 
-def _one_prediction(function: str, prediction: tuple[int, ...], target: tuple[int, ...]) -> Finding:
+def _one_prediction(function: str, prediction: tuple[int, ...], target: tuple[int, ...],
+                    op: str | None = None) -> Finding:
     from optimus_preflight.preflight.analyses.loss_findings import Finding  # noqa: F811  (a cycle at import time)
 
+    reduction = {"SumBackward0": "sum", "MeanBackward0": "mean"}.get(op or "")
+    if reduction is not None:
+        return Finding(
+            "LOSS_ONE_PREDICTION", "error",
+            f"{function} gets a single prediction, shape {prediction}, for a target of shape {target}: the model's "
+            f"output ends in a .{reduction}() with no dim, which reduces the whole batch to one number (a dot product "
+            f"(u * v).{reduction}() meant per row, a pooling over every element), and broadcasting compares that one "
+            f"value with all {target[0]} targets: the model learns the targets' mean",
+            f"Reduce over each sample's own axis only: (u * v).{reduction}(dim=1) (or dim=-1), so there is one "
+            "prediction per sample, of the target's shape.",
+        )
     return Finding(
         "LOSS_ONE_PREDICTION", "error",
         f"{function} gets a single prediction, shape {prediction}, for a target of shape {target}: broadcasting "

@@ -203,10 +203,26 @@ class CriterionCall:
     target_tensor: torch.Tensor | None = None  # regression criteria: the target as passed (held for the step only)
     always_on_label: tuple[int, float, float] | None = None  # multi-hot: (column, its positive rate, median rate)
     classes_last: bool = False  # a (B, T, C) input straight from a linear layer: classes on the last dim, not dim 1
+    input_op: str | None = None  # the autograd op that made the input, through views (SumBackward0: a .sum() with no dim)
 
     @property
     def hard_targets(self) -> bool:
         return self.target is not None and not self.target.is_floating
+
+
+VIEW_OPS = ("ViewBackward0", "UnsqueezeBackward0", "SqueezeBackward0", "SqueezeBackward1", "ExpandBackward0",
+            "AliasBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0", "CloneBackward0", "ToCopyBackward0")
+
+
+def producing_op(tensor: torch.Tensor) -> str | None:
+    """The name of the autograd op behind ``tensor``, looking through views and copies."""
+    node = tensor.grad_fn
+    for _ in range(8):
+        if node is None or type(node).__name__ not in VIEW_OPS:
+            break
+        parents = [next_node for next_node, _ in node.next_functions if next_node is not None]
+        node = parents[0] if parents else None
+    return type(node).__name__ if node is not None else None
 
 
 def _stats(tensor: torch.Tensor, class_dim: int | None, shapes: list[tuple[int, int]] | None = None) -> TensorStats:
@@ -383,6 +399,7 @@ class LossSpy(TorchFunctionMode):
         if isinstance(target, torch.Tensor) and ignore_index is not None and not target.is_floating_point():
             target = target[target != ignore_index]  # ignored positions may hold any sentinel
         record.input = _stats(inputs, class_dim, self.shapes) if isinstance(inputs, torch.Tensor) else None
+        record.input_op = producing_op(inputs) if isinstance(inputs, torch.Tensor) else None
         record.target = _stats(target, None) if isinstance(target, torch.Tensor) else None
         if name in BINARY_CRITERIA and isinstance(target, torch.Tensor):
             record.always_on_label = always_on_label(target)

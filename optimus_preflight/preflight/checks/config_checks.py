@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import math
 import types
 import warnings
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch.optim.lr_scheduler import LambdaLR, MultiplicativeLR
 
 from optimus_preflight.config.lenient import as_float
@@ -265,6 +267,10 @@ class LrScheduleCheck(Check):
             )
             return
         for severity, message in schedule_findings(points, max_steps, length):
+            stepped = epoch_settings(scheduler) if "barely trains" in message else None
+            if stepped is not None:
+                findings.add(severity, "O8", f"{message}. {stepped[0]}", stepped[1], "scheduler")
+                continue
             if severity == "warning ramp":
                 findings.warning("O8", message, "Ramp the factor with a float ratio: lr_lambda=lambda step: min(1.0, "
                                  "(step + 1) / warmup_steps) (or transformers' get_linear_schedule_with_warmup).",
@@ -396,6 +402,32 @@ def above_base(scheduler: Any, points: list[tuple[int, float]], base: float | No
             "LR where a ratio was meant, or the reverse) makes the schedule leave the range the lr was tuned for",
             "Check the scheduler's arguments against the optimizer's lr: factors (LambdaLR) multiply it, bounds "
             "(eta_min, min_lr, max_lr) are absolute learning rates.")
+
+
+def epoch_settings(scheduler: Any) -> tuple[str, str] | None:
+    """(cause, fix) naming the per-epoch setting of a scheduler that decays by a factor per
+    ``step()``, for a schedule found to die early: stepped once per batch, it counts batches."""
+    name = type(scheduler).__name__
+    gamma = getattr(scheduler, "gamma", None)
+    if isinstance(scheduler, torch.optim.lr_scheduler.ExponentialLR) and gamma and 0 < gamma < 1:
+        to_one_percent = math.log(NEAR_ZERO) / math.log(gamma)
+        return (f"ExponentialLR(gamma={gamma:g}) multiplies the LR by {gamma:g} at every scheduler.step(); stepped "
+                f"after every batch it is under 1% after {to_one_percent:.0f} steps: a gamma meant per epoch, stepped "
+                "per batch (or per optimizer step)",
+                f"Step the scheduler once per epoch, or make gamma per step: gamma = {gamma:g} ** (1 / "
+                "len(train_loader)).")
+    if isinstance(scheduler, (torch.optim.lr_scheduler.StepLR, torch.optim.lr_scheduler.MultiStepLR)) and gamma:
+        setting = (f"step_size={scheduler.step_size}" if isinstance(scheduler, torch.optim.lr_scheduler.StepLR)
+                   else f"milestones={sorted(scheduler.milestones)}")
+        return (f"{name}({setting}, gamma={gamma:g}) counts scheduler.step() calls; stepped after every batch, "
+                f"{setting} counts batches, not the epochs it was meant as",
+                f"Step the scheduler once per epoch, or give {setting.split('=')[0]} in optimizer steps "
+                "(epochs * len(train_loader)).")
+    if isinstance(scheduler, torch.optim.lr_scheduler.CosineAnnealingLR):
+        return (f"CosineAnnealingLR(T_max={scheduler.T_max}) reaches its minimum after T_max scheduler.step() calls; "
+                "stepped after every batch, T_max counts batches, not the epochs it was meant as",
+                "Set T_max to the number of optimizer steps (trainer.max_steps), or step the scheduler once per epoch.")
+    return None
 
 
 def peak_not_reached(points: list[tuple[int, float]], base: float | None, max_steps: int) -> str | None:

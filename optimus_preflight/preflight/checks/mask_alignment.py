@@ -47,9 +47,11 @@ TRANSFORMS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 def image_and_mask(batch: object) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(images (B, C, H, W), masks (B, H, W) as class ids) of a segmentation batch."""
     found = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor)]
-    masks = [leaf for leaf in found if leaf.dim() in (3, 4) and not leaf.is_floating_point() and leaf.shape[-1] > 1
-             and (leaf.dim() == 3 or leaf.shape[1] == 1)]
-    images = [leaf for leaf in found if leaf.dim() == 4 and leaf.is_floating_point()]
+    shaped = [leaf for leaf in found if leaf.dim() in (3, 4) and leaf.shape[-1] > 1 and (leaf.dim() == 3 or leaf.shape[1] == 1)]
+    masks = [leaf for leaf in shaped if not leaf.is_floating_point()]
+    if not masks:  # a binary mask as floats, for BCE: 0/1 values only
+        masks = [leaf for leaf in shaped if leaf.is_floating_point() and bool(((leaf == 0) | (leaf == 1)).all())]
+    images = [leaf for leaf in found if leaf.dim() == 4 and leaf.is_floating_point() and not any(leaf is m for m in masks)]
     if len(masks) != 1 or not images:
         return None
     mask = masks[0].reshape(masks[0].shape[0], *masks[0].shape[-2:]).long()

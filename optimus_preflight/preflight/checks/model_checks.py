@@ -22,6 +22,21 @@ HALF = (torch.float16, torch.bfloat16)
 NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm)
 
 
+def _whole_modules(missing: list[str], every: list[str]) -> list[str]:
+    """The modules (name prefixes) all of whose parameters are among ``missing``, outermost first."""
+    gone = set(missing)
+    found: list[str] = []
+    for name in missing:
+        parts = name.split(".")[:-1]
+        for depth in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:depth])
+            if all(n in gone for n in every if n.startswith(prefix + ".")):
+                if prefix not in found and not any(prefix.startswith(f + ".") for f in found):
+                    found.append(prefix)
+                break
+    return found
+
+
 def _names(items: list[str], limit: int = 5) -> str:
     shown = ", ".join(items[:limit])
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
@@ -115,11 +130,19 @@ class OptimizerParamsCheck(Check):
                              frozen_in_optimizer=len(frozen), foreign=foreign)
         findings.data["summary"] = f"{len(in_optimizer)} tensors in {len(ctx.optimizer.param_groups)} group(s)"
         if missing:
+            modules = _whole_modules(missing, list(names.values()))
+            whole = f" (all of {', '.join(repr(m) for m in modules[:3])})" if modules else ""
+            groups = len(ctx.optimizer.param_groups)
             findings.error(
                 "O2",
-                f"{len(missing)} trainable parameter(s) are not in the optimizer and will never change: {_names(missing)}",
+                f"{_names(missing)}{whole}: {len(missing)} trainable parameter(s) not in the optimizer, never updated. "
+                "The optimizer was built before these were added or replaced (a new head attached after the "
+                "optimizer), or from a parameter list that leaves them out (a param group built for them and never "
+                f"appended to the list of {groups} group(s) passed, a name filter that misses them, a slice of the "
+                "parameters)",
                 "Build the optimizer after the model is complete (after adding heads, after .to(device)) from "
-                "[p for p in model.parameters() if p.requires_grad].",
+                "[p for p in model.parameters() if p.requires_grad]; with param groups, check that every group "
+                "you build is in the list passed to the optimizer.",
                 "optimizer",
             )
         if foreign:

@@ -240,6 +240,25 @@ def relabelling(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tenso
     return Relabelling(train_agreement, val_agreement, agreeing / len(val_y), mapping, majority)
 
 
+def string_sorted_ids(mapping: dict[int, int], classes: int) -> tuple[str, str, str] | None:
+    """(the split indexed by names sorted as strings, how they sort, the other split) when the
+    validation -> training id mapping is exactly the one between numeric and string order of
+    the names 0..K-1 or 1..K (folders '1'..'12' read by ImageFolder in one split, int(name) in
+    the other); None otherwise."""
+    if classes < 10 or len(mapping) < 3:
+        return None
+    for start in (0, 1):
+        names = [str(start + i) for i in range(classes)]
+        lexical = sorted(names)
+        numeric_to_lexical = {i: lexical.index(names[i]) for i in range(classes)}
+        shown = ", ".join(f"'{n}'" for n in lexical[:5]) + ", ..."
+        if all(numeric_to_lexical.get(v) == t for v, t in mapping.items()):
+            return "training", shown, "validation"
+        if all(numeric_to_lexical.get(t) == v for v, t in mapping.items()):
+            return "validation", shown, "training"
+    return None
+
+
 class SplitLabelsCheck(Check):
     """VAL_LABEL_MAPPING: validation ids that name other classes than the same ids in training;
     VAL_LABEL_SHIFT: validation labels distributed unlike the training labels; LABEL_CONFLICT:
@@ -269,16 +288,20 @@ class SplitLabelsCheck(Check):
         if train is None or val is None:
             findings.data["summary"] = "too few samples"
             return
-        if train[0] is not None and val[0] is not None:
-            self._shortcut(train_only_shortcut(train[0], train[1], val[0], val[1]), findings)
+        shortcut = (train_only_shortcut(train[0], train[1], val[0], val[1])
+                    if train[0] is not None and val[0] is not None else None)
         found = None
         if train[0] is not None and val[0] is not None and train[0].shape[1] == val[0].shape[1]:
             if scale_mismatch(train[0], val[0]) is not None:
                 # Inputs preprocessed unlike training's move every neighbour: data.split_scale names that,
                 # and no relabelling is to be read from it.
+                self._shortcut(shortcut, findings)
                 findings.data["summary"] = "validation inputs on another scale (data.split_scale)"
                 return
             found = relabelling(train[0], train[1], val[0], val[1])
+        if found is None or not found.relabelled:
+            # Relabelled validation classes make any class's statistics look train-only: that is the mapping.
+            self._shortcut(shortcut, findings)
         if found is None or not found.relabelled:
             self._shift(ctx, train[1], val[1], findings)
         if found is None:
@@ -297,16 +320,28 @@ class SplitLabelsCheck(Check):
             self._recoded(relation_change(train[0], train[1], val[0], val[1]), findings)
             return
         moved = ", ".join(f"{v} -> {t}" for v, t in sorted(found.mapping.items()) if v != t)
+        classes = int(max(int(train[1].max()), int(val[1].max()))) + 1
+        string_order = string_sorted_ids(found.mapping, classes)
+        if string_order is not None:
+            cause = (f"The ids follow the class names sorted as strings in {string_order[0]} ({string_order[1]}) and "
+                     f"their numeric order in {string_order[2]}: ImageFolder's class_to_idx and Keras' "
+                     "image_dataset_from_directory sort folder names as strings, so '10' comes before '2', while the "
+                     "other split was indexed with int(name). Most classes are scored against another class's id")
+            fix = ("Use one mapping for every split: reuse the training dataset's class_to_idx (or sort the names with "
+                   "key=int for both), or name the folders with zero padding ('01', '02', ..., '12').")
+        else:
+            cause = ("The label encoding was built per split (sorted(set(labels)).index or a LabelEncoder fitted on "
+                     "each split, ImageFolder roots with different class folders): a class missing from one split "
+                     "shifts every id after it, and the validation score measures the wrong classes")
+            fix = ("Build the class -> id mapping once, from the training labels or the full class list, and apply "
+                   "that same mapping to every split (LabelEncoder().fit(train_labels), then .transform on each split).")
         findings.warning(
             "VAL_LABEL_MAPPING",
             f"the validation labels use other class ids than the training labels: a training sample's nearest "
             f"training neighbour has its label {found.train_agreement:.0%} of the time, a validation sample's only "
             f"{found.val_agreement:.0%}, and {found.relabelled_agreement:.0%} once the validation ids are read as "
-            f"training ids {moved}. The label encoding was built per split (sorted(set(labels)).index or a "
-            "LabelEncoder fitted on each split, ImageFolder roots with different class folders): a class missing "
-            "from one split shifts every id after it, and the validation score measures the wrong classes",
-            "Build the class -> id mapping once, from the training labels or the full class list, and apply that "
-            "same mapping to every split (LabelEncoder().fit(train_labels), then .transform on each split).",
+            f"training ids {moved}. {cause}",
+            fix,
             "data.val",
         )
 

@@ -57,6 +57,43 @@ def on_unit_circle(targets: torch.Tensor) -> bool:
     return targets.shape[1] == 2 and bool(((targets.pow(2).sum(1) - 1).abs() < UNIT_CIRCLE).all())
 
 
+WINDOW_PAIRS = 6  # consecutive dataset items compared for the sliding-window overlap
+MIN_WINDOW = 8
+SMOOTH = 0.15  # |lag-1 correlation| inside windows at or below this: the values follow no order
+
+
+def lag_one_correlation(windows: torch.Tensor) -> float:
+    """Correlation between each value of (N, T) windows and the next one, pooled over rows."""
+    a, b = windows[:, :-1].reshape(-1).double(), windows[:, 1:].reshape(-1).double()
+    a, b = a - a.mean(), b - b.mean()
+    return float((a * b).sum() / (a.norm() * b.norm()).clamp_min(1e-12))
+
+
+def shuffled_series(ctx: PreflightContext, findings: Findings, check: str, features: torch.Tensor) -> float | None:
+    """The lag-1 correlation inside the windows, when the training dataset's items are sliding
+    windows of one series (item i + 1's window is item i's moved by one step) whose values
+    follow no order: a series shuffled row by row before it was windowed; None otherwise."""
+    from optimus_preflight.preflight.data_access.guard import DataGuard
+
+    if features.shape[1] < MIN_WINDOW:
+        return None
+    correlation = lag_one_correlation(features)
+    dataset = getattr(ctx.train_loader, "dataset", None)
+    if abs(correlation) > SMOOTH or dataset is None or not hasattr(dataset, "__len__") \
+            or not hasattr(dataset, "__getitem__"):
+        return None
+    guard = DataGuard(ctx, check, findings)
+    size = guard.call(len, dataset, what="len(dataset)")
+    if size < 2 * WINDOW_PAIRS:
+        return None
+    items = [guard.call(dataset.__getitem__, i, what=f"dataset[{i}]") for i in range(WINDOW_PAIRS + 1)]
+    windows = [item[0] if isinstance(item, (tuple, list)) else None for item in items]
+    if any(not isinstance(w, torch.Tensor) or w.dim() != 1 or w.numel() < MIN_WINDOW for w in windows):
+        return None
+    overlapping = all(torch.equal(a[1:], b[:-1]) for a, b in zip(windows, windows[1:], strict=False))
+    return correlation if overlapping else None
+
+
 class TargetSignalCheck(Check):
     """TARGETS_UNRELATED: float regression targets no predictor reads from the inputs."""
 
@@ -85,6 +122,7 @@ class TargetSignalCheck(Check):
                                     f"inputs over {signal.samples} samples")
         if not signal.unrelated:
             return
+        order = None if on_unit_circle(targets) else shuffled_series(ctx, findings, self.name, features)
         if on_unit_circle(targets):
             why = ("the targets are (sin, cos) pairs of an angle (every row on the unit circle), and samples with "
                    "nearly the same inputs get unrelated angles: the angle was most likely given in degrees to "
@@ -92,6 +130,16 @@ class TargetSignalCheck(Check):
                    "directions get unrelated targets (else inputs and targets were shuffled or filtered apart)")
             fix = ("Convert before encoding: torch.sin(torch.deg2rad(angle)), torch.cos(torch.deg2rad(angle)); and "
                    "check that inputs and targets are filtered and shuffled together.")
+        elif order is not None:
+            why = (f"the inputs are sliding windows of one series (each sample's window is the previous one moved by "
+                   f"one step), but neighbouring values inside a window are uncorrelated (lag-1 correlation "
+                   f"{order:+.2f}; a real series is smooth from one step to the next): the rows were shuffled before "
+                   "the windows were cut (df.sample(frac=1), series[randperm(n)], a shuffled train_test_split), so "
+                   "each window is random time steps, its target an unrelated one, and the temporal order the "
+                   "forecaster needs is gone")
+            fix = ("Cut the windows from the series in time order first, then shuffle (or split) the windows, never the "
+                   "rows: windows = [series[i:i + width] for i in range(len(series) - width)]; for validation, split "
+                   "by time.")
         else:
             why = ("usually inputs and targets were misaligned on the way (rows filtered, shuffled or sorted on one "
                    "side only), or a transform of the target scrambles neighbouring values")
