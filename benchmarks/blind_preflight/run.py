@@ -33,7 +33,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "i": "benchmarks.blind_preflight_i.registry", "j": "benchmarks.blind_preflight_j.registry",
               "k": "benchmarks.blind_preflight_k.registry",
               "l": "benchmarks.blind_preflight_l.registry", "m": "benchmarks.blind_preflight_m.registry",
-              "n": "benchmarks.blind_preflight_n.registry"}
+              "n": "benchmarks.blind_preflight_n.registry",
+              "o": "benchmarks.blind_preflight_o.registry"}
 
 
 def load_cases(which: str = "a"):
