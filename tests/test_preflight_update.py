@@ -315,6 +315,18 @@ def test_a_learning_rate_that_overwrites_the_weights_in_one_step_is_a_warning():
     assert not found(audit(model, torch.optim.AdamW(groups), images()))
 
 
+@pytest.mark.parametrize("max_lr, fires", [(1.0, True), (3e-3, False)])
+def test_a_schedule_that_rises_to_an_sgd_learning_rate_under_adam_is_a_warning(max_lr, fires):
+    model = cnn()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=max_lr, total_steps=200)
+    issues = found(audit(model, optimizer, images(), scheduler=scheduler, max_steps=200))
+    assert ("UPDATE_TOO_LARGE" in issues) == fires
+    if fires:
+        assert "rises to lr=1" in issues["UPDATE_TOO_LARGE"].message
+        assert "OneCycleLR(max_lr=3e-3)" in issues["UPDATE_TOO_LARGE"].fix
+
+
 # ---------------------------------------------------------------- an update undone after the step
 def test_an_ema_written_into_the_live_weights_undoes_the_step():
     model = cnn()

@@ -29,7 +29,7 @@ from optimus_preflight.memory.optimizer_paths import step_implementation
 from optimus_preflight.memory.result import MemoryEstimate
 from optimus_preflight.memory.steps import run_training_steps
 from optimus_preflight.memory.tracker import StorageTracker
-from optimus_preflight.memory.user_state import UserState
+from optimus_preflight.memory.user_state import UserState, quiet_fake_tensor_log
 from optimus_preflight.training.batches import map_batch
 from optimus_preflight.training.precision import autocast_dtype, device_type
 
@@ -136,7 +136,8 @@ def estimate_training_step(
     kept = UserState(model_fn, build_optimizer, loss_fn)
     try:
         # A factory may seed the generators; the run that follows must not notice the estimate.
-        with torch.random.fork_rng(devices=[]), FakeTensorMode(allow_non_fake_inputs=True), tracker:
+        with quiet_fake_tensor_log(), torch.random.fork_rng(devices=[]), FakeTensorMode(allow_non_fake_inputs=True), \
+                tracker:
             model, optimizer = _build(model_fn, build_optimizer, tracker, device, progress)
             tracker.reset_peak()
             if allocator is not None:

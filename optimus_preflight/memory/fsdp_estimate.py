@@ -38,7 +38,7 @@ from optimus_preflight.memory.fsdp_result import FSDPMemoryEstimate
 from optimus_preflight.memory.fsdp_tracker import FSDPStorageTracker
 from optimus_preflight.memory.optimizer_paths import step_implementation
 from optimus_preflight.memory.steps import run_training_steps
-from optimus_preflight.memory.user_state import UserState
+from optimus_preflight.memory.user_state import UserState, quiet_fake_tensor_log
 from optimus_preflight.training.batches import map_batch
 from optimus_preflight.training.precision import autocast_dtype, device_type
 
@@ -131,7 +131,7 @@ def _trace(
     python_rng = random.getstate()
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     try:
-        with torch.random.fork_rng(devices=[]), fake_process_group(world_size):
+        with quiet_fake_tensor_log(), torch.random.fork_rng(devices=[]), fake_process_group(world_size):
             with fake_mode:
                 built = model_fn()
             model = meta_copy(built)  # sharded on the meta device: nothing is allocated yet

@@ -326,6 +326,22 @@ def _restore_dict(mapping: dict, before: dict, every_key: bool) -> None:
             mapping[key] = value
 
 
+@contextlib.contextmanager
+def quiet_fake_tensor_log() -> Any:
+    """Keep torch's fake-tensor logger from printing a traceback at ERROR level for an op the
+    trace cannot run on fake tensors (a user's tensor stored on ``self`` and fed back in): the
+    estimate catches that failure and says so in its own words."""
+    import logging
+
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 _FAKE_SOURCES = ("torch/_subclasses/fake_tensor.py", "torch/_subclasses/fake_impls.py", "torch/_subclasses/fake_utils.py")
 # Frames of a compilation in progress (torch.compile, export); torch/_dynamo/eval_frame.py is
 # not one: every dispatch of a fake tensor passes through its ``disable`` wrapper.

@@ -67,6 +67,7 @@ from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck
 from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
 from optimus_preflight.preflight.checks.split_scale import SplitScaleCheck
 from optimus_preflight.preflight.checks.split_sizes import SplitSizesCheck
+from optimus_preflight.preflight.checks.stateful_forward import StatefulForwardCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
 from optimus_preflight.preflight.checks.target_signal import TargetSignalCheck
 from optimus_preflight.preflight.checks.tied_embeddings import TiedEmbeddingsCheck
@@ -168,6 +169,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     RecurrenceCheck,
     PaddingReadoutCheck,
     PaddingInvarianceCheck,
+    StatefulForwardCheck,
     step_runs.AccumulationCheck,
     step_runs.LossScaleCheck,
     step_smoke.CheckpointRoundTripCheck,

@@ -223,9 +223,10 @@ def _finite(step: GroupStep) -> bool:
 
 def update_findings(groups: list[GroupStep], *, optimizer_name: str, grad_norm: float | None,
                     clip_grad_norm: float | None, run_lr_multiple: float | None = None,
-                    max_steps: int | None = None) -> list[Finding]:
+                    max_steps: int | None = None, peak_lr_multiple: float | None = None) -> list[Finding]:
     """The findings of one observed step (``UpdateRecorder.groups``). ``run_lr_multiple``:
-    the learning rates of all ``max_steps`` steps summed, in units of the first step's."""
+    the learning rates of all ``max_steps`` steps summed, in units of the first step's;
+    ``peak_lr_multiple``: the schedule's highest learning rate in those units."""
     found: list[Finding] = []
     audited = [step for step in groups if _finite(step) and float(step.grad.abs().max()) > 0]
     moving = [step for step in audited if step.lr is None or step.lr > 0]
@@ -263,6 +264,8 @@ def update_findings(groups: list[GroupStep], *, optimizer_name: str, grad_norm: 
             found.append(decay)
         elif (large := _too_large(step, delta, len(groups))) is not None:
             found.append(large)
+        elif (peak := _too_large_at_peak(step, delta, len(groups), peak_lr_multiple)) is not None:
+            found.append(peak)
         eps = _eps(step, len(groups), optimizer_name)
         if eps is not None:
             found.append(eps)
@@ -458,6 +461,31 @@ def _too_large(step: GroupStep, delta: torch.Tensor, total: int) -> Finding | No
         "and a step this large usually makes the loss explode (healthy first steps are 0.1% to 5% of the weights)",
         "Lower the learning rate (Adam/AdamW: 1e-4 to 3e-3; SGD: 0.01 to 0.1), or measure it with the LR finder "
         "(preflight.lr_finder=true; lr_finder=True in run_preflight); a warmup also tames the first steps.",
+    )
+
+
+def _too_large_at_peak(step: GroupStep, delta: torch.Tensor, total: int, multiple: float | None) -> Finding | None:
+    """An Adam-family step whose size, scaled to the schedule's peak learning rate, would be
+    larger than the weights: Adam moves each weight by about lr per step whatever the gradient,
+    so the first update times (peak lr / first lr) is the update at the peak."""
+    if step.rule not in ("adam", "adamw") or not multiple or multiple <= 1 or not step.lr:
+        return None
+    weight_rms = float(step.before.pow(2).mean().sqrt())
+    at_peak = float(delta.pow(2).mean().sqrt()) * multiple
+    if weight_rms < MIN_WEIGHT_RMS or at_peak < UPDATE_OVER_WEIGHTS * weight_rms:
+        return None
+    peak = step.lr * multiple
+    return Finding(
+        "UPDATE_TOO_LARGE", "warning",
+        f"the LR schedule rises to lr={peak:.3g} ({multiple:.3g}x the first step's {step.lr:.3g}), and at that rate "
+        f"one step of {_group(step, total)} would change it by about {at_peak / weight_rms:.1f}x the size of its "
+        f"weights (Adam moves each weight by about lr per step; weights rms {weight_rms:.3g}): past the warmup the "
+        "weights are overwritten at every step and the loss explodes or sticks. A peak learning rate meant for SGD "
+        "(OneCycleLR(max_lr=1.0), a warmup to 0.1-1) given to Adam does this (healthy steps are 0.1% to 5% of the "
+        "weights)",
+        "Lower the schedule's peak for Adam/AdamW to 1e-4 to 3e-3 (OneCycleLR(max_lr=3e-3), or the optimizer's lr "
+        "a warmup rises to), or measure it with the LR finder (preflight.lr_finder=true; lr_finder=True in "
+        "run_preflight).",
     )
 
 

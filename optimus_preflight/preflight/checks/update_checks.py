@@ -64,9 +64,26 @@ class UpdateCheck(Check):
         for found in update_findings(probe.updates, optimizer_name=type(ctx.optimizer).__name__,
                                      grad_norm=probe.grad_norm, clip_grad_norm=ctx.cfg.trainer.clip_grad_norm,
                                      run_lr_multiple=run_lr_multiple(ctx.scheduler, ctx.optimizer, max_steps),
-                                     max_steps=max_steps):
+                                     max_steps=max_steps,
+                                     peak_lr_multiple=peak_lr_multiple(ctx.scheduler, ctx.optimizer, max_steps)):
             findings.add(found.severity, found.code, found.message, found.fix, KEYS.get(found.code),
                          code_fix=found.code_fix)
+
+
+def peak_lr_multiple(scheduler: Any, optimizer: Any, max_steps: Any) -> float | None:
+    """The schedule's highest learning rate over its first step's (1 without a scheduler); None
+    when the schedule cannot be read."""
+    if scheduler is None:
+        return 1.0
+    if not isinstance(max_steps, int) or max_steps <= 0:
+        return None
+    try:
+        points = lr_trajectory(scheduler, optimizer, max_steps)
+    except Exception:  # O8 reports a schedule that fails
+        return None
+    if not points or points[0][1] <= 0:
+        return None
+    return max(lr for _, lr in points) / points[0][1]
 
 
 def run_lr_multiple(scheduler: Any, optimizer: Any, max_steps: Any) -> float | None:
