@@ -61,3 +61,26 @@ def test_the_transposed_window_and_channels_first_signals_are_quiet():
 def test_lag_one_reads_smoothness_along_an_axis():
     walk = windows(16, 64, 4, smooth=True)
     assert lag_one(walk, 1) > 0.8 and abs(lag_one(walk, 2)) < 0.5
+
+
+class LastStep(nn.Module):
+    def __init__(self, rnn: nn.RNNBase, transpose: bool = False):
+        super().__init__()
+        self.rnn, self.transpose, self.head = rnn, transpose, nn.Linear(rnn.hidden_size, 2)
+
+    def forward(self, x):
+        return self.head(self.rnn(x.transpose(1, 2) if self.transpose else x)[0][:, -1])
+
+
+def test_an_rnn_stepping_over_the_channels_of_a_channels_first_window_fires():
+    sensors = windows(128, 128, 6, smooth=True).transpose(1, 2).contiguous()  # (B, 6 sensors, 128 steps)
+    found = result(LastStep(nn.LSTM(128, 16, batch_first=True)), sensors)
+    assert codes(found) == {"RNN_TIME_AS_FEATURES"}
+    assert "x.transpose(1, 2)" in found.issues[0].fix and "LSTM(input_size=6" in found.issues[0].fix
+
+
+def test_rnns_over_time_and_short_sequences_of_wide_features_stay_quiet():
+    sensors = windows(128, 128, 6, smooth=True).transpose(1, 2).contiguous()
+    assert_quiet(result(LastStep(nn.GRU(6, 16, batch_first=True), transpose=True), sensors))
+    frames = torch.randn(128, 8, 128, generator=torch.Generator().manual_seed(3))  # 8 steps of 128 unordered features
+    assert_quiet(result(LastStep(nn.GRU(128, 16, batch_first=True)), frames))

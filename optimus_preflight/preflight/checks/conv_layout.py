@@ -46,42 +46,80 @@ def lag_one(values: torch.Tensor, dim: int) -> float:
     return float(numerator / denominator)
 
 
+def first_reader(ctx: PreflightContext, kind: type | tuple[type, ...]) -> tuple[str, nn.Module, torch.Tensor] | None:
+    """(name, module, input) of the first module of ``kind`` that reads a 3-D float tensor of the
+    batch as the loader gave it, in one eval-mode forward; None when none does."""
+    modules = {m: name for name, m in ctx.model.named_modules() if isinstance(m, kind)}
+    if not modules:
+        return None
+    batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
+    from_batch = storages(batch)
+    seen: list[tuple[str, nn.Module, torch.Tensor]] = []
+
+    def before(module: nn.Module, args: tuple) -> None:
+        x = args[0] if args else None
+        if not seen and isinstance(x, torch.Tensor) and x.dim() == 3 and x.is_floating_point() \
+                and x.untyped_storage().data_ptr() in from_batch:
+            seen.append((modules[module], module, x.detach()))
+
+    handles = [module.register_forward_pre_hook(before) for module in modules]
+    try:
+        eval_forward(ctx, batch)
+    except Exception:
+        return None
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen[0] if seen else None
+
+
 class ConvLayoutCheck(Check):
-    """CONV1D_TIME_AS_CHANNELS: a Conv1d sliding over the features, its channels being time."""
+    """CONV1D_TIME_AS_CHANNELS: a Conv1d sliding over the features, its channels being time;
+    RNN_TIME_AS_FEATURES: an RNN stepping over the channels, its features being time."""
 
     name = "step.conv_layout"
     stage = Stage.STEP
-    codes = ("CONV1D_TIME_AS_CHANNELS",)
+    codes = ("CONV1D_TIME_AS_CHANNELS", "RNN_TIME_AS_FEATURES")
     requires = (FIRST_STEP,)
 
+    @staticmethod
+    def _recurrent(ctx: PreflightContext, findings: Findings) -> None:
+        """RNN_TIME_AS_FEATURES: a batch_first RNN given a channels-first (B, channels, time) window,
+        its input_size the time steps: it runs over the handful of channels as its sequence."""
+        found = first_reader(ctx, nn.RNNBase)
+        if found is None:
+            return
+        name, module, x = found
+        steps, width = x.shape[1], x.shape[2]
+        if not getattr(module, "batch_first", False) or module.input_size != width or steps > FEW_POSITIONS \
+                or width < FEW_RATIO * steps:
+            return
+        along_steps, along_features = lag_one(x, 1), lag_one(x, 2)
+        findings.data.update(recurrent_layer=name, recurrent_input=list(x.shape),
+                             lag1_steps=round(along_steps, 3), lag1_features=round(along_features, 3))
+        if along_features < SMOOTH or along_features < along_steps + MARGIN:
+            return
+        findings.warning(
+            "RNN_TIME_AS_FEATURES",
+            f"{type(module).__name__} '{name}' (batch_first, input_size={width}) reads the batch's {tuple(x.shape)} "
+            f"tensor as (batch, time, features): its {steps} 'time steps' are the channels of a channels-first "
+            f"window and its {width} 'features' are the time axis (neighbouring entries along it correlate at "
+            f"{along_features:.2f}, against {along_steps:.2f} along the {steps} 'steps'). The recurrence runs over "
+            "the sensors instead of over time, and each step sees the whole series at once as a bag of features",
+            f"Feed it (batch, time, channels): x.transpose(1, 2) (or permute(0, 2, 1)) before the layer, and "
+            f"{type(module).__name__}(input_size={steps}, ..., batch_first=True).",
+        )
+
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        convs = {m: name for name, m in ctx.model.named_modules() if isinstance(m, nn.Conv1d)}
-        if not convs:
-            findings.data["summary"] = "no Conv1d"
+        self._recurrent(ctx, findings)
+        if not any(isinstance(m, nn.Conv1d) for m in ctx.model.modules()):
+            findings.data.setdefault("summary", "no Conv1d")
             return
-        batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
-        from_batch = storages(batch)
-        seen: list[tuple[str, nn.Conv1d, torch.Tensor]] = []
-
-        def before(module: nn.Module, args: tuple) -> None:
-            x = args[0] if args else None
-            if not seen and isinstance(x, torch.Tensor) and x.dim() == 3 and x.is_floating_point() \
-                    and x.untyped_storage().data_ptr() in from_batch:
-                seen.append((convs[module], module, x.detach()))  # type: ignore[arg-type]
-
-        handles = [module.register_forward_pre_hook(before) for module in convs]
-        try:
-            eval_forward(ctx, batch)
-        except Exception:
-            findings.data["summary"] = "the forward could not be observed"
-            return
-        finally:
-            for handle in handles:
-                handle.remove()
-        if not seen:
+        found = first_reader(ctx, nn.Conv1d)
+        if found is None:
             findings.data["summary"] = "no Conv1d reads a batch tensor directly"
             return
-        name, module, x = seen[0]
+        name, module, x = found
         channels, length = x.shape[1], x.shape[2]
         along_channels, along_length = lag_one(x, 1), lag_one(x, 2)
         findings.data.update(layer=name, shape=list(x.shape), lag1_channels=round(along_channels, 3),
