@@ -282,6 +282,25 @@ def test_a_per_epoch_decay_stepped_per_batch_is_named_with_its_setting():
     assert epoch_settings(lambda_lr) is None
 
 
+def test_a_scheduler_built_on_an_optimizer_that_was_rebuilt_is_an_error():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from optimus_preflight.preflight import run_preflight
+
+    model = torch.nn.Linear(4, 2)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,))), batch_size=16)
+
+    def lr_issues(optimizer, scheduler):
+        report = run_preflight(model, optimizer, loader, loss_fn=torch.nn.CrossEntropyLoss(), max_steps=100,
+                               scheduler=scheduler, checks=[LrScheduleCheck()])
+        return {i.code for i in report.check("config.lr_schedule").issues}
+
+    first = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(first, lambda step: min(1.0, (step + 1) / 10))
+    assert "SCHEDULER_OTHER_OPTIMIZER" in lr_issues(torch.optim.SGD(model.parameters(), lr=0.1), scheduler)
+    assert "SCHEDULER_OTHER_OPTIMIZER" not in lr_issues(first, scheduler)
+
+
 # ------------------------------------------------------------------- overfit
 def test_overfit_smoke_passes_when_the_loop_can_memorise(tmp_path):
     result = run(plain_context(tmp_path, "preflight.overfit_steps=40", "optimizer.lr=0.01"), OverfitCheck)["step.overfit"]

@@ -213,7 +213,7 @@ class LrScheduleCheck(Check):
 
     name = "config.lr_schedule"
     stage = Stage.CONFIG
-    codes = ("O8", "LR_LAMBDA_LATE_BINDING", "LR_LAMBDA_RETURNS_LR")
+    codes = ("O8", "LR_LAMBDA_LATE_BINDING", "LR_LAMBDA_RETURNS_LR", "SCHEDULER_OTHER_OPTIMIZER")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         scheduler = ctx.scheduler
@@ -222,6 +222,8 @@ class LrScheduleCheck(Check):
         if scheduler is None:
             findings.data["summary"] = "no scheduler: constant LR"
             self._constant_lr(ctx.optimizer, findings, names)
+            return
+        if self._other_optimizer(scheduler, ctx.optimizer, findings):
             return
         self._scheduled_zero_lr(scheduler, ctx.optimizer, findings, names)
         self._late_binding(scheduler, max_steps, findings)
@@ -290,6 +292,27 @@ class LrScheduleCheck(Check):
                              "Shorten the warmup: scheduler.warmup_fraction=0.05 (5% of the run), or a "
                              "scheduler.warmup_steps well below trainer.max_steps.", "scheduler.warmup_steps")
 
+
+    @staticmethod
+    def _other_optimizer(scheduler: Any, optimizer: Any, findings: Findings) -> bool:
+        """SCHEDULER_OTHER_OPTIMIZER: the scheduler was built on another optimizer object than the
+        one that trains (a wrapper sharing its param_groups counts as the same)."""
+        scheduled = getattr(scheduler, "optimizer", None)
+        if scheduled is None or scheduled is optimizer or getattr(optimizer, "optimizer", None) is scheduled \
+                or getattr(scheduled, "param_groups", None) is getattr(optimizer, "param_groups", None):
+            return False
+        findings.error(
+            "SCHEDULER_OTHER_OPTIMIZER",
+            f"the {type(scheduler).__name__} was built on another {type(scheduled).__name__} object than the optimizer "
+            f"that trains ({type(optimizer).__name__}): scheduler.step() changes the learning rate of an optimizer "
+            "nothing steps, and the one that trains keeps its initial lr for the whole run (no warmup, no decay). An "
+            "optimizer rebuilt after the scheduler was made (after freezing or unfreezing layers, after moving the "
+            "model, a second optimizer for a new phase) does this",
+            "Build the scheduler from the optimizer you train with, after that optimizer is final: scheduler = "
+            "Scheduler(optimizer, ...); rebuild the scheduler whenever you rebuild the optimizer.",
+            "scheduler",
+        )
+        return True
 
     @staticmethod
     def _late_binding(scheduler: Any, max_steps: int, findings: Findings) -> None:
