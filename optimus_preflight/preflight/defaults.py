@@ -81,6 +81,7 @@ from optimus_preflight.preflight.checks.trained_tensors import (
 from optimus_preflight.preflight.checks.truncation_signal import TruncationSignalCheck
 from optimus_preflight.preflight.checks.update_checks import UpdateCheck
 from optimus_preflight.preflight.checks.val_loader import ValidationLoaderCheck
+from optimus_preflight.preflight.checks.window_overlap import WindowOverlapCheck
 from optimus_preflight.preflight.checks.worker_pickling import WorkerPicklingCheck
 from optimus_preflight.preflight.checks.zero_features import ZeroFeaturesCheck
 from optimus_preflight.preflight.framework.check import Check
@@ -122,6 +123,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     CollateTruncationCheck,
     TruncationSignalCheck,
     SplitOverlapCheck,
+    WindowOverlapCheck,
     SplitLabelsCheck,
     SplitScaleCheck,
     FlipLabelsCheck,
