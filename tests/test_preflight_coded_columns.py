@@ -70,3 +70,15 @@ def test_counts_and_one_hot_columns_are_not_codes():
     one_hot = torch.nn.functional.one_hot(torch.randint(0, 5, (2000,), generator=g), 5).float()
     target = counts * 0.5 + one_hot @ torch.tensor([2.0, -1.0, 0.5, -2.0, 1.0]) + 0.3 * torch.randn(2000, generator=g)
     assert coded_columns(torch.cat([counts[:, None], one_hot], 1), target) == []
+
+
+def test_a_cyclic_hour_encoding_is_not_a_code():
+    """cos(hour) sorts hour h next to 24 - h: rough by value order, but not on a grid of codes."""
+    import math
+
+    g = torch.Generator().manual_seed(2)
+    hour = torch.randint(0, 24, (2000,), generator=g)
+    angle = 2 * math.pi * hour.float() / 24
+    target = torch.sin(angle) * 2 + 0.2 * torch.randn(2000, generator=g)
+    assert coded_columns(torch.stack([angle.sin(), angle.cos()], 1), target) == []
+    assert coded_columns(hour.float()[:, None], torch.randn(24, generator=g)[hour] * 2) != []

@@ -9,7 +9,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from optimus_preflight.preflight import run_preflight
-from optimus_preflight.preflight.checks.conv_layout import ConvLayoutCheck, lag_one
+from optimus_preflight.preflight.analyses.series import lag_one
+from optimus_preflight.preflight.checks.conv_layout import ConvLayoutCheck
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
 from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
 from tests.preflight_support import assert_quiet, codes

@@ -213,6 +213,12 @@ def test_oversampled_minority_rows_categorical_tables_and_sampling_with_replacem
     small = TensorDataset(torch.randn(40, FEATURES, generator=g), torch.randint(0, 2, (40,), generator=g))
     sampler = WeightedRandomSampler(torch.ones(40), num_samples=1200, replacement=True)
     assert_quiet(_few_distinct(tmp_path, small, sampler=sampler))  # repeats are the sampler's, by design
+    states = torch.randn(12, FEATURES, generator=g)  # a small MDP's replay buffer: 12 transitions, stored 100 times
+    visits = torch.randint(0, 12, (1200,), generator=g)
+    replay = TensorDataset(states[visits], torch.randn(12, generator=g)[visits])
+    result = _few_distinct(tmp_path, replay)
+    assert_quiet(result)  # the stored tensors repeat: data, not index arithmetic
+    assert result.data["stored_distinct"][0] <= 12
     assert_quiet(_few_distinct(tmp_path, Buckets(per_row=1, rows=1200)))
 
 
@@ -354,3 +360,17 @@ def test_an_adjacency_filled_with_a_whole_index_tensor_is_a_constant_field():
                            loss_fn=node_loss, checks=[FirstBatchCheck(), DuplicateSamplesCheck()])
     issue = next(issue for _, issue in report.issues() if issue.code == "DATA_IDENTICAL")
     assert "holds one value (1)" in issue.message and "A[edge_index[0], edge_index[1]]" in issue.message
+
+
+def test_an_unshuffled_loader_of_one_batch_per_epoch_is_quiet():
+    """A full-batch loader (a whole graph, a tiny table): the order of one batch changes nothing."""
+    from torch.utils.data import TensorDataset
+
+    from optimus_preflight.preflight import run_preflight
+
+    model = torch.nn.Linear(4, 2)
+    dataset = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+    for batch_size, quiet in ((64, True), (16, False)):
+        report = run_preflight(model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(dataset, batch_size=batch_size),
+                               loss_fn=torch.nn.CrossEntropyLoss(), checks=[SamplingCheck()])
+        assert ("DP14" in {i.code for i in report.check("data.sampling").issues}) != quiet

@@ -87,6 +87,13 @@ def test_the_pure_parts():
     assert not shows_mirror([image, image.clone()])
     symmetric = torch.ones(1, 12, 12)
     assert not shows_mirror([symmetric, symmetric.flip(-1)])  # equal: nothing to tell
+    g = torch.Generator().manual_seed(3)
+    arrow = glyph(LEFT).unsqueeze(0)
+    def noisy(x):  # sensor noise added after the flip: never an exact mirror
+        return x + 0.1 * torch.randn(x.shape, generator=g)
+    assert shows_mirror([noisy(arrow), noisy(arrow), noisy(arrow.flip(-1))])
+    assert not shows_mirror([noisy(arrow), noisy(arrow), noisy(arrow)])
+    assert not shows_mirror([noisy(symmetric), noisy(symmetric.flip(-1))])
     images = torch.stack([glyph(k).unsqueeze(0) for k in (LEFT, RIGHT, UP, DOWN) for _ in range(30)])
     images = images + 0.1 * torch.randn(images.shape, generator=torch.Generator().manual_seed(1))
     labels = torch.tensor([k for k in (LEFT, RIGHT, UP, DOWN) for _ in range(30)])

@@ -370,6 +370,21 @@ def _smooth_rgb(n: int = 128, side: int = 24) -> torch.Tensor:
     return images
 
 
+def test_noisy_tiles_reshaped_from_nhwc_are_found_by_their_lag_c_correlation():
+    """Mostly noise, a small coloured patch: the differences show no dip, the correlation at lag 3 does."""
+    from optimus_preflight.preflight.checks.input_scale import interleaved_channels
+
+    g = torch.Generator().manual_seed(1)
+    colours = torch.tensor([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]])
+    tiles = 0.3 * torch.randn(128, 12, 12, 3, generator=g)
+    for i in range(128):
+        r, c = torch.randint(0, 11, (2,), generator=g).tolist()
+        tiles[i, r:r + 2, c:c + 2] += colours[i % 3]
+    assert interleaved_channels(tiles.reshape(-1, 3, 12, 12)) == 3
+    assert interleaved_channels(tiles.permute(0, 3, 1, 2).contiguous()) is None
+    assert interleaved_channels(0.3 * torch.randn(128, 3, 12, 12, generator=g)) is None
+
+
 @pytest.mark.parametrize("layout", ["reshaped_from_nhwc", "permuted_from_nhwc", "noise", "gray_as_rgb"])
 def test_channels_last_images_reshaped_instead_of_permuted(layout):
     images = _smooth_rgb()

@@ -359,6 +359,20 @@ def test_a_forecasting_window_that_holds_its_own_target_fires(cut_too_long):
         assert_quiet(result)
 
 
+def test_a_flat_window_whose_target_is_its_last_value_is_named_an_echo():
+    """(B, T) windows without a feature axis, the target taken at i + window - 1 (inside)."""
+    series = torch.cumsum(torch.randn(3000, generator=torch.Generator().manual_seed(0)), 0) * 0.1
+    width = 16
+    windows = torch.stack([series[i : i + width] for i in range(1000)])
+    last = torch.stack([series[i + width - 1] for i in range(1000)]).unsqueeze(-1)
+    model = nn.Linear(width, 1)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(windows, last), batch_size=32, shuffle=True),
+                           loss_fn=nn.MSELoss(), checks=[FirstBatchCheck(), FeatureLabelCheck()])
+    issue = report.check(FEATURE).issues[0]
+    assert "the last value of each 16-step window" in issue.message and "series[i + 16 - 1]" in issue.message
+
+
 def test_a_target_shifted_into_the_past_is_named_as_shifted_the_wrong_way():
     series = torch.cumsum(torch.randn(3000, generator=torch.Generator().manual_seed(0)), 0) * 0.1
     width = 24

@@ -267,3 +267,29 @@ def test_a_freeze_by_name_that_misses_a_hugging_face_head(keep):
         assert "'classifier' is frozen too" in found[0].message and "model.classifier" in found[0].fix
     else:
         assert found == []
+
+
+@pytest.mark.parametrize("how", ["attribute", "requires_grad_"])
+def test_unfreezing_top_layers_with_a_module_attribute_leaves_them_frozen(how):
+    from optimus_preflight.preflight.checks.module_structure import requires_grad_attributes
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 2))
+    for p in model.parameters():
+        p.requires_grad = False
+    for layer in (model[2], model[4]):
+        if how == "attribute":
+            layer.requires_grad = True  # a plain attribute: the parameters stay frozen
+        else:
+            layer.requires_grad_(True)
+    found = requires_grad_attributes(model)
+    assert [name for name, _, _ in found] == (["2", "4"] if how == "attribute" else [])
+    if how == "attribute":
+        assert found[0] == ("2", True, 2)
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+    report = run_preflight(model, torch.optim.Adam([p for p in model.parameters()], 1e-3), DataLoader(data, batch_size=16),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[ModuleStructureCheck()])
+    issues = [i for i in report.check("model.structure").issues if i.code == "REQUIRES_GRAD_ON_MODULE"]
+    assert bool(issues) == (how == "attribute")
+    if issues:
+        assert "'2', '4'" in issues[0].message and "module.requires_grad_(True)" in issues[0].fix

@@ -111,3 +111,20 @@ def test_training_targets_cast_to_long_beside_float_validation_targets_fire():
     classes = preflight(TensorDataset(x[:1200], ratings[:1200].long()), TensorDataset(x[1200:], ratings[1200:].long()),
                         nn.Linear(8, 5), nn.CrossEntropyLoss())
     assert "TARGETS_CAST_TO_INT" not in codes(classes.check(NAME))
+
+
+def test_validation_inputs_standardised_on_themselves_fire():
+    x, y = raw_table()
+    newer = x[1200:] * 1.3 + 40  # a newer site: larger values
+    train_mean, train_std = x[:1200].mean(0), x[:1200].std(0)
+    train = TensorDataset((x[:1200] - train_mean) / train_std, y[:1200])
+    own = TensorDataset((newer - newer.mean(0)) / newer.std(0), y[1200:])  # fit_transform on validation
+    report = preflight(train, own, nn.Linear(6, 3), nn.CrossEntropyLoss())
+    result = report.check(NAME)
+    assert codes(result) == {"VAL_SCALER_REFIT"}
+    assert "all 300 validation samples" in result.issues[0].message and "scaler.transform(X_val)" in result.issues[0].fix
+    with_training_scaler = TensorDataset((newer - train_mean) / train_std, y[1200:])
+    report = preflight(train, with_training_scaler, nn.Linear(6, 3), nn.CrossEntropyLoss())
+    assert "VAL_SCALER_REFIT" not in codes(report.check(NAME))
+    same_site = TensorDataset((x[1200:] - train_mean) / train_std, y[1200:])
+    assert_quiet(preflight(train, same_site, nn.Linear(6, 3), nn.CrossEntropyLoss()).check(NAME))

@@ -767,6 +767,21 @@ def test_a_round_without_straight_through_gives_the_encoder_zero_gradients():
     assert loud(preflight(model, torch.optim.Adam(model.parameters(), lr=1e-3), checks=GRADIENTS)) == []
 
 
+def test_predictions_rounded_inside_the_loss_name_the_round():
+    """Every gradient 0, not only the encoder's: the rounding sits on the model's output."""
+    torch.manual_seed(0)
+    model = nn.Linear(FEATURES, 1)
+
+    def rounded(model, batch):
+        x, y = batch
+        return F.mse_loss(torch.round(model(x).squeeze(-1)), y.float())
+
+    report = preflight(model, torch.optim.Adam(model.parameters(), lr=1e-3), loss_fn=rounded, checks=GRADIENTS)
+    assert loud(report) == [("step.gradients", "GRAD_ZERO", "error")]
+    issue = issue_of(report, "step.gradients")
+    assert "every gradient of the first step is exactly zero" in issue.message and "torch.round" in issue.message
+
+
 class CheckpointedBlocks(nn.Module):
     def __init__(self, reentrant: bool):
         super().__init__()

@@ -78,6 +78,7 @@ from optimus_preflight.preflight.checks.trained_tensors import (
     LossTensorsCheck,
     UnregisteredTensorsCheck,
 )
+from optimus_preflight.preflight.checks.transition_flags import TransitionFlagsCheck
 from optimus_preflight.preflight.checks.truncation_signal import TruncationSignalCheck
 from optimus_preflight.preflight.checks.update_checks import UpdateCheck
 from optimus_preflight.preflight.checks.val_loader import ValidationLoaderCheck
@@ -167,6 +168,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     EmbeddingInputsCheck,
     BufferLookupsCheck,
     PairLabelsCheck,
+    TransitionFlagsCheck,
     ContrastiveTargetsCheck,
     LossBoundsCheck,
     AttentionMaskCheck,

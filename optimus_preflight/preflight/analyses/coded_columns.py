@@ -8,7 +8,8 @@ says nothing about the next. Both are read from the data: the column's levels (6
 distinct values, in value order), the mean target per level, and how strongly those means
 vary between levels (an F statistic against the within-level noise) and follow each other
 (the lag-1 correlation of the level means along the value order). A column whose levels
-matter a lot but in no order is a code.
+matter a lot but in no order is a code. Only levels on one grid (codes, however scaled) are
+judged: a cyclic encoding such as cos(hour) orders its values otherwise.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ MIN_LEVEL_ROWS = 4
 MAX_COLUMNS = 256
 STRONG = 8.0  # F statistic of the level means: their spread far above the noise
 ROUGH = 0.2  # lag-1 correlation of neighbouring levels' means at most this: no order
+MAX_GAP, GRID_TOLERANCE = 10, 0.02  # levels on one grid: gaps whole multiples (up to 10) of the smallest
 
 
 @dataclass(frozen=True)
@@ -33,10 +35,19 @@ class CodedColumn:
     neighbour_correlation: float
 
 
+def evenly_spaced(levels: torch.Tensor) -> bool:
+    """Sorted distinct values on one grid (every gap a whole multiple of the smallest): codes
+    0..K-1, raw, standardised or min-max scaled, with some codes absent. A cyclic encoding
+    (cos of the hour) or a measured quantity has irregular gaps."""
+    gaps = levels[1:] - levels[:-1]
+    multiples = gaps / gaps.min().clamp_min(1e-30)
+    return bool((multiples <= MAX_GAP).all()) and bool(((multiples - multiples.round()).abs() <= GRID_TOLERANCE).all())
+
+
 def _level_means(values: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float] | None:
     levels, index = torch.unique(values, return_inverse=True)
     counts = torch.bincount(index, minlength=len(levels)).double()
-    if not MIN_LEVELS <= len(levels) <= MAX_LEVELS or int(counts.min()) < MIN_LEVEL_ROWS:
+    if not MIN_LEVELS <= len(levels) <= MAX_LEVELS or int(counts.min()) < MIN_LEVEL_ROWS or not evenly_spaced(levels):
         return None
     sums = torch.zeros(len(levels), dtype=torch.float64).index_add_(0, index, target)
     means = sums / counts

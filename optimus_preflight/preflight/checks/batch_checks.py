@@ -190,7 +190,14 @@ class SamplingCheck(Check):
         findings.data["sampler"] = type(sampler).__name__
         findings.data["summary"] = f"{type(sampler).__name__}"
         shuffled = not isinstance(sampler, SequentialSampler) and getattr(sampler, "shuffle", True)
-        if not shuffled:
+        try:
+            batches = len(loader)
+        except TypeError:
+            batches = None
+        if not shuffled and batches == 1:
+            # One batch per epoch (a full-batch graph, a tiny dataset): its order changes nothing.
+            findings.data["summary"] += ", one batch per epoch"
+        elif not shuffled:
             findings.warning(
                 "DP14",
                 f"the training loader is not shuffled ({type(sampler).__name__}): every epoch sees the data in "

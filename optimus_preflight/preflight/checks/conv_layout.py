@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from optimus_preflight.preflight.analyses.eval_forward import eval_forward
+from optimus_preflight.preflight.analyses.series import lag_one
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import move_to_device, storages
@@ -34,16 +35,6 @@ SMOOTH = 0.5
 MARGIN = 0.2
 MIN_RATIO = 2  # channels over length
 FEW_POSITIONS, FEW_RATIO = 16, 4
-
-
-def lag_one(values: torch.Tensor, dim: int) -> float:
-    """The lag-1 autocorrelation of a (B, A, L) tensor along ``dim`` (1 or 2), each series
-    centred on its own mean (pure)."""
-    x = values.detach().double().movedim(dim, -1)
-    x = x - x.mean(dim=-1, keepdim=True)
-    numerator = (x[..., 1:] * x[..., :-1]).sum()
-    denominator = (x * x).sum().clamp_min(1e-30)
-    return float(numerator / denominator)
 
 
 def first_reader(ctx: PreflightContext, kind: type | tuple[type, ...]) -> tuple[str, nn.Module, torch.Tensor] | None:

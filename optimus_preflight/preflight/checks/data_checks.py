@@ -279,6 +279,13 @@ class DuplicateSamplesCheck(Check):
             return
         if read < FEW_DISTINCT_MIN_READ or distinct > FEW_DISTINCT_SHARE * read or length < 2 * read:
             return
+        stored = getattr(getattr(ctx.train_loader, "dataset", None), "tensors", None)
+        if isinstance(stored, (tuple, list)) and stored and all(isinstance(t, torch.Tensor) for t in stored):
+            rows = min(len(stored[0]), 4 * read)
+            stored_distinct = len(set(sample_hashes(tuple(t[:rows] for t in stored))))
+            findings.data["stored_distinct"] = [stored_distinct, rows]
+            if stored_distinct <= FEW_DISTINCT_SHARE * rows:
+                return  # the tensors themselves repeat (a small MDP's replay buffer): data, not index arithmetic
         pool = distinct_pool(distinct, read)
         fix = ("Check the index arithmetic in the dataset's __getitem__: an index divided or reduced on the way "
                "(idx // k, idx % k, a bucket or file number used as the row), a lookup table built with too few "

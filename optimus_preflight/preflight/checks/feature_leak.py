@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from optimus_preflight.preflight.analyses.series import lag_one
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
@@ -29,6 +30,7 @@ class FeatureMatch:
     kind: str  # equal | relabelling | affine | one_hot
 
 
+SERIES_COLUMNS, SERIES_SMOOTH = 8, 0.5  # (B, T) float rows this smooth along T are windows of a series
 MAX_WINDOW_COLUMNS = 4096  # columns of a (B, T, F) window compared one by one
 LABEL_KEYS = ("label", "labels", "target", "targets", "y")  # where a mapping batch keeps its labels
 
@@ -195,7 +197,15 @@ class FeatureLabelCheck(Check):
             return
         findings.data["columns"] = [match.columns for match in matches]
 
+        # (B, T) rows smooth from one column to the next are windows of a series, not a table.
+        series = (window is None and features.dim() == 2 and features.shape[1] >= SERIES_COLUMNS
+                  and features.is_floating_point() and lag_one(features, 1) >= SERIES_SMOOTH)
+
         def where(column: int) -> str:
+            if series and column == features.shape[1] - 1:
+                return (f"column {column}, the last value of each {features.shape[1]}-step window (the target was taken "
+                        f"as series[i + {features.shape[1]} - 1], inside the window, not the next step series[i + "
+                        f"{features.shape[1]}]: the model learns to echo its last input, a persistence forecast),")
             if window is None:
                 return f"column {column}"
             step, feature = divmod(column, window[1])

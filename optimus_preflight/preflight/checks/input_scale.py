@@ -64,6 +64,7 @@ SQUEEZED_SHARE = 0.25  # of the varying columns
 # Values C apart in memory this much closer than values C - 1 and C + 1 apart: a periodic
 # pattern no image has along its rows.
 INTERLEAVE_DIP = 0.95
+INTERLEAVE_SE, INTERLEAVE_RATIO = 5.0, 2.0  # the lag-C correlation: standard errors above 0, times the other lags
 
 
 class _FirstLayerSeen(BaseException):
@@ -370,7 +371,21 @@ def interleaved_channels(images: torch.Tensor, samples: int = 64) -> int | None:
         return None
     first_dip = gap[channels] < INTERLEAVE_DIP * min(gap[channels - 1], gap[channels + 1])
     second_dip = gap[2 * channels] < min(gap[2 * channels - 1], gap[2 * channels + 1])
-    return channels if first_dip and second_dip else None
+    if first_dip and second_dip:
+        return channels
+    # Noisy images hide the dips in the differences; the correlation at lag C still stands out
+    # from its neighbours (and from lag 1, an aligned image's strongest) by many standard errors.
+    centred = (flat - flat.mean(dim=1, keepdim=True)).double()
+
+    def correlation(k: int) -> float:
+        a, b = centred[:, k:], centred[:, :-k]
+        return float((a * b).sum() / (a.norm() * b.norm()).clamp_min(1e-30))
+
+    at_period = correlation(channels)
+    others = max(correlation(k) for k in {1, channels - 1, channels + 1} if k >= 1)
+    standard_error = centred.numel() ** -0.5
+    strong = at_period >= INTERLEAVE_SE * standard_error and at_period >= INTERLEAVE_RATIO * max(others, standard_error)
+    return channels if strong else None
 
 
 class InputScaleCheck(Check):

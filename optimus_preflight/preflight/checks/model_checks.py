@@ -440,7 +440,9 @@ class WeightDecayCheck(Check):
         decays = sorted({float(group.get("weight_decay", 0.0)) for group in optimizer.param_groups})
         findings.data["weight_decays"] = decays
         if type(optimizer) is torch.optim.Adam and any(decays):
-            findings.warning(
+            # A note: Adam with a small coupled decay is the canonical recipe of many papers (GCN's
+            # 5e-4); a decay large enough to swamp the gradient is step.update's UPDATE_WEIGHT_DECAY.
+            findings.info(
                 "O6",
                 f"torch.optim.Adam with weight_decay={max(decays):g} adds the decay to the gradient, where Adam's "
                 "scaling cancels most of it: it is not the decoupled weight decay AdamW applies",

@@ -161,6 +161,21 @@ def repeated_children(model: nn.Module) -> list[tuple[str, str, int]]:
     return found
 
 
+def requires_grad_attributes(model: nn.Module) -> list[tuple[str, bool, int]]:
+    """(module name, the value set, its parameters that disagree) for modules given a plain
+    ``requires_grad`` attribute (``layer.requires_grad = True``): nn.Module has none, so the
+    assignment only adds an attribute and no parameter changes (pure)."""
+    found = []
+    for name, module in model.named_modules():
+        value = vars(module).get("requires_grad")
+        if not isinstance(value, bool):
+            continue
+        disagree = sum(1 for p in module.parameters() if p.requires_grad != value)
+        if disagree:
+            found.append((name or "the model", value, disagree))
+    return found
+
+
 class ModuleStructureCheck(Check):
     """MODULE_REPEATED: one module object listed several times; BN_MOMENTUM: Keras-style or zero
     momentum; FROZEN_AT_INIT: frozen layers nothing was loaded into."""
@@ -168,10 +183,11 @@ class ModuleStructureCheck(Check):
     name = "model.structure"
     stage = Stage.MODEL
     codes = ("MODULE_REPEATED", "BN_MOMENTUM", "FROZEN_AT_INIT", "ACTIVATION_LINEAR", "ONLY_BIASES_TRAIN",
-             "FROZEN_AT_ZERO", "INIT_ALL_POSITIVE")
+             "FROZEN_AT_ZERO", "INIT_ALL_POSITIVE", "REQUIRES_GRAD_ON_MODULE")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         self._initial_values(ctx, findings)
+        self._requires_grad_attribute(ctx, findings)
         matrices = [p for p in ctx.model.parameters() if p.dim() >= 2]
         named = list(ctx.model.named_parameters())
         trainable = [name for name, p in named if p.requires_grad]
@@ -266,6 +282,25 @@ class ModuleStructureCheck(Check):
                 "Use torch's default momentum=0.1 (Keras' momentum=0.99 is torch's momentum=0.01), or momentum=None "
                 "for a cumulative average.",
             )
+
+    @staticmethod
+    def _requires_grad_attribute(ctx: PreflightContext, findings: Findings) -> None:
+        found = requires_grad_attributes(ctx.model)
+        if not found:
+            return
+        names = ", ".join(f"'{name}'" for name, _, _ in found[:4]) + (" ..." if len(found) > 4 else "")
+        value = found[0][1]
+        frozen = sum(count for _, _, count in found)
+        effect = ("they stay frozen and never train" if value else "they keep training though meant to be frozen")
+        findings.warning(
+            "REQUIRES_GRAD_ON_MODULE",
+            f"module(s) {names} were given requires_grad = {value} as a plain attribute, but nn.Module has no such "
+            f"flag: the assignment only adds an attribute, and {frozen} of their parameters still have requires_grad="
+            f"{not value}, so {effect}. Unfreezing the top layers with layer.requires_grad = True does this",
+            f"Set the flag on the parameters: module.requires_grad_({value}) (or for p in module.parameters(): "
+            f"p.requires_grad = {value}), and build the optimizer from the parameters that train after that.",
+            "model",
+        )
 
     @staticmethod
     def _initial_values(ctx: PreflightContext, findings: Findings) -> None:

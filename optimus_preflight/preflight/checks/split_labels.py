@@ -467,8 +467,9 @@ class SplitLabelsCheck(Check):
             if text else
             "Usually features and labels were misaligned on the way: rows filtered from the features only "
             "(X = X[~np.isnan(X).any(1)] then y = y[:len(X)]), an off-by-one slice (X[:-1] with y[:-1] shifted), "
-            "features and labels shuffled separately (two np.random.shuffle calls: two different permutations), or one "
-            "of them sorted on its own. Else the preprocessing removed what carries the label: each "
+            "features and labels shuffled separately (two np.random.shuffle calls: two different permutations), one "
+            "of them sorted on its own, or inputs and label files paired by two directory listings in different "
+            "orders (os.listdir and glob return an arbitrary order: one listing sorted, the other not). Else the preprocessing removed what carries the label: each "
             "sample standardised with its own mean and std (its level, often the label's cause, is gone), a feature "
             "dropped or overwritten")
         findings.warning(
@@ -477,7 +478,8 @@ class SplitLabelsCheck(Check):
             f"neighbour vote predicts {signal.neighbour_accuracy:.0%} of them and {probe} "
             f"{signal.linear_accuracy:.0%}, no better than always answering the largest class "
             f"({signal.majority:.0%}). {causes}",
-            "Filter, shuffle and slice inputs and labels together (one DataFrame, or one index: perm = "
+            "Pair each input with its label by name, not by position (sorted() both listings, or join on the file "
+            "stem); filter, shuffle and slice inputs and labels together (one DataFrame, or one index: perm = "
             "np.random.permutation(len(X)); X, y = X[perm], y[perm], or mask = ...; X, y = X[mask], y[mask]); map every source's labels to one coding before merging; normalise with "
             "statistics of the training set, not of each sample. Print a few rows with their labels and check them "
             "by hand.",

@@ -135,6 +135,9 @@ def inputs_and_targets(batch: Any) -> tuple[torch.Tensor | None, torch.Tensor | 
             regression.float().cpu() if regression is not None else None)
 
 
+WHOLE_VAL = 4096  # validation sets up to this size are read whole for their exact statistics
+EXACT = 1e-4  # a column's mean within this of 0 (and std of 1) over the whole set: fitted on it
+
 FRACTIONAL = 0.5  # of the validation targets with a fractional part: continuous values, not class ids
 
 
@@ -166,7 +169,8 @@ class SplitScaleCheck(Check):
 
     name = "data.split_scale"
     stage = Stage.DATA
-    codes = ("VAL_INPUTS_OTHER_SCALE", "VAL_TARGETS_OTHER_SCALE", "VAL_COLUMNS_REORDERED", "TARGETS_CAST_TO_INT")
+    codes = ("VAL_INPUTS_OTHER_SCALE", "VAL_TARGETS_OTHER_SCALE", "VAL_COLUMNS_REORDERED", "TARGETS_CAST_TO_INT",
+             "VAL_SCALER_REFIT")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -178,6 +182,9 @@ class SplitScaleCheck(Check):
         if first is None or (first[0] is None and first[1] is None):
             # Token ids and class labels: nothing here has a scale to compare.
             findings.data["summary"] = "no float inputs or regression targets"
+            return
+        if first[0] is not None and self._refit_on_validation(ctx, findings):
+            findings.data["summary"] = "validation inputs standardised on themselves"
             return
         train = self._read(ctx, findings, ctx.train_loader, TRAIN_SAMPLES, "training")
         val = self._read(ctx, findings, ctx.val_loader, VAL_SAMPLES, "validation")
@@ -195,6 +202,46 @@ class SplitScaleCheck(Check):
             if found is not None:
                 self._report(code, what, found, findings)
         findings.data["summary"] = "; ".join(summary) or "nothing comparable"
+
+    def _refit_on_validation(self, ctx: PreflightContext, findings: Findings) -> bool:
+        """VAL_SCALER_REFIT: the whole validation set standardised to mean 0 and std 1 exactly, column
+        by column: statistics fitted on the validation set itself (the training split's scaler
+        leaves its means off 0 by sampling noise at least)."""
+        dataset = getattr(ctx.val_loader, "dataset", None)
+        try:
+            size = len(dataset)  # type: ignore[arg-type]
+        except TypeError:
+            return False
+        if not MIN_VAL <= size <= WHOLE_VAL:
+            return False
+        parts = read_samples(ctx, self.name, findings, ctx.val_loader, f"the validation set for {self.name}",
+                             inputs_and_targets, size, SCAN_BUDGET_S)
+        if not parts or any(p[0] is None for p in parts) or len({p[0].shape[1] for p in parts}) != 1:
+            return False
+        values = torch.cat([p[0] for p in parts]).double()
+        if len(values) != size:
+            return False  # not the whole set: its mean says nothing exact
+        spread = values.std(0)
+        varying = spread > 0
+        if int(varying.sum()) < 2:
+            return False
+        means, biased = values.mean(0)[varying], values.std(0, unbiased=False)[varying]
+        unit = ((spread[varying] - 1).abs() < EXACT) | ((biased - 1).abs() < EXACT)
+        if not bool((means.abs() < EXACT).all()) or not bool(unit.all()):
+            return False
+        findings.warning(
+            "VAL_SCALER_REFIT",
+            f"all {size} validation samples have every one of their {int(varying.sum())} varying input columns at mean "
+            "0 and standard deviation 1 exactly: the validation inputs were standardised with statistics fitted on "
+            "the validation set itself (scaler.fit_transform(X_val), or a StandardScaler fitted per split), not with "
+            "the training split's. A validation set that differs from training (newer, larger, another site) is then "
+            "moved onto the training distribution, its differences erased, and what the model is scored on is not "
+            "what it will see",
+            "Fit the scaler once, on the training inputs, and only transform the others: scaler.fit(X_train); X_val = "
+            "scaler.transform(X_val) (never fit_transform on validation or test data).",
+            "data.val",
+        )
+        return True
 
     def _cast_targets(self, ctx: PreflightContext, findings: Findings) -> None:
         """TARGETS_CAST_TO_INT: integer training targets beside fractional validation ones."""

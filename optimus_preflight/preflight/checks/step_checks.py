@@ -354,14 +354,15 @@ class GradientsCheck(Check):
                 "attention scores (or squeeze the last dim first); for a single binary logit use sigmoid / "
                 "BCEWithLogitsLoss instead of a softmax over one class.",
             )
-        elif zeroed and probe.zero_gradient_ops and probe.grad_norm != 0.0:
+        elif (zeroed or (probe.grad_norm == 0.0 and not missing)) and probe.zero_gradient_ops:
             ops = ", ".join(f"torch.{op.removesuffix('Backward0').removesuffix('Backward1').lower()}"
                             for op in probe.zero_gradient_ops)
+            which = (f"{len(zeroed)} trainable parameter(s) got a gradient of exactly 0 from the first step: "
+                     f"{_names(zeroed)}" if probe.grad_norm != 0.0 else "every gradient of the first step is exactly zero")
             findings.error(
                 "GRAD_ZERO",
-                f"{len(zeroed)} trainable parameter(s) got a gradient of exactly 0 from the first step: {_names(zeroed)}. "
-                f"The loss's graph passes through {ops}, whose gradient is 0 everywhere, so everything before it "
-                "never trains",
+                f"{which}. The loss's graph passes through {ops}, whose gradient is 0 everywhere (a step function: "
+                "rounding predictions inside the loss, or a threshold), so everything before it never trains",
                 "Give the discrete step a gradient: a straight-through estimator (h + (torch.round(h) - h).detach()), "
                 "or a soft relaxation (sigmoid with a temperature, F.gumbel_softmax) while training.",
             )
@@ -392,6 +393,8 @@ class GradientsCheck(Check):
                            "Check the loss and inputs for inf/NaN; lower the learning rate or enable gradient clipping "
                            "(trainer.clip_grad_norm).", "trainer.clip_grad_norm")
         if probe.singleton_softmax:
+            pass  # reported above
+        elif probe.zero_gradient_ops:
             pass  # reported above
         elif probe.grad_norm == 0.0 and not missing and probe.clamp_ops:
             findings.error(

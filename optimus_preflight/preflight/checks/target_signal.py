@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from optimus_preflight.preflight.analyses.label_signal import MAX_FEATURES, target_signal
+from optimus_preflight.preflight.analyses.series import lag_one
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.data_access.guard import read_samples
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -62,13 +63,6 @@ MIN_WINDOW = 8
 SMOOTH = 0.15  # |lag-1 correlation| inside windows at or below this: the values follow no order
 
 
-def lag_one_correlation(windows: torch.Tensor) -> float:
-    """Correlation between each value of (N, T) windows and the next one, pooled over rows."""
-    a, b = windows[:, :-1].reshape(-1).double(), windows[:, 1:].reshape(-1).double()
-    a, b = a - a.mean(), b - b.mean()
-    return float((a * b).sum() / (a.norm() * b.norm()).clamp_min(1e-12))
-
-
 def shuffled_series(ctx: PreflightContext, findings: Findings, check: str, features: torch.Tensor) -> float | None:
     """The lag-1 correlation inside the windows, when the training dataset's items are sliding
     windows of one series (item i + 1's window is item i's moved by one step) whose values
@@ -77,7 +71,7 @@ def shuffled_series(ctx: PreflightContext, findings: Findings, check: str, featu
 
     if features.shape[1] < MIN_WINDOW:
         return None
-    correlation = lag_one_correlation(features)
+    correlation = lag_one(features, 1)
     dataset = getattr(ctx.train_loader, "dataset", None)
     if abs(correlation) > SMOOTH or dataset is None or not hasattr(dataset, "__len__") \
             or not hasattr(dataset, "__getitem__"):

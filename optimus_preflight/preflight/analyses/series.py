@@ -1,0 +1,16 @@
+"""How much a tensor behaves like a series along one axis (pure)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def lag_one(values: torch.Tensor, dim: int) -> float:
+    """The lag-1 autocorrelation of ``values`` along ``dim``, each series centred on its own
+    mean and the products pooled over all of them: near 1 for a smooth signal (time, a
+    spectrum), near 0 for unordered features or shuffled rows."""
+    x = values.detach().double().movedim(dim, -1)
+    x = x - x.mean(dim=-1, keepdim=True)
+    numerator = (x[..., 1:] * x[..., :-1]).sum()
+    denominator = (x * x).sum().clamp_min(1e-30)
+    return float(numerator / denominator)
