@@ -128,3 +128,10 @@ def test_validation_inputs_standardised_on_themselves_fire():
     assert "VAL_SCALER_REFIT" not in codes(report.check(NAME))
     same_site = TensorDataset((x[1200:] - train_mean) / train_std, y[1200:])
     assert_quiet(preflight(train, same_site, nn.Linear(6, 3), nn.CrossEntropyLoss()).check(NAME))
+
+
+def test_float_training_inputs_beside_token_validation_inputs_do_not_crash():
+    x, y = raw_table()
+    tokens = TensorDataset(torch.randint(0, 50, (300, 6)), y[1200:])
+    report = preflight(TensorDataset(x[:1200], y[:1200]), tokens, nn.Linear(6, 3), nn.CrossEntropyLoss())
+    assert report.check(NAME).status.value != "crashed", report.check(NAME).detail

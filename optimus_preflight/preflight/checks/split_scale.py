@@ -214,11 +214,15 @@ class SplitScaleCheck(Check):
             return False
         if not MIN_VAL <= size <= WHOLE_VAL:
             return False
+        def float_inputs(batch: Any) -> torch.Tensor | None:
+            pair = inputs_and_targets(batch)
+            return pair[0] if pair is not None else None
+
         parts = read_samples(ctx, self.name, findings, ctx.val_loader, f"the validation set for {self.name}",
-                             inputs_and_targets, size, SCAN_BUDGET_S)
-        if not parts or any(p[0] is None for p in parts) or len({p[0].shape[1] for p in parts}) != 1:
+                             float_inputs, size, SCAN_BUDGET_S)
+        if not parts or len({p.shape[1] for p in parts}) != 1:
             return False
-        values = torch.cat([p[0] for p in parts]).double()
+        values = torch.cat(parts).double()
         if len(values) != size:
             return False  # not the whole set: its mean says nothing exact
         spread = values.std(0)
