@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from optimus_preflight.preflight.analyses.label_signal import ridge_out_of_fold
+from optimus_preflight.preflight.analyses.label_signal import ridge_out_of_fold, standardised
 
 MIN_SAMPLES = 256
 MIN_CLASSES, MAX_CLASSES = 3, 12
@@ -61,13 +61,9 @@ def class_numbering(features: torch.Tensor, targets: torch.Tensor) -> ClassNumbe
     classes = len(values)
     if not MIN_CLASSES <= classes <= MAX_CLASSES or int(torch.bincount(y_index).min()) < MIN_CLASS_ROWS:
         return None
-    x = features.double()
-    if not bool(torch.isfinite(x).all()):
+    x = standardised(features)
+    if x is None:
         return None
-    spread = x.std(0)
-    if bool((spread == 0).all()):
-        return None
-    x = (x[:, spread > 0] - x[:, spread > 0].mean(0)) / spread[spread > 0]
     if x.shape[1] > MAX_FEATURES:
         x = x @ torch.randn(x.shape[1], PROJECTED, generator=torch.Generator().manual_seed(0), dtype=x.dtype)
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))  # folds free of any sorting

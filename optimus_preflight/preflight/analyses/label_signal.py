@@ -66,18 +66,26 @@ def _linear_probe(x: torch.Tensor, y: torch.Tensor, classes: int) -> float:
     return float((scores.argmax(1) == y).float().mean())
 
 
-def label_signal(features: torch.Tensor, labels: torch.Tensor) -> LabelSignal | None:
-    """How well the inputs predict the labels, or None where this is not judged (too few
-    samples, wide or constant features, one class or too many)."""
-    if features.dim() != 2 or len(features) < MIN_SAMPLES or features.shape[1] > MAX_FEATURES:
-        return None
+def standardised(features: torch.Tensor) -> torch.Tensor | None:
+    """(N, D) features as float64, constant columns dropped and the rest standardised; None when
+    a value is not finite or every column is constant."""
     x = features.double()
     if not bool(torch.isfinite(x).all()):
         return None
     spread = x.std(0)
     if bool((spread == 0).all()):
         return None
-    x = (x[:, spread > 0] - x[:, spread > 0].mean(0)) / spread[spread > 0]
+    return (x[:, spread > 0] - x[:, spread > 0].mean(0)) / spread[spread > 0]
+
+
+def label_signal(features: torch.Tensor, labels: torch.Tensor) -> LabelSignal | None:
+    """How well the inputs predict the labels, or None where this is not judged (too few
+    samples, wide or constant features, one class or too many)."""
+    if features.dim() != 2 or len(features) < MIN_SAMPLES or features.shape[1] > MAX_FEATURES:
+        return None
+    x = standardised(features)
+    if x is None:
+        return None
     values, y = torch.unique(labels, return_inverse=True)
     classes = len(values)
     if not 2 <= classes <= MAX_CLASSES:

@@ -70,34 +70,34 @@ class UpdateCheck(Check):
                          code_fix=found.code_fix)
 
 
+def _trajectory(scheduler: Any, optimizer: Any, max_steps: Any) -> list[tuple[int, float]] | None:
+    """The schedule's (step, lr) points over ``max_steps``, starting above 0; None when it
+    cannot be read (O8 reports a schedule that fails)."""
+    if not isinstance(max_steps, int) or max_steps <= 0:
+        return None
+    try:
+        points = lr_trajectory(scheduler, optimizer, max_steps)
+    except Exception:
+        return None
+    return points if points and points[0][1] > 0 else None
+
+
 def peak_lr_multiple(scheduler: Any, optimizer: Any, max_steps: Any) -> float | None:
     """The schedule's highest learning rate over its first step's (1 without a scheduler); None
     when the schedule cannot be read."""
     if scheduler is None:
         return 1.0
-    if not isinstance(max_steps, int) or max_steps <= 0:
-        return None
-    try:
-        points = lr_trajectory(scheduler, optimizer, max_steps)
-    except Exception:  # O8 reports a schedule that fails
-        return None
-    if not points or points[0][1] <= 0:
-        return None
-    return max(lr for _, lr in points) / points[0][1]
+    points = _trajectory(scheduler, optimizer, max_steps)
+    return max(lr for _, lr in points) / points[0][1] if points else None
 
 
 def run_lr_multiple(scheduler: Any, optimizer: Any, max_steps: Any) -> float | None:
     """The learning rates of all ``max_steps`` optimizer steps summed, in units of the first
     step's (``max_steps`` for a constant lr); None when the schedule cannot be read."""
-    if not isinstance(max_steps, int) or max_steps <= 0:
-        return None
     if scheduler is None:
-        return float(max_steps)
-    try:
-        points = lr_trajectory(scheduler, optimizer, max_steps)
-    except Exception:  # O8 reports a schedule that fails
-        return None
-    if not points or points[0][1] <= 0:
+        return float(max_steps) if isinstance(max_steps, int) and max_steps > 0 else None
+    points = _trajectory(scheduler, optimizer, max_steps)
+    if points is None:
         return None
     total, previous_step, previous_lr = 0.0, None, None
     for step, lr in points:
