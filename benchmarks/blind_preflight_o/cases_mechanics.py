@@ -6,8 +6,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.blind_preflight_o.registry import (acc_of, case, fix, fixed_of, gen, loader, mean_over, rmse_of, seed,
-                                                   teacher_regression, tensors)
+from benchmarks.blind_preflight_o.registry import (
+    acc_of,
+    case,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    mean_over,
+    rmse_of,
+    seed,
+    teacher_regression,
+    tensors,
+)
 
 # --------------------------------------------------------------------------------------------------------------
 # Credit-limit regressor with a LambdaLR whose lambda returns the learning rate itself, not a factor.

@@ -8,8 +8,18 @@ from torch import nn
 from torch.utils.data import Dataset
 from transformers import BertConfig, BertForTokenClassification
 
-from benchmarks.blind_preflight_o.registry import (acc_of, case, fix, fixed_of, gen, loader, mean_over, rmse_of, seed,
-                                                   tensors)
+from benchmarks.blind_preflight_o.registry import (
+    acc_of,
+    case,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    mean_over,
+    rmse_of,
+    seed,
+    tensors,
+)
 
 # --------------------------------------------------------------------------------------------------------------
 # Cell segmentation: the image and the mask go through the same Normalize(0.5, 0.5), masks become {-1, 1}.
