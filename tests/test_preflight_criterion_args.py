@@ -90,6 +90,36 @@ def test_ctc_blank_counts_only_symbols_inside_the_target_lengths():
     assert found is not None and (found.count, found.total, found.classes) == (1, 3, 5)
 
 
+# ------------------------------------------------------------------ CTC_NOT_LOG_PROBS
+
+def _ctc_scores_loss_fn(ctc, normalise):
+    def loss_fn(model, batch):
+        x, labels, label_lengths = batch
+        scores = normalise(model(x)).transpose(0, 1)
+        frames = torch.full((x.size(0),), scores.size(0), dtype=torch.long)
+        return ctc(scores, labels, frames, label_lengths)
+    return loss_fn
+
+
+@pytest.mark.parametrize("normalise,kind", [(lambda logits: logits, "raw logits"),
+                                            (lambda logits: logits.softmax(-1), "probabilities")])
+def test_ctc_on_scores_that_are_not_log_probabilities_is_an_error(normalise, kind):
+    torch.manual_seed(0)
+    issues = _issues(Recogniser(), DataLoader(_speech(first_label=1), batch_size=16),
+                     _ctc_scores_loss_fn(nn.CTCLoss(), normalise), "CTC_NOT_LOG_PROBS")
+    assert len(issues) == 1 and issues[0].severity.value == "error"
+    assert f"ctc_loss receives {kind}" in issues[0].message and "log_softmax(dim=-1)" in issues[0].fix
+
+
+@pytest.mark.parametrize("normalise", [lambda logits: logits.log_softmax(-1),
+                                       lambda logits: F.log_softmax(logits.double(), dim=2).float()])
+def test_ctc_on_log_probabilities_stays_quiet(normalise):
+    torch.manual_seed(0)
+    issues = _issues(Recogniser(), DataLoader(_speech(first_label=1), batch_size=16),
+                     _ctc_scores_loss_fn(nn.CTCLoss(), normalise), "CTC_NOT_LOG_PROBS")
+    assert issues == []
+
+
 # ------------------------------------------------------------------ POISSON_LOG_INPUT
 
 def _counts():

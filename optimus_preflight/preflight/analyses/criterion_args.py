@@ -7,6 +7,11 @@ Fed every torch function call the loss spy sees during ``compute_loss``:
   nothing and returns a finite loss, reading each such label as "no symbol here". Usually
   the model reserves another index (the last class) and ``blank=`` was left at 0. Only the
   symbols inside ``target_lengths`` count: a padded ``(N, S)`` target may pad with 0.
+- ``CTC_NOT_LOG_PROBS``: ``ctc_loss`` given rows over the classes that are not
+  log-probabilities (their logsumexp is not 0): raw logits or softmax output. CTC sums
+  ``exp`` of path scores that it assumes are normalised; on raw logits every path can be
+  made more likely at once, so the loss falls without bound (it goes negative) while the
+  alignment learns nothing. torch checks nothing.
 - ``POISSON_LOG_INPUT``: ``F.poisson_nll_loss`` / ``nn.PoissonNLLLoss`` with
   ``log_input=True`` (the default) on a prediction that comes out of a non-negative
   activation (Softplus, ReLU, exp, sigmoid, read from the graph as ``output_range`` does):
@@ -68,6 +73,13 @@ class CtcBlank:
 
 
 @dataclass
+class CtcNotLogProbs:
+    kind: str  # "raw logits", "probabilities"
+    logsumexp: float  # median over the rows: 0 for log-probabilities
+    classes: int
+
+
+@dataclass
 class PoissonLogInput:
     activation: str  # "softplus"
     zero_share: float | None  # of the targets below 1 (counts of 0), which no fitted rate reaches
@@ -102,6 +114,7 @@ def multi_hot_index_target(args: tuple, kwargs: dict) -> MultiHotIndices | None:
 @dataclass
 class CriterionArgs:
     ctc_blank: CtcBlank | None = None
+    ctc_not_log_probs: CtcNotLogProbs | None = None
     multi_hot_indices: MultiHotIndices | None = None
     poisson_log_input: PoissonLogInput | None = None
     batch_indexed: BatchIndexed | None = None
@@ -139,6 +152,25 @@ def ctc_blank_in_targets(args: tuple, kwargs: dict) -> CtcBlank | None:
             return None
         classes = int(log_probs.shape[-1]) if isinstance(log_probs, torch.Tensor) and log_probs.dim() else None
         return CtcBlank(blank, classes, count, int(symbols.numel()), int(symbols.max()), int(symbols.min()))
+
+
+def ctc_not_log_probs(args: tuple, kwargs: dict) -> CtcNotLogProbs | None:
+    """``ctc_loss``'s scores over the classes, when they are not log-probabilities (pure)."""
+    log_probs = argument(args, kwargs, 0, "log_probs")
+    if not isinstance(log_probs, torch.Tensor) or log_probs.dim() < 2 or log_probs.shape[-1] < 2 \
+            or not log_probs.is_floating_point() or not log_probs.numel():
+        return None
+    with torch.no_grad():
+        rows = log_probs.detach().float().reshape(-1, log_probs.shape[-1])
+        if not bool(torch.isfinite(rows).all()):
+            return None
+        spread = float(torch.logsumexp(rows, dim=-1).abs().median())
+        if spread < 1e-2:
+            return None
+        sums = rows.sum(-1)
+        kind = ("probabilities (softmax output)" if bool((rows >= 0).all()) and bool(((sums - 1).abs() < 1e-3).all())
+                else "raw logits")
+        return CtcNotLogProbs(kind, float(torch.logsumexp(rows, dim=-1).median()), int(log_probs.shape[-1]))
 
 
 def poisson_log_input(args: tuple, kwargs: dict) -> PoissonLogInput | None:
@@ -193,8 +225,9 @@ class CriterionArgsWatch:
 
     def before(self, name: str, args: tuple, kwargs: dict) -> None:
         found = self.found
-        if name == "ctc_loss" and found.ctc_blank is None:
-            found.ctc_blank = ctc_blank_in_targets(args, kwargs)
+        if name == "ctc_loss":
+            found.ctc_blank = found.ctc_blank or ctc_blank_in_targets(args, kwargs)
+            found.ctc_not_log_probs = found.ctc_not_log_probs or ctc_not_log_probs(args, kwargs)
         elif name == "multilabel_margin_loss" and found.multi_hot_indices is None:
             found.multi_hot_indices = multi_hot_index_target(args, kwargs)
         elif name == "poisson_nll_loss" and found.poisson_log_input is None:
@@ -235,7 +268,7 @@ class CriterionArgsWatch:
 
 
 def criterion_arg_findings(found: CriterionArgs | None) -> list[Finding]:
-    """CTC_BLANK_IN_TARGETS, POISSON_LOG_INPUT, LOSS_INDEXED_BY_BATCH, LOSS_WEIGHTS_AFTER_MEAN."""
+    """CTC_BLANK_IN_TARGETS, CTC_NOT_LOG_PROBS, POISSON_LOG_INPUT, LOSS_INDEXED_BY_BATCH, LOSS_WEIGHTS_AFTER_MEAN."""
     from optimus_preflight.preflight.analyses.loss_findings import Finding
 
     if found is None:
@@ -243,6 +276,16 @@ def criterion_arg_findings(found: CriterionArgs | None) -> list[Finding]:
     out: list[Finding] = []
     if (ctc := found.ctc_blank) is not None:
         out.append(Finding("CTC_BLANK_IN_TARGETS", "error", _ctc_message(ctc), _ctc_fix(ctc)))
+    if (scores := found.ctc_not_log_probs) is not None:
+        out.append(Finding(
+            "CTC_NOT_LOG_PROBS", "error",
+            f"ctc_loss receives {scores.kind}, not log-probabilities: each time step's {scores.classes} scores have a "
+            f"logsumexp of {scores.logsumexp:.3g} (0 after log_softmax). CTC adds up exp(score) over every alignment "
+            "as if each step were normalised, so the model can raise every path at once: the loss falls without bound "
+            "(it turns negative) while the alignment of labels to frames learns nothing",
+            "Apply log_softmax over the classes before CTC: log_probs = logits.log_softmax(dim=-1) (then "
+            ".transpose(0, 1) to the (T, N, C) layout nn.CTCLoss expects).",
+        ))
     if (multi := found.multi_hot_indices) is not None:
         rows, classes = multi.shape
         out.append(Finding(
