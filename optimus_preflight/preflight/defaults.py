@@ -42,6 +42,7 @@ from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
 from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
 from optimus_preflight.preflight.checks.flip_labels import FlipLabelsCheck
 from optimus_preflight.preflight.checks.forecast_leak import ForecastLeakCheck
+from optimus_preflight.preflight.checks.forward_arguments import ForwardArgumentsCheck
 from optimus_preflight.preflight.checks.graph_batch import GraphBatchCheck
 from optimus_preflight.preflight.checks.init_scale import InitScaleCheck
 from optimus_preflight.preflight.checks.input_content import InputContentCheck
@@ -176,6 +177,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     PaddingReadoutCheck,
     PaddingInvarianceCheck,
     StatefulForwardCheck,
+    ForwardArgumentsCheck,
     step_runs.AccumulationCheck,
     step_runs.LossScaleCheck,
     step_smoke.CheckpointRoundTripCheck,

@@ -1,0 +1,238 @@
+"""An argument of the model's forward that never reaches anything (``step.forward_arguments``).
+
+``FORWARD_INPUT_IGNORED``: ``model(x, t)`` where forward accepts ``t`` and never uses it, a
+diffusion denoiser blind to its timestep, a conditional model blind to its class, a
+two-input network whose second input is dropped (``torch.cat([a, a])`` where ``[a, b]`` is
+meant, a branch that reads the wrong variable). Nothing fails: the model learns the best
+prediction without that input, and the loss falls to a floor nobody can tell apart from
+the task's difficulty.
+
+Read from the first call of the model during ``compute_loss`` on the first batch: its
+arguments are kept, then the model is called again on them with one tensor argument at a
+time rolled along its batch axis (each sample gets another sample's value). An argument is
+ignored when that changes neither the model's output nor the output of any of its layers,
+while rolling another argument does change the output. The calls run under one reseeded
+RNG each (dropout and sampling repeat themselves), in eval mode and, for an argument that
+eval mode ignores, again in training mode: a decoder that reads its targets only for
+teacher forcing, or a margin head that reads the labels only in training, uses them there.
+A conditioning path initialised to zero (DiT's adaLN-Zero) still changes the layer that
+embeds the argument, and stays quiet.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward
+from optimus_preflight.preflight.checks.sample_mixing import batch_axis
+from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.framework.preserve import preserved_training_state
+from optimus_preflight.training.batches import leaves
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+CHANGED = 1e-5  # of a tensor's largest magnitude: a change above float noise
+_SAMPLED = 64  # strided entries kept per layer output, beside its sum and sum of squares
+
+
+def _fingerprint(value: Any) -> list[torch.Tensor]:
+    """A cheap summary of every floating tensor in ``value`` (layers can be large)."""
+    out = []
+    for leaf in leaves(value):
+        if isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.numel():
+            flat = leaf.detach().float().reshape(-1)
+            step = max(1, flat.numel() // _SAMPLED)
+            out.append(torch.cat([flat.sum()[None], flat.square().sum()[None], flat[::step][:_SAMPLED]]).cpu())
+    return out
+
+
+def _differs(first: list[torch.Tensor], second: list[torch.Tensor]) -> bool:
+    if len(first) != len(second):
+        return True
+    for a, b in zip(first, second, strict=True):
+        if a.shape != b.shape:
+            return True
+        if not bool(torch.isfinite(a).all()) or not bool(torch.isfinite(b).all()):
+            continue
+        scale = float(torch.maximum(a.abs().max(), b.abs().max()))
+        if scale > 0 and float((a - b).abs().max()) > CHANGED * scale:
+            return True
+    return False
+
+
+def _first_call(ctx: PreflightContext) -> tuple[tuple, dict] | None:
+    """The arguments of the model's first call in an eval-mode ``compute_loss``."""
+    seen: list[tuple[tuple, dict]] = []
+
+    def keep(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        if not seen:
+            seen.append((args, dict(kwargs)))
+
+    handle = ctx.model.register_forward_pre_hook(keep, with_kwargs=True)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            eval_forward(ctx, ctx.artifacts.first_batch)
+    except Exception:
+        return None
+    finally:
+        handle.remove()
+    return seen[0] if seen else None
+
+
+Layers = dict[str, list[torch.Tensor]]
+
+
+def _call(ctx: PreflightContext, args: tuple, kwargs: dict, train: bool) -> tuple[list, Layers] | None:
+    """(the output's fingerprint, each layer's output fingerprints by name) of one seeded call."""
+    layers: Layers = {}
+
+    def recorder(name: str):
+        def record(module: nn.Module, inputs: Any, output: Any) -> None:
+            layers.setdefault(name, []).extend(_fingerprint(output))
+        return record
+
+    handles = [module.register_forward_hook(recorder(name)) for name, module in ctx.model.named_modules() if name]
+    try:
+        with preserved_training_state(ctx), torch.no_grad(), torch.random.fork_rng(devices=[]):
+            ctx.model.train(train)
+            torch.manual_seed(0)
+            with ctx.training.plan.autocast():
+                output = ctx.model(*args, **kwargs)
+    except Exception:
+        return None
+    finally:
+        for handle in handles:
+            handle.remove()
+    return _fingerprint(output), layers
+
+
+def _changed_layers(first: Layers, second: Layers) -> list[str]:
+    return [name for name in first if _differs(first[name], second.get(name, []))]
+
+
+def _dead_ends(model: nn.Module, layers: list[str], without_grad: set[str]) -> bool:
+    """Every layer the argument reaches leads nowhere: none holds a parameter the first
+    step's backward reached (a conditioning path initialised to zero still gets gradients)."""
+    modules = dict(model.named_modules())
+    for name in layers:
+        params = [f"{name}.{p}" for p, value in modules[name].named_parameters() if value.requires_grad]
+        if any(param not in without_grad for param in params):
+            return False
+    return True
+
+
+def _rolled(tensor: torch.Tensor, samples: int) -> torch.Tensor | None:
+    """``tensor`` with each sample given the next sample's value; None when it has no axis
+    of the samples (a graph's (2, E) edge list, where a roll would swap the edges' ends) or
+    the samples agree."""
+    axis = batch_axis(tensor, samples) if samples >= 2 else None
+    if axis is None:
+        return None
+    rolled = tensor.roll(1, dims=axis)
+    return None if torch.equal(rolled, tensor) else rolled
+
+
+# Targets handed to a model that computes its own loss: the loss reads them, not the features.
+TARGET_NAMES = {"labels", "label", "targets", "target", "y"}
+
+
+def _named_arguments(model: nn.Module, args: tuple, kwargs: dict) -> list[tuple[str, Any, Any]]:
+    """(name, positional index or kwarg key, value) of every tensor argument but targets."""
+    try:
+        names = list(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        names = []
+    out = []
+    for index, value in enumerate(args):
+        if isinstance(value, torch.Tensor):
+            name = names[index] if index < len(names) and names[index] not in ("args", "kwargs") else f"#{index}"
+            out.append((name, index, value))
+    out.extend((key, key, value) for key, value in kwargs.items() if isinstance(value, torch.Tensor))
+    return [argument for argument in out if argument[0] not in TARGET_NAMES]
+
+
+def _with(args: tuple, kwargs: dict, where: Any, value: torch.Tensor) -> tuple[tuple, dict]:
+    if isinstance(where, int):
+        return args[:where] + (value,) + args[where + 1:], kwargs
+    return args, {**kwargs, where: value}
+
+
+def _describe(tensor: torch.Tensor) -> str:
+    kind = "ids" if not tensor.is_floating_point() else "values"
+    return f"a {tuple(tensor.shape)} {str(tensor.dtype).removeprefix('torch.')} tensor of {kind}"
+
+
+class ForwardArgumentsCheck(Check):
+    """FORWARD_INPUT_IGNORED: a tensor argument of the model's forward changes nothing."""
+
+    name = "step.forward_arguments"
+    stage = Stage.STEP
+    codes = ("FORWARD_INPUT_IGNORED",)
+    requires = (FIRST_STEP,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        findings.data["summary"] = "every argument of the model's forward reaches its output"
+        call = _first_call(ctx)
+        if call is None:
+            findings.data["summary"] = "the model's first call was not seen"
+            return
+        args, kwargs = call
+        arguments = _named_arguments(ctx.model, args, kwargs)
+        if len(arguments) < 2:
+            findings.data["summary"] = "the model takes one tensor argument (step.input_dependence judges it)"
+            return
+        samples = int(arguments[0][2].shape[0]) if arguments[0][2].dim() else 0
+        baseline, again = _call(ctx, args, kwargs, train=False), _call(ctx, args, kwargs, train=False)
+        if baseline is None or again is None or not baseline[0] or _differs(baseline[0], again[0]):
+            findings.data["summary"] = "the model's output is not repeatable under a reseeded RNG"
+            return
+        probe = ctx.artifacts.step_probe
+        without_grad = set(probe.params_without_grad) if probe is not None else set()
+        used, ignored = [], []
+        for name, where, value in arguments:
+            rolled = _rolled(value, samples)
+            if rolled is None:
+                continue  # the same for every sample (an all-ones mask): nothing to read
+            moved = _call(ctx, *_with(args, kwargs, where, rolled), train=False)
+            if moved is None:
+                continue
+            if _differs(baseline[0], moved[0]):
+                used.append(name)
+            elif _dead_ends(ctx.model, reached := _changed_layers(baseline[1], moved[1]), without_grad):
+                ignored.append((name, where, value, rolled, reached))
+        findings.data.update(arguments=[name for name, _, _ in arguments], used=used,
+                             ignored_in_eval={name: reached for name, *_, reached in ignored})
+        if not used or not ignored:
+            return
+        train_baseline = _call(ctx, args, kwargs, train=True)
+        if train_baseline is None:
+            return
+        for name, where, value, rolled, reached in ignored:
+            moved = _call(ctx, *_with(args, kwargs, where, rolled), train=True)
+            if moved is None or _differs(train_baseline[0], moved[0]) or not _dead_ends(
+                    ctx.model, _changed_layers(train_baseline[1], moved[1]), without_grad):
+                continue
+            findings.data["summary"] = f"'{name}' never reaches the output"
+            shown = ", ".join(repr(layer) for layer in reached[:3]) + (f" and {len(reached) - 3} more" if len(reached) > 3 else "")
+            where_lost = (f"it reaches {shown}, whose result is discarded before the output (those layers get no "
+                          "gradient)" if reached else "no layer's output changes either")
+            findings.warning(
+                "FORWARD_INPUT_IGNORED",
+                f"the model's forward never uses its argument '{name}' ({_describe(value)} that differs between "
+                f"samples): giving each sample another sample's '{name}' leaves the output unchanged, in eval and "
+                f"training mode, while changing '{used[0]}' does; {where_lost}. The model cannot condition on "
+                f"it: forward accepts '{name}' and drops it (a timestep or class label never embedded, a second "
+                "input whose branch reads the first input again, torch.cat([a, a]) where [a, b] is meant), so it "
+                "learns the best prediction without that input",
+                f"Use '{name}' in forward: embed it and add or concatenate it to the features "
+                f"(h = h + self.embed({name}), torch.cat([a, {name}], dim=-1)), and check that each branch reads its "
+                "own input variable.",
+                "model",
+            )

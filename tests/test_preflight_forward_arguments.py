@@ -1,0 +1,160 @@
+"""step.forward_arguments: a tensor argument of the model's forward that never reaches its
+output (FORWARD_INPUT_IGNORED): a denoiser blind to its timestep, a conditional model blind
+to its class, a second input whose branch is discarded. A conditioning path initialised to
+zero (adaLN-Zero), a decoder that reads its targets only for teacher forcing, and a Hugging
+Face encoder given a padded attention_mask stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.forward_arguments import ForwardArgumentsCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
+from tests.preflight_support import assert_quiet
+
+NAME = "step.forward_arguments"
+STEPS = 50
+
+
+def _run(model, loader, loss_fn=None):
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), ForwardArgumentsCheck()])
+    return report.check(NAME)
+
+
+class Denoiser(nn.Module):
+    def __init__(self, reads_timestep: bool, zero_gate: bool = False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.reads_timestep = reads_timestep
+        self.time = nn.Embedding(STEPS, 32)
+        self.gate = nn.Linear(32, 32)
+        self.inp, self.out = nn.Linear(16, 32), nn.Sequential(nn.SiLU(), nn.Linear(32, 16))
+        if zero_gate:  # adaLN-Zero: the conditioning starts at exactly zero and is learned
+            nn.init.zeros_(self.gate.weight)
+            nn.init.zeros_(self.gate.bias)
+
+    def forward(self, noisy, t):
+        h = self.inp(noisy)
+        if self.reads_timestep:
+            h = h + self.gate(self.time(t))
+        return self.out(h)
+
+
+def _diffusion_loss(model, batch):
+    (clean,) = batch
+    t = torch.randint(0, STEPS, (clean.shape[0],), device=clean.device)
+    keep = torch.linspace(0.99, 0.1, STEPS, device=clean.device)[t][:, None]
+    noise = torch.randn_like(clean)
+    return F.mse_loss(model(keep.sqrt() * clean + (1 - keep).sqrt() * noise, t), noise)
+
+
+def _clean_samples():
+    g = torch.Generator().manual_seed(0)
+    return DataLoader(TensorDataset(torch.randn(256, 16, generator=g)), batch_size=32, shuffle=True)
+
+
+def test_a_denoiser_that_never_reads_its_timestep_is_named():
+    result = _run(Denoiser(reads_timestep=False), _clean_samples(), _diffusion_loss)
+    issues = [i for i in result.issues if i.code == "FORWARD_INPUT_IGNORED"]
+    assert len(issues) == 1 and issues[0].severity.value == "warning"
+    assert "argument 't'" in issues[0].message and "changing 'noisy' does" in issues[0].message
+    assert "self.embed(t)" in issues[0].fix
+
+
+class TwoInputs(nn.Module):
+    def __init__(self, second_used: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.second_used = second_used
+        self.image, self.meta, self.head = nn.Linear(12, 16), nn.Linear(4, 16), nn.Linear(32, 2)
+
+    def forward(self, image, meta):
+        a, b = torch.relu(self.image(image)), torch.relu(self.meta(meta))
+        return self.head(torch.cat([a, b if self.second_used else a], dim=1))
+
+
+def _two_inputs():
+    g = torch.Generator().manual_seed(1)
+    image, meta = torch.randn(256, 12, generator=g), torch.randn(256, 4, generator=g)
+    labels = ((image[:, 0] + 2 * meta[:, 1]) > 0).long()
+    return DataLoader(TensorDataset(image, meta, labels), batch_size=32, shuffle=True)
+
+
+def _two_input_loss(model, batch):
+    image, meta, labels = batch
+    return F.cross_entropy(model(image, meta), labels)
+
+
+def test_a_second_input_whose_branch_is_discarded_is_named_with_the_layer_it_reaches():
+    result = _run(TwoInputs(second_used=False), _two_inputs(), _two_input_loss)
+    issues = [i for i in result.issues if i.code == "FORWARD_INPUT_IGNORED"]
+    assert len(issues) == 1 and "argument 'meta'" in issues[0].message
+    assert "it reaches 'meta'" in issues[0].message and "discarded" in issues[0].message
+
+
+@pytest.mark.parametrize("model", ["both_inputs", "timestep", "zero_gated_timestep"])
+def test_arguments_the_model_reads_stay_quiet(model):
+    if model == "both_inputs":
+        result = _run(TwoInputs(second_used=True), _two_inputs(), _two_input_loss)
+    else:
+        result = _run(Denoiser(reads_timestep=True, zero_gate=model == "zero_gated_timestep"), _clean_samples(),
+                      _diffusion_loss)
+    assert_quiet(result)
+    assert result.issues == []
+
+
+class TeacherForced(nn.Module):
+    """Reads the targets in training (teacher forcing) and decodes greedily in eval."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.decoder, self.head = nn.Embedding(21, 16), nn.GRU(16, 16, batch_first=True), nn.Linear(16, 21)
+
+    def forward(self, source, teacher):
+        start = torch.full_like(source[:, :1], 20)
+        if self.training:
+            out, _ = self.decoder(self.embed(torch.cat([start, teacher[:, :-1]], 1)))
+            return self.head(out)
+        token, state, steps = start, None, []
+        for _ in range(teacher.shape[1]):
+            out, state = self.decoder(self.embed(token) + self.embed(source[:, :1]), state)
+            steps.append(self.head(out))
+            token = steps[-1].argmax(-1)
+        return torch.cat(steps, 1)
+
+
+def test_targets_read_only_for_teacher_forcing_stay_quiet():
+    g = torch.Generator().manual_seed(2)
+    source = torch.randint(0, 20, (128, 8), generator=g)
+    loader = DataLoader(TensorDataset(source, source.flip(1)), batch_size=32, shuffle=True)
+
+    def loss_fn(model, batch):
+        src, tgt = batch
+        return F.cross_entropy(model(src, tgt).reshape(-1, 21), tgt.reshape(-1))
+
+    assert_quiet(_run(TeacherForced(), loader, loss_fn))
+
+
+def test_a_hugging_face_encoder_with_a_padded_attention_mask_stays_quiet():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, num_labels=2)
+    model = transformers.BertForSequenceClassification(config)
+    g = torch.Generator().manual_seed(3)
+    rows = []
+    for length in torch.randint(4, 17, (96,), generator=g).tolist():
+        ids, mask = torch.zeros(16, dtype=torch.long), torch.zeros(16, dtype=torch.long)
+        ids[:length], mask[:length] = torch.randint(5, 100, (length,), generator=g), 1
+        rows.append({"input_ids": ids, "attention_mask": mask, "labels": torch.tensor(int(ids[1] > 50))})
+    result = _run(model, DataLoader(rows, batch_size=32, shuffle=True))
+    assert_quiet(result)
+    assert "attention_mask" in result.data["used"]
