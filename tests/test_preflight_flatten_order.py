@@ -111,3 +111,39 @@ def test_segmentation_logits_viewed_to_rows_without_moving_the_class_axis(flatte
     assert bool(found) == fires
     if fires:
         assert "(16, 4, 12, 12)" in found[0].message and "permute(0, 2, 3, 1)" in found[0].fix
+
+
+class StreamChunks(torch.utils.data.Dataset):
+    """BPTT batches cut from one (N, B) token stream: the (T, B) targets are views whose _base
+    is the whole stream, not the (T, B) tensor that is flattened."""
+
+    def __init__(self, transpose_targets: bool):
+        self.stream = torch.randint(0, TAGS, (8 * LENGTH + 1, BATCH), generator=torch.Generator().manual_seed(1))
+        self.transpose_targets = transpose_targets
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, index):
+        rows = slice(index * LENGTH, (index + 1) * LENGTH)
+        inputs, targets = self.stream[rows].t(), self.stream[index * LENGTH + 1:(index + 1) * LENGTH + 1]
+        return inputs, targets.t() if self.transpose_targets else targets
+
+
+@pytest.mark.parametrize("transpose_targets", [False, True])
+def test_targets_sliced_from_a_stream_are_read_in_the_layout_they_are_flattened_from(transpose_targets):
+    model = Tagger("lstm_batch_first")
+    loader = DataLoader(StreamChunks(transpose_targets), batch_size=None, shuffle=True)
+
+    def loss_fn(model, batch):
+        tokens, targets = batch
+        return F.cross_entropy(model(tokens).reshape(-1, TAGS), targets.reshape(-1))
+
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), BatchLayoutCheck()])
+    found = [issue for _, issue in report.issues() if issue.code == "FLATTEN_ORDER_MISMATCH"]
+    if transpose_targets:
+        assert found == []
+    else:
+        assert len(found) == 1
+        assert f"({BATCH}, {LENGTH}) leading axes and targets flattened from ({LENGTH}, {BATCH})" in found[0].message

@@ -54,3 +54,42 @@ class Prebatched(Dataset):
 
 def test_batch_size_none_over_a_dataset_of_batches_is_quiet():
     assert codes(DataLoader(Prebatched(), batch_size=None, shuffle=True)) == []
+
+
+class BpttChunks(Dataset):
+    """A torchtext-style batchifier: (batch, bptt) inputs beside (bptt, batch) targets, no
+    axis first in both (the targets' layout is step.batch_layout's business)."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, index):
+        stream = torch.arange(index, index + 21 * 32).reshape(21, 32) % 50
+        return stream[:-1].t().contiguous(), stream[1:]
+
+
+def test_batch_size_none_over_batches_whose_tensors_put_the_batch_on_other_axes_is_quiet():
+    model = nn.Sequential(nn.Embedding(50, 8), nn.Linear(8, 50))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(BpttChunks(), batch_size=None, shuffle=True),
+                           loss_fn=lambda m, b: nn.functional.cross_entropy(m(b[0]).reshape(-1, 50), b[1].t().reshape(-1)),
+                           checks=[FirstBatchCheck(), SplitSizesCheck()])
+    assert report.check("data.split_sizes").issues == []
+
+
+class SingleWindows(Dataset):
+    """Single samples of unequal-length tensors: a (3, 16) window and a (1,) target."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        return torch.randn(3, 16), torch.tensor([float(index % 2)])
+
+
+def test_batch_size_none_over_single_samples_without_a_common_size():
+    model = nn.Sequential(nn.Flatten(0), nn.Linear(48, 1))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(SingleWindows(), batch_size=None, shuffle=True), loss_fn=nn.MSELoss(),
+                           checks=[FirstBatchCheck(), SplitSizesCheck()])
+    assert [i.code for i in report.check("data.split_sizes").issues] == ["BATCHING_DISABLED"]

@@ -30,8 +30,33 @@ class FlattenMismatch:
     class_axis: tuple[int, ...] | None = None  # the channels-first shape whose class axis was viewed as last
 
 
-def flattened_from(tensor: torch.Tensor) -> tuple[int, ...] | None:
+FLATTENING_CALLS = ("reshape", "view", "flatten", "ravel")
+_KEPT = 32
+
+
+class FlattenWatch:
+    """The shape each tensor was flattened from, by the reshape/view/flatten call that made it.
+    A view's ``_base`` is the root of the storage, not the tensor just flattened: the targets
+    of a BPTT batch sliced from a long stream have the whole stream as their base."""
+
+    def __init__(self) -> None:
+        self._made: list[tuple[torch.Tensor, tuple[int, ...]]] = []  # held for the step only
+
+    def observe(self, name: str, args: tuple, out: object) -> None:
+        if name not in FLATTENING_CALLS or not args or not isinstance(args[0], torch.Tensor) \
+                or not isinstance(out, torch.Tensor) or out.dim() >= args[0].dim():
+            return
+        self._made.append((out, tuple(args[0].shape)))
+        del self._made[:-_KEPT]
+
+    def source(self, tensor: torch.Tensor) -> tuple[int, ...] | None:
+        return next((shape for made, shape in reversed(self._made) if made is tensor), None)
+
+
+def flattened_from(tensor: torch.Tensor, watch: FlattenWatch | None = None) -> tuple[int, ...] | None:
     """The shape ``tensor`` is a flattened view or reshape of, where that is known."""
+    if watch is not None and (shape := watch.source(tensor)) is not None:
+        return shape
     base = tensor._base
     if base is not None and base.dim() > tensor.dim():
         return tuple(base.shape)
@@ -68,7 +93,8 @@ def class_axis_viewed_last(inputs: torch.Tensor) -> tuple[int, ...] | None:
     return None
 
 
-def flatten_mismatch(function: str, inputs: object, target: object) -> FlattenMismatch | None:
+def flatten_mismatch(function: str, inputs: object, target: object,
+                     watch: FlattenWatch | None = None) -> FlattenMismatch | None:
     """The criterion's rows flattened from (T, B) on one side and (B, T) on the other, or class
     scores viewed from a channels-first tensor without moving the class axis last."""
     if not (isinstance(inputs, torch.Tensor) and isinstance(target, torch.Tensor)) or inputs.dim() == 0 \
@@ -77,7 +103,7 @@ def flatten_mismatch(function: str, inputs: object, target: object) -> FlattenMi
     rows = inputs.shape[0]
     if not target.is_floating_point() and (channels_first := class_axis_viewed_last(inputs)) is not None:
         return FlattenMismatch(function, (rows,), tuple(target.shape), channels_first)
-    sources = flattened_from(inputs), flattened_from(target)
+    sources = flattened_from(inputs, watch), flattened_from(target, watch)
     if sources[0] is None or sources[1] is None:
         return None
     prediction, labels = (leading_axes(source, rows) for source in sources)

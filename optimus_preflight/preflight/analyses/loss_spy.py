@@ -43,7 +43,7 @@ from optimus_preflight.preflight.analyses.class_weights import (
     weights_follow_counts,
 )
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgsWatch
-from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch, flatten_mismatch
+from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch, FlattenWatch, flatten_mismatch
 from optimus_preflight.preflight.analyses.loss_shapes import (
     TOL,
     KlNormalisation,
@@ -299,6 +299,7 @@ class LossSpy(TorchFunctionMode):
         self.channel_axis = ChannelAxisWatch()  # a conv map reduced over its channels and one spatial axis
         self.views = ViewWatch()  # a view/reshape to the input's sizes in another order
         self.flatten_mismatch: FlattenMismatch | None = None  # (T, B) logits rows against (B, T) target rows
+        self.flattened = FlattenWatch()  # the shape each reshape/view/flatten output came from
         self.criterion_args = CriterionArgsWatch()  # CTC blank in targets, Poisson log_input, scores[:, labels]
         self.spectral = SpectralWatch()  # an FFT across the channels of (B, T, C) windows
         self.pitfalls = PitfallWatch()  # a 1-D .T, torch.meshgrid without indexing=
@@ -313,7 +314,7 @@ class LossSpy(TorchFunctionMode):
             self.calls.append(record)
             if self.flatten_mismatch is None:
                 self.flatten_mismatch = flatten_mismatch(name, argument(args, kwargs, 0, "input"),
-                                                         argument(args, kwargs, 1, "target"))
+                                                         argument(args, kwargs, 1, "target"), self.flattened)
         elif name in ACTIVATIONS:
             self.activations[name] += 1
         if name == "scaled_dot_product_attention" and args and isinstance(args[0], torch.Tensor) \
@@ -345,6 +346,7 @@ class LossSpy(TorchFunctionMode):
             raise
         self.channel_axis.observe(name, args, kwargs, out)
         self.views.observe(name, args, out)
+        self.flattened.observe(name, args, out)
         self.criterion_args.after(name, args, out, kwargs)
         if record is not None and isinstance(out, torch.Tensor) and out.dim() == 0 and out.requires_grad:
             self.scalar_outputs.append(out)

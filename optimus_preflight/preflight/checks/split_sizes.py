@@ -33,11 +33,15 @@ def _samples(loader: Any) -> int | None:
 
 
 def _unbatched(batch: Any) -> bool:
-    """A sample, not a batch: some tensor is 0-dim, or the tensors share no leading size."""
+    """A sample, not a batch: some tensor is 0-dim, or no size is common to every tensor (a
+    batch's tensors share the batch size, though not always as their first axis: a BPTT
+    batchifier yields (B, T) inputs beside (T, B) targets)."""
     tensors = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor)]
     if not tensors:
         return False
-    return any(t.dim() == 0 for t in tensors) or len({t.shape[0] for t in tensors}) > 1
+    if any(t.dim() == 0 for t in tensors):
+        return True
+    return not set.intersection(*(set(t.shape) for t in tensors))
 
 
 class SplitSizesCheck(Check):
