@@ -118,3 +118,19 @@ def test_a_scratch_buffer_each_read_overwrites(options, fires):
     loader = DataLoader(Windows(**options), batch_size=32, shuffle=True)
     assert ("DATASET_MUTATED" in codes(nn.Linear(8, 3), nn.CrossEntropyLoss(), [DatasetMutationCheck()],
                                        loader=loader)) == fires
+
+
+def test_zero_one_targets_are_named_with_the_module_a_user_builds():
+    criterion = nn.MarginRankingLoss(margin=0.1)
+
+    def loss(model, batch):
+        x, y = batch
+        return criterion(model(x).squeeze(1), model(x.flip(0)).squeeze(1), (y == 0).float())
+
+    model = nn.Linear(8, 1)
+    report = run_preflight(model, torch.optim.SGD(model.parameters(), lr=0.05),
+                           DataLoader(TensorDataset(X, Y), batch_size=32, shuffle=True), loss_fn=loss,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), TargetsCheck()])
+    issue = next(i for _, i in report.issues() if i.code == "TARGET_ZERO_ONE_SIGN")
+    assert "margin_ranking_loss (nn.MarginRankingLoss) gets 0/1 targets" in issue.message
+    assert "before nn.MarginRankingLoss" in issue.fix

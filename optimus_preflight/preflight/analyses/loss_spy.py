@@ -86,6 +86,8 @@ PAIRED_CRITERIA = ("triplet_margin_loss", "triplet_margin_with_distance_loss", "
 # Criteria whose target says +1 / -1, and the target's position.
 SIGN_TARGETS = {"cosine_embedding_loss": 2, "margin_ranking_loss": 2, "hinge_embedding_loss": 1,
                 "soft_margin_loss": 1}
+SIGN_MODULES = {"cosine_embedding_loss": "CosineEmbeddingLoss", "margin_ranking_loss": "MarginRankingLoss",
+                "hinge_embedding_loss": "HingeEmbeddingLoss", "soft_margin_loss": "SoftMarginLoss"}
 # Elementwise arithmetic a hand-written loss is made of ((pred - y) ** 2, y * log(p)).
 ARITHMETIC = frozenset({"sub", "__sub__", "__rsub__", "rsub", "add", "__add__", "__radd__", "mul", "__mul__",
                         "__rmul__", "div", "__truediv__", "__rtruediv__", "true_divide"})

@@ -31,6 +31,7 @@ from optimus_preflight.preflight.analyses.loss_shapes import (
     shape_error_fix,
 )
 from optimus_preflight.preflight.analyses.padded_loss import padded_loss_findings
+from optimus_preflight.preflight.analyses.loss_spy import SIGN_MODULES
 from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.analyses.target_profile import (
     all_ignored,
@@ -541,10 +542,12 @@ class TargetsCheck(Check):
         if probe.zero_one_sign_target:
             findings.error(
                 "TARGET_ZERO_ONE_SIGN",
-                f"{probe.zero_one_sign_target} gets 0/1 targets, but it reads +1 (similar / ranked first) and -1 "
-                "(dissimilar / ranked second): a target of 0 contributes exactly zero loss, so those pairs never "
-                "push apart and the model can map everything to one point",
-                "Convert the labels: target = labels * 2 - 1 (0 -> -1, 1 -> +1).",
+                f"{probe.zero_one_sign_target} (nn.{SIGN_MODULES[probe.zero_one_sign_target]}) gets 0/1 targets, "
+                "but it reads +1 (similar / ranked first) and -1 (dissimilar / ranked second): a label of 0 is "
+                "neither, and those pairs contribute no gradient (exactly zero loss in the embedding losses), so they "
+                "never push apart and the model can map everything to one point",
+                f"Convert the labels to -1/+1 before nn.{SIGN_MODULES[probe.zero_one_sign_target]}: "
+                "target = labels * 2 - 1 (0 -> -1, 1 -> +1).",
             )
         findings.data["targets"] = [
             {"criterion": c.function, "dtype": c.target.dtype, "min": c.target.min, "max": c.target.max,
