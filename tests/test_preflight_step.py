@@ -657,3 +657,61 @@ def test_layers_run_under_no_grad_in_forward_are_named(frozen_by):
         assert "Remove the `with torch.no_grad():`" in issues[0].fix
     else:
         assert not issues
+
+
+@pytest.mark.parametrize("round_trip", ["numpy", "data", "torch"])
+def test_a_round_trip_out_of_autograd_in_forward_is_named(round_trip):
+    import numpy as np
+
+    torch.manual_seed(0)
+
+    class ClippedEncoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16))
+            self.head = nn.Linear(16, 3)
+
+        def forward(self, x):
+            h = self.encoder(x)
+            if round_trip == "numpy":  # .detach() added because .numpy() refused a tensor that requires grad
+                h = torch.from_numpy(np.clip(h.detach().numpy(), -1.0, 1.0)).to(x.device)
+            elif round_trip == "data":
+                h = h.data.clamp(-1.0, 1.0)
+            else:
+                h = h.clamp(-1.0, 1.0)
+            return self.head(h)
+
+    g = torch.Generator().manual_seed(0)
+    issues = first_step_issues(ClippedEncoder(), torch.randn(64, 8, generator=g), torch.randint(0, 3, (64,), generator=g),
+                               nn.CrossEntropyLoss(), GradientsCheck(), "GRAD_NONE")
+    if round_trip == "torch":
+        assert not issues
+        return
+    assert len(issues) == 1 and "encoder.0" in issues[0].message and "encoder.2" in issues[0].message
+    expected = ".detach().numpy() on a (16, 16) tensor" if round_trip == "numpy" else ".data on a (16, 16) tensor"
+    assert expected in issues[0].message and "torch.clamp(h, lo, hi)" in issues[0].fix
+
+
+def test_a_stop_gradient_branch_beside_a_trained_one_is_not_blamed():
+    torch.manual_seed(0)
+
+    class SimSiamLike(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder, self.predictor = nn.Linear(8, 16), nn.Linear(16, 16)
+
+        def forward(self, x):
+            z = self.encoder(x)
+            return self.predictor(z), z.detach()  # stop-gradient on the target branch only
+
+    def loss_fn(model, batch):
+        x, _ = batch
+        p, z = model(x + 0.1 * torch.randn_like(x))
+        return -F.cosine_similarity(p, z, dim=1).mean()
+
+    g = torch.Generator().manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(64, 8, generator=g), torch.zeros(64)), batch_size=32)
+    model = SimSiamLike()
+    report = run_preflight(model, torch.optim.SGD(model.parameters(), 0.1), loader, loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), GradientsCheck()])
+    assert [i.code for _, i in report.issues() if i.code == "GRAD_NONE"] == []

@@ -43,6 +43,7 @@ from optimus_preflight.preflight.analyses.class_weights import (
     weights_follow_counts,
 )
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgsWatch
+from optimus_preflight.preflight.analyses.graph_cuts import GraphCutWatch
 from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch, FlattenWatch, flatten_mismatch
 from optimus_preflight.preflight.analyses.loss_shapes import (
     TOL,
@@ -279,8 +280,10 @@ class LossSpy(TorchFunctionMode):
     a flattened class target may be viewed as (``padding.sequence_shapes`` of the batch),
     for the padding analysis; without them only 2-D targets are analysed."""
 
-    def __init__(self, shapes: list[tuple[int, int]] | None = None) -> None:
+    def __init__(self, shapes: list[tuple[int, int]] | None = None,
+                 parameter_names: dict[int, str] | None = None) -> None:
         super().__init__()
+        self.graph_cuts = GraphCutWatch(parameter_names or {})  # .detach(), .numpy() on tensors with a graph
         self.calls: list[CriterionCall] = []
         # The criteria's 0-dim outputs, held for the step only (the probe drops them): what the
         # returned loss's gradient is measured against.
@@ -310,6 +313,7 @@ class LossSpy(TorchFunctionMode):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         self.pitfalls.observe(func, args, kwargs)
+        cut = self.graph_cuts.before(name, func, args)
         record = pad_mask = None
         if name in CLASS_CRITERIA + BINARY_CRITERIA + REGRESSION_CRITERIA:
             record, pad_mask = self._describe(name, args, kwargs)
@@ -346,6 +350,7 @@ class LossSpy(TorchFunctionMode):
             if record is not None:
                 record.error = f"{type(error).__name__}: {error}"
             raise
+        self.graph_cuts.after(cut, out)
         self.channel_axis.observe(name, args, kwargs, out)
         self.views.observe(name, args, out)
         self.flattened.observe(name, args, out)

@@ -37,6 +37,7 @@ from optimus_preflight.preflight.analyses.autograd_calls import watched_autograd
 from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, ModuleInput
 from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgs
+from optimus_preflight.preflight.analyses.graph_cuts import GraphCut
 from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch
 from optimus_preflight.preflight.analyses.gradient_reversal import Reversal, find_reversals
 from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy, SlicedPair
@@ -105,6 +106,7 @@ class StepProbe:
     # data term became a number (.item()) and only another term (a weight penalty) trains.
     loss_ignores_output: bool = False
     zero_gradient_ops: list[str] = field(default_factory=list)  # torch.round, floor, sign in the loss's graph
+    graph_cuts: list[GraphCut] = field(default_factory=list)  # .detach()/.numpy() on tensors with a graph
     zero_factors: int = 0  # multiplications by a constant 0 in the loss's graph (a loss weight of 0.0)
     clamp_ops: list[str] = field(default_factory=list)  # torch.clamp and kin in the loss's graph
     # (shape, dim) of softmaxes over a dimension of size 1 in the loss's graph: constants, gradient 0
@@ -249,7 +251,8 @@ def _gradient_share(loss: Any, criteria: list[torch.Tensor]) -> tuple[float, flo
 def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe = StepProbe(scaler_enabled=ctx.training.scaler.is_enabled())
     model = ctx.model
-    spy = LossSpy(sequence_shapes(batch))
+    spy = LossSpy(sequence_shapes(batch), {id(param): name for name, param in model.named_parameters()
+                                           if param.requires_grad})
     probe.pitfalls = spy.pitfalls.found
 
     step_batches: list[Any] = []  # as compute_loss received it, on the device
@@ -414,6 +417,8 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.channel_reduction = spy.channel_axis.found
     probe.view_as_permute = spy.views.found
     probe.flatten_mismatch = spy.flatten_mismatch
+    probe.graph_cuts = spy.graph_cuts.cuts
+    spy.graph_cuts.release()
     probe.criterion_args = spy.criterion_args.found
     probe.fft_over_channels = spy.spectral.found
     probe.time_major_target = time_major_target(spy.calls, step_batches[0] if step_batches else batch, model_inputs,

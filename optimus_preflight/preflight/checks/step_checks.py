@@ -13,6 +13,7 @@ from optimus_preflight.preflight.analyses.api_pitfalls import pitfall_findings
 from optimus_preflight.preflight.analyses.criterion_args import criterion_arg_findings
 from optimus_preflight.preflight.analyses.device_errors import device_error_fix
 from optimus_preflight.preflight.analyses.gradient_reversal import Reversal
+from optimus_preflight.preflight.analyses.graph_cuts import GraphCut, cut_explaining
 from optimus_preflight.preflight.analyses.loss_findings import (
     bounded_logit_findings,
     class_dim_findings,
@@ -63,7 +64,7 @@ DETACHED_VALUE = 0.5  # ... while the returned value is at least this share of t
 
 
 def _why_no_gradient(missing: list[str], modules_run: set[str], hooks_detaching: list[str] | None = None,
-                     without_grad: set[str] | None = None) -> tuple[str, str]:
+                     without_grad: set[str] | None = None, cuts: list[GraphCut] | None = None) -> tuple[str, str]:
     """What the modules owning gradient-less parameters did in the step's forward: ran (their
     output was dropped before the loss, or a forward hook replaced it with a detached copy) or
     never ran (defined, not called)."""
@@ -76,6 +77,18 @@ def _why_no_gradient(missing: list[str], modules_run: set[str], hooks_detaching:
                 "tensor only to change the output on purpose.")
     owners = sorted({name.rpartition(".")[0] for name in missing})
     ran = [owner for owner in owners if owner in modules_run]
+    if ran and (cut := cut_explaining(cuts or [], missing)) is not None:
+        cut_owners = sorted({name.rpartition(".")[0] for name in cut.params & set(missing)})
+        through = ".detach().numpy()" if cut.numpy and cut.call == ".detach()" else cut.call
+        return (f"The step calls {through} on a {cut.shape} tensor computed from {_names(cut_owners, 4)}"
+                + (" and hands it to NumPy" if cut.numpy else "")
+                + ": that leaves autograd, and whatever is computed from the result is a new tensor with no graph, "
+                "so backward stops there and every layer before it gets no gradient. A NumPy round trip in forward "
+                "(np.clip(h.detach().numpy(), ...) with the .detach() added because .numpy() refused a tensor that "
+                "requires grad) or a .data / .item() on the way does this",
+                "Keep the computation in torch so the graph is kept: torch.clamp(h, lo, hi) for np.clip, torch.where "
+                "for np.where, torch ops for each NumPy call in forward; keep .detach() only where gradients must "
+                "stop on purpose.")
     no_grad = [owner for owner in ran if owner in (without_grad or set())]
     if no_grad and len(no_grad) == len(ran):
         return (f"{_names(no_grad, 4)} ran in the forward with gradients switched off: the model's forward calls them "
@@ -321,7 +334,8 @@ class GradientsCheck(Check):
                 "tracks the parameters whatever the inputs), or do not checkpoint the first block.",
             )
         elif missing:
-            why, fix = _why_no_gradient(missing, probe.modules_run, probe.hooks_detaching, probe.modules_run_without_grad)
+            why, fix = _why_no_gradient(missing, probe.modules_run, probe.hooks_detaching, probe.modules_run_without_grad,
+                                        probe.graph_cuts)
             findings.add(
                 "error" if distributed else "warning",
                 "GRAD_NONE",

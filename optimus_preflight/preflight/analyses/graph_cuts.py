@@ -1,0 +1,94 @@
+"""Where the step's graph was cut on purpose-looking calls: ``.detach()``, ``.numpy()``,
+``.tolist()``, ``.item()`` and ``.data`` on a tensor that carries gradients.
+
+A forward that leaves torch for a moment, ``np.clip(h.detach().numpy(), 0, 6)`` (the
+``.detach()`` added because ``.numpy()`` refused a tensor that requires grad), comes back
+with a new tensor that has no graph: every layer before the round trip gets no gradient.
+The cut itself is legitimate elsewhere (a target network, a stop-gradient branch), so the
+watch only records each cut and which trainable parameters the cut tensor's graph reaches;
+``step.gradients`` names a cut only when those parameters got no gradient at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+CUTTING = {"detach": ".detach()", "numpy": ".numpy()", "tolist": ".tolist()", "item": ".item()"}
+# Calls that carry a detached tensor on towards NumPy (.detach().cpu().numpy()).
+_CARRIERS = ("cpu", "clone", "float", "double", "contiguous", "to", "squeeze", "flatten", "reshape", "view")
+_MAX_CUTS = 8
+_MAX_NODES = 4096
+
+
+@dataclass
+class GraphCut:
+    call: str  # ".detach()", ".data", ...
+    shape: tuple[int, ...]
+    params: set[str] = field(default_factory=set)  # trainable parameters the cut tensor's graph reaches
+    numpy: bool = False  # the cut values went on to .numpy()
+
+
+def _reached(node: Any, names: dict[int, str]) -> set[str]:
+    """The named parameters whose AccumulateGrad nodes lie behind ``node``."""
+    found: set[str] = set()
+    stack, seen = [node], set()
+    while stack and len(seen) < _MAX_NODES:
+        current = stack.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        variable = getattr(current, "variable", None)
+        if isinstance(variable, torch.Tensor) and id(variable) in names:
+            found.add(names[id(variable)])
+        stack.extend(parent for parent, _ in getattr(current, "next_functions", ()))
+    return found
+
+
+def _call_name(name: str, func: Any) -> str | None:
+    if name in CUTTING:
+        return CUTTING[name]
+    if name == "__get__" and getattr(getattr(func, "__self__", None), "__name__", "") == "data":
+        return ".data"
+    return None
+
+
+class GraphCutWatch:
+    """Feed it every torch function call of the step (``before`` and ``after``)."""
+
+    def __init__(self, names: dict[int, str]) -> None:
+        self.names = names  # id(parameter) -> name, trainable parameters only
+        self.cuts: list[GraphCut] = []
+        self._carried: list[tuple[torch.Tensor, GraphCut]] = []  # detached outputs, held for the step only
+
+    def before(self, name: str, func: Any, args: tuple) -> GraphCut | None:
+        tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if tensor is None:
+            return None
+        carried = next((cut for kept, cut in self._carried if kept is tensor), None)
+        if carried is not None and name == "numpy":
+            carried.numpy = True
+        call = _call_name(name, func)
+        if call is None or not tensor.requires_grad or tensor.grad_fn is None or not torch.is_grad_enabled() \
+                or len(self.cuts) >= _MAX_CUTS:
+            return carried if name in _CARRIERS else None
+        cut = GraphCut(call, tuple(tensor.shape), _reached(tensor.grad_fn, self.names), numpy=name == "numpy")
+        if cut.params:
+            self.cuts.append(cut)
+        return cut
+
+    def after(self, pending: GraphCut | None, out: Any) -> None:
+        if pending is not None and isinstance(out, torch.Tensor) and len(self._carried) < 4 * _MAX_CUTS:
+            self._carried.append((out, pending))
+
+    def release(self) -> None:
+        self._carried = []
+
+
+def cut_explaining(cuts: list[GraphCut], missing: list[str]) -> GraphCut | None:
+    """The first cut whose graph reaches every parameter without a gradient, or the most of them."""
+    wanted = set(missing)
+    best = max(cuts, key=lambda cut: len(cut.params & wanted), default=None)
+    return best if best is not None and best.params & wanted else None
