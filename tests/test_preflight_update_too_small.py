@@ -59,3 +59,35 @@ def test_the_summed_schedule_is_in_units_of_the_first_step():
 
 def test_radam_whose_first_steps_are_a_rectified_warmup_is_not_judged():
     assert not issues(lambda p: torch.optim.RAdam(p, lr=1e-3, weight_decay=0.01, decoupled_weight_decay=True), 2000)
+
+
+def _finished_run_state(final_lr: float) -> dict:
+    """The optimizer state of a finished run whose cosine schedule ended at final_lr."""
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=20, eta_min=final_lr)
+    for _ in range(20):
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(torch.randn(32, 16)), torch.randint(0, 4, (32,))).backward()
+        optimizer.step()
+        schedule.step()
+    return optimizer.state_dict()
+
+
+@pytest.mark.parametrize("final_lr, restored", [(1e-7, True), (5e-4, False)])
+def test_an_optimizer_state_loaded_from_a_finished_run_names_the_restored_lr(final_lr, restored):
+    saved = _finished_run_state(final_lr)
+
+    def resumed(params):
+        optimizer = torch.optim.Adam(params, lr=1e-3)
+        optimizer.load_state_dict(saved)  # "resume everything from the checkpoint"
+        return optimizer
+
+    found = issues(resumed, 2000)
+    if not restored:  # the state of a run that kept a useful lr: nothing to say
+        assert found == []
+        return
+    assert len(found) == 1
+    assert "built with lr=0.001 and already held state" in found[0].message
+    assert "optimizer.load_state_dict(checkpoint['optimizer'])" in found[0].fix

@@ -67,6 +67,8 @@ class GroupStep:
     values: int = 0  # values in the group's tensors that had a gradient
     resolution: float = float(torch.finfo(torch.float32).eps)  # of the weights' dtype
     rule: str | None = None  # "sgd" | "adam" | "adamw": a first step from empty state whose update is known
+    family: str | None = None  # the same, whatever the optimizer's state: Adam moves a weight ~lr a step anyway
+    had_state: bool = False  # the optimizer held state for these parameters before the step (load_state_dict)
     # Parameters whose gradient an optimizer step pre-hook cut to under HOOK_CUT of its norm:
     # (name, kept share, whether the weights are all zero).
     cut_in_hook: list[tuple[str, float, bool]] = field(default_factory=list)
@@ -158,8 +160,10 @@ class UpdateRecorder:
             if params[0].is_floating_point():
                 step.resolution = float(torch.finfo(params[0].dtype).eps)
             state = getattr(self.optimizer, "state", {})
-            if type(self.optimizer) in KNOWN_RULES and not any(state.get(p) for p in params):
-                step.rule = KNOWN_RULES[type(self.optimizer)]
+            step.family = KNOWN_RULES.get(type(self.optimizer))
+            step.had_state = any(state.get(p) for p in params)
+            if step.family is not None and not step.had_state:
+                step.rule = step.family
             self.groups.append(step)
             self._tracked.append((step, params))
             for param in params:
@@ -223,10 +227,12 @@ def _finite(step: GroupStep) -> bool:
 
 def update_findings(groups: list[GroupStep], *, optimizer_name: str, grad_norm: float | None,
                     clip_grad_norm: float | None, run_lr_multiple: float | None = None,
-                    max_steps: int | None = None, peak_lr_multiple: float | None = None) -> list[Finding]:
+                    max_steps: int | None = None, peak_lr_multiple: float | None = None,
+                    built_lr: float | None = None) -> list[Finding]:
     """The findings of one observed step (``UpdateRecorder.groups``). ``run_lr_multiple``:
     the learning rates of all ``max_steps`` steps summed, in units of the first step's;
-    ``peak_lr_multiple``: the schedule's highest learning rate in those units."""
+    ``peak_lr_multiple``: the schedule's highest learning rate in those units; ``built_lr``:
+    the lr the optimizer was constructed with (``optimizer.defaults``)."""
     found: list[Finding] = []
     audited = [step for step in groups if _finite(step) and float(step.grad.abs().max()) > 0]
     moving = [step for step in audited if step.lr is None or step.lr > 0]
@@ -270,7 +276,7 @@ def update_findings(groups: list[GroupStep], *, optimizer_name: str, grad_norm: 
         if eps is not None:
             found.append(eps)
     if not found and run_lr_multiple is not None and max_steps:
-        small = _too_small(moving, run_lr_multiple, max_steps)
+        small = _too_small(moving, run_lr_multiple, max_steps, built_lr)
         if small is not None:
             found.append(small)
     swapped = [_betas(step, len(groups), optimizer_name) for step in audited]
@@ -489,34 +495,49 @@ def _too_large_at_peak(step: GroupStep, delta: torch.Tensor, total: int, multipl
     )
 
 
-def _too_small(moving: list[GroupStep], run_lr_multiple: float, max_steps: int) -> Finding | None:
+RESTORED_LR_DROP = 10.0  # a group's lr this many times below the lr the optimizer was built with
+
+
+def _too_small(moving: list[GroupStep], run_lr_multiple: float, max_steps: int,
+               built_lr: float | None = None) -> Finding | None:
     """Every group's weights would move by under ``RUN_MOVEMENT`` of their size over the whole
     run even if each step's update pointed the same way: the first update's size, scaled by
     the schedule's summed learning rate. An upper bound, so a healthy short run never fires
     (healthy first steps move 0.07% to 5% of the weights; 0.5% is reached in 7 steps). Only
     for optimizers whose first step bounds the later ones: Adam/AdamW move each weight by
     about lr per step from the first; SGD gets its momentum's 1/(1 - m) and gradients that
-    grow 10x as headroom. RAdam's first steps are a rectified warmup and say nothing."""
+    grow 10x as headroom. RAdam's first steps are a rectified warmup and say nothing.
+    An optimizer that already held state (``load_state_dict`` of a checkpoint) is judged by
+    its family's bound too: Adam's step stays about lr whatever its moments."""
     bounds = []
     for step in moving:
         weight_rms = float(step.before.pow(2).mean().sqrt())
         update_rms = float(step.delta.pow(2).mean().sqrt())
-        if weight_rms < MIN_WEIGHT_RMS or not step.lr or step.rule is None:
+        if weight_rms < MIN_WEIGHT_RMS or not step.lr or step.family is None:
             return None  # a group the bound cannot speak for: RAdam's rectified warmup, Adagrad's decay, ...
         headroom = 1.0
-        if step.rule == "sgd":  # momentum builds to 1/(1 - m) steps' worth; gradients may grow 10x
+        if step.family == "sgd":  # momentum builds to 1/(1 - m) steps' worth; gradients may grow 10x
             headroom = SGD_GRADIENT_GROWTH / max(1e-3, 1.0 - float(step.settings.get("momentum", 0.0) or 0.0))
         bounds.append((update_rms / weight_rms * run_lr_multiple * headroom, step))
     if not bounds or max(bound for bound, _ in bounds) >= RUN_MOVEMENT:
         return None
     largest, step = max(bounds, key=lambda pair: pair[0])
+    restored = step.had_state and built_lr is not None and step.lr is not None and built_lr > RESTORED_LR_DROP * step.lr
     return Finding(
         "UPDATE_TOO_SMALL", "warning",
         f"the learning rate is too small to train: the first step moved the weights by "
         f"{float(step.delta.pow(2).mean().sqrt()) / float(step.before.pow(2).mean().sqrt()):.1e} of their size "
         f"(lr={step.lr:g}), and over trainer.max_steps={max_steps} steps of this schedule even updates that all "
-        f"pointed the same way would move them by at most {largest:.2%}. The model ends where it started",
-        "Raise the learning rate (Adam/AdamW: 1e-4 to 3e-3; SGD: 0.01 to 0.1), and check the scheduler: a LambdaLR "
+        f"pointed the same way would move them by at most {largest:.2%}. The model ends where it started"
+        + (f". The optimizer was built with lr={built_lr:g} and already held state for these weights: "
+           "optimizer.load_state_dict(checkpoint['optimizer']) restored the saved param_groups, lr included, so the "
+           f"lr is the checkpoint's (lr={step.lr:g}, where its finished run's schedule ended), not the one passed "
+           "to the constructor" if restored else ""),
+        ("Start a new run (a fine-tune on other data) with a fresh optimizer: drop "
+         "optimizer.load_state_dict(checkpoint['optimizer']), or set each param_group['lr'] (and 'initial_lr') "
+         "back after loading; load the optimizer state only to continue the same run with its scheduler. "
+         if restored else "")
+        + "Raise the learning rate (Adam/AdamW: 1e-4 to 3e-3; SGD: 0.01 to 0.1), and check the scheduler: a LambdaLR "
         "must return a factor of the base lr, not the lr itself; a StepLR/ExponentialLR sized in epochs must be "
         "stepped once per epoch, not per batch.",
     )

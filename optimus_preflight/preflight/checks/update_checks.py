@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from optimus_preflight.preflight.analyses.probe import get_probe
+from optimus_preflight.config.lenient import as_float
 from optimus_preflight.preflight.analyses.update_audit import update_findings
 from optimus_preflight.preflight.checks.config_checks import lr_trajectory
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
@@ -65,7 +66,8 @@ class UpdateCheck(Check):
                                      grad_norm=probe.grad_norm, clip_grad_norm=ctx.cfg.trainer.clip_grad_norm,
                                      run_lr_multiple=run_lr_multiple(ctx.scheduler, ctx.optimizer, max_steps),
                                      max_steps=max_steps,
-                                     peak_lr_multiple=peak_lr_multiple(ctx.scheduler, ctx.optimizer, max_steps)):
+                                     peak_lr_multiple=peak_lr_multiple(ctx.scheduler, ctx.optimizer, max_steps),
+                                     built_lr=as_float(getattr(ctx.optimizer, "defaults", {}).get("lr"))):
             findings.add(found.severity, found.code, found.message, found.fix, KEYS.get(found.code),
                          code_fix=found.code_fix)
 
