@@ -80,6 +80,22 @@ def test_a_table_with_duplicate_rows_leaks_through_a_disjoint_split():
     assert result_of(report, "data.split_overlap").data["shared"] > 10
 
 
+def test_two_tables_each_repeating_its_rows_are_told_to_deduplicate():
+    # Built apart (two files, two seeds), each drawing its rows from the same 120 distinct
+    # ones: no split to redo, the rows themselves repeat.
+    distinct = table(120)
+
+    def drawn(rows: int, seed: int) -> TensorDataset:
+        picks = torch.randint(0, 120, (rows,), generator=torch.Generator().manual_seed(seed))
+        return TensorDataset(*(tensor[picks] for tensor in distinct.tensors))
+
+    report = check(DataLoader(drawn(400, 1), batch_size=32, shuffle=True), [SplitOverlapCheck],
+                   val_loader=DataLoader(drawn(100, 2), batch_size=32))
+    assert loud(report) == [("data.split_overlap", "LEAK_SPLIT", "warning")]
+    issue = next(issue for _, issue in report.issues())
+    assert "The training data repeats itself" in issue.message and "drop_duplicates" in issue.fix
+
+
 @pytest.mark.parametrize("share", [0.0, 0.01])
 def test_a_split_of_a_table_with_few_or_no_duplicates_is_quiet(share):
     report = split_report(with_duplicates(share))

@@ -39,6 +39,7 @@ OBSERVED_SHARE = 0.05
 OBSERVED_MIN = 3
 FEW_FIELDS = 8  # integer values per sample's inputs, at most, for them to be a few ids or categories
 CHANCE_FACTOR = 2.0  # validation twins in training vs training twins in training: within this, chance
+TWINS_REPEATED = 0.3  # training samples read that equal another one: the data repeats itself
 FEW_DISTINCT = 0.25  # distinct training samples read, as a share of those read: a task of few possible inputs
 # (each one drawn 4 times or more among those read; rows copied 3 times keep a third distinct)
 
@@ -227,7 +228,14 @@ class SplitOverlapCheck(Check):
         what = (f"{shared} of {len(val_read)} validation samples read are identical to one of the "
                 f"{len(train_read)} training samples read (of {train_size}): about {estimate:.0%} of the "
                 "validation set is training data")
-        if disjoint:
+        if not disjoint and within >= TWINS_REPEATED:
+            SplitOverlapCheck._warn(
+                findings,
+                what + f". The training data repeats itself as much ({within:.0%} of the training samples read equal "
+                "another one): the samples are drawn from few distinct ones, or rows were copied, so separately built "
+                "splits share them",
+                dedupe=True)
+        elif disjoint:
             SplitOverlapCheck._warn(
                 findings,
                 "the split's indices are disjoint, but the rows they select are not: " + what + ". The table holds "
