@@ -115,3 +115,49 @@ def test_a_vocabulary_built_per_split_fires_and_one_vocabulary_stays_quiet():
     issues = [i for i in per_split.issues if i.code == "VAL_COLUMNS_RECODED"]
     assert issues and "vocabulary" in issues[0].message, per_split.data
     assert_quiet(run_with(train_vocab))
+
+
+def codes_of(city: np.ndarray, order) -> torch.Tensor:
+    index = {name: code for code, name in enumerate(order)}
+    return torch.tensor([index[c] for c in city])
+
+
+def first_appearance(city: np.ndarray) -> list:
+    return list(dict.fromkeys(city.tolist()))  # pandas factorize's order
+
+
+class CityEmbedding(nn.Module):
+    """Category codes into an embedding, numeric columns beside them: model(codes, numbers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.city, self.head = nn.Embedding(9, 4), nn.Sequential(nn.Linear(7, 16), nn.ReLU(), nn.Linear(16, 2))
+
+    def forward(self, codes, numbers):
+        return self.head(torch.cat([self.city(codes), numbers], 1))
+
+
+def run_codes(per_split: bool):
+    city, numbers, y = customers(2000, 1, "ABCDEFGH")
+    val_city, val_numbers, val_y = customers(500, 2, "ABCDEFGH")
+    train_order = first_appearance(city)
+    val_codes = codes_of(val_city, first_appearance(val_city) if per_split else train_order)
+    model = CityEmbedding()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(codes_of(city, train_order), numbers, y), batch_size=32, shuffle=True),
+                           val_loader=DataLoader(TensorDataset(val_codes, val_numbers, val_y), batch_size=100),
+                           loss_fn=lambda m, b: nn.functional.cross_entropy(m(b[0], b[1]), b[2]),
+                           checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    return report.check(NAME)
+
+
+def test_category_codes_factorized_per_split_beside_numbers_fire():
+    result = run_codes(per_split=True)
+    issues = [i for i in result.issues if i.code == "VAL_COLUMNS_RECODED"]
+    assert len(issues) == 1, result.data
+    assert "input 0 = code" in issues[0].message and "factorize" in issues[0].message
+    assert "encode every split with it" in issues[0].fix
+
+
+def test_category_codes_from_one_table_beside_numbers_stay_quiet():
+    assert_quiet(run_codes(per_split=False))

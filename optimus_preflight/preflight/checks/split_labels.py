@@ -64,9 +64,63 @@ SHIFT_DISTANCE = 0.5  # total variation between the training and validation labe
 ONE_CLASS_TRAIN_MAX = 0.9  # a one-class validation set is news when training's largest class is below this
 
 
+CODE_SLOTS = 64  # integer values below this in a short integer input: category codes, one-hot encoded
+
+
+def _input_columns(tensor: Any, rows: int) -> torch.Tensor | None:
+    """One input of a multi-input batch as (B, D) float columns: floating values flattened,
+    a few integer category codes per sample one-hot encoded (code 5 of a column is its own
+    column, so a code that names another category per split relates to the labels otherwise);
+    None for anything else (token sequences, ids beyond CODE_SLOTS)."""
+    if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0 or tensor.shape[0] != rows:
+        return None
+    if tensor.is_floating_point():
+        return tensor.detach().reshape(rows, -1).float().cpu()
+    codes = tensor.detach().reshape(rows, -1).cpu()
+    if tensor.dtype == torch.bool or tensor.dim() > 2 or codes.shape[1] >= MIN_SEQUENCE or not codes.numel() \
+            or bool((codes < 0).any()) or int(codes.max()) >= CODE_SLOTS:
+        return None
+    return torch.nn.functional.one_hot(codes.long(), CODE_SLOTS).reshape(rows, -1).float()
+
+
+def _multi_input_features(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(features, labels) of an ``(x1, x2, ..., y)`` batch: categorical codes beside numeric
+    columns, an image beside its metadata."""
+    labels = labels_only(batch)
+    if labels is None:
+        return None
+    columns = [_input_columns(tensor, len(labels)) for tensor in batch[:-1]]
+    if any(column is None for column in columns):
+        return None
+    features = torch.cat(columns, 1)
+    if features.shape[1] > MAX_READ_DIM:
+        features = features[:, ::-(-features.shape[1] // MAX_READ_DIM)]
+    return features, labels
+
+
+def feature_names(batch: Any) -> list[str] | None:
+    """What each feature column of a multi-input batch is ("input 0, column 2 = code 5"),
+    where ``_multi_input_features`` laid them out without striding; None otherwise."""
+    if not isinstance(batch, (list, tuple)) or len(batch) <= 2:
+        return None
+    names: list[str] = []
+    for index, tensor in enumerate(batch[:-1]):
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0:
+            return None
+        width = tensor[0].numel()
+        if tensor.is_floating_point():
+            names += [f"input {index}" + (f", column {c}" if width > 1 else "") for c in range(width)]
+        else:
+            names += [f"input {index}" + (f", column {c}" if width > 1 else "") + f" = code {code}"
+                      for c in range(width) for code in range(CODE_SLOTS)]
+    return names if len(names) <= MAX_READ_DIM else None
+
+
 def features_and_labels(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(features (B, D) float, labels (B,) int) of an ``(x, y)`` batch or a mapping with one
-    label key and one floating tensor beside it."""
+    """(features (B, D) float, labels (B,) int) of an ``(x, y)`` batch, an ``(x1, x2, ..., y)``
+    batch of several inputs, or a mapping with one label key and one floating tensor beside it."""
+    if isinstance(batch, (list, tuple)) and len(batch) > 2:
+        return _multi_input_features(batch)
     pair = inputs_beside_labels(batch)
     if pair is None:
         return None
@@ -119,9 +173,10 @@ def token_bags(batch: Any) -> torch.Tensor | None:
 
 
 def labels_only(batch: Any) -> torch.Tensor | None:
-    """The integer (B,) labels of an ``(x, y)`` batch or of a mapping's label key."""
-    if isinstance(batch, (list, tuple)) and len(batch) == 2:
-        labels = batch[1]
+    """The integer (B,) labels of an ``(x, y)`` or ``(x1, x2, ..., y)`` batch or of a mapping's
+    label key."""
+    if isinstance(batch, (list, tuple)) and len(batch) >= 2:
+        labels = batch[-1]
     elif isinstance(batch, Mapping):
         keys = [key for key in LABEL_KEYS if key in batch]
         labels = batch[keys[0]] if len(keys) == 1 else None
@@ -139,7 +194,7 @@ def labels_only(batch: Any) -> torch.Tensor | None:
 def input_digests(batch: Any) -> list[str]:
     """One digest per sample of everything in the batch but its labels."""
     if isinstance(batch, (list, tuple)):
-        return sample_hashes(batch[0])
+        return sample_hashes(batch[0] if len(batch) == 2 else tuple(batch[:-1]))
     keys = [key for key in LABEL_KEYS if key in batch]
     return sample_hashes({key: value for key, value in batch.items() if key not in keys})
 
@@ -317,7 +372,8 @@ class SplitLabelsCheck(Check):
         if self._channel_order(train, val, found, findings):
             return
         if not found.relabelled:
-            self._recoded(relation_change(train[0], train[1], val[0], val[1]), findings)
+            self._recoded(relation_change(train[0], train[1], val[0], val[1]), findings,
+                          names=feature_names(ctx.artifacts.first_batch))
             return
         moved = ", ".join(f"{v} -> {t}" for v, t in sorted(found.mapping.items()) if v != t)
         classes = int(max(int(train[1].max()), int(val[1].max()))) + 1
@@ -346,7 +402,8 @@ class SplitLabelsCheck(Check):
         )
 
     @staticmethod
-    def _recoded(found: RelationChange | None, findings: Findings, text: bool = False) -> None:
+    def _recoded(found: RelationChange | None, findings: Findings, text: bool = False,
+                 names: list[str] | None = None) -> None:
         """VAL_COLUMNS_RECODED: columns that carry the label one way in training and another in
         validation, at unchanged scale: the columns mean other things per split. For token ids
         the columns are hashed token counts: the ids mean other words per split."""
@@ -369,9 +426,15 @@ class SplitLabelsCheck(Check):
                 "data.val",
             )
             return
-        shown = "; ".join(f"column {c.column}, class {c.label}: {c.train_d:+.2f} in training, {c.val_d:+.2f} in "
+        def name(column: int) -> str:
+            return names[column] if names is not None and column < len(names) else f"column {column}"
+
+        shown = "; ".join(f"{name(c.column)}, class {c.label}: {c.train_d:+.2f} in training, {c.val_d:+.2f} in "
                           "validation" for c in found.changed[:3])
         findings.data["recoded_columns"] = [c.column for c in found.changed]
+        if names is not None:
+            findings.data["recoded_column_names"] = [name(c.column) for c in found.changed]
+        codes = names is not None and any("= code" in name(c.column) for c in found.changed)
         findings.warning(
             "VAL_COLUMNS_RECODED",
             f"{len(found.changed)} input column(s) relate to the labels one way in training and another in "
@@ -380,8 +443,16 @@ class SplitLabelsCheck(Check):
             "mean other things in the two splits: one-hot (dummy) columns built separately per split (pd.get_dummies "
             "or np.unique categories of each split: a category missing from one split shifts every column after it), "
             "a category -> id table fitted per split, or columns selected or ordered per split. The validation score "
-            "measures the model on features it never saw",
-            "Fit every encoding on the training split and apply that same one to validation (and test): "
+            "measures the model on features it never saw"
+            + (". Here the changed columns are integer category codes: the category -> code table was built per "
+               "split (pandas factorize or astype('category').cat.codes, a LabelEncoder or a dict of first "
+               "appearances run on each split), so one code names another category, and another embedding row, in "
+               "validation" if codes else ""),
+            ("Build the category -> code table once, on the training split, and encode every split with it "
+             "(pd.factorize of validation with the training uniques, or pd.Categorical(val_col, "
+             "categories=train_categories).codes; LabelEncoder().fit(train_col).transform(val_col)); unseen categories "
+             "get a reserved code. " if codes else "")
+            + "Fit every encoding on the training split and apply that same one to validation (and test): "
             "OneHotEncoder(handle_unknown='ignore').fit(X_train_categories), then .transform on each split, or "
             "pd.get_dummies(df_val).reindex(columns=train_columns, fill_value=0); one fixed column list for all splits.",
             "data.val",
