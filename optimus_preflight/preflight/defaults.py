@@ -43,7 +43,7 @@ from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, 
 from optimus_preflight.preflight.checks.flip_labels import FlipLabelsCheck
 from optimus_preflight.preflight.checks.forecast_leak import ForecastLeakCheck
 from optimus_preflight.preflight.checks.forward_arguments import ForwardArgumentsCheck
-from optimus_preflight.preflight.checks.graph_batch import GraphBatchCheck
+from optimus_preflight.preflight.checks.graph_batch import GraphBatchCheck, GraphPropagationCheck
 from optimus_preflight.preflight.checks.init_scale import InitScaleCheck
 from optimus_preflight.preflight.checks.input_content import InputContentCheck
 from optimus_preflight.preflight.checks.input_dependence import InputDependenceCheck
@@ -178,6 +178,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     PaddingInvarianceCheck,
     StatefulForwardCheck,
     ForwardArgumentsCheck,
+    GraphPropagationCheck,
     step_runs.AccumulationCheck,
     step_runs.LossScaleCheck,
     step_smoke.CheckpointRoundTripCheck,

@@ -103,7 +103,8 @@ def find_reversals(outputs: list[torch.Tensor], sources: list[tuple[str, Any]], 
     """``outputs``: the criteria's scalar outputs of one step; ``sources``: (criterion name,
     target) of each, in the same order; ``batch``: what compute_loss received."""
     labels = label_field(batch)
-    label_storage = labels.untyped_storage().data_ptr() if labels is not None else None
+    label_storage = labels.untyped_storage().data_ptr() \
+        if labels is not None and labels.layout == torch.strided else None
     per_output = [reversals_on(output) for output in outputs]
     reversed_count = sum(bool(found) for found in per_output)
     result = []

@@ -44,6 +44,7 @@ from optimus_preflight.preflight.analyses.class_weights import (
 )
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgsWatch
 from optimus_preflight.preflight.analyses.graph_cuts import GraphCutWatch
+from optimus_preflight.preflight.analyses.graph_propagation import PropagationWatch
 from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch, FlattenWatch, flatten_mismatch
 from optimus_preflight.preflight.analyses.loss_shapes import (
     TOL,
@@ -284,6 +285,7 @@ class LossSpy(TorchFunctionMode):
                  parameter_names: dict[int, str] | None = None) -> None:
         super().__init__()
         self.graph_cuts = GraphCutWatch(parameter_names or {})  # .detach(), .numpy() on tensors with a graph
+        self.propagation = PropagationWatch()  # message passing over an adjacency without self-loops
         self.calls: list[CriterionCall] = []
         # The criteria's 0-dim outputs, held for the step only (the probe drops them): what the
         # returned loss's gradient is measured against.
@@ -314,6 +316,7 @@ class LossSpy(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         self.pitfalls.observe(func, args, kwargs)
         cut = self.graph_cuts.before(name, func, args)
+        self.propagation.before(name, args)
         record = pad_mask = None
         if name in CLASS_CRITERIA + BINARY_CRITERIA + REGRESSION_CRITERIA:
             record, pad_mask = self._describe(name, args, kwargs)
@@ -351,6 +354,7 @@ class LossSpy(TorchFunctionMode):
                 record.error = f"{type(error).__name__}: {error}"
             raise
         self.graph_cuts.after(cut, out)
+        self.propagation.after(out)
         self.channel_axis.observe(name, args, kwargs, out)
         self.views.observe(name, args, out)
         self.flattened.observe(name, args, out)

@@ -38,6 +38,7 @@ from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, Modul
 from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgs
 from optimus_preflight.preflight.analyses.graph_cuts import GraphCut
+from optimus_preflight.preflight.analyses.graph_propagation import Propagation
 from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch
 from optimus_preflight.preflight.analyses.gradient_reversal import Reversal, find_reversals
 from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy, SlicedPair
@@ -107,6 +108,7 @@ class StepProbe:
     loss_ignores_output: bool = False
     zero_gradient_ops: list[str] = field(default_factory=list)  # torch.round, floor, sign in the loss's graph
     graph_cuts: list[GraphCut] = field(default_factory=list)  # .detach()/.numpy() on tensors with a graph
+    propagation_without_self: Propagation | None = None  # A @ H over an adjacency with a zero diagonal, no root term
     zero_factors: int = 0  # multiplications by a constant 0 in the loss's graph (a loss weight of 0.0)
     clamp_ops: list[str] = field(default_factory=list)  # torch.clamp and kin in the loss's graph
     # (shape, dim) of softmaxes over a dimension of size 1 in the loss's graph: constants, gradient 0
@@ -419,6 +421,8 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.flatten_mismatch = spy.flatten_mismatch
     probe.graph_cuts = spy.graph_cuts.cuts
     spy.graph_cuts.release()
+    probe.propagation_without_self = spy.propagation.found if not spy.propagation.root_term else None
+    spy.propagation.release()
     probe.criterion_args = spy.criterion_args.found
     probe.fft_over_channels = spy.spectral.found
     probe.time_major_target = time_major_target(spy.calls, step_batches[0] if step_batches else batch, model_inputs,

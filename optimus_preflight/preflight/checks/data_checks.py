@@ -200,7 +200,8 @@ class LoaderMemoryCheck(Check):
 
 def constant_field(batch: Any) -> tuple[tuple[int, ...], float] | None:
     """(shape, value) of the batch's largest tensor when every value of it is one number."""
-    tensors = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.numel() > 1]
+    tensors = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.numel() > 1
+               and leaf.layout == torch.strided]
     if not tensors:
         return None
     largest = max(tensors, key=lambda t: t.numel())
@@ -234,7 +235,7 @@ def rich_inputs(batch: Any) -> bool:
     """Whether the batch's largest tensor holds values that do not repeat by chance: any
     non-integer value, or integer rows of FEW_DISTINCT_RICH or more values per sample."""
     tensors = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.dim() >= 1
-               and leaf.numel() > 0]
+               and leaf.numel() > 0 and leaf.layout == torch.strided]
     if not tensors:
         return False
     largest = max(tensors, key=lambda t: t.numel())

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import leaves
 
@@ -64,4 +66,35 @@ class GraphBatchCheck(Check):
             "into the first graph and the others arrive with no edges; message passing then sees isolated nodes",
             "Offset each graph's edges while collating: edge_index + (number of nodes of the graphs before it), "
             "accumulated over the batch (PyG's Batch.from_data_list / DataLoader does this).",
+        )
+
+
+class GraphPropagationCheck(Check):
+    """GRAPH_NO_SELF_LOOPS: message passing over an adjacency without self-loops and no root
+    term (analyses/graph_propagation)."""
+
+    name = "step.graph_propagation"
+    stage = Stage.STEP
+    codes = ("GRAPH_NO_SELF_LOOPS",)
+    requires = (FIRST_STEP,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        probe = get_probe(ctx)
+        found = probe.propagation_without_self
+        if found is None:
+            findings.data["summary"] = "no propagation over an adjacency without self-loops"
+            return
+        findings.data.update(nodes=found.nodes, mean_degree=round(found.mean_degree, 2), products=found.calls)
+        findings.data["summary"] = f"{found.calls} product(s) with a {found.nodes}-node adjacency whose diagonal is 0"
+        findings.warning(
+            "GRAPH_NO_SELF_LOOPS",
+            f"the model propagates node features through a fixed ({found.nodes}, {found.nodes}) adjacency whose "
+            f"diagonal is all zero ({found.calls} product(s) A @ H in the step, {found.mean_degree:.1f} neighbours per "
+            "node on average), and never adds a node's own features back: each layer replaces a node by its "
+            "neighbours only (no self-loops), so its own features reach its output only by bouncing off neighbours. "
+            "Where neighbours often carry other labels the node's own evidence is lost and accuracy stays low",
+            "Add self-loops before normalising, as in Kipf & Welling: A_hat = D^-1/2 (A + I) D^-1/2 with "
+            "a = a + torch.eye(n) (PyG: add_self_loops, GCNConv(add_self_loops=True)); or keep a separate root "
+            "term per layer (GraphSAGE: lin_r(h) + lin_l(A @ h)).",
+            "model",
         )

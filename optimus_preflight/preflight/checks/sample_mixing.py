@@ -49,7 +49,7 @@ OTHER_SAMPLE_TOL = 1e-3  # of the output's largest value: a sample's move, far a
 
 
 def batch_axis(tensor: torch.Tensor, size: int) -> int | None:
-    if tensor.dim() == 0:
+    if tensor.dim() == 0 or tensor.layout != torch.strided:  # a sparse adjacency is no per-sample tensor
         return None
     if tensor.shape[0] == size:
         return 0

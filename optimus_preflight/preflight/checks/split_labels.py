@@ -72,7 +72,8 @@ def _input_columns(tensor: Any, rows: int) -> torch.Tensor | None:
     a few integer category codes per sample one-hot encoded (code 5 of a column is its own
     column, so a code that names another category per split relates to the labels otherwise);
     None for anything else (token sequences, ids beyond CODE_SLOTS)."""
-    if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0 or tensor.shape[0] != rows:
+    if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0 or tensor.shape[0] != rows \
+            or tensor.layout != torch.strided:
         return None
     if tensor.is_floating_point():
         return tensor.detach().reshape(rows, -1).float().cpu()

@@ -64,7 +64,7 @@ def spread(size: int, count: int) -> list[int]:
 
 def _single_valued(leaf: Any) -> bool | None:
     """For a tensor or array of more than one value, whether all its values are equal."""
-    if isinstance(leaf, torch.Tensor) and leaf.numel() > 1:
+    if isinstance(leaf, torch.Tensor) and leaf.numel() > 1 and leaf.layout == torch.strided:
         flat = leaf.detach().reshape(-1)
         return bool((flat == flat[0]).all())
     if isinstance(leaf, np.ndarray) and leaf.size > 1:

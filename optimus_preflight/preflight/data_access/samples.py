@@ -64,6 +64,8 @@ def _has_batch_dim(leaf: Any, size: int) -> bool:
 def _leaf_rows(leaf: Any, size: int) -> list[bytes] | None:
     """Per-sample bytes of one field of a batch, or None where it has no batch dimension."""
     if isinstance(leaf, torch.Tensor) and _has_batch_dim(leaf, size):
+        if leaf.layout != torch.strided:  # a sparse adjacency: its rows, read dense
+            leaf = leaf.detach().to("cpu").to_dense()
         flat = leaf.detach().to("cpu").contiguous().reshape(size, -1)
         if flat.dtype == torch.bfloat16:  # numpy has no bfloat16
             flat = flat.view(torch.int16)

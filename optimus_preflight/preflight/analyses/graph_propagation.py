@@ -1,0 +1,126 @@
+"""Message passing that drops each node's own features (``GRAPH_NO_SELF_LOOPS``).
+
+A GCN layer is ``A_hat @ (H W)`` with ``A_hat = D^-1/2 (A + I) D^-1/2``: the ``+ I`` (the
+self-loops) keeps a node's own features in its new representation. Built from ``A``
+alone, the propagation replaces every node by a weighted sum of its neighbours only; where
+neighbours often carry other labels (heterophilous edges, noisy citations), the node's own
+evidence is lost at every layer. Nothing fails, accuracy just stays low.
+
+Read from the torch calls of one step: a product of a fixed (no grad), non-negative,
+square ``(N, N)`` (or batched ``(B, N, N)``) matrix, dense or sparse, with a node
+feature matrix of ``N`` rows, whose diagonal is exactly zero. GraphSAGE and GIN propagate
+with such a matrix on purpose and add the node's own features as a separate term
+(``lin_r(h) + lin_l(A @ h)``, ``(1 + eps) * h + A @ h``): a sum or concatenation of a
+propagated tensor with an unpropagated one of the same rows is that root term, and stays
+quiet. So does a learned matrix (attention) or one whose diagonal holds anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+PRODUCTS = ("matmul", "mm", "bmm", "__matmul__", "__rmatmul__", "spmm")
+COMBINING = ("add", "__add__", "__radd__", "add_", "__iadd__", "cat", "concat", "concatenate", "stack", "sub",
+             "__sub__", "__rsub__", "hstack")
+MIN_NODES = 8
+_KEPT = 512  # propagated tensors held for the step (references, so ids are not reused)
+
+
+@dataclass
+class Propagation:
+    nodes: int
+    mean_degree: float  # non-zeros per row of the matrix
+    calls: int = 1
+
+
+def _dense_zero_diagonal(matrix: torch.Tensor) -> bool:
+    return bool((matrix.diagonal(dim1=-2, dim2=-1) == 0).all())
+
+
+def adjacency_without_self_loops(matrix: Any, features: Any) -> Propagation | None:
+    """The propagation a product of ``matrix`` and ``features`` is, when ``matrix`` is a fixed,
+    non-negative node-by-node matrix with an all-zero diagonal (pure)."""
+    if not isinstance(matrix, torch.Tensor) or not isinstance(features, torch.Tensor):
+        return None
+    if matrix.requires_grad or not matrix.is_floating_point() or matrix.dim() not in (2, 3) or features.dim() < 2:
+        return None
+    nodes = matrix.shape[-1]
+    if matrix.shape[-2] != nodes or nodes < MIN_NODES or features.shape[-2] != nodes:
+        return None
+    with torch.no_grad():
+        if matrix.is_sparse:
+            if matrix.dim() != 2:
+                return None
+            coalesced = matrix.coalesce()
+            rows, cols = coalesced.indices()
+            values = coalesced.values()
+            if bool((values < 0).any()) or bool(((rows == cols) & (values != 0)).any()):
+                return None
+            nonzero = int((values != 0).sum())
+        else:
+            if bool((matrix < 0).any()) or not _dense_zero_diagonal(matrix):
+                return None
+            nonzero = int((matrix != 0).sum())
+    rows_total = nodes * (matrix.shape[0] if matrix.dim() == 3 else 1)
+    if nonzero < rows_total:  # fewer than one edge per node: not an adjacency in use
+        return None
+    return Propagation(nodes, nonzero / rows_total)
+
+
+class PropagationWatch:
+    """Feed it every torch function call of the step (``before`` then ``after``)."""
+
+    def __init__(self) -> None:
+        self.found: Propagation | None = None
+        self.root_term = False  # a propagated tensor summed or concatenated with an unpropagated one
+        self._propagated: list[torch.Tensor] = []
+        self._pending = False
+
+    def _is_propagated(self, value: Any) -> bool:
+        return isinstance(value, torch.Tensor) and any(kept is value for kept in self._propagated)
+
+    def before(self, name: str, args: tuple) -> None:
+        self._pending = False
+        if name in PRODUCTS and len(args) >= 2:
+            first, second = (args[1], args[0]) if name == "__rmatmul__" else (args[0], args[1])
+            found = adjacency_without_self_loops(first, second)
+            if found is not None:
+                if self.found is None:
+                    self.found = found
+                else:
+                    self.found.calls += 1
+                self._pending = True
+                return
+        tensors = [a for a in _flat(args) if isinstance(a, torch.Tensor)]
+        if not self._propagated or not tensors:
+            return
+        carried = [t for t in tensors if self._is_propagated(t)]
+        if not carried:
+            return
+        self._pending = True
+        if name in COMBINING:
+            rows = carried[0].shape[-2] if carried[0].dim() >= 2 else None
+            if any(not self._is_propagated(t) and t.dim() >= 2 and t.shape[-2] == rows and t.is_floating_point()
+                   for t in tensors):
+                self.root_term = True
+
+    def after(self, out: Any) -> None:
+        if self._pending and isinstance(out, torch.Tensor) and len(self._propagated) < _KEPT:
+            self._propagated.append(out)
+        self._pending = False
+
+    def release(self) -> None:
+        self._propagated = []
+
+
+def _flat(args: Any) -> list[Any]:
+    out: list[Any] = []
+    for arg in args:
+        if isinstance(arg, (list, tuple)):
+            out.extend(arg)
+        else:
+            out.append(arg)
+    return out

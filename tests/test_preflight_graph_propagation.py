@@ -1,0 +1,142 @@
+"""step.graph_propagation, GRAPH_NO_SELF_LOOPS: a GCN whose normalised adjacency was built
+without self-loops (dense or sparse), so each layer replaces a node by its neighbours only.
+Self-loops, a GraphSAGE root term, GIN's (1 + eps) * h, a residual and a learned attention
+matrix stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.analyses.graph_propagation import adjacency_without_self_loops
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.graph_batch import GraphPropagationCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
+from tests.preflight_support import assert_quiet
+
+NODES, FEATURES, CLASSES = 200, 16, 3
+
+
+def graph():
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, CLASSES, (NODES,), generator=g)
+    features = torch.randn(CLASSES, FEATURES, generator=g)[labels] * 0.5 + torch.randn(NODES, FEATURES, generator=g)
+    adjacency = torch.zeros(NODES, NODES)
+    ends = torch.randint(0, NODES, (2, 600), generator=g)
+    adjacency[ends[0], ends[1]] = 1.0
+    adjacency = ((adjacency + adjacency.t()) > 0).float()
+    adjacency.fill_diagonal_(0)
+    return features, adjacency, labels
+
+
+def normalised(adjacency, self_loops: bool):
+    if self_loops:
+        adjacency = adjacency + torch.eye(NODES)
+    degree = adjacency.sum(1).clamp(min=1).pow(-0.5)
+    return degree[:, None] * adjacency * degree[None, :]
+
+
+class WholeGraph(Dataset):
+    def __init__(self, *tensors):
+        self.tensors = tensors
+
+    def __len__(self):
+        return 1
+
+    def __getitem__(self, index):
+        return self.tensors
+
+
+class Propagating(nn.Module):
+    def __init__(self, kind: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.kind = kind
+        self.first, self.second = nn.Linear(FEATURES, 16), nn.Linear(16, CLASSES)
+        self.root_first, self.root_second = nn.Linear(FEATURES, 16), nn.Linear(16, CLASSES)
+        self.query = nn.Linear(FEATURES, 8)
+
+    def layer(self, h, adjacency, linear, root):
+        if self.kind == "sage":
+            return linear(adjacency @ h) + root(h)
+        if self.kind == "gin":
+            return linear(1.1 * h + adjacency @ h)
+        return adjacency @ linear(h)
+
+    def forward(self, x, adjacency):
+        if self.kind == "attention":  # a learned (N, N) matrix: not a graph's adjacency
+            scores = self.query(x) @ self.query(x).t()
+            adjacency = torch.softmax(scores.masked_fill(torch.eye(len(x), dtype=torch.bool), -1e9), 1)
+        h = torch.relu(self.layer(x, adjacency, self.first, self.root_first))
+        return self.layer(h, adjacency, self.second, self.root_second)
+
+
+def run(kind: str, adjacency):
+    features, _, labels = graph()
+
+    def loss_fn(model, batch):
+        x, a, y = batch
+        return F.cross_entropy(model(x, a), y)
+
+    model = Propagating(kind)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-2),
+                           DataLoader(WholeGraph(features, adjacency, labels), batch_size=None), loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), GraphPropagationCheck()])
+    return report.check("step.graph_propagation")
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_a_gcn_adjacency_without_self_loops_is_named(sparse):
+    adjacency = normalised(graph()[1], self_loops=False)
+    result = run("gcn", adjacency.to_sparse() if sparse else adjacency)
+    issues = [i for i in result.issues if i.code == "GRAPH_NO_SELF_LOOPS"]
+    assert len(issues) == 1 and issues[0].severity.value == "warning"
+    assert f"({NODES}, {NODES}) adjacency whose diagonal is all zero" in issues[0].message
+    assert "torch.eye(n)" in issues[0].fix and result.data["products"] == 2
+
+
+@pytest.mark.parametrize("kind,self_loops", [("gcn", True), ("sage", False), ("gin", False), ("attention", False)])
+def test_self_loops_a_root_term_or_a_learned_matrix_stay_quiet(kind, self_loops):
+    assert_quiet(run(kind, normalised(graph()[1], self_loops)))
+
+
+def test_only_fixed_non_negative_node_by_node_matrices_count():
+    adjacency = normalised(graph()[1], self_loops=False)
+    features = torch.randn(NODES, 4)
+    assert adjacency_without_self_loops(adjacency, features) is not None
+    assert adjacency_without_self_loops(adjacency - 0.5, features) is None  # negative entries: not an adjacency
+    assert adjacency_without_self_loops(adjacency.requires_grad_(), features) is None
+    assert adjacency_without_self_loops(torch.zeros(NODES, NODES), features) is None  # no edges in use
+    assert adjacency_without_self_loops(adjacency.detach(), torch.randn(NODES + 1, 4)) is None
+
+
+class SparseGcn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.first, self.second = nn.Linear(FEATURES, 16), nn.Linear(16, CLASSES)
+
+    def forward(self, x, adjacency):
+        return torch.sparse.mm(adjacency, self.second(torch.relu(torch.sparse.mm(adjacency, self.first(x)))))
+
+
+def test_the_whole_preflight_reads_a_healthy_gcn_with_a_sparse_adjacency_without_a_crash():
+    features, adjacency, labels = graph()
+    train_mask = torch.arange(NODES) < 150
+
+    def loss_fn(model, batch):
+        x, a, y, mask = batch
+        return F.cross_entropy(model(x, a)[mask], y[mask])
+
+    model = SparseGcn()
+    sparse = normalised(adjacency, self_loops=True).to_sparse()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-2, weight_decay=5e-4),
+                           DataLoader(WholeGraph(features, sparse, labels, train_mask), batch_size=None),
+                           val_loader=DataLoader(WholeGraph(features, sparse, labels, ~train_mask), batch_size=None),
+                           loss_fn=loss_fn, max_steps=200)
+    assert [check.name for check in report.checks if check.status.value == "crashed"] == []
+    assert [(check.name, issue.code) for check, issue in report.issues() if issue.severity.value != "info"] == []
