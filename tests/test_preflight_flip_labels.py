@@ -126,3 +126,68 @@ class PlacedSigns(Signs):
 def test_glyphs_anywhere_in_the_frame_are_compared_by_shape(flip):
     found = result(PlacedSigns(flip))
     assert codes(found) == ({"FLIP_CHANGES_CLASS"} if flip == "keep" else set())
+
+
+# ---------------------------------------------------------------- FLIP_KEEPS_COORDINATES
+
+SIDE = 24
+
+
+class Spots(Dataset):
+    """A bright 5x5 spot on a noisy background; the target is its (x, y) centre in [0, 1].
+    ``flip``: None (no augmentation), "image" (the image only, the bug) or "both"."""
+
+    def __init__(self, flip, rows: int = 400):
+        g = torch.Generator().manual_seed(0)
+        self.images = 0.2 * torch.rand(rows, 1, SIDE, SIDE, generator=g)
+        self.centres = torch.randint(2, SIDE - 2, (rows, 2), generator=g)
+        for image, (x, y) in zip(self.images, self.centres.tolist(), strict=True):
+            image[0, y - 2:y + 3, x - 2:x + 3] += 0.8
+        self.flip = flip
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, index):
+        image, (x, y) = self.images[index], self.centres[index].tolist()
+        if self.flip and torch.rand(()) < 0.5:
+            image = image.flip(-1)
+            if self.flip == "both":
+                x = SIDE - 1 - x
+        return image, torch.tensor([x, y], dtype=torch.float32) / SIDE
+
+
+def spot_report(flip):
+    model = nn.Sequential(nn.Flatten(), nn.Linear(SIDE * SIDE, 2))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(Spots(flip), batch_size=32, shuffle=True), loss_fn=nn.MSELoss(),
+                           checks=[FirstBatchCheck(), FlipLabelsCheck()])
+    return report.check("data.flip_labels")
+
+
+def test_a_flip_that_leaves_the_x_coordinate_fires():
+    result = spot_report("image")
+    issues = [i for i in result.issues if i.code == "FLIP_KEEPS_COORDINATES"]
+    assert len(issues) == 1 and result.data["column"] == 0
+    assert "W - 1 - x" in issues[0].fix and "target column 0 is a horizontal coordinate" in issues[0].message
+
+
+@pytest.mark.parametrize("flip", [None, "both"])
+def test_no_flip_or_a_flip_that_moves_the_coordinate_too_is_quiet(flip):
+    assert_quiet(spot_report(flip))
+
+
+class Brightness(Spots):
+    """The same flipped spots, regressed to how bright the image is: nothing the flip moves."""
+
+    def __getitem__(self, index):
+        image, _ = super().__getitem__(index)
+        return image, image.mean().reshape(1) * torch.ones(2)
+
+
+def test_a_flip_on_targets_that_are_no_positions_is_quiet():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(SIDE * SIDE, 2))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(Brightness("image"), batch_size=32, shuffle=True), loss_fn=nn.MSELoss(),
+                           checks=[FirstBatchCheck(), FlipLabelsCheck()])
+    assert_quiet(report.check("data.flip_labels"))

@@ -1,4 +1,5 @@
-"""A random horizontal flip that turns one class into another (``data.flip_labels``).
+"""A random horizontal flip that turns one class into another, or leaves the coordinates it
+moves unchanged (``data.flip_labels``).
 
 ``RandomHorizontalFlip`` is the first augmentation everyone adds, and it is wrong wherever
 the class depends on left and right: arrow or hand-signal directions, mirrored letters and
@@ -14,6 +15,14 @@ Two facts, both read from the data:
   on data where nearest neighbours are meaningful: the closest image is much closer than a
   typical one (rendered signs, glyphs and sprites, not natural photos), or another pair of
   classes separates cleanly by the same vote.
+
+``FLIP_KEEPS_COORDINATES``: the same random flip on an image whose target holds positions
+(a box, a keypoint, a centre), returning the target unchanged: for the flipped half, x
+points at the mirror position of the object, and the regressor learns to hedge towards the
+middle. Read from the samples as served: a target column whose distance from its middle
+follows the object's horizontal distance from the image's centre (a quantity the flip
+leaves alone) is a horizontal coordinate; when its signed relation to the object's
+position is far weaker than that, the flip moved the object and not the coordinate.
 """
 
 from __future__ import annotations
@@ -71,6 +80,65 @@ def image_and_label(sample: Any) -> tuple[torch.Tensor, int] | None:
     if not isinstance(label, int) or isinstance(label, bool):
         return None
     return image.detach().float().cpu(), label
+
+
+MAX_COORDINATES = 16  # target values per sample: a box or a few keypoints, not a dense map
+POSITION_TRACKED = 0.6  # |target - its middle| against |object - image centre|: a horizontal coordinate
+SIGN_LOST = 0.35  # ... whose signed correlation with the object's position stays below this
+
+
+def image_and_coordinates(sample: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(image (..., H, W) float, target (K,) float) of an ``(image, target)`` sample whose
+    target is a few floating values (a box, a centre, keypoints)."""
+    if not isinstance(sample, (list, tuple)) or len(sample) != 2:
+        return None
+    image, target = sample
+    if not isinstance(image, torch.Tensor) or not image.is_floating_point() or image.dim() not in (2, 3) \
+            or image.shape[-1] < MIN_WIDTH or image.shape[-2] < MIN_WIDTH:
+        return None
+    if not isinstance(target, torch.Tensor) or not target.is_floating_point() \
+            or not 1 <= target.numel() <= MAX_COORDINATES:
+        return None
+    return image.detach().float().cpu(), target.detach().float().cpu().reshape(-1)
+
+
+def horizontal_centres(images: torch.Tensor) -> torch.Tensor:
+    """Each image's centre of mass along its width, weighted by how far each pixel is from the
+    image's median (an object on a background, bright or dark)."""
+    weights = (images - images.flatten(1).median(1).values.view(-1, *[1] * (images.dim() - 1))).abs()
+    columns = weights.reshape(len(images), -1, images.shape[-1]).sum(1)
+    position = torch.arange(images.shape[-1], dtype=columns.dtype)
+    return (columns * position).sum(1) / columns.sum(1).clamp_min(1e-12)
+
+
+def _correlation(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double() - a.double().mean(), b.double() - b.double().mean()
+    denominator = float(a.norm() * b.norm())
+    return float((a * b).sum()) / denominator if denominator > 0 else 0.0
+
+
+@dataclass
+class KeptCoordinate:
+    column: int
+    tracked: float  # correlation of |target - middle| with |centre - image middle|
+    signed: float  # correlation of the target with the object's horizontal position
+
+
+def kept_coordinate(images: torch.Tensor, targets: torch.Tensor) -> KeptCoordinate | None:
+    """The target column that is a horizontal coordinate the flip did not move (pure)."""
+    centres = horizontal_centres(images)
+    offset = (centres - (images.shape[-1] - 1) / 2).abs()
+    found = None
+    for column in range(targets.shape[1]):
+        values = targets[:, column]
+        if float(values.std()) == 0:
+            continue
+        middle = (values.max() + values.min()) / 2
+        tracked = _correlation((values - middle).abs(), offset)
+        signed = _correlation(values, centres)
+        if tracked >= POSITION_TRACKED and abs(signed) <= SIGN_LOST and (found is None or tracked > found.tracked):
+            found = KeptCoordinate(column, tracked, signed)
+    return found
 
 
 MIRROR_CLOSER = 0.5  # a draw this much closer to the other's mirror image than to the other itself
@@ -153,11 +221,12 @@ def _pair_accuracies(vectors: torch.Tensor, labels: torch.Tensor) -> dict[tuple[
 
 
 class FlipLabelsCheck(Check):
-    """FLIP_CHANGES_CLASS: a random horizontal flip, kept label, two classes that are mirrors."""
+    """FLIP_CHANGES_CLASS: a random horizontal flip, kept label, two classes that are mirrors;
+    FLIP_KEEPS_COORDINATES: a random horizontal flip that leaves a horizontal coordinate."""
 
     name = "data.flip_labels"
     stage = Stage.DATA
-    codes = ("FLIP_CHANGES_CLASS",)
+    codes = ("FLIP_CHANGES_CLASS", "FLIP_KEEPS_COORDINATES")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -168,8 +237,12 @@ class FlipLabelsCheck(Check):
         guard = DataGuard(ctx, self.name, findings)
         with preserved_data_state(ctx):
             size = guard.call(len, dataset, what="len(dataset)")
-            first = image_and_label(guard.call(dataset.__getitem__, 0, what="dataset[0]")) if size else None
+            sample = guard.call(dataset.__getitem__, 0, what="dataset[0]") if size else None
+            first = image_and_label(sample) if size else None
             if first is None:
+                if size and image_and_coordinates(sample) is not None:
+                    self._coordinates(dataset, size, guard, findings)
+                    return
                 findings.data["summary"] = "not (image, class) samples"
                 return
             stride = max(1, size // PROBED_INDICES)
@@ -210,5 +283,52 @@ class FlipLabelsCheck(Check):
             "samples are mislabelled and the model cannot learn the difference",
             "Drop the horizontal flip for these classes (transforms without RandomHorizontalFlip; keep augmentations "
             "that preserve the class), or swap the label with the image when flipping (left <-> right).",
+            "data.train",
+        )
+
+    @staticmethod
+    def _coordinates(dataset: Any, size: int, guard: DataGuard, findings: Findings) -> None:
+        stride = max(1, size // PROBED_INDICES)
+        flipped = 0
+        for index in range(0, min(size, stride * PROBED_INDICES), stride):
+            draws = [image_and_coordinates(guard.call(dataset.__getitem__, index, what=f"dataset[{index}]"))
+                     for _ in range(DRAWS)]
+            if any(d is None for d in draws) or any(not torch.equal(d[1], draws[0][1]) for d in draws):  # type: ignore[index]
+                continue  # targets that change with the draw: a flip that moves them too
+            flipped += shows_mirror([d[0] for d in draws])  # type: ignore[index]
+        findings.data["flipped_indices"] = flipped
+        if flipped < MIN_FLIPPED:
+            findings.data["summary"] = f"{flipped} of {PROBED_INDICES} indices came back mirrored with one target"
+            return
+        images, targets, started = [], [], time.perf_counter()
+        for index in range(0, size, max(1, size // SAMPLES)):
+            pair = image_and_coordinates(guard.call(dataset.__getitem__, index, what=f"dataset[{index}]"))
+            if pair is None or (images and (pair[0].shape != images[0].shape or pair[1].shape != targets[0].shape)):
+                return
+            images.append(pair[0])
+            targets.append(pair[1])
+            if len(images) >= SAMPLES or time.perf_counter() - started > BUDGET_S:
+                break
+        if len(images) < MIN_CLASS * 4:
+            return
+        found = kept_coordinate(torch.stack(images), torch.stack(targets))
+        findings.data["summary"] = (f"random horizontal flip; target column {found.column} is a horizontal coordinate "
+                                    "it leaves unchanged" if found else "random horizontal flip; no kept coordinate")
+        if found is None:
+            return
+        findings.data.update(column=found.column, tracked=round(found.tracked, 3), signed=round(found.signed, 3))
+        findings.warning(
+            "FLIP_KEEPS_COORDINATES",
+            f"the training dataset flips images horizontally at random ({flipped} of {PROBED_INDICES} indices came "
+            f"back as an image and its mirror with the same target), and target column {found.column} is a "
+            f"horizontal coordinate the flip does not move: its distance from its middle follows the object's distance "
+            f"from the image's centre (correlation {found.tracked:.2f}), but its value hardly follows the object's "
+            f"position as served ({found.signed:+.2f}). For every flipped image the box, keypoint or centre x still "
+            "points at the original side, the mirror of where the object now is, so half the targets are wrong and "
+            "the regressor learns to hedge x towards the middle",
+            "Flip the annotation with the image in the same branch: x = W - 1 - x for a pixel coordinate (1 - x when "
+            "normalised; a box's x_min, x_max = W - x_max, W - x_min), or use an augmentation library that transforms "
+            "boxes and keypoints with the image (torchvision.transforms.v2 with tv_tensors.BoundingBoxes, "
+            "albumentations with bbox_params).",
             "data.train",
         )
