@@ -43,9 +43,9 @@ from optimus_preflight.preflight.analyses.class_weights import (
     weights_follow_counts,
 )
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgsWatch
+from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch, FlattenWatch, flatten_mismatch
 from optimus_preflight.preflight.analyses.graph_cuts import GraphCutWatch
 from optimus_preflight.preflight.analyses.graph_propagation import PropagationWatch
-from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch, FlattenWatch, flatten_mismatch
 from optimus_preflight.preflight.analyses.loss_shapes import (
     TOL,
     KlNormalisation,

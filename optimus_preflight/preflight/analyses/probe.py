@@ -37,10 +37,10 @@ from optimus_preflight.preflight.analyses.autograd_calls import watched_autograd
 from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, ModuleInput
 from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgs
-from optimus_preflight.preflight.analyses.graph_cuts import GraphCut
-from optimus_preflight.preflight.analyses.graph_propagation import Propagation
 from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch
 from optimus_preflight.preflight.analyses.gradient_reversal import Reversal, find_reversals
+from optimus_preflight.preflight.analyses.graph_cuts import GraphCut
+from optimus_preflight.preflight.analyses.graph_propagation import Propagation
 from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy, SlicedPair
 from optimus_preflight.preflight.analyses.loss_terms import MixedReductions, mixed_reductions
 from optimus_preflight.preflight.analyses.padding import sequence_shapes

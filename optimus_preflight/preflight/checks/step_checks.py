@@ -31,8 +31,8 @@ from optimus_preflight.preflight.analyses.loss_shapes import (
     norm_dim_findings,
     shape_error_fix,
 )
-from optimus_preflight.preflight.analyses.padded_loss import padded_loss_findings
 from optimus_preflight.preflight.analyses.loss_spy import SIGN_MODULES
+from optimus_preflight.preflight.analyses.padded_loss import padded_loss_findings
 from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.analyses.target_profile import (
     all_ignored,

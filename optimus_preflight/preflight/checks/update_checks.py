@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.config.lenient import as_float
+from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.analyses.update_audit import update_findings
 from optimus_preflight.preflight.checks.config_checks import lr_trajectory
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
