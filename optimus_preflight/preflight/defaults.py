@@ -36,7 +36,7 @@ from optimus_preflight.preflight.checks.dataset_checks import DatasetLengthCheck
 from optimus_preflight.preflight.checks.dataset_memory import DatasetCacheCheck
 from optimus_preflight.preflight.checks.dataset_mutation import DatasetMutationCheck
 from optimus_preflight.preflight.checks.derivative_graph import DerivativeGraphCheck
-from optimus_preflight.preflight.checks.dropout_rate import DropoutInEvalCheck, DropoutRateCheck
+from optimus_preflight.preflight.checks.dropout_rate import DropoutInEvalCheck, DropoutOnOutputCheck, DropoutRateCheck
 from optimus_preflight.preflight.checks.embedding_inputs import EmbeddingInputsCheck
 from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
 from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
@@ -178,6 +178,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     PaddingInvarianceCheck,
     StatefulForwardCheck,
     ForwardArgumentsCheck,
+    DropoutOnOutputCheck,
     GraphPropagationCheck,
     step_runs.AccumulationCheck,
     step_runs.LossScaleCheck,

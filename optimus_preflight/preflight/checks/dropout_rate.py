@@ -26,7 +26,9 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.batches import move_to_device
@@ -253,3 +255,97 @@ class DropoutInEvalCheck(Check):
                 "scaled_dot_product_attention: self.p if self.training else 0.0), or use an nn.Dropout layer, "
                 "which follows model.eval().",
             )
+
+
+REGRESSION_CRITERIA = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
+
+
+class _OutputDropout(TorchFunctionMode):
+    """Keeps the outputs of the dropout calls of one forward, and the model's output."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.dropped: list[tuple[torch.Tensor, float]] = []
+        self.output: list[Any] = []
+        self._handle = model.register_forward_hook(self._keep)
+
+    def _keep(self, module: nn.Module, args: Any, output: Any) -> None:
+        if not self.output:
+            self.output.append(output)
+
+    def close(self) -> None:
+        self._handle.remove()
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        rate = called_rate(func, args, kwargs)
+        if rate is not None and getattr(func, "__name__", "") != "scaled_dot_product_attention" \
+                and isinstance(out, torch.Tensor) and len(self.dropped) < 64:
+            self.dropped.append((out, rate))
+        return out
+
+
+def _first_tensor(value: Any) -> torch.Tensor | None:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (list, tuple)) and value:
+        return _first_tensor(value[0])
+    if isinstance(value, dict) and value:
+        return _first_tensor(next(iter(value.values())))
+    return None
+
+
+def output_dropout_rate(ctx: PreflightContext) -> float | None:
+    """The rate of a dropout whose result is the model's output (itself or a view of it), in one
+    no-grad training-mode forward on the first batch; None otherwise."""
+    batch = ctx.artifacts.first_batch
+    if batch is None or not ctx.weights_materialized:
+        return None
+    recorder = _OutputDropout(ctx.model)
+    try:
+        with preserved_training_state(ctx):
+            ctx.model.train(True)
+            with torch.no_grad(), ctx.training.plan.autocast(), recorder:
+                ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
+    except Exception:
+        return None
+    finally:
+        recorder.close()
+    output = _first_tensor(recorder.output[0]) if recorder.output else None
+    if output is None or not output.is_floating_point():
+        return None
+    root = output._base if output._base is not None else output
+    return next((rate for dropped, rate in recorder.dropped
+                 if dropped is output or dropped is root or dropped._base is root), None)
+
+
+class DropoutOnOutputCheck(Check):
+    """DROPOUT_ON_OUTPUT: a regression model whose last operation is a dropout."""
+
+    name = "step.output_dropout"
+    stage = Stage.STEP
+    codes = ("DROPOUT_ON_OUTPUT",)
+    requires = (FIRST_STEP,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        criteria = [call.function for call in get_probe(ctx).criterion_calls]
+        regression = [name for name in criteria if name in REGRESSION_CRITERIA]
+        findings.data["summary"] = "no regression criterion" if not regression else "the output is no dropout's"
+        if not regression:
+            return
+        rate = output_dropout_rate(ctx)
+        if rate is None:
+            return
+        findings.data.update(rate=rate, summary=f"the model's output comes out of a dropout (p={rate:g})")
+        findings.warning(
+            "DROPOUT_ON_OUTPUT",
+            f"the model's output comes straight out of a dropout (p={rate:g}) and is fed to {regression[0]}: in "
+            f"training {rate:.0%} of the predictions are zeroed and the rest scaled by 1/(1 - p), so the loss is "
+            f"minimised by predicting (1 - p) = {1 - rate:.2g} times the target, and in eval mode, with dropout off, "
+            "every prediction comes out that much too small. A dropout placed after the last layer "
+            "(nn.Sequential(..., nn.Linear(h, 1), nn.Dropout(p))) regularises nothing and biases the output",
+            "Move the dropout before the last layer (nn.Dropout(p), then nn.Linear(h, 1)), or remove it; dropout "
+            "belongs on hidden activations, never on the prediction.",
+            "model",
+        )
