@@ -96,7 +96,7 @@ def test_a_second_input_whose_branch_is_discarded_is_named_with_the_layer_it_rea
     result = _run(TwoInputs(second_used=False), _two_inputs(), _two_input_loss)
     issues = [i for i in result.issues if i.code == "FORWARD_INPUT_IGNORED"]
     assert len(issues) == 1 and "argument 'meta'" in issues[0].message
-    assert "it reaches 'meta'" in issues[0].message and "discarded" in issues[0].message
+    assert "it reaches 'meta'" in issues[0].message and "computed and dropped" in issues[0].message
 
 
 @pytest.mark.parametrize("model", ["both_inputs", "timestep", "zero_gated_timestep"])
@@ -158,3 +158,43 @@ def test_a_hugging_face_encoder_with_a_padded_attention_mask_stays_quiet():
     result = _run(model, DataLoader(rows, batch_size=32, shuffle=True))
     assert_quiet(result)
     assert "attention_mask" in result.data["used"]
+
+
+class Seq2Seq(nn.Module):
+    """One embedding shared by source and target; the decoder's cross-attention is given its
+    own states (the bug) or the encoder's memory."""
+
+    def __init__(self, reads_memory: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.reads_memory = reads_memory
+        self.embed = nn.Embedding(21, 16)
+        self.encoder = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.decoder = nn.TransformerDecoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(16, 21)
+
+    def forward(self, source, decoder_inputs):
+        memory = self.encoder(self.embed(source))
+        states = self.embed(decoder_inputs)
+        causal = nn.Transformer.generate_square_subsequent_mask(decoder_inputs.shape[1], device=source.device)
+        return self.head(self.decoder(states, memory if self.reads_memory else states, tgt_mask=causal))
+
+
+@pytest.mark.parametrize("reads_memory", [False, True])
+def test_a_decoder_whose_cross_attention_never_reads_the_encoder(reads_memory):
+    g = torch.Generator().manual_seed(4)
+    source = torch.randint(0, 20, (128, 8), generator=g)
+    loader = DataLoader(TensorDataset(source, source.flip(1)), batch_size=32, shuffle=True)
+
+    def loss_fn(model, batch):
+        src, tgt = batch
+        decoder_inputs = torch.cat([torch.full_like(tgt[:, :1], 20), tgt[:, :-1]], 1)
+        return F.cross_entropy(model(src, decoder_inputs).reshape(-1, 21), tgt.reshape(-1))
+
+    result = _run(Seq2Seq(reads_memory), loader, loss_fn)
+    if reads_memory:
+        assert_quiet(result)
+        return
+    issues = [i for i in result.issues if i.code == "FORWARD_INPUT_IGNORED"]
+    assert len(issues) == 1 and "argument 'source'" in issues[0].message
+    assert "it reaches 'embed', 'encoder'" in issues[0].message  # the shared embedding's call on the source too

@@ -10,13 +10,15 @@ the task's difficulty.
 Read from the first call of the model during ``compute_loss`` on the first batch: its
 arguments are kept, then the model is called again on them with one tensor argument at a
 time rolled along its batch axis (each sample gets another sample's value). An argument is
-ignored when that changes neither the model's output nor the output of any of its layers,
+ignored when that leaves the model's output unchanged, and every layer call whose output
+it does change lies outside the autograd graph of the model's output (computed and
+dropped; a shared embedding's call on that argument counts apart from its other calls),
 while rolling another argument does change the output. The calls run under one reseeded
 RNG each (dropout and sampling repeat themselves), in eval mode and, for an argument that
 eval mode ignores, again in training mode: a decoder that reads its targets only for
 teacher forcing, or a margin head that reads the labels only in training, uses them there.
-A conditioning path initialised to zero (DiT's adaLN-Zero) still changes the layer that
-embeds the argument, and stays quiet.
+A conditioning path initialised to zero (DiT's adaLN-Zero) leaves the output unchanged at
+step 0 but lies in its graph (its weights get gradients), and stays quiet.
 """
 
 from __future__ import annotations
@@ -86,16 +88,18 @@ def _first_call(ctx: PreflightContext) -> tuple[tuple, dict] | None:
     return seen[0] if seen else None
 
 
-Layers = dict[str, list[torch.Tensor]]
+Layers = dict[str, list[list[torch.Tensor]]]  # per layer, the fingerprint of each of its calls
+Call = tuple[str, int]  # (layer name, which of its calls in one forward)
+_GRAPH_NODES = 200_000
 
 
 def _call(ctx: PreflightContext, args: tuple, kwargs: dict, train: bool) -> tuple[list, Layers] | None:
-    """(the output's fingerprint, each layer's output fingerprints by name) of one seeded call."""
+    """(the output's fingerprint, each layer call's output fingerprint) of one seeded call."""
     layers: Layers = {}
 
     def recorder(name: str):
         def record(module: nn.Module, inputs: Any, output: Any) -> None:
-            layers.setdefault(name, []).extend(_fingerprint(output))
+            layers.setdefault(name, []).append(_fingerprint(output))
         return record
 
     handles = [module.register_forward_hook(recorder(name)) for name, module in ctx.model.named_modules() if name]
@@ -113,19 +117,53 @@ def _call(ctx: PreflightContext, args: tuple, kwargs: dict, train: bool) -> tupl
     return _fingerprint(output), layers
 
 
-def _changed_layers(first: Layers, second: Layers) -> list[str]:
-    return [name for name in first if _differs(first[name], second.get(name, []))]
+def _changed_calls(first: Layers, second: Layers) -> list[Call]:
+    changed = []
+    for name, calls in first.items():
+        others = second.get(name, [])
+        changed += [(name, index) for index, call in enumerate(calls)
+                    if index >= len(others) or _differs(call, others[index])]
+    return changed
 
 
-def _dead_ends(model: nn.Module, layers: list[str], without_grad: set[str]) -> bool:
-    """Every layer the argument reaches leads nowhere: none holds a parameter the first
-    step's backward reached (a conditioning path initialised to zero still gets gradients)."""
-    modules = dict(model.named_modules())
-    for name in layers:
-        params = [f"{name}.{p}" for p, value in modules[name].named_parameters() if value.requires_grad]
-        if any(param not in without_grad for param in params):
-            return False
-    return True
+def _connected_calls(ctx: PreflightContext, args: tuple, kwargs: dict, train: bool) -> set[Call] | None:
+    """The layer calls whose output lies in the autograd graph of the model's output: what
+    can reach the loss. A conditioning path multiplied by zero-initialised weights is in it;
+    a branch computed and dropped is not."""
+    made: dict[Call, Any] = {}
+    counts: dict[str, int] = {}
+
+    def recorder(name: str):
+        def record(module: nn.Module, inputs: Any, output: Any) -> None:
+            index = counts.get(name, 0)
+            counts[name] = index + 1
+            node = next((leaf.grad_fn for leaf in leaves(output)
+                         if isinstance(leaf, torch.Tensor) and leaf.grad_fn is not None), None)
+            if node is not None:
+                made[(name, index)] = node
+        return record
+
+    handles = [module.register_forward_hook(recorder(name)) for name, module in ctx.model.named_modules() if name]
+    try:
+        with preserved_training_state(ctx), torch.enable_grad(), torch.random.fork_rng(devices=[]):
+            ctx.model.train(train)
+            torch.manual_seed(0)
+            with ctx.training.plan.autocast():
+                output = ctx.model(*args, **kwargs)
+            stack = [leaf.grad_fn for leaf in leaves(output) if isinstance(leaf, torch.Tensor) and leaf.grad_fn is not None]
+            seen: set[int] = set()
+            while stack and len(seen) < _GRAPH_NODES:
+                node = stack.pop()
+                if node is None or id(node) in seen:
+                    continue
+                seen.add(id(node))
+                stack.extend(parent for parent, _ in node.next_functions)
+            return {call for call, node in made.items() if id(node) in seen}
+    except Exception:
+        return None
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _rolled(tensor: torch.Tensor, samples: int) -> torch.Tensor | None:
@@ -193,8 +231,9 @@ class ForwardArgumentsCheck(Check):
         if baseline is None or again is None or not baseline[0] or _differs(baseline[0], again[0]):
             findings.data["summary"] = "the model's output is not repeatable under a reseeded RNG"
             return
-        probe = ctx.artifacts.step_probe
-        without_grad = set(probe.params_without_grad) if probe is not None else set()
+        connected = _connected_calls(ctx, args, kwargs, train=False)
+        if connected is None:
+            return
         used, ignored = [], []
         for name, where, value in arguments:
             rolled = _rolled(value, samples)
@@ -203,36 +242,44 @@ class ForwardArgumentsCheck(Check):
             moved = _call(ctx, *_with(args, kwargs, where, rolled), train=False)
             if moved is None:
                 continue
+            reached = _changed_calls(baseline[1], moved[1])
             if _differs(baseline[0], moved[0]):
                 used.append(name)
-            elif _dead_ends(ctx.model, reached := _changed_layers(baseline[1], moved[1]), without_grad):
+            elif not connected.intersection(reached):
                 ignored.append((name, where, value, rolled, reached))
         findings.data.update(arguments=[name for name, _, _ in arguments], used=used,
-                             ignored_in_eval={name: reached for name, *_, reached in ignored})
+                             ignored_in_eval={name: sorted({layer for layer, _ in reached})
+                                              for name, *_, reached in ignored})
         if not used or not ignored:
             return
         train_baseline = _call(ctx, args, kwargs, train=True)
-        if train_baseline is None:
+        train_connected = _connected_calls(ctx, args, kwargs, train=True)
+        if train_baseline is None or train_connected is None:
             return
         for name, where, value, rolled, reached in ignored:
             moved = _call(ctx, *_with(args, kwargs, where, rolled), train=True)
-            if moved is None or _differs(train_baseline[0], moved[0]) or not _dead_ends(
-                    ctx.model, _changed_layers(train_baseline[1], moved[1]), without_grad):
+            if moved is None or _differs(train_baseline[0], moved[0]) \
+                    or train_connected.intersection(_changed_calls(train_baseline[1], moved[1])):
                 continue
             findings.data["summary"] = f"'{name}' never reaches the output"
-            shown = ", ".join(repr(layer) for layer in reached[:3]) + (f" and {len(reached) - 3} more" if len(reached) > 3 else "")
-            where_lost = (f"it reaches {shown}, whose result is discarded before the output (those layers get no "
-                          "gradient)" if reached else "no layer's output changes either")
+            touched = list(dict.fromkeys(layer for layer, _ in reached))
+            # Outermost first: 'encoder', not its sublayers in the order their hooks fired.
+            layers = sorted((layer for layer in touched if not any(layer.startswith(outer + ".") for outer in touched)),
+                            key=touched.index)
+            shown = ", ".join(repr(layer) for layer in layers[:3]) + (f" and {len(layers) - 3} more" if len(layers) > 3 else "")
+            where_lost = (f"it reaches {shown}, whose result is computed and dropped: it is not in the autograd graph "
+                          "of the output" if layers else "no layer's output changes either")
             findings.warning(
                 "FORWARD_INPUT_IGNORED",
                 f"the model's forward never uses its argument '{name}' ({_describe(value)} that differs between "
                 f"samples): giving each sample another sample's '{name}' leaves the output unchanged, in eval and "
                 f"training mode, while changing '{used[0]}' does; {where_lost}. The model cannot condition on "
                 f"it: forward accepts '{name}' and drops it (a timestep or class label never embedded, a second "
-                "input whose branch reads the first input again, torch.cat([a, a]) where [a, b] is meant), so it "
-                "learns the best prediction without that input",
+                "input whose branch reads the first input again, torch.cat([a, a]) where [a, b] is meant, a "
+                "decoder's cross-attention given its own states instead of the encoder's memory), so it learns the "
+                "best prediction without that input",
                 f"Use '{name}' in forward: embed it and add or concatenate it to the features "
-                f"(h = h + self.embed({name}), torch.cat([a, {name}], dim=-1)), and check that each branch reads its "
-                "own input variable.",
+                f"(h = h + self.embed({name}), torch.cat([a, {name}], dim=-1)), pass the encoder's output as "
+                "the decoder's memory, and check that each branch reads its own input variable.",
                 "model",
             )
