@@ -107,6 +107,17 @@ def test_reduction_none_is_judged_by_the_denominator(tmp_path, loss, words):
         assert codes(result) == {"O15"} and words in result.issues[0].message
 
 
+def test_a_mask_that_keeps_the_padding_instead_of_the_tokens_is_an_error(tmp_path):
+    def inverted(model, batch):
+        per, keep = _per_token(model, batch)
+        pad = (~keep).float()  # mask = targets == PAD where != was meant
+        return (per * pad).sum() / pad.sum()
+
+    result = run(_lm_recipe(tmp_path, inverted), PaddedLossCheck)["step.padded_loss"]
+    assert codes(result) == {"LOSS_MASK_INVERTED"} and result.issues[0].severity == Severity.ERROR
+    assert "trains on the padding only" in result.issues[0].message and "ids != pad_id" in result.issues[0].fix
+
+
 def test_edge_padding_tells_pad_ids_from_common_tokens():
     rows = torch.tensor([[5, 3, 7, 0, 0, 0], [4, 4, 2, 9, 0, 0], [1, 2, 3, 4, 5, 6], [8, 0 + 6, 5, 0, 0, 0]])
     profile, mask = edge_padding(rows, -100)

@@ -77,6 +77,18 @@ def padded_loss_findings(calls: list[CriterionCall], returned: float | None, bat
             return [Finding("O15", "warning", f"{call.function}(reduction='none') is averaged over padding: {where}; "
                             "the returned loss is the mean over every position, so it " + _trains_on_padding("mean"),
                             fix, code_fix)]
+        padded = sums.targets - sums.unpadded_targets  # padding positions that are not ignored
+        if padded > 0 and close(returned, (sums.total - sums.unpadded) / padded):
+            return [Finding(
+                "LOSS_MASK_INVERTED", "error",
+                f"the loss trains on the padding only: {where}, and the returned loss is the mean of "
+                f"{call.function}(reduction='none') over exactly those {padded} padding positions, not over the "
+                f"{sums.unpadded_targets} real ones. The mask is inverted (mask = ids == pad_id, or attention_mask == 0, "
+                "where != was meant): every real token gets weight 0, and the model learns only to predict padding",
+                "Build the mask from the real positions: mask = (ids != pad_id).float() (or attention_mask == 1), "
+                "then loss = (per_token * mask).sum() / mask.sum().",
+                "In your compute_loss, flip the mask: keep = (ids != pad_id); loss = (per_token * keep).sum() / keep.sum().",
+            )]
         divisor = next((n for n in (sums.positions, sums.targets) if close(returned, sums.unpadded / n)), None)
         if divisor is not None:
             return [Finding("O15", "warning", f"the padding is masked out of the loss but the masked sum is divided by "

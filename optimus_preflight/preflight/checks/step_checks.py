@@ -680,7 +680,7 @@ class PaddedLossCheck(Check):
 
     name = "step.padded_loss"
     stage = Stage.STEP
-    codes = ("O15",)
+    codes = ("O15", "LOSS_MASK_INVERTED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
