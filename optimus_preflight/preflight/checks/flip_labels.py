@@ -220,6 +220,40 @@ def _pair_accuracies(vectors: torch.Tensor, labels: torch.Tensor) -> dict[tuple[
     return accuracies
 
 
+def _same_target(first: Any, second: Any) -> bool:
+    if isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor):
+        return first.shape == second.shape and torch.equal(first, second)
+    return first == second
+
+
+def flipped_indices(dataset: Any, size: int, guard: DataGuard, parse: Any) -> int:
+    """Of PROBED_INDICES indices drawn DRAWS times each, how many came back as an image and its
+    mirror under one unchanged target (a label, or coordinates); ``parse`` reads a sample."""
+    stride = max(1, size // PROBED_INDICES)
+    flipped = 0
+    for index in range(0, min(size, stride * PROBED_INDICES), stride):
+        draws = [parse(guard.call(dataset.__getitem__, index, what=f"dataset[{index}]")) for _ in range(DRAWS)]
+        if any(d is None for d in draws) or not all(_same_target(d[1], draws[0][1]) for d in draws):
+            continue  # a target that changes with the draw: a flip that moves it too, or noise
+        flipped += shows_mirror([d[0] for d in draws])
+    return flipped
+
+
+def served_samples(dataset: Any, size: int, guard: DataGuard, parse: Any) -> list[tuple[Any, Any]] | None:
+    """Up to SAMPLES (image, target) pairs spread over the dataset, as served; None when a
+    sample does not parse or its shapes change."""
+    samples, started = [], time.perf_counter()
+    for index in range(0, size, max(1, size // SAMPLES)):
+        pair = parse(guard.call(dataset.__getitem__, index, what=f"dataset[{index}]"))
+        if pair is None or (samples and (pair[0].shape != samples[0][0].shape
+                                         or getattr(pair[1], "shape", None) != getattr(samples[0][1], "shape", None))):
+            return None
+        samples.append(pair)
+        if len(samples) >= SAMPLES or time.perf_counter() - started > BUDGET_S:
+            break
+    return samples
+
+
 class FlipLabelsCheck(Check):
     """FLIP_CHANGES_CLASS: a random horizontal flip, kept label, two classes that are mirrors;
     FLIP_KEEPS_COORDINATES: a random horizontal flip that leaves a horizontal coordinate."""
@@ -245,28 +279,15 @@ class FlipLabelsCheck(Check):
                     return
                 findings.data["summary"] = "not (image, class) samples"
                 return
-            stride = max(1, size // PROBED_INDICES)
-            flipped = 0
-            for index in range(0, min(size, stride * PROBED_INDICES), stride):
-                draws = [image_and_label(guard.call(dataset.__getitem__, index, what=f"dataset[{index}]"))
-                         for _ in range(DRAWS)]
-                if any(d is None for d in draws) or len({d[1] for d in draws}) != 1:  # type: ignore[index]
-                    continue  # a label that changes with the draw: flips that swap the class, or noise
-                flipped += shows_mirror([d[0] for d in draws])  # type: ignore[index]
+            flipped = flipped_indices(dataset, size, guard, image_and_label)
             findings.data["flipped_indices"] = flipped
             if flipped < MIN_FLIPPED:
                 findings.data["summary"] = f"{flipped} of {PROBED_INDICES} indices came back mirrored: no random flip"
                 return
-            images, labels, started = [], [], time.perf_counter()
-            step = max(1, size // SAMPLES)
-            for index in range(0, size, step):
-                pair = image_and_label(guard.call(dataset.__getitem__, index, what=f"dataset[{index}]"))
-                if pair is None or pair[0].shape != first[0].shape:
-                    return
-                images.append(pair[0])
-                labels.append(pair[1])
-                if len(images) >= SAMPLES or time.perf_counter() - started > BUDGET_S:
-                    break
+            samples = served_samples(dataset, size, guard, image_and_label)
+            if not samples:
+                return
+        images, labels = [image for image, _ in samples], [label for _, label in samples]
         found = mirror_classes(torch.stack(images), torch.tensor(labels))
         findings.data["summary"] = (f"random horizontal flip; classes {found.first} and {found.second} are one once "
                                     "mirrored" if found else "random horizontal flip; every class pair separates")
@@ -288,29 +309,15 @@ class FlipLabelsCheck(Check):
 
     @staticmethod
     def _coordinates(dataset: Any, size: int, guard: DataGuard, findings: Findings) -> None:
-        stride = max(1, size // PROBED_INDICES)
-        flipped = 0
-        for index in range(0, min(size, stride * PROBED_INDICES), stride):
-            draws = [image_and_coordinates(guard.call(dataset.__getitem__, index, what=f"dataset[{index}]"))
-                     for _ in range(DRAWS)]
-            if any(d is None for d in draws) or any(not torch.equal(d[1], draws[0][1]) for d in draws):  # type: ignore[index]
-                continue  # targets that change with the draw: a flip that moves them too
-            flipped += shows_mirror([d[0] for d in draws])  # type: ignore[index]
+        flipped = flipped_indices(dataset, size, guard, image_and_coordinates)
         findings.data["flipped_indices"] = flipped
         if flipped < MIN_FLIPPED:
             findings.data["summary"] = f"{flipped} of {PROBED_INDICES} indices came back mirrored with one target"
             return
-        images, targets, started = [], [], time.perf_counter()
-        for index in range(0, size, max(1, size // SAMPLES)):
-            pair = image_and_coordinates(guard.call(dataset.__getitem__, index, what=f"dataset[{index}]"))
-            if pair is None or (images and (pair[0].shape != images[0].shape or pair[1].shape != targets[0].shape)):
-                return
-            images.append(pair[0])
-            targets.append(pair[1])
-            if len(images) >= SAMPLES or time.perf_counter() - started > BUDGET_S:
-                break
-        if len(images) < MIN_CLASS * 4:
+        samples = served_samples(dataset, size, guard, image_and_coordinates)
+        if samples is None or len(samples) < MIN_CLASS * 4:
             return
+        images, targets = [image for image, _ in samples], [target for _, target in samples]
         found = kept_coordinate(torch.stack(images), torch.stack(targets))
         findings.data["summary"] = (f"random horizontal flip; target column {found.column} is a horizontal coordinate "
                                     "it leaves unchanged" if found else "random horizontal flip; no kept coordinate")

@@ -93,27 +93,31 @@ Call = tuple[str, int]  # (layer name, which of its calls in one forward)
 _GRAPH_NODES = 200_000
 
 
-def _call(ctx: PreflightContext, args: tuple, kwargs: dict, train: bool) -> tuple[list, Layers] | None:
-    """(the output's fingerprint, each layer call's output fingerprint) of one seeded call."""
-    layers: Layers = {}
-
-    def recorder(name: str):
-        def record(module: nn.Module, inputs: Any, output: Any) -> None:
-            layers.setdefault(name, []).append(_fingerprint(output))
-        return record
-
-    handles = [module.register_forward_hook(recorder(name)) for name, module in ctx.model.named_modules() if name]
+def _forward(ctx: PreflightContext, args: tuple, kwargs: dict, train: bool, grad: bool,
+             on_layer: Any) -> Any:
+    """The model's output for one call under a reseeded RNG, ``on_layer(name, output)`` called
+    for every layer call; the training state restored after. Raises what the model raises."""
+    handles = [module.register_forward_hook(lambda _, __, output, name=name: on_layer(name, output))
+               for name, module in ctx.model.named_modules() if name]
     try:
-        with preserved_training_state(ctx), torch.no_grad(), torch.random.fork_rng(devices=[]):
+        with preserved_training_state(ctx), torch.set_grad_enabled(grad), torch.random.fork_rng(devices=[]):
             ctx.model.train(train)
             torch.manual_seed(0)
             with ctx.training.plan.autocast():
-                output = ctx.model(*args, **kwargs)
-    except Exception:
-        return None
+                return ctx.model(*args, **kwargs)
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _call(ctx: PreflightContext, args: tuple, kwargs: dict, train: bool) -> tuple[list, Layers] | None:
+    """(the output's fingerprint, each layer call's output fingerprint) of one seeded call."""
+    layers: Layers = {}
+    try:
+        output = _forward(ctx, args, kwargs, train, False,
+                          lambda name, out: layers.setdefault(name, []).append(_fingerprint(out)))
+    except Exception:
+        return None
     return _fingerprint(output), layers
 
 
@@ -133,37 +137,26 @@ def _connected_calls(ctx: PreflightContext, args: tuple, kwargs: dict, train: bo
     made: dict[Call, Any] = {}
     counts: dict[str, int] = {}
 
-    def recorder(name: str):
-        def record(module: nn.Module, inputs: Any, output: Any) -> None:
-            index = counts.get(name, 0)
-            counts[name] = index + 1
-            node = next((leaf.grad_fn for leaf in leaves(output)
-                         if isinstance(leaf, torch.Tensor) and leaf.grad_fn is not None), None)
-            if node is not None:
-                made[(name, index)] = node
-        return record
+    def record(name: str, output: Any) -> None:
+        index = counts[name] = counts.get(name, -1) + 1
+        node = next((leaf.grad_fn for leaf in leaves(output)
+                     if isinstance(leaf, torch.Tensor) and leaf.grad_fn is not None), None)
+        if node is not None:
+            made[(name, index)] = node
 
-    handles = [module.register_forward_hook(recorder(name)) for name, module in ctx.model.named_modules() if name]
     try:
-        with preserved_training_state(ctx), torch.enable_grad(), torch.random.fork_rng(devices=[]):
-            ctx.model.train(train)
-            torch.manual_seed(0)
-            with ctx.training.plan.autocast():
-                output = ctx.model(*args, **kwargs)
-            stack = [leaf.grad_fn for leaf in leaves(output) if isinstance(leaf, torch.Tensor) and leaf.grad_fn is not None]
-            seen: set[int] = set()
-            while stack and len(seen) < _GRAPH_NODES:
-                node = stack.pop()
-                if node is None or id(node) in seen:
-                    continue
-                seen.add(id(node))
-                stack.extend(parent for parent, _ in node.next_functions)
-            return {call for call, node in made.items() if id(node) in seen}
+        output = _forward(ctx, args, kwargs, train, True, record)
     except Exception:
         return None
-    finally:
-        for handle in handles:
-            handle.remove()
+    stack = [leaf.grad_fn for leaf in leaves(output) if isinstance(leaf, torch.Tensor) and leaf.grad_fn is not None]
+    seen: set[int] = set()
+    while stack and len(seen) < _GRAPH_NODES:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.extend(parent for parent, _ in node.next_functions)
+    return {call for call, node in made.items() if id(node) in seen}
 
 
 def _rolled(tensor: torch.Tensor, samples: int) -> torch.Tensor | None:
