@@ -61,3 +61,16 @@ def test_windows_of_other_series_stay_quiet():
     x, y = load_windows()
     other_x, other_y = x + 0.01, y + 0.01  # another meter: no shared values
     assert_quiet(run((x[:2000], y[:2000]), (other_x[2000:2600], other_y[2000:2600])))
+
+
+def test_rows_of_a_few_repeated_counts_split_at_random_stay_quiet():
+    # Hashed bag-of-words counts in 14 buckets: mostly zeros and ones, so a row's shifted part
+    # often equals another row's by chance, and its unshifted part just as often.
+    g = torch.Generator().manual_seed(0)
+    counts = torch.zeros(3000, 14)
+    words = torch.randint(0, 14, (3000, 3), generator=g)
+    counts.scatter_add_(1, words, torch.ones(3000, 3))
+    labels = (counts[:, 2] > 0).float()
+    order = torch.randperm(3000, generator=g)
+    train, val = order[:2500], order[2500:]
+    assert_quiet(run((counts[train], labels[train]), (counts[val], labels[val])))

@@ -36,6 +36,7 @@ MIN_STEPS = 8
 MAX_SHIFT = 4
 SHARE = 0.25  # of the validation windows read with an overlapping training window
 MIN_MATCHES = 5
+CHANCE_RATIO = 3  # shifted matches must outnumber in-place ones this many times: not rows of a few values
 
 
 def _windows(batch: Any) -> torch.Tensor | None:
@@ -51,21 +52,32 @@ def _keys(windows: torch.Tensor, shift: int, head: bool) -> list[bytes]:
     return [row.numpy().tobytes() for row in part.contiguous()]
 
 
-def overlapping(train: torch.Tensor, val: torch.Tensor) -> tuple[int, int] | None:
-    """(validation windows with an overlapping training window, the smallest shift seen) (pure)."""
+def overlapping(train: torch.Tensor, val: torch.Tensor) -> tuple[int, int, int] | None:
+    """(validation windows with an overlapping training window, the smallest shift seen, and
+    the control: validation windows whose same steps, unshifted, equal a training window's),
+    whole copies of a training window left out of both (pure). Windows of one series match shifted, never
+    in place; rows of a few repeated values (counts of a bag of words, zeros) match either
+    way, by chance."""
     if train.shape[1:] != val.shape[1:]:
         return None
     hit = torch.zeros(len(val), dtype=torch.bool)
+    control = torch.zeros(len(val), dtype=torch.bool)
+    whole = set(_keys(train, 0, True))
+    copied = torch.tensor([key in whole for key in _keys(val, 0, True)])
     smallest = None
     for shift in range(1, min(MAX_SHIFT, train.shape[1] // 4) + 1):
         train_heads, train_tails = set(_keys(train, shift, True)), set(_keys(train, shift, False))
-        later = torch.tensor([key in train_heads for key in _keys(val, shift, False)])  # val continues a training window
-        earlier = torch.tensor([key in train_tails for key in _keys(val, shift, True)])
+        val_heads, val_tails = _keys(val, shift, True), _keys(val, shift, False)
+        later = torch.tensor([key in train_heads for key in val_tails])  # val continues a training window
+        earlier = torch.tensor([key in train_tails for key in val_heads])
         found = later | earlier
         if bool(found.any()) and smallest is None:
             smallest = shift
         hit |= found
-    return int(hit.sum()), smallest or 0
+        control |= torch.tensor([key in train_heads for key in val_heads]) | torch.tensor(
+            [key in train_tails for key in val_tails])
+    # A window that is a whole copy of a training window is data.split_overlap's business.
+    return int((hit & ~copied).sum()), smallest or 0, int((control & ~copied).sum())
 
 
 class WindowOverlapCheck(Check):
@@ -90,11 +102,12 @@ class WindowOverlapCheck(Check):
         found = overlapping(train_windows, val_windows)
         if found is None:
             return
-        matches, shift = found
+        matches, shift, in_place = found
         share = matches / len(val_windows)
-        findings.data.update(overlapping=matches, val_windows=len(val_windows), share=round(share, 3))
+        findings.data.update(overlapping=matches, val_windows=len(val_windows), share=round(share, 3),
+                             matching_in_place=in_place)
         findings.data["summary"] = f"{matches} of {len(val_windows)} validation windows overlap a training window"
-        if matches < MIN_MATCHES or share < SHARE:
+        if matches < MIN_MATCHES or share < SHARE or in_place * CHANCE_RATIO > matches:
             return
         steps = train_windows.shape[1]
         findings.warning(
