@@ -448,3 +448,21 @@ def test_a_clip_of_zero_stops_every_update(clip, fires):
     assert ("UPDATE_CLIPPED" in issues) == fires
     if fires:
         assert issues["UPDATE_CLIPPED"].severity == Severity.ERROR and "clip_grad_norm=None" in issues["UPDATE_CLIPPED"].fix
+
+
+@pytest.mark.parametrize("optimizer, clip, fires", [
+    (lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9), 0.1, True),
+    (lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9), None, False),
+    (lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9), 50.0, False),
+    (lambda p: torch.optim.AdamW(p, lr=1e-3), 0.1, False),  # Adam divides the clipped gradient by its own scale
+], ids=["sgd_detr_clip", "sgd_no_clip", "sgd_clip_above_the_gradients", "adamw_detr_clip"])
+def test_a_clip_far_below_the_gradients_sets_sgds_step(optimizer, clip, fires):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(512, 10, generator=g)
+    y = (x @ torch.randn(10, 1, generator=g)) * 4 + 10  # targets around 10: gradients in the tens at first
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 1))
+    issues = found(audit(model, optimizer(model.parameters()), DataLoader(TensorDataset(x, y), batch_size=64),
+                         loss_fn=nn.MSELoss(), clip_grad_norm=clip))
+    assert ("UPDATE_CLIPPED" in issues) == fires
+    if fires:
+        assert "SGD's step is the learning rate times the clipped gradient" in issues["UPDATE_CLIPPED"].message

@@ -51,6 +51,7 @@ SGD_GRADIENT_GROWTH = 10.0
 RUN_MOVEMENT = 0.005  # the most the whole run could move the weights, as a share of their rms
 CLIP_FACTOR = 1e-3  # clipping scales the gradient by less than this ...
 CLIP_SMALL_NORM = 0.1  # ... and the threshold itself is this small: the threshold is the mistake
+SGD_CLIP_FACTOR = 0.02  # SGD: a clip that divides the first gradient by 50 or more sets the step size
 
 
 @dataclass
@@ -281,7 +282,7 @@ def update_findings(groups: list[GroupStep], *, optimizer_name: str, grad_norm: 
             found.append(small)
     swapped = [_betas(step, len(groups), optimizer_name) for step in audited]
     found.extend(next(([finding] for finding in swapped if finding is not None), []))
-    clipped = _clip(grad_norm, clip_grad_norm)
+    clipped = _clip(grad_norm, clip_grad_norm, sgd=any(step.family == "sgd" for step in moving))
     if clipped is not None:
         found.append(clipped)
     return found
@@ -586,7 +587,10 @@ def _betas(step: GroupStep, total: int, optimizer_name: str) -> Finding | None:
     )
 
 
-def _clip(grad_norm: float | None, clip_grad_norm: float | None) -> Finding | None:
+def _clip(grad_norm: float | None, clip_grad_norm: float | None, sgd: bool = False) -> Finding | None:
+    """UPDATE_CLIPPED: a clip of 0, a tiny clip far below the gradients, or (SGD) a clip the
+    gradients exceed many times: SGD's step is lr times the clipped gradient, so the clip
+    sets the step size, unlike Adam's, which divides the clipped gradient by its own scale."""
     if clip_grad_norm is not None and clip_grad_norm == 0 and grad_norm:
         return Finding(
             "UPDATE_CLIPPED", "error",
@@ -596,17 +600,29 @@ def _clip(grad_norm: float | None, clip_grad_norm: float | None) -> Finding | No
             "Pass clip_grad_norm=None (trainer.clip_grad_norm=null) to turn clipping off, or a positive norm such as "
             "1.0 to clip; map a config's 0 to None before the loop.",
         )
-    if not clip_grad_norm or not grad_norm or not math.isfinite(grad_norm) or clip_grad_norm >= CLIP_SMALL_NORM:
+    if not clip_grad_norm or not grad_norm or not math.isfinite(grad_norm):
         return None
     factor = clip_grad_norm / grad_norm
-    if factor >= CLIP_FACTOR:
-        return None
-    return Finding(
-        "UPDATE_CLIPPED", "warning",
-        f"clip_grad_norm={clip_grad_norm:g} scales the first step's gradient (norm {grad_norm:.3g}) down "
-        f"{1 / factor:,.0f}x: every update is that much smaller than the learning rate asks, so the model barely "
-        "moves",
-        "Clip at a norm near the gradients' usual size (trainer.clip_grad_norm=1.0 is common), or leave clipping "
-        "off; a tiny value here is often another setting (a weight decay or learning rate) in the wrong slot.",
-    )
+    if clip_grad_norm < CLIP_SMALL_NORM and factor < CLIP_FACTOR:
+        return Finding(
+            "UPDATE_CLIPPED", "warning",
+            f"clip_grad_norm={clip_grad_norm:g} scales the first step's gradient (norm {grad_norm:.3g}) down "
+            f"{1 / factor:,.0f}x: every update is that much smaller than the learning rate asks, so the model barely "
+            "moves",
+            "Clip at a norm near the gradients' usual size (trainer.clip_grad_norm=1.0 is common), or leave clipping "
+            "off; a tiny value here is often another setting (a weight decay or learning rate) in the wrong slot.",
+        )
+    if sgd and factor < SGD_CLIP_FACTOR:
+        return Finding(
+            "UPDATE_CLIPPED", "warning",
+            f"clip_grad_norm={clip_grad_norm:g} scales the first step's gradient (norm {grad_norm:.3g}) down "
+            f"{1 / factor:,.0f}x, and SGD's step is the learning rate times the clipped gradient: every step that is "
+            f"clipped moves the weights {1 / factor:,.0f}x less than lr asks (at most lr x {clip_grad_norm:g} in "
+            "norm, times 1/(1 - momentum)), so the model creeps towards the targets and ends the run far from them. "
+            "A clip value copied from a recipe built for Adam/AdamW (DETR's 0.1), where clipping does not set the "
+            "step size, does this",
+            f"Clip near the gradients' usual size (clip_grad_norm of {grad_norm:.2g} or more here, or 1.0 after "
+            "standardising the targets), or leave clipping off with SGD; keep a tight clip only with Adam/AdamW.",
+        )
+    return None
 
