@@ -161,3 +161,38 @@ def test_category_codes_factorized_per_split_beside_numbers_fire():
 
 def test_category_codes_from_one_table_beside_numbers_stay_quiet():
     assert_quiet(run_codes(per_split=False))
+
+
+def run_regression(per_split: bool):
+    """Claim amounts from a city (one-hot) and numbers; validation lacks city C."""
+    from optimus_preflight.preflight.checks.split_scale import SplitScaleCheck
+
+    def amounts(rows: int, seed: int, cities: str):
+        city, numbers, _ = customers(rows, seed, cities)
+        target = torch.tensor([EFFECT[c] for c in city]) + numbers @ torch.tensor([0.6, -0.4, 0.0])
+        return city, numbers, target[:, None].float()
+
+    city, numbers, y = amounts(2000, 1, "ABCDEFGH")
+    val_city, val_numbers, val_y = amounts(500, 2, "ABDEFGH")
+    train_columns = np.unique(city)
+    val_columns = np.unique(val_city) if per_split else train_columns
+    x = torch.cat([one_hot(city, train_columns), numbers], 1)
+    val_x = torch.cat([one_hot(val_city, val_columns), torch.zeros(len(val_city), len(train_columns) - len(val_columns)),
+                       val_numbers], 1)  # the shorter table padded to the model's width
+    model = nn.Sequential(nn.Linear(x.shape[1], 16), nn.ReLU(), nn.Linear(16, 1))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True),
+                           val_loader=DataLoader(TensorDataset(val_x, val_y), batch_size=100),
+                           loss_fn=nn.MSELoss(), checks=[FirstBatchCheck(), SplitScaleCheck()])
+    return report.check("data.split_scale")
+
+
+def test_one_hot_columns_built_per_split_fire_for_a_regression_target_too():
+    result = run_regression(per_split=True)
+    issues = [i for i in result.issues if i.code == "VAL_COLUMNS_RECODED"]
+    assert len(issues) == 1, result.data
+    assert "relate to the regression target" in issues[0].message and "reindex(columns=train_columns" in issues[0].fix
+
+
+def test_one_encoding_for_both_splits_of_a_regression_target_stays_quiet():
+    assert_quiet(run_regression(per_split=False))

@@ -85,3 +85,38 @@ def test_rnns_over_time_and_short_sequences_of_wide_features_stay_quiet():
     assert_quiet(result(LastStep(nn.GRU(6, 16, batch_first=True), transpose=True), sensors))
     frames = torch.randn(128, 8, 128, generator=torch.Generator().manual_seed(3))  # 8 steps of 128 unordered features
     assert_quiet(result(LastStep(nn.GRU(128, 16, batch_first=True)), frames))
+
+
+class TextCnn(nn.Module):
+    """Embeddings (B, T, E) into a Conv1d: permuted to (B, E, T), or handed over as they come
+    with in_channels = T (the tokens as channels)."""
+
+    def __init__(self, permuted: bool, tokens: int = 30, width: int = 16):
+        super().__init__()
+        torch.manual_seed(0)
+        self.permuted = permuted
+        self.embed = nn.Embedding(50, width)
+        self.conv = nn.Conv1d(width if permuted else tokens, 32, 3, padding=1)
+        self.head = nn.Linear(32, 2)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        x = x.permute(0, 2, 1) if self.permuted else x
+        return self.head(torch.relu(self.conv(x)).max(-1).values)
+
+
+@pytest.mark.parametrize("permuted", [False, True])
+def test_embeddings_handed_to_a_conv1d_built_with_the_sequence_length_as_channels(permuted):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 50, (256, 30), generator=g)
+    labels = (ids[:, :5] > 25).sum(1).gt(2).long()
+    model = TextCnn(permuted)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(ids, labels), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), FirstStepCheck(), ConvLayoutCheck()])
+    result = report.check("step.conv_layout")
+    if permuted:
+        assert_quiet(result)
+        return
+    assert codes(result) == {"CONV1D_TIME_AS_CHANNELS"}
+    assert "output of the embedding 'embed'" in result.issues[0].message and "permute(0, 2, 1)" in result.issues[0].fix

@@ -86,3 +86,42 @@ def relation_change(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.T
         return None
     changed = sorted(best.values(), key=lambda c: -abs(c.train_d - c.val_d))
     return RelationChange(carried, changed)
+
+
+CARRIES_R = 0.15  # |correlation| with a regression target of a column that carries it
+MIN_CHANGE_R = 0.25  # ... and at least this much difference in correlation between the splits
+
+
+def regression_relation_change(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor,
+                               val_y: torch.Tensor) -> RelationChange | None:
+    """The same for one regression target: each column's correlation with the target in
+    both splits, compared on Fisher's z scale (standard error sqrt(1/(n1-3) + 1/(n2-3)));
+    ``ChangedColumn`` holds the two correlations. None where nothing is judged or too few
+    columns changed."""
+    if train_y.dim() == 2 and train_y.shape[1] == 1:
+        train_y, val_y = train_y[:, 0], val_y[:, 0]
+    if train_x.dim() != 2 or val_x.dim() != 2 or train_x.shape[1] != val_x.shape[1] or train_y.dim() != 1 \
+            or val_y.dim() != 1 or train_x.shape[1] > MAX_COLUMNS or len(train_y) != len(train_x) \
+            or len(val_y) != len(val_x) or min(len(train_y), len(val_y)) < 4 * MIN_CLASS_ROWS:
+        return None
+    tensors = (train_x, train_y, val_x, val_y)
+    if not all(bool(torch.isfinite(t).all()) for t in tensors) or float(train_y.std()) == 0 \
+            or float(val_y.std()) == 0:
+        return None
+
+    def correlations(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x, y = x.double() - x.double().mean(0), y.double() - y.double().mean()
+        return (x * y[:, None]).sum(0) / (x.norm(dim=0) * y.norm()).clamp_min(1e-30)
+
+    varying = (train_x.std(0) > 0) & (val_x.std(0) > 0)
+    t, v = correlations(train_x, train_y), correlations(val_x, val_y)
+    se = (1 / (len(train_y) - 3) + 1 / (len(val_y) - 3)) ** 0.5
+    z_gap = (torch.atanh(t.clamp(-0.999, 0.999)) - torch.atanh(v.clamp(-0.999, 0.999))).abs()
+    carrying = varying & (t.abs() >= CARRIES_R)
+    changed = varying & (z_gap >= Z * se) & ((t - v).abs() >= MIN_CHANGE_R) & ((t.abs() >= CARRIES_R) | (v.abs() >= CARRIES_R))
+    columns = torch.nonzero(changed).flatten().tolist()
+    if len(columns) < MIN_COLUMNS or len(columns) < SHARE * max(int(carrying.sum()), 1):
+        return None
+    found = sorted((ChangedColumn(c, 0, float(t[c]), float(v[c])) for c in columns),
+                   key=lambda c: -abs(c.train_d - c.val_d))
+    return RelationChange(int(carrying.sum()), found)

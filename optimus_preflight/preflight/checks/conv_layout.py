@@ -13,6 +13,12 @@ axis 1 behaves like time: neighbouring entries along it correlate (lag-1 autocor
 positions (16 or fewer, under a quarter of the channels) that no kernel would be slid over.
 Signals stored channels-first (12 ECG leads over 1000 samples) and mel spectrograms (64-128
 bins over a hundred frames or more) have the long axis last and stay quiet.
+
+The same mistake on text: an ``nn.Embedding`` output ``(B, T, E)`` handed to a Conv1d built
+with ``in_channels = T`` (the "first dim after the batch" of a tutorial's shape comment),
+without ``permute(0, 2, 1)``: the token positions become channels and the kernel slides
+over the embedding's dimensions. Read from the same forward: a Conv1d whose input is an
+embedding layer's output, with ``in_channels`` the sequence length, not ``embedding_dim``.
 """
 
 from __future__ import annotations
@@ -64,6 +70,42 @@ def first_reader(ctx: PreflightContext, kind: type | tuple[type, ...]) -> tuple[
     return seen[0] if seen else None
 
 
+def conv_over_embedding(ctx: PreflightContext) -> tuple[str, nn.Module, str, tuple[int, ...]] | None:
+    """(conv name, conv, embedding name, input shape) of the first Conv1d that reads an
+    nn.Embedding's (B, T, E) output as (batch, channels, length) with in_channels == T != E,
+    in one eval-mode forward; None otherwise."""
+    convs = {m: name for name, m in ctx.model.named_modules() if isinstance(m, nn.Conv1d)}
+    embeddings = {m: name for name, m in ctx.model.named_modules() if isinstance(m, nn.Embedding)}
+    if not convs or not embeddings:
+        return None
+    made: list[tuple[torch.Tensor, str, int]] = []
+    found: list[tuple[str, nn.Module, str, tuple[int, ...]]] = []
+
+    def embedded(module: nn.Module, args: tuple, output: object) -> None:
+        if isinstance(output, torch.Tensor) and output.dim() == 3:
+            made.append((output, embeddings[module], module.embedding_dim))
+
+    def before(module: nn.Module, args: tuple) -> None:
+        x = args[0] if args else None
+        if found or not isinstance(x, torch.Tensor) or x.dim() != 3:
+            return
+        for output, name, width in made:
+            if (x is output or x._base is output) and x.shape[2] == width and module.in_channels == x.shape[1] \
+                    and x.shape[1] != width:
+                found.append((convs[module], module, name, tuple(x.shape)))
+                return
+
+    handles = [m.register_forward_hook(embedded) for m in embeddings] + [m.register_forward_pre_hook(before) for m in convs]
+    try:
+        eval_forward(ctx, ctx.artifacts.first_batch)
+    except Exception:
+        return None
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found[0] if found else None
+
+
 class ConvLayoutCheck(Check):
     """CONV1D_TIME_AS_CHANNELS: a Conv1d sliding over the features, its channels being time;
     RNN_TIME_AS_FEATURES: an RNN stepping over the channels, its features being time."""
@@ -105,6 +147,20 @@ class ConvLayoutCheck(Check):
         self._recurrent(ctx, findings)
         if not any(isinstance(m, nn.Conv1d) for m in ctx.model.modules()):
             findings.data.setdefault("summary", "no Conv1d")
+            return
+        embedded = conv_over_embedding(ctx)
+        if embedded is not None:
+            name, module, embedding, shape = embedded
+            findings.data.update(layer=name, shape=list(shape), embedding=embedding)
+            findings.warning(
+                "CONV1D_TIME_AS_CHANNELS",
+                f"nn.Conv1d '{name}' (in_channels={module.in_channels}) reads the {shape} output of the embedding "
+                f"'{embedding}' as (batch, channels, length): its {shape[1]} channels are the token positions and "
+                f"its length is the {shape[2]} embedding dimensions, so the kernel slides over the embedding's "
+                "dimensions instead of along the text, and the n-gram features a text CNN is built for never form",
+                f"Put the embedding on the channel axis: x = embedded.permute(0, 2, 1) (or .transpose(1, 2)) before "
+                f"the convolution, and nn.Conv1d(in_channels={shape[2]}, ...) (the embedding_dim).",
+            )
             return
         found = first_reader(ctx, nn.Conv1d)
         if found is None:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from optimus_preflight.preflight.analyses.column_relations import RelationChange, regression_relation_change
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.feature_leak import LABEL_KEYS
 from optimus_preflight.preflight.data_access.guard import read_samples
@@ -169,7 +170,7 @@ class SplitScaleCheck(Check):
 
     name = "data.split_scale"
     stage = Stage.DATA
-    codes = ("VAL_INPUTS_OTHER_SCALE", "VAL_TARGETS_OTHER_SCALE", "VAL_COLUMNS_REORDERED", "TARGETS_CAST_TO_INT",
+    codes = ("VAL_INPUTS_OTHER_SCALE", "VAL_TARGETS_OTHER_SCALE", "VAL_COLUMNS_REORDERED", "VAL_COLUMNS_RECODED", "TARGETS_CAST_TO_INT",
              "VAL_SCALER_REFIT")
     requires = (FIRST_BATCH,)
 
@@ -193,6 +194,7 @@ class SplitScaleCheck(Check):
             findings.data["summary"] = "too few samples read"
             return
         summary = []
+        rescaled = False
         for index, (what, code) in enumerate((("inputs", "VAL_INPUTS_OTHER_SCALE"),
                                               ("regression targets", "VAL_TARGETS_OTHER_SCALE"))):
             if train[index] is None or val[index] is None or len(val[index]) < MIN_VAL:
@@ -200,8 +202,35 @@ class SplitScaleCheck(Check):
             found = scale_mismatch(train[index], val[index])
             summary.append(f"{what}: {len(found.off) if found else 0} column(s) on another scale")
             if found is not None:
+                rescaled = True
                 self._report(code, what, found, findings)
+        if not rescaled and all(part is not None and len(part) >= MIN_VAL for part in (*train, *val)):
+            self._recoded(regression_relation_change(train[0], train[1], val[0], val[1]), findings)
         findings.data["summary"] = "; ".join(summary) or "nothing comparable"
+
+    @staticmethod
+    def _recoded(found: RelationChange | None, findings: Findings) -> None:
+        """VAL_COLUMNS_RECODED for a regression target: columns whose correlation with it differs
+        between the splits beyond sampling noise, at unchanged scale."""
+        if found is None:
+            return
+        shown = "; ".join(f"column {c.column}: {c.train_d:+.2f} in training, {c.val_d:+.2f} in validation"
+                          for c in found.changed[:3])
+        findings.data["recoded_columns"] = [c.column for c in found.changed]
+        findings.warning(
+            "VAL_COLUMNS_RECODED",
+            f"{len(found.changed)} input column(s) relate to the regression target one way in training and another "
+            f"in validation, far beyond sampling noise, though their scale is unchanged (correlation with the target: "
+            f"{shown}; {found.carrying} column(s) carry the target in training). The columns mean other things in "
+            "the two splits: one-hot (dummy) columns built separately per split (pd.get_dummies of each split: a "
+            "category missing from one split shifts every column after it, and padding the shorter table misaligns "
+            "the rest), a category -> code table fitted per split, or columns selected or ordered per split. The "
+            "validation score measures the model on features it never saw",
+            "Fit every encoding on the training split and apply that same one to validation (and test): "
+            "pd.get_dummies(df_val).reindex(columns=train_columns, fill_value=0), or OneHotEncoder(handle_unknown="
+            "'ignore').fit(X_train_categories) then .transform on each split; one fixed column list for all splits.",
+            "data.val",
+        )
 
     def _refit_on_validation(self, ctx: PreflightContext, findings: Findings) -> bool:
         """VAL_SCALER_REFIT: the whole validation set standardised to mean 0 and std 1 exactly, column
