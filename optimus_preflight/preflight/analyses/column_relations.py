@@ -94,8 +94,8 @@ MIN_CHANGE_R = 0.25  # ... and at least this much difference in correlation betw
 
 def regression_relation_change(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor,
                                val_y: torch.Tensor) -> RelationChange | None:
-    """The same for one regression target: each column's correlation with the target in
-    both splits, compared on Fisher's z scale (standard error sqrt(1/(n1-3) + 1/(n2-3)));
+    """The same for one regression target, on 0/1 (one-hot) columns: each column's correlation
+    with the target in both splits, compared on Fisher's z scale (standard error sqrt(1/(n1-3) + 1/(n2-3)));
     ``ChangedColumn`` holds the two correlations. None where nothing is judged or too few
     columns changed."""
     if train_y.dim() == 2 and train_y.shape[1] == 1:
@@ -114,6 +114,9 @@ def regression_relation_change(train_x: torch.Tensor, train_y: torch.Tensor, val
         return (x * y[:, None]).sum(0) / (x.norm(dim=0) * y.norm()).clamp_min(1e-30)
 
     varying = (train_x.std(0) > 0) & (val_x.std(0) > 0)
+    # Only 0/1 (dummy) columns are judged: a continuous feature's relation to a target drifts
+    # between a past and a later split (or between stations) without any recoding.
+    varying &= ((train_x == 0) | (train_x == 1)).all(0) & ((val_x == 0) | (val_x == 1)).all(0)
     t, v = correlations(train_x, train_y), correlations(val_x, val_y)
     se = (1 / (len(train_y) - 3) + 1 / (len(val_y) - 3)) ** 0.5
     z_gap = (torch.atanh(t.clamp(-0.999, 0.999)) - torch.atanh(v.clamp(-0.999, 0.999))).abs()
