@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -304,3 +304,17 @@ def loss_leaves(loss: torch.Tensor, excluded: set[int]) -> list[torch.Tensor]:
     """The learnable leaf tensors ``loss`` was computed from that are not in ``excluded``."""
     graph = walk_loss_graph(loss, excluded)
     return graph.outside_leaves if graph.complete else []
+
+
+def graph_nodes(roots: Iterable[Any], limit: int) -> Iterator[Any]:
+    """Each autograd node behind ``roots`` (grad_fn nodes) once, at most ``limit`` of them. The
+    caller keeps the graph's output alive while iterating: a node's id is only unique while
+    the node is."""
+    stack, seen = [root for root in roots if root is not None], set()
+    while stack and len(seen) < limit:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        stack.extend(parent for parent, _ in getattr(node, "next_functions", ()))

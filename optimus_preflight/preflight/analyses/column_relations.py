@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from optimus_preflight.preflight.analyses.series import column_correlations
+
 MAX_COLUMNS = 256  # tabular rows: per-column relations are not judged on pixels
 MAX_CLASSES = 20
 MIN_CLASS_ROWS = 16  # rows of a class (and of the rest) in each split before its d counts
@@ -109,15 +111,11 @@ def regression_relation_change(train_x: torch.Tensor, train_y: torch.Tensor, val
             or float(val_y.std()) == 0:
         return None
 
-    def correlations(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        x, y = x.double() - x.double().mean(0), y.double() - y.double().mean()
-        return (x * y[:, None]).sum(0) / (x.norm(dim=0) * y.norm()).clamp_min(1e-30)
-
     varying = (train_x.std(0) > 0) & (val_x.std(0) > 0)
     # Only 0/1 (dummy) columns are judged: a continuous feature's relation to a target drifts
     # between a past and a later split (or between stations) without any recoding.
     varying &= ((train_x == 0) | (train_x == 1)).all(0) & ((val_x == 0) | (val_x == 1)).all(0)
-    t, v = correlations(train_x, train_y), correlations(val_x, val_y)
+    t, v = column_correlations(train_x, train_y), column_correlations(val_x, val_y)
     se = (1 / (len(train_y) - 3) + 1 / (len(val_y) - 3)) ** 0.5
     z_gap = (torch.atanh(t.clamp(-0.999, 0.999)) - torch.atanh(v.clamp(-0.999, 0.999))).abs()
     carrying = varying & (t.abs() >= CARRIES_R)

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from optimus_preflight.training.learnable import graph_nodes
+
 CUTTING = {"detach": ".detach()", "numpy": ".numpy()", "tolist": ".tolist()", "item": ".item()"}
 # Calls that carry a detached tensor on towards NumPy (.detach().cpu().numpy()).
 _CARRIERS = ("cpu", "clone", "float", "double", "contiguous", "to", "squeeze", "flatten", "reshape", "view")
@@ -33,18 +35,8 @@ class GraphCut:
 
 def _reached(node: Any, names: dict[int, str]) -> set[str]:
     """The named parameters whose AccumulateGrad nodes lie behind ``node``."""
-    found: set[str] = set()
-    stack, seen = [node], set()
-    while stack and len(seen) < _MAX_NODES:
-        current = stack.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        variable = getattr(current, "variable", None)
-        if isinstance(variable, torch.Tensor) and id(variable) in names:
-            found.add(names[id(variable)])
-        stack.extend(parent for parent, _ in getattr(current, "next_functions", ()))
-    return found
+    return {names[id(variable)] for current in graph_nodes([node], _MAX_NODES)
+            if isinstance(variable := getattr(current, "variable", None), torch.Tensor) and id(variable) in names}
 
 
 def _call_name(name: str, func: Any) -> str | None:

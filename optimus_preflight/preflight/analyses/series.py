@@ -1,4 +1,4 @@
-"""How much a tensor behaves like a series along one axis (pure)."""
+"""How much a tensor behaves like a series along one axis, and how columns go with a target (pure)."""
 
 from __future__ import annotations
 
@@ -14,3 +14,10 @@ def lag_one(values: torch.Tensor, dim: int) -> float:
     numerator = (x[..., 1:] * x[..., :-1]).sum()
     denominator = (x * x).sum().clamp_min(1e-30)
     return float(numerator / denominator)
+
+
+def column_correlations(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Pearson's correlation of each column of ``x`` (N, D) with ``y`` (N,), in float64; 0 for
+    a constant column."""
+    x, y = x.double() - x.double().mean(0), y.double() - y.double().mean()
+    return (x * y[:, None]).sum(0) / (x.norm(dim=0) * y.norm()).clamp_min(1e-30)

@@ -31,7 +31,7 @@ from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
-from optimus_preflight.training.batches import move_to_device
+from optimus_preflight.training.batches import leaves, move_to_device
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -286,16 +286,6 @@ class _OutputDropout(TorchFunctionMode):
         return out
 
 
-def _first_tensor(value: Any) -> torch.Tensor | None:
-    if isinstance(value, torch.Tensor):
-        return value
-    if isinstance(value, (list, tuple)) and value:
-        return _first_tensor(value[0])
-    if isinstance(value, dict) and value:
-        return _first_tensor(next(iter(value.values())))
-    return None
-
-
 def output_dropout_rate(ctx: PreflightContext) -> float | None:
     """The rate of a dropout whose result is the model's output (itself or a view of it), in one
     no-grad training-mode forward on the first batch; None otherwise."""
@@ -312,7 +302,8 @@ def output_dropout_rate(ctx: PreflightContext) -> float | None:
         return None
     finally:
         recorder.close()
-    output = _first_tensor(recorder.output[0]) if recorder.output else None
+    output = next((leaf for leaf in leaves(recorder.output[0]) if isinstance(leaf, torch.Tensor)), None) \
+        if recorder.output else None
     if output is None or not output.is_floating_point():
         return None
     root = output._base if output._base is not None else output

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from optimus_preflight.preflight.analyses.series import column_correlations
 from optimus_preflight.preflight.checks.batch_checks import is_map_style
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.data_access.guard import DataGuard
@@ -112,9 +113,7 @@ def horizontal_centres(images: torch.Tensor) -> torch.Tensor:
 
 
 def _correlation(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double() - a.double().mean(), b.double() - b.double().mean()
-    denominator = float(a.norm() * b.norm())
-    return float((a * b).sum()) / denominator if denominator > 0 else 0.0
+    return float(column_correlations(a[:, None], b)[0])
 
 
 @dataclass

@@ -35,6 +35,7 @@ from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.batches import leaves
+from optimus_preflight.training.learnable import graph_nodes
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -148,14 +149,8 @@ def _connected_calls(ctx: PreflightContext, args: tuple, kwargs: dict, train: bo
         output = _forward(ctx, args, kwargs, train, True, record)
     except Exception:
         return None
-    stack = [leaf.grad_fn for leaf in leaves(output) if isinstance(leaf, torch.Tensor) and leaf.grad_fn is not None]
-    seen: set[int] = set()
-    while stack and len(seen) < _GRAPH_NODES:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.extend(parent for parent, _ in node.next_functions)
+    roots = [leaf.grad_fn for leaf in leaves(output) if isinstance(leaf, torch.Tensor)]
+    seen = {id(node) for node in graph_nodes(roots, _GRAPH_NODES)}
     return {call for call, node in made.items() if id(node) in seen}
 
 
