@@ -23,6 +23,7 @@ from optimus_preflight.checkpoint.fetch_watchdog import Stall
 from optimus_preflight.preflight.data_access.worker_stacks import (
     DUMP_SIGNAL,
     DumpStacksOnSignal,
+    StacksDirectory,
     dump_worker_stacks,
     hang_frame_from_stack,
     hang_from_faulthandler,
@@ -46,12 +47,12 @@ class TrainingWorkerInit(DumpStacksOnSignal):
         super().__call__(worker_id)
 
 
-def open_watched(loader: Any, stacks_dir: str) -> Iterator[Any]:
-    """``iter(loader)``, its new workers registered to dump their stacks into ``stacks_dir``."""
+def open_watched(loader: Any, stacks: StacksDirectory) -> Iterator[Any]:
+    """``iter(loader)``, its new workers registered to dump their stacks into ``stacks``."""
     if DUMP_SIGNAL is None or not getattr(loader, "num_workers", 0) or not hasattr(loader, "worker_init_fn"):
         return iter(loader)
     original = loader.worker_init_fn
-    loader.worker_init_fn = TrainingWorkerInit(original, stacks_dir)
+    loader.worker_init_fn = TrainingWorkerInit(original, stacks.path)
     try:
         return iter(loader)
     finally:

@@ -3,10 +3,8 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import traceback
 from collections.abc import Iterable, Iterator
@@ -25,6 +23,7 @@ from optimus_preflight.checkpoint.signals import StopRequested
 from optimus_preflight.checkpoint.stop_control import StopControl
 from optimus_preflight.errors import DataStalled, TrainingInterrupted
 from optimus_preflight.mixins.data_workers import describe_stall, open_watched, release_workers
+from optimus_preflight.preflight.data_access.worker_stacks import StacksDirectory
 from optimus_preflight.reporting.run_log import log_to_files
 from optimus_preflight.training.distributed import DistEnv
 from optimus_preflight.training.distributed import peers as active_peers
@@ -124,13 +123,13 @@ class TrainingInterruptionMixin:
         if not isinstance(batches, BatchStream):
             batches = BatchStream(batches, accumulation_steps=1)
         timeout_s = settings["fetch_timeout_s"]
-        self._stacks_dir = tempfile.mkdtemp(prefix="optimus-data-stacks-") if timeout_s is not None else None
+        self._stacks = StacksDirectory("optimus-data-stacks-") if timeout_s is not None else None
         stream = batches
 
         def describe(subject: Any, main_stack: traceback.StackSummary) -> Stall:
             if subject is None:
-                return describe_stall(stream.loader_iterator, main_stack, self._stacks_dir or "", timeout_s)
-            stall = describe_stall(subject, main_stack, self._stacks_dir or "", timeout_s)
+                return describe_stall(stream.loader_iterator, main_stack, self._stacks_made(), timeout_s)
+            stall = describe_stall(subject, main_stack, self._stacks_made(), timeout_s)
             stall.what = "evaluation batch"  # watched_batches
             return stall
 
@@ -146,8 +145,8 @@ class TrainingInterruptionMixin:
         self.checkpointer, self.stop_control, self.peer_watch = checkpointer, stop, peer_watch
         self._window: Iterator[tuple[Any, bool]] | None = None
         batches.interruptible = stop.fetching
-        if self._stacks_dir is not None:
-            batches.open_iterator = lambda loader: open_watched(loader, self._stacks_dir)
+        if self._stacks is not None:
+            batches.open_iterator = lambda loader: open_watched(loader, self._stacks)
         batches.should_stop = stop.requested_in_window
         checkpointer.start(Restorable(model, optimizer, scheduler, scaler, run_state or RunState(), batches))
         stop.install()
@@ -204,7 +203,7 @@ class TrainingInterruptionMixin:
         a stop signal and watched by the data watchdog, like the training stream's: a stop
         raises ``StopRequested`` out of the loop over them, and ends the loader's workers."""
         stop = self.stop_control
-        iterator = open_watched(loader, self._stacks_dir) if self._stacks_dir is not None else iter(loader)
+        iterator = open_watched(loader, self._stacks) if self._stacks is not None else iter(loader)
         try:
             while True:
                 with stop.fetching(iterator):
@@ -298,9 +297,12 @@ class TrainingInterruptionMixin:
             if self.peer_watch is not None:
                 self.peer_watch.close()
             self.stop_control.uninstall()
-        if getattr(self, "_stacks_dir", None) is not None:
-            shutil.rmtree(self._stacks_dir, ignore_errors=True)
-            self._stacks_dir = None
+        if getattr(self, "_stacks", None) is not None:
+            self._stacks.remove()
+            self._stacks = None
+
+    def _stacks_made(self) -> str:
+        return (self._stacks.created if self._stacks is not None else None) or ""
 
     def _release_workers(self, *, hung: bool) -> None:
         """A stop: end the training loader's workers now (a stalled or stopped one too), so

@@ -18,10 +18,8 @@ hang is bounded, and its stack found, without leaking a thread or a process:
 from __future__ import annotations
 
 import contextlib
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -31,6 +29,7 @@ from typing import Any, TypeVar
 
 from optimus_preflight.preflight.data_access.worker_stacks import (
     DumpStacksOnSignal,
+    StacksDirectory,
     dump_worker_stacks,
     hang_frame_from_stack,
     hang_from_faulthandler,
@@ -176,7 +175,7 @@ class GuardedBatches:
         self.with_workers = getattr(loader, "num_workers", 0) > 0 and hasattr(loader, "_get_iterator")
         self.count = 0
         self._iterator: Any = None
-        self._stacks_dir: str | None = None
+        self._stacks = StacksDirectory("preflight-stacks-")
 
     def _name(self, index: int) -> str:
         if self.purpose:
@@ -186,7 +185,6 @@ class GuardedBatches:
     def __enter__(self) -> GuardedBatches:
         try:
             if self.with_workers:
-                self._stacks_dir = tempfile.mkdtemp(prefix="preflight-stacks-")
                 self._iterator = bounded_call(self._start_workers, self.timeout_s + BACKSTOP_S, "iter(loader)")
             else:  # an IterableDataset's __iter__, a sampler: user code, in this process
                 self._iterator = bounded_call(lambda: iter(self.loader), self.timeout_s, "iter(loader)")
@@ -197,7 +195,7 @@ class GuardedBatches:
 
     def _start_workers(self) -> Any:
         original_init = self.loader.worker_init_fn
-        self.loader.worker_init_fn = DumpStacksOnSignal(original_init, self._stacks_dir)
+        self.loader.worker_init_fn = DumpStacksOnSignal(original_init, self._stacks.path)
         try:
             iterator = self.loader._get_iterator()
         except BaseException as error:  # e.g. a sampler hung while the iterator primed its workers
@@ -230,7 +228,7 @@ class GuardedBatches:
 
     def _worker_hang(self, what: str) -> Hang:
         hang = Hang(what, self.timeout_s, where="the DataLoader's workers")
-        hang.stacks.update(dump_worker_stacks(self._iterator, self._stacks_dir or ""))
+        hang.stacks.update(dump_worker_stacks(self._iterator, self._stacks.created or ""))
         hang.stacks.update(_thread_stacks())
         for name, text in hang.stacks.items():
             if not name.startswith("worker"):
@@ -251,9 +249,7 @@ class GuardedBatches:
         if self._iterator is not None and self.with_workers:
             stop_workers(self._iterator, hung=hung)
         self._iterator = None
-        if self._stacks_dir is not None:
-            shutil.rmtree(self._stacks_dir, ignore_errors=True)
-            self._stacks_dir = None
+        self._stacks.remove()
 
 
 @dataclass

@@ -14,8 +14,10 @@ import faulthandler
 import linecache
 import os
 import re
+import shutil
 import signal
 import sysconfig
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -93,6 +95,53 @@ class DumpStacksOnSignal:
             faulthandler.register(DUMP_SIGNAL, file=handle, all_threads=True)
         if self.inner is not None:
             self.inner(worker_id)
+
+
+class StacksDirectory:
+    """The temporary directory watched workers write their stacks into, made only when the
+    first workers start (most runs never make one) and named with this process's pid, so
+    that the next one removes the directories of processes that died without removing
+    theirs (kill -9, an OOM kill)."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.created: str | None = None
+
+    @property
+    def path(self) -> str:
+        if self.created is None:
+            remove_orphaned_stacks(self.prefix)
+            self.created = tempfile.mkdtemp(prefix=f"{self.prefix}{os.getpid()}-")
+        return self.created
+
+    def remove(self) -> None:
+        if self.created is not None:
+            shutil.rmtree(self.created, ignore_errors=True)
+            self.created = None
+
+
+def remove_orphaned_stacks(prefix: str, root: str | None = None) -> None:
+    """Remove ``<prefix><pid>-*`` directories whose process is gone. A pid reused by another
+    process keeps its directory (the safe side); an unreadable one is left alone."""
+    root = root or tempfile.gettempdir()
+    try:
+        names = [name for name in os.listdir(root) if name.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, another user's
+        return True
+    return True
 
 
 def dump_worker_stacks(iterator: Any, directory: str, wait_s: float = 2.0) -> dict[str, str]:
