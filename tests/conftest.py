@@ -35,6 +35,17 @@ for _name in ("TQDM_DISABLE", "HYDRA_FULL_ERROR", "COLUMNS", "LINES", "WANDB_MOD
               "OPTIMUS_MAKE_DIR", "PYTHONWARNINGS"):
     os.environ.pop(_name, None)
 
+# Every process the suite starts gets its temporary files in one directory of its own,
+# removed when the suite ends: a run that a test kills -9 (torchrun's rendezvous files,
+# multiprocessing's pymp-*, DataLoader workers' stack dumps) leaves nothing in the
+# machine's /tmp. pytest's own tmp_path root stays where it was (kept for a failed test).
+if "OPTIMUS_TESTS_TMPDIR" not in os.environ:
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    _suite_tmp = tempfile.mkdtemp(prefix="optimus-tests-")
+    os.environ["OPTIMUS_TESTS_TMPDIR"] = os.environ["TMPDIR"] = _suite_tmp
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    atexit.register(shutil.rmtree, _suite_tmp, ignore_errors=True)
+
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "optimus_preflight.cli"]
 
