@@ -168,3 +168,44 @@ def test_a_frozen_pretrained_embedding_handed_to_the_optimizer_names_from_pretra
         assert bool(found) == fires
         if found:
             assert found[0].severity.value == "warning" and "freeze=False" in found[0].fix
+
+
+def test_a_sinusoidal_position_table_the_model_froze_itself_is_quiet():
+    """Whisper and Marian build embed_positions as sin/cos tables with requires_grad=False:
+    model.parameters() hands them to the optimizer, and that is no mistake."""
+    import math
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from optimus_preflight.preflight import run_preflight
+    from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+    from optimus_preflight.preflight.checks.model_checks import sinusoidal_table
+
+    positions, dim = 5, 8
+    angle = torch.arange(positions)[:, None] / 10000 ** (torch.arange(dim // 2)[None] / (dim // 2))
+    halves = torch.cat([angle.sin(), angle.cos()], dim=1)
+    interleaved = torch.stack([angle.sin(), angle.cos()], dim=2).flatten(1)
+    assert sinusoidal_table(halves) and sinusoidal_table(interleaved)
+    assert not sinusoidal_table(torch.randn(positions, dim)) and not sinusoidal_table(halves * 0.5)
+
+    class Tagger(nn.Module):
+        def __init__(self, table):
+            super().__init__()
+            self.tokens = nn.Embedding(100, dim)
+            self.embed_positions = nn.Embedding(positions, dim)
+            self.embed_positions.weight.data.copy_(table)
+            self.embed_positions.requires_grad_(False)
+            self.head = nn.Linear(positions * dim, 2)
+
+        def forward(self, ids):
+            return self.head((self.tokens(ids) + self.embed_positions.weight).flatten(1) / math.sqrt(dim))
+
+    for table, fires in ((halves, False), (interleaved, False), (torch.randn(positions, dim) * 0.4, True)):
+        model = Tagger(table)
+        report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                               DataLoader(TensorDataset(torch.randint(0, 100, (64, positions)),
+                                                        torch.randint(0, 2, (64,))), batch_size=16),
+                               loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), OptimizerParamsCheck()])
+        warned = [i for i in report.check("model.optimizer_params").issues
+                  if i.code == "O17" and i.severity.value == "warning"]
+        assert bool(warned) == fires

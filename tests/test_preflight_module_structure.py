@@ -293,3 +293,42 @@ def test_unfreezing_top_layers_with_a_module_attribute_leaves_them_frozen(how):
     assert bool(issues) == (how == "attribute")
     if issues:
         assert "'2', '4'" in issues[0].message and "module.requires_grad_(True)" in issues[0].fix
+
+
+class PointLayer(nn.Module):
+    """A hand-written layer keeping its weight as a buffer (so that .to() moves it) or as a parameter."""
+
+    def __init__(self, fan_in: int, fan_out: int, as_buffer: bool):
+        super().__init__()
+        weight = torch.randn(fan_in, fan_out) / fan_in ** 0.5
+        if as_buffer:
+            self.register_buffer("weight", weight)
+        else:
+            self.weight = nn.Parameter(weight)
+        self.bias = nn.Parameter(torch.zeros(fan_out))
+
+    def forward(self, x):
+        return x @ self.weight + self.bias
+
+
+@pytest.mark.parametrize("as_buffer", [True, False])
+def test_weights_registered_as_buffers_leave_only_the_biases_to_train(as_buffer):
+    model = nn.Sequential(PointLayer(16, 32, as_buffer), nn.ReLU(), PointLayer(32, 3, as_buffer))
+    issues = [i for i in structure_issues(model) if i.code == "ONLY_BIASES_TRAIN"]
+    assert bool(issues) == as_buffer
+    if issues:
+        assert "0.weight (16, 32)" in issues[0].message and "register_buffer" in issues[0].message
+        assert "nn.Parameter" in issues[0].fix
+
+
+def test_a_fixed_filterbank_buffer_before_a_trained_head_is_quiet():
+    class Filterbank(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("bank", torch.rand(16, 8))  # fixed on purpose (a mel filterbank)
+            self.head = nn.Linear(8, 3)
+
+        def forward(self, x):
+            return self.head(x @ self.bank)
+
+    assert not [i for i in structure_issues(Filterbank()) if i.code == "ONLY_BIASES_TRAIN"]

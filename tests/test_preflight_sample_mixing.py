@@ -317,3 +317,84 @@ def test_a_concatenation_along_the_batch_reshaped_to_fit_pairs_samples(concat_di
     assert bool(issues) == (concat_dim is None)
     if issues:
         assert "torch.cat((u, v), dim=1)" in issues[0].fix
+
+
+class HiddenStateClassifier(nn.Module):
+    """A BiLSTM classifier reading its final states h_n (2, B, H)."""
+
+    def __init__(self, flatten_with_view: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.flatten_with_view = flatten_with_view
+        self.embed = nn.Embedding(50, 16)
+        self.rnn = nn.LSTM(16, 12, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(24, 4)
+
+    def forward(self, ids):
+        _, (h_n, _) = self.rnn(self.embed(ids))
+        if self.flatten_with_view:
+            features = h_n.view(ids.size(0), -1)
+        else:
+            features = torch.cat([h_n[-2], h_n[-1]], dim=1)
+        return self.head(features)
+
+
+class BagAttention(nn.Module):
+    """Attention pooling over a bag of 8 instances per sample (multiple-instance learning)."""
+
+    def __init__(self, over_batch: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.over_batch = over_batch
+        self.score = nn.Linear(6, 1)
+        self.head = nn.Linear(6, 4)
+
+    def forward(self, bags):  # (B, 8, 6)
+        weights = torch.softmax(self.score(bags), dim=0 if self.over_batch else 1)
+        return self.head((weights * bags).sum(1))
+
+
+def _bags_mixing(model: nn.Module) -> list:
+    bags = torch.randn(256, 8, 6, generator=torch.Generator().manual_seed(0))
+    labels = torch.randint(0, 4, (256,), generator=torch.Generator().manual_seed(1))
+    loader = DataLoader(TensorDataset(bags, labels), batch_size=SIZE, shuffle=True)
+    report = run_preflight(model, torch.optim.AdamW(model.parameters(), 1e-3), loader, loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), SampleMixingCheck()])
+    result = report.check("step.sample_mixing")
+    return [issue for issue in result.issues if issue.code == "BATCH_MIXING"], result
+
+
+def test_the_operation_that_mixes_is_named_with_its_line_a_view_of_h_n():
+    issues, result = mixing(HiddenStateClassifier(flatten_with_view=True))
+    assert issues, result.data
+    message = issues[0].message
+    assert "`view`" in message and "features = h_n.view(ids.size(0), -1)" in message
+    assert "(2, 16, 12) tensor whose samples lie along axis 1" in message and "h_n" in issues[0].fix
+    assert result.data["mixing_op"]["sample_axis"] == 1
+
+
+def test_the_operation_that_mixes_is_named_a_softmax_over_the_batch():
+    issues, result = _bags_mixing(BagAttention(over_batch=True))
+    assert issues, result.data
+    assert "`softmax(dim=0)`" in issues[0].message and "dim=0 if self.over_batch else 1" in issues[0].message
+    assert "never the batch axis" in issues[0].fix
+
+
+@pytest.mark.parametrize("model", [HiddenStateClassifier(flatten_with_view=False), BagAttention(over_batch=False)],
+                         ids=["h_n_concatenated", "softmax_over_instances"])
+def test_the_same_models_written_per_sample_are_quiet(model):
+    issues, result = (mixing if isinstance(model, HiddenStateClassifier) else _bags_mixing)(model)
+    assert not issues and "mixing_op" not in result.data
+
+
+def test_the_first_mixing_call_is_none_where_no_call_confines_the_change():
+    from optimus_preflight.preflight.analyses.mixing_op import Call, first_mixing
+
+    base = torch.zeros(4, 3)
+    changed = base.clone()
+    changed[1] = 1.0  # another sample than 0 moved in the input already: no call is the first to mix
+    first = [Call("relu", None, [base], [base], None)]
+    second = [Call("relu", None, [changed], [changed], None)]
+    assert first_mixing(first, second, keep=4) is None
+    diverging = [Call("sigmoid", None, [base], [base], None)]
+    assert first_mixing(first, diverging, keep=4) is None

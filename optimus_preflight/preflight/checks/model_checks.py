@@ -102,6 +102,20 @@ def _fmt(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else repr(value)
 
 
+
+def sinusoidal_table(weight: torch.Tensor) -> bool:
+    """Whether an embedding holds fixed sin/cos position encodings (Whisper's and Marian's
+    embed_positions, frozen by the model itself): each row's column pairs, halves or
+    interleaved, lie on the unit circle."""
+    if weight.dim() != 2 or weight.shape[1] % 2 or weight.shape[0] < 2:
+        return False
+    table = weight.detach().float()
+    half = table.shape[1] // 2
+    for first, second in ((table[:, :half], table[:, half:]), (table[:, 0::2], table[:, 1::2])):
+        if float((first.square() + second.square() - 1).abs().max()) < 1e-3:
+            return True
+    return False
+
 class OptimizerParamsCheck(Check):
     """O2 trainable params not in the optimizer; O17 frozen params in it; a param in two
     groups; group keys the optimizer never reads (misnamed); SGD's dampening."""
@@ -181,7 +195,7 @@ class OptimizerParamsCheck(Check):
             # lists it. nn.Embedding.from_pretrained freezes by default (freeze=True).
             tables = [name for name, module in ctx.model.named_modules()
                       if isinstance(module, (nn.Embedding, nn.EmbeddingBag)) and not module.weight.requires_grad
-                      and module.weight in in_optimizer]
+                      and module.weight in in_optimizer and not sinusoidal_table(module.weight)]
             if tables and not holding:
                 findings.warning(
                     "O17",

@@ -244,6 +244,8 @@ class ModuleStructureCheck(Check):
                 "{k.removeprefix('module.'): v for k, v in state.items()}), or unfreeze the layers if they are "
                 "meant to train from scratch.",
             )
+        if not matrices and trainable:
+            self._weights_as_buffers(ctx, findings)
         linear = [name for name, m in ctx.model.named_modules()
                   if isinstance(m, nn.LeakyReLU) and float(m.negative_slope) == 1.0]
         if linear:
@@ -282,6 +284,28 @@ class ModuleStructureCheck(Check):
                 "Use torch's default momentum=0.1 (Keras' momentum=0.99 is torch's momentum=0.01), or momentum=None "
                 "for a cumulative average.",
             )
+
+    @staticmethod
+    def _weights_as_buffers(ctx: PreflightContext, findings: Findings) -> None:
+        """A model whose parameters are all vectors (biases, norms) while its matrices are
+        floating buffers: register_buffer (chosen so .to() moves them) keeps them out of
+        parameters(), so no optimizer ever updates them."""
+        buffers = [(name, b) for name, b in ctx.model.named_buffers() if b.is_floating_point() and b.dim() >= 2]
+        trained = sum(p.numel() for p in ctx.model.parameters() if p.requires_grad)
+        held = sum(b.numel() for _, b in buffers)
+        if not buffers or held < trained:
+            return
+        shown = ", ".join(f"{name} {tuple(b.shape)}" for name, b in buffers[:4]) + (" ..." if len(buffers) > 4 else "")
+        findings.warning(
+            "ONLY_BIASES_TRAIN",
+            f"the model has no weight matrix among its parameters: its {len(buffers)} matrix-shaped tensor(s) "
+            f"({shown}; {held:,} values) are buffers, registered with register_buffer, so parameters() and the "
+            f"optimizer never see them and only {trained:,} bias/scale values train. register_buffer is for state "
+            "that must not train (running statistics, fixed tables); a weight kept there to move with .to() or "
+            "to be saved stays at its init",
+            "Make the weights parameters: self.weight = nn.Parameter(torch.randn(...) * scale) (parameters also "
+            "move with .to() and are saved in the state_dict), then rebuild the optimizer on model.parameters().",
+        )
 
     @staticmethod
     def _requires_grad_attribute(ctx: PreflightContext, findings: Findings) -> None:

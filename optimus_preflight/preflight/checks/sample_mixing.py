@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from optimus_preflight.preflight.analyses.eval_forward import model_outputs
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward, model_outputs
+from optimus_preflight.preflight.analyses.mixing_op import MixingOp, first_mixing, record_calls
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import batch_size_of, map_batch
@@ -207,11 +208,11 @@ class SampleMixingCheck(Check):
         findings.data.update(samples=keep, moved_share=round(share, 4), other_samples_moved=others)
         findings.data["summary"] = f"changing sample 0 of {keep} moved {share:.0%} of the model's output"
         if share > MIXED_SHARE and share > 3 / keep:
-            self._mixed(keep, share, findings)
+            self._mixed(keep, share, findings, self._where(ctx, probes, keep, findings))
         elif others is not None and len(others) >= OTHERS_MOVED:
-            self._some_mixed(keep, others, findings)
+            self._some_mixed(keep, others, findings, self._where(ctx, probes, keep, findings))
         elif others is not None and len(others) == 1 and (moved := self._one_other(ctx, batch, size, keep, others)):
-            self._one_mixed(keep, moved, findings)
+            self._one_mixed(keep, moved, findings, self._where(ctx, probes, keep, findings))
         elif index_dependent(*outputs, keep) and not self._stochastic(ctx, probes[0], outputs[0]):
             findings.warning(
                 "BATCH_INDEX_DEPENDENT",
@@ -225,7 +226,28 @@ class SampleMixingCheck(Check):
             )
 
     @staticmethod
-    def _some_mixed(keep: int, others: list[int], findings: Findings) -> None:
+    def _where(ctx: PreflightContext, probes: tuple[Any, Any], keep: int, findings: Findings) -> MixingOp | None:
+        """The operation where the samples first mix, from both probes' recorded calls."""
+        calls = [record_calls(lambda probe=probe: eval_forward(ctx, probe)) for probe in probes]
+        if calls[0] is None or calls[1] is None:
+            return None
+        op = first_mixing(calls[0], calls[1], keep)
+        if op is not None:
+            findings.data["mixing_op"] = {"name": op.name, "dim": op.dim, "input_shape": list(op.input_shape),
+                                          "sample_axis": op.sample_axis, "frame": op.frame}
+        return op
+
+    @staticmethod
+    def _located(op: MixingOp | None, cause: str, fix: str) -> tuple[str, str]:
+        """The message's cause and the fix: the operation found and its own cause where known."""
+        if op is None:
+            return cause, fix
+        known = op.cause()
+        return (f"{op.describe()[0].upper()}{op.describe()[1:]}. {known[0] if known else cause}",
+                known[1] if known else fix)
+
+    @classmethod
+    def _some_mixed(cls, keep: int, others: list[int], findings: Findings, op: MixingOp | None = None) -> None:
         stride = evenly_spaced(others, keep)
         listed = ", ".join(str(i) for i in others[:8]) + (", ..." if len(others) > 8 else "")
         if stride:
@@ -242,6 +264,7 @@ class SampleMixingCheck(Check):
                      "batch")
             fix = ("Keep every per-sample tensor sample-major (repeat_interleave, key_padding_mask, permute before "
                    "reshape). If samples are meant to interact (a set model), disable the issue BATCH_MIXING.")
+        cause, fix = cls._located(op, cause, fix)
         findings.warning(
             "BATCH_MIXING",
             f"changing sample 0 of a batch of {keep} (in eval mode, without gradients) also changed the outputs of "
@@ -264,20 +287,24 @@ class SampleMixingCheck(Check):
             return None
         return others[0], again[0] if len(again) == 1 else again
 
-    @staticmethod
-    def _one_mixed(keep: int, moved: tuple[int, int | list[int]], findings: Findings) -> None:
+    @classmethod
+    def _one_mixed(cls, keep: int, moved: tuple[int, int | list[int]], findings: Findings,
+                   op: MixingOp | None = None) -> None:
         first, second = moved
         if isinstance(second, list):  # sample 2 reached several samples: rows regrouped across the batch
             listed = ", ".join(str(i) for i in second)
-            findings.warning(
-                "BATCH_MIXING",
-                f"changing sample 0 of a batch of {keep} (eval mode, no gradients) moved the output of sample {first}, "
-                f"and changing sample 2 moved samples {listed}: outputs are computed from other samples' data. A "
-                ".view/.reshape regroups rows across the batch: torch.cat((u, v)) concatenates along dim 0 by "
+            cause, fix = cls._located(
+                op, "A .view/.reshape regroups rows across the batch: torch.cat((u, v)) concatenates along dim 0 by "
                 "default, (2B, d), and .view(-1, 2 * d) then pairs two users (or two items) in each row instead of "
                 "a user with its own item",
                 "Concatenate per-sample features along the feature axis: torch.cat((u, v), dim=1) (or dim=-1); "
-                "never reshape across the batch axis.",
+                "never reshape across the batch axis.")
+            findings.warning(
+                "BATCH_MIXING",
+                f"changing sample 0 of a batch of {keep} (eval mode, no gradients) moved the output of sample {first}, "
+                f"and changing sample 2 moved samples {listed}: outputs are computed from other samples' data. "
+                f"{cause}",
+                fix,
             )
             return
         if first == keep - 1 and second == keep - 3:
@@ -293,6 +320,7 @@ class SampleMixingCheck(Check):
             cause = (f"Sample 0's data reaches sample {first}'s output and sample 2's reaches sample {second}'s: an "
                      "index, flip, roll or shift over the batch axis that pairs each sample with another one")
             fix = "Apply per-sample operations along the sample's own axes (dim 1 and up of a batch), never dim 0."
+        cause, fix = cls._located(op, cause, fix)
         findings.warning(
             "BATCH_MIXING",
             f"changing sample 0 of a batch of {keep} (eval mode, no gradients) moved the output of sample {first}, "
@@ -301,18 +329,20 @@ class SampleMixingCheck(Check):
             fix,
         )
 
-    @staticmethod
-    def _mixed(keep: int, share: float, findings: Findings) -> None:
-        findings.warning(
-            "BATCH_MIXING",
-            f"changing one sample of a batch of {keep} changes {share:.0%} of the model's outputs (only that "
-            "sample's share should move, in eval mode): the model mixes the samples of a batch. Usually the "
-            "batch axis is read as another one: a (B, T, ...) batch into nn.TransformerEncoderLayer / "
+    @classmethod
+    def _mixed(cls, keep: int, share: float, findings: Findings, op: MixingOp | None = None) -> None:
+        cause, fix = cls._located(
+            op, "Usually the batch axis is read as another one: a (B, T, ...) batch into nn.TransformerEncoderLayer / "
             "nn.MultiheadAttention / nn.LSTM built without batch_first=True (attention or recurrence then runs "
             "across the batch), a time-major batch into a batch_first module, or a softmax/mean over dim 0",
             "Give sequence modules the layout of the batch (batch_first=True for (B, T, ...) batches, or "
             "x.transpose(0, 1) before them), and normalise over the feature or class dim, never dim 0. If "
-            "samples are meant to interact (a set model), disable the issue BATCH_MIXING.",
+            "samples are meant to interact (a set model), disable the issue BATCH_MIXING.")
+        findings.warning(
+            "BATCH_MIXING",
+            f"changing one sample of a batch of {keep} changes {share:.0%} of the model's outputs (only that "
+            f"sample's share should move, in eval mode): the model mixes the samples of a batch. {cause}",
+            fix,
         )
 
     @classmethod

@@ -38,9 +38,22 @@ def is_library_file(filename: str) -> bool:
     return filename.startswith(_TORCH_DIR) or filename.startswith(_STDLIB_DIRS) or filename in OWN_FILES
 
 
+def without_comment(code: str) -> str:
+    """A line of code without its trailing comment (a '#' outside quotes)."""
+    quote = None
+    for index, char in enumerate(code):
+        if quote is None and char in "'\"":
+            quote = char
+        elif char == quote:
+            quote = None
+        elif char == "#" and quote is None:
+            return code[:index].rstrip()
+    return code
+
+
 def frame_text(filename: str, lineno: int, name: str) -> str:
     """'File "x.py", line 12, in __getitem__: time.sleep(3600)'."""
-    code = linecache.getline(filename, lineno).strip()
+    code = without_comment(linecache.getline(filename, lineno).strip())
     return f'File "{filename}", line {lineno}, in {name}' + (f": {code}" if code else "")
 
 
