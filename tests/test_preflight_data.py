@@ -374,3 +374,67 @@ def test_an_unshuffled_loader_of_one_batch_per_epoch_is_quiet():
         report = run_preflight(model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(dataset, batch_size=batch_size),
                                loss_fn=torch.nn.CrossEntropyLoss(), checks=[SamplingCheck()])
         assert ("DP14" in {i.code for i in report.check("data.sampling").issues}) != quiet
+
+
+@pytest.mark.parametrize("per_item", [False, True])
+def test_a_generator_seeded_the_same_in_every_getitem_is_named(per_item):
+    import random
+
+    import numpy as np
+
+    from optimus_preflight.preflight import run_preflight
+
+    class Procedural(torch.utils.data.Dataset):
+        def __len__(self):
+            return 512
+
+        def __getitem__(self, idx):
+            rng = np.random.default_rng(7 + idx if per_item else 7)
+            x = torch.from_numpy(rng.normal(size=FEATURES).astype("float32"))
+            return x, int(x[0] > 0)
+
+    np.random.seed(3)
+    random.seed(3)
+    before = (np.random.random(), random.random())
+    np.random.seed(3)
+    random.seed(3)
+    model = nn.Linear(FEATURES, 2)
+    report = run_preflight(model, torch.optim.SGD(model.parameters(), 0.1),
+                           DataLoader(Procedural(), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), DuplicateSamplesCheck()])
+    assert (np.random.random(), random.random()) == before  # the user's RNG streams are put back
+    found = [issue for _, issue in report.issues() if issue.code == "DATA_IDENTICAL"]
+    if per_item:
+        assert not found
+    else:
+        assert "numpy.random.default_rng(7) for dataset[0] and again for dataset[1]" in found[0].message
+        assert "default_rng(self.seed + idx)" in found[0].fix
+
+
+@pytest.mark.parametrize("scaled", [True, False], ids=["to_tensor_then_long", "from_numpy"])
+def test_label_maps_all_zero_after_a_to_tensor_scaling_name_the_conversion(scaled):
+    from torch.utils.data import TensorDataset
+
+    from optimus_preflight.preflight import run_preflight
+    from optimus_preflight.preflight.checks.step_checks import FirstStepCheck, TargetsCheck
+    from optimus_preflight.preflight.data_access.samples import input_digests
+
+    g = torch.Generator().manual_seed(0)
+    images = torch.rand(256, 1, 8, 8, generator=g)
+    masks = (images[:, 0] * 4).long().clamp(max=3)  # class ids 0..3 per pixel, as uint8 PNGs hold them
+    if scaled:
+        masks = (masks.to(torch.uint8).float() / 255).long()  # ToTensor divides uint8 by 255; .long() truncates
+    # The int64 (B, H, W) mask takes more bytes than the float32 (B, 1, H, W) image, not more values:
+    # the image, the field whose rows differ, is the input.
+    assert input_digests((images[:16], masks[:16])) == input_digests((images[:16],))
+    model = nn.Conv2d(1, 4, 3, padding=1)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(images, masks), batch_size=16, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), FirstStepCheck(), TargetsCheck(),
+                                                                  DuplicateSamplesCheck()])
+    codes = {issue.code: issue for _, issue in report.issues() if issue.severity.value == "warning"}
+    if scaled:
+        assert "ToTensor()/to_tensor" in codes["TARGET_ONE_CLASS"].message
+        assert "PILToTensor()" in codes["TARGET_ONE_CLASS"].fix and "DATA_IDENTICAL" not in codes
+    else:
+        assert not codes

@@ -146,3 +146,24 @@ def test_folder_names_sorted_as_strings_in_one_split_are_named():
     assert issues and "sorted as strings in training ('1', '10', '11', '12', '2', ...)" in issues[0].message
     assert "class_to_idx" in issues[0].fix
     assert "TRAIN_ONLY_SHORTCUT" not in {i.code for i in result.issues}
+
+
+@pytest.mark.parametrize("unlabelled", ["zeros", "ignored"])
+def test_unlabelled_training_samples_filled_with_zero_while_validation_ignores_them(unlabelled):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 50, (3000, 12), generator=g)
+    y = torch.randint(0, 4, (3000,), generator=g)
+    labelled = torch.rand(3000, generator=g) < 0.15  # 85% of the nodes/pixels have no label
+    train_y = torch.where(labelled, y, torch.zeros_like(y) if unlabelled == "zeros" else torch.full_like(y, -100))
+    val_y = torch.where(labelled, y, torch.full_like(y, -100))
+    train, val = TensorDataset(ids[:2000], train_y[:2000]), TensorDataset(ids[2000:], val_y[2000:])
+    model = nn.Sequential(nn.Embedding(50, 8), nn.Flatten(), nn.Linear(96, 4))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), DataLoader(train, batch_size=64, shuffle=True),
+                           val_loader=DataLoader(val, batch_size=128), loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    found = [i for i in report.check("data.split_labels").issues if i.code == "VAL_LABEL_SHIFT"]
+    if unlabelled == "zeros":
+        assert found and "unlabelled samples of the training split were filled with 0" in found[0].message
+        assert "np.full(n, -100)" in found[0].fix and "data.train stands for" in found[0].fix
+    else:
+        assert not found

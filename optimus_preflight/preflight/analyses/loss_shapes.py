@@ -187,8 +187,9 @@ def column_broadcast_findings(broadcasts: list[ColumnBroadcast], calls: list[Cri
     squeeze = ("prediction.squeeze(-1)" if found.learnable_shape == (rows, 1) else "target.squeeze(-1)")
     return [Finding(
         "LOSS_BROADCAST", "error",
-        f"compute_loss combines a tensor of shape {found.learnable_shape} computed by the model with a constant of "
-        f"shape {found.constant_shape} (`{found.op}`): they broadcast to ({rows}, {rows}), so every prediction is "
+        f"compute_loss combines a tensor of shape {found.learnable_shape} computed by the model with a tensor of "
+        f"shape {found.constant_shape} that is not (the batch's targets or labels read as a column, or a constant) "
+        f"(`{found.op}`): they broadcast to ({rows}, {rows}), so every prediction is "
         f"compared with every sample's target ({rows * rows} terms instead of {rows}) and the model learns to "
         "predict the batch mean",
         f"Give both one shape before the arithmetic: {squeeze} (or target.view_as(prediction)).",

@@ -204,17 +204,21 @@ SEEDING = (("torch", torch, "manual_seed"), ("torch.random", torch.random, "manu
            ("numpy.random", None, "seed"), ("random", None, "seed"))
 
 
+# Seeded generators made on the spot: fine once, the same draws again when made per call.
+SEEDED_GENERATORS = (("numpy.random", None, "default_rng"),)
+
+
 @contextlib.contextmanager
-def _seeding_watched(calls: list[str]) -> Iterator[None]:
+def seeding_watched(calls: list[str], watched: tuple = SEEDING) -> Iterator[None]:
     """Record ``torch.manual_seed(...)``, ``np.random.seed(...)`` and ``random.seed(...)``
-    calls made inside ``compute_loss`` (they still run)."""
+    calls (and those of ``watched``) made inside the block; they still run."""
     import random
 
     import numpy
 
     owners = {"numpy.random": numpy.random, "random": random}
     patched = []
-    for label, owner, attribute in SEEDING:
+    for label, owner, attribute in watched:
         owner = owner if owner is not None else owners[label]
         original = getattr(owner, attribute)
 
@@ -264,7 +268,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         spy.batch_rows = batch_size_of(data)
         spy.criterion_args.watch_batch(data)
         before = _side_effect_state(ctx.optimizer, watched)
-        with spy, _seeding_watched(probe.loss_reseeds), watched_autograd_grad(probe.derivative_calls, force_graph=False):
+        with spy, seeding_watched(probe.loss_reseeds), watched_autograd_grad(probe.derivative_calls, force_graph=False):
             output = ctx.compute_loss(module, data)
         probe.loss_side_effects = _side_effects(before, _side_effect_state(ctx.optimizer, watched))
         loss = output[0] if isinstance(output, tuple) else output

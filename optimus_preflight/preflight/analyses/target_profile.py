@@ -247,14 +247,20 @@ def one_class_finding(call: CriterionCall, seen: int, batches: int, whole_epoch:
     of = (f" of the model's {call.n_classes} classes" if call.function in ("cross_entropy", "nll_loss")
           else " (a binary target)")
     where = "the whole epoch" if whole_epoch else f"the first {batches} batch(es)"
+    dense = call.target_shape is not None and len(call.target_shape) >= 3 and value == 0
+    mask = (" For label maps (a target per pixel) all 0: an integer mask converted with torchvision's "
+            "ToTensor()/to_tensor, which divides uint8 images by 255, then cast with .long(), truncates every "
+            "class id (1/255 ... 254/255) to 0" if dense else "")
+    mask_fix = (" Convert masks without scaling: torch.from_numpy(np.array(mask)).long() or "
+                "transforms.PILToTensor(), never ToTensor()." if dense else "")
     return Finding(
         "TARGET_ONE_CLASS", "warning",
         f"all {seen} targets {call.function} got in {where} are {shown}: one class{of}. A model trained on "
-        "one class learns to predict it whatever the input, with a loss that looks healthy",
+        f"one class learns to predict it whatever the input, with a loss that looks healthy.{mask}",
         "Check the labels the dataset returns: a label read from the wrong column or field, a constant "
         "placeholder, or data filtered down to one class; data sorted by class needs shuffle=True in the "
         "training DataLoader. With extremely imbalanced data, sample the minority class more "
-        "(WeightedRandomSampler) or weight it in the loss.",
+        f"(WeightedRandomSampler) or weight it in the loss.{mask_fix}",
     )
 
 

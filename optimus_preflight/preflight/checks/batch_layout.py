@@ -68,8 +68,8 @@ class BatchLayoutCheck(Check):
                 "order. A view does not swap axes, it reads the memory in a new shape, so every row of the result "
                 "holds a run of values from different positions of the old axes (e.g. a (B, T, C) sequence viewed "
                 "as (B, C, T) for a Conv1d mixes time steps into channels)",
-                "Swap axes with .permute(...) or .transpose(a, b) (then .contiguous() if a view is needed next), "
-                "not .view/.reshape.",
+                "Swap axes with .permute(...) or .transpose(a, b), not .view/.reshape (then .contiguous() if a "
+                "view is needed next).",
             )
         if probe.flatten_mismatch is not None and probe.flatten_mismatch.class_axis is not None:
             found = probe.flatten_mismatch

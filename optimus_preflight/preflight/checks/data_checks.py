@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import math
+import operator
 import os
 import shutil
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import psutil
 import torch
 from torch.utils.data import IterableDataset, RandomSampler, SequentialSampler, SubsetRandomSampler
 
+from optimus_preflight.preflight.analyses.probe import SEEDED_GENERATORS, SEEDING, seeding_watched
 from optimus_preflight.preflight.analyses.sizes import dataloader_host_bytes
 from optimus_preflight.preflight.checks.batch_checks import describe_groups, is_map_style, shape_groups
 from optimus_preflight.preflight.data_access.fetch import FetchResult, fetch_batches
@@ -260,6 +263,26 @@ def distinct_pool(distinct: int, draws: int) -> int:
     return high
 
 
+def reseeding_in_getitem(ctx: PreflightContext, check: str, findings: Findings) -> str | None:
+    """The seeding call a map-style dataset makes with one seed both in ``dataset[0]`` and in
+    ``dataset[1]`` (``np.random.default_rng(0)``), RNGs put back after; None otherwise."""
+    dataset = getattr(ctx.train_loader, "dataset", None)
+    if dataset is None or not is_map_style(dataset):
+        return None
+    guard = DataGuard(ctx, check, findings)
+    per_item: list[list[str]] = []
+    with preserved_data_state(ctx):
+        for index in (0, 1):
+            calls: list[str] = []
+            with seeding_watched(calls, SEEDING + SEEDED_GENERATORS):
+                try:
+                    guard.call(operator.getitem, dataset, index, what=f"dataset[{index}]")
+                except Exception:  # a dataset that cannot be indexed so: nothing to say
+                    return None
+            per_item.append(calls)
+    return next((call for call in per_item[0] if call in per_item[1]), None)
+
+
 class DuplicateSamplesCheck(Check):
     """DP2: an IterableDataset that is not sharded yields every sample once per worker;
     DATA_IDENTICAL: a first batch made of (nearly) one sample, whatever the dataset type."""
@@ -305,7 +328,8 @@ class DuplicateSamplesCheck(Check):
 
     @staticmethod
     def _identical_samples(digests: list[str], findings: Findings, inputs_only: bool = False,
-                           constant: tuple[tuple[int, ...], float] | None = None) -> None:
+                           constant: tuple[tuple[int, ...], float] | None = None,
+                           reseeded: Callable[[], str | None] = lambda: None) -> None:
         """``constant``: (shape, value) of the inputs' largest field when it holds one value everywhere."""
         distinct = len(set(digests))
         if len(digests) < IDENTICAL_MIN_BATCH or distinct > IDENTICAL_MAX_DISTINCT * len(digests):
@@ -340,6 +364,18 @@ class DuplicateSamplesCheck(Check):
         mask = (" Exactly two: a Subset (or an index list) given a boolean mask, Subset(data, [r == 'train' for r in "
                 "rows]), whose True/False entries index samples 1 and 0, where the indices of the True entries were "
                 "meant" if distinct == 2 else "")
+        seeding = reseeded()
+        if seeding is not None:
+            findings.warning(
+                "DATA_IDENTICAL",
+                f"the first batch holds {many} among its {len(digests)} (inputs and targets compared by value), and "
+                f"the dataset's __getitem__ calls {seeding} for dataset[0] and again for dataset[1]: a random "
+                "generator re-created (or re-seeded) with the same seed for every item draws the same numbers, so "
+                "every index yields the same sample and the model trains on one example",
+                "Seed per item, or once: np.random.default_rng(self.seed + idx) (torch.Generator().manual_seed("
+                "seed + idx)) inside __getitem__, or create the generator once in __init__ and draw from it.",
+            )
+            return
         fix = ("Check the index arithmetic in the dataset's __getitem__ (or the iterator of an IterableDataset): a "
                "stride or offset that rounds to 0 (e.g. int(window * 0.01)), an index that is never used, or a "
                "cached sample returned for every index" + ("; give Subset the indices, "
@@ -375,7 +411,7 @@ class DuplicateSamplesCheck(Check):
         findings.data.update(batches_compared=len(hashes), repeated_across_batches=repeated, repeated_in_first=within)
         findings.data["summary"] = f"{len(hashes)} batch(es) hashed, {repeated} repeated samples"
         if hashes:
-            self._identical_samples(hashes[0], findings)
+            self._identical_samples(hashes[0], findings, reseeded=lambda: reseeding_in_getitem(ctx, self.name, findings))
             if "distinct_in_first" not in findings.data and batches and one_sample_axis(batches[0]):
                 self._identical_samples(input_digests(batches[0]), findings, inputs_only=True,
                                         constant=constant_field(batches[0]))

@@ -589,6 +589,22 @@ class SplitLabelsCheck(Check):
         def shares(hist: dict[int, float]) -> str:
             top = sorted(hist.items(), key=lambda item: -item[1])[:5]
             return ", ".join(f"{c}: {v:.0%}" for c, v in top) + (", ..." if len(hist) > 5 else "")
+        ignored = sum(share for label, share in shift.val.items() if label < 0)
+        zero_excess = shift.train.get(0, 0.0) - shift.val.get(0, 0.0) / max(1.0 - ignored, 1e-9)
+        if ignored >= 0.2 and not any(label < 0 for label in shift.train) and zero_excess >= 0.5 * ignored:
+            findings.warning(
+                "VAL_LABEL_SHIFT",
+                f"validation marks {ignored:.0%} of its targets as ignored (negative labels: "
+                f"{shares(shift.val)}), training marks none and labels {shift.train.get(0, 0.0):.0%} of its targets "
+                f"class 0 (training {shares(shift.train)}): the unlabelled samples of the training split were filled "
+                "with 0 (np.zeros / torch.zeros labels, the loss over every node or pixel) instead of the ignore "
+                "index, so the model is trained to predict class 0 for everything it has no label for",
+                "Give unlabelled samples the ignore index: labels = np.full(n, -100) before filling in the known "
+                "ones (CrossEntropyLoss ignores -100), or compute the loss on the labelled ones only "
+                "(loss = F.cross_entropy(out[train_mask], y[train_mask])).",
+                "data.train",
+            )
+            return
         findings.warning(
             "VAL_LABEL_SHIFT",
             f"the validation labels are distributed unlike the training labels (total variation "

@@ -4,6 +4,7 @@ and splitting into (or joining) micro-batches. The walking is ``training.batches
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -83,14 +84,23 @@ def input_digests(batch: Any) -> list[str]:
     token ids, the feature row), the one with the most distinct rows among equally large
     ones (input_ids over an attention mask of ones); [] without per-sample fields."""
     size = batch_size_of(batch)
-    fields = [rows for rows in (_leaf_rows(leaf, size) for leaf in leaves(batch, is_leaf=per_sample_values(size)))
-              if rows is not None and size > 0]
+    # Sized by values, not bytes: an int64 (B, H, W) mask is not larger than the float32 (B, 1, H, W) image.
+    fields = [(_values_per_row(leaf, size), rows) for leaf in leaves(batch, is_leaf=per_sample_values(size))
+              if (rows := _leaf_rows(leaf, size)) is not None and size > 0]
     if not fields:
         return []
-    largest = max(len(rows[0]) for rows in fields)
+    largest = max(values for values, _ in fields)
     candidates = [[hashlib.blake2b(row, digest_size=12).hexdigest() for row in rows]
-                  for rows in fields if len(rows[0]) == largest]
+                  for values, rows in fields if values == largest]
     return max(candidates, key=lambda digests: len(set(digests)))
+
+
+def _values_per_row(leaf: Any, size: int) -> int:
+    count = getattr(leaf, "numel", None)
+    if callable(count):
+        return count() // max(size, 1)
+    shape = getattr(leaf, "shape", None)
+    return int(math.prod(shape)) // max(size, 1) if shape is not None else 1
 
 
 def sample_hashes(batch: Any) -> list[str]:
