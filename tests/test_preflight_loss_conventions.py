@@ -322,6 +322,27 @@ def test_heatmap_targets_that_vanish_at_every_pixel(sigma):
     assert bool(found) == (sigma == 0.05)
 
 
+@pytest.mark.parametrize("drawn_at, sigma, fires", [("input_pixels", 1.0, True), ("map_cells", 1.0, False),
+                                                     ("map_cells", 0.5, False)],
+                         ids=["keypoints_in_input_pixels", "divided_by_the_stride", "small_sigma_with_invisible"])
+def test_heatmaps_centred_off_the_map_by_a_missing_stride(drawn_at, sigma, fires):
+    g = torch.Generator().manual_seed(11)
+    keypoints = torch.rand(256, 2, 2, generator=g) * 32  # two keypoints per 32x32 image, in input pixels
+    centres = keypoints if drawn_at == "input_pixels" else keypoints / 4  # an 8x8 heatmap: stride 4
+    yy, xx = torch.meshgrid(torch.arange(8.0), torch.arange(8.0), indexing="ij")
+    d2 = (xx - centres[..., 0, None, None]) ** 2 + (yy - centres[..., 1, None, None]) ** 2
+    heatmaps = torch.exp(-d2 / (2 * sigma ** 2))
+    heatmaps[torch.rand(256, 2, generator=g) < 0.3] = 0  # invisible keypoints: empty maps
+    images = torch.randn(256, 1, 32, 32, generator=g)
+    model = nn.Sequential(nn.Conv2d(1, 2, 3, stride=4, padding=1))
+    loader = DataLoader(TensorDataset(images, heatmaps), batch_size=32, shuffle=True)
+    found = issues(model, lambda model, batch: F.mse_loss(model(batch[0]), batch[1]), loader, LossFunctionCheck(),
+                   "TARGET_MAPS_VANISH")
+    assert bool(found) == fires
+    if found:
+        assert "centred outside the 8x8 map" in found[0].message and "stride" in found[0].fix
+
+
 @pytest.mark.parametrize("form, fires", [("log_sigmoid", True), ("log_softmax_of_probabilities", True),
                                          ("epsilon", False), ("with_logits", False), ("log_softmax", False)])
 def test_a_log_taken_straight_of_probabilities(form, fires):

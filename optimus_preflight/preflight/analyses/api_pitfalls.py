@@ -51,6 +51,8 @@ SWAPPABLE = ("kl_div", "binary_cross_entropy", "binary_cross_entropy_with_logits
 # a keep-confidence (0.9) passed where the smoothing (0.1) was meant.
 SMOOTHING_LIMIT = 0.5
 DENSE_MAP, TINY, MOSTLY = 64, 1e-3, 0.75  # per-sample map size; a peak below TINY; the share of such maps
+# Heatmaps centred off the map: peaks below OFF_MAP_PEAK on the border, in OFF_MAP_SHARE of the drawn maps.
+OFF_MAP_PEAK, OFF_MAP_SHARE, OFF_MAP_BORDER, OFF_MAP_MIN_MAPS = 0.5, 0.3, 0.9, 4
 SHORT_AXIS, LONG_AXIS = 4, 16  # a sort along a last dim this short, with another this long, sorts coordinates
 
 
@@ -66,6 +68,7 @@ class Pitfalls:
     einsum_private: tuple[str, str] | None = None  # (equation, the letters each summed inside one operand)
     sort_last: tuple[int, ...] | None = None  # shape of a tensor sorted along a short last dim
     vanishing_targets: tuple[tuple[int, ...], float, float] | None = None  # (shape, share of maps, largest value)
+    off_map_targets: tuple[tuple[int, ...], float, float] | None = None  # (shape, share at the border, share zero)
     # (shape, the softmax's dim, the dim the matmul sums over) of attention weights normalised off-axis
     softmax_off_axis: tuple[tuple[int, ...], int, int] | None = None
     masked_with_zero: tuple[tuple[int, ...], str] | None = None  # (scores shape, how) of a mask filled with ~0
@@ -215,7 +218,7 @@ class PitfallWatch:
             if isinstance(target, torch.Tensor) and target.requires_grad and not inputs.requires_grad:
                 found.swapped_arguments = (name, tuple(inputs.shape))
         if name in (*REGRESSION, "binary_cross_entropy", "binary_cross_entropy_with_logits") \
-                and found.vanishing_targets is None:
+                and found.vanishing_targets is None and found.off_map_targets is None:
             self._dense_targets(argument(args, kwargs, 1, "target"))
 
     def _dense_targets(self, target: Any) -> None:
@@ -229,6 +232,29 @@ class PitfallWatch:
         share = float(tiny.float().mean())
         if share >= MOSTLY:
             self.found.vanishing_targets = (tuple(target.shape), share, float(peaks.max()))
+            return
+        self._off_map(target)
+
+    def _off_map(self, target: torch.Tensor) -> None:
+        """Heatmaps (…, H, W) in [0, 1] whose Gaussians are centred outside the map: a map's
+        largest value then sits on its border and stays well below the 1 a centre inside gives
+        (at most exp(-1/4) half a cell off with sigma 1). Keypoints in input pixels drawn on a
+        strided map do this; invisible keypoints give all-zero maps, which are no evidence."""
+        height, width = target.shape[-2:]
+        if height < 4 or width < 4 or float(target.min()) < 0 or float(target.max()) > 1:
+            return
+        maps = target.detach().reshape(-1, height * width).float()
+        peaks, where = maps.max(dim=1)
+        rows, cols = where // width, where % width
+        border = (rows == 0) | (rows == height - 1) | (cols == 0) | (cols == width - 1)
+        faint = (peaks > 0) & (peaks < OFF_MAP_PEAK)
+        drawn = peaks > 0
+        if not bool(drawn.any()) or int(faint.sum()) < OFF_MAP_MIN_MAPS:
+            return
+        faint_share = float(faint.float().sum() / drawn.float().sum())
+        on_border = float((faint & border).float().sum() / faint.float().sum())
+        if faint_share >= OFF_MAP_SHARE and on_border >= OFF_MAP_BORDER:
+            self.found.off_map_targets = (tuple(target.shape), faint_share, float((~drawn).float().mean()))
 
 
 def pitfall_findings(found: Pitfalls) -> list[Finding]:
@@ -266,6 +292,20 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "every pixel",
             "Draw the targets in the grid's own units (sigma of 1-3 pixels for a heatmap in pixels, or scale the "
             "normalised sigma by the map size) and check that each target map peaks near 1.",
+        ))
+    if found.off_map_targets is not None:
+        shape, share, zero = found.off_map_targets
+        size = f"{shape[-2]}x{shape[-1]}"
+        findings.append(Finding(
+            "TARGET_MAPS_VANISH", "warning",
+            f"{share:.0%} of the non-empty {shape} target heatmaps peak below {OFF_MAP_PEAK:g} on the border of "
+            f"the map ({zero:.0%} are all zero): their Gaussians are centred outside the {size} map, so most "
+            "targets are empty or a faint edge and the model learns to output near-zero maps. Keypoints given in "
+            "the input image's pixels but drawn on a heatmap at a lower resolution (a stride of 4: a 32x32 input, "
+            "an 8x8 map) do this",
+            f"Draw each Gaussian at the keypoint's coordinates in the heatmap's own grid: divide by the stride "
+            f"(x_map = x * {shape[-1]} / input_width, y_map = y * {shape[-2]} / input_height) before drawing, and "
+            "check that each visible keypoint's map peaks near 1.",
         ))
     if found.masked_with_zero is not None:
         shape, how = found.masked_with_zero
