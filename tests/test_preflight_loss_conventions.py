@@ -464,3 +464,26 @@ def test_distillation_with_kl_div_arguments_swapped(order):
     assert bool(found) == (order == "swapped")
     if found:
         assert "kl_div(student_log_probs, teacher_probs)" in found[0].fix
+
+
+@pytest.mark.parametrize("boxes, fires", [("original_pixels_normalised", True), ("resized_normalised", False),
+                                          ("resized_pixels", False), ("four_counts", False)])
+def test_box_targets_that_end_past_the_resized_image(boxes, fires):
+    from optimus_preflight.preflight.checks.step_checks import TargetsCheck
+
+    g = torch.Generator().manual_seed(12)
+    sizes = torch.randint(16, 65, (512, 1), generator=g).float()  # the original images: 16 to 64 px, resized to 32
+    corner = torch.rand(512, 2, generator=g) * 0.5 * sizes
+    extent = (0.2 + 0.3 * torch.rand(512, 2, generator=g)) * sizes
+    original = torch.cat([corner, corner + extent], 1)  # xyxy in the original image's pixels
+    targets = {"original_pixels_normalised": original / 32, "resized_normalised": original / sizes,
+               "resized_pixels": original * 32 / sizes,
+               "four_counts": torch.randint(0, 40, (512, 4), generator=g).float()}[boxes]
+    images = torch.randn(512, 1, 32, 32, generator=g)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, stride=4), nn.Flatten(), nn.Linear(4 * 8 * 8, 4))
+    loader = DataLoader(TensorDataset(images, targets), batch_size=32, shuffle=True)
+    found = issues(model, nn.SmoothL1Loss(), loader, TargetsCheck(), "TARGET_SCALE")
+    found = [issue for issue in found if "box targets" in issue.message]
+    assert bool(found) == fires
+    if found:
+        assert "normalised to [0, 1]" in found[0].message and "new_w / old_w" in found[0].fix

@@ -122,6 +122,7 @@ class StepProbe:
     loss_gradient_share: tuple[float, float] | None = None  # see _gradient_share
     pitfalls: Pitfalls = field(default_factory=Pitfalls)  # torch calls whose defaults mislead (api_pitfalls)
     target_column_reused: tuple[list[str], int, int, int] | None = None  # see target_column_reused
+    boxes_beyond_image: BoxesBeyondImage | None = None  # see boxes_beyond_image
     step_warnings: list[str] = field(default_factory=list)  # what torch warned during the step
     # A class target flattened from a (T, B) batch tensor while the model read (B, ...) inputs:
     # (criterion, the tensor's shape, the model input's shape).
@@ -418,6 +419,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.attention_over_heads = attention_over_heads(spy.attention_queries, model_inputs)
     probe.target_is_input = target_is_input(spy.calls, model_input_tensors, step_batches[0] if step_batches else batch)
     probe.target_column_reused = target_column_reused(spy.calls, step_batches[0] if step_batches else batch)
+    probe.boxes_beyond_image = boxes_beyond_image(spy.calls, model_input_tensors)
     for call in spy.calls:
         call.target_tensor = None  # the probe keeps statistics, not the batch's tensors
     probe.channel_reduction = spy.channel_axis.found
@@ -455,6 +457,48 @@ def target_is_input(calls: list[CriterionCall], model_inputs: list[torch.Tensor]
                   and not torch.equal(leaf.to(source.device), source)]
         if others:
             return call.function, tuple(source.shape)
+    return None
+
+
+@dataclass
+class BoxesBeyondImage:
+    function: str
+    shape: tuple[int, ...]
+    beyond: float  # share of the boxes that end past the image
+    largest: float  # the largest corner, in the boxes' unit
+    side: float  # the image side in that unit: 1 for normalised boxes, else the input's size in pixels
+    image: tuple[int, int]
+
+
+BOX_MARGIN, BOXES_BEYOND = 1.05, 0.1  # a corner 5% past the image; the share of boxes doing so
+
+
+def boxes_beyond_image(calls: list[CriterionCall], model_inputs: list[torch.Tensor]) -> BoxesBeyondImage | None:
+    """A regression target of (x1, y1, x2, y2) boxes (every x2 >= x1, y2 >= y1, none negative)
+    for an image input, many of whose boxes end past the image: beyond 1 when most corners
+    are normalised to [0, 1], beyond the input's width or height when they are in pixels.
+    Boxes left in the original image's pixels after the image was resized do this."""
+    image = next((t for t in model_inputs if t.dim() == 4 and t.is_floating_point() and min(t.shape[-2:]) >= 8), None)
+    if image is None:
+        return None
+    height, width = int(image.shape[-2]), int(image.shape[-1])
+    for call in calls:
+        boxes = call.target_tensor
+        if boxes is None or boxes.dim() < 2 or boxes.shape[-1] != 4 or not boxes.is_floating_point() \
+                or boxes.shape[0] != image.shape[0]:
+            continue
+        boxes = boxes.detach().float().reshape(-1, 4)
+        if len(boxes) < 8 or float(boxes.min()) < 0 or bool((boxes[:, 2] < boxes[:, 0]).any()) \
+                or bool((boxes[:, 3] < boxes[:, 1]).any()):
+            continue
+        normalised = float(boxes[:, 2:].median()) <= 1.0
+        x_side, y_side = (1.0, 1.0) if normalised else (float(width), float(height))
+        beyond = (boxes[:, 2] > BOX_MARGIN * x_side) | (boxes[:, 3] > BOX_MARGIN * y_side)
+        share = float(beyond.float().mean())
+        if share >= BOXES_BEYOND:
+            return BoxesBeyondImage(call.function, tuple(call.target_shape or boxes.shape), share,
+                                    float(boxes[:, 2:].max()), 1.0 if normalised else float(max(width, height)),
+                                    (height, width))
     return None
 
 

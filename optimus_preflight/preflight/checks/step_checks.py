@@ -606,6 +606,22 @@ class TargetsCheck(Check):
                 f"Give each head its own column: loss = mse(out[:, 0], y[:, 0]) + mse(out[:, 1], y[:, 1]); check "
                 f"which term should read y[:, {unused}].",
             )
+        if probe.boxes_beyond_image is not None:
+            found = probe.boxes_beyond_image
+            unit = ("normalised to [0, 1]" if found.side == 1.0 else
+                    f"in pixels of the {found.image[0]}x{found.image[1]} input")
+            findings.warning(
+                "TARGET_SCALE",
+                f"{found.beyond:.0%} of the {found.shape} box targets of {found.function} end past the image "
+                f"(x2 or y2 above {found.side:g}; the largest corner is {found.largest:.3g}), with the boxes {unit}: "
+                "the boxes are not in the image's coordinates. Images resized (or cropped) in the dataset while their "
+                "boxes stay in the original image's pixels do this: the same object gets a box scaled by a factor "
+                "the model cannot see, different for every image size",
+                "Scale each box with its image: box * [new_w / old_w, new_h / old_h, new_w / old_w, new_h / old_h] "
+                "when resizing (torchvision.transforms.v2 with tv_tensors.BoundingBoxes does it for you), then "
+                "normalise by the resized size.",
+                "data.train",
+            )
         candidate = next((c for c in calls if one_class_candidate(c)), None)
         if candidate is not None and label_leaf(ctx.artifacts.first_batch, candidate) is None:
             found = made_target_finding(candidate) or collapsed_target_finding(candidate, ctx.artifacts.first_batch)
