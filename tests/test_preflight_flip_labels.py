@@ -191,3 +191,50 @@ def test_a_flip_on_targets_that_are_no_positions_is_quiet():
                            DataLoader(Brightness("image"), batch_size=32, shuffle=True), loss_fn=nn.MSELoss(),
                            checks=[FirstBatchCheck(), FlipLabelsCheck()])
     assert_quiet(report.check("data.flip_labels"))
+
+
+class Hands(Dataset):
+    """A left spot (x in 2..6) and a right spot (x in 9..13); the target (left x, left y, right x,
+    right y) / SIDE. ``flip``: "mirror" (x mirrored, the pair not swapped: the bug), "swap" (mirrored
+    and swapped), None; ``unordered``: the two parts have no side (the first may be either)."""
+
+    def __init__(self, flip, rows: int = 400, unordered: bool = False, augment: bool = True):
+        g = torch.Generator().manual_seed(1)
+        left = torch.stack([2 + torch.randint(0, 5, (rows,), generator=g), torch.randint(3, 13, (rows,), generator=g)], 1)
+        right = torch.stack([9 + torch.randint(0, 5, (rows,), generator=g), torch.randint(3, 13, (rows,), generator=g)], 1)
+        if unordered:
+            swap = torch.rand(rows, generator=g) < 0.5
+            left, right = torch.where(swap[:, None], right, left), torch.where(swap[:, None], left, right)
+        self.points = torch.cat([left, right], 1)
+        self.images = 0.2 * torch.rand(rows, 1, SIDE, SIDE, generator=g)
+        for image, (lx, ly, rx, ry) in zip(self.images, self.points.tolist(), strict=True):
+            image[0, ly - 1:ly + 2, lx - 1:lx + 2] += 0.8
+            image[0, ry - 1:ry + 2, rx - 1:rx + 2] += 0.5
+        self.flip, self.augment = flip, augment
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, index):
+        image, (lx, ly, rx, ry) = self.images[index], self.points[index].tolist()
+        if self.augment and self.flip and torch.rand(()) < 0.5:
+            image = image.flip(-1)
+            lx, rx = SIDE - 1 - lx, SIDE - 1 - rx
+            if self.flip == "swap":
+                (lx, ly), (rx, ry) = (rx, ry), (lx, ly)
+        return image, torch.tensor([lx, ly, rx, ry], dtype=torch.float32) / SIDE
+
+
+@pytest.mark.parametrize("flip, unordered, fires", [("mirror", False, True), ("swap", False, False),
+                                                    (None, False, False), ("mirror", True, False)],
+                         ids=["mirrored_not_swapped", "swapped", "no_flip", "parts_without_a_side"])
+def test_a_flip_that_mirrors_left_and_right_parts_without_swapping_them(flip, unordered, fires):
+    model = nn.Sequential(nn.Flatten(), nn.Linear(SIDE * SIDE, 4))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(Hands(flip, unordered=unordered), batch_size=32, shuffle=True),
+                           val_loader=DataLoader(Hands(flip, unordered=unordered, augment=False), batch_size=100),
+                           loss_fn=nn.MSELoss(), checks=[FirstBatchCheck(), FlipLabelsCheck()])
+    issues = [i for i in report.check("data.flip_labels").issues if i.code == "FLIP_SIDES_NOT_SWAPPED"]
+    assert bool(issues) == fires
+    if issues:
+        assert "columns 0 and 2 are not swapped" in issues[0].message and "keypoints[:, [left, right]]" in issues[0].fix

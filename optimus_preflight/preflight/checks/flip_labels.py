@@ -253,13 +253,65 @@ def served_samples(dataset: Any, size: int, guard: DataGuard, parse: Any) -> lis
     return samples
 
 
+def _is_mirror(first: torch.Tensor, second: torch.Tensor) -> bool:
+    return first.shape == second.shape and not torch.equal(first, second) and shows_mirror([first, second])
+
+
+def mirrored_targets(dataset: Any, size: int, guard: DataGuard) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(target, target of the mirrored draw) for probed indices drawn as an image and its mirror
+    with targets that differ: a random flip that moves the coordinates with the image."""
+    pairs = []
+    stride = max(1, size // PROBED_INDICES)
+    for index in range(0, min(size, stride * PROBED_INDICES), stride):
+        draws = [image_and_coordinates(guard.call(dataset.__getitem__, index, what=f"dataset[{index}]"))
+                 for _ in range(DRAWS)]
+        if any(d is None for d in draws):
+            return []
+        mirror = next((d for d in draws[1:] if _is_mirror(draws[0][0], d[0])), None)
+        if mirror is not None and not torch.equal(mirror[1], draws[0][1]):
+            pairs.append((draws[0][1], mirror[1]))
+    return pairs
+
+
+@dataclass
+class UnswappedPair:
+    first: int
+    second: int
+    ordered: float  # share of validation rows with first < second (or the reverse), un-augmented
+    mixed: float  # share of training rows as served with first < second
+
+
+def unswapped_pair(pairs: list[tuple[torch.Tensor, torch.Tensor]], served: torch.Tensor,
+                   validation: torch.Tensor) -> UnswappedPair | None:
+    """Two x coordinates the flip mirrored one by one (x -> c - x, one c for both) without
+    swapping them, although they name a left and a right part: in the un-augmented validation
+    targets one is left of the other in nearly every row, in the flipped pairs their order
+    reverses, and the training targets as served hold both orders (pure)."""
+    if len(pairs) < MIN_FLIPPED or validation.dim() != 2 or validation.shape[1] != served.shape[1]:
+        return None
+    before, after = torch.stack([a for a, _ in pairs]), torch.stack([b for _, b in pairs])
+    sums = before + after
+    spread = (before.max(0).values - before.min(0).values).clamp_min(1e-6)
+    mirrored = [k for k in range(before.shape[1]) if float(sums[:, k].std()) < 0.05 * float(spread[k])]
+    for position, a in enumerate(mirrored):
+        for b in mirrored[position + 1:]:
+            if abs(float(sums[:, a].mean() - sums[:, b].mean())) > 0.05 * float(spread[a]):
+                continue  # not one mirror constant: not two x coordinates of one image
+            reversed_ = float(((before[:, a] < before[:, b]) != (after[:, a] < after[:, b])).float().mean())
+            ordered = float((validation[:, a] < validation[:, b]).float().mean())
+            mixed = float((served[:, a] < served[:, b]).float().mean())
+            if reversed_ >= 0.8 and max(ordered, 1 - ordered) >= 0.95 and 0.2 <= mixed <= 0.8:
+                return UnswappedPair(a, b, max(ordered, 1 - ordered), mixed)
+    return None
+
+
 class FlipLabelsCheck(Check):
     """FLIP_CHANGES_CLASS: a random horizontal flip, kept label, two classes that are mirrors;
     FLIP_KEEPS_COORDINATES: a random horizontal flip that leaves a horizontal coordinate."""
 
     name = "data.flip_labels"
     stage = Stage.DATA
-    codes = ("FLIP_CHANGES_CLASS", "FLIP_KEEPS_COORDINATES")
+    codes = ("FLIP_CHANGES_CLASS", "FLIP_KEEPS_COORDINATES", "FLIP_SIDES_NOT_SWAPPED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -275,6 +327,7 @@ class FlipLabelsCheck(Check):
             if first is None:
                 if size and image_and_coordinates(sample) is not None:
                     self._coordinates(dataset, size, guard, findings)
+                    self._sides(ctx, dataset, size, guard, findings)
                     return
                 findings.data["summary"] = "not (image, class) samples"
                 return
@@ -303,6 +356,42 @@ class FlipLabelsCheck(Check):
             "samples are mislabelled and the model cannot learn the difference",
             "Drop the horizontal flip for these classes (transforms without RandomHorizontalFlip; keep augmentations "
             "that preserve the class), or swap the label with the image when flipping (left <-> right).",
+            "data.train",
+        )
+
+    @staticmethod
+    def _sides(ctx: PreflightContext, dataset: Any, size: int, guard: DataGuard, findings: Findings) -> None:
+        if ctx.val_loader is None or "column" in findings.data:
+            return
+        pairs = mirrored_targets(dataset, size, guard)
+        if len(pairs) < MIN_FLIPPED:
+            return
+        served = served_samples(dataset, size, guard, image_and_coordinates)
+        validation = None
+        with guard.batches(ctx.val_loader, "the validation targets") as batches:
+            batch = next(batches, None)
+        if isinstance(batch, (list, tuple)) and len(batch) == 2 and isinstance(batch[1], torch.Tensor) \
+                and batch[1].dim() == 2 and batch[1].is_floating_point():
+            validation = batch[1].detach().float().cpu()
+        if not served or validation is None:
+            return
+        found = unswapped_pair(pairs, torch.stack([target for _, target in served]), validation)
+        if found is None:
+            return
+        findings.data["unswapped"] = {"columns": [found.first, found.second], "ordered": round(found.ordered, 3),
+                                      "mixed": round(found.mixed, 3)}
+        findings.warning(
+            "FLIP_SIDES_NOT_SWAPPED",
+            f"the training dataset flips images horizontally at random and mirrors the target's x coordinates with "
+            f"them, but target columns {found.first} and {found.second} are not swapped: in the validation data "
+            f"column {found.first} lies on one side of column {found.second} in {found.ordered:.0%} of the rows (a "
+            f"left and a right part: left/right eyes, hands, a box's x_min and x_max), while the training targets "
+            f"as served have them in that order only {found.mixed:.0%} of the time. After a flip the 'left' target "
+            "points at the part now on the right, so the two contradict each other and the model regresses both "
+            "towards the middle",
+            "Swap the left/right pairs when flipping, after mirroring x (keypoints[:, [left, right]] = "
+            "keypoints[:, [right, left]]; a box's x_min, x_max = W - x_max, W - x_min), or use an augmentation with "
+            "flip pairs (albumentations' HorizontalFlip with keypoint labels remapped, mmpose's flip_pairs).",
             "data.train",
         )
 
