@@ -487,3 +487,22 @@ def test_box_targets_that_end_past_the_resized_image(boxes, fires):
     assert bool(found) == fires
     if found:
         assert "normalised to [0, 1]" in found[0].message and "new_w / old_w" in found[0].fix
+
+
+@pytest.mark.parametrize("noise, target, fires", [("rand_like", "noise", True), ("randn_like", "noise", False),
+                                                  ("rand_like", "clean", False)],
+                         ids=["uniform_noise_predicted", "gaussian_noise_predicted", "uniform_noise_removed"])
+def test_a_denoiser_trained_to_predict_uniform_noise(noise, target, fires):
+    def loss_fn(model, batch):
+        x = batch[0]
+        eps = getattr(torch, noise)(x)
+        x_t = 0.8 * x + 0.6 * eps
+        return F.mse_loss(model(x_t), eps if target == "noise" else x)
+
+    g = torch.Generator().manual_seed(13)
+    loader = DataLoader(TensorDataset(torch.randn(256, 32, generator=g)), batch_size=32, shuffle=True)
+    found = issues(nn.Sequential(nn.Linear(32, 64), nn.SiLU(), nn.Linear(64, 32)), loss_fn, loader,
+                   LossFunctionCheck(), "NOISE_NOT_GAUSSIAN")
+    assert bool(found) == fires
+    if found:
+        assert "torch.rand_like" in found[0].message and "randn_like" in found[0].fix

@@ -50,6 +50,7 @@ SWAPPABLE = ("kl_div", "binary_cross_entropy", "binary_cross_entropy_with_logits
 # Above this, label smoothing gives the true class less than half of the target's mass, (1 - s) + s / K:
 # a keep-confidence (0.9) passed where the smoothing (0.1) was meant.
 SMOOTHING_LIMIT = 0.5
+UNIFORM_DRAWS, UNIFORM_MIN = ("rand", "rand_like"), 16  # a per-element noise tensor, not a scalar draw
 DENSE_MAP, TINY, MOSTLY = 64, 1e-3, 0.75  # per-sample map size; a peak below TINY; the share of such maps
 # Heatmaps centred off the map: peaks below OFF_MAP_PEAK on the border, in OFF_MAP_SHARE of the drawn maps.
 OFF_MAP_PEAK, OFF_MAP_SHARE, OFF_MAP_BORDER, OFF_MAP_MIN_MAPS = 0.5, 0.3, 0.9, 4
@@ -72,6 +73,7 @@ class Pitfalls:
     # (shape, the softmax's dim, the dim the matmul sums over) of attention weights normalised off-axis
     softmax_off_axis: tuple[tuple[int, ...], int, int] | None = None
     masked_with_zero: tuple[tuple[int, ...], str] | None = None  # (scores shape, how) of a mask filled with ~0
+    uniform_noise_target: tuple[str, str, tuple[int, ...]] | None = None  # (criterion, draw, shape): see after()
 
 
 class PitfallWatch:
@@ -82,6 +84,16 @@ class PitfallWatch:
         # The autograd nodes of tensors given masked_fill with a value that is no -inf (held, so
         # their ids stay theirs while the step runs).
         self._filled_mildly: list[Any] = []
+        self._uniform_draws: list[tuple[str, torch.Tensor]] = []  # held for the step only
+
+    def after(self, name: str, out: Any) -> None:
+        """Keep the tensors drawn uniform on [0, 1) in the step (torch.rand, rand_like)."""
+        if name in UNIFORM_DRAWS and isinstance(out, torch.Tensor) and out.is_floating_point() \
+                and out.numel() >= UNIFORM_MIN and len(self._uniform_draws) < 8:
+            self._uniform_draws.append((name, out))
+
+    def release(self) -> None:
+        self._uniform_draws.clear()
 
     def observe(self, func: Any, args: tuple, kwargs: dict) -> None:
         if getattr(func, "__self__", None) is TRANSPOSE:
@@ -217,6 +229,11 @@ class PitfallWatch:
             target = argument(args, kwargs, 1, "target")
             if isinstance(target, torch.Tensor) and target.requires_grad and not inputs.requires_grad:
                 found.swapped_arguments = (name, tuple(inputs.shape))
+        if name in REGRESSION and found.uniform_noise_target is None:
+            target = argument(args, kwargs, 1, "target")
+            drawn = next((draw for draw, tensor in self._uniform_draws if tensor is target), None)
+            if drawn is not None:
+                found.uniform_noise_target = (name, drawn, tuple(target.shape))
         if name in (*REGRESSION, "binary_cross_entropy", "binary_cross_entropy_with_logits") \
                 and found.vanishing_targets is None and found.off_map_targets is None:
             self._dense_targets(argument(args, kwargs, 1, "target"))
@@ -306,6 +323,17 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             f"Draw each Gaussian at the keypoint's coordinates in the heatmap's own grid: divide by the stride "
             f"(x_map = x * {shape[-1]} / input_width, y_map = y * {shape[-2]} / input_height) before drawing, and "
             "check that each visible keypoint's map peaks near 1.",
+        ))
+    if found.uniform_noise_target is not None:
+        function, drawn, shape = found.uniform_noise_target
+        findings.append(Finding(
+            "NOISE_NOT_GAUSSIAN", "warning",
+            f"{function}'s target is a {shape} tensor drawn in the step with torch.{drawn} (uniform on [0, 1), mean "
+            "0.5, never negative): the model is trained to predict uniform noise. A denoising or diffusion objective "
+            "(x_t = a * x + s * noise, loss = mse(model(x_t, t), noise)) assumes standard normal noise, which the "
+            "forward process and the sampler use: noise drawn with rand_like where randn_like was meant trains a "
+            "predictor for a noise law generation never sees",
+            f"Draw the noise with torch.randn_like(x) (torch.randn(...)), not torch.{drawn}.",
         ))
     if found.masked_with_zero is not None:
         shape, how = found.masked_with_zero

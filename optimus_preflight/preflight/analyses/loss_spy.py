@@ -354,6 +354,7 @@ class LossSpy(TorchFunctionMode):
                 record.error = f"{type(error).__name__}: {error}"
             raise
         self.graph_cuts.after(cut, out)
+        self.pitfalls.after(name, out)
         self.propagation.after(out)
         self.channel_axis.observe(name, args, kwargs, out)
         self.views.observe(name, args, out)

@@ -427,6 +427,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.flatten_mismatch = spy.flatten_mismatch
     probe.graph_cuts = spy.graph_cuts.cuts
     spy.graph_cuts.release()
+    spy.pitfalls.release()
     probe.propagation_without_self = spy.propagation.found if not spy.propagation.root_term else None
     spy.propagation.release()
     probe.criterion_args = spy.criterion_args.found
