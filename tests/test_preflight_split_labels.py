@@ -167,3 +167,40 @@ def test_unlabelled_training_samples_filled_with_zero_while_validation_ignores_t
         assert "np.full(n, -100)" in found[0].fix and "data.train stands for" in found[0].fix
     else:
         assert not found
+
+
+class Folder(torch.utils.data.Dataset):
+    """ImageFolder's numbering on an in-memory tree: its sorted non-empty class folders, 0..n-1."""
+
+    def __init__(self, tree: dict, class_to_idx: dict | None = None):
+        classes = sorted(name for name, images in tree.items() if len(images))
+        self.class_to_idx = class_to_idx or {name: index for index, name in enumerate(classes)}
+        self.samples = [(image, self.class_to_idx[name]) for name in classes for image in tree[name]]
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, index):
+        return self.samples[index]
+
+
+@pytest.mark.parametrize("shared_mapping", [False, True])
+def test_folder_trees_joined_with_different_class_numbering(shared_mapping):
+    g = torch.Generator().manual_seed(2)
+
+    def tree(skip=None):
+        return {name: ([] if name == skip else list(torch.randn(40, 3, 8, 8, generator=g) + k))
+                for k, name in enumerate(("bicycle", "bus", "car", "truck"))}
+
+    first = Folder(tree())
+    second = Folder(tree(skip="bicycle"), class_to_idx=first.class_to_idx if shared_mapping else None)
+    train = torch.utils.data.ConcatDataset([first, second])
+    model = nn.Sequential(nn.Flatten(), nn.Linear(192, 4))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), DataLoader(train, batch_size=32, shuffle=True),
+                           val_loader=DataLoader(Folder(tree()), batch_size=64), loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    found = [i for i in report.check("data.split_labels").issues if i.code == "CLASS_TO_IDX_MISMATCH"]
+    assert bool(found) == (not shared_mapping)
+    if found:
+        assert "'bus': 1 vs 0" in found[0].message and "'bicycle'" in found[0].message
+        assert "class_to_idx=first.class_to_idx" in found[0].fix

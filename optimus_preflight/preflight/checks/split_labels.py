@@ -315,6 +315,20 @@ def string_sorted_ids(mapping: dict[int, int], classes: int) -> tuple[str, str, 
     return None
 
 
+def class_mappings(dataset: Any, depth: int = 0) -> list[dict[str, int]]:
+    """The ``class_to_idx`` dicts of a dataset and the datasets inside it (ConcatDataset's
+    parts, a Subset's dataset), in order."""
+    if dataset is None or depth > 4:
+        return []
+    mapping = getattr(dataset, "class_to_idx", None)
+    if isinstance(mapping, Mapping) and mapping and all(isinstance(v, int) for v in mapping.values()):
+        return [dict(mapping)]
+    found: list[dict[str, int]] = []
+    for inner in getattr(dataset, "datasets", None) or [getattr(dataset, "dataset", None)]:
+        found += class_mappings(inner, depth + 1)
+    return found
+
+
 class SplitLabelsCheck(Check):
     """VAL_LABEL_MAPPING: validation ids that name other classes than the same ids in training;
     VAL_LABEL_SHIFT: validation labels distributed unlike the training labels; LABEL_CONFLICT:
@@ -323,10 +337,11 @@ class SplitLabelsCheck(Check):
     name = "data.split_labels"
     stage = Stage.DATA
     codes = ("VAL_LABEL_MAPPING", "VAL_LABEL_SHIFT", "LABEL_CONFLICT", "LABELS_UNRELATED", "VAL_CHANNEL_ORDER",
-             "TRAIN_ONLY_SHORTCUT", "VAL_COLUMNS_RECODED")
+             "TRAIN_ONLY_SHORTCUT", "VAL_COLUMNS_RECODED", "CLASS_TO_IDX_MISMATCH")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        self._class_mappings(ctx, findings)
         if labels_only(ctx.artifacts.first_batch) is None:
             findings.data["summary"] = "not a (inputs, class labels) batch"
             return
@@ -577,6 +592,36 @@ class SplitLabelsCheck(Check):
             "oversample with a WeightedRandomSampler instead of noisy copies of one class), and compare a few "
             "samples of each class side by side.",
         )
+
+    @staticmethod
+    def _class_mappings(ctx: PreflightContext, findings: Findings) -> None:
+        """Datasets of the ImageFolder contract (a ``class_to_idx`` dict) joined or split so that
+        one class name has two indices: each folder tree numbers its own sorted class folders,
+        so a tree missing a class shifts every class after it."""
+        parts = [(f"training part {n}", m) for n, m in enumerate(class_mappings(getattr(ctx.train_loader, "dataset", None)))]
+        if ctx.val_loader is not None:
+            parts += [("validation" if n == 0 else f"validation part {n}", m)
+                      for n, m in enumerate(class_mappings(getattr(ctx.val_loader, "dataset", None)))]
+        for position, (first_name, first) in enumerate(parts):
+            for second_name, second in parts[position + 1:]:
+                differ = sorted(name for name in set(first) & set(second) if first[name] != second[name])
+                if not differ:
+                    continue
+                shown = ", ".join(f"'{name}': {first[name]} vs {second[name]}" for name in differ[:4])
+                missing = sorted(set(first) ^ set(second))
+                findings.warning(
+                    "CLASS_TO_IDX_MISMATCH",
+                    f"the {first_name} and the {second_name} datasets number the same classes differently "
+                    f"(class_to_idx {shown}): every sample of those classes in one of them carries another class's "
+                    "index. ImageFolder numbers the sorted class folders it finds, so a folder tree missing a class "
+                    f"({', '.join(repr(m) for m in missing[:3]) or 'one with other folders'}) shifts every class "
+                    "after it",
+                    "Give every dataset one mapping: ImageFolder(root, ...) subclassed with find_classes returning the "
+                    "first tree's classes and class_to_idx (or pass class_to_idx=first.class_to_idx to a dataset "
+                    "that takes it), before joining them with ConcatDataset.",
+                    "data.train",
+                )
+                return
 
     @staticmethod
     def _shift(ctx: PreflightContext, train_y: torch.Tensor, val_y: torch.Tensor, findings: Findings) -> None:
