@@ -278,7 +278,7 @@ class UnswappedPair:
     first: int
     second: int
     ordered: float  # share of validation rows with first < second (or the reverse), un-augmented
-    mixed: float  # share of training rows as served with first < second
+    mixed: float  # share of training rows as served in the validation's order
 
 
 def unswapped_pair(pairs: list[tuple[torch.Tensor, torch.Tensor]], served: torch.Tensor,
@@ -301,13 +301,15 @@ def unswapped_pair(pairs: list[tuple[torch.Tensor, torch.Tensor]], served: torch
             ordered = float((validation[:, a] < validation[:, b]).float().mean())
             mixed = float((served[:, a] < served[:, b]).float().mean())
             if reversed_ >= 0.8 and max(ordered, 1 - ordered) >= 0.95 and 0.2 <= mixed <= 0.8:
-                return UnswappedPair(a, b, max(ordered, 1 - ordered), mixed)
+                # both shares in the validation's own order
+                return UnswappedPair(a, b, max(ordered, 1 - ordered), mixed if ordered >= 0.5 else 1 - mixed)
     return None
 
 
 class FlipLabelsCheck(Check):
     """FLIP_CHANGES_CLASS: a random horizontal flip, kept label, two classes that are mirrors;
-    FLIP_KEEPS_COORDINATES: a random horizontal flip that leaves a horizontal coordinate."""
+    FLIP_KEEPS_COORDINATES: a random horizontal flip that leaves a horizontal coordinate;
+    FLIP_SIDES_NOT_SWAPPED: one that mirrors a left and a right x without swapping them."""
 
     name = "data.flip_labels"
     stage = Stage.DATA
