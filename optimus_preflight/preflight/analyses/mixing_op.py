@@ -19,6 +19,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from optimus_preflight.preflight.data_access.worker_stacks import frame_text, is_library_file
+from optimus_preflight.training.batches import leaves
 
 MAX_CALLS = 4000
 MAX_BYTES = 256 * 2**20  # of recorded copies, per forward
@@ -82,11 +83,7 @@ def _user_frame() -> str | None:
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for item in value for t in _tensors(item)]
-    return []
+    return [leaf for leaf in leaves(value) if isinstance(leaf, torch.Tensor)]
 
 
 class CallRecorder(TorchFunctionMode):

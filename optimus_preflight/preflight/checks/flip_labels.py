@@ -28,7 +28,7 @@ position is far weaker than that, the flip moved the object and not the coordina
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -225,13 +225,18 @@ def _same_target(first: Any, second: Any) -> bool:
     return first == second
 
 
+def probed_draws(dataset: Any, size: int, guard: DataGuard, parse: Any) -> Iterator[list[Any]]:
+    """For PROBED_INDICES indices spread over the dataset, DRAWS reads of each, parsed."""
+    stride = max(1, size // PROBED_INDICES)
+    for index in range(0, min(size, stride * PROBED_INDICES), stride):
+        yield [parse(guard.call(dataset.__getitem__, index, what=f"dataset[{index}]")) for _ in range(DRAWS)]
+
+
 def flipped_indices(dataset: Any, size: int, guard: DataGuard, parse: Any) -> int:
     """Of PROBED_INDICES indices drawn DRAWS times each, how many came back as an image and its
     mirror under one unchanged target (a label, or coordinates); ``parse`` reads a sample."""
-    stride = max(1, size // PROBED_INDICES)
     flipped = 0
-    for index in range(0, min(size, stride * PROBED_INDICES), stride):
-        draws = [parse(guard.call(dataset.__getitem__, index, what=f"dataset[{index}]")) for _ in range(DRAWS)]
+    for draws in probed_draws(dataset, size, guard, parse):
         if any(d is None for d in draws) or not all(_same_target(d[1], draws[0][1]) for d in draws):
             continue  # a target that changes with the draw: a flip that moves it too, or noise
         flipped += shows_mirror([d[0] for d in draws])
@@ -261,10 +266,7 @@ def mirrored_targets(dataset: Any, size: int, guard: DataGuard) -> list[tuple[to
     """(target, target of the mirrored draw) for probed indices drawn as an image and its mirror
     with targets that differ: a random flip that moves the coordinates with the image."""
     pairs = []
-    stride = max(1, size // PROBED_INDICES)
-    for index in range(0, min(size, stride * PROBED_INDICES), stride):
-        draws = [image_and_coordinates(guard.call(dataset.__getitem__, index, what=f"dataset[{index}]"))
-                 for _ in range(DRAWS)]
+    for draws in probed_draws(dataset, size, guard, image_and_coordinates):
         if any(d is None for d in draws):
             return []
         mirror = next((d for d in draws[1:] if _is_mirror(draws[0][0], d[0])), None)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
 DUMP_SIGNAL = getattr(signal, "SIGUSR2", None)
@@ -143,18 +144,8 @@ def remove_orphaned_stacks(prefix: str, root: str | None = None) -> None:
         return
     for name in names:
         pid = name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not psutil.pid_exists(int(pid)):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: alive, another user's
-        return True
-    return True
 
 
 def dump_worker_stacks(iterator: Any, directory: str, wait_s: float = 2.0) -> dict[str, str]:
