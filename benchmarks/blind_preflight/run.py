@@ -36,7 +36,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "n": "benchmarks.blind_preflight_n.registry",
               "o": "benchmarks.blind_preflight_o.registry", "p": "benchmarks.blind_preflight_p.registry",
               "q": "benchmarks.blind_preflight_q.registry", "r": "benchmarks.blind_preflight_r.registry",
-              "s": "benchmarks.blind_preflight_s.registry", "t": "benchmarks.blind_preflight_t.registry"}
+              "s": "benchmarks.blind_preflight_s.registry", "t": "benchmarks.blind_preflight_t.registry",
+              "u": "benchmarks.blind_preflight_u.registry", "v": "benchmarks.blind_preflight_v.registry"}
 
 
 def load_cases(which: str = "a"):
