@@ -70,6 +70,20 @@ def test_the_right_conventions_are_quiet():
     assert not inverted(Encoder(False), hf_collate(False))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("torch_inverted", [False, True])
+def test_on_cuda_the_mask_on_the_device_is_compared_with_the_batch_on_the_host(torch_inverted):
+    # The key padding mask is built on the model's device from the moved batch; the padding it
+    # is compared with comes from the loader's batch on the CPU (an H200 run crashed the check).
+    model = Encoder(torch_inverted).cuda()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(sentences(), batch_size=32, shuffle=True, collate_fn=hf_collate(False)),
+                           loss_fn=loss, checks=[FirstBatchCheck(), FirstStepCheck(), AttentionMaskCheck()])
+    result = report.check("step.attention_mask")
+    assert result.status.value != "crashed", result.detail
+    assert any(i.code == "ATTENTION_MASK_INVERTED" for i in result.issues) == torch_inverted
+
+
 def hf_batches(with_mask: bool, side: str = "right") -> DataLoader:
     def collate(rows):
         ids = [r[0] for r in rows]

@@ -10,7 +10,9 @@ from __future__ import annotations
 import torch
 
 PACKED_LENGTHS = "'lengths' argument should be a 1D CPU int64 tensor"
-MIXED_DEVICES = ("Expected all tensors to be on the same device", "found at least two devices")
+# torch words it by op: "Expected all tensors to be on the same device, but got index is on cpu",
+# "expected self and mask to be on the same device" (masked_fill), "found at least two devices"
+MIXED_DEVICES = ("to be on the same device", "found at least two devices")
 
 
 def device_error_fix(error: str, device: torch.device, frame: str | None) -> str | None:

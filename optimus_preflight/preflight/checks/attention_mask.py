@@ -168,7 +168,8 @@ class AttentionMaskCheck(Check):
             for key in MASK_KWARGS:
                 value = kwargs.get(key)
                 if isinstance(value, torch.Tensor) and value.dim() == 2:
-                    seen.append((key, value.detach().bool() if value.dtype == torch.bool else value.detach() != 0))
+                    # on the host: the padding it is compared with comes from the batch, which stays on the CPU
+                    seen.append((key, (value.detach().bool() if value.dtype == torch.bool else value.detach() != 0).cpu()))
 
         handles = [m.register_forward_pre_hook(on_call, with_kwargs=True) for m in modules]
         try:

@@ -56,6 +56,7 @@ class ThroughputCheck(Check):
     stage = Stage.STEP
     codes = ("DATA_BOUND",)
     requires = (FIRST_STEP,)
+    timed = True
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         steps = ctx.cfg.trainer.accumulation_steps

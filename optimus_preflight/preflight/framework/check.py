@@ -60,6 +60,9 @@ class Check:
     # kept on the meta device for the memory verdict (preflight.memory.world_size), and
     # the checks that need weights skip.
     needs_weights: ClassVar[bool | None] = None
+    # Whether ``run`` times the step. On an accelerator every other check runs under
+    # ``device_bounds.HostBoundsGuard``, whose host reads of index ranges would be timed too.
+    timed: ClassVar[bool] = False
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from optimus_preflight.preflight.framework.check import Check, PreflightBug, SkipCheck, StopCheck
+from optimus_preflight.preflight.framework.device_bounds import host_bounds_checked
 from optimus_preflight.preflight.framework.issues import STAGE_ORDER, CheckStatus, Findings, Issue, Severity, Stage
 from optimus_preflight.preflight.framework.registry import validate_checks
 
@@ -98,6 +99,15 @@ def _needs_weights(check: Check) -> bool:
     return check.stage in (Stage.MODEL, Stage.STEP) if check.needs_weights is None else check.needs_weights
 
 
+def _bounds_guard(check: Check, ctx: PreflightContext) -> contextlib.AbstractContextManager:
+    """On an accelerator, the host-side index bounds (``device_bounds``): a probe batch or a
+    target out of range raises there as on the CPU instead of ending the process's CUDA context."""
+    device = getattr(ctx, "device", None)
+    if check.timed or device is None:
+        return contextlib.nullcontext()
+    return host_bounds_checked(device, getattr(ctx, "model", None))
+
+
 def run_check(check: Check, ctx: PreflightContext, results: dict[str, CheckResult], disabled: frozenset[str]) -> CheckResult:
     if check.name in disabled:
         return CheckResult(check.name, check.stage, CheckStatus.SKIPPED, 0.0, detail="disabled by preflight.disable")
@@ -114,8 +124,10 @@ def run_check(check: Check, ctx: PreflightContext, results: dict[str, CheckResul
     key_applies = getattr(ctx, "key_applies", None)
     unread_key_fix = getattr(ctx, "fix_for_unread_key", None)
     started = time.perf_counter()
+    bounds = _bounds_guard(check, ctx)
     try:
-        check.run(ctx, findings)
+        with bounds:
+            check.run(ctx, findings)
     except SkipCheck as skip:
         return CheckResult(check.name, check.stage, CheckStatus.SKIPPED, time.perf_counter() - started,
                            data=findings.data, detail=str(skip))
