@@ -62,6 +62,17 @@ def test_batchnorm_on_micro_batches_of_two(batch_size, fires):
     assert ("BN_SMALL_BATCH" in codes(model, nn.CrossEntropyLoss(), [FinalBatchCheck()], loader=loader)) == fires
 
 
+@pytest.mark.parametrize("batch_size, fires", [(1, True), (16, False)])
+def test_batchnorm_over_a_sequence_with_one_sample_per_batch(batch_size, fires):
+    # (1, C, L): BatchNorm1d runs, normalising the one clip by itself (an InstanceNorm)
+    model = nn.Sequential(nn.Conv1d(1, 8, 5, padding=2), nn.BatchNorm1d(8), nn.ReLU(), nn.AdaptiveAvgPool1d(1),
+                          nn.Flatten(), nn.Linear(8, 3))
+    loader = DataLoader(TensorDataset(torch.randn(64, 1, 32), torch.randint(0, 3, (64,))), batch_size=batch_size,
+                        shuffle=True)
+    found = codes(model, nn.CrossEntropyLoss(), [FinalBatchCheck()], loader=loader)
+    assert ("BN_SMALL_BATCH" in found) == fires
+
+
 class Meters(Dataset):
     def __init__(self, in_place: bool):
         self.x, self.y, self.in_place = X.clone(), Y.clone(), in_place

@@ -114,6 +114,33 @@ def test_in_batch_contrastive_logits_scored_against_column_0(labels):
         assert not found
 
 
+@pytest.mark.parametrize("layout", ["product", "positive_first"])
+def test_a_small_batch_of_in_batch_scores_needs_the_product_to_be_judged(layout):
+    # 16 rows: (B, B) scores that are a @ b.T have their positives on the diagonal whatever the
+    # batch size; square scores built as [positive, negatives] put them in column 0 by design.
+    from optimus_preflight.preflight.checks.step_checks import TargetsCheck
+
+    g = torch.Generator().manual_seed(4)
+    a = torch.randn(256, 16, generator=g)
+    pairs = DataLoader(TensorDataset(a, a + 0.1 * torch.randn(256, 16, generator=g)), batch_size=16, shuffle=True)
+
+    def loss(model, batch):
+        za, zb = F.normalize(model(batch[0]), dim=1), F.normalize(model(batch[1]), dim=1)
+        if layout == "product":
+            logits = za @ zb.T / 0.1
+        else:
+            positive = (za * zb).sum(1, keepdim=True)
+            negatives = (za * zb.roll(1, 0)).sum(1, keepdim=True).expand(-1, len(za) - 1)
+            logits = torch.cat([positive, negatives], dim=1) / 0.1
+        return F.cross_entropy(logits, torch.zeros(len(logits), dtype=torch.long))
+
+    model = nn.Linear(16, 8)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), pairs, loss_fn=loss,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), TargetsCheck()])
+    found = [i for i in report.check("step.targets").issues if i.code == "TARGET_ONE_CLASS"]
+    assert len(found) == (layout == "product")
+
+
 @pytest.mark.parametrize("second_column", [0, 1])
 def test_two_heads_fitted_to_the_same_target_column(second_column):
     from optimus_preflight.preflight.checks.step_checks import TargetsCheck

@@ -50,13 +50,64 @@ def _dims(args: tuple, kwargs: dict) -> tuple[int, ...] | None:
     return None
 
 
+SOFTMAXES = ("softmax", "log_softmax")
+RESHAPES = ("view", "reshape", "flatten")
+SWAPS = ("transpose", "swapaxes", "permute")
+
+
+@dataclass
+class ClassesMisread:
+    """Class scores read from an NCHW map along the wrong axes: ``kind`` is ``softmax`` (a
+    softmax over one spatial axis), ``split`` (``view(N, -1, c)`` of ``(N, A*c, H, W)``) or
+    ``swapped`` (``transpose(1, 3)`` then flattened: classes last, height and width swapped)."""
+
+    kind: str
+    function: str
+    shape: tuple[int, ...]  # of the NCHW map
+    detail: tuple[int, ...]  # softmax: (dim,); split: the view's shape; swapped: the transposed shape
+
+
+def _softmax_dim(args: tuple, kwargs: dict) -> int | None:
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    return dim % 4 if isinstance(dim, int) and not isinstance(dim, bool) else None
+
+
+def _swap_order(name: str, args: tuple, kwargs: dict) -> tuple[int, ...] | None:
+    """The axis order of a transpose/permute of a 4-D tensor (pure on its arguments)."""
+    if name == "permute":
+        dims = args[1:] if len(args) > 2 else (args[1] if len(args) > 1 else kwargs.get("dims"))
+        dims = tuple(dims) if isinstance(dims, (tuple, list)) else None
+        return tuple(d % 4 for d in dims) if dims and len(dims) == 4 and all(isinstance(d, int) for d in dims) else None
+    first, second = (args[1], args[2]) if len(args) > 2 else (kwargs.get("dim0"), kwargs.get("dim1"))
+    if not (isinstance(first, int) and isinstance(second, int)):
+        return None
+    order = [0, 1, 2, 3]
+    order[first % 4], order[second % 4] = order[second % 4], order[first % 4]
+    return tuple(order)
+
+
+def _split_channels(shape: tuple[int, ...], result: tuple[int, ...]) -> bool:
+    """A view of an (N, K, H, W) map whose last axis takes c of the K channels' values, 1 < c < K,
+    c dividing K, while the memory runs along the width: each row holds neighbouring positions of
+    one channel, not one position's c channels (pure). A last axis of W, of H*W or of a multiple
+    of H*W keeps whole rows or maps together, which is a layout, not this mistake."""
+    if len(result) < 2 or len(shape) != 4 or result[0] != shape[0]:
+        return False
+    channels, height, width, classes = shape[1], shape[2], shape[3], result[-1]
+    return (1 < classes < channels and channels % classes == 0 and classes != width
+            and classes % (height * width) != 0 and height * width > 1)
+
+
 class ChannelAxisWatch:
     """Feed it every torch function call (``observe``); ``found`` holds the first channel +
-    one spatial axis reduction of a convolution's output."""
+    one spatial axis reduction of a convolution's output, ``misread`` the first class scores
+    read from it along the wrong axes."""
 
     def __init__(self) -> None:
         self._maps: dict[int, tuple[weakref.ref, int]] = {}  # id -> (the tensor, its channel count)
+        self._swapped: dict[int, tuple[weakref.ref, tuple[int, ...], tuple[int, ...]]] = {}
         self.found: ChannelReduction | None = None
+        self.misread: ClassesMisread | None = None
 
     def _channels_of(self, tensor: Any) -> int | None:
         if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4:
@@ -68,14 +119,16 @@ class ChannelAxisWatch:
         self._maps[id(tensor)] = (weakref.ref(tensor), channels)
 
     def observe(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
-        if self.found is not None or not args:
+        if (self.found is not None and self.misread is not None) or not args:
             return
         if name in CONVOLUTIONS:
             if isinstance(out, torch.Tensor) and out.dim() == 4:
                 self._tag(out, int(out.shape[1]))
             return
+        if self.misread is None:
+            self._misread(name, args, kwargs, out)
         channels = self._channels_of(args[0])
-        if channels is None:
+        if channels is None or self.found is not None:
             return
         if name in REDUCTIONS:
             dims = _dims(args, kwargs)
@@ -84,3 +137,22 @@ class ChannelAxisWatch:
             return
         if name in KEEP_LAYOUT and isinstance(out, torch.Tensor) and out.dim() == 4 and out.shape[1] == channels:
             self._tag(out, channels)
+
+    def _misread(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
+        source = args[0]
+        if name in RESHAPES and isinstance(source, torch.Tensor) and isinstance(out, torch.Tensor):
+            entry = self._swapped.get(id(source))
+            if entry is not None and entry[0]() is source and out.dim() == 2 and out.shape[1] == entry[1][1]:
+                self.misread = ClassesMisread("swapped", name, entry[1], entry[2])
+                return
+        if self._channels_of(source) is None:
+            return
+        shape = tuple(source.shape)
+        if name in SOFTMAXES and (dim := _softmax_dim(args, kwargs)) in (2, 3) and shape[dim] > 1:
+            self.misread = ClassesMisread("softmax", name, shape, (dim,))
+        elif name in RESHAPES[:2] and isinstance(out, torch.Tensor) and _split_channels(shape, tuple(out.shape)):
+            self.misread = ClassesMisread("split", name, shape, tuple(out.shape))
+        elif name in SWAPS and isinstance(out, torch.Tensor) and (order := _swap_order(name, args, kwargs)) is not None \
+                and order[3] == 1 and order[1:3] == (3, 2):
+            # classes moved last with height and width swapped: transpose(1, 3) gives (N, W, H, C)
+            self._swapped[id(out)] = (weakref.ref(out), shape, tuple(out.shape))

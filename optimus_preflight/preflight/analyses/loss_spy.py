@@ -208,6 +208,7 @@ class CriterionCall:
     always_on_label: tuple[int, float, float] | None = None  # multi-hot: (column, its positive rate, median rate)
     classes_last: bool = False  # a (B, T, C) input straight from a linear layer: classes on the last dim, not dim 1
     input_op: str | None = None  # the autograd op that made the input, through views (SumBackward0: a .sum() with no dim)
+    similarity_product: bool = False  # square (B, B) scores of a @ b.T: in-batch similarities, positives on the diagonal
 
     @property
     def hard_targets(self) -> bool:
@@ -227,6 +228,30 @@ def producing_op(tensor: torch.Tensor) -> str | None:
         parents = [next_node for next_node, _ in node.next_functions if next_node is not None]
         node = parents[0] if parents else None
     return type(node).__name__ if node is not None else None
+
+
+PRODUCT_OPS = ("MmBackward0", "BmmBackward0", "MatmulBackward0")
+SCALING_OPS = ("MulBackward0", "DivBackward0", "TBackward0", "TransposeBackward0", "PermuteBackward0")
+
+
+def is_similarity_product(tensor: torch.Tensor) -> bool:
+    """Whether square ``(B, B)`` scores are a product of two ``(B, D)`` embeddings of the
+    batch (``a @ b.T``, scaled by a temperature or transposed): row i and column i then come
+    from the same sample, and the positives of an in-batch loss sit on the diagonal."""
+    if tensor.dim() != 2 or tensor.shape[0] != tensor.shape[1]:
+        return False
+    node = tensor.grad_fn
+    for _ in range(8):
+        name = type(node).__name__ if node is not None else None
+        if name in PRODUCT_OPS:
+            return True
+        if name not in VIEW_OPS + SCALING_OPS:
+            return False
+        parents = [next_node for next_node, _ in node.next_functions if next_node is not None]
+        # a temperature is a leaf (AccumulateGrad) or no node at all: follow the computed operand
+        computed = [p for p in parents if type(p).__name__ != "AccumulateGrad"]
+        node = computed[0] if computed else None
+    return False
 
 
 def _stats(tensor: torch.Tensor, class_dim: int | None, shapes: list[tuple[int, int]] | None = None) -> TensorStats:
@@ -414,6 +439,7 @@ class LossSpy(TorchFunctionMode):
             target = target[target != ignore_index]  # ignored positions may hold any sentinel
         record.input = _stats(inputs, class_dim, self.shapes) if isinstance(inputs, torch.Tensor) else None
         record.input_op = producing_op(inputs) if isinstance(inputs, torch.Tensor) else None
+        record.similarity_product = isinstance(inputs, torch.Tensor) and is_similarity_product(inputs)
         record.target = _stats(target, None) if isinstance(target, torch.Tensor) else None
         if name in BINARY_CRITERIA and isinstance(target, torch.Tensor):
             record.always_on_label = always_on_label(target)

@@ -35,7 +35,7 @@ from optimus_preflight.memory.user_state import raised_by_fake_tensor
 from optimus_preflight.preflight.analyses.api_pitfalls import Pitfalls
 from optimus_preflight.preflight.analyses.autograd_calls import watched_autograd_grad
 from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, ModuleInput
-from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction
+from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction, ClassesMisread
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgs
 from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch
 from optimus_preflight.preflight.analyses.gradient_reversal import Reversal, find_reversals
@@ -94,6 +94,7 @@ class StepProbe:
     attention_over_heads: tuple[tuple[int, ...], int] | None = None  # (SDPA query shape, sequence length)
     target_is_input: tuple[str, tuple[int, ...]] | None = None  # (criterion, shape): trained towards its own input
     channel_reduction: ChannelReduction | None = None  # a conv map reduced over channels + one spatial axis
+    classes_misread: ClassesMisread | None = None  # class scores read from a conv map along the wrong axes
     view_as_permute: ViewAsPermute | None = None  # a view/reshape to the same sizes in another order
     flatten_mismatch: FlattenMismatch | None = None  # predictions and targets flattened in different orders
     scaler_enabled: bool = False
@@ -423,6 +424,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     for call in spy.calls:
         call.target_tensor = None  # the probe keeps statistics, not the batch's tensors
     probe.channel_reduction = spy.channel_axis.found
+    probe.classes_misread = spy.channel_axis.misread
     probe.view_as_permute = spy.views.found
     probe.flatten_mismatch = spy.flatten_mismatch
     probe.graph_cuts = spy.graph_cuts.cuts

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 MOSTLY_IGNORED = 0.95
 MIN_TARGETS = 32  # fewer say nothing about a share
 ONE_CLASS_MIN_TARGETS = 256
+IN_BATCH_MIN_TARGETS = 8  # rows of (B, B) a @ b.T scores all given target 0
 # A constant target beside batch labels of several values needs no long scan to be news.
 COLLAPSED_MIN_TARGETS = 8
 MIN_MULTI_ROWS = 8
@@ -271,8 +272,12 @@ def made_target_finding(call: CriterionCall) -> Finding | None:
     from optimus_preflight.preflight.analyses.loss_findings import Finding
 
     shape = call.input.shape
+    # Square scores that are a product of the batch's own embeddings need no more rows than a
+    # small batch: their diagonal is the positive by construction. Other square scores may put
+    # a positive first by design (cat([positive, negatives], 1)), so they need many rows.
+    enough = IN_BATCH_MIN_TARGETS if call.similarity_product else ONE_CLASS_MIN_TARGETS // 4
     if call.function not in ("cross_entropy", "nll_loss") or len(shape) != 2 or call.profile is None \
-            or call.profile.kept < ONE_CLASS_MIN_TARGETS // 4:
+            or call.profile.kept < enough:
         return None
     value = f"{call.profile.only_value:g}"
     if shape[0] == shape[1] and call.profile.only_value == 0:

@@ -119,16 +119,22 @@ class FinalBatchCheck(Check):
         norms = [m for m in ctx.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
                  and (m.training or m.track_running_stats is False)]
         batch_size = loader.batch_size
-        if norms and batch_size and 1 < batch_size < BN_MIN_BATCH:
+        if norms and batch_size and batch_size < BN_MIN_BATCH:
             steps = ctx.cfg.trainer.accumulation_steps
             accumulated = (f" (trainer.accumulation_steps={steps} makes the optimizer's batch {batch_size * steps}, "
                            "but BatchNorm still sees each micro-batch alone)") if steps > 1 else ""
+            # One sample: BatchNorm over a map or a sequence normalises it by its own statistics
+            # (BatchNorm1d on (1, C) raises instead, and the first step reports that).
+            statistics = ("each sample by its own mean and variance over its positions, an InstanceNorm: whatever "
+                          "sets one sample apart from another in level or scale (often what the classes differ by) "
+                          "is erased before the model sees it" if batch_size == 1 else
+                          f"each batch by its own mean and variance, which over {batch_size} samples are noise (with "
+                          "2, every feature becomes +-1)")
             findings.warning(
                 "BN_SMALL_BATCH",
-                f"the model has BatchNorm and the training batches hold {batch_size} samples{accumulated}: "
-                f"BatchNorm normalises each batch by its own mean and variance, which over {batch_size} samples are "
-                "noise (with 2, every feature becomes +-1), and the running statistics used in eval mode do not "
-                "match what training normalised with",
+                f"the model has BatchNorm and the training batches hold {batch_size} sample"
+                f"{'s' if batch_size > 1 else ''}{accumulated}: BatchNorm normalises {statistics}, and the running "
+                "statistics used in eval mode do not match what training normalised with",
                 "Use larger micro-batches (16 or more) with fewer accumulation steps, or replace BatchNorm with "
                 "GroupNorm/LayerNorm, which do not depend on the batch.",
                 "data.batch_size",

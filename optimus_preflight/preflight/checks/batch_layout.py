@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from optimus_preflight.preflight.analyses.batch_layout import ModuleInput, misread_axis
+from optimus_preflight.preflight.analyses.channel_axis import ClassesMisread
 from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.analyses.spectral_axis import fft_over_channels_text
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
@@ -44,7 +45,7 @@ class BatchLayoutCheck(Check):
     name = "step.batch_layout"
     stage = Stage.STEP
     codes = ("BATCH_TIME_MAJOR", "BATCH_NOT_TIME_MAJOR", "CHANNEL_AXIS_REDUCED", "VIEW_AS_PERMUTE",
-             "ATTENTION_OVER_HEADS", "FFT_OVER_CHANNELS", "FLATTEN_ORDER_MISMATCH")
+             "ATTENTION_OVER_HEADS", "FFT_OVER_CHANNELS", "FLATTEN_ORDER_MISMATCH", "SOFTMAX_OVER_SPATIAL_AXIS")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -98,6 +99,8 @@ class BatchLayoutCheck(Check):
                 "Bring both to one layout before flattening: logits.transpose(0, 1).reshape(-1, C) against "
                 "targets.reshape(-1) (or build the model with batch_first=True).",
             )
+        if probe.classes_misread is not None and probe.flatten_mismatch is None:
+            self._classes_misread(probe.classes_misread, findings)
         if probe.fft_over_channels is not None:
             findings.warning("FFT_OVER_CHANNELS", *fft_over_channels_text(probe.fft_over_channels))
         if probe.channel_reduction is not None:
@@ -163,6 +166,43 @@ class BatchLayoutCheck(Check):
                 "x.transpose(0, 1).",
             )
 
+    @staticmethod
+    def _classes_misread(found: ClassesMisread, findings: Findings) -> None:
+        n, channels, height, width = found.shape
+        if found.kind == "softmax":
+            axis = "height" if found.detail[0] == 2 else "width"
+            findings.warning(
+                "SOFTMAX_OVER_SPATIAL_AXIS",
+                f"a {found.function}(dim={found.detail[0] - 4}) normalises the ({n}, {channels}, {height}, {width}) "
+                f"NCHW output of a convolution over its {axis} axis: each pixel's {channels} class scores never "
+                f"compete, while the pixels of one image {'column' if axis == 'height' else 'row'} do (Keras' "
+                "channels-last default, axis=-1, on a channels-first map)",
+                f"Normalise over the class axis of an NCHW map: {found.function}(logits, dim=1).",
+            )
+        elif found.kind == "split":
+            view = ", ".join(str(size) for size in found.detail)
+            classes = found.detail[-1]
+            findings.error(
+                "FLATTEN_ORDER_MISMATCH",
+                f"a .{found.function}({view}) reads the ({n}, {channels}, {height}, {width}) NCHW output of a "
+                f"convolution, {channels // classes} groups (anchors) of {classes} class scores per cell, with the "
+                f"class axis last without moving it there: a view keeps the memory order, which runs along the width, "
+                f"so each row of {classes} 'scores' holds {classes} neighbouring cells of one channel, and every "
+                "anchor and cell is scored with other cells' numbers against its own target",
+                f"Move the channels last first: out.permute(0, 2, 3, 1).reshape({n}, -1, {classes}), which orders "
+                "the rows (cell row, cell column, anchor) like the targets.",
+            )
+        else:
+            findings.error(
+                "FLATTEN_ORDER_MISMATCH",
+                f"a transpose of the ({n}, {channels}, {height}, {width}) NCHW class scores to {found.detail} moves "
+                f"the classes last but also swaps height and width ((N, W, H, C), as transpose(1, 3) does): flattened, "
+                "its rows run column by column while (N, H, W) targets flattened run row by row, so pixel (h, w) is "
+                "scored against the label of pixel (w, h)" + (" (with a square map the shapes still match)"
+                                                                  if height == width else ""),
+                "Move the classes last keeping the spatial order: logits.permute(0, 2, 3, 1).reshape(-1, C) against "
+                "targets.reshape(-1).",
+            )
 
     @staticmethod
     def _judge_by_shift(inputs: list[ModuleInput], batch: object, findings: Findings) -> None:
