@@ -114,8 +114,11 @@ def test_checks_on_an_accelerator_run_guarded_except_timed_ones_and_compiled_mod
     with _bounds_guard(Untimed(), on_cuda):
         guard = torch.overrides._get_current_function_mode()
         assert isinstance(guard, HostBoundsGuard) and guard.device_types == ("cuda",)
+    # what torch.compile returns: a wrapper holding the eager module as _orig_mod (not compiled
+    # here: importing dynamo alone takes seconds)
+    compiled = SimpleNamespace(_orig_mod=model)
     for check, ctx in ((Timed(), on_cuda), (Untimed(), SimpleNamespace(device=torch.device("cpu"), model=model)),
-                       (Untimed(), SimpleNamespace(device=torch.device("cuda"), model=torch.compile(model)))):
+                       (Untimed(), SimpleNamespace(device=torch.device("cuda"), model=compiled))):
         with _bounds_guard(check, ctx):
             assert torch.overrides._get_current_function_mode() is None
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pad_sequence
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, TensorDataset
 
 from optimus_preflight.preflight import run_preflight
 from optimus_preflight.preflight.checks.attention_mask import AttentionMaskCheck
@@ -129,3 +129,44 @@ def test_a_causal_lm_with_right_padding_and_no_mask_is_quiet(transformers):
         vocab_size=50, n_positions=32, n_embd=16, n_layer=1, n_head=2, num_labels=2, pad_token_id=PAD))
     assert not missing(gpt2, hf_batches(with_mask=False))
     assert missing(gpt2, hf_batches(with_mask=False, side="left"))  # left padding precedes the tokens
+
+
+class ClipEncoder(nn.Module):
+    """Zero-padded (B, T, F) frames behind a [CLS] token: the padding is the all-zero frames."""
+
+    def __init__(self, hf_mask_as_key_padding: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.inverted = hf_mask_as_key_padding
+        self.inp, self.cls = nn.Linear(8, 16), nn.Parameter(torch.zeros(1, 1, 16))
+        layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+        self.head = nn.Linear(16, 2)
+
+    def forward(self, frames, attention_mask):  # 1 = a real frame, as Hugging Face
+        h = torch.cat([self.cls.expand(len(frames), -1, -1), self.inp(frames)], 1)
+        mask = torch.cat([torch.ones_like(attention_mask[:, :1]), attention_mask], 1)
+        ignore = mask.bool() if self.inverted else mask == 0
+        return self.head(self.encoder(h, src_key_padding_mask=ignore)[:, 0])
+
+
+@pytest.mark.parametrize("inverted", [True, False])
+def test_a_hf_mask_passed_as_key_padding_mask_over_zero_padded_frames(inverted):
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(5, 20, (256,), generator=g)
+    mask = (torch.arange(20)[None] < lengths[:, None]).long()
+    frames = torch.randn(256, 20, 8, generator=g) * mask[..., None]
+    labels = torch.randint(0, 2, (256,), generator=g)
+    model = ClipEncoder(inverted)
+
+    def clip_loss(model, batch):
+        x, m, y = batch
+        return nn.functional.cross_entropy(model(x, m), y)
+
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(frames, mask, labels), batch_size=32, shuffle=True),
+                           loss_fn=clip_loss, checks=[FirstBatchCheck(), FirstStepCheck(), AttentionMaskCheck()])
+    found = [i for i in report.check("step.attention_mask").issues if i.code == "ATTENTION_MASK_INVERTED"]
+    assert bool(found) == inverted
+    if inverted:
+        assert "src_key_padding_mask" in found[0].message

@@ -53,3 +53,29 @@ def test_only_a_reordering_of_sizes_larger_than_one_counts():
     assert not permuted_view((32, 1, 64), (32, 64, 1))  # an unsqueeze moved
     assert not permuted_view((32, 10, 64), (32, 10, 8, 8))  # a head split
     assert not permuted_view((16, 16, 16), (16, 16, 16))  # equal sizes: nothing to tell
+
+
+@pytest.mark.parametrize("to_nchw, fires", [(lambda x: x.reshape(x.shape[0], 3, 16, 16), True),
+                                            (lambda x: x.permute(0, 3, 1, 2), False)], ids=["reshape", "permute"])
+def test_an_hwc_image_batch_reshaped_to_nchw_is_named_as_such(to_nchw, fires):
+    images, labels = torch.rand(128, 16, 16, 3), torch.randint(0, 4, (128,))  # numpy/PIL/cv2 layout
+    torch.manual_seed(0)
+    conv = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(8, 4))
+    model = nn.Sequential(Lambda(to_nchw), conv)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(images, labels), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), BatchLayoutCheck()])
+    issues = [i for i in report.check("step.batch_layout").issues if i.code == "VIEW_AS_PERMUTE"]
+    assert bool(issues) == fires
+    if fires:
+        assert "channels-last" in issues[0].message and "x.permute(0, 3, 1, 2)" in issues[0].fix
+
+
+class Lambda(nn.Module):
+    def __init__(self, function):
+        super().__init__()
+        self.function = function
+
+    def forward(self, x):
+        return self.function(x)

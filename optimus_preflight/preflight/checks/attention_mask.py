@@ -53,6 +53,29 @@ def padding_of(ids: torch.Tensor) -> torch.Tensor | None:
     return mask if mask is not None and bool(mask.any()) and not bool(mask.all()) else None
 
 
+def zero_frame_padding(frames: torch.Tensor) -> torch.Tensor | None:
+    """The padding of a (B, T, F) float tensor of frames or features: the all-zero frames,
+    where they form a run at the end (or the start) of every sample that has them."""
+    if frames.dim() != 3 or not frames.is_floating_point() or frames.shape[1] < 4:
+        return None
+    pad = (frames == 0).all(dim=-1)
+    if not bool(pad.any()) or bool(pad.all()):
+        return None
+    positions = torch.arange(pad.shape[1], device=pad.device)
+    counts = pad.sum(dim=1, keepdim=True)
+    at_end, at_start = positions >= pad.shape[1] - counts, positions < counts
+    return pad if bool((pad == at_end).all()) or bool((pad == at_start).all()) else None
+
+
+def aligned(mask: torch.Tensor, pad: torch.Tensor) -> list[torch.Tensor]:
+    """``mask`` cut to ``pad``'s positions: the same length, or one or two extra positions
+    (a [CLS] or register token) at the start or the end."""
+    extra = mask.shape[1] - pad.shape[1]
+    if mask.shape[0] != pad.shape[0] or extra not in (0, 1, 2):
+        return []
+    return [mask] if extra == 0 else [mask[:, extra:], mask[:, :-extra]]
+
+
 def matches(mask: torch.Tensor, target: torch.Tensor) -> bool:
     return mask.shape == target.shape and float((mask.bool() == target).float().mean()) >= AGREE
 
@@ -95,7 +118,8 @@ class AttentionMaskCheck(Check):
             return
         if self._missing_hf_mask(ctx, findings):
             return
-        pads = [pad for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and (pad := padding_of(leaf)) is not None]
+        pads = [pad for leaf in leaves(batch) if isinstance(leaf, torch.Tensor)
+                and (pad := padding_of(leaf) if not leaf.is_floating_point() else zero_frame_padding(leaf)) is not None]
         modules = [m for m in ctx.model.modules() if isinstance(m, ATTENTION_MODULES)]
         if not pads or not modules:
             findings.data["summary"] = "no padded ids, or no torch attention module"
@@ -103,7 +127,7 @@ class AttentionMaskCheck(Check):
         seen = self._key_padding_masks(ctx, modules)
         findings.data["summary"] = f"{len(seen)} key padding mask(s) observed"
         for name, mask in seen:
-            if any(matches(mask, ~pad) for pad in pads if pad.shape == mask.shape):
+            if any(matches(part, ~pad) for pad in pads for part in aligned(mask, pad)):
                 findings.error(
                     "ATTENTION_MASK_INVERTED",
                     f"the {name} an attention module receives is True on the tokens and False on the padding: torch "

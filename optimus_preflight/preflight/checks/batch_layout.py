@@ -17,6 +17,7 @@ from optimus_preflight.preflight.analyses.batch_layout import ModuleInput, misre
 from optimus_preflight.preflight.analyses.channel_axis import ClassesMisread
 from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.analyses.spectral_axis import fft_over_channels_text
+from optimus_preflight.preflight.analyses.view_permute import ViewAsPermute
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import leaves
@@ -61,7 +62,19 @@ class BatchLayoutCheck(Check):
                 "Transpose after splitting the heads: q.view(B, T, heads, d).transpose(1, 2) (and back with "
                 ".transpose(1, 2).reshape(B, T, heads * d) after attention).",
             )
-        if probe.view_as_permute is not None:
+        if probe.view_as_permute is not None and _channels_last_image(probe.view_as_permute):
+            view = probe.view_as_permute
+            n, h, w, c = view.source
+            findings.warning(
+                "VIEW_AS_PERMUTE",
+                f"a .{view.function}() turns a ({n}, {h}, {w}, {c}) channels-last (NHWC, HWC per image: numpy, PIL, "
+                f"cv2) image batch into ({n}, {c}, {h}, {w}) channels-first: a reshape does not move the channel "
+                "axis, it cuts the interleaved RGBRGB... memory into planes, so each 'channel' plane is a strip of "
+                "pixels of every colour and the image is scrambled",
+                "Move the axis: x.permute(0, 3, 1, 2) for a batch (img.permute(2, 0, 1) for one HWC image, as "
+                "torchvision's ToTensor does), not .view/.reshape.",
+            )
+        elif probe.view_as_permute is not None:
             view = probe.view_as_permute
             findings.warning(
                 "VIEW_AS_PERMUTE",
@@ -278,6 +291,13 @@ def _hugging_face_time_major(model: object, batch: object, batch_size: int) -> t
             and tensor.shape[1] == batch_size and tensor.shape[0] != batch_size:
         return tuple(tensor.shape)
     return None
+
+
+def _channels_last_image(view: ViewAsPermute) -> bool:
+    """An (N, H, W, C) image batch of 1, 3 or 4 channels viewed as (N, C, H, W) (pure)."""
+    source, result = view.source, view.result
+    return (len(source) == 4 and source[3] in (1, 3, 4) and source[1] > 4 and source[2] > 4
+            and result == (source[0], source[3], source[1], source[2]))
 
 
 def _mixing(record: ModuleInput) -> str:
