@@ -55,6 +55,27 @@ def test_a_schedule_that_only_rises(ramp, fires):
     assert ("O8" in found) == fires
 
 
+def test_a_warmup_longer_than_the_run_is_not_called_a_range_test():
+    model = nn.Linear(8, 3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 4000))
+    report = run_preflight(model, optimizer, DataLoader(TensorDataset(X, Y), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), scheduler=warmup, max_steps=300,
+                           checks=[FirstBatchCheck(), LrScheduleCheck()])
+    messages = [i.message for i in report.check("config.lr_schedule").issues if i.code == "O8"]
+    assert messages and all("range test" not in m for m in messages) and any("all warmup" in m for m in messages)
+
+
+def test_noam_over_a_base_lr_of_one_is_its_own_schedule():
+    # The lambda returns the learning rate (d_model ** -0.5 * min(...)) over Adam(lr=1.0): its
+    # warmup outlasting a short run is a choice, and lr=1.0 is not a value it should reach.
+    model = nn.Linear(8, 3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0)
+    noam = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 64 ** -0.5 * min((s + 1) ** -0.5, (s + 1) * 400 ** -1.5))
+    assert "O8" not in codes(model, nn.CrossEntropyLoss(), [LrScheduleCheck()], optimizer=optimizer, scheduler=noam,
+                             max_steps=300)
+
+
 @pytest.mark.parametrize("batch_size, fires", [(2, True), (32, False)])
 def test_batchnorm_on_micro_batches_of_two(batch_size, fires):
     model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))

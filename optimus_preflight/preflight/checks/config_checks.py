@@ -70,6 +70,7 @@ def lr_trajectory(scheduler: Any, optimizer: Any, steps: int) -> list[tuple[int,
 
 
 GROWTH = 100.0  # a schedule that rises this many times and peaks at its end is a range test, not a warmup
+RAMP_GROWTH = 4.0  # its growth over the second half: a linear warmup doubles, an exponential ramp far more
 
 
 SHAPE_DROP = 0.5  # a MultiplicativeLR factor that falls this low within the run is a schedule's shape
@@ -127,7 +128,10 @@ def schedule_findings(points: list[tuple[int, float]], max_steps: int, length: i
                                  "warmup_steps, min(1, step // warmup_steps)) is 0 for the whole warmup and then 1, "
                                  "not a ramp"))
     first = points[0][1] if points else 0.0
-    if first > 0 and peak >= GROWTH * first and peak_step >= 0.9 * points[-1][0]:
+    # A range test's ramp grows by a factor per step; an unfinished linear warmup only doubles
+    # from half-way to the end (the warning that the run is all warmup covers that one).
+    halfway = next((lr for step, lr in points if step >= peak_step / 2), peak)
+    if first > 0 and peak >= GROWTH * first and peak_step >= 0.9 * points[-1][0] and peak >= RAMP_GROWTH * halfway:
         found.append(("error", f"the learning rate grows {peak / first:.3g}x over the run and peaks at its end "
                                f"({peak:.3g} at step {peak_step}): a schedule that only rises, such as an LR range "
                                "test's exponential ramp left as the training scheduler, drives any optimizer to "
@@ -287,7 +291,7 @@ class LrScheduleCheck(Check):
                            "Return only the multiplicative factor from lr_lambda (lambda step: 0.98 ** (step / 10), "
                            "not lambda step: 3e-3 * 0.98 ** (step / 10)); the optimizer's lr is the base it scales.",
                            "scheduler")
-        elif (unreached := peak_not_reached(points, base, max_steps)) is not None:
+        elif not absolute_lambda(scheduler, base) and (unreached := peak_not_reached(points, base, max_steps)) is not None:
             findings.warning("O8", unreached,
                              "Shorten the warmup: scheduler.warmup_fraction=0.05 (5% of the run), or a "
                              "scheduler.warmup_steps well below trainer.max_steps.", "scheduler.warmup_steps")
@@ -451,6 +455,13 @@ def epoch_settings(scheduler: Any) -> tuple[str, str] | None:
                 "stepped after every batch, T_max counts batches, not the epochs it was meant as",
                 "Set T_max to the number of optimizer steps (trainer.max_steps), or step the scheduler once per epoch.")
     return None
+
+
+def absolute_lambda(scheduler: Any, base: float | None) -> bool:
+    """A LambdaLR over a base LR of about 1: the deliberate form of a lambda that returns the
+    learning rate itself (Noam's d_model ** -0.5 * min(...)), whose own curve, not the base, is
+    the schedule."""
+    return isinstance(scheduler, LambdaLR) and base is not None and 0.5 <= base <= 2.0
 
 
 def peak_not_reached(points: list[tuple[int, float]], base: float | None, max_steps: int) -> str | None:
