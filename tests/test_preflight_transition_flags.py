@@ -71,3 +71,21 @@ def test_only_transition_batches_have_a_flag_field():
     assert flag_field((x, torch.randn(8), torch.randn(8, 4), y)) is None  # no (state, next state) pair
     s, r, s2, done = chain(64)
     assert flag_field((s, r, s2, done)) == 3
+
+
+def test_the_repeated_states_of_a_small_environment_are_not_identical_samples():
+    # a 4-state corridor: 64 transitions hold 4 distinct states, with different rewards and next
+    # states; DATA_IDENTICAL's "same input, different targets" does not apply to transitions
+    from optimus_preflight.preflight.checks.data_checks import DuplicateSamplesCheck
+
+    g = torch.Generator().manual_seed(0)
+    state = torch.randint(1, 5, (2000,), generator=g)
+    following = state + torch.where(torch.rand(2000, generator=g) < 0.5, -1, 1)
+    reward, done = (following == 5).float(), ((following == 0) | (following == 5)).float()
+    corridor = TensorDataset((state.float() / 5)[:, None], reward, (following.float() / 5)[:, None], done)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(corridor, batch_size=64, shuffle=True), loss_fn=td(True),
+                           checks=[FirstBatchCheck(), DuplicateSamplesCheck()])
+    assert not [i.code for i in report.check("data.duplicates").issues if i.severity.value != "info"]

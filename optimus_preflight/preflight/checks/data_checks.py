@@ -412,7 +412,8 @@ class DuplicateSamplesCheck(Check):
         findings.data["summary"] = f"{len(hashes)} batch(es) hashed, {repeated} repeated samples"
         if hashes:
             self._identical_samples(hashes[0], findings, reseeded=lambda: reseeding_in_getitem(ctx, self.name, findings))
-            if "distinct_in_first" not in findings.data and batches and one_sample_axis(batches[0]):
+            if "distinct_in_first" not in findings.data and batches and one_sample_axis(batches[0]) \
+                    and not _transitions(batches[0]):
                 self._identical_samples(input_digests(batches[0]), findings, inputs_only=True,
                                         constant=constant_field(batches[0]))
         if "distinct_in_first" not in findings.data and draws_each_index_once(ctx.train_loader):
@@ -430,3 +431,11 @@ class DuplicateSamplesCheck(Check):
             )
 
 
+
+
+def _transitions(batch: object) -> bool:
+    """A batch of (state, ..., next state, done) transitions: the states of a small environment
+    repeat by design, and what follows them (rewards, next states) differs."""
+    from optimus_preflight.preflight.checks.transition_flags import flag_field  # it imports this module
+
+    return flag_field(batch) is not None
