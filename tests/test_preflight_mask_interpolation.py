@@ -62,3 +62,16 @@ def test_clean_masks_where_many_classes_meet_are_quiet():
     masks = torch.stack([torch.cdist(grid, s).argmin(1).reshape(40, 40) % 6 for s in seeds])  # Voronoi cells
     assert interpolation_rims(masks) is None
     assert interpolation_rims(resized(scenes(), "bilinear")) is not None
+
+
+def test_a_class_bordering_a_void_band_is_not_a_rim():
+    # kelp (1) drawn inside an unscored band (255) on background (0): where the band is cut
+    # thin, class 1 lies one pixel wide between 0 and 255, by design and not by an average
+    masks = torch.zeros(4, 32, 32, dtype=torch.long)
+    masks[:, 4:12, 4:12] = 1  # a whole object of class 1
+    masks[:, :, 20:] = 255  # the void band
+    masks[:, :, 19] = 1  # a thin strip of kelp between background and void
+    assert interpolation_rims(masks) is None
+    three_classes = resized(scenes(), "bilinear")
+    three_classes[:, :, :1] = 255  # a void border does not hide real interpolation rims
+    assert interpolation_rims(three_classes) is not None

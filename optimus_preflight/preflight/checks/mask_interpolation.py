@@ -32,6 +32,7 @@ MIN_SIDE = 8
 MAX_CLASSES = 64
 MIN_PIXELS = 20  # of a class's object interior, and of its rims
 RIM_SHARE = 0.2  # of the class's pixels that are rims between a lower and a higher id
+VOID_FROM = MAX_CLASSES  # ids from here on mark pixels not to score (255), not a class
 
 
 @dataclass
@@ -54,7 +55,9 @@ def interpolation_rims(masks: torch.Tensor) -> Rims | None:
         own = masks == value
         # A pixel is interior when no pixel of its 3x3 neighbourhood is another class.
         interior = own & ~_spread(~own)
-        rims = own & ~interior & _spread(masks < value) & _spread(masks > value)
+        # A void id (255 for unlabelled edges and borders) is not a class an average runs towards:
+        # a class drawn inside a void band borders it on one side only, by design.
+        rims = own & ~interior & _spread(masks < value) & _spread((masks > value) & (masks < VOID_FROM))
         # A rim is thin: it holds no interior pixel within its own neighbourhood either.
         rims &= ~_spread(interior)
         count, total = int(rims.sum()), int(own.sum())
