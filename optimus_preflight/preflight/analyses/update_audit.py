@@ -356,7 +356,9 @@ def _decay(step: GroupStep, delta: torch.Tensor, total: int) -> Finding | None:
 
 
 HALF_RESOLUTION = 1e-4  # the dtype's eps above which weights are bf16/fp16
-ROUNDED_SHARE = 0.5  # of the weights the rule moves, left exactly where they were
+# Of the weights the rule moves, left exactly where they were. Adam's first step, lr * sign(g), is
+# the largest it takes, so under Adam these weights stay frozen for good: a quarter is too many.
+ROUNDED_SHARE = 0.25
 MIN_RECORDABLE = 64
 FOREIGN_COSINE = 0.2  # the update's cosine with the rule's step (exactly 1 when step() is the rule alone)
 
