@@ -162,6 +162,28 @@ def test_a_prompt_masked_with_the_pad_id_of_a_vocabulary_is_quiet():
     assert "TARGET_IGNORED_CLASS" not in issues(preflight(lm, loader(tokens, labels), loss))
 
 
+@pytest.mark.parametrize("ignore_index, background, fires", [(0, 0, True), (255, 0, False), (0, 255, False)],
+                         ids=["majority_class_ignored", "void_255_ignored", "void_0_at_the_borders"])
+def test_an_in_range_ignore_index_covering_most_of_a_label_map(ignore_index, background, fires):
+    # leaf scans: background (most pixels) and two kinds of spots; "void_0_at_the_borders" keeps
+    # 0 as a real void label on a thin border, the way some datasets do
+    g = torch.Generator().manual_seed(3)
+    masks = torch.full((96, 16, 16), background, dtype=torch.long)
+    masks[torch.rand(96, 16, 16, generator=g) < 0.1] = 1
+    masks[torch.rand(96, 16, 16, generator=g) < 0.05] = 2
+    if background == 255:
+        masks[masks == 255] = 1
+        masks[:, :, 0] = 0
+    images = torch.randn(96, 3, 16, 16, generator=g)
+    torch.manual_seed(0)
+    segmenter = nn.Conv2d(3, 3, 1)
+    loss = lambda model, batch: F.cross_entropy(model(batch[0]), batch[1], ignore_index=ignore_index)  # noqa: E731
+    found = issues(preflight(segmenter, loader(images, masks), loss))
+    assert ("TARGET_IGNORED_CLASS" in found) == fires
+    if fires:
+        assert "ignore_index=0 is also class 0" in found["TARGET_IGNORED_CLASS"].message
+
+
 # ------------------------------------------------------------ regression target scale
 def price_mse(model, batch):
     inputs, y = batch

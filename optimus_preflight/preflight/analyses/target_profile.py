@@ -185,6 +185,7 @@ def profile_findings(calls: list[CriterionCall]) -> list[Finding]:
 
 
 IGNORED_INSIDE_SHARE = 0.1  # of all positions: more than stray separators
+DENSE_IGNORED_SHARE = 0.5  # of a label map's positions on an in-range ignore_index: the majority class
 # Up to this many classes the ignored class is a tag or a label the task needs; beyond it the
 # outputs are a vocabulary, where an in-range ignore_index is the pad token (and a prompt
 # masked with it sits at the start of a right-padded row: both ends ignored, on purpose).
@@ -201,6 +202,20 @@ def _ignored_class_finding(call: CriterionCall) -> Finding | None:
     if (profile is None or ignore is None or not call.n_classes or not 0 <= ignore < call.n_classes
             or profile.total < MIN_TARGETS):
         return None
+    shape = call.target_shape
+    if shape is not None and len(shape) >= 3 and profile.total - profile.kept >= DENSE_IGNORED_SHARE * profile.total:
+        # a label map (a target per pixel or voxel) has no padding at its ends: an in-range
+        # ignore_index covering most of it is the commonest class, left out of the loss
+        share = 1 - profile.kept / profile.total
+        return Finding(
+            "TARGET_IGNORED_CLASS", "warning",
+            f"{call.function}'s ignore_index={ignore} is also class {ignore} of the model's {call.n_classes} outputs, "
+            f"and {share:.0%} of the {profile.total} positions of the {tuple(shape)} label maps carry it: the "
+            f"commonest class never trains, so the model is never shown what class {ignore} looks like and predicts "
+            "the other classes everywhere (an ignore_index copied from a dataset whose 0 was the void label)",
+            f"Drop ignore_index (nn.CrossEntropyLoss()) when {ignore} is a real class; keep an ignore_index for "
+            "void pixels only, with an id outside 0..C-1 (255 or -100).",
+        )
     inside = profile.ignored_inside
     rows_with_target = (profile.rows or 0) - (profile.rows_without_target or 0)
     if call.n_classes <= TAG_CLASSES and rows_with_target and profile.rows_ignored_both_ends * 2 >= rows_with_target:
