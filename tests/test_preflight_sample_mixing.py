@@ -398,3 +398,44 @@ def test_the_first_mixing_call_is_none_where_no_call_confines_the_change():
     assert first_mixing(first, second, keep=4) is None
     diverging = [Call("sigmoid", None, [base], [base], None)]
     assert first_mixing(first, diverging, keep=4) is None
+
+
+class Sessions(torch.utils.data.Dataset):
+    """Each sample a Python list of 10 item ids: default_collate gives 10 tensors of shape (B,)."""
+
+    def __init__(self):
+        g = torch.Generator().manual_seed(2)
+        self.rows = ((torch.randint(0, 30, (256, 1), generator=g) + torch.arange(10)) % 30).tolist()
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, index):
+        return {"items": self.rows[index]}
+
+
+class NextItem(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.gru, self.out = nn.Embedding(30, 16), nn.GRU(16, 32, batch_first=True), nn.Linear(32, 30)
+
+    def forward(self, items):
+        return self.out(self.gru(self.embed(items))[0])
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_a_list_collated_per_position_and_stacked_on_dim_0_is_named(dim):
+    def loss(model, batch):
+        sequences = torch.stack(batch["items"], dim=dim)
+        logits = model(sequences[:, :-1])
+        return nn.functional.cross_entropy(logits.reshape(-1, 30), sequences[:, 1:].reshape(-1))
+
+    model = NextItem()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(Sessions(), batch_size=16, shuffle=True), loss_fn=loss,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), SampleMixingCheck()])
+    issues = [i for i in report.check("step.sample_mixing").issues if i.code == "BATCH_MIXING"]
+    assert bool(issues) == (dim == 0)
+    if issues:
+        assert "default_collate" in issues[0].message and "torch.stack(batch['items'], dim=1)" in issues[0].fix

@@ -28,6 +28,7 @@ shift over the batch axis pairs every sample with another.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -208,7 +209,7 @@ class SampleMixingCheck(Check):
         findings.data.update(samples=keep, moved_share=round(share, 4), other_samples_moved=others)
         findings.data["summary"] = f"changing sample 0 of {keep} moved {share:.0%} of the model's output"
         if share > MIXED_SHARE and share > 3 / keep:
-            self._mixed(keep, share, findings, self._where(ctx, probes, keep, findings))
+            self._mixed(keep, share, findings, self._where(ctx, probes, keep, findings), transposed_list(batch, size))
         elif others is not None and len(others) >= OTHERS_MOVED:
             self._some_mixed(keep, others, findings, self._where(ctx, probes, keep, findings))
         elif others is not None and len(others) == 1 and (moved := self._one_other(ctx, batch, size, keep, others)):
@@ -330,7 +331,23 @@ class SampleMixingCheck(Check):
         )
 
     @classmethod
-    def _mixed(cls, keep: int, share: float, findings: Findings, op: MixingOp | None = None) -> None:
+    def _mixed(cls, keep: int, share: float, findings: Findings, op: MixingOp | None = None,
+               listed: tuple[str, int, int] | None = None) -> None:
+        if listed is not None:
+            field, positions, size = listed
+            findings.warning(
+                "BATCH_MIXING",
+                f"changing one sample of a batch of {keep} changes {share:.0%} of the model's outputs (only that "
+                f"sample's share should move, in eval mode): the model mixes the samples of a batch. The batch's "
+                f"{field} is a list of {positions} tensors of shape ({size},): the dataset's __getitem__ returns a "
+                "Python list, and default_collate turns a batch of lists into one tensor per list position, so "
+                f"torch.stack of it builds ({positions}, {size}), positions by samples, which a batch_first model reads "
+                f"as {positions} sequences running across the samples",
+                f"Return a tensor from __getitem__ (torch.tensor(items)) so default_collate stacks the samples on "
+                f"dim 0, or stack the list along dim 1: torch.stack({field}, dim=1) gives "
+                f"({size}, {positions}).",
+            )
+            return
         cause, fix = cls._located(
             op, "Usually the batch axis is read as another one: a (B, T, ...) batch into nn.TransformerEncoderLayer / "
             "nn.MultiheadAttention / nn.LSTM built without batch_first=True (attention or recurrence then runs "
@@ -360,3 +377,18 @@ class SampleMixingCheck(Check):
     @staticmethod
     def _outputs(ctx: PreflightContext, batch: Any) -> list[torch.Tensor] | None:
         return model_outputs(ctx, batch)  # eval mode: no dropout, running BatchNorm statistics
+
+def transposed_list(batch: Any, size: int) -> tuple[str, int, int] | None:
+    """(field, positions, batch size) of a batch field that default_collate made from each
+    sample's Python list: a list of 3 or more tensors of shape (batch size,), one per position."""
+    if isinstance(batch, Mapping):
+        fields = [(f"batch[{key!r}]", value) for key, value in batch.items()]
+    elif isinstance(batch, (list, tuple)):
+        fields = [(f"batch[{index}]", value) for index, value in enumerate(batch)]
+    else:
+        return None
+    for name, value in fields:
+        if isinstance(value, (list, tuple)) and len(value) >= 3 and all(
+                isinstance(item, torch.Tensor) and item.dim() == 1 and item.shape[0] == size for item in value):
+            return name, len(value), size
+    return None
