@@ -135,3 +135,33 @@ def test_float_training_inputs_beside_token_validation_inputs_do_not_crash():
     tokens = TensorDataset(torch.randint(0, 50, (300, 6)), y[1200:])
     report = preflight(TensorDataset(x[:1200], y[:1200]), tokens, nn.Linear(6, 3), nn.CrossEntropyLoss())
     assert report.check(NAME).status.value != "crashed", report.check(NAME).detail
+
+
+def sensor_windows(leak: bool, rows: int, seed: int) -> TensorDataset:
+    """24-step windows and the next value; ``leak``: each window z-scored together with its target."""
+    g = torch.Generator().manual_seed(seed)
+    level = torch.randn(rows, 1, generator=g) * 3
+    series = level + torch.cumsum(0.3 * torch.randn(rows, 25, generator=g), 1)
+    if leak:
+        series = (series - series.mean(1, keepdim=True)) / series.std(1, keepdim=True)
+        return TensorDataset(series[:, :24].contiguous(), series[:, 24].contiguous())
+    mean, std = series[:, :24].mean(1, keepdim=True), series[:, :24].std(1, keepdim=True)
+    return TensorDataset(((series[:, :24] - mean) / std).contiguous(), ((series[:, 24:] - mean) / std)[:, 0].contiguous())
+
+
+def forecaster_issues(train: TensorDataset, val: TensorDataset) -> set[str]:
+    model = nn.Sequential(nn.Linear(24, 32), nn.ReLU(), nn.Linear(32, 1), nn.Flatten(0))
+    return codes(preflight(train, val, model, nn.MSELoss()).check("data.split_scale"))
+
+
+def test_training_windows_normalised_with_their_target_fire():
+    assert "TRAIN_TARGET_IN_INPUTS" in forecaster_issues(sensor_windows(True, 1200, 0), sensor_windows(False, 300, 1))
+
+
+def test_windows_normalised_by_their_inputs_and_an_exact_relation_in_both_splits_are_quiet():
+    assert "TRAIN_TARGET_IN_INPUTS" not in forecaster_issues(sensor_windows(False, 1200, 0), sensor_windows(False, 300, 1))
+    # a noise-free synthetic target holds in validation too: a relation, not a leak
+    g = torch.Generator().manual_seed(2)
+    x, weights = torch.randn(1500, 24, generator=g), torch.randn(24, generator=g)
+    both = TensorDataset(x, x @ weights)
+    assert "TRAIN_TARGET_IN_INPUTS" not in forecaster_issues(TensorDataset(*both[:1200]), TensorDataset(*both[1200:]))

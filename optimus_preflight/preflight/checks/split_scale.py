@@ -101,6 +101,40 @@ def scale_mismatch(train: torch.Tensor, val: torch.Tensor) -> ScaleMismatch | No
                          (float(v[1, first]), float(v_iqr[first])), column_order(t, v, columns))
 
 
+EXACT_R2 = 0.9999  # of the training targets a linear fit of the training inputs explains: no noise left
+VAL_R2_BELOW = 0.9  # what the same fit explains of the validation targets when only training has the leak
+ROWS_PER_COLUMN = 3
+
+
+def _r2(x: torch.Tensor, y: torch.Tensor, coefficients: torch.Tensor) -> float:
+    residual = y - x @ coefficients
+    spread = float(((y - y.mean()) ** 2).sum())
+    return 1.0 - float((residual ** 2).sum()) / spread if spread > 0 else 0.0
+
+
+def linear_leak(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor,
+                val_y: torch.Tensor) -> tuple[float, float, int] | None:
+    """(training R², validation R², training rows) when a least-squares fit of the training
+    targets on the training inputs is exact and does not hold on validation (pure). Real
+    targets carry noise, so an exact linear relation is one the pipeline built."""
+    if train_y.dim() == 2 and train_y.shape[1] == 1:
+        train_y, val_y = train_y[:, 0], val_y[:, 0]
+    if train_x.dim() != 2 or val_x.dim() != 2 or train_y.dim() != 1 or val_y.dim() != 1 \
+            or train_x.shape[1] != val_x.shape[1] or len(train_x) != len(train_y) or len(val_x) != len(val_y) \
+            or len(train_x) < ROWS_PER_COLUMN * (train_x.shape[1] + 1) or train_x.shape[1] > MAX_COLUMNS:
+        return None
+    design = torch.cat([train_x.double(), torch.ones(len(train_x), 1, dtype=torch.float64)], 1)
+    held = torch.cat([val_x.double(), torch.ones(len(val_x), 1, dtype=torch.float64)], 1)
+    if not (bool(torch.isfinite(design).all()) and bool(torch.isfinite(held).all())):
+        return None
+    coefficients = torch.linalg.lstsq(design, train_y.double()[:, None]).solution[:, 0]
+    train_r2 = _r2(design, train_y.double(), coefficients)
+    if train_r2 < EXACT_R2:
+        return None
+    val_r2 = _r2(held, val_y.double(), coefficients)
+    return (train_r2, val_r2, len(train_x)) if val_r2 < VAL_R2_BELOW else None
+
+
 def inputs_beside_labels(batch: Any) -> tuple[Any, Any] | None:
     """(inputs, labels) of an ``(x, y)`` batch, or of a mapping with one label key and one
     floating tensor beside it; None for other batches (nothing checked about the two)."""
@@ -171,7 +205,7 @@ class SplitScaleCheck(Check):
     name = "data.split_scale"
     stage = Stage.DATA
     codes = ("VAL_INPUTS_OTHER_SCALE", "VAL_TARGETS_OTHER_SCALE", "VAL_COLUMNS_REORDERED", "VAL_COLUMNS_RECODED", "TARGETS_CAST_TO_INT",
-             "VAL_SCALER_REFIT")
+             "VAL_SCALER_REFIT", "TRAIN_TARGET_IN_INPUTS")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -206,7 +240,29 @@ class SplitScaleCheck(Check):
                 self._report(code, what, found, findings)
         if not rescaled and all(part is not None and len(part) >= MIN_VAL for part in (*train, *val)):
             self._recoded(regression_relation_change(train[0], train[1], val[0], val[1]), findings)
+            self._target_in_training_inputs(linear_leak(train[0], train[1], val[0], val[1]), findings)
         findings.data["summary"] = "; ".join(summary) or "nothing comparable"
+
+    @staticmethod
+    def _target_in_training_inputs(found: tuple[float, float, int] | None, findings: Findings) -> None:
+        """TRAIN_TARGET_IN_INPUTS: training targets that are exactly a linear function of the
+        training inputs, a relation validation does not share."""
+        if found is None:
+            return
+        train_r2, val_r2, rows = found
+        findings.warning(
+            "TRAIN_TARGET_IN_INPUTS",
+            f"a linear function of the training inputs reproduces their regression targets exactly (R² {train_r2:.5f} "
+            f"over {rows} training rows), while the same function explains R² {val_r2:.2f} of the validation targets: "
+            "the training inputs carry the target itself. Windows normalised with statistics that include the target "
+            "(a window and its target z-scored together sum to zero, so the target is minus the sum of the inputs), "
+            "a feature computed from the label, or the target left among the feature columns do this; the model "
+            "learns that leak, and validation, built without it, shows what it learned of the signal",
+            "Build every training input from what the model will have at prediction time: normalise a window with "
+            "the statistics of its inputs only (mean and std of x, not of x and y), and drop columns derived from "
+            "the target.",
+            "data.train",
+        )
 
     @staticmethod
     def _recoded(found: RelationChange | None, findings: Findings) -> None:
