@@ -489,6 +489,26 @@ def test_box_targets_that_end_past_the_resized_image(boxes, fires):
         assert "normalised to [0, 1]" in found[0].message and "new_w / old_w" in found[0].fix
 
 
+@pytest.mark.parametrize("sides, fires", [("h_w_from_pil_size", True), ("w_h_from_pil_size", False)])
+def test_point_targets_normalised_by_the_wrong_side(sides, fires):
+    from optimus_preflight.preflight.checks.step_checks import TargetsCheck
+
+    # crops half portrait (16 wide, 32 high), half landscape, resized to 16x16; the target is a
+    # blob's centre as a fraction of the crop's width and height
+    g = torch.Generator().manual_seed(13)
+    portrait = torch.rand(512, generator=g) < 0.5
+    width, height = torch.where(portrait, 16.0, 32.0), torch.where(portrait, 32.0, 16.0)
+    x, y = torch.rand(512, generator=g) * width, torch.rand(512, generator=g) * height
+    targets = torch.stack([x / height, y / width] if sides == "h_w_from_pil_size" else [x / width, y / height], 1)
+    images = torch.randn(512, 1, 16, 16, generator=g)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, stride=2), nn.Flatten(), nn.Linear(4 * 7 * 7, 2))
+    loader = DataLoader(TensorDataset(images, targets), batch_size=32, shuffle=True)
+    found = [i for i in issues(model, nn.MSELoss(), loader, TargetsCheck(), "TARGET_SCALE") if "point" in i.message]
+    assert bool(found) == fires
+    if found:
+        assert "w, h = img.size" in found[0].fix
+
+
 @pytest.mark.parametrize("noise, target, fires", [("rand_like", "noise", True), ("randn_like", "noise", False),
                                                   ("rand_like", "clean", False)],
                          ids=["uniform_noise_predicted", "gaussian_noise_predicted", "uniform_noise_removed"])

@@ -471,6 +471,7 @@ class BoxesBeyondImage:
     largest: float  # the largest corner, in the boxes' unit
     side: float  # the image side in that unit: 1 for normalised boxes, else the input's size in pixels
     image: tuple[int, int]
+    points: bool = False  # (x, y) points (centres, keypoints) rather than (x1, y1, x2, y2) boxes
 
 
 BOX_MARGIN, BOXES_BEYOND = 1.05, 0.1  # a corner 5% past the image; the share of boxes doing so
@@ -487,6 +488,12 @@ def boxes_beyond_image(calls: list[CriterionCall], model_inputs: list[torch.Tens
     height, width = int(image.shape[-2]), int(image.shape[-1])
     for call in calls:
         boxes = call.target_tensor
+        if boxes is not None and boxes.dim() >= 2 and boxes.shape[-1] == 2 and boxes.is_floating_point() \
+                and boxes.shape[0] == image.shape[0]:
+            found = _points_beyond_image(call, boxes.detach().float().reshape(-1, 2), (height, width))
+            if found is not None:
+                return found
+            continue
         if boxes is None or boxes.dim() < 2 or boxes.shape[-1] != 4 or not boxes.is_floating_point() \
                 or boxes.shape[0] != image.shape[0]:
             continue
@@ -503,6 +510,20 @@ def boxes_beyond_image(calls: list[CriterionCall], model_inputs: list[torch.Tens
                                     float(boxes[:, 2:].max()), 1.0 if normalised else float(max(width, height)),
                                     (height, width))
     return None
+
+
+def _points_beyond_image(call: CriterionCall, points: torch.Tensor, image: tuple[int, int]) -> BoxesBeyondImage | None:
+    """(x, y) point targets of an image model, normalised to [0, 1] (most of them are), many of
+    which lie past 1: x divided by the height and y by the width (PIL's Image.size is (w, h),
+    numpy's shape (h, w)) on images that are not square, or points in another image's units."""
+    if len(points) < 8 or float(points.min()) < 0 or float(points.median()) > 1.0:
+        return None
+    beyond = (points > BOX_MARGIN).any(dim=1)
+    share = float(beyond.float().mean())
+    if share < BOXES_BEYOND:
+        return None
+    return BoxesBeyondImage(call.function, tuple(call.target_shape or points.shape), share, float(points.max()), 1.0,
+                            image, points=True)
 
 
 def target_column_reused(calls: list[CriterionCall], batch: Any) -> tuple[list[str], int, int, int] | None:

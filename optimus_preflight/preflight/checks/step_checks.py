@@ -606,7 +606,21 @@ class TargetsCheck(Check):
                 f"Give each head its own column: loss = mse(out[:, 0], y[:, 0]) + mse(out[:, 1], y[:, 1]); check "
                 f"which term should read y[:, {unused}].",
             )
-        if probe.boxes_beyond_image is not None:
+        if probe.boxes_beyond_image is not None and probe.boxes_beyond_image.points:
+            found = probe.boxes_beyond_image
+            findings.warning(
+                "TARGET_SCALE",
+                f"{found.beyond:.0%} of the {found.shape} (x, y) point targets of {found.function} lie past the image "
+                f"(above 1, up to {found.largest:.3g}) though most are normalised to [0, 1]: the points are divided by "
+                "the wrong side. PIL's Image.size is (width, height) while a numpy image's shape is (height, width): "
+                "h, w = img.size divides x by the height and y by the width, which on images that are not square "
+                "gives the same position different targets depending on an aspect ratio the resized input no "
+                "longer shows",
+                "Normalise x by the width and y by the height: w, h = img.size for a PIL image (h, w = arr.shape[:2] "
+                "for a numpy one), then (x / w, y / h).",
+                "data.train",
+            )
+        elif probe.boxes_beyond_image is not None:
             found = probe.boxes_beyond_image
             unit = ("normalised to [0, 1]" if found.side == 1.0 else
                     f"in pixels of the {found.image[0]}x{found.image[1]} input")
