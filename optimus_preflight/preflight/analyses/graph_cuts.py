@@ -47,17 +47,34 @@ def _call_name(name: str, func: Any) -> str | None:
     return None
 
 
+PICKS = ("argmin", "argmax")  # indices computed from a tensor: no gradient flows back through them
+
+
 class GraphCutWatch:
-    """Feed it every torch function call of the step (``before`` and ``after``)."""
+    """Feed it every torch function call of the step (``before`` and ``after``); ``picks`` are the
+    argmin/argmax calls on tensors whose graph reaches trainable parameters (a vector quantiser's
+    code choice), ``task_reach`` the parameters the first criterion's output reaches."""
 
     def __init__(self, names: dict[int, str]) -> None:
         self.names = names  # id(parameter) -> name, trainable parameters only
         self.cuts: list[GraphCut] = []
+        self.picks: list[GraphCut] = []
+        self.task_reach: tuple[str, set[str]] | None = None
         self._carried: list[tuple[torch.Tensor, GraphCut]] = []  # detached outputs, held for the step only
+
+    def criterion(self, name: str, out: Any) -> None:
+        """The first criterion's output: which parameters the task term can send gradients to."""
+        if self.task_reach is None and isinstance(out, torch.Tensor) and out.grad_fn is not None:
+            self.task_reach = (name, _reached(out.grad_fn, self.names))
 
     def before(self, name: str, func: Any, args: tuple) -> GraphCut | None:
         tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
         if tensor is None:
+            return None
+        if name in PICKS and tensor.grad_fn is not None and torch.is_grad_enabled() and len(self.picks) < _MAX_CUTS:
+            pick = GraphCut(name, tuple(tensor.shape), _reached(tensor.grad_fn, self.names))
+            if pick.params:
+                self.picks.append(pick)
             return None
         carried = next((cut for kept, cut in self._carried if kept is tensor), None)
         if carried is not None and name == "numpy":
@@ -77,6 +94,23 @@ class GraphCutWatch:
 
     def release(self) -> None:
         self._carried = []
+
+
+def task_cut_by_pick(picks: list[GraphCut], task: tuple[str, set[str]] | None, received: set[str],
+                     layers: set[str]) -> tuple[str, str, list[str]] | None:
+    """(criterion, pick, parameters) when layers (Linear, Conv, RNN parameters: an encoder) that
+    an argmin/argmax choice was computed from, and that do get gradients, are out of reach of
+    the first criterion's output: the task loss cannot train them (the choice has no gradient),
+    only the other terms do. A codebook alone out of reach (an Embedding or a plain Parameter
+    compared with the encoder's output) is VQ-VAE's design: its own loss term trains it."""
+    if task is None:
+        return None
+    criterion, reached = task
+    for pick in picks:
+        lost = sorted(name for name in pick.params - reached if name in received)
+        if any(name in layers for name in lost):
+            return criterion, pick.call, lost
+    return None
 
 
 def cut_explaining(cuts: list[GraphCut], missing: list[str]) -> GraphCut | None:

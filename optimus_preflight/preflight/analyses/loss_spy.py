@@ -379,6 +379,8 @@ class LossSpy(TorchFunctionMode):
                 record.error = f"{type(error).__name__}: {error}"
             raise
         self.graph_cuts.after(cut, out)
+        if record is not None:
+            self.graph_cuts.criterion(name, out)
         self.pitfalls.after(name, out)
         self.propagation.after(out)
         self.channel_axis.observe(name, args, kwargs, out)

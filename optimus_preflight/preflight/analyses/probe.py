@@ -39,7 +39,7 @@ from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction, 
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgs
 from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch
 from optimus_preflight.preflight.analyses.gradient_reversal import Reversal, find_reversals
-from optimus_preflight.preflight.analyses.graph_cuts import GraphCut
+from optimus_preflight.preflight.analyses.graph_cuts import GraphCut, task_cut_by_pick
 from optimus_preflight.preflight.analyses.graph_propagation import Propagation
 from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy, SlicedPair
 from optimus_preflight.preflight.analyses.loss_terms import MixedReductions, mixed_reductions
@@ -109,6 +109,8 @@ class StepProbe:
     loss_ignores_output: bool = False
     zero_gradient_ops: list[str] = field(default_factory=list)  # torch.round, floor, sign in the loss's graph
     graph_cuts: list[GraphCut] = field(default_factory=list)  # .detach()/.numpy() on tensors with a graph
+    # (criterion, argmin/argmax, parameters): parameters the task term cannot reach past a pick
+    task_cut: tuple[str, str, list[str]] | None = None
     propagation_without_self: Propagation | None = None  # A @ H over an adjacency with a zero diagonal, no root term
     zero_factors: int = 0  # multiplications by a constant 0 in the loss's graph (a loss weight of 0.0)
     clamp_ops: list[str] = field(default_factory=list)  # torch.clamp and kin in the loss's graph
@@ -428,6 +430,11 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.view_as_permute = spy.views.found
     probe.flatten_mismatch = spy.flatten_mismatch
     probe.graph_cuts = spy.graph_cuts.cuts
+    layers = {f"{module_name}.{name}" if module_name else name for module_name, module in model.named_modules()
+              if isinstance(module, (nn.Linear, nn.modules.conv._ConvNd, nn.RNNBase))
+              for name, _ in module.named_parameters(recurse=False)}
+    probe.task_cut = (task_cut_by_pick(spy.graph_cuts.picks, spy.graph_cuts.task_reach, {names[p] for p in received},
+                                       layers) if probe.completed else None)
     spy.graph_cuts.release()
     spy.pitfalls.release()
     probe.propagation_without_self = spy.propagation.found if not spy.propagation.root_term else None

@@ -288,7 +288,8 @@ class GradientsCheck(Check):
 
     name = "step.gradients"
     stage = Stage.STEP
-    codes = ("GRAD_NONE", "GRAD_NONFINITE", "GRAD_ZERO", "LOSS_NOT_FROM_OUTPUT", "GRADIENT_REVERSED_ON_LABELS")
+    codes = ("GRAD_NONE", "GRAD_NONFINITE", "GRAD_ZERO", "LOSS_NOT_FROM_OUTPUT", "GRADIENT_REVERSED_ON_LABELS",
+             "TASK_LOSS_CUT")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -343,6 +344,19 @@ class GradientsCheck(Check):
                 f"{_names(missing)}. {why}"
                 + (". DDP will fail with 'Expected to have finished reduction'" if distributed else ""),
                 fix + " Under DDP, find_unused_parameters=True tolerates unused parameters at a cost.",
+            )
+        if probe.task_cut is not None:
+            criterion, pick, lost = probe.task_cut
+            findings.warning(
+                "TASK_LOSS_CUT",
+                f"{len(lost)} trainable parameter(s) ({_names(lost)}) feed the model's output only through "
+                f"{pick}(), which has no gradient: the task term ({criterion}) never reaches them, and they train on "
+                "the loss's other terms alone (a commitment or auxiliary term). A vector quantiser that passes "
+                "codebook[argmin] on without the straight-through estimator does this: the encoder never learns "
+                "what the task needs",
+                "Pass the task's gradient past the choice with the straight-through estimator: z = z_e + (z_q - z_e)"
+                ".detach() (forward: the code; backward: the identity to z_e), or a soft choice (softmax, Gumbel-"
+                "softmax with hard=True).",
             )
         if probe.loss_ignores_output and len(missing) < probe.trainable_params:
             findings.error(
