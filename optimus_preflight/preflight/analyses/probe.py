@@ -430,11 +430,12 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.view_as_permute = spy.views.found
     probe.flatten_mismatch = spy.flatten_mismatch
     probe.graph_cuts = spy.graph_cuts.cuts
-    layers = {f"{module_name}.{name}" if module_name else name for module_name, module in model.named_modules()
-              if isinstance(module, (nn.Linear, nn.modules.conv._ConvNd, nn.RNNBase))
-              for name, _ in module.named_parameters(recurse=False)}
-    probe.task_cut = (task_cut_by_pick(spy.graph_cuts.picks, spy.graph_cuts.task_reach, {names[p] for p in received},
-                                       layers) if probe.completed else None)
+    if probe.completed and spy.graph_cuts.picks:  # most models pick nothing: no walk of their modules
+        layers = {f"{module_name}.{name}" if module_name else name for module_name, module in model.named_modules()
+                  if isinstance(module, (nn.Linear, nn.modules.conv._ConvNd, nn.RNNBase))
+                  for name, _ in module.named_parameters(recurse=False)}
+        probe.task_cut = task_cut_by_pick(spy.graph_cuts.picks, spy.graph_cuts.task_reach,
+                                          {names[p] for p in received}, layers)
     spy.graph_cuts.release()
     spy.pitfalls.release()
     probe.propagation_without_self = spy.propagation.found if not spy.propagation.root_term else None

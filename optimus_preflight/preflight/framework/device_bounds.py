@@ -115,10 +115,8 @@ class HostBoundsGuard(TorchFunctionMode):
 
     def _embedding(self, args: tuple, kwargs: dict) -> None:
         ids, weight = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "weight")
-        if self._checked(weight):
-            span = _range_of(ids) if isinstance(ids, torch.Tensor) else None
-            if span is not None and (span[0] < 0 or span[1] >= weight.shape[0]):
-                raise _Refused(IndexError("index out of range in self"))
+        if self._checked(weight) and _outside(ids, weight.shape[0], allow_negative=False) is not None:
+            raise _Refused(IndexError("index out of range in self"))
 
     def _subscript(self, args: tuple, kwargs: dict) -> None:
         tensor, index = args[0], args[1]
@@ -154,10 +152,9 @@ class HostBoundsGuard(TorchFunctionMode):
             return
         classes = logits.shape[1] if logits.dim() >= 2 else logits.shape[0]
         ignore = _arg(args, kwargs, 4, "ignore_index", -100)
-        kept = target[target != ignore] if target.numel() else target
-        span = _range_of(kept)
-        if span is not None and (span[0] < 0 or span[1] >= classes):
-            raise _Refused(IndexError(f"Target {span[1] if span[1] >= classes else span[0]} is out of bounds."))
+        bad = _outside(target[target != ignore], classes, allow_negative=False)
+        if bad is not None:
+            raise _Refused(IndexError(f"Target {bad} is out of bounds."))
 
     def _probabilities(self, args: tuple, kwargs: dict) -> None:
         probabilities = _arg(args, kwargs, 0, "input")
@@ -168,10 +165,9 @@ class HostBoundsGuard(TorchFunctionMode):
 
     def _one_hot(self, args: tuple, kwargs: dict) -> None:
         labels, classes = _arg(args, kwargs, 0, "tensor"), _arg(args, kwargs, 1, "num_classes", -1)
-        if self._checked(labels) and isinstance(classes, int) and classes > 0:
-            span = _range_of(labels)
-            if span is not None and (span[0] < 0 or span[1] >= classes):
-                raise _Refused(RuntimeError("Class values must be smaller than num_classes."))
+        if self._checked(labels) and isinstance(classes, int) and classes > 0 \
+                and _outside(labels, classes, allow_negative=False) is not None:
+            raise _Refused(RuntimeError("Class values must be smaller than num_classes."))
 
 
 def _dims_consumed(item: Any) -> int | None:
