@@ -37,7 +37,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "o": "benchmarks.blind_preflight_o.registry", "p": "benchmarks.blind_preflight_p.registry",
               "q": "benchmarks.blind_preflight_q.registry", "r": "benchmarks.blind_preflight_r.registry",
               "s": "benchmarks.blind_preflight_s.registry", "t": "benchmarks.blind_preflight_t.registry",
-              "u": "benchmarks.blind_preflight_u.registry", "v": "benchmarks.blind_preflight_v.registry"}
+              "u": "benchmarks.blind_preflight_u.registry", "v": "benchmarks.blind_preflight_v.registry",
+              "w": "benchmarks.blind_preflight_w.registry", "x": "benchmarks.blind_preflight_x.registry"}
 
 
 def load_cases(which: str = "a"):
