@@ -1,7 +1,9 @@
 """TASK_LOSS_CUT: layers that feed the model's output only through argmin/argmax, so the task
-term never reaches them (a vector quantiser without the straight-through estimator); the
-straight-through version, where only the codebook is out of the task's reach by design, and an
-argmax over the model's own logits stay quiet."""
+term never reaches them (a vector quantiser without the straight-through estimator), or only
+through a random draw that passes no gradient (a VAE's latent drawn with ``Distribution.sample()``
+or ``torch.normal(mu, std)``); the straight-through version, where only the codebook is out of the
+task's reach by design, an argmax over the model's own logits, the reparameterised draw and a
+sample taken under no_grad for a metric stay quiet."""
 
 from __future__ import annotations
 
@@ -68,3 +70,47 @@ def test_an_argmax_over_the_models_own_scores_is_not_a_cut():
             return scores + self.second(x + self.embed(scores.argmax(-1)))
 
     assert not cut(Feedback(), lambda model, batch: F.cross_entropy(model(batch[0]), batch[1]))
+
+
+class TabularVAE(nn.Module):
+    """A VAE over tabular rows whose latent is drawn one of four ways."""
+
+    def __init__(self, draw: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.draw = draw
+        self.encoder = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 8))
+        self.decoder = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 12))
+
+    def forward(self, x):
+        mu, logvar = self.encoder(x).chunk(2, -1)
+        std = torch.exp(0.5 * logvar)
+        if self.draw == "sample":
+            z = torch.distributions.Normal(mu, std).sample()
+        elif self.draw == "normal":
+            z = torch.normal(mu, std)
+        else:
+            z = torch.distributions.Normal(mu, std).rsample()
+            if self.draw == "rsample_and_a_logged_sample":
+                with torch.no_grad():
+                    self.spread = torch.distributions.Normal(mu, std).sample().std()
+        return self.decoder(z), mu, logvar
+
+
+def elbo(model, batch):
+    x = batch[0]
+    reconstruction, mu, logvar = model(x)
+    kl = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp()) / x.shape[0]
+    return F.mse_loss(reconstruction, x, reduction="sum") / x.shape[0] + kl
+
+
+@pytest.mark.parametrize("draw,fires", [("sample", "Distribution.sample()"), ("normal", "torch.normal()"),
+                                        ("rsample", None), ("rsample_and_a_logged_sample", None)])
+def test_a_latent_drawn_without_the_reparameterisation_trick(draw, fires):
+    found = cut(TabularVAE(draw), elbo)
+    assert bool(found) == bool(fires)
+    if found:
+        (issue,) = found
+        assert f"through a random draw, {fires}" in issue.message and "encoder.0.weight" in issue.message
+        assert "decoder" not in issue.message.split("(")[1].split(")")[0]
+        assert "rsample()" in issue.fix and "mu + std * torch.randn_like(std)" in issue.fix

@@ -32,6 +32,7 @@ from optimus_preflight.preflight.checks.collate_order import CollateOrderCheck
 from optimus_preflight.preflight.checks.collate_truncation import CollateTruncationCheck
 from optimus_preflight.preflight.checks.contrastive_targets import ContrastiveTargetsCheck
 from optimus_preflight.preflight.checks.conv_layout import ConvLayoutCheck
+from optimus_preflight.preflight.checks.custom_backward import CustomBackwardCheck
 from optimus_preflight.preflight.checks.dataset_checks import DatasetLengthCheck
 from optimus_preflight.preflight.checks.dataset_memory import DatasetCacheCheck
 from optimus_preflight.preflight.checks.dataset_mutation import DatasetMutationCheck
@@ -152,6 +153,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     InitScaleCheck,
     LossTensorsCheck,
     FreshTensorsCheck,
+    CustomBackwardCheck,
     DerivativeGraphCheck,
     step_checks.LossFunctionCheck,
     step_checks.TargetsCheck,

@@ -306,10 +306,10 @@ def loss_leaves(loss: torch.Tensor, excluded: set[int]) -> list[torch.Tensor]:
     return graph.outside_leaves if graph.complete else []
 
 
-def graph_nodes(roots: Iterable[Any], limit: int) -> Iterator[Any]:
-    """Each autograd node behind ``roots`` (grad_fn nodes) once, at most ``limit`` of them. The
-    caller keeps the graph's output alive while iterating: a node's id is only unique while
-    the node is."""
+def graph_nodes(roots: Iterable[Any], limit: int, stop: Callable[[Any], bool] | None = None) -> Iterator[Any]:
+    """Each autograd node behind ``roots`` (grad_fn nodes) once, at most ``limit`` of them, not
+    going past a node ``stop`` holds (it is yielded, its parents are not). The caller keeps the
+    graph's output alive while iterating: a node's id is only unique while the node is."""
     stack, seen = [root for root in roots if root is not None], set()
     while stack and len(seen) < limit:
         node = stack.pop()
@@ -317,4 +317,5 @@ def graph_nodes(roots: Iterable[Any], limit: int) -> Iterator[Any]:
             continue
         seen.add(id(node))
         yield node
-        stack.extend(parent for parent, _ in getattr(node, "next_functions", ()))
+        if stop is None or not stop(node):
+            stack.extend(parent for parent, _ in getattr(node, "next_functions", ()))

@@ -11,6 +11,7 @@ watch only records each cut and which trainable parameters the cut tensor's grap
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,10 +34,34 @@ class GraphCut:
     numpy: bool = False  # the cut values went on to .numpy()
 
 
+# Draws whose backward hands their parameters a gradient of zeros: torch.normal(mu, std),
+# bernoulli(p), poisson(rate). Nothing reaches a parameter through them.
+SAMPLERS = {"normal": "torch.normal", "bernoulli": "torch.bernoulli", "poisson": "torch.poisson",
+            "binomial": "torch.binomial"}
+_SAMPLING_NODES = ("NormalBackward", "BernoulliBackward", "PoissonBackward", "BinomialBackward")
+# A torch.distributions draw: sample() runs under torch.no_grad(), so its result has no graph.
+_DISTRIBUTIONS = ("torch/distributions/", "torch\\distributions\\")
+
+
+def _draws(node: Any) -> bool:
+    return type(node).__name__.rstrip("0123456789") in _SAMPLING_NODES
+
+
 def _reached(node: Any, names: dict[int, str]) -> set[str]:
-    """The named parameters whose AccumulateGrad nodes lie behind ``node``."""
-    return {names[id(variable)] for current in graph_nodes([node], _MAX_NODES)
+    """The named parameters whose AccumulateGrad nodes lie behind ``node``, not past a draw."""
+    return {names[id(variable)] for current in graph_nodes([node], _MAX_NODES, stop=_draws)
             if isinstance(variable := getattr(current, "variable", None), torch.Tensor) and id(variable) in names}
+
+
+def _in_distribution_sample(depth: int = 12) -> bool:
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "sample" and any(part in frame.f_code.co_filename for part in _DISTRIBUTIONS):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _call_name(name: str, func: Any) -> str | None:
@@ -71,11 +96,12 @@ class GraphCutWatch:
         tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
         if tensor is None:
             return None
-        if name in PICKS and tensor.grad_fn is not None and torch.is_grad_enabled() and len(self.picks) < _MAX_CUTS:
-            pick = GraphCut(name, tuple(tensor.shape), _reached(tensor.grad_fn, self.names))
-            if pick.params:
-                self.picks.append(pick)
-            return None
+        if len(self.picks) < _MAX_CUTS:
+            pick = self._pick(name, tensor, args)
+            if pick is not None:
+                if pick.params:
+                    self.picks.append(pick)
+                return None
         carried = next((cut for kept, cut in self._carried if kept is tensor), None)
         if carried is not None and name == "numpy":
             carried.numpy = True
@@ -87,6 +113,22 @@ class GraphCutWatch:
         if cut.params:
             self.cuts.append(cut)
         return cut
+
+    def _pick(self, name: str, tensor: torch.Tensor, args: tuple) -> GraphCut | None:
+        """A choice or a draw made from a tensor with a graph, through which no gradient flows."""
+        if tensor.grad_fn is None:
+            return None
+        if torch.is_grad_enabled():
+            if name in PICKS:
+                return GraphCut(name + "()", tuple(tensor.shape), _reached(tensor.grad_fn, self.names))
+            if name in SAMPLERS:
+                reached = set().union(*(_reached(arg.grad_fn, self.names) for arg in args
+                                        if isinstance(arg, torch.Tensor) and arg.grad_fn is not None))
+                return GraphCut(SAMPLERS[name] + "()", tuple(tensor.shape), reached)
+            return None
+        if _in_distribution_sample():
+            return GraphCut("Distribution.sample()", tuple(tensor.shape), _reached(tensor.grad_fn, self.names))
+        return None
 
     def after(self, pending: GraphCut | None, out: Any) -> None:
         if pending is not None and isinstance(out, torch.Tensor) and len(self._carried) < 4 * _MAX_CUTS:

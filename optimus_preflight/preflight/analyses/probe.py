@@ -37,6 +37,7 @@ from optimus_preflight.preflight.analyses.autograd_calls import watched_autograd
 from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, ModuleInput
 from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction, ClassesMisread
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgs
+from optimus_preflight.preflight.analyses.custom_functions import FunctionCall, recorded_functions
 from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch
 from optimus_preflight.preflight.analyses.gradient_reversal import Reversal, find_reversals
 from optimus_preflight.preflight.analyses.graph_cuts import GraphCut, task_cut_by_pick
@@ -140,6 +141,7 @@ class StepProbe:
     criterion_args: CriterionArgs = field(default_factory=CriterionArgs)  # CTC blank, Poisson log_input, [:, labels]
     fft_over_channels: FftOverChannels | None = None  # a spectral transform across (B, T, C) channels
     gradient_reversals: list[Reversal] = field(default_factory=list)  # see gradient_reversal
+    custom_functions: list[FunctionCall] = field(default_factory=list)  # the user's autograd.Functions, first calls
 
     @property
     def completed(self) -> bool:
@@ -272,7 +274,8 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         spy.batch_rows = batch_size_of(data)
         spy.criterion_args.watch_batch(data)
         before = _side_effect_state(ctx.optimizer, watched)
-        with spy, seeding_watched(probe.loss_reseeds), watched_autograd_grad(probe.derivative_calls, force_graph=False):
+        with spy, seeding_watched(probe.loss_reseeds), watched_autograd_grad(probe.derivative_calls, force_graph=False), \
+                recorded_functions(probe.custom_functions):
             output = ctx.compute_loss(module, data)
         probe.loss_side_effects = _side_effects(before, _side_effect_state(ctx.optimizer, watched))
         loss = output[0] if isinstance(output, tuple) else output

@@ -283,6 +283,32 @@ def _reversal_findings(reversals: list[Reversal], findings: Findings) -> None:
     )
 
 
+def _task_cut_finding(criterion: str, pick: str, lost: list[str], findings: Findings) -> None:
+    if pick in ("argmin()", "argmax()"):
+        how = (f"{pick}, which has no gradient: the task term ({criterion}) never reaches them, and they train on "
+               "the loss's other terms alone (a commitment or auxiliary term). A vector quantiser that passes "
+               "codebook[argmin] on without the straight-through estimator does this: the encoder never learns "
+               "what the task needs")
+        fix = ("Pass the task's gradient past the choice with the straight-through estimator: z = z_e + (z_q - z_e)"
+               ".detach() (forward: the code; backward: the identity to z_e), or a soft choice (softmax, Gumbel-"
+               "softmax with hard=True).")
+    else:
+        how = (f"a random draw, {pick}, which passes no gradient to the distribution's parameters"
+               + (" (sample() draws under torch.no_grad())" if pick == "Distribution.sample()" else
+                  " (its backward is zero)")
+               + f": the task term ({criterion}) never reaches them, and they train on the loss's other terms alone. "
+               "A VAE that samples its latent this way trains its encoder on the KL term only, so the posterior "
+               "matches the prior and the decoder sees noise")
+        fix = ("Draw with the reparameterisation trick, which keeps the draw differentiable in its parameters: "
+               "dist.rsample() instead of dist.sample(), or z = mu + std * torch.randn_like(std) instead of "
+               "torch.normal(mu, std) (a relaxed distribution such as RelaxedBernoulli for discrete draws).")
+    findings.warning(
+        "TASK_LOSS_CUT",
+        f"{len(lost)} trainable parameter(s) ({_names(lost)}) feed the model's output only through {how}",
+        fix,
+    )
+
+
 class GradientsCheck(Check):
     """Every trainable parameter gets a finite gradient from the first step."""
 
@@ -346,18 +372,7 @@ class GradientsCheck(Check):
                 fix + " Under DDP, find_unused_parameters=True tolerates unused parameters at a cost.",
             )
         if probe.task_cut is not None:
-            criterion, pick, lost = probe.task_cut
-            findings.warning(
-                "TASK_LOSS_CUT",
-                f"{len(lost)} trainable parameter(s) ({_names(lost)}) feed the model's output only through "
-                f"{pick}(), which has no gradient: the task term ({criterion}) never reaches them, and they train on "
-                "the loss's other terms alone (a commitment or auxiliary term). A vector quantiser that passes "
-                "codebook[argmin] on without the straight-through estimator does this: the encoder never learns "
-                "what the task needs",
-                "Pass the task's gradient past the choice with the straight-through estimator: z = z_e + (z_q - z_e)"
-                ".detach() (forward: the code; backward: the identity to z_e), or a soft choice (softmax, Gumbel-"
-                "softmax with hard=True).",
-            )
+            _task_cut_finding(*probe.task_cut, findings)
         if probe.loss_ignores_output and len(missing) < probe.trainable_params:
             findings.error(
                 "LOSS_NOT_FROM_OUTPUT",
