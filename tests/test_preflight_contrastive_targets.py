@@ -125,3 +125,31 @@ def test_identical_positives_needs_every_positive_at_the_maximum():
     both = torch.cat([z, z])
     masked = (both @ both.T / 0.5).masked_fill(torch.eye(16, dtype=torch.bool), -1e9)
     assert identical_positives(masked, (torch.arange(16) + 8) % 16) == pytest.approx(2.0)
+
+
+def self_labelled_nt_xent(interleaved: bool, masked: bool, tau: float = 0.2):
+    """NT-Xent over both views stacked; the bug: the diagonal left in and targets arange(2B)."""
+    def loss_fn(model, batch):
+        x = batch[0]
+        b = len(x)
+        z1, z2 = model(augment(x)), model(augment(x))
+        z = F.normalize(torch.stack([z1, z2], 1).reshape(2 * b, -1) if interleaved else torch.cat([z1, z2]), dim=1)
+        similarity = z @ z.T / tau
+        if masked:
+            partner = torch.arange(2 * b) ^ 1 if interleaved else (torch.arange(2 * b) + b) % (2 * b)
+            return F.cross_entropy(similarity.masked_fill(torch.eye(2 * b, dtype=torch.bool), -1e9), partner)
+        return F.cross_entropy(similarity, torch.arange(2 * b))
+    return loss_fn
+
+
+@pytest.mark.parametrize("interleaved", [False, True], ids=["concatenated", "interleaved"])
+@pytest.mark.parametrize("masked", [False, True], ids=["diagonal_as_positive", "masked_and_partner"])
+def test_a_positive_that_is_the_row_itself_fires(interleaved, masked):
+    rows = TensorDataset(torch.randn(256, 16, generator=torch.Generator().manual_seed(0)))
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    issues = issues_of(model, rows, self_labelled_nt_xent(interleaved, masked))
+    assert [issue.code for issue in issues] == ([] if masked else ["IN_BATCH_POSITIVE_IS_SELF"])
+    if issues:
+        assert "torch.arange(64), the diagonal" in issues[0].message
+        expected = "torch.arange(64) ^ 1" if interleaved else "(torch.arange(64) + 32) % 64"
+        assert expected in issues[0].fix and "fill_diagonal_" in issues[0].fix

@@ -54,3 +54,47 @@ def test_a_pinball_loss_with_its_quantile_in_percent_has_no_minimum():
 ], ids=["pinball_fraction", "mse", "gaussian_nll", "cross_entropy"])
 def test_bounded_losses_are_quiet(loss_fn, outputs, classes):
     assert unbounded(loss_fn, outputs, classes) == []
+
+
+class Coupling(nn.Module):
+    """A two-coordinate affine coupling flow: returns (z, log|det J|) per sample."""
+
+    def __init__(self, flips: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.flips = flips
+        self.nets = nn.ModuleList(nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 2)) for _ in range(4))
+
+    def forward(self, x):
+        log_det = x.new_zeros(len(x))
+        for layer, net in enumerate(self.nets):
+            keep, move = (x[:, :1], x[:, 1:]) if not (self.flips and layer % 2) else (x[:, 1:], x[:, :1])
+            log_scale, shift = net(keep).chunk(2, -1)
+            log_scale = torch.tanh(log_scale)
+            moved = move * log_scale.exp() + shift
+            x = torch.cat([keep, moved], 1) if not (self.flips and layer % 2) else torch.cat([moved, keep], 1)
+            log_det = log_det + log_scale.squeeze(-1)
+        return x, log_det
+
+
+def flow_nll(model, batch):
+    z, log_det = model(batch[0])
+    return (0.5 * z.pow(2).sum(1) - log_det).mean()
+
+
+def wrong_sign_kl_with_a_per_sample_term(model, batch):
+    """Two outputs, one a per-sample scalar entering linearly: the wrong sign is on the other."""
+    z, log_det = model(batch[0])
+    return (-0.5 * z.pow(2).sum(1) - log_det).mean()
+
+
+@pytest.mark.parametrize("loss_fn, fires", [(flow_nll, False), (wrong_sign_kl_with_a_per_sample_term, True)],
+                         ids=["flow_log_determinant", "a_term_falling_with_every_output"])
+def test_a_flows_log_determinant_alone_is_no_unbounded_loss(loss_fn, fires):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 2, generator=g) * torch.tensor([1.0, 0.3]) + torch.tensor([0.0, 2.0])
+    model = Coupling(flips=True)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x), batch_size=32, shuffle=True), loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), LossBoundsCheck()])
+    assert [issue.code for issue in report.check("step.loss_bounds").issues] == (["LOSS_UNBOUNDED_BELOW"] if fires else [])

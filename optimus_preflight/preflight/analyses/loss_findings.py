@@ -105,9 +105,10 @@ def loss_input_findings(calls: list[CriterionCall], activations: dict[str, int])
             ))
         elif call.function == "binary_cross_entropy" and activations.get("sigmoid", 0):
             found.append(Finding(
-                "O13", "warning",
-                "sigmoid followed by binary_cross_entropy (BCELoss): saturated sigmoids give log(0) = -inf "
-                "and NaN losses, and the gradient vanishes",
+                "O13", "info",
+                "sigmoid followed by binary_cross_entropy (BCELoss): BCELoss clamps its log at -100, so a sample "
+                "whose sigmoid saturates (a logit past about +-17 in float32) gets a gradient of exactly 0 there, "
+                "even when it is wrong. It trains as usual otherwise",
                 "Remove the sigmoid from the model and use BCEWithLogitsLoss on the raw logits "
                 "(pos_weight= for imbalanced labels).",
             ))

@@ -108,6 +108,27 @@ def identical_positives(scores: torch.Tensor, target: torch.Tensor) -> float | N
     return float(positives.mean())
 
 
+PARTNER_RANK = 0.75  # the partner's mean standing among a row's other scores (0.5: no partner)
+
+
+def stacked_partner(scores: torch.Tensor) -> str | None:
+    """Whether the rows are two views of each sample stacked: the score at the partner
+    position of one layout, ``i + N/2`` (torch.cat([z1, z2])) or ``i ^ 1`` (interleaved), stands
+    above most of its row's other scores (two views of one sample are alike even at
+    initialisation). Paired rows of one view each have no partner."""
+    rows = scores.shape[0]
+    if rows % 2 or rows < MIN_ROWS:
+        return None
+    others = scores.float().cpu().clone()
+    others.fill_diagonal_(float("nan"))
+    index = torch.arange(rows)
+    for layout, partner in (("concatenated", (index + rows // 2) % rows), ("interleaved", index ^ 1)):
+        standing = (others < others[index, partner][:, None]).float().sum(1) / (rows - 2)
+        if float(standing.mean()) >= PARTNER_RANK:
+            return layout
+    return None
+
+
 def with_sample_changed(batch: Any, index: int, rows: int) -> Any | None:
     """The batch with sample ``index`` of every floating (rows, ...) tensor moved (a sign flip
     and a shift); None when the batch has no such tensor."""
@@ -147,7 +168,7 @@ class ContrastiveTargetsCheck(Check):
 
     name = "step.contrastive_targets"
     stage = Stage.STEP
-    codes = ("IN_BATCH_POSITIVES_MISMATCHED", "IN_BATCH_VIEWS_IDENTICAL")
+    codes = ("IN_BATCH_POSITIVES_MISMATCHED", "IN_BATCH_VIEWS_IDENTICAL", "IN_BATCH_POSITIVE_IS_SELF")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -218,6 +239,26 @@ class ContrastiveTargetsCheck(Check):
         if positive is None:
             return False
         findings.data["summary"] = f"every positive score is {positive:.4g}, the largest in the matrix"
+        rows = scores.shape[0]
+        partner = stacked_partner(scores) if torch.equal(target.long().cpu(), torch.arange(rows)) else None
+        if partner is not None:
+            # Each row's target is its own column: the diagonal of a self-similarity matrix.
+            findings.warning(
+                "IN_BATCH_POSITIVE_IS_SELF",
+                f"each row's positive in the in-batch contrastive loss is the row itself: the targets are "
+                f"torch.arange({rows}), the diagonal of the ({rows}, {rows}) similarities, and every diagonal score is "
+                f"{positive:.4g}, the largest in the matrix (an embedding's cosine with itself / temperature). The "
+                "similarities are z @ z.T over both views stacked, with the self-similarity diagonal left in, so "
+                "the loss is solved at once by every embedding matching itself and the two views of a sample are "
+                "never pulled together",
+                f"Mask the diagonal (sim.fill_diagonal_(float('-inf')) or sim.masked_fill(torch.eye({rows}, "
+                "dtype=torch.bool), float('-inf'))) and target the other view of each sample: "
+                + (f"for z = torch.cat([z1, z2]) the targets are (torch.arange({rows}) + {rows // 2}) % {rows}."
+                   if partner == "concatenated" else
+                   f"for interleaved rows (torch.stack([z1, z2], 1).reshape({rows}, -1)) the targets are "
+                   f"torch.arange({rows}) ^ 1."),
+            )
+            return True
         findings.warning(
             "IN_BATCH_VIEWS_IDENTICAL",
             f"the in-batch contrastive loss's positive pairs are identical: in a train-mode forward every row's "

@@ -96,6 +96,24 @@ def _unbounded(base: float, near: float | None, far: float | None) -> bool:
     return far < 0 and far < near and near - far >= FALL * max(base - near, 0.0, 1e-6 * abs(base))
 
 
+LINEAR = (50.0, 200.0)  # (base - far) / (base - near) of a term linear in the output: SHIFTS' ratio, 100
+
+
+def _log_determinant(base: float, near: float | None, far: float | None, only: int | None,
+                     shapes: list[tuple[int, ...]]) -> bool:
+    """A normalising flow's log-determinant: one value per sample, returned beside the
+    transformed samples, entering the negative log-likelihood linearly. Alone it lowers the
+    loss without limit, yet the model cannot move it without moving the samples, whose
+    term grows faster (shifting every output together found no fall)."""
+    if only is None or near is None or far is None or not math.isfinite(far) or len(shapes) < 2:
+        return False
+    rows = shapes[only][0]
+    if math.prod(shapes[only]) != rows or not any(math.prod(shape) > rows for shape in shapes):
+        return False
+    drop = base - near
+    return drop > 0 and LINEAR[0] <= (base - far) / drop <= LINEAR[1]
+
+
 class LossBoundsCheck(Check):
     """LOSS_UNBOUNDED_BELOW: shifting the predictions drives the loss to minus infinity."""
 
@@ -112,7 +130,8 @@ class LossBoundsCheck(Check):
                 findings.data["summary"] = "no scalar loss"
                 return
             # How many outputs can be shifted (a VAE's reconstruction, mean, log-variance).
-            outputs = sum(_shiftable(value) for value in model_outputs(ctx, batch) or [])
+            shapes = [tuple(value.shape) for value in model_outputs(ctx, batch) or [] if _shiftable(value)]
+            outputs = len(shapes)
             # All outputs together, then each alone when there are a few (a VAE's mean and log-variance).
             targets = [None] + (list(range(outputs)) if 1 < outputs <= MAX_OUTPUTS else [])
             found = {(only, sign * shift): shifted_loss(ctx, batch, sign * shift, only)
@@ -126,7 +145,7 @@ class LossBoundsCheck(Check):
         for only in targets:
             for sign in (1, -1):
                 near, far = found.get((only, sign * SHIFTS[0])), found.get((only, sign * SHIFTS[-1]))
-                if _unbounded(base, near, far):
+                if _unbounded(base, near, far) and not _log_determinant(base, near, far, only, shapes):
                     self._report(findings, base, near, far, "up" if sign > 0 else "down", only, outputs)
                     return
         if self._small_parameters(ctx, batch, base, findings):
