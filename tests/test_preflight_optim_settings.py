@@ -238,6 +238,28 @@ def test_cosine_eta_min_given_as_a_ratio_raises_the_lr(eta_min, fires):
         assert "eta_min = ratio * lr" in above[0].fix
 
 
+@pytest.mark.parametrize("capped", [False, True])
+def test_a_warm_up_lambda_without_a_cap_keeps_raising_the_lr(capped):
+    model = net()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    warmup = 10
+    ramp = (lambda step: min(1.0, (step + 1) / warmup)) if capped else (lambda step: (step + 1) / warmup)
+    found = issues(model, optimizer, LrScheduleCheck(), "O8", scheduler=LambdaLR(optimizer, ramp), max_steps=300)
+    assert bool(found) == (not capped)
+    if found:
+        (issue,) = found
+        assert "the LambdaLR factor never stops rising" in issue.message and "30x the optimizer's lr" in issue.message
+        assert "min(1.0, (step + 1) / warmup_steps)" in issue.fix
+
+
+def test_a_lambda_that_peaks_and_decays_above_the_lr_keeps_the_units_message():
+    model = net()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    scheduler = LambdaLR(optimizer, lambda step: 50.0 * 0.99 ** step)  # a peak LR given as the factor
+    (issue,) = issues(model, optimizer, LrScheduleCheck(), "O8", scheduler=scheduler, max_steps=300)
+    assert "wrong units" in issue.message and "never stops rising" not in issue.message
+
+
 def test_one_cycle_peaks_above_the_optimizer_lr_by_design():
     model = net()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)

@@ -706,6 +706,30 @@ def test_a_round_trip_out_of_autograd_in_forward_is_named(round_trip):
     assert expected in issues[0].message and "torch.clamp(h, lo, hi)" in issues[0].fix
 
 
+@pytest.mark.parametrize("straight_through", [False, True])
+def test_hard_binary_codes_without_a_straight_through_estimator_are_named(straight_through):
+    torch.manual_seed(0)
+
+    class Hashing(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 16))
+            self.head = nn.Linear(16, 3)
+
+        def forward(self, x):
+            s = self.encoder(x)
+            bits = (s > 0).float()
+            return self.head(s + (bits - s).detach() if straight_through else bits)
+
+    g = torch.Generator().manual_seed(0)
+    issues = first_step_issues(Hashing(), torch.randn(64, 8, generator=g), torch.randint(0, 3, (64,), generator=g),
+                               nn.CrossEntropyLoss(), GradientsCheck(), "GRAD_NONE")
+    assert bool(issues) == (not straight_through)
+    if issues:
+        assert "compares a (16, 16) tensor computed from encoder.0, encoder.2 with >" in issues[0].message
+        assert "s + ((s > 0).float() - s).detach()" in issues[0].fix
+
+
 def test_a_stop_gradient_branch_beside_a_trained_one_is_not_blamed():
     torch.manual_seed(0)
 

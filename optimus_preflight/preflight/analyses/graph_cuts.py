@@ -64,9 +64,17 @@ def _in_distribution_sample(depth: int = 12) -> bool:
     return False
 
 
+# A comparison returns booleans, which carry no graph: (s > 0).float() is a constant to autograd.
+COMPARISONS = {"gt": ">", "__gt__": ">", "greater": ">", "lt": "<", "__lt__": "<", "less": "<", "ge": ">=",
+               "__ge__": ">=", "greater_equal": ">=", "le": "<=", "__le__": "<=", "less_equal": "<=", "eq": "==",
+               "__eq__": "==", "ne": "!=", "__ne__": "!=", "not_equal": "!="}
+
+
 def _call_name(name: str, func: Any) -> str | None:
     if name in CUTTING:
         return CUTTING[name]
+    if name in COMPARISONS:
+        return f"comparison {COMPARISONS[name]}"
     if name == "__get__" and getattr(getattr(func, "__self__", None), "__name__", "") == "data":
         return ".data"
     return None

@@ -424,6 +424,16 @@ def above_base(scheduler: Any, points: list[tuple[int, float]], base: float | No
                 f"along a cosine to {peak:.3g} (step {peak_step}). A minimum given as a ratio of the base LR (timm's "
                 "and Hugging Face's min_lr_ratio) is not eta_min",
                 f"Pass the absolute minimum: eta_min = ratio * lr (e.g. {eta_min:g} * {base:g} = {eta_min * base:.3g}).")
+    rates = [lr for _, lr in points]
+    if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR) and peak_step == points[-1][0] \
+            and all(later >= earlier for earlier, later in zip(rates, rates[1:], strict=False)):
+        return (f"the LambdaLR factor never stops rising: it is still climbing at the last step, {peak_step}, where it "
+                f"takes the learning rate to {peak:.3g}, {peak / base:.3g}x the optimizer's lr={base:g}. A warm-up "
+                "lambda without a cap, (step + 1) / warmup_steps, keeps multiplying the LR past the warm-up instead "
+                "of holding it at 1 (then decaying)",
+                "Cap the warm-up factor at 1: lr_lambda=lambda step: min(1.0, (step + 1) / warmup_steps), or "
+                "transformers' get_linear_schedule_with_warmup / get_cosine_schedule_with_warmup for warm-up then "
+                "decay.")
     return (f"the {type(scheduler).__name__} schedule takes the learning rate to {peak:.3g} at step {peak_step}, "
             f"{peak / base:.3g}x the optimizer's lr={base:g}: a factor or bound given in the wrong units (an absolute "
             "LR where a ratio was meant, or the reverse) makes the schedule leave the range the lr was tuned for",

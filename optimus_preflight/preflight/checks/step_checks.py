@@ -79,6 +79,15 @@ def _why_no_gradient(missing: list[str], modules_run: set[str], hooks_detaching:
     ran = [owner for owner in owners if owner in modules_run]
     if ran and (cut := cut_explaining(cuts or [], missing)) is not None:
         cut_owners = sorted({name.rpartition(".")[0] for name in cut.params & set(missing)})
+        if cut.call.startswith("comparison"):
+            operator = cut.call.partition(" ")[2]
+            return (f"The step compares a {cut.shape} tensor computed from {_names(cut_owners, 4)} with {operator} "
+                    f"(a hard threshold such as (s {operator} 0).float() for binary codes, hash bits or a gate): a "
+                    "comparison returns booleans, which carry no gradient, so backward stops there and every layer "
+                    "before it gets no gradient",
+                    f"Pass the gradient past the threshold with a straight-through estimator: b = s + ((s {operator} 0)"
+                    ".float() - s).detach() (forward: the hard bits; backward: the identity), or train on a soft "
+                    "version (torch.sigmoid(s / temperature), torch.tanh(s)) and threshold only at inference.")
         through = ".detach().numpy()" if cut.numpy and cut.call == ".detach()" else cut.call
         return (f"The step calls {through} on a {cut.shape} tensor computed from {_names(cut_owners, 4)}"
                 + (" and hands it to NumPy" if cut.numpy else "")
