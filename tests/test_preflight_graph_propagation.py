@@ -140,3 +140,49 @@ def test_the_whole_preflight_reads_a_healthy_gcn_with_a_sparse_adjacency_without
                            loss_fn=loss_fn, max_steps=200)
     assert [check.name for check in report.checks if check.status.value == "crashed"] == []
     assert [(check.name, issue.code) for check, issue in report.issues() if issue.severity.value != "info"] == []
+
+
+class EdgeListGcn(nn.Module):
+    """A GCN written over the edge list: h[src] scaled by the symmetric norm, index_add_ into dst."""
+
+    def __init__(self, self_loops: bool, root: bool = False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.self_loops, self.root = self_loops, root
+        self.first, self.second = nn.Linear(FEATURES, 16), nn.Linear(16, CLASSES)
+
+    def forward(self, x, edge_index):
+        src, dst = edge_index
+        n = x.shape[0]
+        if self.self_loops:
+            nodes = torch.arange(n)
+            src, dst = torch.cat([src, nodes]), torch.cat([dst, nodes])
+        degree = torch.zeros(n).index_add_(0, dst, torch.ones(dst.numel())).clamp(min=1).rsqrt()
+        weight = degree[src] * degree[dst]
+
+        def propagate(h):
+            out = torch.zeros_like(h).index_add_(0, dst, h[src] * weight[:, None])
+            return out + h if self.root else out
+
+        return propagate(self.second(torch.relu(propagate(self.first(x)))))
+
+
+@pytest.mark.parametrize("self_loops,root,fires", [(False, False, True), (True, False, False), (False, True, False)],
+                         ids=["no_self_loops", "self_loops", "root_term"])
+def test_an_edge_list_gcn_without_self_loops_is_named(self_loops, root, fires):
+    features, adjacency, labels = graph()
+    edge_index = adjacency.nonzero().t().contiguous()
+
+    def loss_fn(model, batch):
+        x, edges, y = batch
+        return F.cross_entropy(model(x, edges), y)
+
+    model = EdgeListGcn(self_loops, root)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-2),
+                           DataLoader(WholeGraph(features, edge_index, labels), batch_size=None), loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), GraphPropagationCheck()])
+    issues = [i for i in report.check("step.graph_propagation").issues if i.code == "GRAPH_NO_SELF_LOOPS"]
+    assert bool(issues) == fires
+    if issues:
+        assert f"along an edge list of {edge_index.shape[1]} edges over {NODES} nodes" in issues[0].message
+        assert "torch.cat([src, nodes])" in issues[0].fix

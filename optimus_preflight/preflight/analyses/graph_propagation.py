@@ -8,7 +8,9 @@ evidence is lost at every layer. Nothing fails, accuracy just stays low.
 
 Read from the torch calls of one step: a product of a fixed (no grad), non-negative,
 square ``(N, N)`` (or batched ``(B, N, N)``) matrix, dense or sparse, with a node
-feature matrix of ``N`` rows, whose diagonal is exactly zero. GraphSAGE and GIN propagate
+feature matrix of ``N`` rows, whose diagonal is exactly zero; or the same written over an
+edge list, messages gathered by one end of each edge (``h[src]``) and summed into the other
+(``index_add_(0, dst, ...)``, ``scatter_add``) where no edge has ``src == dst``. GraphSAGE and GIN propagate
 with such a matrix on purpose and add the node's own features as a separate term
 (``lin_r(h) + lin_l(A @ h)``, ``(1 + eps) * h + A @ h``): a sum or concatenation of a
 propagated tensor with an unpropagated one of the same rows is that root term, and stays
@@ -29,11 +31,38 @@ MIN_NODES = 8
 _KEPT = 512  # propagated tensors held for the step (references, so ids are not reused)
 
 
+SCATTERS = ("index_add", "index_add_", "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_",
+            "index_reduce", "index_reduce_")
+GATHERS = ("__getitem__", "index_select")
+
+
 @dataclass
 class Propagation:
     nodes: int
-    mean_degree: float  # non-zeros per row of the matrix
+    mean_degree: float  # non-zeros per row of the matrix (edges per node)
     calls: int = 1
+    edges: int | None = None  # an edge list scattered with index_add_ & co., not a matrix product
+
+
+def edge_list_without_self_loops(target: Any, dim: Any, index: Any, source: Any,
+                                 gathered: dict[int, torch.Tensor]) -> Propagation | None:
+    """``target.index_add_(0, dst, h[src] * w)``: messages gathered from the ``src`` end of
+    each edge and summed into its ``dst`` end, where no edge joins a node to itself (pure;
+    ``gathered`` holds the last row index of each length that picked rows of a node matrix)."""
+    if dim != 0 or not all(isinstance(t, torch.Tensor) for t in (target, index, source)):
+        return None
+    if not target.is_floating_point() or target.dim() < 2 or index.dim() != 1 or index.is_floating_point():
+        return None
+    edges, nodes = index.shape[0], target.shape[0]
+    if nodes < MIN_NODES or source.shape[0] != edges or edges < nodes:
+        return None
+    src = gathered.get(edges)
+    if src is None or src.device != index.device:
+        return None
+    with torch.no_grad():
+        if bool((src == index).any()) or int(index.max()) >= nodes:
+            return None
+    return Propagation(nodes, edges / nodes, edges=edges)
 
 
 def _dense_zero_diagonal(matrix: torch.Tensor) -> bool:
@@ -78,22 +107,31 @@ class PropagationWatch:
         self.root_term = False  # a propagated tensor summed or concatenated with an unpropagated one
         self._propagated: list[torch.Tensor] = []
         self._pending = False
+        self._gathered: dict[int, torch.Tensor] = {}  # the last row index of each length (h[src])
 
     def _is_propagated(self, value: Any) -> bool:
         return isinstance(value, torch.Tensor) and any(kept is value for kept in self._propagated)
 
     def before(self, name: str, args: tuple) -> None:
         self._pending = False
+        if name in GATHERS and len(args) >= 2 and isinstance(args[0], torch.Tensor) and args[0].dim() >= 2:
+            index = args[1] if name == "__getitem__" else (args[2] if len(args) >= 3 and args[1] == 0 else None)
+            if isinstance(index, torch.Tensor) and index.dim() == 1 and not index.is_floating_point() \
+                    and index.dtype != torch.bool and len(self._gathered) < _KEPT:
+                self._gathered[index.shape[0]] = index
+        found = None
         if name in PRODUCTS and len(args) >= 2:
             first, second = (args[1], args[0]) if name == "__rmatmul__" else (args[0], args[1])
             found = adjacency_without_self_loops(first, second)
-            if found is not None:
-                if self.found is None:
-                    self.found = found
-                else:
-                    self.found.calls += 1
-                self._pending = True
-                return
+        elif name in SCATTERS and len(args) >= 4:
+            found = edge_list_without_self_loops(args[0], args[1], args[2], args[3], self._gathered)
+        if found is not None:
+            if self.found is None:
+                self.found = found
+            else:
+                self.found.calls += 1
+            self._pending = True
+            return
         tensors = [a for a in _flat(args) if isinstance(a, torch.Tensor)]
         if not self._propagated or not tensors:
             return
@@ -114,6 +152,7 @@ class PropagationWatch:
 
     def release(self) -> None:
         self._propagated = []
+        self._gathered = {}
 
 
 def _flat(args: Any) -> list[Any]:

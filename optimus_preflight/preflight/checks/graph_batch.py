@@ -85,16 +85,25 @@ class GraphPropagationCheck(Check):
             findings.data["summary"] = "no propagation over an adjacency without self-loops"
             return
         findings.data.update(nodes=found.nodes, mean_degree=round(found.mean_degree, 2), products=found.calls)
-        findings.data["summary"] = f"{found.calls} product(s) with a {found.nodes}-node adjacency whose diagonal is 0"
+        if found.edges is None:
+            findings.data["summary"] = f"{found.calls} product(s) with a {found.nodes}-node adjacency whose diagonal is 0"
+            how = (f"through a fixed ({found.nodes}, {found.nodes}) adjacency whose diagonal is all zero ({found.calls} "
+                   f"product(s) A @ H in the step, {found.mean_degree:.1f} neighbours per node on average)")
+        else:
+            findings.data["summary"] = f"{found.calls} scatter(s) over {found.edges} edges, none a self-loop"
+            how = (f"along an edge list of {found.edges} edges over {found.nodes} nodes without a single self-loop "
+                   f"({found.calls} scatter(s) of h[src] into dst, index_add_/scatter_add, in the step; "
+                   f"{found.mean_degree:.1f} edges per node on average)")
         findings.warning(
             "GRAPH_NO_SELF_LOOPS",
-            f"the model propagates node features through a fixed ({found.nodes}, {found.nodes}) adjacency whose "
-            f"diagonal is all zero ({found.calls} product(s) A @ H in the step, {found.mean_degree:.1f} neighbours per "
-            "node on average), and never adds a node's own features back: each layer replaces a node by its "
+            f"the model propagates node features {how}, and never adds a node's own features back: each layer "
+            "replaces a node by its "
             "neighbours only (no self-loops), so its own features reach its output only by bouncing off neighbours. "
             "Where neighbours often carry other labels the node's own evidence is lost and accuracy stays low",
             "Add self-loops before normalising, as in Kipf & Welling: A_hat = D^-1/2 (A + I) D^-1/2 with "
-            "a = a + torch.eye(n) (PyG: add_self_loops, GCNConv(add_self_loops=True)); or keep a separate root "
+            "a = a + torch.eye(n), or for an edge list src, dst = torch.cat([src, nodes]), torch.cat([dst, nodes]) "
+            "with nodes = torch.arange(n) before the degrees (PyG: add_self_loops, GCNConv(add_self_loops=True)); "
+            "or keep a separate root "
             "term per layer (GraphSAGE: lin_r(h) + lin_l(A @ h)).",
             "model",
         )
