@@ -198,3 +198,48 @@ def test_a_decoder_whose_cross_attention_never_reads_the_encoder(reads_memory):
     issues = [i for i in result.issues if i.code == "FORWARD_INPUT_IGNORED"]
     assert len(issues) == 1 and "argument 'source'" in issues[0].message
     assert "it reaches 'embed', 'encoder'" in issues[0].message  # the shared embedding's call on the source too
+
+
+class GraphRegressor(nn.Module):
+    """One round of message passing along each graph's chain of nodes, then a read-out to one
+    value per graph of the collated batch."""
+
+    def __init__(self, per_graph: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.per_graph = per_graph
+        self.encode, self.head = nn.Sequential(nn.Linear(6, 16), nn.ReLU()), nn.Linear(16, 1)
+
+    def forward(self, x, edge_index, batch):
+        h = self.encode(x)
+        h = h + torch.zeros_like(h).index_add_(0, edge_index[1], h[edge_index[0]])
+        graphs = int(batch.max()) + 1
+        if self.per_graph:
+            pooled = torch.zeros(graphs, h.shape[1]).index_add_(0, batch, h) / torch.bincount(batch)[:, None]
+        else:
+            pooled = h.mean(0, keepdim=True).expand(graphs, -1)  # the whole batch at once
+        return self.head(pooled).squeeze(-1)
+
+
+def _graphs():
+    g = torch.Generator().manual_seed(0)
+    sizes = torch.randint(3, 9, (64,), generator=g)
+    return [(torch.randn(int(n), 6, generator=g), torch.randn((), generator=g)) for n in sizes]
+
+
+def _collate(graphs):
+    xs, ys = zip(*graphs, strict=True)
+    batch = torch.cat([torch.full((len(x),), i) for i, x in enumerate(xs)])
+    starts = torch.cumsum(torch.tensor([0] + [len(x) for x in xs[:-1]]), 0)
+    chains = [torch.stack([torch.arange(len(x) - 1), torch.arange(1, len(x))]) + start for x, start in zip(xs, starts, strict=True)]
+    return torch.cat(xs), torch.cat(chains, 1), batch, torch.stack(ys)
+
+
+@pytest.mark.parametrize("per_graph", [False, True])
+def test_a_read_out_that_ignores_the_graph_assignment_is_named(per_graph):
+    loader = DataLoader(_graphs(), batch_size=8, shuffle=True, collate_fn=_collate)
+    issues = _run(GraphRegressor(per_graph), loader, lambda model, b: F.mse_loss(model(*b[:3]), b[3])).issues
+    assert bool(issues) == (not per_graph)
+    if issues:
+        assert "'batch', the node-to-graph assignment of a batch of 8 graphs" in issues[0].message
+        assert "global_mean_pool(h, batch)" in issues[0].fix

@@ -195,6 +195,17 @@ def _describe(tensor: torch.Tensor) -> str:
     return f"a {tuple(tensor.shape)} {str(tensor.dtype).removeprefix('torch.')} tensor of {kind}"
 
 
+def graph_assignment(value: torch.Tensor, nodes: int) -> bool:
+    """A collated graph batch's node-to-graph vector: one sorted graph id per node row, from 0,
+    for at least two graphs (pure)."""
+    if value.dim() != 1 or value.is_floating_point() or value.dtype == torch.bool or value.shape[0] != nodes:
+        return False
+    if nodes < 2 or int(value[0]) != 0:
+        return False
+    steps = value[1:] - value[:-1]
+    return bool(((steps == 0) | (steps == 1)).all()) and int(value[-1]) >= 1
+
+
 class ForwardArgumentsCheck(Check):
     """FORWARD_INPUT_IGNORED: a tensor argument of the model's forward changes nothing."""
 
@@ -257,6 +268,21 @@ class ForwardArgumentsCheck(Check):
             shown = ", ".join(repr(layer) for layer in layers[:3]) + (f" and {len(layers) - 3} more" if len(layers) > 3 else "")
             where_lost = (f"it reaches {shown}, whose result is computed and dropped: it is not in the autograd graph "
                           "of the output" if layers else "no layer's output changes either")
+            rows = [v for _, _, v in arguments if v is not value and v.dim() >= 2]
+            if rows and graph_assignment(value, int(rows[0].shape[0])):
+                graphs = int(value.max()) + 1
+                findings.warning(
+                    "FORWARD_INPUT_IGNORED",
+                    f"the model's forward never uses its argument '{name}', the node-to-graph assignment of a batch "
+                    f"of {graphs} graphs ({_describe(value)}, sorted graph ids, one per node row): changing it leaves "
+                    f"the output unchanged. The read-out then pools over every node of the batch at once (h.mean(0), "
+                    f"h.sum(0), expanded to the graphs), so every graph of a batch gets the same prediction",
+                    f"Pool per graph with '{name}': torch_geometric.nn.global_mean_pool(h, {name}), or "
+                    f"torch.zeros(num_graphs, h.shape[1]).index_add_(0, {name}, h) divided by each graph's node count "
+                    f"(torch.bincount({name})[:, None]) (scatter-mean).",
+                    "model",
+                )
+                continue
             findings.warning(
                 "FORWARD_INPUT_IGNORED",
                 f"the model's forward never uses its argument '{name}' ({_describe(value)} that differs between "
