@@ -85,18 +85,30 @@ def test_a_time_major_batch_into_a_hugging_face_model():
     assert "'input_ids' has shape (12, 8)" in issue.message and "batch_first=True" in issue.fix
 
 
-@pytest.mark.parametrize("num_labels", [1, 3])
-def test_a_classifier_built_with_num_labels_1_regresses_the_class_ids(num_labels):
+def float_labels(make_batch, offset: float = 0.0, fraction: float = 0.0):
+    def made(generator, index):
+        row = make_batch(generator, index)
+        return {**row, "labels": row["labels"].float() + offset + fraction * torch.rand((), generator=generator)}
+    return made
+
+
+@pytest.mark.parametrize("num_labels,labels,fires", [
+    (1, "ids", True), (3, "ids", False), (1, "ids_cast_to_float", True), (1, "ratings_from_1", False),
+    (1, "fractional_scores", False)])
+def test_a_classifier_built_with_num_labels_1_regresses_the_class_ids(num_labels, labels, fires):
     torch.manual_seed(0)
     model = transformers.BertForSequenceClassification(transformers.BertConfig(
         vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
         num_labels=num_labels))
-    found = issues(preflight(model, token_batches(classification), None))
-    if num_labels == 3:
-        assert "TARGET_CLASS_IDS_REGRESSED" not in found
-    else:
+    make = {"ids": classification, "ids_cast_to_float": float_labels(classification),
+            "ratings_from_1": float_labels(classification, offset=1.0),
+            "fractional_scores": float_labels(classification, fraction=0.9)}[labels]
+    found = issues(preflight(model, token_batches(make), None))
+    assert ("TARGET_CLASS_IDS_REGRESSED" in found) == fires
+    if fires:
         issue = found["TARGET_CLASS_IDS_REGRESSED"]
         assert "num_labels=1" in issue.message and "num_labels=3" in issue.fix
+        assert ("cast to float" in issue.message) == (labels == "ids_cast_to_float")
 
 
 def test_mlm_labels_cloned_after_masking_are_named_as_a_copy_of_the_inputs():
