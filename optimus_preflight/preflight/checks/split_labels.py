@@ -29,6 +29,7 @@ from torch.utils.data import RandomSampler, SequentialSampler
 
 from optimus_preflight.preflight.analyses.column_relations import RelationChange, relation_change
 from optimus_preflight.preflight.analyses.label_signal import label_signal
+from optimus_preflight.preflight.analyses.token_tags import ids_and_tags, tag_renumbering
 from optimus_preflight.preflight.analyses.train_shortcut import Shortcut, train_only_shortcut
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.feature_leak import LABEL_KEYS
@@ -344,6 +345,8 @@ class SplitLabelsCheck(Check):
         self._class_mappings(ctx, findings)
         if labels_only(ctx.artifacts.first_batch) is None:
             findings.data["summary"] = "not a (inputs, class labels) batch"
+            if ctx.val_loader is not None and ids_and_tags(ctx.artifacts.first_batch) is not None:
+                self._token_tags(ctx, findings)
             return
         train = self._read(ctx, findings, ctx.train_loader, TRAIN_SAMPLES, "training")
         if train is not None and train[2] and not ids_only(ctx.artifacts.first_batch):
@@ -592,6 +595,56 @@ class SplitLabelsCheck(Check):
             "oversample with a WeightedRandomSampler instead of noisy copies of one class), and compare a few "
             "samples of each class side by side.",
         )
+
+    def _token_tags(self, ctx: PreflightContext, findings: Findings) -> None:
+        """VAL_LABEL_MAPPING for per-token tags: the validation tag ids renumbered."""
+        read = [self._read_tags(ctx, findings, loader, limit, which)
+                for loader, limit, which in ((ctx.train_loader, TRAIN_SAMPLES, "training"),
+                                             (ctx.val_loader, VAL_SAMPLES, "validation"))]
+        if read[0] is None or read[1] is None:
+            return
+        found = tag_renumbering(*read[0], *read[1])
+        if found is None:
+            findings.data["summary"] = "too few tagged tokens to compare"
+            return
+        renumbered = Relabelling(*found)
+        findings.data.update(train_agreement=round(renumbered.train_agreement, 3),
+                             val_agreement=round(renumbered.val_agreement, 3),
+                             relabelled_agreement=round(renumbered.relabelled_agreement, 3))
+        findings.data["summary"] = (f"a token's usual training tag matches {renumbered.train_agreement:.0%} of held-out "
+                                    f"training tags, {renumbered.val_agreement:.0%} of validation tags")
+        if not renumbered.relabelled:
+            return
+        moved = ", ".join(f"{v} -> {t}" for v, t in sorted(renumbered.mapping.items()) if v != t)
+        findings.warning(
+            "VAL_LABEL_MAPPING",
+            f"the validation tags use other ids than the training tags: the tag a token usually carries in training "
+            f"matches its tag at {renumbered.train_agreement:.0%} of held-out training positions, at only "
+            f"{renumbered.val_agreement:.0%} of validation positions, and at {renumbered.relabelled_agreement:.0%} "
+            f"once the validation ids are read as training ids {moved}. The tag -> id mapping (label2id) was built "
+            "separately for each split (ids in the order each split meets its tags, or sorted from each split's own "
+            "tag set), so one tag has different ids in the two loaders and validation scores a permuted tag set",
+            "Build label2id once, from the training tags or the full tag list of the scheme (B-PER, I-PER, ...), "
+            "and encode every split with that same mapping.",
+            "data.val",
+        )
+
+    def _read_tags(self, ctx: PreflightContext, findings: Findings, loader: Any, limit: int,
+                   which: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        guard = DataGuard(ctx, self.name, findings)
+        ids, tags, started = [], [], time.perf_counter()
+        with preserved_data_state(ctx), guard.batches(loader, f"{which} tags for {self.name}") as stream:
+            for batch in stream:
+                found = ids_and_tags(batch)
+                if found is None or (ids and found[0].shape[1] != ids[0].shape[1]):
+                    break  # padded per batch to another length: compared batch by batch would need realigning
+                ids.append(found[0])
+                tags.append(found[1])
+                if sum(len(x) for x in ids) >= limit or time.perf_counter() - started > SCAN_BUDGET_S:
+                    break
+        if not ids:
+            return None
+        return torch.cat(ids)[:limit], torch.cat(tags)[:limit]
 
     @staticmethod
     def _class_mappings(ctx: PreflightContext, findings: Findings) -> None:

@@ -1,0 +1,89 @@
+"""Per-token tags whose ids mean other tags in validation than in training (pure).
+
+A tagger's label2id built separately per split (ids in order of first appearance, a
+``LabelEncoder`` fitted on each split) numbers the same tags differently as soon as the
+splits meet them in another order. The token ids say which: a word's tag is mostly the same
+wherever it occurs, so the tag a training word usually carries predicts its tag in
+validation. When validation tags agree with that prediction far less often than held-out
+training tags do, and reading each validation id as another id restores the agreement, the
+validation ids are a renumbering of the training ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+MIN_POSITIONS = 256  # tagged positions per split before a comparison means anything
+MIN_TAG_POSITIONS = 5  # validation positions of a tag before its renumbering counts
+MAX_TAGS = 100
+TOKEN_KEYS = ("input_ids", "tokens", "token_ids", "words", "word_ids")
+TAG_KEYS = ("labels", "tags", "tag_ids", "ner_tags", "label_ids")
+
+
+def ids_and_tags(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(token ids, tags), both integer (B, T), of an ``(ids, tags)`` batch or a mapping's keys."""
+    if isinstance(batch, (list, tuple)) and len(batch) == 2:
+        ids, tags = batch
+    elif isinstance(batch, Mapping):
+        ids = next((batch[key] for key in TOKEN_KEYS if key in batch), None)
+        tags = next((batch[key] for key in TAG_KEYS if key in batch), None)
+    else:
+        return None
+    if not (isinstance(ids, torch.Tensor) and isinstance(tags, torch.Tensor)) or ids.dim() != 2 \
+            or ids.shape != tags.shape or ids.is_floating_point() or tags.is_floating_point() \
+            or ids.dtype == torch.bool or tags.dtype == torch.bool:
+        return None
+    return ids.detach().long().cpu(), tags.detach().long().cpu()
+
+
+def _positions(ids: torch.Tensor, tags: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    kept = tags >= 0  # -100 (ignore_index) and other negative fills carry no tag
+    return ids[kept], tags[kept]
+
+
+def _table(ids: torch.Tensor, tags: torch.Tensor, vocabulary: int, classes: int) -> torch.Tensor:
+    table = torch.zeros(vocabulary, classes)
+    table.index_put_((ids, tags), torch.ones(len(ids)), accumulate=True)
+    return table
+
+
+def _predict(table: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The usual tag of each token id, and which ids the table has seen at all."""
+    counts = table[ids]
+    return counts.argmax(1), counts.sum(1) > 0
+
+
+def tag_renumbering(train_ids: torch.Tensor, train_tags: torch.Tensor, val_ids: torch.Tensor,
+                    val_tags: torch.Tensor) -> tuple[float, float, float, dict[int, int], float] | None:
+    """(held-out training agreement, validation agreement, validation agreement with each
+    validation id read as its best training id, that mapping, the largest tag's share)."""
+    half = len(train_ids) // 2
+    fit_ids, fit_tags = _positions(train_ids[:half], train_tags[:half])
+    held_ids, held_tags = _positions(train_ids[half:], train_tags[half:])
+    all_ids, all_tags = _positions(train_ids, train_tags)
+    check_ids, check_tags = _positions(val_ids, val_tags)
+    if min(len(held_ids), len(check_ids)) < MIN_POSITIONS:
+        return None
+    classes = int(max(int(all_tags.max()), int(check_tags.max()))) + 1
+    vocabulary = int(max(int(all_ids.max()), int(check_ids.max()))) + 1
+    if classes > MAX_TAGS or classes < 2:
+        return None
+    held_pred, held_seen = _predict(_table(fit_ids, fit_tags, vocabulary, classes), held_ids)
+    val_pred, val_seen = _predict(_table(all_ids, all_tags, vocabulary, classes), check_ids)
+    if int(held_seen.sum()) < MIN_POSITIONS or int(val_seen.sum()) < MIN_POSITIONS:
+        return None
+    train_agreement = float((held_pred[held_seen] == held_tags[held_seen]).float().mean())
+    predicted, actual = val_pred[val_seen], check_tags[val_seen]
+    val_agreement = float((predicted == actual).float().mean())
+    mapping, agreeing = {}, 0
+    for tag in torch.unique(actual).tolist():
+        picked = predicted[actual == tag]
+        best = torch.mode(picked).values
+        agreeing += int((picked == best).sum())
+        if len(picked) >= MIN_TAG_POSITIONS:
+            mapping[int(tag)] = int(best)
+    majority = float(torch.bincount(all_tags).max()) / len(all_tags)
+    return train_agreement, val_agreement, agreeing / len(actual), mapping, majority
