@@ -76,3 +76,36 @@ def test_the_pure_comparison_reads_a_renumbering():
     assert held == 1.0 and val < 0.7 and renumbered == 1.0 and moved[0] == 1 and moved[1] == 0
     assert ids_and_tags((train_ids.float(), train_ids)) is None
     assert ids_and_tags({"input_ids": train_ids, "labels": train_ids})[0].shape == (400, 12)
+
+
+def slot_batches(shifted: bool, language_model: bool = False):
+    """[CLS] w1..w10 [SEP]; each word's tag a function of the word; -100 on [CLS]/[SEP]."""
+    g = torch.Generator().manual_seed(3)
+    words = torch.randint(3, 63, (640, 10), generator=g)
+    ids = torch.cat([torch.full((640, 1), 1), words, torch.full((640, 1), 2)], 1)
+    if language_model:
+        return ids[:, :-1], ids[:, 1:]
+    labels = torch.full_like(ids, -100)
+    if shifted:
+        labels[:, :10] = (words * 7 + 3) % 5  # written from position 0, over [CLS]
+    else:
+        labels[:, 1:11] = (words * 7 + 3) % 5
+    return ids, labels
+
+
+@pytest.mark.parametrize("shifted,language_model", [(True, False), (False, False), (False, True)],
+                         ids=["tags_over_cls", "aligned", "next_token_targets"])
+def test_tags_written_one_position_early_are_named(shifted, language_model):
+    from optimus_preflight.preflight.checks.token_labels import TokenLabelsCheck
+
+    ids, labels = slot_batches(shifted, language_model)
+    model = torch.nn.Sequential(torch.nn.Embedding(64, 16), torch.nn.Linear(16, 64 if language_model else 5))
+    result = run_preflight(
+        model, torch.optim.Adam(model.parameters(), 1e-3),
+        DataLoader(TensorDataset(ids, labels), batch_size=320, shuffle=True),
+        loss_fn=lambda m, b: torch.nn.functional.cross_entropy(m(b[0]).flatten(0, 1), b[1].flatten()),
+        checks=[FirstBatchCheck(), TokenLabelsCheck()]).check("step.token_labels")
+    assert [issue.code for issue in result.issues] == (["TOKEN_LABELS_NOT_ALIGNED"] if shifted else [])
+    if shifted:
+        assert "told by the token 1 position(s) after it" in result.issues[0].message
+        assert "over [CLS]" in result.issues[0].message and "labels[1:n + 1] = tags" in result.issues[0].fix

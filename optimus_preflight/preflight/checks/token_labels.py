@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from optimus_preflight.preflight.analyses.token_tags import ids_and_tags, tag_offset
 from optimus_preflight.preflight.checks.attention_mask import padding_of
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -119,6 +120,8 @@ class TokenLabelsCheck(Check):
         if found is None or getattr(getattr(ctx.model, "config", None), "is_encoder_decoder", False):
             findings.data["summary"] = "no token ids with per-token labels"
             return
+        if self._offset(ctx, findings):
+            return
         span = label_span(*found)
         if span is None:
             findings.data["summary"] = "labels are not per-token (B, T) beside the input ids"
@@ -139,3 +142,31 @@ class TokenLabelsCheck(Check):
             "tag and every other piece, [CLS], [SEP] and padding -100 (label_all_tokens=False in the Hugging Face "
             "token-classification example), or tokenize with is_split_into_words=True and map through word_ids().",
         )
+
+    @staticmethod
+    def _offset(ctx: PreflightContext, findings: Findings) -> bool:
+        """TOKEN_LABELS_NOT_ALIGNED by an offset: each tag told by the token k positions away."""
+        batches = [pair for batch in (ctx.artifacts.window_batches or [ctx.artifacts.first_batch])
+                   if (pair := ids_and_tags(batch)) is not None]
+        batches = [pair for pair in batches if pair[0].shape[1] == batches[0][0].shape[1]] if batches else []
+        if not batches:
+            return False
+        found = tag_offset(torch.cat([ids for ids, _ in batches]), torch.cat([tags for _, tags in batches]))
+        if found is None:
+            return False
+        offset, shifted, in_place, majority = found
+        findings.data["summary"] = f"each tag matches the token {offset:+d} position(s) away"
+        where = "after" if offset > 0 else "before"
+        cause = (" The word tags were written from position 0, over [CLS], instead of from the first word's "
+                 "position" if offset == 1 else "")
+        findings.warning(
+            "TOKEN_LABELS_NOT_ALIGNED",
+            f"the token labels are shifted against the tokens: the tag at each position is told by the token "
+            f"{abs(offset)} position(s) {where} it ({shifted:.0%} agreement with that token's usual tag, "
+            f"{in_place:.0%} with the token in place, {majority:.0%} for always answering the commonest tag), so "
+            f"the model learns to predict each token's tag from its neighbour.{cause}",
+            "Lay each word's tag on its own token: start the tags at the first word's position (after [CLS], "
+            "labels[1:n + 1] = tags) and give [CLS], [SEP] and padding -100; with a sub-word tokenizer map the tags "
+            "through word_ids().",
+        )
+        return True
