@@ -556,7 +556,7 @@ class SplitLabelsCheck(Check):
             "read from files sorted differently, or one list shuffled or filtered on its own"
             if text else
             "Usually features and labels were misaligned on the way: rows filtered from the features only "
-            "(X = X[~np.isnan(X).any(1)] then y = y[:len(X)]), an off-by-one slice (X[:-1] with y[:-1] shifted), "
+            "(X = X[~np.isnan(X).any(1)] or X = df[cols].dropna(), then y = y[:len(X)]), an off-by-one slice (X[:-1] with y[:-1] shifted), "
             "features and labels shuffled separately (two np.random.shuffle calls: two different permutations), one "
             "of them sorted on its own, or inputs and label files paired by two directory listings in different "
             "orders (os.listdir and glob return an arbitrary order: one listing sorted, the other not). Else the preprocessing removed what carries the label: each "
