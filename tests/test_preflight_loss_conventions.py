@@ -439,6 +439,41 @@ def test_a_per_element_mean_beside_a_term_summed_over_the_batch(recon, kl, fires
         assert "(32, 32)" in found[0].message and "(32, 4)" in found[0].message and "reduction='sum'" in found[0].fix
 
 
+@pytest.mark.parametrize("form, kind", [
+    ("bce_mean_kl_per_sample", "values"), ("kl_summed_over_the_batch_axis", "batch"),
+    ("both_per_sample", None), ("kl_over_latents_then_batch_mean", None), ("ce_with_mse_aux", None)])
+def test_terms_reduced_per_axis_on_different_scales(form, kind):
+    def loss_fn(model, batch):
+        (x,) = batch
+        out, mu, logvar = model(x)
+        terms = 1 + logvar - mu.pow(2) - logvar.exp()
+        probabilities = torch.sigmoid(out)
+        target = (x > 0).float()
+        if form == "bce_mean_kl_per_sample":  # Keras habit: the default mean beside a KL summed per sample
+            return F.binary_cross_entropy(probabilities, target) - 0.5 * torch.sum(terms) / x.size(0)
+        if form == "kl_summed_over_the_batch_axis":
+            return F.binary_cross_entropy(probabilities, target, reduction="sum") / x.size(0) \
+                - 0.5 * torch.sum(terms, dim=0).mean()
+        if form == "both_per_sample":
+            return F.binary_cross_entropy(probabilities, target, reduction="sum") / x.size(0) \
+                - 0.5 * torch.sum(terms) / x.size(0)
+        if form == "kl_over_latents_then_batch_mean":
+            return F.binary_cross_entropy(probabilities, target, reduction="none").sum(1).mean() \
+                - 0.5 * torch.sum(terms, dim=1).mean()
+        return F.mse_loss(out, x) + 0.1 * F.mse_loss(mu, torch.zeros_like(mu))
+
+    data = DataLoader(TensorDataset(torch.randn(256, 32, generator=torch.Generator().manual_seed(5))), batch_size=32,
+                      shuffle=True)
+    found = issues(TinyVae(), loss_fn, data, LossFunctionCheck(), "LOSS_REDUCTIONS_MIXED")
+    assert bool(found) == bool(kind)
+    if kind == "values":
+        assert "averaged over each sample's 32 values" in found[0].message and "weighs 32 times more" in found[0].message
+        assert "reduction='sum') / batch_size" in found[0].fix
+    elif kind == "batch":
+        assert "summed over the batch (dim 0 of a (32, 4) tensor" in found[0].message
+        assert "kl.sum(dim=1).mean()" in found[0].fix
+
+
 def test_weight_decay_summed_over_parameters_is_not_a_batch_sum():
     model = nn.Linear(12, 5)
 

@@ -4,6 +4,7 @@ padding the criterion trains on, and the loss at initialisation."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from optimus_preflight.preflight.analyses.loss_shapes import (
     shape_error_fix,
 )
 from optimus_preflight.preflight.analyses.loss_spy import SIGN_MODULES
+from optimus_preflight.preflight.analyses.loss_terms import MixedReductions
 from optimus_preflight.preflight.analyses.padded_loss import padded_loss_findings
 from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.analyses.target_profile import (
@@ -496,20 +498,7 @@ class LossFunctionCheck(Check):
                       *criterion_arg_findings(probe.criterion_args), *pitfall_findings(probe.pitfalls)]:
             findings.add(found.severity, found.code, found.message, found.fix)
         if probe.mixed_reductions is not None:
-            found = probe.mixed_reductions
-            per_element = 1
-            for size in found.averaged:
-                per_element *= size
-            findings.warning(
-                "LOSS_REDUCTIONS_MIXED",
-                f"the loss adds {found.criterion} averaged over all {per_element:,} values of its {found.averaged} input "
-                f"to a term summed over a {found.summed} tensor, the batch included: per value, the summed term weighs "
-                f"{per_element:,} times more than the averaged one, so it dominates the gradient. In a VAE the summed "
-                "KL term wins: the posterior collapses to the prior and the decoder learns only the mean image "
-                "(or spectrum)",
-                "Reduce the terms alike: sum each per sample and average over the batch (F.mse_loss(recon, x, "
-                "reduction='sum') / B + kl.sum() / B), or average both, and weigh them on purpose (beta * kl).",
-            )
+            findings.warning("LOSS_REDUCTIONS_MIXED", *_mixed_reductions_text(probe.mixed_reductions))
         if probe.log_of_probability:
             taken = " and ".join(f"log({what})" for what in probe.log_of_probability)
             findings.warning(
@@ -702,6 +691,34 @@ def _labels_copy_inputs(batch: object, ignore_index: int | None) -> bool:
         return False
     kept = labels != (ignore_index if ignore_index is not None else -100)
     return bool(kept.any()) and bool((labels[kept] == ids.to(labels.device)[kept]).all())
+
+
+def _mixed_reductions_text(found: MixedReductions) -> tuple[str, str]:
+    collapse = ("In a VAE the KL term wins: the posterior collapses to the prior and the decoder learns only the "
+                "mean image (or spectrum)")
+    if found.kind == "values":
+        per_sample = math.prod(found.averaged[1:])
+        return (f"the loss adds {found.criterion} averaged over each sample's {per_sample:,} values (a {found.averaged} "
+                f"input) to a term summed over each sample's {math.prod(found.summed[1:]):,} values (a {found.summed} "
+                f"tensor): per value the summed term weighs {found.factor:,.0f} times more, so it dominates the "
+                f"gradient. {collapse}: a reconstruction averaged over pixels (reduction='mean', the default) beside "
+                "a KL summed over the latents",
+                "Reduce the terms alike per sample: sum the reconstruction over its values too "
+                f"({found.criterion}(recon, x, reduction='sum') / batch_size beside kl.sum() / batch_size), or average "
+                "both, and weigh them on purpose (beta * kl).")
+    if found.kind == "batch":
+        return (f"the loss adds a term summed over the batch (dim 0 of a {found.summed} tensor, the rest averaged: "
+                f"x.sum(dim=0).mean()) to {found.criterion} averaged over the batch: the summed term weighs "
+                f"{found.factor:,.0f} times more and grows with the batch size. {collapse}: kl.sum(dim=0).mean() sums "
+                "the samples where kl.sum(dim=1).mean() (the latents) is meant",
+                "Sum over each sample's values and average over the batch: kl.sum(dim=1).mean() (dim=1, the latents; "
+                "dim=0 is the batch).")
+    per_element = math.prod(found.averaged)
+    return (f"the loss adds {found.criterion} averaged over all {per_element:,} values of its {found.averaged} input "
+            f"to a term summed over a {found.summed} tensor, the batch included: per value, the summed term weighs "
+            f"{per_element:,} times more than the averaged one, so it dominates the gradient. {collapse}",
+            "Reduce the terms alike: sum each per sample and average over the batch (F.mse_loss(recon, x, "
+            "reduction='sum') / B + kl.sum() / B), or average both, and weigh them on purpose (beta * kl).")
 
 
 def _single_output_classifier(ctx: PreflightContext, calls: list[CriterionCall]) -> tuple[str, str] | None:
