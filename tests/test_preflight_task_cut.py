@@ -114,3 +114,57 @@ def test_a_latent_drawn_without_the_reparameterisation_trick(draw, fires):
         assert f"through a random draw, {fires}" in issue.message and "encoder.0.weight" in issue.message
         assert "decoder" not in issue.message.split("(")[1].split(")")[0]
         assert "rsample()" in issue.fix and "mu + std * torch.randn_like(std)" in issue.fix
+
+
+class TwoHeads(nn.Module):
+    """A shared encoder, a main head and a second head; ``detached`` names the head that reads h.detach()."""
+
+    def __init__(self, detached: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.detached = detached
+        self.shared = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU())
+        self.main, self.second = nn.Linear(16, 3), nn.Linear(16, 1)
+
+    def forward(self, x):
+        h = self.shared(x)
+        return (self.main(h.detach() if self.detached == "main" else h),
+                self.second(h.detach() if self.detached == "second" else h).squeeze(-1))
+
+
+def main_then_second(model, batch):
+    x, y = batch
+    logits, extra = model(x)
+    return F.cross_entropy(logits, y) + 0.5 * F.mse_loss(extra, x[:, 0])
+
+
+class Gan(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.generator = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 12))
+        self.discriminator = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 1))
+
+    def forward(self, x):
+        fake = self.generator(torch.randn(len(x), 4))
+        return self.discriminator(x), self.discriminator(fake.detach()), self.discriminator(fake)
+
+
+def gan_loss(model, batch):
+    real, fake_for_d, fake_for_g = model(batch[0])
+    ones, zeros = torch.ones_like(real), torch.zeros_like(real)
+    d_loss = F.binary_cross_entropy_with_logits(real, ones) + F.binary_cross_entropy_with_logits(fake_for_d, zeros)
+    return d_loss + F.binary_cross_entropy_with_logits(fake_for_g, ones)
+
+
+@pytest.mark.parametrize("model,loss,fires", [(lambda: TwoHeads("main"), main_then_second, True),
+                                              (lambda: TwoHeads("second"), main_then_second, False),
+                                              (Gan, gan_loss, False)],
+                         ids=["main_head_detached", "probe_detached", "gan_fakes_detached_for_d"])
+def test_a_main_head_on_a_detached_encoder(model, loss, fires):
+    found = cut(model(), loss)
+    assert bool(found) == fires
+    if found:
+        (issue,) = found
+        assert "shared.0.weight" in issue.message and "only through a .detach()" in issue.message
+        assert "(mse_loss)" in issue.message and "aux_head(h.detach())" in issue.fix

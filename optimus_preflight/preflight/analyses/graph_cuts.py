@@ -93,12 +93,15 @@ class GraphCutWatch:
         self.cuts: list[GraphCut] = []
         self.picks: list[GraphCut] = []
         self.task_reach: tuple[str, set[str]] | None = None
+        self.reaches: list[tuple[str, set[str]]] = []  # every criterion's, in call order (the first is task_reach)
         self._carried: list[tuple[torch.Tensor, GraphCut]] = []  # detached outputs, held for the step only
 
     def criterion(self, name: str, out: Any) -> None:
         """The first criterion's output: which parameters the task term can send gradients to."""
-        if self.task_reach is None and isinstance(out, torch.Tensor) and out.grad_fn is not None:
-            self.task_reach = (name, _reached(out.grad_fn, self.names))
+        if isinstance(out, torch.Tensor) and out.grad_fn is not None and len(self.reaches) < _MAX_CUTS:
+            self.reaches.append((name, _reached(out.grad_fn, self.names)))
+            if self.task_reach is None:
+                self.task_reach = self.reaches[0]
 
     def before(self, name: str, func: Any, args: tuple) -> GraphCut | None:
         tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
@@ -160,6 +163,28 @@ def task_cut_by_pick(picks: list[GraphCut], task: tuple[str, set[str]] | None, r
         lost = sorted(name for name in pick.params - reached if name in received)
         if any(name in layers for name in lost):
             return criterion, pick.call, lost
+    return None
+
+
+def task_cut_by_detach(cuts: list[GraphCut], reaches: list[tuple[str, set[str]]], received: set[str],
+                       layers: set[str]) -> tuple[str, str, list[str], str] | None:
+    """(criterion, ".detach()", parameters, the criterion that trains them) when layers a
+    ``.detach()`` was taken from are out of reach of the first criterion (the task), and the
+    terms that do train them reach nothing the task reaches: the task's branch was cut from a
+    shared encoder, and only an auxiliary task shapes it. A GAN's discriminator loss on
+    detached fakes stays quiet: the generator's own term runs through the discriminator the
+    first term reaches. A probe on a detached encoder beside the main head that trains it
+    stays quiet too: the first criterion reaches the encoder."""
+    if len(reaches) < 2:
+        return None
+    criterion, reached = reaches[0]
+    for cut in cuts:
+        if cut.call != ".detach()":
+            continue
+        lost = sorted(name for name in cut.params - reached if name in received and name in layers)
+        trainers = [(name, params) for name, params in reaches[1:] if params & set(lost)]
+        if lost and trainers and not any(params & reached for _, params in trainers):
+            return criterion, cut.call, lost, trainers[0][0]
     return None
 
 

@@ -40,7 +40,7 @@ from optimus_preflight.preflight.analyses.criterion_args import CriterionArgs
 from optimus_preflight.preflight.analyses.custom_functions import FunctionCall, recorded_functions
 from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch
 from optimus_preflight.preflight.analyses.gradient_reversal import Reversal, find_reversals
-from optimus_preflight.preflight.analyses.graph_cuts import GraphCut, task_cut_by_pick
+from optimus_preflight.preflight.analyses.graph_cuts import GraphCut, task_cut_by_detach, task_cut_by_pick
 from optimus_preflight.preflight.analyses.graph_propagation import Propagation
 from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy, SlicedPair
 from optimus_preflight.preflight.analyses.loss_terms import MixedReductions, mixed_reductions
@@ -112,6 +112,8 @@ class StepProbe:
     graph_cuts: list[GraphCut] = field(default_factory=list)  # .detach()/.numpy() on tensors with a graph
     # (criterion, argmin/argmax, parameters): parameters the task term cannot reach past a pick
     task_cut: tuple[str, str, list[str]] | None = None
+    # (criterion, ".detach()", parameters, the criterion that trains them): the task's branch detached
+    task_cut_by_detach: tuple[str, str, list[str], str] | None = None
     propagation_without_self: Propagation | None = None  # A @ H over an adjacency with a zero diagonal, no root term
     zero_factors: int = 0  # multiplications by a constant 0 in the loss's graph (a loss weight of 0.0)
     clamp_ops: list[str] = field(default_factory=list)  # torch.clamp and kin in the loss's graph
@@ -433,12 +435,16 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.view_as_permute = spy.views.found
     probe.flatten_mismatch = spy.flatten_mismatch
     probe.graph_cuts = spy.graph_cuts.cuts
-    if probe.completed and spy.graph_cuts.picks:  # most models pick nothing: no walk of their modules
+    detached = [cut for cut in spy.graph_cuts.cuts if cut.call == ".detach()"]
+    if probe.completed and (spy.graph_cuts.picks or (detached and len(spy.graph_cuts.reaches) > 1)):
+        # Most models pick nothing and detach nothing: no walk of their modules.
         layers = {f"{module_name}.{name}" if module_name else name for module_name, module in model.named_modules()
-                  if isinstance(module, (nn.Linear, nn.modules.conv._ConvNd, nn.RNNBase))
+                  if isinstance(module, (nn.Linear, nn.modules.conv._ConvNd, nn.RNNBase, nn.EmbeddingBag))
                   for name, _ in module.named_parameters(recurse=False)}
-        probe.task_cut = task_cut_by_pick(spy.graph_cuts.picks, spy.graph_cuts.task_reach,
-                                          {names[p] for p in received}, layers)
+        got = {names[p] for p in received}
+        probe.task_cut = task_cut_by_pick(spy.graph_cuts.picks, spy.graph_cuts.task_reach, got, layers)
+        if probe.task_cut is None:
+            probe.task_cut_by_detach = task_cut_by_detach(detached, spy.graph_cuts.reaches, got, layers)
     spy.graph_cuts.release()
     spy.pitfalls.release()
     probe.propagation_without_self = spy.propagation.found if not spy.propagation.root_term else None

@@ -384,6 +384,18 @@ class GradientsCheck(Check):
             )
         if probe.task_cut is not None:
             _task_cut_finding(*probe.task_cut, findings)
+        elif probe.task_cut_by_detach is not None:
+            criterion, _, lost, trainer = probe.task_cut_by_detach
+            findings.warning(
+                "TASK_LOSS_CUT",
+                f"{len(lost)} trainable parameter(s) ({_names(lost)}) reach the first loss term ({criterion}) only "
+                f"through a .detach(): that term, the task, never trains them, and they learn from another term alone "
+                f"({trainer}). A multi-task model whose main head reads the shared encoder through h.detach() (a "
+                "'keep the auxiliary task from hurting the main one' snippet put on the wrong branch) does this: the "
+                "main head becomes a linear probe on features built for the auxiliary task",
+                "Remove the .detach() on the main task's branch; to keep an auxiliary or diagnostic head from shaping "
+                "the encoder, detach the input of that head instead (aux_head(h.detach())).",
+            )
         if probe.loss_ignores_output and len(missing) < probe.trainable_params:
             findings.error(
                 "LOSS_NOT_FROM_OUTPUT",
