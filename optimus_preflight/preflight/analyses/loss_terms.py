@@ -158,6 +158,8 @@ def term_reduction(node: Any, batch_size: int) -> TermReduction | None:
         values = "mean"
     elif divisor == math.prod(shape) and batch == values == "sum":
         batch = values = "mean"
+    elif divisor != 1.0:
+        return None  # divided by a count of its own (positives, tokens, pairs): a normalisation not read here
     whole = chain[0][0] if len(chain) == 1 and chain[0][1] is None else None
     if divisor != 1.0:
         whole = None
