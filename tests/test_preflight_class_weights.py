@@ -69,3 +69,17 @@ def test_pos_weight_below_one_with_no_positive_in_the_batch_is_still_judged():
     found = pos_weight_down_weights_positives(torch.tensor([0.04]), none_positive)
     assert found is not None and "no positive at all" in found.detail
     assert pos_weight_down_weights_positives(torch.tensor([24.0]), none_positive) is None
+
+
+def test_inverse_frequencies_listed_in_frequency_order_fire():
+    # Y holds class 0 at 70%, 1 at 20%, 2 at 10%; value_counts() lists them 0, 1, 2 by count, here relabelled so the
+    # frequency order differs from the ids: class 2 is the common one.
+    relabelled = torch.tensor([2, 0, 1])[Y]
+    counts = torch.bincount(relabelled, minlength=3).float()
+    by_count = sorted(range(3), key=lambda c: -float(counts[c]))  # most_common order: 2, 0, 1
+    in_count_order = torch.tensor([float(counts.sum() / (3 * counts[c])) for c in by_count])
+    (issue,) = issues(nn.CrossEntropyLoss(weight=in_count_order), labels=relabelled)
+    assert "in another order than the class ids" in issue.message and "value_counts()" in issue.message
+    assert "for c in range(n_classes)" in issue.fix
+    by_id = torch.tensor([float(counts.sum() / (3 * counts[c])) for c in range(3)])
+    assert issues(nn.CrossEntropyLoss(weight=by_id), labels=relabelled) == []

@@ -26,6 +26,11 @@ class FrequentClassWeights:
     classes: int  # present in the targets
     spread: float  # of the weights, max/min
     detail: str
+    permuted: bool = False  # inverse frequencies, each on another class's id
+
+
+PERMUTED_SLACK = 2.0  # max/min of weight x frequency when the sorted weights meet the sorted frequencies
+PERMUTED_SPREAD = 4.0  # ... and at least this by class id
 
 
 def _ranks(values: torch.Tensor) -> torch.Tensor:
@@ -48,6 +53,9 @@ def weights_follow_counts(weight: torch.Tensor, target: torch.Tensor,
     c, wp = counts[present], w[present]
     if float(c.max() / c.min()) < SPREAD or float(wp.max() / wp.min()) < SPREAD:
         return None
+    permuted = _permuted_inverse(c, wp, present, labels.numel())
+    if permuted is not None:
+        return permuted
     if int(present.sum()) == 2:
         agree = 1.0 if bool(c.argmax() == wp.argmax()) else -1.0
     else:
@@ -60,6 +68,27 @@ def weights_follow_counts(weight: torch.Tensor, target: torch.Tensor,
     detail = (f"class {int(ids[frequent])} ({int(c[frequent])} of {labels.numel()} targets) weighs "
               f"{float(wp[frequent]):.3g} and class {int(ids[rare])} ({int(c[rare])}) weighs {float(wp[rare]):.3g}")
     return FrequentClassWeights("cross_entropy", int(present.sum()), float(wp.max() / wp.min()), detail)
+
+
+def _permuted_inverse(c: torch.Tensor, wp: torch.Tensor, present: torch.Tensor,
+                      targets: int) -> FrequentClassWeights | None:
+    """Weights that are the classes' inverse frequencies, each on another class's id: the
+    largest weight meets the smallest count once both are sorted (weight x count nearly
+    constant), yet not by class id (a list built in value_counts / most_common order and
+    indexed by class id)."""
+    if int(present.sum()) < 3:
+        return None
+    matched = wp.sort().values * c.sort(descending=True).values
+    by_id = wp * c
+    if float(matched.max() / matched.min()) > PERMUTED_SLACK or float(by_id.max() / by_id.min()) < PERMUTED_SPREAD:
+        return None
+    ids = present.nonzero().flatten()
+    listed = "; ".join(f"class {int(ids[i])}: {int(c[i])} targets, weight {float(wp[i]):.3g}"
+                       for i in range(min(len(ids), 6)))
+    detail = (f"sorted, the weights are the inverse class frequencies of the batch's {targets} targets (weight x count "
+              f"within {float(matched.max() / matched.min()):.2g}x), but by class id they are not ({listed}: weight "
+              f"x count ranges {float(by_id.min()):.3g} to {float(by_id.max()):.3g})")
+    return FrequentClassWeights("cross_entropy", int(present.sum()), float(wp.max() / wp.min()), detail, permuted=True)
 
 
 def pos_weight_down_weights_positives(pos_weight: torch.Tensor, target: torch.Tensor) -> FrequentClassWeights | None:

@@ -533,7 +533,16 @@ class LossFunctionCheck(Check):
                 "Normalise each sample's vector: F.normalize(z, dim=-1) (dim=1 of a (batch, features) tensor).",
             )
         weighted = next((call.frequent_class_weights for call in calls if call.frequent_class_weights), None)
-        if weighted is not None:
+        if weighted is not None and weighted.permuted:
+            findings.warning(
+                "LOSS_CLASS_WEIGHTS",
+                f"the {weighted.function} class weights are in another order than the class ids: {weighted.detail}. "
+                "The weight tensor is indexed by class id; a list built in frequency order (pandas value_counts(), "
+                "Counter.most_common(), np.unique sorted by count) hands each class another class's weight",
+                "Build the weights by class id: weight = torch.tensor([total / (n_classes * counts[c]) for c in "
+                "range(n_classes)]) (or torch.bincount(train_labels) inverted), not in value_counts order.",
+            )
+        elif weighted is not None:
             findings.warning(
                 "LOSS_CLASS_WEIGHTS",
                 f"the {weighted.function} class weights favour the frequent classes: {weighted.detail}. Weights that "
