@@ -51,6 +51,7 @@ from optimus_preflight.preflight.checks.input_dependence import InputDependenceC
 from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
 from optimus_preflight.preflight.checks.label_masking import LabelMaskingCheck
 from optimus_preflight.preflight.checks.loss_bounds import LossBoundsCheck
+from optimus_preflight.preflight.checks.loss_direction import LossDirectionCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
 from optimus_preflight.preflight.checks.mask_alignment import MaskAlignmentCheck
 from optimus_preflight.preflight.checks.mask_interpolation import MaskInterpolationCheck
@@ -174,6 +175,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     TransitionFlagsCheck,
     ContrastiveTargetsCheck,
     LossBoundsCheck,
+    LossDirectionCheck,
     AttentionMaskCheck,
     RecurrenceCheck,
     PaddingReadoutCheck,

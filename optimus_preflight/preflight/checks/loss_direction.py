@@ -1,0 +1,141 @@
+"""A loss that does not punish confident mistakes on one class (``step.loss_direction``).
+
+``LOSS_IGNORES_MISTAKES``: a classification loss must cost more when the model is confidently
+wrong than when it is confidently right, for every class. A hand-written loss can break
+that for one class while looking fine on average: a focal loss that modulates with
+``(1 - p) ** gamma`` where ``(1 - p_t) ** gamma`` is meant makes a confident false positive
+nearly free (its factor ``(1 - p)`` is about 0), so the negatives stop pushing the model
+down; a target flipped inside the loss, a weight of 0 on one class do the same.
+
+Measured with the model in eval mode on the first batch, for a model returning one tensor
+of logits: binary ``(B,)``/``(B, 1)`` logits with 0/1 targets, or ``(B, C)`` logits with class
+ids. ``compute_loss`` runs with the logits replaced by confident answers (``MARGIN`` in
+favour of one class): all right; then, for each class, its samples confidently wrong and
+the rest right; and all logits 0 (no opinion). A class whose mistakes cost less than a
+small share of the step from "right" to "no opinion" is the finding.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward, loss_value
+from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.training.batches import move_to_device
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.framework.context import PreflightContext
+
+MARGIN = 8.0  # logits in favour of the answer: a confident one (sigmoid(8) = 0.9997)
+CHEAP = 0.05  # a class's mistakes cost less than this share of the way from right to no opinion
+MIN_SAMPLES = 4  # of a class in the batch before its mistakes are judged
+MAX_CLASSES = 50
+
+
+def _targets(batch: Any, rows: int) -> torch.Tensor | None:
+    """The batch's class targets: the last tensor of an ``(x, ..., y)`` batch, (B,) or (B, 1)."""
+    if not isinstance(batch, (list, tuple)) or len(batch) < 2 or not isinstance(batch[-1], torch.Tensor):
+        return None
+    target = batch[-1]
+    if target.dim() == 2 and target.shape[1] == 1:
+        target = target[:, 0]
+    if target.dim() != 1 or target.shape[0] != rows:
+        return None
+    values = target.detach()
+    if not bool((values == values.round()).all()) or float(values.min()) < 0:
+        return None
+    return values.long().cpu()
+
+
+def _answers(logits: torch.Tensor, classes: torch.Tensor, binary: bool) -> torch.Tensor:
+    """Logits shaped like ``logits`` that answer ``classes`` with confidence MARGIN."""
+    if binary:
+        signs = classes.to(logits.device, logits.dtype) * 2 - 1
+        return (signs * MARGIN).reshape(logits.shape)
+    answers = torch.full_like(logits, -MARGIN / 2)
+    answers[torch.arange(len(classes), device=logits.device), classes.to(logits.device)] = MARGIN / 2
+    return answers
+
+
+def replaced_loss(ctx: PreflightContext, batch: Any, logits: torch.Tensor) -> float | None:
+    def swap(module: torch.nn.Module, args: Any, output: Any) -> Any:
+        return logits.to(output.dtype) if isinstance(output, torch.Tensor) and output.shape == logits.shape else output
+
+    handle = ctx.model.register_forward_hook(swap)
+    try:
+        value = loss_value(eval_forward(ctx, batch))
+    finally:
+        handle.remove()
+    return value if value is not None and math.isfinite(value) else None
+
+
+class LossDirectionCheck(Check):
+    """LOSS_IGNORES_MISTAKES: confident mistakes on one class cost about as little as right answers."""
+
+    name = "step.loss_direction"
+    stage = Stage.STEP
+    codes = ("LOSS_IGNORES_MISTAKES",)
+    requires = (FIRST_BATCH,)
+
+    def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        findings.data["summary"] = "not a classifier returning one tensor of logits"
+        batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
+        seen: list[torch.Tensor] = []
+        handle = ctx.model.register_forward_hook(lambda module, args, output: seen.append(output))
+        try:
+            base = loss_value(eval_forward(ctx, batch))
+        except Exception:
+            return
+        finally:
+            handle.remove()
+        if base is None or len(seen) != 1 or not isinstance(seen[0], torch.Tensor) or not seen[0].is_floating_point():
+            return
+        logits = seen[0].detach()
+        rows = logits.shape[0] if logits.dim() else 0
+        target = _targets(batch, rows)
+        if target is None:
+            return
+        binary = logits.dim() == 1 or (logits.dim() == 2 and logits.shape[1] == 1)
+        classes = 2 if binary else (logits.shape[1] if logits.dim() == 2 else 0)
+        if not 2 <= classes <= MAX_CLASSES or int(target.max()) >= classes:
+            return
+        if bool(((logits >= 0) & (logits <= 1)).all()):
+            return  # probabilities, not logits: confident answers would leave their range
+        try:
+            right = replaced_loss(ctx, batch, _answers(logits, target, binary))
+            neutral = replaced_loss(ctx, batch, torch.zeros_like(logits))
+            if right is None or neutral is None or neutral - right <= 0:
+                return
+            cheap = []
+            for label in range(classes):
+                mine = target == label
+                if int(mine.sum()) < MIN_SAMPLES:
+                    continue
+                wrong = torch.where(mine, (target + 1) % classes, target)
+                mistaken = replaced_loss(ctx, batch, _answers(logits, wrong, binary))
+                if mistaken is not None and mistaken - right < CHEAP * (neutral - right):
+                    cheap.append((label, int(mine.sum()), mistaken))
+        except Exception:
+            return
+        findings.data.update(right=right, neutral=neutral, cheap_classes=[label for label, _, _ in cheap])
+        findings.data["summary"] = (f"loss {right:.3g} when confidently right, {neutral:.3g} with no opinion; "
+                                    f"{len(cheap)} class(es) whose confident mistakes cost about nothing")
+        if not cheap:
+            return
+        label, count, mistaken = cheap[0]
+        findings.warning(
+            "LOSS_IGNORES_MISTAKES",
+            f"the loss barely punishes confident mistakes on class {label}: with the {count} class-{label} samples of "
+            f"the first batch confidently wrong (logits {MARGIN:g} the other way) and the rest right it is "
+            f"{mistaken:.3g}, against {right:.3g} with every answer right and {neutral:.3g} with no opinion at all. "
+            "Those mistakes get almost no gradient, so the model is free to make them. A hand-written focal loss "
+            "modulated by (1 - p) ** gamma with p = sigmoid(logit) for every sample, where (1 - p_t) ** gamma with "
+            "p_t = p for positives and 1 - p for negatives is meant, does this to the negatives (a confident false "
+            "positive has 1 - p near 0); so does a target flipped or a class weighted 0 inside the loss",
+            "Modulate by the probability of the true class: p_t = p * y + (1 - p) * (1 - y), loss = alpha_t * (1 - "
+            "p_t) ** gamma * bce (torchvision.ops.sigmoid_focal_loss computes it); check each class's term and weight.",
+        )

@@ -1,0 +1,66 @@
+"""step.loss_direction, LOSS_IGNORES_MISTAKES: a focal loss modulated by (1 - p) for every
+sample (not 1 - p_t) makes confident false positives free; a class weighted 0 does the same.
+The correct focal loss, BCE, cross-entropy with label smoothing and a regression stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.loss_direction import LossDirectionCheck
+
+
+def focal(p_t: bool, gamma: float = 2.0, alpha: float = 0.75):
+    def loss_fn(model, batch):
+        x, y = batch
+        logits = model(x).squeeze(-1)
+        bce = F.binary_cross_entropy_with_logits(logits, y, reduction="none")
+        p = torch.sigmoid(logits)
+        modulated = p * y + (1 - p) * (1 - y) if p_t else p
+        return ((alpha * y + (1 - alpha) * (1 - y)) * (1 - modulated) ** gamma * bce).mean()
+    return loss_fn
+
+
+def run(loss_fn, classes: int = 2):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(512, 6, generator=g)
+    if classes == 2:
+        y = (torch.rand(512, generator=g) < 0.2).float()
+        model = nn.Linear(6, 1)
+    elif classes:
+        y = torch.randint(0, classes, (512,), generator=g)
+        model = nn.Linear(6, classes)
+    else:
+        y = x[:, 0] * 3
+        model = nn.Linear(6, 1)
+    torch.manual_seed(0)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True), loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), LossDirectionCheck()])
+    return report.check("step.loss_direction")
+
+
+def test_a_focal_loss_with_p_for_p_t_fires_on_the_negatives():
+    (issue,) = run(focal(p_t=False)).issues
+    assert issue.code == "LOSS_IGNORES_MISTAKES" and "confident mistakes on class 0" in issue.message
+    assert "p_t = p * y + (1 - p) * (1 - y)" in issue.fix
+
+
+def test_a_class_weighted_zero_fires():
+    (issue,) = run(nn.CrossEntropyLoss(weight=torch.tensor([1.0, 0.0, 1.0])), classes=3).issues
+    assert "class 1" in issue.message
+
+
+@pytest.mark.parametrize("loss_fn, classes", [
+    (focal(p_t=True), 2),
+    (lambda model, batch: F.binary_cross_entropy_with_logits(model(batch[0]).squeeze(-1), batch[1]), 2),
+    (nn.CrossEntropyLoss(label_smoothing=0.1), 4),
+    (lambda model, batch: F.mse_loss(model(batch[0]).squeeze(-1), batch[1]), 0),
+], ids=["focal_p_t", "bce", "ce_label_smoothing", "regression"])
+def test_proper_losses_are_quiet(loss_fn, classes):
+    assert run(loss_fn, classes).issues == []
