@@ -120,6 +120,24 @@ def test_a_task_of_a_few_hundred_possible_samples_overlaps_by_nature_and_is_a_no
     assert issue.severity.value == "info" and "few" in issue.message
 
 
+def test_splits_drawn_apart_from_one_space_meet_by_chance_and_that_is_a_note():
+    # Prompts "[2] a b [3]" with a, b among 45 token ids, each split generated on its own: training
+    # meets itself about as often as validation meets training.
+    def prompts(rows: int, seed: int) -> TensorDataset:
+        g = torch.Generator().manual_seed(seed)
+        pairs = torch.randint(4, 49, (rows, 2), generator=g)
+        ids = torch.cat([torch.full((rows, 1), 2), pairs, torch.full((rows, 1), 3), torch.zeros(rows, 4).long()], 1)
+        return TensorDataset(ids.float(), pairs.sum(1) % 2)
+
+    report = check(DataLoader(prompts(400, 1), batch_size=32, shuffle=True), [SplitOverlapCheck],
+                   val_loader=DataLoader(prompts(200, 2), batch_size=32))
+    assert loud(report) == []
+    issue = next(issue for _, issue in report.issues() if issue.code == "LEAK_SPLIT")
+    assert issue.severity.value == "info" and "the same point drawn twice" in issue.message
+    data = result_of(report, "data.split_overlap").data
+    assert 0 < data["training_twins_share"] < 0.3 and data["shared"] >= 3
+
+
 def test_padded_token_rows_of_distinct_texts_are_quiet():
     # Short texts padded to one length share most of their tokens, not all of them.
     generator = torch.Generator().manual_seed(0)
