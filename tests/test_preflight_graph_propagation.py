@@ -186,3 +186,51 @@ def test_an_edge_list_gcn_without_self_loops_is_named(self_loops, root, fires):
     if issues:
         assert f"along an edge list of {edge_index.shape[1]} edges over {NODES} nodes" in issues[0].message
         assert "torch.cat([src, nodes])" in issues[0].fix
+
+
+class EdgeConvLike(nn.Module):
+    """Messages from both ends of each edge, mlp([x_i, x_j]): the receiving node's own features are in them."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.message, self.head = nn.Linear(2 * FEATURES, 16), nn.Linear(16, CLASSES)
+
+    def forward(self, x, edge_index):
+        src, dst = edge_index
+        messages = torch.relu(self.message(torch.cat([x[dst], x[src]], -1)))
+        return self.head(torch.zeros(x.shape[0], 16).index_add_(0, dst, messages))
+
+
+def test_messages_that_carry_the_receiving_nodes_features_are_quiet():
+    features, adjacency, labels = graph()
+    edge_index = adjacency.nonzero().t().contiguous()
+    model = EdgeConvLike()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-2),
+                           DataLoader(WholeGraph(features, edge_index, labels), batch_size=None),
+                           loss_fn=lambda m, b: F.cross_entropy(m(b[0], b[1]), b[2]),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), GraphPropagationCheck()])
+    assert_quiet(report.check("step.graph_propagation"))
+
+
+@pytest.mark.parametrize("built", ["view", "transpose", "directed_unsorted"])
+def test_an_edge_list_reshaped_instead_of_transposed(built):
+    from optimus_preflight.preflight.checks.graph_batch import GraphBatchCheck, viewed_edge_list
+
+    features, adjacency, labels = graph()
+    rows = adjacency.nonzero()  # (E, 2), sorted by source, both directions listed
+    if built == "directed_unsorted":  # one direction, shuffled: nothing to read either way
+        rows = rows[rows[:, 0] < rows[:, 1]][torch.randperm(int((rows[:, 0] < rows[:, 1]).sum()),
+                                                            generator=torch.Generator().manual_seed(0))]
+    rows = rows.contiguous()
+    edge_index = rows.view(2, -1) if built == "view" else rows.t().contiguous()
+    assert (viewed_edge_list(edge_index) is not None) == (built == "view")
+    model = EdgeConvLike()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-2),
+                           DataLoader(WholeGraph(features, edge_index, labels), batch_size=None),
+                           loss_fn=lambda m, b: F.cross_entropy(m(b[0], b[1]), b[2]),
+                           checks=[FirstBatchCheck(), GraphBatchCheck()])
+    issues = report.check("data.graph_batch").issues
+    assert [issue.code for issue in issues] == (["GRAPH_EDGES_SCRAMBLED"] if built == "view" else [])
+    if issues:
+        assert "lists its reverse for 100% of the edges" in issues[0].message and ".t().contiguous()" in issues[0].fix

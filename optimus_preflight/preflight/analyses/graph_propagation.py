@@ -45,10 +45,12 @@ class Propagation:
 
 
 def edge_list_without_self_loops(target: Any, dim: Any, index: Any, source: Any,
-                                 gathered: dict[int, torch.Tensor]) -> Propagation | None:
+                                 gathered: dict[int, list[torch.Tensor]]) -> Propagation | None:
     """``target.index_add_(0, dst, h[src] * w)``: messages gathered from the ``src`` end of
     each edge and summed into its ``dst`` end, where no edge joins a node to itself (pure;
-    ``gathered`` holds the last row index of each length that picked rows of a node matrix)."""
+    ``gathered`` holds the row indices of each length that picked rows of a node matrix). A
+    message that also gathers the receiving node's rows (``h[dst]``, EdgeConv's
+    ``mlp([x_i, x_j])``) carries the node's own features: that is its root term."""
     if dim != 0 or not all(isinstance(t, torch.Tensor) for t in (target, index, source)):
         return None
     if not target.is_floating_point() or target.dim() < 2 or index.dim() != 1 or index.is_floating_point():
@@ -56,10 +58,11 @@ def edge_list_without_self_loops(target: Any, dim: Any, index: Any, source: Any,
     edges, nodes = index.shape[0], target.shape[0]
     if nodes < MIN_NODES or source.shape[0] != edges or edges < nodes:
         return None
-    src = gathered.get(edges)
-    if src is None or src.device != index.device:
-        return None
+    picked = [kept for kept in gathered.get(edges, []) if kept.device == index.device]
     with torch.no_grad():
+        if not picked or any(kept is index or torch.equal(kept, index) for kept in picked):
+            return None
+        src = picked[-1]
         if bool((src == index).any()) or int(index.max()) >= nodes:
             return None
     return Propagation(nodes, edges / nodes, edges=edges)
@@ -107,7 +110,7 @@ class PropagationWatch:
         self.root_term = False  # a propagated tensor summed or concatenated with an unpropagated one
         self._propagated: list[torch.Tensor] = []
         self._pending = False
-        self._gathered: dict[int, torch.Tensor] = {}  # the last row index of each length (h[src])
+        self._gathered: dict[int, list[torch.Tensor]] = {}  # row indices of each length (h[src], h[dst])
 
     def _is_propagated(self, value: Any) -> bool:
         return isinstance(value, torch.Tensor) and any(kept is value for kept in self._propagated)
@@ -118,7 +121,9 @@ class PropagationWatch:
             index = args[1] if name == "__getitem__" else (args[2] if len(args) >= 3 and args[1] == 0 else None)
             if isinstance(index, torch.Tensor) and index.dim() == 1 and not index.is_floating_point() \
                     and index.dtype != torch.bool and len(self._gathered) < _KEPT:
-                self._gathered[index.shape[0]] = index
+                kept = self._gathered.setdefault(index.shape[0], [])
+                if len(kept) < 8:
+                    kept.append(index)
         found = None
         if name in PRODUCTS and len(args) >= 2:
             first, second = (args[1], args[0]) if name == "__rmatmul__" else (args[0], args[1])

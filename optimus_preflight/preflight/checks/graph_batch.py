@@ -33,13 +33,63 @@ MIN_GRAPHS = 4
 REACHED_SHARE = 0.25  # of the node rows the edge ids reach
 
 
+SORTED = 0.98  # share of non-decreasing steps in a source column sorted as exported
+RECIPROCAL = 0.5  # share of edges whose reverse is listed: an undirected graph stored both ways
+
+
+def _reciprocity(edge_index: torch.Tensor) -> float:
+    nodes = int(edge_index.max()) + 1
+    forward = set((edge_index[0] * nodes + edge_index[1]).tolist())
+    backward = (edge_index[1] * nodes + edge_index[0]).tolist()
+    return sum(code in forward for code in backward) / max(len(backward), 1)
+
+
+def _sorted_share(row: torch.Tensor) -> float:
+    return float((row[1:] >= row[:-1]).float().mean()) if row.numel() > 1 else 0.0
+
+
+def viewed_edge_list(edge_index: torch.Tensor) -> tuple[str, float, float] | None:
+    """(what, share as given, share read back) when the (2, E) edge_index is an (E, 2) list
+    reshaped: read back as consecutive pairs, its edges are listed both ways (an undirected
+    graph) or sorted by source (an export), as given they are not (pure)."""
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2 or edge_index.shape[1] < 2 * MIN_EDGES:
+        return None
+    unviewed = edge_index.reshape(-1).view(-1, 2).t()
+    given, back = _reciprocity(edge_index), _reciprocity(unviewed)
+    if back >= RECIPROCAL and given < back / 4:
+        return "lists its reverse for", given, back
+    given, back = _sorted_share(edge_index[0]), _sorted_share(unviewed[0])
+    if back >= SORTED and given < 0.75:
+        return "follows a source column sorted in order for", given, back
+    return None
+
+
 class GraphBatchCheck(Check):
     """GRAPH_EDGES_NOT_OFFSET: a graph batch whose edge ids were not shifted per graph."""
 
     name = "data.graph_batch"
     stage = Stage.DATA
-    codes = ("GRAPH_EDGES_NOT_OFFSET",)
+    codes = ("GRAPH_EDGES_NOT_OFFSET", "GRAPH_EDGES_SCRAMBLED")
     requires = (FIRST_BATCH,)
+
+    @staticmethod
+    def _scrambled(edge_index: torch.Tensor, findings: Findings) -> bool:
+        found = viewed_edge_list(edge_index)
+        if found is None:
+            return False
+        what, given, unviewed = found
+        findings.data["summary"] = f"edge_index reads as an (E, 2) list reshaped: {what} {given:.0%} vs {unviewed:.0%}"
+        findings.warning(
+            "GRAPH_EDGES_SCRAMBLED",
+            f"the {tuple(edge_index.shape)} edge_index looks like an (E, 2) list of (source, target) rows reshaped "
+            f"with .view(2, -1) or .reshape(2, -1) instead of transposed: read back as pairs of consecutive ids, "
+            f"{what} {unviewed:.0%} of the edges, against {given:.0%} as given. A view keeps the memory order, so "
+            "row 0 holds the first half of the flattened pairs and row 1 the second half: almost every edge joins "
+            "two unrelated nodes, and message passing averages noise",
+            "Transpose the edge list: edge_index = edges.t().contiguous() (or torch.from_numpy(df[['src', "
+            "'dst']].values.T)), never .view(2, -1) on an (E, 2) array.",
+        )
+        return True
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         tensors = [leaf for leaf in leaves(ctx.artifacts.first_batch) if isinstance(leaf, torch.Tensor)]
@@ -50,6 +100,8 @@ class GraphBatchCheck(Check):
             findings.data["summary"] = "not a graph batch"
             return
         edge_index, features = edges[0], max(nodes, key=lambda t: t.shape[0])
+        if self._scrambled(edge_index.cpu(), findings):
+            return
         reached = int(edge_index.max()) + 1
         rows = features.shape[0]
         graphs = [t.shape[0] for t in tensors if t.dim() >= 1 and MIN_GRAPHS <= t.shape[0] < rows

@@ -43,7 +43,7 @@ def _targets(batch: Any, rows: int) -> torch.Tensor | None:
     target = batch[-1]
     if target.dim() == 2 and target.shape[1] == 1:
         target = target[:, 0]
-    if target.dim() != 1 or target.shape[0] != rows:
+    if target.dim() != 1 or target.shape[0] != rows or target.dtype == torch.bool:
         return None
     values = target.detach()
     if not bool((values == values.round()).all()) or float(values.min()) < 0:
