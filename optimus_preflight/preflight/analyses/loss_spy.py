@@ -66,6 +66,7 @@ from optimus_preflight.preflight.analyses.padding import (
     as_rows,
     edge_padding,
 )
+from optimus_preflight.preflight.analyses.per_sample_broadcast import PerSampleWatch
 from optimus_preflight.preflight.analyses.spectral_axis import SpectralWatch
 from optimus_preflight.preflight.analyses.target_profile import TargetProfile, profile_target
 from optimus_preflight.preflight.analyses.view_permute import ViewWatch
@@ -335,6 +336,7 @@ class LossSpy(TorchFunctionMode):
         self.criterion_args = CriterionArgsWatch()  # CTC blank in targets, Poisson log_input, scores[:, labels]
         self.spectral = SpectralWatch()  # an FFT across the channels of (B, T, C) windows
         self.pitfalls = PitfallWatch()  # a 1-D .T, torch.meshgrid without indexing=
+        self.per_sample = PerSampleWatch()  # a (B,) coefficient meeting (B, D = B) features
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -342,6 +344,8 @@ class LossSpy(TorchFunctionMode):
         self.pitfalls.observe(func, args, kwargs)
         cut = self.graph_cuts.before(name, func, args)
         self.propagation.before(name, args)
+        self.per_sample.rows = self.batch_rows or 0
+        self.per_sample.before(name, args)
         record = pad_mask = None
         if name in CLASS_CRITERIA + BINARY_CRITERIA + REGRESSION_CRITERIA:
             record, pad_mask = self._describe(name, args, kwargs)
@@ -383,6 +387,7 @@ class LossSpy(TorchFunctionMode):
             self.graph_cuts.criterion(name, out)
         self.pitfalls.after(name, out)
         self.propagation.after(out)
+        self.per_sample.after(out)
         self.channel_axis.observe(name, args, kwargs, out)
         self.views.observe(name, args, out)
         self.flattened.observe(name, args, out)

@@ -45,6 +45,7 @@ from optimus_preflight.preflight.analyses.graph_propagation import Propagation
 from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy, SlicedPair
 from optimus_preflight.preflight.analyses.loss_terms import MixedReductions, mixed_reductions
 from optimus_preflight.preflight.analyses.padding import sequence_shapes
+from optimus_preflight.preflight.analyses.per_sample_broadcast import PerSampleBroadcast
 from optimus_preflight.preflight.analyses.spectral_axis import FftOverChannels
 from optimus_preflight.preflight.analyses.update_audit import GroupStep, UpdateRecorder
 from optimus_preflight.preflight.analyses.view_permute import ViewAsPermute
@@ -144,6 +145,7 @@ class StepProbe:
     fft_over_channels: FftOverChannels | None = None  # a spectral transform across (B, T, C) channels
     gradient_reversals: list[Reversal] = field(default_factory=list)  # see gradient_reversal
     custom_functions: list[FunctionCall] = field(default_factory=list)  # the user's autograd.Functions, first calls
+    per_sample_broadcast: PerSampleBroadcast | None = None  # a (B,) coefficient broadcast along (B, B) features
 
     @property
     def completed(self) -> bool:
@@ -447,6 +449,8 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
             probe.task_cut_by_detach = task_cut_by_detach(detached, spy.graph_cuts.reaches, got, layers)
     spy.graph_cuts.release()
     spy.pitfalls.release()
+    probe.per_sample_broadcast = spy.per_sample.found
+    spy.per_sample.release()
     probe.propagation_without_self = spy.propagation.found if not spy.propagation.root_term else None
     spy.propagation.release()
     probe.criterion_args = spy.criterion_args.found

@@ -509,6 +509,19 @@ class LossFunctionCheck(Check):
                       *bounded_logit_findings(calls), *class_dim_findings(calls),
                       *criterion_arg_findings(probe.criterion_args), *pitfall_findings(probe.pitfalls)]:
             findings.add(found.severity, found.code, found.message, found.fix)
+        if probe.per_sample_broadcast is not None:
+            found = probe.per_sample_broadcast
+            rows = found.coefficient[0]
+            findings.error(
+                "LOSS_BROADCAST",
+                f"a per-sample coefficient of shape ({rows},), read from a table by each sample's index (a diffusion "
+                f"loss's alphas_cumprod[t], a per-sample weight or scale), meets a ({rows}, {rows}) tensor in `{found.op}`: "
+                f"broadcasting aligns the ({rows},) vector with the LAST axis, so each feature column gets another "
+                f"sample's coefficient. It only runs because the batch size equals the {rows} features (any other "
+                "batch size raises); every sample is noised or weighted with the wrong values",
+                "Give the coefficient one value per row: alphas_cumprod[t][:, None] (or .view(-1, *[1] * (x.dim() - 1)) "
+                "for images) before multiplying it with the (B, D) tensor.",
+            )
         if probe.mixed_reductions is not None:
             findings.warning("LOSS_REDUCTIONS_MIXED", *_mixed_reductions_text(probe.mixed_reductions))
         if probe.log_of_probability:

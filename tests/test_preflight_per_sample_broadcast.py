@@ -1,0 +1,69 @@
+"""LOSS_BROADCAST for a per-sample coefficient: a DDPM loss whose alphas_cumprod[t] (B,) meets
+x0 (B, D) with D == B broadcasts along the features; with [:, None] it is quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.analyses.per_sample_broadcast import PerSampleWatch
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck, LossFunctionCheck
+
+BINS = 16
+
+
+class Denoiser(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.register_buffer("alphas_cumprod", torch.cumprod(1 - torch.linspace(1e-4, 0.05, 100), 0))
+        self.net = nn.Sequential(nn.Linear(BINS + 1, 64), nn.SiLU(), nn.Linear(64, BINS))
+
+    def forward(self, x, t):
+        return self.net(torch.cat([x, t[:, None].float() / 100], 1))
+
+
+def ddpm(per_row: bool):
+    def loss_fn(model, batch):
+        x0 = batch[0]
+        t = torch.randint(0, 100, (len(x0),))
+        noise = torch.randn_like(x0)
+        ab = model.alphas_cumprod[t]
+        if per_row:
+            ab = ab[:, None]
+        return F.mse_loss(model(ab.sqrt() * x0 + (1 - ab).sqrt() * noise, t), noise)
+    return loss_fn
+
+
+@pytest.mark.parametrize("per_row", [False, True])
+def test_a_noise_level_broadcast_along_the_bins(per_row):
+    data = TensorDataset(torch.randn(512, BINS, generator=torch.Generator().manual_seed(0)))
+    model = Denoiser()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(data, batch_size=BINS, shuffle=True, drop_last=True), loss_fn=ddpm(per_row),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), LossFunctionCheck()])
+    found = [i for i in report.check("step.loss_function").issues if i.code == "LOSS_BROADCAST"]
+    assert bool(found) == (not per_row)
+    if found:
+        assert "per-sample coefficient of shape (16,)" in found[0].message and "[:, None]" in found[0].fix
+
+
+def test_a_per_row_weight_on_a_table_of_pairs_written_as_a_column_is_not_followed():
+    watch = PerSampleWatch()
+    watch.rows = 8
+    table, index = torch.rand(100), torch.arange(8)
+    watch.before("__getitem__", (table, index))
+    vector = table[index]
+    watch.after(vector)
+    watch.before("__getitem__", (vector, (slice(None), None)))  # [:, None]: a column, no longer (B,)
+    column = vector[:, None]
+    watch.after(column)
+    watch.before("mul", (column, torch.rand(8, 8)))
+    assert watch.found is None
+    watch.before("mul", (vector, torch.rand(8, 8)))
+    assert watch.found is not None and watch.found.other == (8, 8)
