@@ -85,6 +85,7 @@ from optimus_preflight.preflight.checks.transition_flags import TransitionFlagsC
 from optimus_preflight.preflight.checks.truncation_signal import TruncationSignalCheck
 from optimus_preflight.preflight.checks.update_checks import UpdateCheck
 from optimus_preflight.preflight.checks.val_loader import ValidationLoaderCheck
+from optimus_preflight.preflight.checks.warmup_length import WarmupLengthCheck
 from optimus_preflight.preflight.checks.window_overlap import WindowOverlapCheck
 from optimus_preflight.preflight.checks.worker_pickling import WorkerPicklingCheck
 from optimus_preflight.preflight.checks.zero_features import ZeroFeaturesCheck
@@ -141,6 +142,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     model_checks.OptimizerEpsCheck,
     ModuleStructureCheck,
     DropoutRateCheck,
+    WarmupLengthCheck,
     DropoutInEvalCheck,
     TiedEmbeddingsCheck,
     LoadedWeightsCheck,
