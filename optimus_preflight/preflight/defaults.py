@@ -27,6 +27,7 @@ from optimus_preflight.preflight.checks.attention_mask import AttentionMaskCheck
 from optimus_preflight.preflight.checks.batch_layout import BatchLayoutCheck
 from optimus_preflight.preflight.checks.buffer_lookups import BufferLookupsCheck
 from optimus_preflight.preflight.checks.coded_columns import CodedColumnsCheck
+from optimus_preflight.preflight.checks.collapse import CollapseCheck
 from optimus_preflight.preflight.checks.collate_context import CollateContextCheck
 from optimus_preflight.preflight.checks.collate_order import CollateOrderCheck
 from optimus_preflight.preflight.checks.collate_truncation import CollateTruncationCheck
@@ -176,6 +177,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     PairLabelsCheck,
     TransitionFlagsCheck,
     ContrastiveTargetsCheck,
+    CollapseCheck,
     LossBoundsCheck,
     LossDirectionCheck,
     AttentionMaskCheck,

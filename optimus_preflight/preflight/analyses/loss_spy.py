@@ -92,6 +92,7 @@ SIGN_TARGETS = {"cosine_embedding_loss": 2, "margin_ranking_loss": 2, "hinge_emb
 SIGN_MODULES = {"cosine_embedding_loss": "CosineEmbeddingLoss", "margin_ranking_loss": "MarginRankingLoss",
                 "hinge_embedding_loss": "HingeEmbeddingLoss", "soft_margin_loss": "SoftMarginLoss"}
 # Elementwise arithmetic a hand-written loss is made of ((pred - y) ** 2, y * log(p)).
+SIMILARITIES = ("cosine_similarity", "mse_loss", "smooth_l1_loss", "l1_loss")
 ARITHMETIC = frozenset({"sub", "__sub__", "__rsub__", "rsub", "add", "__add__", "__radd__", "mul", "__mul__",
                         "__rmul__", "div", "__truediv__", "__rtruediv__", "true_divide"})
 SAMPLE_ROWS = 1024
@@ -337,6 +338,9 @@ class LossSpy(TorchFunctionMode):
         self.spectral = SpectralWatch()  # an FFT across the channels of (B, T, C) windows
         self.pitfalls = PitfallWatch()  # a 1-D .T, torch.meshgrid without indexing=
         self.per_sample = PerSampleWatch()  # a (B,) coefficient meeting (B, D = B) features
+        # cosine_similarity / a regression criterion between two tensors that both carry gradients: a
+        # self-supervised similarity with no stop-gradient (step.collapse follows it)
+        self.symmetric_similarity: str | None = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -346,6 +350,10 @@ class LossSpy(TorchFunctionMode):
         self.propagation.before(name, args)
         self.per_sample.rows = self.batch_rows or 0
         self.per_sample.before(name, args)
+        if self.symmetric_similarity is None and name in SIMILARITIES and len(args) >= 2 \
+                and all(isinstance(a, torch.Tensor) and a.requires_grad and a.dim() >= 2 for a in args[:2]) \
+                and args[0].shape == args[1].shape:
+            self.symmetric_similarity = name
         record = pad_mask = None
         if name in CLASS_CRITERIA + BINARY_CRITERIA + REGRESSION_CRITERIA:
             record, pad_mask = self._describe(name, args, kwargs)
