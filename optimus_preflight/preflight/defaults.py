@@ -61,6 +61,7 @@ from optimus_preflight.preflight.checks.module_structure import ModuleStructureC
 from optimus_preflight.preflight.checks.padding_invariance import PaddingInvarianceCheck
 from optimus_preflight.preflight.checks.padding_readout import PaddingReadoutCheck
 from optimus_preflight.preflight.checks.pair_labels import PairLabelsCheck
+from optimus_preflight.preflight.checks.passthrough import PassthroughCheck
 from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
 from optimus_preflight.preflight.checks.ranking_negatives import RankingNegativesCheck
 from optimus_preflight.preflight.checks.recurrence import RecurrenceCheck
@@ -178,6 +179,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     TransitionFlagsCheck,
     ContrastiveTargetsCheck,
     CollapseCheck,
+    PassthroughCheck,
     LossBoundsCheck,
     LossDirectionCheck,
     AttentionMaskCheck,
