@@ -234,3 +234,19 @@ def test_an_edge_list_reshaped_instead_of_transposed(built):
     assert [issue.code for issue in issues] == (["GRAPH_EDGES_SCRAMBLED"] if built == "view" else [])
     if issues:
         assert "lists its reverse for 100% of the edges" in issues[0].message and ".t().contiguous()" in issues[0].fix
+
+
+def test_isolated_nodes_without_self_loops_are_named_as_such_by_zero_features():
+    from optimus_preflight.preflight.checks.zero_features import ZeroFeaturesCheck
+
+    features, adjacency, labels = graph()
+    adjacency[:40] = 0  # 40 new nodes: no edge yet
+    adjacency[:, :40] = 0
+    edge_index = adjacency.nonzero().t().contiguous()
+    model = EdgeListGcn(self_loops=False)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-2),
+                           DataLoader(WholeGraph(features, edge_index, labels), batch_size=None),
+                           loss_fn=lambda m, b: F.cross_entropy(m(b[0], b[1]), b[2]),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), ZeroFeaturesCheck()])
+    (issue,) = report.check("step.zero_features").issues
+    assert "a node with no edge" in issue.message and "self-loops" in issue.fix

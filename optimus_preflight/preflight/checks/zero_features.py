@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from optimus_preflight.preflight.analyses.eval_forward import eval_forward
+from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import batch_size_of
@@ -73,6 +74,17 @@ class ZeroFeaturesCheck(Check):
         if worst is None or not ZERO_SHARE * size <= worst[1] < size:
             return
         layer, zeros = worst
+        if get_probe(ctx).propagation_without_self is not None:
+            findings.warning(
+                "ZERO_FEATURES",
+                f"{zeros} of the {size} nodes of the first batch reach Linear '{layer}' as an all-zero vector (eval "
+                "mode): the layer sees nothing of them, so they are all given the same output. The model propagates "
+                "over edges without self-loops (step.graph_propagation), so a node with no edge (a new item, an "
+                "isolated paper) receives nothing at all, not even its own features",
+                "Add self-loops before propagating (A + I, or the edge list extended with (i, i) for every node), so "
+                "every node keeps its own features; or keep a separate root term per layer.",
+            )
+            return
         findings.warning(
             "ZERO_FEATURES",
             f"{zeros} of the {size} samples of the first batch reach Linear '{layer}' as an all-zero vector (eval "
