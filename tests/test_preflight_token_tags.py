@@ -75,7 +75,9 @@ def test_the_pure_comparison_reads_a_renumbering():
                                                       encode(val_names, val_ignored, swapped))
     assert held == 1.0 and val < 0.7 and renumbered == 1.0 and moved[0] == 1 and moved[1] == 0
     assert ids_and_tags((train_ids.float(), train_ids)) is None
-    assert ids_and_tags({"input_ids": train_ids, "labels": train_ids})[0].shape == (400, 12)
+    tags = encode(train_names, ignored, mapping)
+    assert ids_and_tags({"input_ids": train_ids, "labels": tags})[0].shape == (400, 12)
+    assert ids_and_tags({"input_ids": train_ids, "labels": train_ids}) is None  # token ids as labels: an LM's
 
 
 def slot_batches(shifted: bool, language_model: bool = False):
@@ -109,3 +111,20 @@ def test_tags_written_one_position_early_are_named(shifted, language_model):
     if shifted:
         assert "told by the token 1 position(s) after it" in result.issues[0].message
         assert "over [CLS]" in result.issues[0].message and "labels[1:n + 1] = tags" in result.issues[0].fix
+
+
+def test_worker_loaders_read_to_their_end_are_closed_without_a_crash():
+    # The validation loader holds fewer samples than the check reads: its iterator is exhausted,
+    # and torch has already shut its worker down when the guard closes it.
+    train_ids, train_names, train_ignored = sentences(800, 0)
+    val_ids, val_names, val_ignored = sentences(300, 1)
+    mapping = in_order_met(train_names)
+    model = torch.nn.Sequential(torch.nn.Embedding(200, 16), torch.nn.Linear(16, len(TAGS)))
+    result = run_preflight(
+        model, torch.optim.Adam(model.parameters(), 1e-3),
+        DataLoader(TensorDataset(train_ids, encode(train_names, train_ignored, mapping)), batch_size=32, num_workers=1),
+        val_loader=DataLoader(TensorDataset(val_ids, encode(val_names, val_ignored, in_order_met(val_names[::-1]))),
+                              batch_size=64, num_workers=1),
+        loss_fn=lambda m, b: torch.nn.functional.cross_entropy(m(b[0]).flatten(0, 1), b[1].flatten(), ignore_index=-100),
+        checks=[FirstBatchCheck(), SplitLabelsCheck()]).check("data.split_labels")
+    assert result.status.value == "warning" and [issue.code for issue in result.issues] == ["VAL_LABEL_MAPPING"]

@@ -34,9 +34,15 @@ def ids_and_tags(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
         return None
     if not (isinstance(ids, torch.Tensor) and isinstance(tags, torch.Tensor)) or ids.dim() != 2 \
             or ids.shape != tags.shape or ids.is_floating_point() or tags.is_floating_point() \
-            or ids.dtype == torch.bool or tags.dtype == torch.bool:
+            or ids.dtype == torch.bool or tags.dtype == torch.bool or not ids.numel():
         return None
-    return ids.detach().long().cpu(), tags.detach().long().cpu()
+    ids, tags = ids.detach().long().cpu(), tags.detach().long().cpu()
+    tagged = tags[tags >= 0]
+    # Tags are a handful of class ids; labels in the token ids' own range are tokens (an LM's next
+    # token, a seq2seq target).
+    if not tagged.numel() or int(tagged.max()) >= MAX_TAGS or int(tagged.max()) * 2 > int(ids.max()):
+        return None
+    return ids, tags
 
 
 def _positions(ids: torch.Tensor, tags: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,9 +109,7 @@ def tag_offset(ids: torch.Tensor, tags: torch.Tensor) -> tuple[int, float, float
     if half < 2:
         return None
     tagged = tags[tags >= 0]
-    # Tags are a handful of class ids; labels in the token ids' own range are tokens (an LM's next
-    # token, a seq2seq target): shifted against the inputs by design.
-    if tagged.numel() < MIN_POSITIONS or int(tagged.max()) >= MAX_TAGS or int(tagged.max()) * 2 > int(ids.max()):
+    if tagged.numel() < MIN_POSITIONS:
         return None
     classes, vocabulary = int(tagged.max()) + 1, int(ids.max()) + 1
     majority = float(torch.bincount(tagged).max()) / tagged.numel()

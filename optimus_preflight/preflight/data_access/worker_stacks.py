@@ -196,6 +196,8 @@ def stop_workers(iterator: Any, hung: bool, grace_s: float = 0.5) -> None:
     """
     workers = list(getattr(iterator, "_workers", []))
     _unwatch(iterator)
+    if getattr(iterator, "_shutdown", False):
+        return  # exhausted: torch already joined its workers and closed their queues
     if hasattr(iterator, "_workers_done_event"):
         iterator._workers_done_event.set()
     for index, worker in enumerate(workers):
