@@ -250,3 +250,28 @@ def test_isolated_nodes_without_self_loops_are_named_as_such_by_zero_features():
                            checks=[FirstBatchCheck(), FirstStepCheck(), ZeroFeaturesCheck()])
     (issue,) = report.check("step.zero_features").issues
     assert "a node with no edge" in issue.message and "self-loops" in issue.fix
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_unlabelled_nodes_trained_as_class_0(masked):
+    from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck
+
+    g = torch.Generator().manual_seed(4)
+    nodes = 900
+    labels = torch.randint(0, CLASSES, (nodes,), generator=g)
+    features = torch.randn(CLASSES, FEATURES, generator=g)[labels] + torch.randn(nodes, FEATURES, generator=g)
+    edge_index = torch.randint(0, nodes, (2, 3000), generator=g)
+    known = torch.zeros(nodes, dtype=torch.bool)
+    known[::10] = True  # 90 labelled nodes to train on, the other 810 for validation
+    filled = torch.where(known, labels, torch.zeros_like(labels))  # np.zeros labels, the known ones filled in
+    val_mask = ~known
+    model = EdgeListGcn(self_loops=True)
+    train = WholeGraph(features, edge_index, filled, known if masked else torch.ones(nodes, dtype=torch.bool))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-2), DataLoader(train, batch_size=None),
+                           val_loader=DataLoader(WholeGraph(features, edge_index, labels, val_mask), batch_size=None),
+                           loss_fn=lambda m, b: F.cross_entropy(m(b[0], b[1])[b[3]], b[2][b[3]]),
+                           checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    issues = report.check("data.split_labels").issues
+    assert [issue.code for issue in issues] == ([] if masked else ["VAL_LABEL_SHIFT"])
+    if issues:
+        assert "filled with 0" in issues[0].message and "train_mask" in issues[0].fix

@@ -193,6 +193,18 @@ def labels_only(batch: Any) -> torch.Tensor | None:
     return labels.detach().long().cpu()
 
 
+def masked_labels(batch: Any) -> torch.Tensor | None:
+    """The labels a node-classification batch trains on: ``(..., y, mask)`` with integer
+    ``(N,)`` labels and a boolean ``(N,)`` mask of the rows that count (a split's node mask)."""
+    if not isinstance(batch, (list, tuple)) or len(batch) < 3:
+        return None
+    labels, mask = batch[-2], batch[-1]
+    if not (isinstance(labels, torch.Tensor) and isinstance(mask, torch.Tensor)) or mask.dtype != torch.bool \
+            or labels.dim() != 1 or labels.shape != mask.shape or labels.is_floating_point() or labels.dtype == torch.bool:
+        return None
+    return labels.detach()[mask.detach()].long().cpu()
+
+
 def input_digests(batch: Any) -> list[str]:
     """One digest per sample of everything in the batch but its labels."""
     if isinstance(batch, (list, tuple)):
@@ -347,6 +359,8 @@ class SplitLabelsCheck(Check):
             findings.data["summary"] = "not a (inputs, class labels) batch"
             if ctx.val_loader is not None and ids_and_tags(ctx.artifacts.first_batch) is not None:
                 self._token_tags(ctx, findings)
+            elif ctx.val_loader is not None and masked_labels(ctx.artifacts.first_batch) is not None:
+                self._masked_shift(ctx, findings)
             return
         train = self._read(ctx, findings, ctx.train_loader, TRAIN_SAMPLES, "training")
         if train is not None and train[2] and not ids_only(ctx.artifacts.first_batch):
@@ -676,6 +690,17 @@ class SplitLabelsCheck(Check):
                 )
                 return
 
+    def _masked_shift(self, ctx: PreflightContext, findings: Findings) -> None:
+        """VAL_LABEL_SHIFT between the labels each split's mask selects (a whole graph a batch)."""
+        guard = DataGuard(ctx, self.name, findings)
+        with preserved_data_state(ctx), guard.batches(ctx.val_loader, f"validation labels for {self.name}") as stream:
+            val = next((masked_labels(batch) for batch in stream), None)
+        train = masked_labels(ctx.artifacts.first_batch)
+        if train is None or val is None or len(train) < MIN_VAL or len(val) < MIN_VAL:
+            return
+        findings.data["summary"] = f"{len(train)} training and {len(val)} validation labels under their masks"
+        self._shift(ctx, train, val, findings)
+
     @staticmethod
     def _shift(ctx: PreflightContext, train_y: torch.Tensor, val_y: torch.Tensor, findings: Findings) -> None:
         sampler = getattr(ctx.train_loader, "sampler", None)
@@ -689,11 +714,16 @@ class SplitLabelsCheck(Check):
             return ", ".join(f"{c}: {v:.0%}" for c, v in top) + (", ..." if len(hist) > 5 else "")
         ignored = sum(share for label, share in shift.val.items() if label < 0)
         zero_excess = shift.train.get(0, 0.0) - shift.val.get(0, 0.0) / max(1.0 - ignored, 1e-9)
-        if ignored >= 0.2 and not any(label < 0 for label in shift.train) and zero_excess >= 0.5 * ignored:
+        zero_filled = (ignored >= 0.2 and zero_excess >= 0.5 * ignored) or (
+            shift.train.get(0, 0.0) >= 0.5 and shift.train.get(0, 0.0) >= 2 * shift.val.get(0, 0.0)
+            and max(shift.val.values()) < 0.5)
+        if zero_filled and not any(label < 0 for label in shift.train):
+            marked = (f"validation marks {ignored:.0%} of its targets as ignored (negative labels: {shares(shift.val)}), "
+                      "training marks none" if ignored >= 0.2 else
+                      f"validation spreads its labels over the classes ({shares(shift.val)})")
             findings.warning(
                 "VAL_LABEL_SHIFT",
-                f"validation marks {ignored:.0%} of its targets as ignored (negative labels: "
-                f"{shares(shift.val)}), training marks none and labels {shift.train.get(0, 0.0):.0%} of its targets "
+                f"{marked}, while training labels {shift.train.get(0, 0.0):.0%} of its targets "
                 f"class 0 (training {shares(shift.train)}): the unlabelled samples of the training split were filled "
                 "with 0 (np.zeros / torch.zeros labels, the loss over every node or pixel) instead of the ignore "
                 "index, so the model is trained to predict class 0 for everything it has no label for",
