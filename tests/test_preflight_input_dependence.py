@@ -289,3 +289,42 @@ def test_a_mean_over_the_model_dimension_after_layernorm_is_named(pool_dim):
     assert bool(issues) == (pool_dim == -1)
     if issues:
         assert "h.mean(dim=-1)" in issues[0].message and "h.mean(dim=1)" in issues[0].fix
+
+
+class TinyEncoder(nn.Module):
+    """Token classifier over a batch_first Transformer; its positional table added one of three ways."""
+
+    def __init__(self, positions: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.positions = positions
+        self.embed = nn.Embedding(40, 32)
+        self.register_buffer("pe", torch.randn(64, 1, 32))  # the tutorial's (max_len, 1, d_model) table
+        layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+        self.head = nn.Linear(32, 2)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        if self.positions == "by_batch":
+            x = x + self.pe[: x.size(0)]  # pe sliced by the batch size on batch_first input
+        elif self.positions == "by_sequence":
+            x = x + self.pe[: x.size(1)].transpose(0, 1)
+        return self.head(self.encoder(x).mean(1))
+
+
+@pytest.mark.parametrize("positions, fires", [("by_batch", True), ("by_sequence", False)])
+def test_a_transformer_whose_positions_never_reach_the_tokens(positions, fires):
+    g = torch.Generator().manual_seed(2)
+    tokens = torch.randint(1, 40, (512, 12), generator=g)
+    labels = (tokens[:, 0] > tokens[:, -1]).long()  # an order task: first vs last token
+    model = TinyEncoder(positions)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(tokens, labels), batch_size=16, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), InputDependenceCheck()])
+    issues = [i for i in report.check("step.input_dependence").issues if i.code == "MODEL_IGNORES_POSITIONS"]
+    assert bool(issues) == fires
+    if issues:
+        assert "reversing every sequence moved no sample's output" in issues[0].message
+        assert "positional table (pe)" in issues[0].message and "pe[: x.size(1)].transpose(0, 1)" in issues[0].fix

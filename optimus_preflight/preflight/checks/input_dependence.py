@@ -22,6 +22,7 @@ sample's output moves, while changing whole samples does move it, that half is i
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -197,6 +198,8 @@ class InputDependenceCheck(Check):
                 return
             if not _samples_moved(base, output, size):
                 continue
+            if self._order_blind(ctx, batch, base, leaf, axis, size, findings):
+                return
             # Halves first; then the first and the last quarter (a pooling window that stops short of the end).
             for spans in ((("first half", 0, length // 2), ("second half", length // 2, length)),
                           (("first quarter", 0, length // 4), ("last quarter", length - length // 4, length))):
@@ -221,6 +224,39 @@ class InputDependenceCheck(Check):
                     continue
                 self._report(leaf, axis, name, begin, stop, findings)
                 return
+
+    @staticmethod
+    def _order_blind(ctx: PreflightContext, batch: Any, base: list[torch.Tensor], leaf: torch.Tensor, axis: int,
+                     size: int, findings: Findings) -> bool:
+        """MODEL_IGNORES_POSITIONS for order: an attention model whose output does not change when
+        every sequence is reversed (its content does move it), so no position reaches the output."""
+        attention = [name for name, module in ctx.model.named_modules()
+                     if isinstance(module, (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer))]
+        if not attention:
+            return False
+        reversed_leaf = _reversed_valid(leaf, axis)
+        if reversed_leaf is None:
+            return False
+        output = model_outputs(ctx, map_batch(lambda value: reversed_leaf if value is leaf else value, batch))
+        if output is None or _samples_moved(base, output, size) != 0:
+            return False
+        positional = [name for name, _ in [*ctx.model.named_buffers(), *ctx.model.named_parameters()]
+                      if any(part == "pe" or part.startswith("pos") for part in re.split(r"[._]", name.lower()))]
+        had = (f" although it holds a positional table ({', '.join(positional[:2])}), which never reaches the tokens "
+               "as positions" if positional else ", and it holds no positional encoding at all")
+        findings.data["summary"] = "the output does not depend on the order of the tokens"
+        findings.warning(
+            "MODEL_IGNORES_POSITIONS",
+            f"the model's output does not depend on the order of its {tuple(leaf.shape)} input: reversing every "
+            f"sequence moved no sample's output (eval mode), while another sample's sequence does move it. Attention "
+            f"({attention[0]}) is order-blind by itself{had}. The tutorial PositionalEncoding, a (max_len, 1, d_model) "
+            "table added as pe[:x.size(0)], indexes by the batch on batch_first (batch, seq, d_model) input: each "
+            "sample gets one position's vector on every token, so word order never reaches the model",
+            "Add the encoding along the sequence: x + pe[: x.size(1)].transpose(0, 1) (a (1, seq, d_model) slice) for "
+            "batch_first input, or an nn.Embedding(max_len, d_model) of torch.arange(x.size(1)); check that "
+            "reversing a sequence changes the output.",
+        )
+        return True
 
     @staticmethod
     def _report(leaf: torch.Tensor, axis: int, name: str, begin: int, stop: int, findings: Findings) -> None:
@@ -356,6 +392,17 @@ def _swap_span(leaf: torch.Tensor, axis: int, begin: int, stop: int) -> torch.Te
     mask = swap if moved.dim() == 2 else swap.unsqueeze(-1)
     changed = torch.where(mask, donor, moved).movedim(1, axis)
     return changed if not torch.equal(changed, leaf) else None
+
+
+def _reversed_valid(leaf: torch.Tensor, axis: int) -> torch.Tensor | None:
+    """``leaf`` with each sample's non-padding positions (along ``axis``) in reverse order."""
+    moved = leaf.movedim(axis, 1)
+    if not leaf.is_floating_point():
+        _, pad = edge_padding(moved, None)
+        if pad is not None and bool(pad.any()):
+            return None  # padded rows: reversing moves the padding, which the mask does not follow
+    flipped = moved.flip(1).movedim(1, axis)
+    return flipped if not torch.equal(flipped, leaf) else None
 
 
 def _samples_moved(first: list[torch.Tensor], second: list[torch.Tensor], size: int) -> int | None:
