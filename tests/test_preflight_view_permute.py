@@ -13,6 +13,7 @@ from optimus_preflight.preflight import run_preflight
 from optimus_preflight.preflight.analyses.view_permute import permuted_view
 from optimus_preflight.preflight.checks.batch_layout import BatchLayoutCheck
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
 
 LAYOUTS = {
     "view": (lambda x: x.view(x.shape[0], x.shape[2], x.shape[1]), True),
@@ -79,3 +80,36 @@ class Lambda(nn.Module):
 
     def forward(self, x):
         return self.function(x)
+
+
+class Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.out = nn.Embedding(30, 16), nn.Linear(16, 5)
+
+    def forward(self, tokens):
+        return self.out(self.embed(tokens))  # (B, T, 5)
+
+
+@pytest.mark.parametrize("how, fires", [("view", True), ("permute", False)])
+def test_sequence_logits_viewed_for_cross_entropy_are_named(how, fires):
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 30, (256, 12), generator=g)
+    tags = tokens % 5
+
+    def loss_fn(model, batch):
+        logits = model(batch[0])
+        b, t, c = logits.shape
+        scores = logits.view(b, c, t) if how == "view" else logits.permute(0, 2, 1)
+        return nn.functional.cross_entropy(scores, batch[1])
+
+    model = Tagger()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(tokens, tags), batch_size=32), loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), BatchLayoutCheck()])
+    issues = [i for i in report.check("step.batch_layout").issues if i.code == "VIEW_AS_PERMUTE"]
+    assert bool(issues) == fires
+    if issues:
+        assert "(32, 12, 5) sequence logits into (32, 5, 12)" in issues[0].message
+        assert "logits.permute(0, 2, 1)" in issues[0].fix

@@ -15,6 +15,7 @@ import torch
 
 from optimus_preflight.preflight.analyses.batch_layout import ModuleInput, misread_axis
 from optimus_preflight.preflight.analyses.channel_axis import ClassesMisread
+from optimus_preflight.preflight.analyses.loss_spy import CriterionCall
 from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.analyses.spectral_axis import fft_over_channels_text
 from optimus_preflight.preflight.analyses.view_permute import ViewAsPermute
@@ -73,6 +74,18 @@ class BatchLayoutCheck(Check):
                 "pixels of every colour and the image is scrambled",
                 "Move the axis: x.permute(0, 3, 1, 2) for a batch (img.permute(2, 0, 1) for one HWC image, as "
                 "torchvision's ToTensor does), not .view/.reshape.",
+            )
+        elif probe.view_as_permute is not None and _logits_for_class_dim(probe.view_as_permute, probe.criterion_calls):
+            view = probe.view_as_permute
+            b, t, c = view.source
+            findings.warning(
+                "VIEW_AS_PERMUTE",
+                f"a .{view.function}() turns ({b}, {t}, {c}) sequence logits into ({b}, {c}, {t}) for the criterion, "
+                f"which reads the class dimension second (N, C, d): a view does not swap axes, it cuts the memory in a "
+                f"new shape, so each 'class' row holds scores of several positions and classes mixed, and every "
+                "token's loss is computed on scrambled logits",
+                f"Move the class axis: logits.permute(0, 2, 1) (or .transpose(1, 2)) before cross_entropy, or "
+                f"flatten instead: cross_entropy(logits.reshape(-1, {c}), tags.reshape(-1)).",
             )
         elif probe.view_as_permute is not None:
             view = probe.view_as_permute
@@ -291,6 +304,16 @@ def _hugging_face_time_major(model: object, batch: object, batch_size: int) -> t
             and tensor.shape[1] == batch_size and tensor.shape[0] != batch_size:
         return tuple(tensor.shape)
     return None
+
+
+def _logits_for_class_dim(view: ViewAsPermute, calls: list[CriterionCall]) -> bool:
+    """A (B, T, C) tensor viewed as (B, C, T) and handed to a class criterion of C classes."""
+    if len(view.source) != 3 or len(view.result) != 3:
+        return False
+    b, t, c = view.source
+    return view.result == (b, c, t) and any(call.function in ("cross_entropy", "nll_loss") and call.n_classes == c
+                                            and call.input is not None and call.input.shape == (b, c, t)
+                                            for call in calls)
 
 
 def _channels_last_image(view: ViewAsPermute) -> bool:
