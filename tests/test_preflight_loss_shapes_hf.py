@@ -94,7 +94,7 @@ def float_labels(make_batch, offset: float = 0.0, fraction: float = 0.0):
 
 @pytest.mark.parametrize("num_labels,labels,fires", [
     (1, "ids", True), (3, "ids", False), (1, "ids_cast_to_float", True), (1, "ratings_from_1", False),
-    (1, "fractional_scores", False)])
+    (1, "fractional_scores", False), (1, "binary_cast_to_float", True)])
 def test_a_classifier_built_with_num_labels_1_regresses_the_class_ids(num_labels, labels, fires):
     torch.manual_seed(0)
     model = transformers.BertForSequenceClassification(transformers.BertConfig(
@@ -102,12 +102,14 @@ def test_a_classifier_built_with_num_labels_1_regresses_the_class_ids(num_labels
         num_labels=num_labels))
     make = {"ids": classification, "ids_cast_to_float": float_labels(classification),
             "ratings_from_1": float_labels(classification, offset=1.0),
-            "fractional_scores": float_labels(classification, fraction=0.9)}[labels]
+            "fractional_scores": float_labels(classification, fraction=0.9),
+            "binary_cast_to_float": lambda g, i: {**classification(g, i), "labels": torch.tensor(float(i % 2))}}[labels]
     found = issues(preflight(model, token_batches(make), None))
     assert ("TARGET_CLASS_IDS_REGRESSED" in found) == fires
     if fires:
         issue = found["TARGET_CLASS_IDS_REGRESSED"]
-        assert "num_labels=1" in issue.message and "num_labels=3" in issue.fix
+        assert "num_labels=1" in issue.message
+        assert ("num_labels=2" if labels == "binary_cast_to_float" else "num_labels=3") in issue.fix
         assert ("cast to float" in issue.message) == (labels == "ids_cast_to_float")
 
 

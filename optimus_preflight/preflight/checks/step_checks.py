@@ -762,29 +762,32 @@ def _single_output_classifier(ctx: PreflightContext, calls: list[CriterionCall])
     if getattr(config, "num_labels", None) != 1:
         return None
     call = next((c for c in calls if c.function == "mse_loss" and c.target is not None and c.target.min is not None
-                 and c.target.max - c.target.min >= 2 and (not c.target.is_floating or _class_ids_as_floats(c.target))),
-                None)
+                 and _class_ids(c.target)), None)
     if call is None:
         return None
     classes = int(call.target.max - call.target.min) + 1
+    binary = classes == 2
     cast = (" (cast to float: the dtype error MSELoss raises on integer labels is this mismatch, not a fix to make)"
             if call.target.is_floating else "")
     return (
         f"the model's config has num_labels=1, so Hugging Face treats the task as a regression (problem_type="
         f"'{getattr(config, 'problem_type', None) or 'regression'}') and trains mse_loss between one output score "
         f"and class labels {call.target.min:g}..{call.target.max:g}{cast}: the classes are scored as ordered numbers "
-        "and the single logit's argmax is always class 0",
+        "and the single logit's argmax is always class 0"
+        + (" (a two-class task needs num_labels=2 for cross-entropy, or BCE on one logit)" if binary else ""),
         f"Build the model with one output per class: from_pretrained(..., num_labels={classes}) or "
         f"Config(num_labels={classes}) (num_labels counts the classes, not the labels per sample); keep num_labels=1 "
         "only for a real-valued target given as floats.",
     )
 
 
-def _class_ids_as_floats(target: Any) -> bool:
-    """Float labels that read as class ids: whole numbers 0..K-1, every one present, K >= 3
-    (ratings start at 1; fractional scores are not whole)."""
+def _class_ids(target: Any) -> bool:
+    """Labels that read as class ids: integers spanning 3 values or more, or 0/1; floats that
+    are whole numbers 0..K-1 with every one present (ratings start at 1; scores are not whole)."""
+    if not target.is_floating:
+        return target.max - target.min >= 2 or (target.min == 0 and target.max == 1)
     return bool(target.whole and target.min == 0 and target.distinct is not None
-                and target.distinct == int(target.max) + 1 >= 3)
+                and target.distinct == int(target.max) + 1 >= 2)
 
 
 class InitialLossCheck(Check):
