@@ -203,7 +203,8 @@ def regression_scale_findings(calls: list[CriterionCall]) -> list[Finding]:
         if target_scale >= TARGET_SCALE and target_scale >= TARGET_SCALE_RATIO * max(prediction_scale, 1e-12):
             return [Finding(
                 "TARGET_SCALE", "warning",
-                f"{call.function} gets targets in [{target.min:.4g}, {target.max:.4g}] but predictions within "
+                f"{call.function} gets targets in [{target.min:.4g}, {target.max:.4g}], raw values in their own units "
+                f"(prices in dollars, counts, durations) never scaled, but predictions within "
                 f"±{prediction_scale:.3g}: the model must first grow its outputs {target_scale / max(prediction_scale, 1e-12):.0f}x "
                 "before it learns anything beyond the mean, which takes Adam a learning rate's worth per step "
                 "(millions of steps at this scale) and makes SGD's gradients blow up",

@@ -225,17 +225,18 @@ class SplitOverlapCheck(Check):
                 "validation; if the task's inputs really are this few, the overlap is expected.",
             )
             return
-        if not disjoint and 0 < within < TWINS_REPEATED and observed <= CHANCE_FACTOR * within + 2 / len(val_read):
-            # Independent draws from one space of samples: validation meets training samples about
-            # as often as training meets itself. Copied rows repeat far more (TWINS_REPEATED).
+        if not disjoint and within > 0 and observed <= CHANCE_FACTOR * within + 2 / len(val_read):
+            # Validation meets training samples about as often as training meets itself: both are
+            # draws from one space that repeats, not a split that hands training rows to validation.
             findings.info(
                 "LEAK_SPLIT",
                 f"{shared} of {len(val_read)} validation samples read equal training samples, about as often as "
-                f"training samples equal each other ({within:.0%} of those read equal another one): the samples are "
-                "drawn from one space that repeats (short prompts, small grids), and a sample in both splits is the "
-                "same point drawn twice, not a copy",
-                "Nothing to do if the samples are generated independently per split; to measure unseen inputs, hold "
-                "out whole kinds of inputs for validation.",
+                f"training samples equal each other ({within:.0%} of those read equal another one): the data repeats "
+                "itself (short prompts, small grids of configurations, common words), so separately built splits "
+                "share samples by chance, and validation partly measures those",
+                "If the repeats are copies (rows saved twice, an oversampled file appended to itself), drop duplicates "
+                "before splitting (pandas DataFrame.drop_duplicates()); if the task has few possible inputs, the "
+                "overlap is expected: to measure unseen inputs, hold out whole kinds of inputs for validation.",
             )
             return
         what = (f"{shared} of {len(val_read)} validation samples read are identical to one of the "
