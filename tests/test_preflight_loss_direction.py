@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from optimus_preflight.preflight import run_preflight
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
 from optimus_preflight.preflight.checks.loss_direction import LossDirectionCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
 
 
 def focal(p_t: bool, gamma: float = 2.0, alpha: float = 0.75):
@@ -41,7 +42,7 @@ def run(loss_fn, classes: int = 2):
     torch.manual_seed(0)
     report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
                            DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True), loss_fn=loss_fn,
-                           checks=[FirstBatchCheck(), LossDirectionCheck()])
+                           checks=[FirstBatchCheck(), FirstStepCheck(), LossDirectionCheck()])
     return report.check("step.loss_direction")
 
 
@@ -64,3 +65,16 @@ def test_a_class_weighted_zero_fires():
 ], ids=["focal_p_t", "bce", "ce_label_smoothing", "regression"])
 def test_proper_losses_are_quiet(loss_fn, classes):
     assert run(loss_fn, classes).issues == []
+
+
+def test_embeddings_for_a_supervised_contrastive_loss_are_not_logits():
+    def supcon(model, batch):
+        x, y = batch
+        z = F.normalize(model(x), dim=1)
+        logits = z @ z.T / 0.1
+        same = (y[:, None] == y[None, :]).float().fill_diagonal_(0)
+        log_prob = logits - torch.logsumexp(logits.masked_fill(torch.eye(len(y), dtype=torch.bool), -1e9), 1, True)
+        return -((same * log_prob).sum(1) / same.sum(1).clamp(min=1)).mean()
+
+    result = run(supcon, classes=4)
+    assert result.issues == [] and result.data["summary"] == "not a classifier returning one tensor of logits"

@@ -8,7 +8,8 @@ nearly free (its factor ``(1 - p)`` is about 0), so the negatives stop pushing t
 down; a target flipped inside the loss, a weight of 0 on one class do the same.
 
 Measured with the model in eval mode on the first batch, for a model returning one tensor
-of logits: binary ``(B,)``/``(B, 1)`` logits with 0/1 targets, or ``(B, C)`` logits with class
+of logits that a class criterion scores (the first step saw it; embeddings for a contrastive
+loss are not logits): binary ``(B,)``/``(B, 1)`` logits with 0/1 targets, or ``(B, C)`` logits with class
 ids. ``compute_loss`` runs with the logits replaced by confident answers (``MARGIN`` in
 favour of one class): all right; then, for each class, its samples confidently wrong and
 the rest right; and all logits 0 (no opinion). A class whose mistakes cost less than a
@@ -23,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from optimus_preflight.preflight.analyses.eval_forward import eval_forward, loss_value
+from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import move_to_device
 
@@ -34,6 +37,7 @@ MARGIN = 8.0  # logits in favour of the answer: a confident one (sigmoid(8) = 0.
 CHEAP = 0.05  # a class's mistakes cost less than this share of the way from right to no opinion
 MIN_SAMPLES = 4  # of a class in the batch before its mistakes are judged
 MAX_CLASSES = 50
+CLASS_LOSSES = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits", "binary_cross_entropy")
 
 
 def _targets(batch: Any, rows: int) -> torch.Tensor | None:
@@ -79,7 +83,7 @@ class LossDirectionCheck(Check):
     name = "step.loss_direction"
     stage = Stage.STEP
     codes = ("LOSS_IGNORES_MISTAKES",)
-    requires = (FIRST_BATCH,)
+    requires = (FIRST_BATCH, FIRST_STEP)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         findings.data["summary"] = "not a classifier returning one tensor of logits"
@@ -105,6 +109,9 @@ class LossDirectionCheck(Check):
             return
         if bool(((logits >= 0) & (logits <= 1)).all()):
             return  # probabilities, not logits: confident answers would leave their range
+        if not any(call.function in CLASS_LOSSES and call.input is not None
+                   and math.prod(call.input.shape) == logits.numel() for call in get_probe(ctx).criterion_calls):
+            return  # the output is not what a class criterion scores (embeddings for a contrastive loss)
         try:
             right = replaced_loss(ctx, batch, _answers(logits, target, binary))
             neutral = replaced_loss(ctx, batch, torch.zeros_like(logits))
