@@ -28,7 +28,7 @@ from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.training.batches import move_to_device
+from optimus_preflight.training.batches import batch_size_of, move_to_device
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -88,6 +88,8 @@ class LossDirectionCheck(Check):
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         findings.data["summary"] = "not a classifier returning one tensor of logits"
         batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
+        if _targets(batch, batch_size_of(batch) or 0) is None:
+            return  # no (B,) class targets: nothing to answer confidently
         seen: list[torch.Tensor] = []
         handle = ctx.model.register_forward_hook(lambda module, args, output: seen.append(output))
         try:

@@ -52,8 +52,10 @@ class PassthroughCheck(Check):
         findings.data["summary"] = "no output of the input's shape"
         batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
         inputs = [t for t in leaves(batch) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() == 2]
+        if not inputs:
+            return
         outputs = model_outputs(ctx, batch)
-        if not inputs or not outputs:
+        if not outputs:
             return
         for output in outputs:
             columns = passed_columns(inputs[0], output)
