@@ -18,7 +18,7 @@ from optimus_preflight.preflight import run_preflight
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
 from optimus_preflight.preflight.checks.derivative_graph import DerivativeGraphCheck
 from optimus_preflight.preflight.checks.loss_bounds import LossBoundsCheck
-from optimus_preflight.preflight.checks.step_checks import FirstStepCheck, LossFunctionCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck, GradientsCheck, LossFunctionCheck
 from optimus_preflight.preflight.checks.trained_tensors import FreshTensorsCheck
 
 
@@ -102,6 +102,28 @@ def test_a_physics_residual_differentiated_without_create_graph(create_graph):
     assert bool(found) == (not create_graph)
     if found:
         assert "create_graph=True" in found[0].fix
+
+
+def test_a_residual_made_only_of_the_outputs_derivatives_reaches_the_output():
+    # A hard-constrained PINN: u = x (1 - x) NN(x) meets the boundary by construction, so the loss is the PDE
+    # residual alone, built from autograd.grad with create_graph: no term holds the output's own node.
+    class HardConstraint(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
+
+        def forward(self, x):
+            return x * (1 - x) * self.net(x)
+
+    def residual(model, batch):
+        x = batch[0].detach().clone().requires_grad_(True)
+        u = model(x)
+        du = torch.autograd.grad(u.sum(), x, create_graph=True)[0]
+        d2u = torch.autograd.grad(du.sum(), x, create_graph=True)[0]
+        return (d2u + torch.sin(torch.pi * x)).pow(2).mean()
+
+    assert not issues(HardConstraint(), residual, pinn_loader(), GradientsCheck(), "LOSS_NOT_FROM_OUTPUT")
 
 
 def test_an_fgsm_perturbation_taken_without_create_graph_is_quiet():

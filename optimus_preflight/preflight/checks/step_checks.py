@@ -396,7 +396,9 @@ class GradientsCheck(Check):
                 "Remove the .detach() on the main task's branch; to keep an auxiliary or diagnostic head from shaping "
                 "the encoder, detach the input of that head instead (aux_head(h.detach())).",
             )
-        if probe.loss_ignores_output and len(missing) < probe.trainable_params:
+        # A loss made of the output's derivatives (a PINN's residual from autograd.grad with create_graph)
+        # reaches the parameters through the double-backward graph, not through the output's own node.
+        if probe.loss_ignores_output and len(missing) < probe.trainable_params and not any(probe.derivative_calls):
             findings.error(
                 "LOSS_NOT_FROM_OUTPUT",
                 "the loss does not depend on the model's output: backward reaches the parameters only through "
