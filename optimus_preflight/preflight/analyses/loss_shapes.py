@@ -130,7 +130,7 @@ def broadcast_findings(calls: list[CriterionCall]) -> list[Finding]:
                 else "a prediction of the target's shape")
         found.append(Finding(
             "LOSS_BROADCAST", "error",
-            f"{call.function} gets a prediction of shape {prediction} and a target of shape {target}: they "
+            f"{call.function} gets a prediction of shape {prediction} and a target of shape {target}{_symbolic(prediction, target, result)}: they "
             f"broadcast to {result}, so the loss compares every prediction with every other sample's target "
             f"({math.prod(result)} terms instead of {max(math.prod(prediction), math.prod(target))}) and the "
             "model learns to predict the batch mean. torch only warns 'Using a target size ... different to "
@@ -174,6 +174,15 @@ def _one_prediction(function: str, prediction: tuple[int, ...], target: tuple[in
     )
 
 
+def _symbolic(prediction: tuple[int, ...], target: tuple[int, ...], result: tuple[int, ...]) -> str:
+    """The shapes in the (N, 1) / (N,) notation people write, for the common one-column case."""
+    rows = result[0] if result else 0
+    names = {(rows, 1): "(N, 1)", (rows,): "(N,)"}
+    if prediction in names and target in names and result == (rows, rows):
+        return f" ({names[prediction]} against {names[target]}, to an (N, N) table for N = {rows})"
+    return ""
+
+
 def column_broadcast_findings(broadcasts: list[ColumnBroadcast], calls: list[CriterionCall]) -> list[Finding]:
     """LOSS_BROADCAST for a hand-written loss: arithmetic between the prediction column
     ``(B, 1)`` and the batch's ``(B,)`` targets, which builds a ``(B, B)`` table of every
@@ -193,7 +202,7 @@ def column_broadcast_findings(broadcasts: list[ColumnBroadcast], calls: list[Cri
         "LOSS_BROADCAST", "error",
         f"{opening} a tensor of shape {found.learnable_shape} computed by the model with a tensor of "
         f"shape {found.constant_shape} that is not (the batch's targets or labels read as a column, or a constant) "
-        f"(`{found.op}`): they broadcast to ({rows}, {rows}), so every prediction is "
+        f"(`{found.op}`): they broadcast to ({rows}, {rows}), an (N, N) table for N = {rows}, so every prediction is "
         f"compared with every sample's target ({rows * rows} terms instead of {rows}) and the model learns to "
         "predict the batch mean",
         f"Give both one shape before the arithmetic: {squeeze} (or target.view_as(prediction)).",
