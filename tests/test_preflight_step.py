@@ -175,6 +175,26 @@ def test_initial_loss_far_above_ln_classes(tmp_path):
     assert codes(result) == {"O1"} and result.status == CheckStatus.WARNING
 
 
+class CosineHead(nn.Module):
+    """ArcFace-style logits: normalised features against normalised class centres, times s=30,
+    as at the first step, before any margin is learnt around."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.features = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, 16))
+        self.centres = nn.Parameter(torch.randn(CLASSES, 16))
+
+    def forward(self, x):
+        return 30 * F.normalize(self.features(x), dim=1) @ F.normalize(self.centres, dim=1).T
+
+
+def test_scaled_cosine_logits_start_high_by_design_and_get_a_note(tmp_path):
+    result = run(plain_context(tmp_path, model=CosineHead), InitialLossCheck)["step.initial_loss"]
+    assert codes(result) == {"O1"} and result.status == CheckStatus.PASSED
+    assert result.issues[0].severity.value == "info" and "F.normalize" in result.issues[0].message
+
+
 # ---------------------------------------------------------------- accumulation
 def _summed(model, batch):
     return F.cross_entropy(model(batch[0]), batch[1], reduction="sum")

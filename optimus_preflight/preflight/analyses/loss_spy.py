@@ -341,6 +341,7 @@ class LossSpy(TorchFunctionMode):
         # cosine_similarity / a regression criterion between two tensors that both carry gradients: a
         # self-supervised similarity with no stop-gradient (step.collapse follows it)
         self.symmetric_similarity: str | None = None
+        self.normalized = False  # F.normalize ran in the step (cosine logits: ArcFace, CosFace, NormFace)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -376,8 +377,10 @@ class LossSpy(TorchFunctionMode):
             row = feature_slices_of_same_rows(inputs)
             if row is not None:
                 self.sliced_pair = SlicedPair(name, tuple(inputs[0].shape), row)
-        elif name == "normalize" and self.batch_normalize is None:
-            self._check_normalize(args, kwargs)
+        elif name == "normalize":
+            self.normalized = True
+            if self.batch_normalize is None:
+                self._check_normalize(args, kwargs)
         elif name in ARITHMETIC and not self.column_broadcasts:
             found = column_broadcast(name, args)
             if found is not None and found.learnable_shape[0] == self.batch_rows:

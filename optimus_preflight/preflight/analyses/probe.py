@@ -147,6 +147,7 @@ class StepProbe:
     custom_functions: list[FunctionCall] = field(default_factory=list)  # the user's autograd.Functions, first calls
     per_sample_broadcast: PerSampleBroadcast | None = None  # a (B,) coefficient broadcast along (B, B) features
     symmetric_similarity: str | None = None  # a similarity between two tensors with gradients (step.collapse)
+    normalized: bool = False  # F.normalize ran in the step
 
     @property
     def completed(self) -> bool:
@@ -452,6 +453,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     spy.pitfalls.release()
     probe.per_sample_broadcast = spy.per_sample.found
     probe.symmetric_similarity = spy.symmetric_similarity
+    probe.normalized = spy.normalized
     spy.per_sample.release()
     probe.propagation_without_self = spy.propagation.found if not spy.propagation.root_term else None
     spy.propagation.release()

@@ -801,11 +801,18 @@ class InitialLossCheck(Check):
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        found, data = init_loss_finding(get_probe(ctx).criterion_calls)
+        probe = get_probe(ctx)
+        found, data = init_loss_finding(probe.criterion_calls)
         findings.data.update(data)
         if data.get("applicable"):
             findings.data["summary"] = f"loss {data['loss']:.3f} vs ln({data['classes']}) = {data['ln_classes']:.3f}"
-        if found is not None:
+        if found is not None and probe.normalized and found.severity == "warning":
+            # Cosine logits times a scale (ArcFace, CosFace: s = 30-64, a margin on the target) start far
+            # above ln(C) by design; the margin keeps the loss high until the classes separate.
+            findings.info("O1", found.message + ". The step normalises embeddings (F.normalize): cosine logits "
+                          "scaled by s with a margin on the target class (ArcFace, CosFace) start this high by design",
+                          found.fix, "model")
+        elif found is not None:
             findings.add(found.severity, found.code, found.message, found.fix, "model")
 
 
