@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from optimus_preflight.preflight import run_preflight
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
 from optimus_preflight.preflight.checks.loss_bounds import LossBoundsCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck, LossFunctionCheck
 
 
 def pinball(q: float):
@@ -98,3 +99,22 @@ def test_a_flows_log_determinant_alone_is_no_unbounded_loss(loss_fn, fires):
                            DataLoader(TensorDataset(x), batch_size=32, shuffle=True), loss_fn=loss_fn,
                            checks=[FirstBatchCheck(), LossBoundsCheck()])
     assert [issue.code for issue in report.check("step.loss_bounds").issues] == (["LOSS_UNBOUNDED_BELOW"] if fires else [])
+
+
+@pytest.mark.parametrize("column_target", [False, True])
+def test_gaussian_nll_with_a_vector_target_broadcasts(column_target):
+    def loss_fn(model, batch):
+        x, y = batch
+        mean, log_var = model(x).chunk(2, dim=-1)  # (N, 1) each
+        return F.gaussian_nll_loss(mean, y[:, None] if column_target else y, log_var.exp())
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 6, generator=g)
+    model = nn.Linear(6, 2)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, x[:, 0] * 2), batch_size=32), loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), LossFunctionCheck()])
+    found = [i for i in report.check("step.loss_function").issues if i.code == "LOSS_BROADCAST"]
+    assert bool(found) == (not column_target)
+    if found:
+        assert "gaussian_nll_loss gets a prediction of shape (32, 1) and a target of shape (32,)" in found[0].message

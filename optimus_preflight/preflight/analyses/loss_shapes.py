@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 # Elementwise criteria that broadcast a target of another shape instead of raising
 # (binary_cross_entropy and its logits variant raise a ValueError on torch 2.13).
 # kl_div broadcasts without even a warning.
-BROADCASTING_CRITERIA = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div")
+BROADCASTING_CRITERIA = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "gaussian_nll_loss")
 TOL = 1e-2  # half-precision values round; real logits never come this close by chance
 
 

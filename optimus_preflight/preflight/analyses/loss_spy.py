@@ -74,11 +74,11 @@ from optimus_preflight.preflight.analyses.view_permute import ViewWatch
 CLASS_CRITERIA = ("cross_entropy", "nll_loss")
 BINARY_CRITERIA = ("binary_cross_entropy", "binary_cross_entropy_with_logits")
 # Recorded for their reduction and value only (what the returned loss is compared with).
-REGRESSION_CRITERIA = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div")
+REGRESSION_CRITERIA = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "gaussian_nll_loss")
 # Where each criterion takes ``reduction`` positionally (after input, target, ...).
 _REDUCTION_INDEX = {"cross_entropy": 6, "nll_loss": 6, "binary_cross_entropy": 5,
                     "binary_cross_entropy_with_logits": 5, "mse_loss": 4, "l1_loss": 4, "smooth_l1_loss": 4,
-                    "huber_loss": 2, "kl_div": 4}
+                    "huber_loss": 2, "kl_div": 4, "gaussian_nll_loss": 5}
 _LEGACY_INDEX = {"cross_entropy": (3, 5), "nll_loss": (3, 5), "binary_cross_entropy": (3, 4),
                  "binary_cross_entropy_with_logits": (3, 4), "mse_loss": (2, 3), "l1_loss": (2, 3),
                  "smooth_l1_loss": (2, 3), "kl_div": (2, 3)}
