@@ -523,6 +523,34 @@ def test_distillation_with_kl_div_arguments_swapped(order):
         assert "kl_div(student_log_probs, teacher_probs)" in found[0].fix
 
 
+class Distiller(nn.Module):
+    """A Keras-style distiller holding a teacher and a student; the optimizer gets model.parameters()."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.teacher, self.student = nn.Linear(12, 5), nn.Linear(12, 5)
+
+
+@pytest.mark.parametrize("teacher", ["trained", "no_grad"])
+def test_a_teacher_the_distillation_term_trains(teacher):
+    def distill(model, batch):
+        x, y = batch
+        if teacher == "no_grad":
+            with torch.no_grad():
+                t_logits = model.teacher(x)
+        else:
+            t_logits = model.teacher(x)
+        s_logits = model.student(x)
+        soft = F.kl_div(F.log_softmax(s_logits / 4, dim=1), F.softmax(t_logits / 4, dim=1), reduction="batchmean")
+        return 16 * soft + F.cross_entropy(s_logits, y)
+
+    found = issues(Distiller(), distill, classes_loader(), LossFunctionCheck(), "TEACHER_TRAINED")
+    assert bool(found) == (teacher == "trained")
+    if found:
+        assert "torch.no_grad()" in found[0].fix and "requires_grad_(False)" in found[0].fix
+
+
 @pytest.mark.parametrize("boxes, fires", [("original_pixels_normalised", True), ("resized_normalised", False),
                                           ("resized_pixels", False), ("four_counts", False)])
 def test_box_targets_that_end_past_the_resized_image(boxes, fires):

@@ -64,6 +64,8 @@ class Pitfalls:
     label_smoothing: tuple[float, int] | None = None  # (label_smoothing, classes) of a cross_entropy above the limit
     kl_div_mean: tuple[int, ...] | None = None  # input shape of a kl_div with reduction='mean'
     detached_prediction: tuple[str, tuple[int, ...]] | None = None  # (criterion, shape): input detached, target not
+    # (shape): a distillation kl_div whose target distribution (the teacher's) carries gradients too
+    teacher_trained: tuple[int, ...] | None = None
     swapped_arguments: tuple[str, tuple[int, ...]] | None = None  # the same for a criterion whose two sides differ
     gather_rows: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # (input, index) shapes of a gather(0) by ids
     einsum_private: tuple[str, str] | None = None  # (equation, the letters each summed inside one operand)
@@ -229,6 +231,9 @@ class PitfallWatch:
             target = argument(args, kwargs, 1, "target")
             if isinstance(target, torch.Tensor) and target.requires_grad and not inputs.requires_grad:
                 found.swapped_arguments = (name, tuple(inputs.shape))
+            elif name == "kl_div" and isinstance(target, torch.Tensor) and target.requires_grad \
+                    and inputs.requires_grad and found.teacher_trained is None and target.dim() >= 2:
+                found.teacher_trained = tuple(target.shape)
         if name in REGRESSION and found.uniform_noise_target is None:
             target = argument(args, kwargs, 1, "target")
             drawn = next((draw for draw, tensor in self._uniform_draws if tensor is target), None)
@@ -424,6 +429,17 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "wrong order",
             "Detach the target, not the prediction: mse_loss(V(s), (r + gamma * V(s_next)).detach()) (the "
             "semi-gradient); pass criterion(prediction, target) in that order.",
+        ))
+    if found.teacher_trained is not None:
+        findings.append(Finding(
+            "TEACHER_TRAINED", "warning",
+            f"kl_div's target distribution ({found.teacher_trained}, the teacher's softened probabilities) requires "
+            "grad: the distillation term trains the teacher too, dragging it towards the student at every step, so "
+            "the targets the student learns from drift away from what the teacher knew (the teacher's weights are in "
+            "the optimizer, or its logits are not detached)",
+            "Freeze the teacher: compute its logits under torch.no_grad() (or .detach() them), call "
+            "teacher.requires_grad_(False) and build the optimizer over the student's parameters only. Mutual "
+            "learning that trains both on purpose detaches each peer's target the same way.",
         ))
     if found.swapped_arguments is not None:
         name, shape = found.swapped_arguments
