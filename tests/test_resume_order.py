@@ -169,3 +169,24 @@ def test_a_sampler_that_cannot_be_replayed_is_named(tmp_path):
     assert codes(result) == {"RESUME_ORDER"} and result.status.value == "warning"
     issue = result.issues[0]
     assert "ClockSeededSampler" in issue.message and "torch.Generator" in issue.fix
+
+
+class EpochCountingSampler(OwnGeneratorSampler):
+    """Reseeds from a seed and its own epoch counter at every epoch (a PK sampler's habit)."""
+
+    def __init__(self, n: int, seed: int = 0):
+        super().__init__(n, seed)
+        self.seed, self.epoch = seed, 0
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        self.epoch += 1
+        return iter(torch.randperm(self.n, generator=generator).tolist())
+
+
+def test_a_sampler_ordered_by_its_own_epoch_counter_gets_a_note(tmp_path):
+    result = _sampling(tmp_path, lambda data: DataLoader(data, batch_size=8, sampler=EpochCountingSampler(len(data))))
+    assert codes(result) == {"RESUME_ORDER"} and result.status.value == "passed"
+    issue = result.issues[0]
+    assert issue.severity.value == "info" and "its own fields (epoch)" in issue.message
+    assert "set_epoch" in issue.fix

@@ -262,6 +262,12 @@ def _first_attribute(objects: list[Any], names: tuple[str, ...]) -> Any:
 REPLAY_PROBE_BATCHES = 4
 
 
+def _plain_fields(sampler: Any) -> dict[str, Any]:
+    """A sampler's int, float, bool and str attributes: the counters an epoch can advance."""
+    return {key: value for key, value in vars(sampler).items()
+            if isinstance(value, (int, float, bool, str)) and not key.startswith("__")}
+
+
 def check_resume_order(loader: Any, findings: Findings, guard: DataGuard) -> None:
     """A resume replays the RNG states an epoch started with (epoch_replay); a sampler
     whose order comes from anything else (time, os.urandom, a NumPy Generator) gives
@@ -274,11 +280,26 @@ def check_resume_order(loader: Any, findings: Findings, guard: DataGuard) -> Non
         return
     order = capture_order(loader)
     what = "the sampler's first batches"
+    fields = [(sampler, _plain_fields(sampler)) for sampler in suspects]
     first = guard.call(first_index_batches, loader, order, REPLAY_PROBE_BATCHES, what=what)
+    counted = [(sampler, before) for sampler, before in fields if _plain_fields(sampler) != before]
+    for sampler, before in counted:  # a counter the draw advanced (self.epoch += 1): put it back
+        vars(sampler).update(before)
     again = guard.call(first_index_batches, loader, order, REPLAY_PROBE_BATCHES, what=what)
     names = " and ".join(type(s).__name__ for s in suspects)
     findings.data["order_replays"] = first == again
-    if first != again:
+    if first == again and counted:
+        changed = sorted({key for sampler, before in counted for key, value in before.items()
+                          if vars(sampler).get(key) != value} or {key for _, before in counted for key in before})
+        findings.info(
+            "RESUME_ORDER",
+            f"the {names} draws its order from its own fields ({', '.join(changed[:3])}), which each epoch advances: "
+            "from the same RNG states and fields it repeats its order, so a resume is exact once those fields are "
+            "restored, which a checkpoint of the global RNGs does not do",
+            "Give the sampler state_dict()/load_state_dict() for its counter, or set_epoch(epoch) as "
+            "DistributedSampler does, so a resumed run starts the epoch from the same order.",
+        )
+    elif first != again:
         findings.warning(
             "RESUME_ORDER",
             f"the {names} draws a different order from the same RNG states (first batches {first[:2]} then "
