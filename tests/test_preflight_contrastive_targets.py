@@ -153,3 +153,33 @@ def test_a_positive_that_is_the_row_itself_fires(interleaved, masked):
         assert "torch.arange(64), the diagonal" in issues[0].message
         expected = "torch.arange(64) ^ 1" if interleaved else "(torch.arange(64) + 32) % 64"
         assert expected in issues[0].fix and "fill_diagonal_" in issues[0].fix
+
+
+def batch_hard_triplet(model, batch):
+    x, labels = batch
+    emb = model(x)
+    d = torch.cdist(emb, emb)
+    same = labels[:, None] == labels[None, :]
+    hardest_positive = (d * (same & ~torch.eye(len(labels), dtype=torch.bool))).max(1).values
+    hardest_negative = d.masked_fill(same, float("inf")).min(1).values
+    return F.relu(hardest_positive - hardest_negative + 0.3).mean()
+
+
+@pytest.mark.parametrize("pk_batches", [False, True])
+def test_triplet_batches_drawn_from_many_classes_lack_positives(pk_batches):
+    g = torch.Generator().manual_seed(3)
+    labels = torch.arange(100).repeat_interleave(8)  # 100 classes x 8 samples
+    data = TensorDataset(torch.randn(800, 16, generator=g) + labels[:, None] % 7, labels)
+    if pk_batches:  # 8 classes x 4 samples per batch
+        batches = [torch.cat([torch.arange(c * 8, c * 8 + 4) for c in range(start, start + 8)]).tolist()
+                   for start in range(0, 96, 8)]
+        loader = DataLoader(data, batch_sampler=batches)
+    else:
+        loader = DataLoader(data, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(0))
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=batch_hard_triplet,
+                           checks=[FirstBatchCheck(), ContrastiveTargetsCheck()])
+    issues = [i for i in report.check("step.contrastive_targets").issues if i.code == "IN_BATCH_NO_POSITIVES"]
+    assert bool(issues) == (not pk_batches)
+    if issues:
+        assert "share their label with no other sample" in issues[0].message and "P classes x K" in issues[0].fix

@@ -66,6 +66,7 @@ from optimus_preflight.preflight.analyses.padding import (
     as_rows,
     edge_padding,
 )
+from optimus_preflight.preflight.analyses.pair_mask import PairMask, pair_mask
 from optimus_preflight.preflight.analyses.per_sample_broadcast import PerSampleWatch
 from optimus_preflight.preflight.analyses.spectral_axis import SpectralWatch
 from optimus_preflight.preflight.analyses.target_profile import TargetProfile, profile_target
@@ -342,6 +343,7 @@ class LossSpy(TorchFunctionMode):
         # self-supervised similarity with no stop-gradient (step.collapse follows it)
         self.symmetric_similarity: str | None = None
         self.normalized = False  # F.normalize ran in the step (cosine logits: ArcFace, CosFace, NormFace)
+        self.pair_mask: PairMask | None = None  # labels[:, None] == labels[None, :]: in-batch positives
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -349,6 +351,8 @@ class LossSpy(TorchFunctionMode):
         self.pitfalls.observe(func, args, kwargs)
         cut = self.graph_cuts.before(name, func, args)
         self.propagation.before(name, args)
+        if self.pair_mask is None and name in ("eq", "__eq__"):
+            self.pair_mask = pair_mask(name, args)
         self.per_sample.rows = self.batch_rows or 0
         self.per_sample.before(name, args)
         if self.symmetric_similarity is None and name in SIMILARITIES and len(args) >= 2 \

@@ -45,6 +45,7 @@ from optimus_preflight.preflight.analyses.graph_propagation import Propagation
 from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy, SlicedPair
 from optimus_preflight.preflight.analyses.loss_terms import MixedReductions, mixed_reductions
 from optimus_preflight.preflight.analyses.padding import sequence_shapes
+from optimus_preflight.preflight.analyses.pair_mask import PairMask
 from optimus_preflight.preflight.analyses.per_sample_broadcast import PerSampleBroadcast
 from optimus_preflight.preflight.analyses.spectral_axis import FftOverChannels
 from optimus_preflight.preflight.analyses.update_audit import GroupStep, UpdateRecorder
@@ -148,6 +149,7 @@ class StepProbe:
     per_sample_broadcast: PerSampleBroadcast | None = None  # a (B,) coefficient broadcast along (B, B) features
     symmetric_similarity: str | None = None  # a similarity between two tensors with gradients (step.collapse)
     normalized: bool = False  # F.normalize ran in the step
+    pair_mask: PairMask | None = None  # the in-batch positives of a metric-learning loss
 
     @property
     def completed(self) -> bool:
@@ -454,6 +456,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.per_sample_broadcast = spy.per_sample.found
     probe.symmetric_similarity = spy.symmetric_similarity
     probe.normalized = spy.normalized
+    probe.pair_mask = spy.pair_mask
     spy.per_sample.release()
     probe.propagation_without_self = spy.propagation.found if not spy.propagation.root_term else None
     spy.propagation.release()

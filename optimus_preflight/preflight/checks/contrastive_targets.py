@@ -32,6 +32,8 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from optimus_preflight.preflight.analyses.eval_forward import eval_forward
+from optimus_preflight.preflight.analyses.pair_mask import PairMask
+from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
@@ -44,6 +46,7 @@ MIN_ROWS = 8
 MOST = 0.5  # share of a row's (or column's) entries that change for it to be the sample's
 MAX_ROWS_PER_SAMPLE = 4  # views of one sample; more means the change spread (no conclusion)
 PROBED_SAMPLES = (0, 1, 2)
+NO_POSITIVE_SHARE = 0.5  # of a batch's samples without a positive in it
 SEED = 20240611
 
 
@@ -168,10 +171,13 @@ class ContrastiveTargetsCheck(Check):
 
     name = "step.contrastive_targets"
     stage = Stage.STEP
-    codes = ("IN_BATCH_POSITIVES_MISMATCHED", "IN_BATCH_VIEWS_IDENTICAL", "IN_BATCH_POSITIVE_IS_SELF")
+    codes = ("IN_BATCH_POSITIVES_MISMATCHED", "IN_BATCH_VIEWS_IDENTICAL", "IN_BATCH_POSITIVE_IS_SELF",
+             "IN_BATCH_NO_POSITIVES")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        probe = get_probe(ctx)  # computed here when the first step's check is not in the run
+        self._positives(probe.pair_mask if probe.completed else None, findings)
         batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
         rows = batch_size_of(batch)
         try:
@@ -225,6 +231,21 @@ class ContrastiveTargetsCheck(Check):
                 "Build the embeddings and the targets from one layout: z = torch.cat([z1, z2]) with targets "
                 "(torch.arange(2 * B) + B) % (2 * B), or for interleaved rows targets torch.arange(2 * B) ^ 1.",
             )
+
+    @staticmethod
+    def _positives(mask: PairMask | None, findings: Findings) -> None:
+        if mask is None or mask.without_positive < NO_POSITIVE_SHARE * mask.rows:
+            return
+        findings.warning(
+            "IN_BATCH_NO_POSITIVES",
+            f"the loss pairs samples within the batch (labels[:, None] == labels[None, :]), but {mask.without_positive} "
+            f"of the first batch's {mask.rows} samples share their label with no other sample ({mask.labels} labels in "
+            "the batch): those anchors have no positive, so a batch-hard triplet or contrastive term has nothing to "
+            "pull them towards and most of the batch trains on negatives alone or not at all. Batches drawn at "
+            "random from many classes look like this",
+            "Sample P classes x K samples per batch (a PK / MPerClassSampler as batch_sampler, e.g. P=8 classes with "
+            "K=4 samples each), so every anchor has K-1 positives in its batch.",
+        )
 
     @staticmethod
     def _identical_views(ctx: PreflightContext, batch: Any, findings: Findings) -> bool:
