@@ -157,10 +157,24 @@ def gan_loss(model, batch):
     return d_loss + F.binary_cross_entropy_with_logits(fake_for_g, ones)
 
 
+def gan_loss_discriminator_frozen(model, batch):
+    """The generator's term with the discriminator frozen for it: its loss reaches the generator only."""
+    real = batch[0]
+    fake = model.generator(torch.randn(len(real), 4))
+    d_real, d_fake = model.discriminator(real), model.discriminator(fake.detach())
+    ones, zeros = torch.ones_like(d_real), torch.zeros_like(d_real)
+    d_loss = F.binary_cross_entropy_with_logits(d_real, ones) + F.binary_cross_entropy_with_logits(d_fake, zeros)
+    model.discriminator.requires_grad_(False)
+    g_logits = model.discriminator(fake)
+    model.discriminator.requires_grad_(True)
+    return d_loss + F.binary_cross_entropy_with_logits(g_logits, ones)
+
+
 @pytest.mark.parametrize("model,loss,fires", [(lambda: TwoHeads("main"), main_then_second, True),
                                               (lambda: TwoHeads("second"), main_then_second, False),
-                                              (Gan, gan_loss, False)],
-                         ids=["main_head_detached", "probe_detached", "gan_fakes_detached_for_d"])
+                                              (Gan, gan_loss, False), (Gan, gan_loss_discriminator_frozen, False)],
+                         ids=["main_head_detached", "probe_detached", "gan_fakes_detached_for_d",
+                              "gan_discriminator_frozen_for_g"])
 def test_a_main_head_on_a_detached_encoder(model, loss, fires):
     found = cut(model(), loss)
     assert bool(found) == fires

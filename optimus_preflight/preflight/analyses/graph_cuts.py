@@ -94,12 +94,16 @@ class GraphCutWatch:
         self.picks: list[GraphCut] = []
         self.task_reach: tuple[str, set[str]] | None = None
         self.reaches: list[tuple[str, set[str]]] = []  # every criterion's, in call order (the first is task_reach)
+        self.constant_targets: list[bool] = []  # beside reaches: the criterion's target one value throughout
         self._carried: list[tuple[torch.Tensor, GraphCut]] = []  # detached outputs, held for the step only
 
-    def criterion(self, name: str, out: Any) -> None:
-        """The first criterion's output: which parameters the task term can send gradients to."""
+    def criterion(self, name: str, out: Any, target: Any = None) -> None:
+        """Each criterion's output: which parameters its term can send gradients to (the first's
+        is the task's), and whether its target is one constant (a GAN's real/fake label)."""
         if isinstance(out, torch.Tensor) and out.grad_fn is not None and len(self.reaches) < _MAX_CUTS:
             self.reaches.append((name, _reached(out.grad_fn, self.names)))
+            self.constant_targets.append(isinstance(target, torch.Tensor) and target.numel() > 1
+                                         and bool((target == target.reshape(-1)[0]).all()))
             if self.task_reach is None:
                 self.task_reach = self.reaches[0]
 
@@ -167,22 +171,29 @@ def task_cut_by_pick(picks: list[GraphCut], task: tuple[str, set[str]] | None, r
 
 
 def task_cut_by_detach(cuts: list[GraphCut], reaches: list[tuple[str, set[str]]], received: set[str],
-                       layers: set[str]) -> tuple[str, str, list[str], str] | None:
+                       layers: set[str], constant_targets: list[bool] | None = None,
+                       ) -> tuple[str, str, list[str], str] | None:
     """(criterion, ".detach()", parameters, the criterion that trains them) when layers a
     ``.detach()`` was taken from are out of reach of the first criterion (the task), and the
     terms that do train them reach nothing the task reaches: the task's branch was cut from a
     shared encoder, and only an auxiliary task shapes it. A GAN's discriminator loss on
     detached fakes stays quiet: the generator's own term runs through the discriminator the
-    first term reaches. A probe on a detached encoder beside the main head that trains it
-    stays quiet too: the first criterion reaches the encoder."""
+    first term reaches, or (the discriminator frozen for it) against a constant real label. A
+    probe on a detached encoder beside the main head that trains it stays quiet too: the first
+    criterion reaches the encoder."""
     if len(reaches) < 2:
         return None
     criterion, reached = reaches[0]
+    constant = list(constant_targets or []) + [False] * len(reaches)
     for cut in cuts:
         if cut.call != ".detach()":
             continue
         lost = sorted(name for name in cut.params - reached if name in received and name in layers)
-        trainers = [(name, params) for name, params in reaches[1:] if params & set(lost)]
+        training = [(name, params, fixed) for (name, params), fixed in zip(reaches[1:], constant[1:], strict=False)
+                    if params & set(lost)]
+        if any(fixed for _, _, fixed in training):
+            continue  # an adversarial term: a constant label is the generator's objective
+        trainers = [(name, params) for name, params, _ in training]
         if lost and trainers and not any(params & reached for _, params in trainers):
             return criterion, cut.call, lost, trainers[0][0]
     return None

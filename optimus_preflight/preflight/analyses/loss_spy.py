@@ -399,7 +399,7 @@ class LossSpy(TorchFunctionMode):
             raise
         self.graph_cuts.after(cut, out)
         if record is not None:
-            self.graph_cuts.criterion(name, out)
+            self.graph_cuts.criterion(name, out, argument(args, kwargs, 1, "target"))
         self.pitfalls.after(name, out)
         self.propagation.after(out)
         self.per_sample.after(out)

@@ -450,7 +450,8 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         got = {names[p] for p in received}
         probe.task_cut = task_cut_by_pick(spy.graph_cuts.picks, spy.graph_cuts.task_reach, got, layers)
         if probe.task_cut is None:
-            probe.task_cut_by_detach = task_cut_by_detach(detached, spy.graph_cuts.reaches, got, layers)
+            probe.task_cut_by_detach = task_cut_by_detach(detached, spy.graph_cuts.reaches, got, layers,
+                                                          spy.graph_cuts.constant_targets)
     spy.graph_cuts.release()
     spy.pitfalls.release()
     probe.per_sample_broadcast = spy.per_sample.found
