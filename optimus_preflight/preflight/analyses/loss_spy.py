@@ -67,6 +67,7 @@ from optimus_preflight.preflight.analyses.padding import (
     edge_padding,
 )
 from optimus_preflight.preflight.analyses.pair_mask import PairMask, pair_mask
+from optimus_preflight.preflight.analyses.per_sample_broadcast import SCALAR_ARITHMETIC as ARITHMETIC
 from optimus_preflight.preflight.analyses.per_sample_broadcast import PerSampleWatch
 from optimus_preflight.preflight.analyses.spectral_axis import SpectralWatch
 from optimus_preflight.preflight.analyses.target_profile import TargetProfile, profile_target
@@ -94,8 +95,6 @@ SIGN_MODULES = {"cosine_embedding_loss": "CosineEmbeddingLoss", "margin_ranking_
                 "hinge_embedding_loss": "HingeEmbeddingLoss", "soft_margin_loss": "SoftMarginLoss"}
 # Elementwise arithmetic a hand-written loss is made of ((pred - y) ** 2, y * log(p)).
 SIMILARITIES = ("cosine_similarity", "mse_loss", "smooth_l1_loss", "l1_loss")
-ARITHMETIC = frozenset({"sub", "__sub__", "__rsub__", "rsub", "add", "__add__", "__radd__", "mul", "__mul__",
-                        "__rmul__", "div", "__truediv__", "__rtruediv__", "true_divide"})
 SAMPLE_ROWS = 1024
 
 
