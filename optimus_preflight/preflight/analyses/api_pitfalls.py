@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from optimus_preflight.preflight.analyses.box_corners import InvertedCorners, inverted_corners
 from optimus_preflight.preflight.analyses.call_args import argument
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ class Pitfalls:
     softmax_off_axis: tuple[tuple[int, ...], int, int] | None = None
     masked_with_zero: tuple[tuple[int, ...], str] | None = None  # (scores shape, how) of a mask filled with ~0
     uniform_noise_target: tuple[str, str, tuple[int, ...]] | None = None  # (criterion, draw, shape): see after()
+    inverted_corners: InvertedCorners | None = None  # box targets read as corners that are (x, y, w, h)
 
 
 class PitfallWatch:
@@ -98,6 +100,8 @@ class PitfallWatch:
         self._uniform_draws.clear()
 
     def observe(self, func: Any, args: tuple, kwargs: dict) -> None:
+        if self.found.inverted_corners is None and getattr(func, "__name__", "") in ("sub", "__sub__"):
+            self.found.inverted_corners = inverted_corners(func.__name__, args)
         if getattr(func, "__self__", None) is TRANSPOSE:
             tensor = args[0] if args else None
             if isinstance(tensor, torch.Tensor) and tensor.dim() == 1 and len(self.found.transposed_1d) < 4:
@@ -440,6 +444,20 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "Freeze the teacher: compute its logits under torch.no_grad() (or .detach() them), call "
             "teacher.requires_grad_(False) and build the optimizer over the student's parameters only. Mutual "
             "learning that trains both on purpose detaches each peer's target the same way.",
+        ))
+    if found.inverted_corners is not None:
+        corners = found.inverted_corners
+        findings.append(Finding(
+            "BOX_CORNERS_UNORDERED", "warning",
+            f"the step reads the {corners.shape} box targets as corners (x1, y1, x2, y2): it subtracts their first "
+            f"two columns from the last two, as an IoU, GIoU or area term does, but in {corners.share:.0%} of them "
+            "the 'second corner' lies left of or above the first. These boxes are not corners: most likely COCO's "
+            "(x, y, width, height) or centre format (cx, cy, w, h), so every such box reads as empty or inverted, "
+            "its area clamps to 0 and the IoU never rewards the right prediction",
+            "Convert the targets to corners once, in the dataset or before the loss: "
+            "torchvision.ops.box_convert(boxes, in_fmt='xywh', out_fmt='xyxy') (or 'cxcywh'), i.e. "
+            "torch.cat([b[:, :2], b[:, :2] + b[:, 2:]], 1) for COCO boxes, so the head, the loss and the evaluation "
+            "share one format.",
         ))
     if found.swapped_arguments is not None:
         name, shape = found.swapped_arguments
