@@ -131,3 +131,44 @@ def test_binary_float_masks_for_bce_flipped_on_their_own_coin(joint):
     assert bool(issues) == (not joint)
     if issues:
         assert "flipped independently" in issues[0].message
+
+
+def landmark_plates(n: int = 64, size: int = 16, indexing: str = "xy") -> TensorDataset:
+    """Plates with a bright bolt head and a dark nut, and one Gaussian heatmap per landmark drawn
+    on np.meshgrid-style grids: 'xy' puts each peak on its landmark, 'ij' read as (x, y) transposes it."""
+    g = torch.Generator().manual_seed(0)
+    images = 0.5 + 0.04 * torch.randn(n, 1, size, size, generator=g)
+    maps = torch.zeros(n, 2, size, size)
+    first, second = torch.meshgrid(torch.arange(size).float(), torch.arange(size).float(),
+                                   indexing=indexing)
+    for i in range(n):
+        for k, value in enumerate((0.95, 0.1)):
+            cx, cy = (int(v) for v in torch.randint(2, size - 2, (2,), generator=g))
+            images[i, 0, cy - 1:cy + 2, cx - 1:cx + 2] = value
+            maps[i, k] = torch.exp(-((first - cx) ** 2 + (second - cy) ** 2) / (2 * 1.2 ** 2))
+    return TensorDataset(images, maps)
+
+
+@pytest.mark.parametrize("indexing", ["ij", "xy"])
+def test_keypoint_heatmaps_drawn_on_ij_grids_read_as_xy_are_transposed(indexing):
+    torch.manual_seed(0)
+    model = nn.Conv2d(1, 2, 3, padding=1)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(landmark_plates(indexing=indexing), batch_size=32, shuffle=True),
+                           loss_fn=nn.MSELoss(), checks=[FirstBatchCheck(), MaskAlignmentCheck()])
+    found = [i for i in report.check("data.mask_alignment").issues if i.code == "MASK_MISALIGNED"]
+    if indexing == "ij":
+        assert len(found) == 1 and "transposed" in found[0].message and "meshgrid" in found[0].fix
+    else:
+        assert not found
+
+
+def test_an_image_to_image_target_lies_on_its_image_and_stays_quiet():
+    g = torch.Generator().manual_seed(3)
+    clean = torch.rand(64, 1, 16, 16, generator=g).clamp(0.05, 0.95)
+    noisy = clean + 0.1 * torch.randn(64, 1, 16, 16, generator=g)
+    model = nn.Conv2d(1, 1, 3, padding=1)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(noisy, clean), batch_size=32, shuffle=True),
+                           loss_fn=nn.MSELoss(), checks=[FirstBatchCheck(), MaskAlignmentCheck()])
+    assert not [i for i in report.check("data.mask_alignment").issues if i.code == "MASK_MISALIGNED"]

@@ -4,6 +4,9 @@ A segmentation batch pairs ``(B, C, H, W)`` images with ``(B, H, W)`` masks. An 
 channels-first with ``transpose(1, 3)`` is ``(B, C, W, H)``: for square images every shape
 matches and each pixel is scored against the mask at the transposed position. A random
 flip or rotation applied to the image and not to its mask does the same to some samples.
+Keypoint heatmaps ``(B, K, H, W)`` in [0, 1] are read the same way: Gaussians drawn on
+``np.meshgrid(..., indexing='ij')`` grids with a formula that takes the first grid for x peak
+at each landmark's mirror across the diagonal.
 
 The evidence is in the pixels: where a class is, the image usually differs (a marking is
 brighter, a lesion darker). Per sample, the strongest correlation between one image
@@ -53,7 +56,7 @@ def image_and_mask(batch: object) -> tuple[torch.Tensor, torch.Tensor] | None:
         masks = [leaf for leaf in shaped if leaf.is_floating_point() and bool(((leaf == 0) | (leaf == 1)).all())]
     images = [leaf for leaf in found if leaf.dim() == 4 and leaf.is_floating_point() and not any(leaf is m for m in masks)]
     if len(masks) != 1 or not images:
-        return None
+        return heatmap_pair(batch)
     mask = masks[0].reshape(masks[0].shape[0], *masks[0].shape[-2:]).long()
     spatial = tuple(mask.shape[-2:])
     for image in images:
@@ -68,16 +71,40 @@ def image_and_mask(batch: object) -> tuple[torch.Tensor, torch.Tensor] | None:
     return None
 
 
+def heatmap_pair(batch: object) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(images (B, C, H, W), heatmaps (B, K, H, W)) of an ``(images, heatmaps)`` batch whose
+    targets are soft maps in [0, 1] on the images' grid (keypoint heatmaps, soft masks)."""
+    if not isinstance(batch, (list, tuple)) or len(batch) != 2:
+        return None
+    image, maps = batch
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 4 and t.is_floating_point() for t in (image, maps)):
+        return None
+    if image.shape[0] != maps.shape[0] or image.shape[2:] != maps.shape[2:] or image.shape[1] > MAX_CHANNELS \
+            or maps.shape[1] > MAX_CLASSES or image.shape[-1] < 2:
+        return None
+    maps = maps.detach().float().cpu()
+    if float(maps.min()) < 0 or float(maps.max()) > 1 or bool(((maps == 0) | (maps == 1)).all()):
+        return None
+    return image.detach().float().cpu(), maps
+
+
+def _indicators(mask: torch.Tensor) -> list[torch.Tensor]:
+    """What of the target each image channel is compared with: each class's indicator of a
+    (H, W) class map, each map of (K, H, W) soft maps."""
+    if mask.is_floating_point():
+        return [channel.reshape(-1) for channel in mask[:MAX_CLASSES]]
+    return [(mask.reshape(-1) == label).float() for label in torch.unique(mask)[:MAX_CLASSES]]
+
+
 def lies_on(image: torch.Tensor, mask: torch.Tensor) -> float:
     """The strongest |correlation| between one channel of ``image`` (C, H, W) and the
-    indicator of one class of ``mask`` (H, W), over the pixels."""
+    indicator of one class of ``mask`` (H, W), or one of soft maps (K, H, W), over the pixels."""
     pixels = image.reshape(image.shape[0], -1)
     pixels = pixels - pixels.mean(1, keepdim=True)
     pixel_norm = pixels.norm(dim=1).clamp_min(1e-12)
     best = 0.0
-    for label in torch.unique(mask)[:MAX_CLASSES]:
-        indicator = (mask.reshape(-1) == label).float()
-        if indicator.sum() in (0, indicator.numel()):
+    for indicator in _indicators(mask):
+        if float(indicator.std()) == 0:
             continue
         indicator = indicator - indicator.mean()
         correlation = (pixels @ indicator) / (pixel_norm * indicator.norm())
@@ -152,6 +179,20 @@ class MaskAlignmentCheck(Check):
             self._shifted(pair, findings)
             return
         how, wins, scored = found
+        if pair[1].is_floating_point() and how.startswith("transposed"):
+            findings.warning(
+                "MASK_MISALIGNED",
+                f"in {wins} of {scored} samples of the first batch the target heatmaps lie on their images far better "
+                "transposed (rows and columns swapped) than as given: each peak sits at (row=x, column=y), the "
+                "landmark's mirror across the diagonal, so the model is trained to put it there. The likely cause: "
+                "the Gaussians were drawn on grids from np.meshgrid(..., indexing='ij') (or torch.meshgrid's default "
+                "'ij'), whose first grid varies along the rows, with a formula that reads it as x; or heatmap[x, y] "
+                "written where heatmap[y, x] was meant",
+                "Draw the maps on xx, yy = np.meshgrid(np.arange(W), np.arange(H)) (NumPy's default indexing='xy': xx "
+                "varies along the columns), or torch.meshgrid(ys, xs, indexing='ij') unpacked as yy, xx; index pixels "
+                "as heatmap[y, x].",
+            )
+            return
         every = wins >= 0.9 * scored
         cause = ("the image and the mask go through different axis orders: an NHWC image made channels-first with "
                  "transpose(1, 3), which gives (B, C, W, H), or a mask transposed on its own" if how.startswith("transposed")
