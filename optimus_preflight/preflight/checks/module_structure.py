@@ -31,6 +31,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from optimus_preflight.preflight.analyses.meshgrid_source import swapped_grids, user_code
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
 if TYPE_CHECKING:
@@ -183,9 +184,10 @@ class ModuleStructureCheck(Check):
     name = "model.structure"
     stage = Stage.MODEL
     codes = ("MODULE_REPEATED", "BN_MOMENTUM", "FROZEN_AT_INIT", "ACTIVATION_LINEAR", "ONLY_BIASES_TRAIN",
-             "FROZEN_AT_ZERO", "INIT_ALL_POSITIVE", "REQUIRES_GRAD_ON_MODULE")
+             "FROZEN_AT_ZERO", "INIT_ALL_POSITIVE", "REQUIRES_GRAD_ON_MODULE", "MESHGRID_NAMES_SWAPPED")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        self._swapped_grids(ctx, findings)
         self._initial_values(ctx, findings)
         self._requires_grad_attribute(ctx, findings)
         matrices = [p for p in ctx.model.parameters() if p.dim() >= 2]
@@ -324,6 +326,27 @@ class ModuleStructureCheck(Check):
             f"Set the flag on the parameters: module.requires_grad_({value}) (or for p in module.parameters(): "
             f"p.requires_grad = {value}), and build the optimizer from the parameters that train after that.",
             "model",
+        )
+
+    @staticmethod
+    def _swapped_grids(ctx: PreflightContext, findings: Findings) -> None:
+        found = [grids for obj in user_code(ctx.model, ctx.compute_loss) for grids in swapped_grids(obj)]
+        if not found:
+            return
+        first = found[0]
+        rows, columns = ("x", "y") if first.indexing == "ij" else ("y", "x")
+        findings.warning(
+            "MESHGRID_NAMES_SWAPPED",
+            f"{first.where} builds coordinate grids with '{first.line}': with indexing='{first.indexing}'"
+            + (" (torch.meshgrid's default)" if "indexing" not in first.line else "")
+            + f" the first grid varies along the {'rows' if first.indexing == 'ij' else 'columns'}, so the grid named "
+            f"{rows} holds {'row' if first.indexing == 'ij' else 'column'} coordinates and the one named {columns} "
+            f"{'column' if first.indexing == 'ij' else 'row'} ones: x and y are swapped wherever they are used (a "
+            "soft-argmax returns (row, column) for (x, y) targets, a coordinate channel is transposed). NumPy's "
+            "np.meshgrid defaults to 'xy'; torch.meshgrid to 'ij'"
+            + (f" ({len(found)} such lines)" if len(found) > 1 else ""),
+            "Unpack in the order the indexing gives: yy, xx = torch.meshgrid(ys, xs, indexing='ij'), or "
+            "xx, yy = torch.meshgrid(xs, ys, indexing='xy') as np.meshgrid does.",
         )
 
     @staticmethod
