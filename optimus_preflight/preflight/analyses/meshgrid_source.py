@@ -28,6 +28,34 @@ class SwappedGrids:
     where: str  # Class.method
     line: str  # the source line
     indexing: str  # the effective one: 'ij' (torch's default) or 'xy'
+    x_name: str  # the name the grid of row coordinates (under 'ij') or column ones was given
+    conditional: bool  # the line sits under an if: another branch may build the grids right
+
+
+def _name(node: ast.AST) -> str:
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+
+
+def grid_orientation(tensor: object) -> str | None:
+    """'rows' when a square coordinate grid (H, W), or its flattening, varies along the rows
+    only, 'columns' when along the columns only; None for anything else."""
+    import torch
+
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point() and tensor.dtype not in (
+            torch.int32, torch.int64):
+        return None
+    if tensor.dim() == 1:
+        side = int(round(tensor.numel() ** 0.5))
+        if side < 2 or side * side != tensor.numel():
+            return None
+        tensor = tensor.reshape(side, side)
+    if tensor.dim() != 2 or min(tensor.shape) < 2:
+        return None
+    along_rows = bool((tensor == tensor[:, :1]).all())  # each row constant: the value changes from row to row
+    along_columns = bool((tensor == tensor[:1, :]).all())
+    if along_rows != along_columns:
+        return "rows" if along_rows else "columns"
+    return None
 
 
 def _axis(node: ast.AST) -> str | None:
@@ -58,6 +86,8 @@ def swapped_grids(obj: Any) -> list[SwappedGrids]:
     except (OSError, TypeError, SyntaxError, IndentationError):
         return []
     lines = source.splitlines()
+    conditional = {id(inner) for node in ast.walk(tree) if isinstance(node, (ast.If, ast.IfExp))
+                   for inner in ast.walk(node)}
     found = []
     for function in ast.walk(tree):
         if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -73,7 +103,9 @@ def swapped_grids(obj: Any) -> list[SwappedGrids]:
             if (indexing, axes) in (("ij", ("x", "y")), ("xy", ("y", "x"))):
                 owner = getattr(obj, "__qualname__", getattr(obj, "__name__", "?"))
                 where = owner if function.name == getattr(obj, "__name__", None) else f"{owner}.{function.name}"
-                found.append(SwappedGrids(where, lines[node.lineno - 1].strip(), indexing))
+                x_name = _name(target.elts[0] if axes[0] == "x" else target.elts[1])
+                found.append(SwappedGrids(where, lines[node.lineno - 1].strip(), indexing, x_name,
+                                          id(node) in conditional))
     return found
 
 

@@ -31,7 +31,12 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from optimus_preflight.preflight.analyses.meshgrid_source import swapped_grids, user_code
+from optimus_preflight.preflight.analyses.meshgrid_source import (
+    SwappedGrids,
+    grid_orientation,
+    swapped_grids,
+    user_code,
+)
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
 if TYPE_CHECKING:
@@ -330,7 +335,8 @@ class ModuleStructureCheck(Check):
 
     @staticmethod
     def _swapped_grids(ctx: PreflightContext, findings: Findings) -> None:
-        found = [grids for obj in user_code(ctx.model, ctx.compute_loss) for grids in swapped_grids(obj)]
+        found = [grids for obj in user_code(ctx.model, ctx.compute_loss) for grids in swapped_grids(obj)
+                 if _grids_built_so(ctx.model, obj, grids)]
         if not found:
             return
         first = found[0]
@@ -378,6 +384,17 @@ class ModuleStructureCheck(Check):
                 "Give the range (nn.init.uniform_(w, -bound, bound) with bound = 1 / sqrt(fan_in)), or use the "
                 "layer's default init (kaiming_uniform_) or nn.init.xavier_uniform_.",
             )
+
+
+def _grids_built_so(model: nn.Module, owner: object, grids: SwappedGrids) -> bool:
+    """Whether the swapped line is what built the model's grids: the x grid kept on a module of
+    that class lies along the rows (under 'ij'), or, where it was not kept, the line is not one
+    branch of an if whose other branch may build them right."""
+    kept = [getattr(module, grids.x_name, None) for module in model.modules() if type(module) is owner]
+    orientations = {grid_orientation(tensor) for tensor in kept} - {None}
+    if orientations:
+        return orientations == {"rows" if grids.indexing == "ij" else "columns"}
+    return not grids.conditional
 
 
 def _all_positive_init(weight: torch.Tensor) -> bool:
