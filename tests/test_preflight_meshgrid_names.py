@@ -78,3 +78,28 @@ def test_y_then_x_under_xy_indexing_is_named_too():
 
     found = swapped_grids(grids)
     assert [(s.indexing, s.where) for s in found] == [("xy", "test_y_then_x_under_xy_indexing_is_named_too.<locals>.grids")]
+
+
+class SoftArgmaxEitherOrder(nn.Module):
+    """Both conventions in one class, one per branch: the grid the instance kept decides."""
+
+    def __init__(self, numpy_order: bool, size: int = 8):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 1, 3, padding=1)
+        lin = torch.linspace(-1, 1, size)
+        if numpy_order:
+            gx, gy = torch.meshgrid(lin, lin)
+        else:
+            gy, gx = torch.meshgrid(lin, lin, indexing="ij")
+        self.register_buffer("gx", gx.reshape(-1))
+        self.register_buffer("gy", gy.reshape(-1))
+
+    def forward(self, x):
+        p = self.conv(x).flatten(1).softmax(-1)
+        return torch.stack([p @ self.gx, p @ self.gy], 1)
+
+
+@pytest.mark.parametrize("numpy_order", [True, False])
+def test_a_class_with_both_orders_is_judged_by_the_grid_its_instance_kept(numpy_order):
+    found = swapped(SoftArgmaxEitherOrder(numpy_order))
+    assert len(found) == (1 if numpy_order else 0)
