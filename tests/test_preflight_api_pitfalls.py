@@ -63,3 +63,27 @@ def test_meshgrid_without_indexing_in_the_forward(indexing):
         assert [i.code for i in found] == ["MESHGRID_INDEXING"] and "indexing='xy'" in found[0].fix
     else:
         assert not found
+
+
+@pytest.mark.parametrize("student", ["softmax", "log_softmax"])
+def test_kl_div_given_probabilities_as_its_input(student):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(128, 12, generator=g)
+    teacher_logits = x @ torch.randn(12, 6, generator=g)
+    loader = DataLoader(TensorDataset(x, teacher_logits), batch_size=32, shuffle=True)
+    kl = nn.KLDivLoss(reduction="batchmean")
+
+    def distill(model, batch):
+        xb, tb = batch
+        s = model(xb)
+        s = F.softmax(s, -1) if student == "softmax" else F.log_softmax(s, -1)
+        return kl(s, F.softmax(tb, -1))
+
+    model = nn.Linear(12, 6)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=distill,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), LossFunctionCheck()])
+    found = [i for i in report.check("step.loss_function").issues if i.code == "KL_DIV_INPUT_NOT_LOG"]
+    if student == "softmax":
+        assert len(found) == 1 and "F.log_softmax(student_logits" in found[0].fix
+    else:
+        assert not found

@@ -332,3 +332,25 @@ def test_a_fixed_filterbank_buffer_before_a_trained_head_is_quiet():
             return self.head(x @ self.bank)
 
     assert not [i for i in structure_issues(Filterbank()) if i.code == "ONLY_BIASES_TRAIN"]
+
+
+@pytest.mark.parametrize("retarget", ["attribute", "new_layer"])
+def test_a_head_resized_by_its_out_features_attribute_is_named(retarget):
+    from optimus_preflight.preflight.checks.module_structure import ModuleStructureCheck, size_attributes_changed
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 40))
+    if retarget == "attribute":
+        model[2].out_features = 4  # "change the number of classes"
+    else:
+        model[2] = nn.Linear(32, 4)
+    x = torch.randn(64, 16)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x[:, :4].argmax(1)), batch_size=16)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader,
+                           loss_fn=nn.CrossEntropyLoss(), checks=[ModuleStructureCheck()])
+    found = [i for i in report.check("model.structure").issues if i.code == "SIZE_ATTRIBUTE_CHANGED"]
+    if retarget == "attribute":
+        assert len(found) == 1 and "2.out_features is 4" in found[0].message and "40 logits" in found[0].message
+        assert "nn.Linear(32, 4)" in found[0].fix
+    else:
+        assert not found and size_attributes_changed(model) == []

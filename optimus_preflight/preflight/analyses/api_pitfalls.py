@@ -78,6 +78,7 @@ class Pitfalls:
     masked_with_zero: tuple[tuple[int, ...], str] | None = None  # (scores shape, how) of a mask filled with ~0
     uniform_noise_target: tuple[str, str, tuple[int, ...]] | None = None  # (criterion, draw, shape): see after()
     inverted_corners: InvertedCorners | None = None  # box targets read as corners that are (x, y, w, h)
+    kl_div_probabilities: tuple[int, ...] | None = None  # input shape of a kl_div given probabilities, not logs
 
 
 class PitfallWatch:
@@ -224,9 +225,12 @@ class PitfallWatch:
             smoothing = argument(args, kwargs, 7, "label_smoothing", 0.0)
             if isinstance(smoothing, (int, float)) and smoothing > SMOOTHING_LIMIT and inputs.dim() >= 2:
                 found.label_smoothing = (float(smoothing), int(inputs.shape[1]))
-        elif name == "kl_div" and found.kl_div_mean is None:
-            if argument(args, kwargs, 4, "reduction", "mean") == "mean" and inputs.dim() >= 2 and inputs.shape[-1] >= 2:
+        elif name == "kl_div":
+            if found.kl_div_mean is None and argument(args, kwargs, 4, "reduction", "mean") == "mean" \
+                    and inputs.dim() >= 2 and inputs.shape[-1] >= 2:
                 found.kl_div_mean = tuple(inputs.shape)
+            if found.kl_div_probabilities is None and is_distribution(inputs):
+                found.kl_div_probabilities = tuple(inputs.shape)
         if name in REGRESSION and found.detached_prediction is None and torch.is_grad_enabled():
             target = argument(args, kwargs, 1, "target")
             if isinstance(target, torch.Tensor) and target.requires_grad and not inputs.requires_grad:
@@ -281,6 +285,15 @@ class PitfallWatch:
         on_border = float((faint & border).float().sum() / faint.float().sum())
         if faint_share >= OFF_MAP_SHARE and on_border >= OFF_MAP_BORDER:
             self.found.off_map_targets = (tuple(target.shape), faint_share, float((~drawn).float().mean()))
+
+
+def is_distribution(tensor: torch.Tensor) -> bool:
+    """Rows of probabilities along the last dim (all in [0, 1], each summing to 1), not the
+    log-probabilities kl_div reads its input as (those are all <= 0)."""
+    if tensor.dim() < 1 or tensor.shape[-1] < 2 or not tensor.is_floating_point() or tensor.numel() == 0:
+        return False
+    values = tensor.detach().float()
+    return bool((values >= 0).all()) and bool(((values.sum(-1) - 1).abs() < 1e-3).all()) and bool((values > 0).any())
 
 
 def pitfall_findings(found: Pitfalls) -> list[Finding]:
@@ -444,6 +457,16 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "Freeze the teacher: compute its logits under torch.no_grad() (or .detach() them), call "
             "teacher.requires_grad_(False) and build the optimizer over the student's parameters only. Mutual "
             "learning that trains both on purpose detaches each peer's target the same way.",
+        ))
+    if found.kl_div_probabilities is not None:
+        findings.append(Finding(
+            "KL_DIV_INPUT_NOT_LOG", "error",
+            f"kl_div / nn.KLDivLoss gets its input ({found.kl_div_probabilities}) as probabilities (every row in [0, 1], "
+            "summing to 1), but it reads its first argument as log-probabilities: it computes sum(target * (log(target) "
+            "- input)), so with probabilities the loss is -sum(p_teacher * p_student) + const, which is lowest for a "
+            "one-hot on the target's top class, not for matching the target distribution (and can go below zero)",
+            "Pass log-probabilities as the input: kl(F.log_softmax(student_logits / T, -1), F.softmax(teacher_logits / "
+            "T, -1)) (the target stays probabilities unless log_target=True).",
         ))
     if found.inverted_corners is not None:
         corners = found.inverted_corners

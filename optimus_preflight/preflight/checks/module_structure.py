@@ -189,9 +189,11 @@ class ModuleStructureCheck(Check):
     name = "model.structure"
     stage = Stage.MODEL
     codes = ("MODULE_REPEATED", "BN_MOMENTUM", "FROZEN_AT_INIT", "ACTIVATION_LINEAR", "ONLY_BIASES_TRAIN",
-             "FROZEN_AT_ZERO", "INIT_ALL_POSITIVE", "REQUIRES_GRAD_ON_MODULE", "MESHGRID_NAMES_SWAPPED")
+             "FROZEN_AT_ZERO", "INIT_ALL_POSITIVE", "REQUIRES_GRAD_ON_MODULE", "MESHGRID_NAMES_SWAPPED",
+             "SIZE_ATTRIBUTE_CHANGED")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        self._resized_by_attribute(ctx, findings)
         self._swapped_grids(ctx, findings)
         self._initial_values(ctx, findings)
         self._requires_grad_attribute(ctx, findings)
@@ -334,6 +336,24 @@ class ModuleStructureCheck(Check):
         )
 
     @staticmethod
+    def _resized_by_attribute(ctx: PreflightContext, findings: Findings) -> None:
+        found = size_attributes_changed(ctx.model)
+        if not found:
+            return
+        name, attribute, said, actual, layer = found[0]
+        findings.warning(
+            "SIZE_ATTRIBUTE_CHANGED",
+            f"{name}.{attribute} is {said} but the layer's weight has {actual} there: the attribute was assigned "
+            f"after the layer was built ({name}.{attribute} = {said}), which changes the number only; the weight "
+            f"keeps its shape, so the layer still computes {actual} {'outputs' if attribute.startswith('out') else 'values'}"
+            + (f" (a head re-targeted to {said} classes still emits {actual} logits, and the classes it no longer "
+               "has keep competing for the argmax)" if attribute == "out_features" else "")
+            + (f" ({len(found)} layers)" if len(found) > 1 else ""),
+            f"Replace the layer instead of editing its attribute: model.{name} = {layer}, before the optimizer is "
+            "built on the model's parameters.",
+        )
+
+    @staticmethod
     def _swapped_grids(ctx: PreflightContext, findings: Findings) -> None:
         found = [grids for obj in user_code(ctx.model, ctx.compute_loss) for grids in swapped_grids(obj)
                  if _grids_built_so(ctx.model, obj, grids)]
@@ -384,6 +404,37 @@ class ModuleStructureCheck(Check):
                 "Give the range (nn.init.uniform_(w, -bound, bound) with bound = 1 / sqrt(fan_in)), or use the "
                 "layer's default init (kaiming_uniform_) or nn.init.xavier_uniform_.",
             )
+
+
+SIZE_ATTRIBUTES = ((nn.Linear, "out_features", 0), (nn.Linear, "in_features", 1),
+                   ((nn.Conv1d, nn.Conv2d, nn.Conv3d), "out_channels", 0), (nn.Embedding, "num_embeddings", 0))
+
+
+def size_attributes_changed(model: nn.Module) -> list[tuple[str, str, int, int, str]]:
+    """(layer name, attribute, its value, the weight's size there, the layer to build instead) for
+    Linear/Conv/Embedding layers whose size attribute disagrees with their weight: the attribute
+    was assigned after construction (``fc.out_features = 4``), which resizes nothing (pure)."""
+    found = []
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        # Packed quantised weights (bitsandbytes' 4-bit Linear) have their own shape on purpose.
+        if not isinstance(weight, torch.Tensor) or weight.dim() < 2 or not weight.is_floating_point():
+            continue
+        for kind, attribute, axis in SIZE_ATTRIBUTES:
+            said = getattr(module, attribute, None)
+            actual = int(weight.shape[axis])
+            if not isinstance(module, kind) or not isinstance(said, int) or said == actual:
+                continue
+            if isinstance(module, nn.Linear):
+                out_size = said if attribute == "out_features" else int(weight.shape[0])
+                in_size = said if attribute == "in_features" else int(weight.shape[1])
+                layer = f"nn.Linear({in_size}, {out_size})"
+            elif isinstance(module, nn.Embedding):
+                layer = f"nn.Embedding({said}, {int(weight.shape[1])})"
+            else:
+                layer = f"nn.{type(module).__name__}({module.in_channels}, {said}, {module.kernel_size})"
+            found.append((name or type(module).__name__, attribute, said, actual, layer))
+    return found
 
 
 def _grids_built_so(model: nn.Module, owner: object, grids: SwappedGrids) -> bool:
