@@ -175,8 +175,13 @@ def target_findings(calls: list[CriterionCall]) -> list[Finding]:
             elif target.min < 0 or target.max > 1:
                 found.append(Finding(
                     "O14", "error",
-                    f"{call.function} targets span [{target.min:g}, {target.max:g}]; they must lie in [0, 1]",
-                    "Binary targets are 0/1 labels or probabilities; rescale or remap them.",
+                    f"{call.function} gets targets outside [0, 1]: they span [{target.min:g}, {target.max:g}], "
+                    "while a binary loss reads each as the probability of the positive class. Above 1 the loss has "
+                    "no minimum (it keeps falling as the logit grows), so raw scores, ratings or counts used as "
+                    "targets push every output up instead of teaching the classes",
+                    "Binary targets are 0/1 labels or probabilities: binarise them (y = (rating >= 4).float()) or "
+                    "rescale them into [0, 1] ((y - y_min) / (y_max - y_min)); for ordered grades with more than two "
+                    "values, use cross_entropy over the grades or a regression loss.",
                 ))
     return found
 
@@ -201,13 +206,20 @@ def regression_scale_findings(calls: list[CriterionCall]) -> list[Finding]:
         target_scale = max(abs(target.min), abs(target.max))
         prediction_scale = max(abs(inputs.min), abs(inputs.max))
         if target_scale >= TARGET_SCALE and target_scale >= TARGET_SCALE_RATIO * max(prediction_scale, 1e-12):
+            others = [other for other in calls if other is not call and other.loss is not None
+                      and other.function != call.function and abs(other.loss) > 0]
+            dominated = (f" In the sum, the {call.function} term ({call.loss:.3g}) dominates the {others[0].function} "
+                         f"term ({others[0].loss:.3g}) by {math.log10(call.loss / abs(others[0].loss)):.0f} orders of "
+                         "magnitude, so the other task's gradient is swamped and its head barely trains"
+                         if others and call.loss is not None and call.loss >= TARGET_SCALE_RATIO * abs(others[0].loss)
+                         else "")
             return [Finding(
                 "TARGET_SCALE", "warning",
                 f"{call.function} gets targets in [{target.min:.4g}, {target.max:.4g}], raw values in their own units "
                 f"(prices in dollars, counts, durations) never scaled, but predictions within "
                 f"±{prediction_scale:.3g}: the model must first grow its outputs {target_scale / max(prediction_scale, 1e-12):.0f}x "
                 "before it learns anything beyond the mean, which takes Adam a learning rate's worth per step "
-                "(millions of steps at this scale) and makes SGD's gradients blow up",
+                f"(millions of steps at this scale) and makes SGD's gradients blow up.{dominated}",
                 "Standardise the regression targets with the training set's statistics "
                 "((y - y_mean) / y_std, or log1p(y) for prices and counts) and invert that on the predictions; "
                 "or let the model's last layer start at the target scale (initialise its bias to y_mean).",

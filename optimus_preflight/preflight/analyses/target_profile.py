@@ -269,14 +269,22 @@ def one_class_finding(call: CriterionCall, seen: int, batches: int, whole_epoch:
             "class id (1/255 ... 254/255) to 0" if dense else "")
     mask_fix = (" Convert masks without scaling: torch.from_numpy(np.array(mask)).long() or "
                 "transforms.PILToTensor(), never ToTensor()." if dense else "")
+    positives = call.function.startswith("binary") and value == 1
+    implicit = (" For a log of interactions (clicks, purchases, views: implicit feedback) this is what the log "
+                "holds, positives only: the model needs negatives, (user, item) pairs that did not interact, "
+                "to learn what the user does not want" if positives else "")
+    implicit_fix = (" For implicit feedback, sample negatives: for each observed (user, item) pair draw k items the "
+                    "user did not interact with, labelled 0 (or use a pairwise BPR / sampled-softmax loss)."
+                    if positives else "")
     return Finding(
         "TARGET_ONE_CLASS", "warning",
-        f"all {seen} targets {call.function} got in {where} are {shown}: one class{of}. A model trained on "
-        f"one class learns to predict it whatever the input, with a loss that looks healthy.{mask}",
+        f"every target is {shown}: all {seen} targets {call.function} got in {where}, one class{of}. A model "
+        f"trained on one class learns to predict it whatever the input, with a loss that looks healthy.{mask}"
+        f"{implicit}",
         "Check the labels the dataset returns: a label read from the wrong column or field, a constant "
         "placeholder, or data filtered down to one class; data sorted by class needs shuffle=True in the "
         "training DataLoader. With extremely imbalanced data, sample the minority class more "
-        f"(WeightedRandomSampler) or weight it in the loss.{mask_fix}",
+        f"(WeightedRandomSampler) or weight it in the loss.{mask_fix}{implicit_fix}",
     )
 
 

@@ -322,8 +322,9 @@ class LossScaleCheck(Check):
         if ratio is None or abs(ratio * steps - 1) > 1e-3:
             return
         confirmed = ctx.key_applies("trainer.accumulation_steps") and self._follows_setting(ctx, steps + 1)
-        effect = (f"the training step already weights each micro-batch by its share of the window, so the "
-                  f"gradients end up {steps}x too small: an effective learning rate of lr/{steps}")
+        effect = (f"the training step already weights each micro-batch by its share of the window, so the loss is "
+                  f"divided by the accumulation steps twice and the gradients are {steps}x too small: an effective "
+                  f"learning rate of lr/{steps}")
         fix = ("Remove the division by the accumulation steps from compute_loss: return the micro-batch's mean loss "
                "(optionally with the number of targets it averages over); the training step does the accumulation "
                "weighting.")
