@@ -1,0 +1,1 @@
+"""Blind preflight evaluation set aa: vision, audio and time-series practitioners' bugs (see README.md)."""
