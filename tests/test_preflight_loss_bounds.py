@@ -118,3 +118,33 @@ def test_gaussian_nll_with_a_vector_target_broadcasts(column_target):
     assert bool(found) == (not column_target)
     if found:
         assert "gaussian_nll_loss gets a prediction of shape (32, 1) and a target of shape (32,)" in found[0].message
+
+
+def focal(negate: bool, gamma: float = 2.0):
+    def loss_fn(model, batch):
+        x, y = batch
+        log_p = F.log_softmax(model(x), -1).gather(1, y[:, None]).squeeze(1)
+        term = (1 - log_p.exp()) ** gamma * log_p
+        return (-term if negate else term).mean()
+    return loss_fn
+
+
+@pytest.mark.parametrize("loss_fn, fires", [(focal(negate=False), True), (focal(negate=True), False),
+                                            (nn.CrossEntropyLoss(label_smoothing=0.1), False),
+                                            (nn.MultiMarginLoss(), False)])
+def test_a_loss_lowest_for_wrong_predictions_is_named(loss_fn, fires):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(256, 6, generator=g)
+    y = x[:, :4].argmax(1)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True), loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), LossBoundsCheck()])
+    found = [i for i in report.check("step.loss_bounds").issues if i.code == "LOSS_REWARDS_MISTAKES"]
+    assert len(found) == int(fires)
+    if fires:
+        assert "minus sign" in found[0].message and "0% of the batch right" in found[0].message
+        before = [p.detach().clone() for p in model.parameters()]
+        assert all(p.grad is None for p in model.parameters())  # the descent never touched the model
+        assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))

@@ -31,6 +31,7 @@ import torch
 
 from optimus_preflight.preflight.analyses.eval_forward import eval_forward, loss_value, model_outputs
 from optimus_preflight.preflight.analyses.loss_shapes import log_sums_to_zero, sums_to_one
+from optimus_preflight.preflight.analyses.output_descent import class_labels, descend_on_outputs, rewards_mistakes
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import map_batch, move_to_device
@@ -119,7 +120,7 @@ class LossBoundsCheck(Check):
 
     name = "step.loss_bounds"
     stage = Stage.STEP
-    codes = ("LOSS_UNBOUNDED_BELOW", "LOSS_SHRINKS_EACH_CALL")
+    codes = ("LOSS_UNBOUNDED_BELOW", "LOSS_SHRINKS_EACH_CALL", "LOSS_REWARDS_MISTAKES")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -150,7 +151,37 @@ class LossBoundsCheck(Check):
                     return
         if self._small_parameters(ctx, batch, base, findings):
             return
+        if self._rewards_mistakes(ctx, batch, findings):
+            return
         self._repeated(ctx, batch, base, findings)
+
+    @staticmethod
+    def _rewards_mistakes(ctx: PreflightContext, batch: Any, findings: Findings) -> bool:
+        found = descend_on_outputs(ctx, batch)
+        labels = class_labels(batch)
+        if found is None or labels is None:
+            return False
+        findings.data["descent"] = {"loss": [round(found.loss_before, 4), round(found.loss_after, 4)],
+                                    "label_probability": [round(found.true_probability_before, 4),
+                                                          round(found.true_probability_after, 6)],
+                                    "accuracy": [found.accuracy_before, found.accuracy_after]}
+        classes = int(labels.max()) + 1
+        if not rewards_mistakes(found, max(classes, 2)):
+            return False
+        findings.error(
+            "LOSS_REWARDS_MISTAKES",
+            f"the loss is lowest for wrong predictions: descending on the model's class scores themselves lowers it "
+            f"from {found.loss_before:.4g} to {found.loss_after:.4g} while the labels' mean probability falls from "
+            f"{found.true_probability_before:.3g} to {found.true_probability_after:.2g} and the argmax gets "
+            f"{found.accuracy_after:.0%} of the batch right. Training will make the loss fall and the model wrong. "
+            "Usually a hand-written loss is missing the minus sign: a focal loss written (1 - p_t) ** gamma * "
+            "log(p_t) where FL = -(1 - p_t) ** gamma * log(p_t), a log-likelihood returned instead of its negative, "
+            "or a score subtracted the other way",
+            "Negate the log-likelihood term: loss = -((1 - p_t) ** gamma * log_p_t).mean() (p_t = log_p_t.exp(), "
+            "log_p_t = F.log_softmax(logits, -1).gather(1, y[:, None]).squeeze(1)); a loss must be lowest when the "
+            "true class is predicted.",
+        )
+        return True
 
     @staticmethod
     def _small_parameters(ctx: PreflightContext, batch: Any, base: float, findings: Findings) -> bool:
