@@ -197,16 +197,17 @@ class MaskAlignmentCheck(Check):
         cause = ("the image and the mask go through different axis orders: an NHWC image made channels-first with "
                  "transpose(1, 3), which gives (B, C, W, H), or a mask transposed on its own" if how.startswith("transposed")
                  else "a flip or rotation applied to the image and not to its mask") if every else \
-            ("the image and its mask flipped independently (two RandomHorizontalFlip transforms, one per tensor, "
-             "toss separate coins, so about half the pairs disagree), or a random augmentation (flip, rotation, "
-             "transpose) applied to the image and not to its mask")
+            ("the image and its mask went through separate random draws: flipped or rotated independently (two "
+             "RandomHorizontalFlip transforms, or one random transform called once on the image and again on the "
+             "mask, each tossing its own coins), so in those samples the mask is misaligned with its image; or a "
+             "random augmentation (flip, rotation, transpose) applied to the image and not to its mask")
         findings.warning(
             "MASK_MISALIGNED",
             f"in {wins} of {scored} samples of the first batch the mask lies on its image far better {how} than as "
             f"given: the pixels are scored against the labels of other pixels. The likely cause: {cause}",
             "Give the image and its mask the same spatial transform: permute(0, 3, 1, 2) (not transpose(1, 3)) for "
-            "NHWC images, and one joint random transform for both (torchvision.transforms.v2 with tv_tensors.Mask, "
-            "or the same flip decision applied to each).",
+            "NHWC images, and one random draw shared by the image and its mask (torchvision.transforms.v2 called "
+            "once on both, with tv_tensors.Mask, or the same flip and rotation decisions applied to each).",
         )
 
     @staticmethod
