@@ -130,7 +130,7 @@ def test_binary_float_masks_for_bce_flipped_on_their_own_coin(joint):
     issues = [i for i in report.check("data.mask_alignment").issues if i.code == "MASK_MISALIGNED"]
     assert bool(issues) == (not joint)
     if issues:
-        assert "flipped independently" in issues[0].message
+        assert "flipped or rotated independently" in issues[0].message
 
 
 def landmark_plates(n: int = 64, size: int = 16, indexing: str = "xy") -> TensorDataset:
