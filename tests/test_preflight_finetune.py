@@ -587,3 +587,30 @@ def test_quiet_on_hugging_face_models(family):
     for result in report.checks:
         assert_quiet(result)
         assert not result.issues, [i.message for i in result.issues]
+
+
+@pytest.mark.parametrize("head_key", ["classifier", "head"])
+def test_a_param_group_whose_name_filter_matched_nothing_is_named(head_key):
+    from optimus_preflight.preflight.checks.model_checks import OptimizerParamsCheck
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = nn.Sequential(nn.Linear(8, 16), nn.ReLU())
+            self.head = nn.Linear(16, 3)
+
+        def forward(self, x):
+            return self.head(self.encoder(x))
+
+    model = Net()
+    groups = [{"params": [p for n, p in model.named_parameters() if head_key not in n], "lr": 1e-5},
+              {"params": [p for n, p in model.named_parameters() if head_key in n], "lr": 2e-3}]
+    x = torch.randn(64, 8)
+    report = run_preflight(model, torch.optim.AdamW(groups), torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x, x[:, :3].argmax(1)), batch_size=16), loss_fn=nn.CrossEntropyLoss(),
+        checks=[OptimizerParamsCheck()])
+    found = [i for i in report.check("model.optimizer_params").issues if i.code == "EMPTY_PARAM_GROUP"]
+    if head_key == "classifier":
+        assert len(found) == 1 and "empty group" in found[0].message and "'head' is in group 0 (lr=1e-05)" in found[0].message
+    else:
+        assert not found

@@ -122,7 +122,8 @@ class OptimizerParamsCheck(Check):
 
     name = "model.optimizer_params"
     stage = Stage.MODEL
-    codes = ("O2", "O17", "OPT_DUPLICATE_PARAM", "OPTIM_GROUP_UNKNOWN_KEY", "SGD_DAMPENING", "LR_LAYER_DECAY", "RPROP_MINIBATCH")
+    codes = ("O2", "O17", "OPT_DUPLICATE_PARAM", "OPTIM_GROUP_UNKNOWN_KEY", "SGD_DAMPENING", "LR_LAYER_DECAY", "RPROP_MINIBATCH",
+             "EMPTY_PARAM_GROUP")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         names = {param: name for name, param in ctx.model.named_parameters()}
@@ -234,10 +235,43 @@ class OptimizerParamsCheck(Check):
                 "Give each parameter to exactly one param group.",
                 "optimizer",
             )
+        self._empty_groups(ctx, findings, names)
         self._misnamed_keys(ctx.optimizer, findings)
         self._sgd_dampening(ctx.optimizer, findings)
         self._layer_decay(ctx.optimizer, findings, names)
         self._full_batch_method(ctx, findings)
+
+    @staticmethod
+    def _empty_groups(ctx: PreflightContext, findings: Findings, names: dict) -> None:
+        """A param group that holds no parameter beside groups that do: the rule that picked its
+        parameters (a name filter) matched none, so they train with another group's settings."""
+        groups = ctx.optimizer.param_groups
+        empty = [i for i, group in enumerate(groups) if not group["params"]]
+        if not empty or len(empty) == len(groups):
+            return
+        group_of = {id(param): i for i, group in enumerate(groups) for param in group["params"]}
+        # The layer a fine-tune's special group is usually for: the output head, the last Linear.
+        head = next(((name, module) for name, module in reversed(list(ctx.model.named_modules()))
+                     if isinstance(module, nn.Linear) and id(module.weight) in group_of), None)
+        index = empty[0]
+        lr = groups[index].get("lr")
+        landed = ""
+        if head is not None:
+            where = group_of[id(head[1].weight)]
+            landed = (f" The output layer '{head[0]}' is in group {where} (lr={_fmt(groups[where].get('lr'))})"
+                      + (f": the head meant for the lr={_fmt(lr)} group trains at the backbone's learning rate"
+                         if isinstance(lr, float) and isinstance(groups[where].get("lr"), float)
+                         and groups[where]["lr"] < lr else "") + ".")
+        findings.warning(
+            "EMPTY_PARAM_GROUP",
+            f"param group {index} of {len(groups)} (lr={_fmt(lr)}) is an empty group: it holds no parameter, so the "
+            "rule that built it matched nothing (a name filter such as 'classifier' in n for a head this model "
+            f"names otherwise), and the parameters meant for it are trained with another group's settings.{landed}",
+            "Select the group's parameters by this model's own names or by module (print [n for n, _ in "
+            "model.named_parameters()] first; e.g. model.head.parameters() for the head, the rest for the "
+            "backbone), and check that every group is non-empty: [len(g['params']) for g in optimizer.param_groups].",
+            "optimizer",
+        )
 
     @staticmethod
     def _misnamed_keys(optimizer: Any, findings: Findings) -> None:
