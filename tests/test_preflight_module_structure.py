@@ -354,3 +354,37 @@ def test_a_head_resized_by_its_out_features_attribute_is_named(retarget):
         assert "nn.Linear(32, 4)" in found[0].fix
     else:
         assert not found and size_attributes_changed(model) == []
+
+
+@pytest.mark.parametrize("keep", ["fc", "classifier"])
+def test_a_random_head_frozen_by_a_name_filter_is_named(keep):
+    class Spotter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.features = nn.Sequential(nn.Linear(32, 48), nn.ReLU())
+            self.gate = nn.ModuleDict({"fc1": nn.Linear(48, 12), "fc2": nn.Linear(12, 48)})
+            self.classifier = nn.Linear(48, 16)
+
+        def forward(self, x):
+            h = self.features(x)
+            h = h * torch.sigmoid(self.gate["fc2"](torch.relu(self.gate["fc1"](h))))
+            return self.classifier(h)
+
+    torch.manual_seed(0)
+    model = Spotter()
+    with torch.no_grad():  # a "pretrained" front end and gate: not PyTorch's init
+        for layer in (model.features[0], model.gate["fc1"], model.gate["fc2"]):
+            layer.weight.normal_(0, 0.5)
+    for name, p in model.named_parameters():
+        if keep not in name:
+            p.requires_grad = False
+    x = torch.randn(64, 32)
+    report = run_preflight(model, torch.optim.Adam([p for p in model.parameters() if p.requires_grad], 1e-3),
+                           DataLoader(TensorDataset(x, x[:, :16].argmax(1)), batch_size=16),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[ModuleStructureCheck()])
+    found = [i for i in report.check("model.structure").issues if i.code == "FROZEN_AT_INIT"]
+    if keep == "fc":
+        assert len(found) == 1 and "output layer 'classifier' is frozen" in found[0].message
+        assert "model.classifier.requires_grad_(True)" in found[0].fix
+    else:
+        assert not found

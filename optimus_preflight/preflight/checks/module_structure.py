@@ -123,6 +123,19 @@ def frozen_at_init(model: nn.Module, min_layers: int = 2, hf_init: bool = False)
     return names, values
 
 
+def frozen_random_head(model: nn.Module) -> str | None:
+    """The name of the model's output layer (its last registered Linear) when it is frozen at
+    PyTorch's default init while other parameters train (pure)."""
+    linears = [(name, module) for name, module in model.named_modules() if isinstance(module, nn.Linear)]
+    if not linears:
+        return None
+    name, head = linears[-1]
+    if head.weight.requires_grad or not at_default_init(head.weight):
+        return None
+    others = [p for p in model.parameters() if p.requires_grad and p is not head.weight and p is not head.bias]
+    return name if others else None
+
+
 def aliases(model: nn.Module, names: list[str]) -> list[tuple[str, str]]:
     """(name, other name) for each of ``names`` that the model also holds under another
     attribute (``teacher = model.encoder``, where ``copy.deepcopy`` was meant)."""
@@ -239,6 +252,19 @@ class ModuleStructureCheck(Check):
                 "parameters, and the part that should train never does",
                 f"Make the second one a copy: self.{other.split('.')[0]} = copy.deepcopy(...) of the module, then "
                 "freeze the copy (requires_grad_(False)) and update it by EMA if it is a mean teacher.",
+            )
+        elif not at_init and (head := frozen_random_head(ctx.model)) is not None:
+            trains = [name for name, p in named if p.requires_grad]
+            findings.warning(
+                "FROZEN_AT_INIT",
+                f"the output layer '{head}' is frozen (requires_grad=False) and holds exactly what PyTorch's default "
+                f"init draws: a random head that never trains, while {len(trains)} other parameter tensor(s) do "
+                f"({', '.join(trains[:3])}{' ...' if len(trains) > 3 else ''}). The model's predictions stay a fixed "
+                "random projection of what the trained part learns. Usually a freeze by name that keeps another "
+                "model's head name ('fc' in n, the ResNet recipe, on a model whose head is 'classifier' or 'head'), "
+                "which also leaves layers trainable that merely contain the substring",
+                f"Unfreeze the head by module: model.{head}.requires_grad_(True) (and select the layers to train by "
+                "this model's own names: print [n for n, _ in model.named_parameters()]), then build the optimizer.",
             )
         elif at_init:
             shown = ", ".join(at_init[:4]) + (" ..." if len(at_init) > 4 else "")
