@@ -67,3 +67,32 @@ def test_a_per_row_weight_on_a_table_of_pairs_written_as_a_column_is_not_followe
     assert watch.found is None
     watch.before("mul", (vector, torch.rand(8, 8)))
     assert watch.found is not None and watch.found.other == (8, 8)
+
+
+@pytest.mark.parametrize("score", ["matmul", "rowwise"])
+def test_a_pair_matrix_of_scores_against_per_sample_ratings(score):
+    """A matrix-factorisation recommender scoring with u @ v.T: (B, B) predictions against (B,) ratings."""
+    from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+    from optimus_preflight.preflight.checks.step_checks import FirstStepCheck, LossFunctionCheck
+
+    class MF(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.users, self.items = nn.Embedding(50, 8), nn.Embedding(60, 8)
+
+        def forward(self, pairs):
+            u, v = self.users(pairs[:, 0]), self.items(pairs[:, 1])
+            return u @ v.T if score == "matmul" else (u * v).sum(-1)
+
+    g = torch.Generator().manual_seed(0)
+    pairs = torch.stack([torch.randint(0, 50, (256,), generator=g), torch.randint(0, 60, (256,), generator=g)], 1)
+    ratings = torch.rand(256, generator=g) * 4 + 1
+    model = MF()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-2),
+                           DataLoader(TensorDataset(pairs, ratings), batch_size=32, shuffle=True),
+                           loss_fn=nn.MSELoss(), checks=[FirstBatchCheck(), FirstStepCheck(), LossFunctionCheck()])
+    found = [i for i in report.check("step.loss_function").issues if i.code == "LOSS_BROADCAST"]
+    if score == "matmul":
+        assert len(found) == 1 and "(32, 32)" in found[0].message and "(u * v).sum(-1)" in found[0].fix
+    else:
+        assert not found

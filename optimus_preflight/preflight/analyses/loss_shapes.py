@@ -123,6 +123,10 @@ def broadcast_findings(calls: list[CriterionCall]) -> list[Finding]:
             found.append(_one_prediction(call.function, prediction, target, call.input_op))
             continue
         result = broadcast_shape(prediction, target)
+        if result is not None and len(prediction) == 2 and len(target) == 1 and prediction[0] == prediction[1] \
+                == target[0] and target[0] >= MIN_TARGET_ROWS:
+            found.append(_pair_matrix(call.function, prediction, target, call.input_op))
+            continue
         if result is None or math.prod(result) <= max(math.prod(prediction), math.prod(target)):
             continue
         same_size = math.prod(prediction) == math.prod(target)
@@ -139,6 +143,24 @@ def broadcast_findings(calls: list[CriterionCall]) -> list[Finding]:
             "prediction's shape in the dataset.",
         ))
     return found
+
+
+def _pair_matrix(function: str, prediction: tuple[int, ...], target: tuple[int, ...], op: str | None) -> Finding:
+    """A (B, B) prediction against (B,) targets: a score for every pair of the batch (``u @ v.T``)
+    where one per sample was meant; torch broadcasts each row against every target."""
+    from optimus_preflight.preflight.analyses.loss_findings import Finding  # noqa: F811  (a cycle at import time)
+
+    made = f" (made by {op})" if op else ""
+    return Finding(
+        "LOSS_BROADCAST", "error",
+        f"{function} gets a square {prediction} prediction{made} against {target} targets: a score for every pair "
+        f"of the batch's {target[0]} rows, where one score per sample was meant, such as user_vecs @ item_vecs.T "
+        "(a matrix of every user with every item) for a row-wise dot product. The targets broadcast along each row, "
+        "so every pair is fitted to the target of its column and the model learns the batch mean. torch only warns "
+        "'Using a target size ... different to the input size'",
+        "Score each sample with its own pair: (u * v).sum(-1) (or torch.einsum('bd,bd->b', u, v)), which gives "
+        f"{target}; keep u @ v.T only for an in-batch softmax over the pairs with targets torch.arange(B).",
+    )
 
 
 # A single prediction broadcast against this many targets is the whole batch pooled into one.
