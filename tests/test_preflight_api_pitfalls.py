@@ -87,3 +87,30 @@ def test_kl_div_given_probabilities_as_its_input(student):
         assert len(found) == 1 and "F.log_softmax(student_logits" in found[0].fix
     else:
         assert not found
+
+
+@pytest.mark.parametrize("softmax_dim", [1, -1])
+def test_a_soft_argmax_normalised_across_the_keypoints(softmax_dim):
+    class SoftArgmax(nn.Module):
+        def __init__(self, k: int = 3, size: int = 8):
+            super().__init__()
+            self.heat = nn.Conv2d(k, k, 3, padding=1)
+            ys, xs = torch.meshgrid(torch.linspace(0, 1, size), torch.linspace(0, 1, size), indexing="ij")
+            self.register_buffer("gx", xs.reshape(-1))
+            self.register_buffer("gy", ys.reshape(-1))
+
+        def forward(self, x):
+            p = F.softmax(self.heat(x).flatten(2), dim=softmax_dim)  # (N, K, H*W)
+            return torch.stack([(p * self.gx).sum(-1), (p * self.gy).sum(-1)], -1)
+
+    g = torch.Generator().manual_seed(4)
+    loader = DataLoader(TensorDataset(torch.randn(64, 3, 8, 8, generator=g), torch.rand(64, 3, 2, generator=g)),
+                        batch_size=16)
+    model = SoftArgmax()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=nn.MSELoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), LossFunctionCheck()])
+    found = [i for i in report.check("step.loss_function").issues if i.code == "SOFTMAX_OFF_AXIS"]
+    if softmax_dim == 1:
+        assert len(found) == 1 and "soft-argmax" in found[0].message and "dim=-1" in found[0].fix
+    else:
+        assert not found

@@ -79,6 +79,8 @@ class Pitfalls:
     uniform_noise_target: tuple[str, str, tuple[int, ...]] | None = None  # (criterion, draw, shape): see after()
     inverted_corners: InvertedCorners | None = None  # box targets read as corners that are (x, y, w, h)
     kl_div_probabilities: tuple[int, ...] | None = None  # input shape of a kl_div given probabilities, not logs
+    # (product shape, the softmax's dim and its size, the summed dim and its size) of (p * values).sum(dim)
+    weighted_sum_off_axis: tuple[tuple[int, ...], int, int, int, int] | None = None
 
 
 class PitfallWatch:
@@ -112,6 +114,8 @@ class PitfallWatch:
             self.found.meshgrid_default.append(tuple(t.numel() for t in tensors if isinstance(t, torch.Tensor)))
         elif func in (torch.gather, torch.Tensor.gather):
             self._gather(args, kwargs)
+        elif func in (torch.sum, torch.Tensor.sum) and self.found.weighted_sum_off_axis is None:
+            self._weighted_sum(args, kwargs)
         elif func in MATMULS and self.found.softmax_off_axis is None:
             self._matmul(args)
         elif func in MASKED_FILLS:
@@ -143,6 +147,32 @@ class PitfallWatch:
             # dim 0 is the batch: mixing samples is step.sample_mixing's finding.
             if dim not in (0, summed % operand.dim()) and operand.shape[dim] >= 2:
                 self.found.softmax_off_axis = (tuple(operand.shape), dim, summed % operand.dim())
+                return
+
+    def _weighted_sum(self, args: tuple, kwargs: dict) -> None:
+        """(p * values).sum(dim) where p comes straight out of a softmax over another dim: the
+        weights sum to 1 over an axis the sum does not run over (a soft-argmax whose softmax
+        runs across the keypoints instead of each heatmap's pixels)."""
+        product, dim = argument(args, kwargs, 0, "input"), argument(args, kwargs, 1, "dim")
+        if isinstance(dim, (list, tuple)) and len(dim) == 1:
+            dim = dim[0]
+        if not isinstance(product, torch.Tensor) or not isinstance(dim, int) or product.dim() < 2 \
+                or type(product.grad_fn).__name__ != "MulBackward0":
+            return
+        summed = dim % product.dim()
+        for node, _ in product.grad_fn.next_functions:
+            if type(node).__name__ != "SoftmaxBackward0":
+                continue
+            try:
+                softmax_dim, result = node._saved_dim, node._saved_result
+            except (AttributeError, RuntimeError):
+                continue
+            softmax_dim = (softmax_dim - 2**64 if softmax_dim >= 2**63 else softmax_dim) % result.dim()
+            softmax_dim += product.dim() - result.dim()  # broadcast adds leading dims
+            if softmax_dim not in (0, summed) and result.shape[softmax_dim - (product.dim() - result.dim())] >= 2 \
+                    and product.shape[summed] >= 2:
+                self.found.weighted_sum_off_axis = (tuple(product.shape), softmax_dim, int(product.shape[softmax_dim]),
+                                                    summed, int(product.shape[summed]))
                 return
 
     def _masked_fill(self, args: tuple, kwargs: dict) -> None:
@@ -379,6 +409,19 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "afterwards, the attention then has no effect at all",
             "Normalise over the axis the matmul sums over, the keys: softmax(scores, dim=-1) before weights @ v "
             f"(dim {summed} of these {shape} weights).",
+        ))
+    if found.weighted_sum_off_axis is not None:
+        shape, softmax_dim, softmax_size, summed, summed_size = found.weighted_sum_off_axis
+        findings.append(Finding(
+            "SOFTMAX_OFF_AXIS", "warning",
+            f"a weighted sum (p * values).sum(dim={summed}) over {summed_size} entries takes its weights p straight "
+            f"from a softmax over dim {softmax_dim} (size {softmax_size}): the weights sum to 1 over dim "
+            f"{softmax_dim}, not over the {summed_size} entries summed, so the result is no average of the values. "
+            f"In a soft-argmax over (N, K, H*W) heatmaps, F.softmax(h, dim=1) normalises across the K keypoints at "
+            "each pixel instead of across each heatmap's pixels, and the 'expected coordinates' add up hundreds of "
+            "pixels and cannot reach the targets",
+            f"Normalise over the axis the sum runs over: F.softmax(h, dim={summed - len(shape)}) (dim=-1 for the "
+            "pixels of flattened heatmaps) before (p * grid).sum(-1).",
         ))
     if found.einsum_private is not None:
         equation, letters = found.einsum_private
