@@ -69,6 +69,7 @@ from optimus_preflight.preflight.checks.regressed_classes import RegressedClasse
 from optimus_preflight.preflight.checks.sample_mixing import SampleMixingCheck
 from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageCheck
 from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
+from optimus_preflight.preflight.checks.split_codes import SplitCodesCheck
 from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck
 from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
 from optimus_preflight.preflight.checks.split_scale import SplitScaleCheck
@@ -114,6 +115,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     InputScaleCheck,
     FeatureLabelCheck,
     MaskAlignmentCheck,
+    SplitCodesCheck,
     MaskInterpolationCheck,
     LabelMaskingCheck,
     batch_checks.CollateCheck,

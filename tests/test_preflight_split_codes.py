@@ -1,0 +1,65 @@
+"""data.split_codes: VAL_IDS_RECODED, category ids encoded per split (validation's own mapping),
+read from the per-id mean target; one mapping for both splits, and ids that do not matter,
+stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.split_codes import SplitCodesCheck
+
+CITIES = [f"city_{i}" for i in range(20)]
+
+
+class RentNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.city = nn.Embedding(len(CITIES), 4)
+        self.out = nn.Linear(4 + 3, 1)
+
+    def forward(self, code, x):
+        return self.out(torch.cat([self.city(code), x], 1)).squeeze(1)
+
+
+def rentals(n: int, seed: int, city_matters: bool = True):
+    g = torch.Generator().manual_seed(seed)
+    city = [CITIES[i] for i in torch.randint(0, len(CITIES), (n,), generator=g).tolist()]
+    level = torch.linspace(-2, 2, len(CITIES)) if city_matters else torch.zeros(len(CITIES))
+    x = torch.randn(n, 3, generator=g)
+    rent = torch.stack([level[CITIES.index(c)] for c in city]) + 0.5 * x[:, 0] + 0.1 * torch.randn(n, generator=g)
+    return city, x, rent
+
+
+def recoded(val_mapping: str, city_matters: bool = True) -> list:
+    city, x, rent = rentals(3000, 0, city_matters)
+    vcity, vx, vrent = rentals(600, 1, city_matters)
+    train_codes = {c: i for i, c in enumerate(sorted(set(city)))}
+    val_codes = train_codes if val_mapping == "shared" else {c: i for i, c in enumerate(dict.fromkeys(vcity))}
+    train = TensorDataset(torch.tensor([train_codes[c] for c in city]), x, rent)
+    val = TensorDataset(torch.tensor([val_codes[c] for c in vcity]), vx, vrent)
+    model = RentNet()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(train, batch_size=64, shuffle=True), val_loader=DataLoader(val, batch_size=100),
+                           loss_fn=lambda m, b: F.mse_loss(m(b[0], b[1]), b[2]),
+                           checks=[FirstBatchCheck(), SplitCodesCheck()])
+    return [i for i in report.check("data.split_codes").issues if i.code == "VAL_IDS_RECODED"]
+
+
+@pytest.mark.parametrize("val_mapping", ["own", "shared"])
+def test_validation_ids_encoded_with_their_own_mapping_are_named(val_mapping):
+    found = recoded(val_mapping)
+    if val_mapping == "own":
+        assert len(found) == 1 and "mean other categories in validation" in found[0].message
+        assert "same mapping" in found[0].fix
+    else:
+        assert not found
+
+
+def test_ids_the_target_does_not_depend_on_say_nothing():
+    assert recoded("own", city_matters=False) == []
