@@ -71,6 +71,7 @@ from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageC
 from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
 from optimus_preflight.preflight.checks.split_codes import SplitCodesCheck
 from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck
+from optimus_preflight.preflight.checks.split_missing import SplitMissingCheck
 from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
 from optimus_preflight.preflight.checks.split_scale import SplitScaleCheck
 from optimus_preflight.preflight.checks.split_sizes import SplitSizesCheck
@@ -116,6 +117,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     FeatureLabelCheck,
     MaskAlignmentCheck,
     SplitCodesCheck,
+    SplitMissingCheck,
     MaskInterpolationCheck,
     LabelMaskingCheck,
     batch_checks.CollateCheck,
