@@ -114,3 +114,27 @@ def test_a_soft_argmax_normalised_across_the_keypoints(softmax_dim):
         assert len(found) == 1 and "soft-argmax" in found[0].message and "dim=-1" in found[0].fix
     else:
         assert not found
+
+
+@pytest.mark.parametrize("activation", [None, "sigmoid"])
+def test_a_soft_dice_computed_on_raw_logits(activation):
+    def dice_loss(model, batch, smooth: float = 1.0):
+        img, mask = batch
+        pred = model(img).squeeze(1)
+        if activation == "sigmoid":
+            pred = torch.sigmoid(pred)
+        inter = (pred * mask).sum()
+        return 1 - (2 * inter + smooth) / (pred.sum() + mask.sum() + smooth)
+
+    g = torch.Generator().manual_seed(6)
+    images = torch.randn(64, 1, 8, 8, generator=g)
+    masks = (images[:, 0] > 0.5).float()
+    model = nn.Conv2d(1, 1, 3, padding=1)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(images, masks), batch_size=16), loss_fn=dice_loss,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), LossFunctionCheck()])
+    found = [i for i in report.check("step.loss_function").issues if i.code == "OVERLAP_ON_LOGITS"]
+    if activation is None:
+        assert len(found) == 1 and "torch.sigmoid(logits)" in found[0].fix
+    else:
+        assert not found

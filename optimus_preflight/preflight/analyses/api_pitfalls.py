@@ -81,6 +81,8 @@ class Pitfalls:
     kl_div_probabilities: tuple[int, ...] | None = None  # input shape of a kl_div given probabilities, not logs
     # (product shape, the softmax's dim and its size, the summed dim and its size) of (p * values).sum(dim)
     weighted_sum_off_axis: tuple[tuple[int, ...], int, int, int, int] | None = None
+    # (shape, smallest, largest value) of raw scores a soft Dice/IoU multiplies with a 0/1 mask and sums alone
+    overlap_on_raw_scores: tuple[tuple[int, ...], float, float] | None = None
 
 
 class PitfallWatch:
@@ -92,6 +94,7 @@ class PitfallWatch:
         # their ids stay theirs while the step runs).
         self._filled_mildly: list[Any] = []
         self._uniform_draws: list[tuple[str, torch.Tensor]] = []  # held for the step only
+        self._masked_scores: list[torch.Tensor] = []  # raw scores multiplied with a 0/1 mask, held for the step
 
     def after(self, name: str, out: Any) -> None:
         """Keep the tensors drawn uniform on [0, 1) in the step (torch.rand, rand_like)."""
@@ -101,10 +104,13 @@ class PitfallWatch:
 
     def release(self) -> None:
         self._uniform_draws.clear()
+        self._masked_scores.clear()
 
     def observe(self, func: Any, args: tuple, kwargs: dict) -> None:
         if self.found.inverted_corners is None and getattr(func, "__name__", "") in ("sub", "__sub__"):
             self.found.inverted_corners = inverted_corners(func.__name__, args)
+        if self.found.overlap_on_raw_scores is None:
+            self._overlap_terms(getattr(func, "__name__", ""), args)
         if getattr(func, "__self__", None) is TRANSPOSE:
             tensor = args[0] if args else None
             if isinstance(tensor, torch.Tensor) and tensor.dim() == 1 and len(self.found.transposed_1d) < 4:
@@ -148,6 +154,21 @@ class PitfallWatch:
             if dim not in (0, summed % operand.dim()) and operand.shape[dim] >= 2:
                 self.found.softmax_off_axis = (tuple(operand.shape), dim, summed % operand.dim())
                 return
+
+    def _overlap_terms(self, name: str, args: tuple) -> None:
+        """A soft Dice / IoU on raw scores: the model's output with negative values (no sigmoid or
+        softmax in front) multiplied with a 0/1 mask of its size, and the same output summed alone
+        (the denominator's sum(p))."""
+        if name in ("mul", "__mul__", "__rmul__") and len(args) >= 2:
+            for scores, mask in ((args[0], args[1]), (args[1], args[0])):
+                if _raw_scores(scores) and isinstance(mask, torch.Tensor) and not mask.requires_grad \
+                        and mask.numel() == scores.numel() and mask.numel() >= UNIFORM_MIN \
+                        and bool(((mask == 0) | (mask == 1)).all()) and bool((mask == 1).any()) \
+                        and len(self._masked_scores) < 4:
+                    self._masked_scores.append(scores)
+        elif name == "sum" and args and any(args[0] is held for held in self._masked_scores):
+            scores = args[0].detach()
+            self.found.overlap_on_raw_scores = (tuple(scores.shape), float(scores.min()), float(scores.max()))
 
     def _weighted_sum(self, args: tuple, kwargs: dict) -> None:
         """(p * values).sum(dim) where p comes straight out of a softmax over another dim: the
@@ -317,6 +338,18 @@ class PitfallWatch:
             self.found.off_map_targets = (tuple(target.shape), faint_share, float((~drawn).float().mean()))
 
 
+BOUNDED_OUTPUTS = ("SigmoidBackward0", "SoftmaxBackward0", "TanhBackward0", "ClampBackward1", "ClampMinBackward0",
+                   "ReluBackward0", "ExpBackward0", "SoftplusBackward0", "AbsBackward0", "PowBackward0")
+
+
+def _raw_scores(tensor: Any) -> bool:
+    """A float tensor that carries gradients and holds negative values, not the output of an
+    activation that bounds it (what a soft overlap reads as probabilities must lie in [0, 1])."""
+    return isinstance(tensor, torch.Tensor) and tensor.requires_grad and tensor.is_floating_point() \
+        and tensor.dim() >= 1 and type(tensor.grad_fn).__name__ not in BOUNDED_OUTPUTS \
+        and bool((tensor.detach() < 0).any())
+
+
 def is_distribution(tensor: torch.Tensor) -> bool:
     """Rows of probabilities along the last dim (all in [0, 1], each summing to 1), not the
     log-probabilities kl_div reads its input as (those are all <= 0)."""
@@ -422,6 +455,18 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "pixels and cannot reach the targets",
             f"Normalise over the axis the sum runs over: F.softmax(h, dim={summed - len(shape)}) (dim=-1 for the "
             "pixels of flattened heatmaps) before (p * grid).sum(-1).",
+        ))
+    if found.overlap_on_raw_scores is not None:
+        shape, low, high = found.overlap_on_raw_scores
+        findings.append(Finding(
+            "OVERLAP_ON_LOGITS", "error",
+            f"a soft overlap loss (Dice, IoU, Tversky) is computed on raw scores: the step multiplies the model's "
+            f"{shape} output, which holds values in [{low:.3g}, {high:.3g}] with no sigmoid or softmax in front, with "
+            "a 0/1 mask and sums that output alone, as 2 * sum(p * mask) / (sum(p) + sum(mask)) does with "
+            "probabilities. On logits sum(p) can be negative: the denominator crosses zero, the loss explodes or "
+            "flips sign, and its optimum is no longer the mask",
+            "Turn the logits into probabilities first: p = torch.sigmoid(logits) (softmax over the classes for "
+            "several), then inter = (p * mask).sum(); dice = (2 * inter + smooth) / (p.sum() + mask.sum() + smooth).",
         ))
     if found.einsum_private is not None:
         equation, letters = found.einsum_private
