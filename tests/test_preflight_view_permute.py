@@ -113,3 +113,43 @@ def test_sequence_logits_viewed_for_cross_entropy_are_named(how, fires):
     if issues:
         assert "(32, 12, 5) sequence logits into (32, 5, 12)" in issues[0].message
         assert "logits.permute(0, 2, 1)" in issues[0].fix
+
+
+def test_axes_merged_in_runs_but_listed_in_another_order():
+    from optimus_preflight.preflight.analyses.view_permute import regrouped_out_of_order
+
+    assert regrouped_out_of_order((32, 8, 8, 40), (32, 40, 64))  # (N, C, F, T) -> (N, T, C * F)
+    assert not regrouped_out_of_order((32, 40, 8, 8), (32, 40, 64))  # (N, T, C, F) -> (N, T, C * F): in order
+    assert not regrouped_out_of_order((32, 3, 16, 16), (32, 768))  # flatten
+    assert not regrouped_out_of_order((32, 10, 4, 16), (32, 10, 64))  # heads merged back
+    assert not regrouped_out_of_order((32, 8, 8, 8), (32, 8, 64))  # ambiguous sizes: an in-order merge fits
+
+
+@pytest.mark.parametrize("permute_time", [False, True])
+def test_a_crnn_reshaping_conv_features_to_a_sequence_without_moving_time(permute_time):
+    class CRNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.MaxPool2d((2, 1)))
+            self.rnn = nn.GRU(4 * 8, 16, batch_first=True)
+            self.head = nn.Linear(16, 3)
+
+        def forward(self, spec):
+            x = self.conv(spec)  # (N, C, F, T)
+            n, c, f, t = x.shape
+            if permute_time:
+                x = x.permute(0, 3, 1, 2)
+            _, h = self.rnn(x.reshape(n, t, c * f))
+            return self.head(h[-1])
+
+    g = torch.Generator().manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(64, 1, 16, 30, generator=g), torch.randint(0, 3, (64,), generator=g)),
+                        batch_size=16)
+    model = CRNN()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), BatchLayoutCheck()])
+    found = [i for i in report.check("step.batch_layout").issues if i.code == "VIEW_AS_PERMUTE"]
+    if permute_time:
+        assert not found
+    else:
+        assert len(found) == 1 and "permute(0, 3, 1, 2)" in found[0].fix

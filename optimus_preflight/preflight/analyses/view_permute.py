@@ -9,6 +9,7 @@ it changes no element's neighbours).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,31 @@ def permuted_view(source: tuple[int, ...], result: tuple[int, ...]) -> bool:
     return len(kept_source) >= 2 and kept_source != kept_result and sorted(kept_source) == sorted(kept_result)
 
 
+def _groupings(sizes: list[int], parts: int) -> list[list[int]]:
+    """The products of every split of ``sizes`` into ``parts`` runs of consecutive axes."""
+    if parts == 1:
+        return [[math.prod(sizes)]] if sizes else []
+    found = []
+    for cut in range(1, len(sizes) - parts + 2):
+        found += [[math.prod(sizes[:cut]), *rest] for rest in _groupings(sizes[cut:], parts - 1)]
+    return found
+
+
+def regrouped_out_of_order(source: tuple[int, ...], result: tuple[int, ...]) -> bool:
+    """A view whose result is the source's axes merged in runs but listed in another order,
+    ``(N, C, F, T) -> (N, T, C * F)``: no merge of consecutive axes in order gives it, while one in
+    another order does (pure). An in-order merge that fits too leaves the view alone."""
+    kept_source, kept_result = [s for s in source if s != 1], [s for s in result if s != 1]
+    if len(kept_result) < 2 or len(kept_source) <= len(kept_result) or len(kept_source) > 6:
+        return False
+    groupings = _groupings(kept_source, len(kept_result))
+    if any(grouping == kept_result for grouping in groupings):
+        return False
+    # The moved axis must stand alone in the result, so the sizes say which it is.
+    return any(sorted(grouping) == sorted(kept_result) and any(size in kept_source for size in kept_result)
+               for grouping in groupings)
+
+
 class ViewWatch:
     """Feed it every torch function call; ``found`` is the first view to permuted sizes."""
 
@@ -42,5 +68,6 @@ class ViewWatch:
         source = args[0]
         if (isinstance(source, torch.Tensor) and isinstance(out, torch.Tensor) and source.dim() >= 2
                 and not isinstance(source, torch.nn.Parameter)
-                and permuted_view(tuple(source.shape), tuple(out.shape))):
+                and (permuted_view(tuple(source.shape), tuple(out.shape))
+                     or regrouped_out_of_order(tuple(source.shape), tuple(out.shape)))):
             self.found = ViewAsPermute(name, tuple(source.shape), tuple(out.shape))

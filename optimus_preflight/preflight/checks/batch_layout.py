@@ -87,6 +87,18 @@ class BatchLayoutCheck(Check):
                 f"Move the class axis: logits.permute(0, 2, 1) (or .transpose(1, 2)) before cross_entropy, or "
                 f"flatten instead: cross_entropy(logits.reshape(-1, {c}), tags.reshape(-1)).",
             )
+        elif probe.view_as_permute is not None and len(probe.view_as_permute.source) > len(probe.view_as_permute.result):
+            view = probe.view_as_permute
+            findings.warning(
+                "VIEW_AS_PERMUTE",
+                f"a .{view.function}() turns a {view.source} tensor into {view.result}: the result lists the axes in "
+                "another order than they are stored (an axis moved in front of others that are merged), and a "
+                "reshape does not move axes, it reads the memory in a new shape. A CRNN that turns (N, C, F, T) conv "
+                "features into a (N, T, C * F) sequence with x.reshape(n, t, c * f) without permuting time to the "
+                "front feeds the RNN 'time steps' that are frequency rows holding whole time profiles, not frames",
+                "Move the axis first, then merge: x.permute(0, 3, 1, 2).reshape(n, t, c * f) (time to the front), "
+                "or in general .permute(...) to the result's axis order before .reshape.",
+            )
         elif probe.view_as_permute is not None:
             view = probe.view_as_permute
             findings.warning(
