@@ -90,6 +90,7 @@ from optimus_preflight.preflight.checks.truncation_signal import TruncationSigna
 from optimus_preflight.preflight.checks.update_checks import UpdateCheck
 from optimus_preflight.preflight.checks.val_loader import ValidationLoaderCheck
 from optimus_preflight.preflight.checks.warmup_length import WarmupLengthCheck
+from optimus_preflight.preflight.checks.window_labels import WindowLabelsCheck
 from optimus_preflight.preflight.checks.window_overlap import WindowOverlapCheck
 from optimus_preflight.preflight.checks.worker_pickling import WorkerPicklingCheck
 from optimus_preflight.preflight.checks.zero_features import ZeroFeaturesCheck
@@ -118,6 +119,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     MaskAlignmentCheck,
     SplitCodesCheck,
     SplitMissingCheck,
+    WindowLabelsCheck,
     MaskInterpolationCheck,
     LabelMaskingCheck,
     batch_checks.CollateCheck,
