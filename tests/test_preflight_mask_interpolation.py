@@ -75,3 +75,40 @@ def test_a_class_bordering_a_void_band_is_not_a_rim():
     three_classes = resized(scenes(), "bilinear")
     three_classes[:, :, :1] = 255  # a void border does not hide real interpolation rims
     assert interpolation_rims(three_classes) is not None
+
+
+def small_objects(n: int, seed: int) -> torch.Tensor:
+    """32x32 class-id masks (0, 1, 2) of objects 2-5 pixels wide: none keeps an interior at 16x16."""
+    g = torch.Generator().manual_seed(seed)
+    masks = torch.zeros(n, 32, 32, dtype=torch.long)
+    for i in range(n):
+        for _ in range(6):
+            c = int(torch.randint(1, 3, (1,), generator=g))
+            h, w = torch.randint(2, 6, (2,), generator=g).tolist()
+            top, left = int(torch.randint(0, 32 - h, (1,), generator=g)), int(torch.randint(0, 32 - w, (1,), generator=g))
+            masks[i, top:top + h, left:left + w] = c
+    return masks
+
+
+def halved(masks: torch.Tensor, mode: str) -> torch.Tensor:
+    kwargs = {"align_corners": False} if mode == "bilinear" else {}
+    return F.interpolate(masks[:, None].float(), size=(16, 16), mode=mode, **kwargs)[:, 0].long()
+
+
+@pytest.mark.parametrize("train_mode", ["bilinear", "nearest"])
+def test_small_objects_resized_bilinear_in_training_only(train_mode):
+    from optimus_preflight.preflight.checks.mask_interpolation import MaskInterpolationCheck
+
+    train_masks, val_masks = halved(small_objects(128, 0), train_mode), halved(small_objects(64, 1), "nearest")
+    g = torch.Generator().manual_seed(2)
+    model = nn.Conv2d(3, 3, 3, padding=1)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(torch.randn(128, 3, 16, 16, generator=g), train_masks), batch_size=32),
+                           val_loader=DataLoader(TensorDataset(torch.randn(64, 3, 16, 16, generator=g), val_masks),
+                                                 batch_size=32),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), MaskInterpolationCheck()])
+    found = [i for i in report.check("data.mask_interpolation").issues if i.code == "MASK_INTERPOLATED"]
+    if train_mode == "bilinear":
+        assert len(found) == 1 and "validation masks" in found[0].message and "mode='nearest'" in found[0].fix
+    else:
+        assert not found

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.data_access.guard import read_samples
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import leaves
 
@@ -67,6 +68,38 @@ def interpolation_rims(masks: torch.Tensor) -> Rims | None:
     return worst
 
 
+def rim_shares(masks: torch.Tensor) -> dict[int, tuple[int, float]]:
+    """Per class id: (its pixels, the share of them lying between a lower and a higher id),
+    objects of any size (pure)."""
+    masks = masks.detach().cpu().long()
+    shares = {}
+    for value in torch.unique(masks).tolist():
+        if value >= VOID_FROM:
+            continue
+        own = masks == value
+        between = own & _spread(masks < value) & _spread((masks > value) & (masks < VOID_FROM))
+        total = int(own.sum())
+        shares[int(value)] = (total, int(between.sum()) / max(total, 1))
+    return shares
+
+
+SPLIT_RIM_SHARE = 0.3  # of a class's training pixels lying between a lower and a higher id ...
+SPLIT_RIM_RATIO = 3.0  # ... this many times validation's share: training's masks were interpolated
+
+
+def rims_only_in_training(train: torch.Tensor, val: torch.Tensor) -> tuple[int, float, float] | None:
+    """(class, training's between share, validation's) when training's masks have far more
+    in-between pixels of a class than validation's (pure): small objects have no interior for
+    interpolation_rims to compare with, but a validation set resized right does."""
+    train_shares, val_shares = rim_shares(train), rim_shares(val)
+    for value, (pixels, share) in sorted(train_shares.items(), key=lambda item: -item[1][1]):
+        val_pixels, val_share = val_shares.get(value, (0, 0.0))
+        if pixels >= MIN_PIXELS and val_pixels >= MIN_PIXELS and share >= SPLIT_RIM_SHARE \
+                and share >= SPLIT_RIM_RATIO * val_share:
+            return value, share, val_share
+    return None
+
+
 def mask_targets(batch) -> torch.Tensor | None:
     """The batch's integer (B, H, W) tensor of a few class ids: a segmentation target."""
     for leaf in leaves(batch):
@@ -95,6 +128,7 @@ class MaskInterpolationCheck(Check):
         findings.data["summary"] = (f"class {found.klass}: {found.rim_pixels} rim pixels" if found
                                     else "no interpolation rims")
         if found is None:
+            self._against_validation(ctx, masks, findings)
             return
         findings.warning(
             "MASK_INTERPOLATED",
@@ -106,5 +140,29 @@ class MaskInterpolationCheck(Check):
             "Resize masks with nearest-neighbour interpolation only: F.interpolate(mask[:, None].float(), size, "
             "mode='nearest')[:, 0].long(), transforms.Resize(size, interpolation=InterpolationMode.NEAREST), or "
             "PIL's mask.resize(size, Image.NEAREST); keep bilinear for the images.",
+            "data.train",
+        )
+
+    def _against_validation(self, ctx: PreflightContext, masks: torch.Tensor, findings: Findings) -> None:
+        if ctx.val_loader is None:
+            return
+        parts = read_samples(ctx, self.name, findings, ctx.val_loader, f"validation masks for {self.name}",
+                             mask_targets, len(masks), 2.0)
+        if not parts or any(part.shape[1:] != masks.shape[1:] for part in parts):
+            return
+        found = rims_only_in_training(masks, torch.cat(parts))
+        if found is None:
+            return
+        klass, share, val_share = found
+        findings.warning(
+            "MASK_INTERPOLATED",
+            f"{share:.0%} of the class-{klass} pixels of the {tuple(masks.shape)} training masks lie between a lower "
+            f"and a higher class id, against {val_share:.0%} in the validation masks: the training masks were "
+            "resized with interpolation (bilinear or bicubic, as for the images) and cast back to integers, which "
+            "averages the ids across object edges and truncates them (a 2 next to a 0 becomes 1), so small objects "
+            "are mostly labelled with a class that is not there",
+            "Resize masks with nearest-neighbour interpolation only: F.interpolate(mask[None, None].float(), size, "
+            "mode='nearest')[0, 0].long(), transforms.Resize(size, interpolation=InterpolationMode.NEAREST); keep "
+            "bilinear for the images.",
             "data.train",
         )
