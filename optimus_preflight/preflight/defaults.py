@@ -66,6 +66,7 @@ from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
 from optimus_preflight.preflight.checks.ranking_negatives import RankingNegativesCheck
 from optimus_preflight.preflight.checks.recurrence import RecurrenceCheck
 from optimus_preflight.preflight.checks.regressed_classes import RegressedClassesCheck
+from optimus_preflight.preflight.checks.row_scaling import RowScalingCheck
 from optimus_preflight.preflight.checks.sample_mixing import SampleMixingCheck
 from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageCheck
 from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
@@ -120,6 +121,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     SplitCodesCheck,
     SplitMissingCheck,
     WindowLabelsCheck,
+    RowScalingCheck,
     MaskInterpolationCheck,
     LabelMaskingCheck,
     batch_checks.CollateCheck,

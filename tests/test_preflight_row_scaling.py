@@ -1,0 +1,46 @@
+"""data.row_scaling: ROWS_NORMALIZED, a table scaled per row to unit L2 norm (sklearn's
+normalize default); per-column scaling, one-hot rows, signed embeddings and wide text vectors
+stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.row_scaling import RowScalingCheck, unit_rows
+
+
+def invoices(scaling: str):
+    g = torch.Generator().manual_seed(0)
+    amounts = torch.rand(512, 8, generator=g) * torch.tensor([100, 50, 20, 10, 5, 300, 80, 40.0])
+    fee = 0.01 * amounts[:, 0] + 0.03 * amounts[:, 5]
+    if scaling == "rows":
+        x = amounts / amounts.norm(dim=1, keepdim=True)
+    else:
+        x = (amounts - amounts.mean(0)) / amounts.std(0)
+    return x, fee[:, None]
+
+
+@pytest.mark.parametrize("scaling", ["rows", "columns"])
+def test_invoice_rows_scaled_to_unit_length(scaling):
+    x, y = invoices(scaling)
+    model = nn.Linear(8, 1)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True), loss_fn=nn.MSELoss(),
+                           checks=[FirstBatchCheck(), RowScalingCheck()])
+    found = [i for i in report.check("data.row_scaling").issues if i.code == "ROWS_NORMALIZED"]
+    assert len(found) == (1 if scaling == "rows" else 0)
+    if found:
+        assert "StandardScaler" in found[0].fix
+
+
+def test_vectors_whose_direction_is_the_point_stay_quiet():
+    g = torch.Generator().manual_seed(1)
+    signed = torch.nn.functional.normalize(torch.randn(64, 16, generator=g), dim=1)
+    wide = torch.nn.functional.normalize(torch.rand(64, 300, generator=g), dim=1)
+    one_hot = torch.nn.functional.one_hot(torch.randint(0, 6, (64,), generator=g), 6).float()
+    assert not unit_rows(signed) and not unit_rows(wide) and not unit_rows(one_hot)
