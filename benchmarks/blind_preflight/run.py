@@ -40,7 +40,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "u": "benchmarks.blind_preflight_u.registry", "v": "benchmarks.blind_preflight_v.registry",
               "w": "benchmarks.blind_preflight_w.registry", "x": "benchmarks.blind_preflight_x.registry",
               "y": "benchmarks.blind_preflight_y.registry", "z": "benchmarks.blind_preflight_z.registry",
-              "aa": "benchmarks.blind_preflight_aa.registry", "ab": "benchmarks.blind_preflight_ab.registry"}
+              "aa": "benchmarks.blind_preflight_aa.registry", "ab": "benchmarks.blind_preflight_ab.registry",
+              "ac": "benchmarks.blind_preflight_ac.registry", "ad": "benchmarks.blind_preflight_ad.registry"}
 
 
 def load_cases(which: str = "a"):
