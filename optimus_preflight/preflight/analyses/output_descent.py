@@ -1,8 +1,8 @@
 """What the loss asks of the outputs: gradient descent on the model's output itself.
 
-The model's output on one batch is replaced by a free tensor, and a few dozen Adam steps
-lower ``compute_loss`` through that tensor alone (the model's parameters are not touched:
-the gradient is taken with ``torch.autograd.grad`` for the free tensor only). Whatever the
+The model's output on one batch (one eval forward) becomes a free tensor, a stand-in module
+returns it to ``compute_loss`` in the model's place, and a few dozen Adam steps lower the loss
+through that tensor alone (the model is neither run again nor touched). Whatever the
 loss rewards, the descended output shows it. For class labels, a loss that is right raises
 every sample's true-class score until the argmax is right; one with its sign flipped (a
 focal loss written ``(1 - p) ** g * log(p)`` without its minus) drives the true class's
@@ -52,47 +52,60 @@ def _scalar(output: Any) -> torch.Tensor | None:
     return loss if isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.requires_grad else None
 
 
+class _Outputs(torch.nn.Module):
+    """Stands in for the model during the descent: returns the free scores, whatever it is given,
+    so the model itself runs once (a large one would make 40 forwards slow)."""
+
+    def __init__(self, scores: torch.Tensor) -> None:
+        super().__init__()
+        self.scores = scores
+        self.calls = 0
+
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        self.calls += 1
+        return self.scores
+
+
 def descend_on_outputs(ctx: PreflightContext, batch: Any) -> Descent | None:
     """The loss and the labels' scores before and after STEPS of descent on the model's (B, C)
     class scores; None where the batch has no class labels, the model is called other than once
-    with one (B, C) output covering the labels, or the loss does not reach that output."""
+    with one (B, C) output covering the labels, or the loss needs more of the model than its
+    output (an attribute, a second call)."""
     labels = class_labels(batch)
     if labels is None:
         return None
-    state: dict[str, Any] = {"calls": 0, "free": None}
+    seen: list[Any] = []
 
-    def replace(module: torch.nn.Module, args: tuple, output: Any) -> Any:
-        state["calls"] += 1
-        if state["free"] is None:
-            state["seen"] = output
-            return output
-        return state["free"]
+    def keep(module: torch.nn.Module, args: tuple, output: Any) -> None:
+        seen.append(output)
 
-    def loss() -> torch.Tensor | None:
-        state["calls"] = 0
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            value = _scalar(ctx.compute_loss(ctx.model, batch))
-        return value if state["calls"] == 1 else None
-
-    handle = ctx.model.register_forward_hook(replace)
+    handle = ctx.model.register_forward_hook(keep)
     try:
-        with preserved_training_state(ctx), torch.enable_grad():
+        with preserved_training_state(ctx), torch.no_grad():
             ctx.model.eval()
-            first = loss()
-            scores = state.get("seen")
-            if first is None or not isinstance(scores, torch.Tensor) or scores.dim() != 2 \
-                    or not scores.is_floating_point() or len(scores) != len(labels) or scores.shape[1] < 2 \
-                    or int(labels.min()) < 0 or int(labels.max()) >= scores.shape[1]:
-                return None
-            free = scores.detach().float().clone().requires_grad_(True)
-            state["free"] = free
-            optimizer = torch.optim.Adam([free], lr=LEARNING_RATE)
-            before = _label_scores(free.detach(), labels)
-            start = after_loss = None
+            ctx.compute_loss(ctx.model, batch)
+    except Exception:  # noqa: BLE001 - a loss this probe cannot drive says nothing either way
+        return None
+    finally:
+        handle.remove()
+    scores = seen[0] if len(seen) == 1 else None
+    if not isinstance(scores, torch.Tensor) or scores.dim() != 2 or not scores.is_floating_point() \
+            or len(scores) != len(labels) or scores.shape[1] < 2 or int(labels.min()) < 0 \
+            or int(labels.max()) >= scores.shape[1]:
+        return None
+    free = scores.detach().float().clone().requires_grad_(True)
+    stand_in = _Outputs(free)
+    optimizer = torch.optim.Adam([free], lr=LEARNING_RATE)
+    before = _label_scores(free.detach(), labels)
+    start = after_loss = None
+    try:
+        with torch.enable_grad():
             for _ in range(STEPS):
-                value = loss()
-                if value is None or not torch.isfinite(value):
+                stand_in.calls = 0
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(0)  # a loss that samples (negatives, noise) samples the same each call
+                    value = _scalar(ctx.compute_loss(stand_in, batch))
+                if value is None or stand_in.calls != 1 or not torch.isfinite(value):
                     break
                 start = float(value) if start is None else start
                 after_loss = float(value)
@@ -102,13 +115,11 @@ def descend_on_outputs(ctx: PreflightContext, batch: Any) -> Descent | None:
                 optimizer.zero_grad()
                 free.grad = gradient
                 optimizer.step()
-            if start is None or after_loss is None:
-                return None
-            after = _label_scores(free.detach(), labels)
-    except Exception:  # noqa: BLE001 - a loss this probe cannot drive says nothing either way
+    except Exception:  # noqa: BLE001 - a loss that needs more of the model than its output
         return None
-    finally:
-        handle.remove()
+    if start is None or after_loss is None:
+        return None
+    after = _label_scores(free.detach(), labels)
     return Descent(start, after_loss, before[0], after[0], before[1], after[1])
 
 
