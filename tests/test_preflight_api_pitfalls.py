@@ -138,3 +138,28 @@ def test_a_soft_dice_computed_on_raw_logits(activation):
         assert len(found) == 1 and "torch.sigmoid(logits)" in found[0].fix
     else:
         assert not found
+
+
+@pytest.mark.parametrize("pool_dim", [2, 1])
+def test_embeddings_averaged_over_their_own_axis(pool_dim):
+    class MeanPool(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(50, 12)
+            self.head = nn.Linear(12, 3)
+
+        def forward(self, ids):
+            return self.head(self.embed(ids).mean(dim=pool_dim))
+
+    g = torch.Generator().manual_seed(7)
+    loader = DataLoader(TensorDataset(torch.randint(0, 50, (64, 12), generator=g), torch.randint(0, 3, (64,), generator=g)),
+                        batch_size=16)
+    model = MeanPool()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), LossFunctionCheck()])
+    found = [i for i in report.check("step.loss_function").issues if i.code == "EMBEDDING_DIM_POOLED"]
+    if pool_dim == 2:
+        assert len(found) == 1 and "sequence length equals the embedding size" in found[0].message
+        assert "e.mean(dim=1)" in found[0].fix
+    else:
+        assert not found

@@ -83,6 +83,7 @@ class Pitfalls:
     weighted_sum_off_axis: tuple[tuple[int, ...], int, int, int, int] | None = None
     # (shape, smallest, largest value) of raw scores a soft Dice/IoU multiplies with a 0/1 mask and sums alone
     overlap_on_raw_scores: tuple[tuple[int, ...], float, float] | None = None
+    embedding_dim_pooled: tuple[str, tuple[int, ...]] | None = None  # (reduction, shape) over an embedding's vectors
 
 
 class PitfallWatch:
@@ -122,6 +123,9 @@ class PitfallWatch:
             self._gather(args, kwargs)
         elif func in (torch.sum, torch.Tensor.sum) and self.found.weighted_sum_off_axis is None:
             self._weighted_sum(args, kwargs)
+            self._embedding_pooled("sum", args, kwargs)
+        elif func in (torch.mean, torch.Tensor.mean, torch.amax, torch.Tensor.amax):
+            self._embedding_pooled(getattr(func, "__name__", "mean"), args, kwargs)
         elif func in MATMULS and self.found.softmax_off_axis is None:
             self._matmul(args)
         elif func in MASKED_FILLS:
@@ -169,6 +173,19 @@ class PitfallWatch:
         elif name == "sum" and args and any(args[0] is held for held in self._masked_scores):
             scores = args[0].detach()
             self.found.overlap_on_raw_scores = (tuple(scores.shape), float(scores.min()), float(scores.max()))
+
+    def _embedding_pooled(self, name: str, args: tuple, kwargs: dict) -> None:
+        """A (B, T, E) embedding lookup reduced over its last axis: each token's vector collapsed
+        to one number where the tokens were to be pooled (dim=1). Runs silently when T == E."""
+        inputs, dim = argument(args, kwargs, 0, "input"), argument(args, kwargs, 1, "dim")
+        if isinstance(dim, (list, tuple)) and len(dim) == 1:
+            dim = dim[0]
+        if self.found.embedding_dim_pooled is not None or not isinstance(inputs, torch.Tensor) \
+                or not isinstance(dim, int) or inputs.dim() != 3 or inputs.shape[-1] < 4 \
+                or type(inputs.grad_fn).__name__ != "EmbeddingBackward0":
+            return
+        if dim % 3 == 2:
+            self.found.embedding_dim_pooled = (name, tuple(inputs.shape))
 
     def _weighted_sum(self, args: tuple, kwargs: dict) -> None:
         """(p * values).sum(dim) where p comes straight out of a softmax over another dim: the
@@ -455,6 +472,19 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "pixels and cannot reach the targets",
             f"Normalise over the axis the sum runs over: F.softmax(h, dim={summed - len(shape)}) (dim=-1 for the "
             "pixels of flattened heatmaps) before (p * grid).sum(-1).",
+        ))
+    if found.embedding_dim_pooled is not None:
+        name, shape = found.embedding_dim_pooled
+        findings.append(Finding(
+            "EMBEDDING_DIM_POOLED", "warning",
+            f"a {name} over the embedding axis (dim 2, the last) of a {shape} embedding lookup (batch, tokens, "
+            "embedding): each token's "
+            f"{shape[2]}-dim vector is collapsed to one number, where the tokens were to be pooled into a document "
+            "vector (dim=1). What the model gets is one value per position, not what the words mean"
+            + (f"; it only runs because the sequence length equals the embedding size ({shape[1]})"
+               if shape[1] == shape[2] else ""),
+            f"Pool over the tokens: e.{name}(dim=1) of the (batch, tokens, {shape[2]}) embeddings (with a padding "
+            "mask: (e * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)).",
         ))
     if found.overlap_on_raw_scores is not None:
         shape, low, high = found.overlap_on_raw_scores

@@ -234,7 +234,11 @@ class FeatureLabelCheck(Check):
             "leak), so the model reads the answer instead of learning it, training and validation look perfect and "
             "the model is useless on data without the label. A label column left among the features does this, and so "
             "does, for a sliding window over a series, a target built from a step the window holds (shifted into the "
-            "past with df[col].shift(1) where shift(-1) was meant, or a window cut one step too long)",
+            "past with df[col].shift(1) where shift(-1) was meant, or a window cut one step too long)"
+            + (": the label equals the last input column, the window's last value, so the forecast target was not "
+               "shifted past the window (off by one: y = series[i + W - 1] where series[i + W] was meant)"
+               if any(match.kind == "equal" and match.columns[0] == features.shape[1] - 1 for match in matches)
+               else ""),
             "Where the dataset builds its features, " + how,
             "data.train",
             code_fix="In the dataset of the DataLoader your build_dataloaders() returns, " + how,

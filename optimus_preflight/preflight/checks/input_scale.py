@@ -180,10 +180,16 @@ def describe_raw_features(columns: list[int], seen: FirstLayerInput) -> tuple[st
     more = f" and {len(columns) - 4} more" if len(columns) > 4 else ""
     scaled = len(seen.stats) - len(columns)
     beside = f", beside {scaled} column(s) on a unit scale" if scaled else ""
+    stamps = [i for i in columns if UNIX_SECONDS[0] <= seen.stats[i].mean <= UNIX_SECONDS[1]
+              or UNIX_SECONDS[0] * 1000 <= seen.stats[i].mean <= UNIX_SECONDS[1] * 1000]
+    stamp = (f" Column {stamps[0]}'s values ({seen.stats[stamps[0]].mean:.3g}) look like a raw Unix timestamp (epoch "
+             "seconds or milliseconds since 1970): as a number it is a huge, ever-growing offset that says nothing "
+             "the model can use; derive features from it (hour, weekday, elapsed time) and scale those."
+             if stamps else "")
     message = (f"the first layer ({seen.kind} {seen.layer!r}) receives {len(columns)} of its {len(seen.stats)} feature "
                f"columns on raw scales: column(s) {shown}{more}{beside}. Unstandardised features make the first layer's "
                "output and its gradients dominated by the largest columns: the network learns slowly or not at all, "
-               "and a learning rate that suits one column diverges on another")
+               f"and a learning rate that suits one column diverges on another.{stamp}")
     fix = ("Standardise every feature column with the training split's statistics: mean = x_train.mean(0), "
            "std = x_train.std(0); x = (x - mean) / std in the dataset (the same mean and std for validation), or "
            "put nn.BatchNorm1d(features) in front of the first layer.")
@@ -191,6 +197,7 @@ def describe_raw_features(columns: list[int], seen: FirstLayerInput) -> tuple[st
 
 
 SIGNIFICANT_BITS = {"bf16": 8, "fp16": 11}
+UNIX_SECONDS = (9.0e8, 2.2e9)  # 1998 to 2039: a column averaging there is a timestamp in seconds
 
 
 def rounded_in_half_precision(columns: list[int], seen: FirstLayerInput, precision: str) -> str:

@@ -161,10 +161,17 @@ class OptimizerParamsCheck(Check):
                 "optimizer",
             )
         if foreign:
+            trainable = [name for param, name in names.items() if param.requires_grad]
+            none_held = bool(trainable) and len(missing) == len(trainable)
             findings.error(
                 "O2",
-                f"the optimizer holds {foreign} tensor(s) that are not parameters of the model: it updates copies "
-                "(an optimizer built before the model was replaced or re-created)",
+                (f"none of the model's {len(trainable)} trainable parameters are in the optimizer, which holds "
+                 f"{foreign} tensor(s) of another model object: an earlier instance. The model was created again "
+                 "after the optimizer was built on the old one (a notebook cell re-run, a model rebuilt or reloaded), "
+                 "so every step updates the discarded copy and this model never changes"
+                 if none_held else
+                 f"the optimizer holds {foreign} tensor(s) that are not parameters of the model: it updates copies "
+                 "(an optimizer built before the model was replaced or re-created)"),
                 "Build the optimizer from the final model's parameters.",
                 "optimizer",
             )
