@@ -54,3 +54,4 @@ def test_the_stride_is_read_along_either_axis():
     assert window_stride([series[i * 4:i * 4 + 10] for i in range(4)]) == (0, 4)
     assert window_stride([series[i * 4:i * 4 + 10].T for i in range(4)]) == (1, 4)
     assert window_stride([torch.randn(10, 2) for _ in range(4)]) is None
+    assert window_stride([torch.arange(float(n)) for n in (25, 9, 56, 12)]) is None  # sequences of their own lengths

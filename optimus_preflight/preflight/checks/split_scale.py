@@ -87,7 +87,10 @@ def scale_mismatch(train: torch.Tensor, val: torch.Tensor) -> ScaleMismatch | No
     finite = torch.isfinite(train).all(dim=0) & torch.isfinite(val).all(dim=0)
     t, v = _quartiles(train), _quartiles(val)
     t_iqr, v_iqr = t[2] - t[0], v[2] - v[0]
-    varying = finite & (t_iqr > 0)
+    # 0/1 columns (a bag of words, one-hot codes) are not on a scale: in a sparse one the quartiles
+    # jump between 0 and 1 with the sample.
+    binary = ((train == 0) | (train == 1)).all(dim=0)
+    varying = finite & (t_iqr > 0) & ~binary
     if int(varying.sum()) == 0:
         return None
     shift = (v[1] - t[1]).abs() / t_iqr.clamp_min(1e-30)

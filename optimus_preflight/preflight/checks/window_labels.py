@@ -43,6 +43,8 @@ def window_stride(windows: list[torch.Tensor]) -> tuple[int, int] | None:
     """(time axis, stride) when each window is the previous one moved by ``stride`` steps along
     one axis (pure)."""
     first = windows[0]
+    if any(window.shape != first.shape for window in windows):
+        return None  # variable-length items (sequences) are no windows of one length
     for axis in {first.dim() - 1, 0}:
         length = first.shape[axis]
         for stride in range(1, length):
