@@ -997,3 +997,16 @@ def test_targets_flattened_in_the_logits_order_are_quiet(layout):
 
     model = GruTagger(batch_first=layout == "transposed")
     assert "TARGET_ORDER" not in issues(preflight(model, time_major_loader(), loss))
+
+
+def test_a_0_255_mask_read_as_class_ids_with_ignore_index_255_is_named():
+    g = torch.Generator().manual_seed(3)
+    images = torch.randn(64, 1, 8, 8, generator=g)
+    masks = torch.where(images[:, 0] > 0.8, 255, 0).long()
+    model = nn.Conv2d(1, 2, 3, padding=1)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           torch.utils.data.DataLoader(torch.utils.data.TensorDataset(images, masks), batch_size=16),
+                           loss_fn=nn.CrossEntropyLoss(ignore_index=255))
+    issue = issues(report)["TARGET_ONE_CLASS"]
+    assert "ignore_index=255 ignores every foreground pixel" in issue.message and "ToTensor" not in issue.message
+    assert "(mask > 0).long()" in issue.fix

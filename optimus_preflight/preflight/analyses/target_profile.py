@@ -263,12 +263,22 @@ def one_class_finding(call: CriterionCall, seen: int, batches: int, whole_epoch:
     of = (f" of the model's {call.n_classes} classes" if call.function in ("cross_entropy", "nll_loss")
           else " (a binary target)")
     where = "the whole epoch" if whole_epoch else f"the first {batches} batch(es)"
-    dense = call.target_shape is not None and len(call.target_shape) >= 3 and value == 0
+    dense = call.target_shape is not None and len(call.target_shape) >= 3 and value == 0 \
+        and call.profile.total == call.profile.kept  # with ignored 255s beside the 0s, the mask was never divided
     mask = (" For label maps (a target per pixel) all 0: an integer mask converted with torchvision's "
             "ToTensor()/to_tensor, which divides uint8 images by 255, then cast with .long(), truncates every "
             "class id (1/255 ... 254/255) to 0" if dense else "")
     mask_fix = (" Convert masks without scaling: torch.from_numpy(np.array(mask)).long() or "
                 "transforms.PILToTensor(), never ToTensor()." if dense else "")
+    ignored = call.profile.total - call.profile.kept
+    masked = (f" The only other value in the targets is the ignore_index {call.ignore_index} ({ignored} of "
+              f"{call.profile.total} positions): a 0/{call.ignore_index} mask read as class ids with "
+              f"ignore_index={call.ignore_index} ignores every foreground pixel, so only the background class is "
+              "ever trained" if ignored and value == 0 and call.ignore_index is not None and call.ignore_index > 1
+              else "")
+    masked_fix = (f" For a 0/{call.ignore_index} mask, map it to class ids first: mask = (mask > 0).long() (or "
+                  f"mask // {call.ignore_index}), and keep ignore_index for pixels that are truly unlabelled."
+                  if masked else "")
     positives = call.function.startswith("binary") and value == 1
     implicit = (" For a log of interactions (clicks, purchases, views: implicit feedback) this is what the log "
                 "holds, positives only: the model needs negatives, (user, item) pairs that did not interact, "
@@ -280,11 +290,11 @@ def one_class_finding(call: CriterionCall, seen: int, batches: int, whole_epoch:
         "TARGET_ONE_CLASS", "warning",
         f"every target is {shown}: all {seen} targets {call.function} got in {where}, one class{of}. A model "
         f"trained on one class learns to predict it whatever the input, with a loss that looks healthy.{mask}"
-        f"{implicit}",
+        f"{implicit}{masked}",
         "Check the labels the dataset returns: a label read from the wrong column or field, a constant "
         "placeholder, or data filtered down to one class; data sorted by class needs shuffle=True in the "
         "training DataLoader. With extremely imbalanced data, sample the minority class more "
-        f"(WeightedRandomSampler) or weight it in the loss.{mask_fix}{implicit_fix}",
+        f"(WeightedRandomSampler) or weight it in the loss.{mask_fix}{implicit_fix}{masked_fix}",
     )
 
 
