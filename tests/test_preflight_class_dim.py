@@ -50,3 +50,27 @@ def test_linear_logits_read_along_dim_1_are_an_error(name):
     assert bool(issues) == fires
     if fires:
         assert "Nothing raises" in issues[0].message and "permute(0, 2, 1)" in issues[0].fix
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_an_rnn_heads_logits_whose_bias_is_added_after_the_matmul(transposed):
+    """nn.Linear on a GRU's batch-first (non-contiguous) output adds its bias after the matmul."""
+    class DayClassifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = nn.GRU(5, 16, batch_first=True)
+            self.out = nn.Linear(16, C)
+
+        def forward(self, x):
+            return self.out(self.rnn(x)[0])
+
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(128, T, 5, generator=g), torch.randint(0, C, (128, T), generator=g)
+    model = DayClassifier()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True),
+                           loss_fn=lambda m, b: nn.functional.cross_entropy(
+                               m(b[0]).transpose(1, 2) if transposed else m(b[0]), b[1]),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), LossFunctionCheck()])
+    issues = [i for i in report.check("step.loss_function").issues if i.code == "LOSS_CLASS_DIM"]
+    assert len(issues) == (0 if transposed else 1)

@@ -388,6 +388,6 @@ def class_dim_findings(calls: list[CriterionCall]) -> list[Finding]:
             f"a linear layer, whose {shape[-1]} outputs are on the last dim: dim 1 holds the positions, so the loss "
             f"scores each position as a class and each class as a position.{silent}",
             f"Flatten the positions into the batch: {call.function}(logits.reshape(-1, logits.size(-1)), "
-            "targets.reshape(-1)), or move the classes to dim 1: logits.permute(0, 2, 1).",
+            "targets.reshape(-1)), or move the classes to dim 1: logits.permute(0, 2, 1) (logits.transpose(1, 2)).",
         )]
     return []

@@ -83,9 +83,17 @@ def features_on_last_dim(tensor: torch.Tensor) -> bool:
             return False
         if name in _MATMULS:
             return hops > 0  # a 2-D matmul's output needs a view to be 3-D: the linear's reshape
+        parents = [parent for parent, _ in node.next_functions if parent is not None]
+        if name == "Add" and hops == 0:
+            # A linear layer on a non-contiguous input (an RNN's batch-first output) adds its bias
+            # after the matmul: follow the branch that is not the bias parameter.
+            computed = [parent for parent in parents if type(parent).__name__ != "AccumulateGrad"]
+            if len(computed) == 1 and len(parents) == 2:
+                node, hops = computed[0], hops + 1
+                continue
+            return False
         if not name.startswith(_SHAPE_ONLY):
             return False
-        parents = [parent for parent, _ in node.next_functions if parent is not None]
         if len(parents) != 1:
             return False
         node, hops = parents[0], hops + 1
