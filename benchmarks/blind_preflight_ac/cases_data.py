@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
-from benchmarks.blind_preflight_ac.registry import acc_of, case, fix, fixed_of, gen, loader, on_tensors, rmse_of, seed
+from benchmarks.blind_preflight_ac.registry import acc_of, case, fix, fixed_of, gen, loader, rmse_of, seed
 
 
 def argmax_acc():

@@ -9,7 +9,6 @@ from torch.utils.data import TensorDataset
 
 from benchmarks.blind_preflight_ac.registry import acc_of, case, fix, fixed_of, gen, loader, seed
 
-
 # --- sensor windows, LSTM without batch_first ---------------------------------------------------------------
 
 def sensor_windows(n, s):

@@ -11,7 +11,6 @@ from torch.utils.data import Dataset, TensorDataset
 
 from .registry import acc_of, case, first_arg, fix, fixed_of, gen, loader, mean_over, rmse_of, seed
 
-
 # --- D1: a vocabulary built separately on each split ------------------------------------------------------------------
 
 WORDS = [f"w{i}" for i in range(120)]

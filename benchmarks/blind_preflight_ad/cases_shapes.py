@@ -9,7 +9,6 @@ from torch.utils.data import TensorDataset
 
 from .registry import acc_of, case, first_arg, fix, fixed_of, gen, loader, seed
 
-
 # --- S1: a GRU left seq-first (batch_first=False) fed (batch, time, features) windows -----------------------------
 
 def _sensor_windows(n, s):

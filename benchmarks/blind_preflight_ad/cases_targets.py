@@ -11,7 +11,6 @@ from torch.utils.data import Dataset, TensorDataset
 
 from .registry import acc_of, balanced_acc_of, case, first_arg, fix, fixed_of, gen, loader, mean_over, seed
 
-
 # --- T1: binary masks saved as 0/255 with the VOC-style ignore_index=255 ---------------------------------------------
 
 def _cells(n, s):
