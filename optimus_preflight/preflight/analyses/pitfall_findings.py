@@ -1,0 +1,253 @@
+"""The findings for what ``api_pitfalls.PitfallWatch`` recorded: one message and fix per
+pitfall, kept apart from the recording so each stays short."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from optimus_preflight.preflight.analyses.api_pitfalls import Pitfalls
+    from optimus_preflight.preflight.analyses.loss_findings import Finding
+
+
+def pitfall_findings(found: Pitfalls) -> list[Finding]:
+    from optimus_preflight.preflight.analyses.api_pitfalls import OFF_MAP_PEAK, TINY
+    from optimus_preflight.preflight.analyses.loss_findings import Finding
+
+    findings = []
+    if found.transposed_1d:
+        findings.append(Finding(
+            "TRANSPOSE_1D", "error",
+            f"the step transposes a 1-D tensor with .T (shape {found.transposed_1d[0]}), which returns it unchanged: "
+            "labels == labels.T then compares each label with itself, all True, so a same-label (B, B) mask built "
+            "that way broadcast against (B, B) scores marks every pair as positive",
+            "Build pairwise masks from explicit axes: labels[:, None] == labels[None, :] (or labels.unsqueeze(1) == "
+            "labels.unsqueeze(0)); .T only transposes 2-D tensors.",
+        ))
+    if found.meshgrid_default:
+        sizes = " x ".join(str(size) for size in found.meshgrid_default[0])
+        findings.append(Finding(
+            "MESHGRID_INDEXING", "warning",
+            f"torch.meshgrid is called without indexing= (grids of {sizes}): torch's default is indexing='ij', where "
+            "the first grid varies along the rows, while NumPy's np.meshgrid(xs, ys) is 'xy', where the x grid "
+            "varies along the columns. Code written in NumPy's order gets x and y swapped: coordinates read from "
+            "such grids (a soft-argmax, a coordinate embedding) come out transposed",
+            "Pass the indexing explicitly: torch.meshgrid(xs, ys, indexing='xy') for x along the columns (NumPy's "
+            "order), or indexing='ij' with (ys, xs) for row-major grids.",
+        ))
+    if found.vanishing_targets is not None:
+        shape, share, largest = found.vanishing_targets
+        findings.append(Finding(
+            "TARGET_MAPS_VANISH", "warning",
+            f"{share:.0%} of the batch's {shape} target maps peak below {TINY:g} without being zero (the largest value "
+            f"in the batch is {largest:.2g}): the targets are practically empty maps, so the model learns to output "
+            "zeros everywhere. A Gaussian heatmap drawn with a sigma meant for another unit does this: sigma=0.05 "
+            "(for coordinates normalised to [0, 1]) on a grid in pixels makes exp(-d^2 / (2 sigma^2)) vanish at "
+            "every pixel",
+            "Draw the targets in the grid's own units (sigma of 1-3 pixels for a heatmap in pixels, or scale the "
+            "normalised sigma by the map size) and check that each target map peaks near 1.",
+        ))
+    if found.off_map_targets is not None:
+        shape, share, zero = found.off_map_targets
+        size = f"{shape[-2]}x{shape[-1]}"
+        findings.append(Finding(
+            "TARGET_MAPS_VANISH", "warning",
+            f"{share:.0%} of the non-empty {shape} target heatmaps peak below {OFF_MAP_PEAK:g} on the border of "
+            f"the map ({zero:.0%} are all zero): their Gaussians are centred outside the {size} map, so most "
+            "targets are empty or a faint edge and the model learns to output near-zero maps. Keypoints given in "
+            "the input image's pixels but drawn on a heatmap at a lower resolution (a stride of 4: a 32x32 input, "
+            "an 8x8 map) do this",
+            f"Draw each Gaussian at the keypoint's coordinates in the heatmap's own grid: divide by the stride "
+            f"(x_map = x * {shape[-1]} / input_width, y_map = y * {shape[-2]} / input_height) before drawing, and "
+            "check that each visible keypoint's map peaks near 1.",
+        ))
+    if found.uniform_noise_target is not None:
+        function, drawn, shape = found.uniform_noise_target
+        findings.append(Finding(
+            "NOISE_NOT_GAUSSIAN", "warning",
+            f"{function}'s target is a {shape} tensor drawn in the step with torch.{drawn} (uniform on [0, 1), mean "
+            "0.5, never negative): the model is trained to predict uniform noise. A denoising or diffusion objective "
+            "(x_t = a * x + s * noise, loss = mse(model(x_t, t), noise)) assumes standard normal noise, which the "
+            "forward process and the sampler use: noise drawn with rand_like where randn_like was meant trains a "
+            "predictor for a noise law generation never sees",
+            f"Draw the noise with torch.randn_like(x) (torch.randn(...)), not torch.{drawn}.",
+        ))
+    if found.masked_with_zero is not None:
+        shape, how = found.masked_with_zero
+        findings.append(Finding(
+            "MASK_FILLED_WITH_ZERO", "warning",
+            f"the {shape} scores going into a softmax are masked with {how}: the masked positions keep score 0, "
+            "which the softmax still weights (e^0 is as much as an average score gets), so the padding or the "
+            "positions meant to be hidden keep a share of the attention, a large one in short, heavily padded rows",
+            "Fill the masked scores with -inf before the softmax: scores.masked_fill(~keep, float('-inf')) (or "
+            "torch.finfo(scores.dtype).min), never 0; a 0/1 mask multiplies the weights after the softmax, followed "
+            "by renormalising, not the scores.",
+        ))
+    if found.softmax_off_axis is not None:
+        shape, dim, summed = found.softmax_off_axis
+        findings.append(Finding(
+            "SOFTMAX_OFF_AXIS", "warning",
+            f"attention weights of shape {shape} come straight out of a softmax over dim {dim} and are then "
+            f"multiplied into a matmul that sums over dim {summed}: each output mixes the values with weights that "
+            f"do not sum to 1 over what it sums, while they do over dim {dim}. softmax(q @ k.transpose(-2, -1), "
+            "dim=1) on (B, T_queries, T_keys) scores normalises over the queries; averaged over the queries "
+            "afterwards, the attention then has no effect at all",
+            "Normalise over the axis the matmul sums over, the keys: softmax(scores, dim=-1) before weights @ v "
+            f"(dim {summed} of these {shape} weights).",
+        ))
+    if found.weighted_sum_off_axis is not None:
+        shape, softmax_dim, softmax_size, summed, summed_size = found.weighted_sum_off_axis
+        findings.append(Finding(
+            "SOFTMAX_OFF_AXIS", "warning",
+            f"a weighted sum (p * values).sum(dim={summed}) over {summed_size} entries takes its weights p straight "
+            f"from a softmax over dim {softmax_dim} (size {softmax_size}): the weights sum to 1 over dim "
+            f"{softmax_dim}, not over the {summed_size} entries summed, so the result is no average of the values. "
+            f"In a soft-argmax over (N, K, H*W) heatmaps, F.softmax(h, dim=1) normalises across the K keypoints at "
+            "each pixel instead of across each heatmap's pixels, and the 'expected coordinates' add up hundreds of "
+            "pixels and cannot reach the targets",
+            f"Normalise over the axis the sum runs over: F.softmax(h, dim={summed - len(shape)}) (dim=-1 for the "
+            "pixels of flattened heatmaps) before (p * grid).sum(-1).",
+        ))
+    if found.embedding_dim_pooled is not None:
+        name, shape = found.embedding_dim_pooled
+        findings.append(Finding(
+            "EMBEDDING_DIM_POOLED", "warning",
+            f"a {name} over the embedding axis (dim 2, the last) of a {shape} embedding lookup (batch, tokens, "
+            "embedding): each token's "
+            f"{shape[2]}-dim vector is collapsed to one number, where the tokens were to be pooled into a document "
+            "vector (dim=1). What the model gets is one value per position, not what the words mean"
+            + (f"; it only runs because the sequence length equals the embedding size ({shape[1]})"
+               if shape[1] == shape[2] else ""),
+            f"Pool over the tokens: e.{name}(dim=1) of the (batch, tokens, {shape[2]}) embeddings (with a padding "
+            "mask: (e * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)).",
+        ))
+    if found.overlap_on_raw_scores is not None:
+        shape, low, high = found.overlap_on_raw_scores
+        findings.append(Finding(
+            "OVERLAP_ON_LOGITS", "error",
+            f"a soft overlap loss (Dice, IoU, Tversky) is computed on raw scores: the step multiplies the model's "
+            f"{shape} output, which holds values in [{low:.3g}, {high:.3g}] with no sigmoid or softmax in front, with "
+            "a 0/1 mask and sums that output alone, as 2 * sum(p * mask) / (sum(p) + sum(mask)) does with "
+            "probabilities. On logits sum(p) can be negative: the denominator crosses zero, the loss explodes or "
+            "flips sign, and its optimum is no longer the mask",
+            "Turn the logits into probabilities first: p = torch.sigmoid(logits) (softmax over the classes for "
+            "several), then inter = (p * mask).sum(); dice = (2 * inter + smooth) / (p.sum() + mask.sum() + smooth).",
+        ))
+    if found.einsum_private is not None:
+        equation, letters = found.einsum_private
+        findings.append(Finding(
+            "EINSUM_NOT_CONTRACTED", "error",
+            f"torch.einsum('{equation}') names the axes {letters} in one operand each and nowhere else: einsum sums "
+            "each such axis inside its own operand first, so the result is a product of sums, sum(u) * sum(v), not a "
+            "dot product. Two letters written for what is one shared axis ('bd,be->b' for the factors of a user "
+            "and an item) do this: the interaction cannot be fitted",
+            "Use the same letter for the axis the operands share and contract: torch.einsum('bd,bd->b', u, v) (or "
+            "(u * v).sum(-1)).",
+        ))
+    if found.sort_last is not None:
+        shape = found.sort_last
+        findings.append(Finding(
+            "SORT_ALONG_LAST_DIM", "warning",
+            f"the step sorts a {shape} tensor along its last dim of {shape[-1]} (torch.sort's default dim=-1), while "
+            f"dim 1 holds {shape[1]} entries: the values inside each point (its x, y, z coordinates or channels) are "
+            "reordered, so which value was which is lost, where ordering the points (canonicalising a set) was meant",
+            "Sort along the points' axis: torch.sort(x, dim=1) by a key, e.g. idx = x[..., 0].argsort(dim=1); "
+            "x.gather(1, idx[..., None].expand_as(x)) keeps each point whole.",
+        ))
+    if found.gather_rows is not None:
+        (rows, columns), index = found.gather_rows
+        findings.append(Finding(
+            "GATHER_ALONG_BATCH", "error",
+            f"the step calls gather(0, index) on a ({rows}, {columns}) tensor with a {index} index whose values are "
+            f"all below {columns}: along dim 0 each output reads the ROW (sample) the index names, so every sample "
+            f"gets the score of one of the batch's first {columns} samples. Per-sample ids (the taken action, the "
+            "class) pick a column: q.gather(1, a.unsqueeze(1)), the value of each sample's own action",
+            "Gather along dim 1 (the actions or classes): q.gather(1, actions.unsqueeze(1)).squeeze(1), or "
+            "q[torch.arange(len(q)), actions].",
+        ))
+    if found.label_smoothing is not None:
+        smoothing, classes = found.label_smoothing
+        kept = 1 - smoothing + smoothing / classes
+        findings.append(Finding(
+            "LABEL_SMOOTHING_TOO_HIGH", "warning",
+            f"cross_entropy runs with label_smoothing={smoothing:g} over {classes} classes: the target gives the true "
+            f"class {kept:.2f} and spreads the rest over the others, nearly uniform soft targets, so the model is "
+            "trained to be unsure and its accuracy suffers. label_smoothing is the share taken from the true class "
+            f"(0.1 is usual); a confidence of {smoothing:g} for the true class is label_smoothing={1 - smoothing:.2g}",
+            f"Set label_smoothing={1 - smoothing:.2g} (or 0.1): it is the mass moved off the true class, not the "
+            "confidence kept on it.",
+        ))
+    if found.kl_div_mean is not None:
+        shape = tuple(found.kl_div_mean)
+        findings.append(Finding(
+            "KL_DIV_MEAN_REDUCTION", "warning",
+            f"kl_div (nn.KLDivLoss) runs with reduction='mean' (its default) on {shape} inputs: 'mean' divides the "
+            f"summed divergence by every element, the batch times the {shape[-1]} classes, so the loss and its "
+            f"gradients are {shape[-1]} times smaller than the KL divergence per sample and a distillation term "
+            "barely trains (torch keeps 'mean' only for backward compatibility)",
+            "Use reduction='batchmean' (nn.KLDivLoss(reduction='batchmean')): the sum over classes averaged over "
+            "the batch, the KL divergence as defined; scale a distillation term by T**2 as usual.",
+        ))
+    if found.detached_prediction is not None:
+        name, shape = found.detached_prediction
+        findings.append(Finding(
+            "PREDICTION_DETACHED", "warning",
+            f"{name} gets a prediction (its first argument, {shape}) cut from the graph while its target requires "
+            "grad: the stop-gradient sits on the wrong side, so the gradient flows only into what produced the "
+            "target and pulls it towards the prediction. In TD learning, mse(V(s).detach(), r + gamma * V(s')) "
+            "trains V(s') (the bootstrap target, next state) instead of V(s); or input and target were passed in the "
+            "wrong order",
+            "Detach the target, not the prediction: mse_loss(V(s), (r + gamma * V(s_next)).detach()) (the "
+            "semi-gradient); pass criterion(prediction, target) in that order.",
+        ))
+    if found.teacher_trained is not None:
+        findings.append(Finding(
+            "TEACHER_TRAINED", "warning",
+            f"kl_div's target distribution ({found.teacher_trained}, the teacher's softened probabilities) requires "
+            "grad: the distillation term trains the teacher too, dragging it towards the student at every step, so "
+            "the targets the student learns from drift away from what the teacher knew (the teacher's weights are in "
+            "the optimizer, or its logits are not detached)",
+            "Freeze the teacher: compute its logits under torch.no_grad() (or .detach() them), call "
+            "teacher.requires_grad_(False) and build the optimizer over the student's parameters only. Mutual "
+            "learning that trains both on purpose detaches each peer's target the same way.",
+        ))
+    if found.kl_div_probabilities is not None:
+        findings.append(Finding(
+            "KL_DIV_INPUT_NOT_LOG", "error",
+            f"kl_div / nn.KLDivLoss gets its input ({found.kl_div_probabilities}) as probabilities (every row in [0, 1], "
+            "summing to 1), but it reads its first argument as log-probabilities: it computes sum(target * (log(target) "
+            "- input)), so with probabilities the loss is -sum(p_teacher * p_student) + const, which is lowest for a "
+            "one-hot on the target's top class, not for matching the target distribution (and can go below zero)",
+            "Pass log-probabilities as the input: kl(F.log_softmax(student_logits / T, -1), F.softmax(teacher_logits / "
+            "T, -1)) (the target stays probabilities unless log_target=True).",
+        ))
+    if found.inverted_corners is not None:
+        corners = found.inverted_corners
+        findings.append(Finding(
+            "BOX_CORNERS_UNORDERED", "warning",
+            f"the step reads the {corners.shape} box targets as corners (x1, y1, x2, y2): it subtracts their first "
+            f"two columns from the last two, as an IoU, GIoU or area term does, but in {corners.share:.0%} of them "
+            "the 'second corner' lies left of or above the first. These boxes are not corners: most likely COCO's "
+            "(x, y, width, height) or centre format (cx, cy, w, h), so every such box reads as empty or inverted, "
+            "its area clamps to 0 and the IoU never rewards the right prediction",
+            "Convert the targets to corners once, in the dataset or before the loss: "
+            "torchvision.ops.box_convert(boxes, in_fmt='xywh', out_fmt='xyxy') (or 'cxcywh'), i.e. "
+            "torch.cat([b[:, :2], b[:, :2] + b[:, 2:]], 1) for COCO boxes, so the head, the loss and the evaluation "
+            "share one format.",
+        ))
+    if found.swapped_arguments is not None:
+        name, shape = found.swapped_arguments
+        expected = {"kl_div": "kl_div(student_log_probs, teacher_probs): the model's log-probabilities first "
+                              "(F.log_softmax(logits / T, -1)), the fixed target distribution second",
+                    "nll_loss": "nll_loss(log_probs, labels)",
+                    "poisson_nll_loss": "poisson_nll_loss(log_rate, counts)"}.get(
+            name, f"{name}(prediction, labels): the model's output first, the 0/1 labels second")
+        findings.append(Finding(
+            "PREDICTION_DETACHED", "error",
+            f"{name} gets its first argument ({shape}) from outside the graph while its second, the target, requires "
+            f"grad: the model's output was passed as the target. The two arguments play different parts, so the "
+            "criterion computes something else than intended (labels read as logits, a divergence in the other "
+            "direction) and the gradient reaches the model only through the target side",
+            f"Pass the arguments in the criterion's order: {expected}.",
+        ))
+    return findings
