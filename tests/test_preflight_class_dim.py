@@ -74,3 +74,12 @@ def test_an_rnn_heads_logits_whose_bias_is_added_after_the_matmul(transposed):
                            checks=[FirstBatchCheck(), FirstStepCheck(), LossFunctionCheck()])
     issues = [i for i in report.check("step.loss_function").issues if i.code == "LOSS_CLASS_DIM"]
     assert len(issues) == (0 if transposed else 1)
+
+
+def test_a_linear_output_viewed_into_other_sizes_has_other_features_last():
+    from optimus_preflight.preflight.analyses.output_range import features_on_last_dim
+
+    gru, out = nn.GRU(5, 16, batch_first=True), nn.Linear(16, 6)
+    logits = out(gru(torch.randn(4, 7, 5))[0])  # (4, 7, 6): the bias is added after the matmul
+    assert features_on_last_dim(logits)
+    assert not features_on_last_dim(logits.view(4, 6, 7))  # a view to (B, C, T): the positions are last

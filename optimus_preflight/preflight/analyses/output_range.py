@@ -72,6 +72,15 @@ _SWAPS = ("Permute", "Transpose", "T")
 _MATMULS = ("Addmm", "Mm", "Linear")
 
 
+def _matmul_width(node: object) -> int | None:
+    """The number of output features of a matmul node (its second operand's last size), or None
+    where the node does not say."""
+    try:
+        return int(node._saved_mat2.shape[-1])  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):
+        return None
+
+
 def features_on_last_dim(tensor: torch.Tensor) -> bool:
     """``tensor`` comes straight out of a linear layer (``Addmm``/``Mm`` behind the view that
     restores a 3-D shape) with no permute or transpose since: its features are on the last
@@ -82,7 +91,9 @@ def features_on_last_dim(tensor: torch.Tensor) -> bool:
         if name.startswith(_SWAPS):
             return False
         if name in _MATMULS:
-            return hops > 0  # a 2-D matmul's output needs a view to be 3-D: the linear's reshape
+            # A 2-D matmul's output needs a view to be 3-D (the linear's reshape); a view that
+            # reorders the sizes (B, T, C) -> (B, C, T) has other features on the last dim.
+            return hops > 0 and _matmul_width(node) in (None, tensor.shape[-1])
         parents = [parent for parent, _ in node.next_functions if parent is not None]
         if name == "Add" and hops == 0:
             # A linear layer on a non-contiguous input (an RNN's batch-first output) adds its bias
