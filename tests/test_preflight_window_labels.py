@@ -55,3 +55,37 @@ def test_the_stride_is_read_along_either_axis():
     assert window_stride([series[i * 4:i * 4 + 10].T for i in range(4)]) == (1, 4)
     assert window_stride([torch.randn(10, 2) for _ in range(4)]) is None
     assert window_stride([torch.arange(float(n)) for n in (25, 9, 56, 12)]) is None  # sequences of their own lengths
+
+
+def test_an_iterable_dataset_and_variable_length_sequences_are_left_alone():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            g = torch.Generator().manual_seed(0)
+            for _ in range(64):
+                yield torch.randn(8, generator=g), int(torch.randint(0, 2, (1,), generator=g))
+
+        def __len__(self):
+            return 64
+
+    class Sessions(Dataset):
+        def __init__(self):
+            g = torch.Generator().manual_seed(1)
+            self.lengths = torch.randint(3, 12, (64,), generator=g)
+            self.labels = torch.randint(0, 2, (64,), generator=g)
+
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, i):
+            return torch.arange(float(self.lengths[i])), int(self.labels[i])
+
+    def pad(rows):
+        xs = torch.nn.utils.rnn.pad_sequence([x for x, _ in rows], batch_first=True)
+        return xs[:, :3], torch.tensor([y for _, y in rows])
+
+    for dataset, collate in ((Stream(), None), (Sessions(), pad)):
+        model = nn.Linear(8 if collate is None else 3, 2)
+        report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                               DataLoader(dataset, batch_size=16, collate_fn=collate), loss_fn=nn.CrossEntropyLoss(),
+                               checks=[FirstBatchCheck(), WindowLabelsCheck()])
+        assert report.check("data.window_labels").status.value != "crashed"

@@ -87,8 +87,9 @@ class WindowLabelsCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         dataset = getattr(ctx.train_loader, "dataset", None)
-        if dataset is None or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__") \
-                or not hasattr(dataset, "__dict__"):
+        # An IterableDataset inherits a __getitem__ that only raises: no items to index.
+        if dataset is None or isinstance(dataset, torch.utils.data.IterableDataset) \
+                or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__") or not hasattr(dataset, "__dict__"):
             findings.data["summary"] = "no map-style dataset"
             return
         guard = DataGuard(ctx, self.name, findings)
