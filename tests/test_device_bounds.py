@@ -199,6 +199,8 @@ def test_the_whole_preflight_under_a_guard_reports_what_it_reports_without(monke
         report = run_preflight(model, optimizer, right_padded_batches(12, 20, bad_target), loss_fn=lm_loss,
                                max_steps=2000)
         assert not [c.name for c in report.checks if c.status.value == "crashed"]
-        return sorted(report.codes())
+        # The throughput burst's share of time waiting for data follows the machine's load,
+        # so its note comes and goes between two runs on a busy CI; the guard cannot cause it.
+        return sorted(issue.code for check, issue in report.issues() if check.name != "step.throughput")
 
     assert codes(guarded=True) == codes(guarded=False)
