@@ -183,3 +183,37 @@ def test_triplet_batches_drawn_from_many_classes_lack_positives(pk_batches):
     assert bool(issues) == (not pk_batches)
     if issues:
         assert "share their label with no other sample" in issues[0].message and "P classes x K" in issues[0].fix
+
+
+class TwoTowers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.query_tower = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+        self.item_table = nn.Embedding(500, 8)
+
+    def forward(self, queries, items):
+        return F.normalize(self.query_tower(queries), dim=1), F.normalize(self.item_table(items), dim=1)
+
+
+def in_batch_softmax_masking_duplicates(model, batch):
+    """Two-tower retrieval: row i's positive is column i (its own pair); the label equality
+    only takes a repeated item out of the negatives."""
+    queries, items = batch
+    u, v = model(queries, items)
+    logits = u @ v.T / 0.05
+    duplicate = (items[:, None] == items[None, :]) & ~torch.eye(len(items), dtype=torch.bool)
+    return F.cross_entropy(logits.masked_fill(duplicate, float("-inf")), torch.arange(len(items)))
+
+
+def test_in_batch_negatives_with_a_duplicate_mask_have_their_positives_from_the_pairing():
+    g = torch.Generator().manual_seed(5)
+    items = torch.randint(0, 500, (640,), generator=g)  # nearly every item alone in its batch
+    data = TensorDataset(torch.randn(640, 16, generator=g), items)
+    model = TwoTowers()
+    loader = DataLoader(data, batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(0))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader,
+                           loss_fn=in_batch_softmax_masking_duplicates,
+                           checks=[FirstBatchCheck(), ContrastiveTargetsCheck()])
+    result = report.check("step.contrastive_targets")
+    assert result.status.value != "crashed" and "traced" in result.data["summary"]
+    assert result.issues == []

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from optimus_preflight.preflight import run_preflight
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
-from optimus_preflight.preflight.checks.input_dependence import InputDependenceCheck
+from optimus_preflight.preflight.checks.input_dependence import InputDependenceCheck, unordered_elements
 from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
 
 
@@ -328,3 +328,83 @@ def test_a_transformer_whose_positions_never_reach_the_tokens(positions, fires):
     if issues:
         assert "reversing every sequence moved no sample's output" in issues[0].message
         assert "positional table (pe)" in issues[0].message and "pe[: x.size(1)].transpose(0, 1)" in issues[0].fix
+
+
+class LearnedPositionEncoder(nn.Module):
+    """Token classifier whose learned position table starts at zeros (trained, or frozen by a
+    requires_grad=False kept from the fixed table it replaced)."""
+
+    def __init__(self, learn_positions: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(40, 32)
+        self.pos = nn.Parameter(torch.zeros(1, 12, 32), requires_grad=learn_positions)
+        layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+        self.head = nn.Linear(32, 2)
+
+    def forward(self, tokens):
+        return self.head(self.encoder(self.embed(tokens) + self.pos[:, : tokens.size(1)]).mean(1))
+
+
+@pytest.mark.parametrize("learn_positions", [True, False], ids=["trained_from_zero", "frozen_at_zero"])
+def test_a_position_table_at_zeros_is_order_blind_only_while_frozen(learn_positions):
+    g = torch.Generator().manual_seed(2)
+    tokens = torch.randint(1, 40, (512, 12), generator=g)
+    model = LearnedPositionEncoder(learn_positions)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], 1e-3)
+    report = run_preflight(model, optimizer,
+                           DataLoader(TensorDataset(tokens, (tokens[:, 0] > tokens[:, -1]).long()), batch_size=16),
+                           loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), InputDependenceCheck()])
+    issues = [i for i in report.check("step.input_dependence").issues if i.code == "MODEL_IGNORES_POSITIONS"]
+    assert bool(issues) == (not learn_positions)
+    if issues:
+        assert "positional table (pos)" in issues[0].message
+
+
+class AttentionPooling(nn.Module):
+    """Per-element MLP, then one learned seed query attending over the elements (Set Transformer's
+    PMA): order-blind by construction."""
+
+    def __init__(self, features: int):
+        super().__init__()
+        torch.manual_seed(0)
+        self.phi = nn.Sequential(nn.Linear(features, 32), nn.ReLU(), nn.Linear(32, 32))
+        self.seed = nn.Parameter(torch.randn(1, 1, 32) * 0.1)
+        self.pool = nn.MultiheadAttention(32, 4, batch_first=True)
+        self.head = nn.Linear(32, 3)
+
+    def forward(self, x):
+        h = self.phi(x)
+        pooled, _ = self.pool(self.seed.expand(len(x), -1, -1), h, h)
+        return self.head(pooled[:, 0])
+
+
+def smooth_signals(count: int, length: int, generator: torch.Generator) -> torch.Tensor:
+    t = torch.linspace(0, 1, length)
+    phase = torch.rand(count, 1, 2, generator=generator) * 6.28
+    frequency = 1 + 3 * torch.rand(count, 1, 2, generator=generator)
+    return torch.sin(6.28 * frequency * t[None, :, None] + phase)
+
+
+@pytest.mark.parametrize("elements, fires", [("point_sets", False), ("signals", True)])
+def test_an_order_blind_attention_model_is_the_design_for_sets_only(elements, fires):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(384, 16, 2, generator=g) if elements == "point_sets" else smooth_signals(384, 16, g)
+    labels = torch.randint(0, 3, (384,), generator=g)
+    model = AttentionPooling(2)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, labels), batch_size=16), loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), InputDependenceCheck()])
+    issues = [i for i in report.check("step.input_dependence").issues if i.code == "MODEL_IGNORES_POSITIONS"]
+    assert bool(issues) == fires
+    if issues:
+        assert "holds no positional encoding at all" in issues[0].message
+
+
+def test_unordered_elements_tells_a_set_from_a_signal():
+    g = torch.Generator().manual_seed(0)
+    assert unordered_elements(torch.randn(8, 20, 3, generator=g), 1)
+    assert not unordered_elements(smooth_signals(8, 20, g), 1)
+    assert not unordered_elements(torch.randint(0, 9, (8, 20), generator=g), 1)  # token ids: a sequence

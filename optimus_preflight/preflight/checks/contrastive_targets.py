@@ -177,14 +177,24 @@ class ContrastiveTargetsCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         probe = get_probe(ctx)  # computed here when the first step's check is not in the run
-        self._positives(probe.pair_mask if probe.completed else None, findings)
+        mask = probe.pair_mask if probe.completed else None
         batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
         rows = batch_size_of(batch)
         try:
             base = seeded_scores(ctx, batch)
-            if base is None:
-                findings.data["summary"] = "no cross-entropy over (N, N) scores"
-                return
+        except Exception:
+            self._positives(mask, findings)
+            findings.data["summary"] = "the loss could not be observed"
+            return
+        # A cross-entropy whose rows each target a column of their own (arange(B) over u @ v.T)
+        # takes its positives from the pairing; an equality of labels beside it only masks
+        # duplicates out of the negatives, and a sample alone in its class still has a positive.
+        if base is None or base[1].unique().numel() < base[1].numel():
+            self._positives(mask, findings)
+        if base is None:
+            findings.data["summary"] = "no cross-entropy over (N, N) scores"
+            return
+        try:
             again = seeded_scores(ctx, batch)
         except Exception:
             findings.data["summary"] = "the loss could not be observed"

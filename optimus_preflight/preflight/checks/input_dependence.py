@@ -240,8 +240,14 @@ class InputDependenceCheck(Check):
         output = model_outputs(ctx, map_batch(lambda value: reversed_leaf if value is leaf else value, batch))
         if output is None or _samples_moved(base, output, size) != 0:
             return False
-        positional = [name for name, _ in [*ctx.model.named_buffers(), *ctx.model.named_parameters()]
-                      if any(part == "pe" or part.startswith("pos") for part in re.split(r"[._]", name.lower()))]
+        tables = positional_tables(ctx.model)
+        if tables and learned_from_zero(tables, ctx.optimizer):
+            findings.data["summary"] = "order-blind at step 0: the learned position table starts at zeros"
+            return False
+        if not tables and unordered_elements(leaf, axis):
+            findings.data["summary"] = "order-blind by design: the elements along the axis form a set"
+            return False
+        positional = [name for name, _ in tables]
         had = (f" although it holds a positional table ({', '.join(positional[:2])}), which never reaches the tokens "
                "as positions" if positional else ", and it holds no positional encoding at all")
         findings.data["summary"] = "the output does not depend on the order of the tokens"
@@ -392,6 +398,44 @@ def _swap_span(leaf: torch.Tensor, axis: int, begin: int, stop: int) -> torch.Te
     mask = swap if moved.dim() == 2 else swap.unsqueeze(-1)
     changed = torch.where(mask, donor, moved).movedim(1, axis)
     return changed if not torch.equal(changed, leaf) else None
+
+
+def positional_tables(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """The buffers and parameters named as position tables (``pe``, ``pos_embedding``, ...)."""
+    return [(name, tensor) for name, tensor in [*model.named_buffers(), *model.named_parameters()]
+            if any(part == "pe" or part.startswith("pos") for part in re.split(r"[._]", name.lower()))]
+
+
+def learned_from_zero(tables: list[tuple[str, torch.Tensor]], optimizer: Any) -> bool:
+    """Every position table is a zero parameter the optimizer trains: order-blind at step 0
+    only, since each position's rows get their own gradient from the first step (a frozen
+    zero table is FROZEN_AT_ZERO and stays order-blind, so it is not this)."""
+    trained = {id(p) for group in getattr(optimizer, "param_groups", ()) for p in group["params"]}
+    return all(isinstance(tensor, nn.Parameter) and tensor.requires_grad and id(tensor) in trained
+               and not bool(tensor.detach().any()) for _, tensor in tables)
+
+
+SET_LIKE = 0.9  # neighbours' distance over random pairs' within a sample: no order in the data
+
+
+def unordered_elements(leaf: torch.Tensor, axis: int) -> bool:
+    """Whether the float elements along ``axis`` are a set, not a sequence: neighbours are no
+    more alike than two elements drawn at random from the same sample (points, detections,
+    a bag of feature vectors), so an order-blind model (Deep Sets, attention pooling by a
+    seed query) is the design. Signals, frames and trajectories have close neighbours. Token
+    ids say nothing by distance and always count as a sequence."""
+    if not leaf.is_floating_point() or leaf.dim() < 2:
+        return False
+    elements = leaf.detach().float().movedim(axis, 1)
+    elements = elements.reshape(elements.shape[0], elements.shape[1], -1)
+    count = elements.shape[1]
+    if count < 4 or not bool(torch.isfinite(elements).all()):
+        return False
+    neighbours = (elements[:, 1:] - elements[:, :-1]).norm(dim=-1).mean()
+    shuffled = torch.randperm(count, generator=torch.Generator().manual_seed(0))
+    pairs = (elements[:, shuffled] - elements).norm(dim=-1)
+    apart = pairs[:, shuffled != torch.arange(count)].mean()
+    return float(apart) > 0 and float(neighbours / apart) >= SET_LIKE
 
 
 def _reversed_valid(leaf: torch.Tensor, axis: int) -> torch.Tensor | None:
