@@ -41,7 +41,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "w": "benchmarks.blind_preflight_w.registry", "x": "benchmarks.blind_preflight_x.registry",
               "y": "benchmarks.blind_preflight_y.registry", "z": "benchmarks.blind_preflight_z.registry",
               "aa": "benchmarks.blind_preflight_aa.registry", "ab": "benchmarks.blind_preflight_ab.registry",
-              "ac": "benchmarks.blind_preflight_ac.registry", "ad": "benchmarks.blind_preflight_ad.registry"}
+              "ac": "benchmarks.blind_preflight_ac.registry", "ad": "benchmarks.blind_preflight_ad.registry",
+              "ae": "benchmarks.blind_preflight_ae.registry", "af": "benchmarks.blind_preflight_af.registry"}
 
 
 def load_cases(which: str = "a"):
