@@ -49,6 +49,7 @@ SCALED_TWICE_MAX = 1.05 / 255  # uint8 / 255 / 255
 # Normalize with 0..255-scale statistics on [0, 1] pixels: (x - 125) / 63 ~ -1.98 +- 0.004.
 FLAT_STD = 0.02
 FLAT_MEAN = 0.5
+UNIX_SECONDS = (9.0e8, 2.2e9)  # 1998 to 2039: a column averaging there is a timestamp in seconds
 
 
 # Tabular features: a standardised column has std ~1 and mean ~0; counts, ratings, ages
@@ -197,7 +198,6 @@ def describe_raw_features(columns: list[int], seen: FirstLayerInput) -> tuple[st
 
 
 SIGNIFICANT_BITS = {"bf16": 8, "fp16": 11}
-UNIX_SECONDS = (9.0e8, 2.2e9)  # 1998 to 2039: a column averaging there is a timestamp in seconds
 
 
 def rounded_in_half_precision(columns: list[int], seen: FirstLayerInput, precision: str) -> str:
