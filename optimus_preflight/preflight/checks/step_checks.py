@@ -46,7 +46,15 @@ from optimus_preflight.preflight.analyses.target_profile import (
     profile_findings,
 )
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
-from optimus_preflight.preflight.checks.target_classes import label_leaf, scan_labels
+from optimus_preflight.preflight.checks.target_classes import (
+    few_classes_candidate,
+    few_classes_enough,
+    few_classes_message,
+    label_leaf,
+    per_sample_label_leaf,
+    scan_classes,
+    scan_labels,
+)
 from optimus_preflight.preflight.framework import Check, Findings, PreflightBug, Stage
 
 if TYPE_CHECKING:
@@ -588,7 +596,8 @@ class TargetsCheck(Check):
     stage = Stage.STEP
     codes = ("O14", "TARGET_ALL_IGNORED", "TARGET_MOSTLY_IGNORED", "TARGET_ONE_CLASS", "TARGET_MULTI_HOT",
              "TARGET_SCALE", "TARGET_IGNORED_CLASS", "TARGET_TRUNCATED", "TARGET_CLASS_IDS_REGRESSED", "TARGET_ORDER",
-             "TARGET_ZERO_ONE_SIGN", "TARGET_IS_INPUT", "TARGET_ALWAYS_ON", "TARGET_COLUMN_REUSED")
+             "TARGET_ZERO_ONE_SIGN", "TARGET_IS_INPUT", "TARGET_ALWAYS_ON", "TARGET_COLUMN_REUSED",
+             "TARGET_FEW_CLASSES")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -716,6 +725,20 @@ class TargetsCheck(Check):
                              "masked; transformers' DataCollatorForLanguageModeling does this.")
             if found is not None:
                 findings.add(found.severity, found.code, found.message, found.fix, "data.train")
+        self._few_classes(ctx, calls, findings)
+
+    def _few_classes(self, ctx: PreflightContext, calls: list, findings: Findings) -> None:
+        call = next((c for c in calls if few_classes_candidate(c)), None)
+        index = per_sample_label_leaf(ctx.artifacts.first_batch, call) if call is not None else None
+        if call is None or index is None or ctx.artifacts.data_hang is not None:
+            return
+        used, seen, whole_epoch = scan_classes(ctx, findings, self.name, call, index)
+        findings.data["class_scan"] = {"classes": used, "targets": seen, "whole_epoch": whole_epoch}
+        classes = call.n_classes or 0
+        if len(used) > classes // 2 or not seen or (seen < few_classes_enough(classes) and not whole_epoch):
+            return
+        message, fix = few_classes_message(call, used, seen, whole_epoch)
+        findings.warning("TARGET_FEW_CLASSES", message, fix, "data.train")
 
 
 def _labels_copy_inputs(batch: object, ignore_index: int | None) -> bool:

@@ -9,6 +9,11 @@ criterion's one value: the same tensor, or the one it was flattened or shifted f
 A constant target that is not in the batch is built by ``compute_loss`` on purpose
 (MoCo's InfoNCE: ``labels = zeros(N)``, the positive at index 0; a GAN's all-real
 labels), and says nothing about the data: no verdict.
+
+The same reading serves ``TARGET_FEW_CLASSES``: per-sample class targets that use at most
+half of the head's classes in the first batch are read on until more show up. A label
+column scaled with the features and cast back to integers (grades 0-3 min-max scaled, then
+``.long()``: 0, 0, 0, 1) leaves valid ids of too few classes, which no range check sees.
 """
 
 from __future__ import annotations
@@ -76,3 +81,76 @@ def scan_labels(ctx: PreflightContext, findings: Findings, check: str, call: Cri
                     time.perf_counter() - started > SCAN_BUDGET_S:
                 return seen, batches, False
     return seen, batches, True
+
+
+# A class of the head that never shows up in this many targets per class is not chance: at
+# 20 targets per class, a class of even 5% share is missed with probability under 1e-4 at C=4.
+FEW_CLASSES_PER_CLASS = 20
+
+
+def few_classes_enough(classes: int) -> int:
+    # Past 1,024 targets, two classes of 0.5% each both stay unseen with probability 3e-5.
+    return max(FEW_CLASSES_PER_CLASS * classes, 1024)
+
+
+def few_classes_candidate(call: CriterionCall) -> bool:
+    """Per-sample hard targets of a class criterion holding at most half of its classes."""
+    profile = call.profile
+    classes = call.n_classes or 0
+    return (call.function in ("cross_entropy", "nll_loss") and call.hard_targets and profile is not None
+            and profile.per_sample and classes >= 3 and 2 <= profile.distinct <= classes // 2)
+
+
+def per_sample_label_leaf(batch: Any, call: CriterionCall) -> int | None:
+    """Index (in ``leaves(batch)`` order) of the batch's one integer ``(B,)``/``(B, 1)`` tensor
+    with the criterion's number of distinct targets."""
+    found = []
+    for index, leaf in enumerate(leaves(batch)):
+        if not isinstance(leaf, torch.Tensor) or leaf.is_floating_point() or leaf.dtype == torch.bool \
+                or leaf.numel() != call.profile.total or leaf.dim() not in (1, 2) or leaf.shape[0] != leaf.numel():
+            continue
+        if int(_kept(leaf, call.ignore_index).unique().numel()) == call.profile.distinct:
+            found.append(index)
+    return found[0] if len(found) == 1 else None
+
+
+def scan_classes(ctx: PreflightContext, findings: Findings, check: str, call: CriterionCall,
+                 index: int) -> tuple[list[int], int, bool]:
+    """(the classes seen, targets seen, whole epoch read), reading labels until more than half
+    of the head's classes show up, enough targets are seen, the epoch ends or the budget runs out."""
+    classes = call.n_classes or 0
+    enough = few_classes_enough(classes)
+    seen_classes: set[int] = set()
+    seen, started = 0, time.perf_counter()
+    guard = DataGuard(ctx, check, findings)
+    with preserved_data_state(ctx), guard.batches(ctx.train_loader, "labels for step.targets") as stream:
+        for batches, batch in enumerate(stream, start=1):
+            found = list(leaves(batch))
+            if index >= len(found) or not isinstance(found[index], torch.Tensor):
+                return sorted(seen_classes), 0, False  # another batch structure: judge no further
+            kept = _kept(found[index], call.ignore_index)
+            seen_classes.update(int(value) for value in kept.unique().tolist())
+            seen += kept.numel()
+            if len(seen_classes) > classes // 2:
+                return sorted(seen_classes), seen, False
+            if seen >= enough or batches >= 4 * SCAN_BATCHES or time.perf_counter() - started > SCAN_BUDGET_S:
+                return sorted(seen_classes), seen, False
+    return sorted(seen_classes), seen, True
+
+
+def few_classes_message(call: CriterionCall, used: list[int], seen: int, whole_epoch: bool) -> tuple[str, str]:
+    classes = call.n_classes or 0
+    missing = [c for c in range(classes) if c not in used]
+    shown = ", ".join(str(c) for c in missing[:8]) + (", ..." if len(missing) > 8 else "")
+    where = "the whole training epoch" if whole_epoch else f"the first {seen} training targets"
+    return (
+        f"the model has {classes} class outputs, but {where} use only {len(used)} of them "
+        f"({', '.join(str(c) for c in used[:8])}): classes {shown} are never a target, so the head only learns never "
+        "to predict them. Labels squeezed into fewer ids on the way do this: a label column scaled with the features "
+        "(min-max or standardisation of the whole table) and cast back with .long(), which truncates grades 0, 1, 2, 3 "
+        "(0, 0.33, 0.67, 1.0) to 0, 0, 0, 1; a threshold, binning or integer division that merges classes; or "
+        "labels taken from another column",
+        "Keep the label column out of the feature scaling (scale X only; take y as the original integer ids) and "
+        f"check that torch.unique of the training labels is 0..{classes - 1}; if the data truly has {len(used)} "
+        f"classes, build the head with {len(used)} outputs.",
+    )
