@@ -211,6 +211,7 @@ class CriterionCall:
     classes_last: bool = False  # a (B, T, C) input straight from a linear layer: classes on the last dim, not dim 1
     input_op: str | None = None  # the autograd op that made the input, through views (SumBackward0: a .sum() with no dim)
     similarity_product: bool = False  # square (B, B) scores of a @ b.T: in-batch similarities, positives on the diagonal
+    class_target: torch.Tensor | None = None  # (B,) class ids of a class criterion (held for the step only)
 
     @property
     def hard_targets(self) -> bool:
@@ -466,6 +467,9 @@ class LossSpy(TorchFunctionMode):
             record.always_on_label = always_on_label(target)
         if name in REGRESSION_CRITERIA and isinstance(target, torch.Tensor) and not target.requires_grad:
             record.target_tensor = target
+        if name in CLASS_CRITERIA and isinstance(target, torch.Tensor) and target.dim() == 1 \
+                and not target.is_floating_point():
+            record.class_target = target.detach()
         if name in CLASS_CRITERIA and isinstance(inputs, torch.Tensor) and inputs.requires_grad:
             record.logit_activation = output_activation(inputs)
             record.classes_last = inputs.dim() >= 3 and features_on_last_dim(inputs)

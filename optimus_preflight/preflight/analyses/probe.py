@@ -33,6 +33,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from optimus_preflight.memory.user_state import raised_by_fake_tensor
 from optimus_preflight.preflight.analyses.api_pitfalls import Pitfalls
+from optimus_preflight.preflight.analyses.argmaxed_labels import ArgmaxedMultiHot, argmaxed_multi_hot
 from optimus_preflight.preflight.analyses.autograd_calls import watched_autograd_grad
 from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, ModuleInput
 from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction, ClassesMisread
@@ -130,6 +131,7 @@ class StepProbe:
     loss_gradient_share: tuple[float, float] | None = None  # see _gradient_share
     pitfalls: Pitfalls = field(default_factory=Pitfalls)  # torch calls whose defaults mislead (api_pitfalls)
     target_column_reused: tuple[list[str], int, int, int] | None = None  # see target_column_reused
+    argmaxed_multi_hot: ArgmaxedMultiHot | None = None  # class ids argmaxed from multi-hot labels
     boxes_beyond_image: BoxesBeyondImage | None = None  # see boxes_beyond_image
     step_warnings: list[str] = field(default_factory=list)  # what torch warned during the step
     # A class target flattened from a (T, B) batch tensor while the model read (B, ...) inputs:
@@ -434,8 +436,10 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.target_is_input = target_is_input(spy.calls, model_input_tensors, step_batches[0] if step_batches else batch)
     probe.target_column_reused = target_column_reused(spy.calls, step_batches[0] if step_batches else batch)
     probe.boxes_beyond_image = boxes_beyond_image(spy.calls, model_input_tensors)
+    probe.argmaxed_multi_hot = argmaxed_multi_hot(spy.calls, step_batches[0] if step_batches else batch)
     for call in spy.calls:
         call.target_tensor = None  # the probe keeps statistics, not the batch's tensors
+        call.class_target = None
     probe.channel_reduction = spy.channel_axis.found
     probe.classes_misread = spy.channel_axis.misread
     probe.view_as_permute = spy.views.found

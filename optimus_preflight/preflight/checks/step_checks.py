@@ -667,6 +667,19 @@ class TargetsCheck(Check):
         found = _single_output_classifier(ctx, calls)
         if found is not None:
             findings.warning("TARGET_CLASS_IDS_REGRESSED", *found)
+        if probe.argmaxed_multi_hot is not None:
+            found = probe.argmaxed_multi_hot
+            findings.error(
+                "TARGET_MULTI_HOT",
+                f"{found.function}'s class targets are the argmax of the batch's multi-hot {found.shape} labels, and "
+                f"{found.multi_rows:.0%} of those rows hold two labels or more (up to {found.most_labels}): argmax keeps "
+                "only the lowest-index label of each sample as its one class, and the softmax pushes the sample's other "
+                "true labels down, so the model learns the label order, not the labels",
+                "Train the multi-label target as it is: BCEWithLogitsLoss()(logits, labels.float()) on the multi-hot "
+                "tensor (no argmax), and predict with torch.sigmoid(logits) > threshold; keep cross_entropy for data "
+                "with exactly one label per sample.",
+                "data.train",
+            )
         if probe.target_column_reused is not None:
             terms, twice, unused, columns = probe.target_column_reused
             findings.warning(
