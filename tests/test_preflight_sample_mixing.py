@@ -143,8 +143,42 @@ def test_the_sample_axis_of_an_output_is_the_one_where_only_sample_0_moved():
     assert other_samples_moved([first], [second], 16) == []
     second[:, 5] += 1.0
     assert other_samples_moved([first], [second], 16) == [5]
-    assert evenly_spaced([4, 8, 12], 16) == 4 and evenly_spaced([4, 8], 16) is None
-    assert evenly_spaced([3, 5], 16) is None
+    assert evenly_spaced([4, 8, 12], 16) == 4
+    assert evenly_spaced([4, 8], 16) == 4  # sample 0's third part equal to sample 1's: that row stayed
+    assert evenly_spaced([3, 5], 16) is None and evenly_spaced([2, 6], 16) is None  # 2 of 7 multiples: chance
+    assert evenly_spaced([5, 10], 16) is None  # 5 does not divide the batch
+
+
+class FieldEmbeddings(nn.Module):
+    """One embedding per categorical field of a table, joined into each row's feature vector."""
+
+    def __init__(self, joined_along_batch: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.joined_along_batch = joined_along_batch
+        self.fields = nn.ModuleList(nn.Embedding(30, 8) for _ in range(4))
+        self.head = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 2))
+
+    def forward(self, codes):
+        parts = [embedding(codes[:, k]) for k, embedding in enumerate(self.fields)]
+        if self.joined_along_batch:
+            return self.head(torch.cat(parts, dim=0).view(codes.shape[0], -1))
+        return self.head(torch.cat(parts, dim=1))
+
+
+@pytest.mark.parametrize("joined_along_batch", [True, False])
+def test_field_embeddings_joined_along_the_batch_are_named(joined_along_batch):
+    codes = torch.randint(0, 30, (256, 4), generator=torch.Generator().manual_seed(0))
+    labels = torch.randint(0, 2, (256,), generator=torch.Generator().manual_seed(1))
+    model = FieldEmbeddings(joined_along_batch)
+    report = run_preflight(model, torch.optim.AdamW(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(codes, labels), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), FirstStepCheck(), SampleMixingCheck()])
+    issues = [i for i in report.check("step.sample_mixing").issues if i.code == "BATCH_MIXING"]
+    assert bool(issues) == joined_along_batch
+    if issues:
+        assert "every 4th" in issues[0].message and "torch.cat(parts, dim=0).view(B, -1)" in issues[0].message
+        assert "torch.cat(parts, dim=1)" in issues[0].fix
 
 
 class PositionalEncoded(nn.Module):

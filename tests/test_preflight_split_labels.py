@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -121,6 +122,32 @@ def test_identical_inputs_with_opposite_labels_fire_and_informative_inputs_stay_
     found = conflict_verdict(drop_negations=True)
     assert found and "negations" in found[0].message
     assert not conflict_verdict(drop_negations=False)
+
+
+class PairwiseFactorization(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.user, self.item = nn.Embedding(80, 8), nn.Embedding(120, 8)
+
+    def score(self, users, items):
+        return (self.user(users) * self.item(items)).sum(-1)
+
+
+def bpr_loss(model, batch):
+    users, clicked, sampled = batch
+    return -F.logsigmoid(model.score(users, clicked) - model.score(users, sampled)).mean()
+
+
+def test_a_sampled_negative_beside_user_and_item_ids_is_no_label_conflict():
+    # (user, clicked item, random unclicked item): the same pair recurs with other negatives by design.
+    g = torch.Generator().manual_seed(0)
+    users = torch.randint(0, 80, (6000,), generator=g)
+    clicked, sampled = torch.randint(0, 20, (6000,), generator=g), torch.randint(20, 120, (6000,), generator=g)
+    model = PairwiseFactorization()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(users, clicked, sampled), batch_size=64, shuffle=True),
+                           loss_fn=bpr_loss, checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    assert not [i for i in report.check("data.split_labels").issues if i.code == "LABEL_CONFLICT"]
 
 
 def test_folder_names_sorted_as_strings_in_one_split_are_named():

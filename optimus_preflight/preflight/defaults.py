@@ -25,6 +25,7 @@ from optimus_preflight.preflight.checks import (
 from optimus_preflight.preflight.checks.adapter_checks import AdapterCheck
 from optimus_preflight.preflight.checks.attention_mask import AttentionMaskCheck
 from optimus_preflight.preflight.checks.batch_layout import BatchLayoutCheck
+from optimus_preflight.preflight.checks.batch_order import BatchOrderCheck
 from optimus_preflight.preflight.checks.buffer_lookups import BufferLookupsCheck
 from optimus_preflight.preflight.checks.coded_columns import CodedColumnsCheck
 from optimus_preflight.preflight.checks.collapse import CollapseCheck
@@ -180,6 +181,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     TargetLeakCheck,
     ForecastLeakCheck,
     SampleMixingCheck,
+    BatchOrderCheck,
     InputDependenceCheck,
     ZeroFeaturesCheck,
     EmbeddingInputsCheck,

@@ -167,13 +167,17 @@ def index_dependent(first: list[torch.Tensor], second: list[torch.Tensor], keep:
 
 
 def evenly_spaced(indices: list[int], keep: int) -> int | None:
-    """The stride when ``indices`` are exactly the multiples of one stride below ``keep``."""
+    """The stride when ``indices`` are multiples of one stride that divides ``keep``: all of
+    them, or all but some whose part of sample 0 happened to equal sample 1's (the probe's
+    replacement), so that part of the tiled tensor did not change."""
     if len(indices) < 2:
         return None
     stride = indices[0]
     for index in indices:
         stride = math.gcd(stride, index)
-    return stride if stride > 1 and indices == list(range(stride, keep, stride)) else None
+    multiples = list(range(stride, keep, stride))
+    return stride if stride > 1 and keep % stride == 0 and set(indices) <= set(multiples) \
+        and 2 * len(indices) >= len(multiples) else None
 
 
 def ordinal(n: int) -> str:
@@ -252,12 +256,18 @@ class SampleMixingCheck(Check):
         stride = evenly_spaced(others, keep)
         listed = ", ".join(str(i) for i in others[:8]) + (", ..." if len(others) > 8 else "")
         if stride:
-            cause = (f"The samples that moved are every {ordinal(stride)} of the batch: the signature of a per-sample "
-                     "tensor tiled with .repeat(k, ...) where .repeat_interleave(k, dim=0) was meant, e.g. a "
-                     "(B, T, T) attention mask expanded to (B*heads, T, T) head-major while nn.MultiheadAttention "
+            parts = keep // stride
+            cause = (f"The samples that moved are every {ordinal(stride)} of the batch: the signature of per-sample "
+                     "tensors laid out batch-major and read back sample-major. Either k per-sample parts joined "
+                     f"along the batch, torch.cat(parts, dim=0).view(B, -1) (with {parts} parts, row b of the view "
+                     f"holds rows {parts}b..{parts}b+{parts - 1} of the stack: other samples' parts; per-field "
+                     "embeddings of a tabular or recommender model), where torch.cat(parts, dim=1) was meant; or a "
+                     "per-sample tensor tiled with .repeat(k, ...) where .repeat_interleave(k, dim=0) was meant, e.g. "
+                     "a (B, T, T) attention mask expanded to (B*heads, T, T) head-major while nn.MultiheadAttention "
                      "reads index b*heads + h, so the heads of one sample get another sample's mask")
-            fix = ("Tile per-sample tensors sample-major: mask.repeat_interleave(heads, dim=0), or pass a (B, T) "
-                   "key_padding_mask instead of a 3-D attn_mask.")
+            fix = ("Join per-sample parts along the feature axis: torch.cat(parts, dim=1) (or torch.stack(parts, "
+                   "dim=1).flatten(1)); tile per-sample tensors sample-major: mask.repeat_interleave(heads, dim=0), "
+                   "or pass a (B, T) key_padding_mask instead of a 3-D attn_mask.")
         else:
             cause = ("Something in the forward hands one sample's tensor to other samples: a per-sample mask or "
                      "embedding tiled with .repeat where .repeat_interleave was meant (a (B*heads, T, T) attention "

@@ -214,13 +214,17 @@ def input_digests(batch: Any) -> list[str]:
 
 
 def ids_only(batch: Any) -> bool:
-    """Whether an ``(x, y)`` batch's inputs are a few integer ids per sample (a user, a user and
-    an item): such an input maps to many labels by nature (the items a user chose), so equal
-    inputs with other labels are the task, not a preprocessing that merged samples."""
-    if not isinstance(batch, (list, tuple)) or len(batch) != 2 or not isinstance(batch[0], torch.Tensor):
+    """Whether an ``(x, y)`` or ``(x1, x2, ..., y)`` batch's inputs are a few integer ids per
+    sample (a user, a user and an item, a (user, clicked item) pair before a sampled negative):
+    such an input maps to many labels by nature (the items a user chose), so equal inputs with
+    other labels are the task, not a preprocessing that merged samples."""
+    if not isinstance(batch, (list, tuple)) or len(batch) < 2:
         return False
-    inputs = batch[0]
-    return inputs.dim() >= 1 and len(inputs) > 0 and few_integers(inputs[0], FEW_IDS)
+    inputs = batch[:-1]
+    if not all(isinstance(part, torch.Tensor) and part.dim() >= 1 and len(part) > 0 for part in inputs):
+        return False
+    return sum(part[0].numel() for part in inputs) <= FEW_IDS and all(few_integers(part[0], FEW_IDS)
+                                                                       for part in inputs)
 
 
 def conflicting_labels(digests: list[str], labels: torch.Tensor) -> tuple[int, int]:

@@ -1,0 +1,89 @@
+"""LOSS_ORDER_DEPENDENT: a loss over a shuffled batch that changes with the order of its samples."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.batch_order import BatchOrderCheck, permuted_batch
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
+
+
+def survival_rows(rows: int = 1024):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, 6, generator=g)
+    time = torch.distributions.Exponential(torch.exp(x[:, 0])).sample() + 0.01
+    event = (torch.rand(rows, generator=g) > 0.3).float()
+    return TensorDataset(x, time, event)
+
+
+def cox_loss(sort_inside: bool):
+    def loss_fn(model, batch):
+        x, time, event = batch
+        risk = model(x).squeeze(-1)
+        if sort_inside:
+            order = torch.argsort(time, descending=True)
+            risk, event = risk[order], event[order]
+        return -((risk - torch.logcumsumexp(risk, 0)) * event).sum() / event.sum().clamp_min(1.0)
+    return loss_fn
+
+
+def order_issues(loss_fn, shuffle: bool = True, data=None, model=None):
+    model = model or nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 1))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(data or survival_rows(), batch_size=128, shuffle=shuffle),
+                           loss_fn=loss_fn, checks=[FirstBatchCheck(), FirstStepCheck(), BatchOrderCheck()])
+    result = report.check("step.batch_order")
+    assert result.status.value != "crashed", result.detail
+    return [i for i in result.issues if i.code == "LOSS_ORDER_DEPENDENT"], result
+
+
+@pytest.mark.parametrize("sort_inside, shuffle, fires", [(False, True, True), (True, True, False), (False, False, False)],
+                         ids=["unsorted_risk_sets", "sorted_in_the_loss", "presorted_loader_without_shuffle"])
+def test_a_cox_loss_over_unsorted_risk_sets(sort_inside, shuffle, fires):
+    issues, result = order_issues(cox_loss(sort_inside), shuffle=shuffle)
+    assert bool(issues) == fires, result.data
+    if issues:
+        assert "torch.logcumsumexp along dim 0" in issues[0].message and "argsort(time" in issues[0].fix
+
+
+def pairs_by_position(model, batch):
+    x, _ = batch
+    z = F.normalize(model(x), dim=1)
+    return (1 - (z[0::2] * z[1::2]).sum(1)).mean()  # "x[2i] and x[2i+1] are two views": not after a shuffle
+
+
+def in_batch_softmax(model, batch):
+    x, y = batch
+    u, v = F.normalize(model(x), dim=1), F.normalize(model(y), dim=1)
+    return F.cross_entropy(u @ v.T / 0.1, torch.arange(len(x)))
+
+
+def noisy_denoiser(model, batch):
+    x, _ = batch
+    return F.mse_loss(model(x + 0.3 * torch.randn_like(x)), model(x).detach())
+
+
+@pytest.mark.parametrize("loss_fn, fires", [(pairs_by_position, True), (in_batch_softmax, False),
+                                            (noisy_denoiser, False)],
+                         ids=["pairs_by_position", "in_batch_softmax", "random_noise_in_the_loss"])
+def test_pairs_by_position_fire_and_order_free_losses_stay_quiet(loss_fn, fires):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(512, 6, generator=g)
+    data = TensorDataset(x, x + 0.1 * torch.randn(512, 6, generator=g))
+    model = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Dropout(0.1), nn.Linear(32, 6))
+    issues, result = order_issues(loss_fn, data=data, model=model)
+    assert bool(issues) == fires, result.data
+
+
+def test_a_batch_with_a_tensor_that_is_not_per_sample_is_left_alone():
+    x, adjacency = torch.randn(16, 4), torch.rand(16, 16)
+    assert permuted_batch((x, adjacency), torch.randperm(16)) is None
+    assert permuted_batch((x, torch.arange(40)), torch.randperm(16)) is None  # concatenated targets
+    moved = permuted_batch({"x": x, "y": torch.arange(16)}, torch.arange(16).flip(0))
+    assert torch.equal(moved["y"], torch.arange(16).flip(0)) and torch.equal(moved["x"], x.flip(0))
