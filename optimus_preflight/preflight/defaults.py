@@ -89,6 +89,7 @@ from optimus_preflight.preflight.checks.trained_tensors import (
 )
 from optimus_preflight.preflight.checks.transition_flags import TransitionFlagsCheck
 from optimus_preflight.preflight.checks.truncation_signal import TruncationSignalCheck
+from optimus_preflight.preflight.checks.unread_mask import UnreadMaskCheck
 from optimus_preflight.preflight.checks.update_checks import UpdateCheck
 from optimus_preflight.preflight.checks.val_loader import ValidationLoaderCheck
 from optimus_preflight.preflight.checks.warmup_length import WarmupLengthCheck
@@ -172,6 +173,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     DerivativeGraphCheck,
     step_checks.LossFunctionCheck,
     step_checks.TargetsCheck,
+    UnreadMaskCheck,
     RegressedClassesCheck,
     step_checks.PaddedLossCheck,
     TokenLabelsCheck,
