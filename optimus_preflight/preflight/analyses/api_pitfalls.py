@@ -84,6 +84,8 @@ class Pitfalls:
     # (shape, smallest, largest value) of raw scores a soft Dice/IoU multiplies with a 0/1 mask and sums alone
     overlap_on_raw_scores: tuple[tuple[int, ...], float, float] | None = None
     embedding_dim_pooled: tuple[str, tuple[int, ...]] | None = None  # (reduction, shape) over an embedding's vectors
+    # (shape, whether both sides are one distribution) of a kl_div with no gradient on either side
+    kl_div_constant: tuple[tuple[int, ...], bool] | None = None
 
 
 class PitfallWatch:
@@ -299,6 +301,13 @@ class PitfallWatch:
                 found.kl_div_mean = tuple(inputs.shape)
             if found.kl_div_probabilities is None and is_distribution(inputs):
                 found.kl_div_probabilities = tuple(inputs.shape)
+            target = argument(args, kwargs, 1, "target")
+            if found.kl_div_constant is None and torch.is_grad_enabled() and isinstance(target, torch.Tensor) \
+                    and not inputs.requires_grad and not target.requires_grad and inputs.shape == target.shape:
+                log_target = bool(argument(args, kwargs, 5, "log_target", False))
+                probabilities = target.float() if not log_target else target.float().exp()
+                same = bool(torch.allclose(inputs.float().exp(), probabilities, atol=1e-4, rtol=1e-3))
+                found.kl_div_constant = (tuple(inputs.shape), same)
         if name in REGRESSION and found.detached_prediction is None and torch.is_grad_enabled():
             target = argument(args, kwargs, 1, "target")
             if isinstance(target, torch.Tensor) and target.requires_grad and not inputs.requires_grad:

@@ -67,7 +67,18 @@ def _terms(node: Any, depth: int = 0) -> list[Any]:
         return [term for child in children for term in _terms(child, depth + 1)]
     if name in WEIGHTS and len(children) == 1 and depth < 8:
         return _terms(children[0], depth + 1)
+    if name == "DivBackward0" and len(children) == 1 and depth == 0 and _divisor(node):
+        # (rec + kl) / n: a constant divisor of the whole loss leaves the terms' weights relative to
+        # each other as they are.
+        return _terms(children[0], depth + 1)
     return [node]
+
+
+def _divisor(node: Any) -> float | None:
+    try:
+        return _constant(node._saved_other)
+    except (AttributeError, RuntimeError):
+        return None
 
 
 def _only_child(node: Any) -> Any | None:

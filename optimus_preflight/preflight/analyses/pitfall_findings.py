@@ -211,11 +211,25 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "teacher.requires_grad_(False) and build the optimizer over the student's parameters only. Mutual "
             "learning that trains both on purpose detaches each peer's target the same way.",
         ))
+    if found.kl_div_constant is not None:
+        shape, same = found.kl_div_constant
+        both = (" and both sides are the same distribution (its value is 0): the teacher's logits are on both sides, "
+                "kl_div(F.log_softmax(teacher_logits / T), F.softmax(teacher_logits / T)) where the input should be "
+                "the student's" if same else "")
+        findings.append(Finding(
+            "KL_TERM_CONSTANT", "warning",
+            f"a kl_div term of the loss ({shape}) gets no gradient from either side: neither its input nor its target "
+            f"depends on a trained parameter{both}. The distillation term is a constant that does not depend on the "
+            "student, so the student learns only from the loss's other terms",
+            "Give kl_div the student's log-probabilities as its input: F.kl_div(F.log_softmax(student_logits / T, "
+            "-1), F.softmax(teacher_logits / T, -1), reduction='batchmean') * T * T, with the teacher's side "
+            "detached.",
+        ))
     if found.kl_div_probabilities is not None:
         findings.append(Finding(
             "KL_DIV_INPUT_NOT_LOG", "error",
-            f"kl_div / nn.KLDivLoss gets its input ({found.kl_div_probabilities}) as probabilities (every row in [0, 1], "
-            "summing to 1), but it reads its first argument as log-probabilities: it computes sum(target * (log(target) "
+            f"kl_div / nn.KLDivLoss gets probabilities as its input ({found.kl_div_probabilities}: every row in [0, 1], "
+            "summing to 1), but it expects log-probabilities there: it computes sum(target * (log(target) "
             "- input)), so with probabilities the loss is -sum(p_teacher * p_student) + const, which is lowest for a "
             "one-hot on the target's top class, not for matching the target distribution (and can go below zero)",
             "Pass log-probabilities as the input: kl(F.log_softmax(student_logits / T, -1), F.softmax(teacher_logits / "

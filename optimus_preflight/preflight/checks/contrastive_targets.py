@@ -50,16 +50,27 @@ NO_POSITIVE_SHARE = 0.5  # of a batch's samples without a positive in it
 SEED = 20240611
 
 
+PRODUCTS = {"matmul", "mm", "__matmul__", "__rmatmul__"}
+
+
 class SimilarityWatch(TorchFunctionMode):
-    """Keeps the first cross-entropy over square ``(N, N)`` scores with an index target."""
+    """Keeps the first cross-entropy over square ``(N, N)`` scores with an index target, and
+    whether a square product before it multiplied a tensor with itself (``z1 @ z1.T``)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.scores: torch.Tensor | None = None
         self.target: torch.Tensor | None = None
+        self.self_product = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if getattr(func, "__name__", "") in PRODUCTS and self.scores is None and len(args) >= 2:
+            left, right = args[0], args[1]
+            if isinstance(left, torch.Tensor) and isinstance(right, torch.Tensor) and left.dim() == right.dim() == 2 \
+                    and left.shape[0] == right.shape[1] and left.shape[0] >= MIN_ROWS:
+                self.self_product = left.untyped_storage().data_ptr() == right.untyped_storage().data_ptr() \
+                    and left.data_ptr() == right.data_ptr()
         if func is F.cross_entropy and self.scores is None and len(args) >= 2:
             scores, target = args[0], args[1]
             if (isinstance(scores, torch.Tensor) and isinstance(target, torch.Tensor) and scores.dim() == 2
@@ -81,9 +92,10 @@ def seeded_scores(ctx: PreflightContext, batch: Any) -> tuple[torch.Tensor, torc
     return watch.scores, watch.target
 
 
-def train_mode_scores(ctx: PreflightContext, batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The (N, N) scores and targets of one train-mode forward without gradients: dropout and
-    random augmentation as the training step has them."""
+def train_mode_scores(ctx: PreflightContext, batch: Any) -> tuple[torch.Tensor, torch.Tensor, bool] | None:
+    """The (N, N) scores and targets of one train-mode forward without gradients (dropout and
+    random augmentation as the training step has them), and whether the scores are a product
+    of one tensor with itself."""
     watch = SimilarityWatch()
     with preserved_training_state(ctx), torch.no_grad():
         ctx.model.train()
@@ -91,7 +103,7 @@ def train_mode_scores(ctx: PreflightContext, batch: Any) -> tuple[torch.Tensor, 
             ctx.compute_loss(ctx.model, batch)
     if watch.scores is None or watch.target is None:
         return None
-    return watch.scores, watch.target
+    return watch.scores, watch.target, watch.self_product
 
 
 IDENTICAL = 1e-4  # relative spread of the positive scores (and their gap to the largest) of identical views
@@ -265,7 +277,7 @@ class ContrastiveTargetsCheck(Check):
             return False
         if trained is None:
             return False
-        scores, target = trained
+        scores, target, self_product = trained
         positive = identical_positives(scores, target)
         if positive is None:
             return False
@@ -288,6 +300,18 @@ class ContrastiveTargetsCheck(Check):
                    if partner == "concatenated" else
                    f"for interleaved rows (torch.stack([z1, z2], 1).reshape({rows}, -1)) the targets are "
                    f"torch.arange({rows}) ^ 1."),
+            )
+            return True
+        if self_product:
+            findings.warning(
+                "IN_BATCH_POSITIVE_IS_SELF",
+                f"each row's positive in the in-batch contrastive loss is the row itself: the ({rows}, {rows}) "
+                "similarities are one view's embeddings multiplied by themselves (z1 @ z1.T where z1 @ z2.T was "
+                f"meant), so every diagonal score is {positive:.4g}, the largest in the matrix (an embedding's cosine "
+                "with itself / temperature), the second view is never compared, and the loss is solved without "
+                "learning any invariance to the augmentation",
+                "Score one view against the other: logits = z1 @ z2.T / temperature with targets torch.arange(B) "
+                "(and symmetrically z2 @ z1.T), so each sample's positive is its other view.",
             )
             return True
         findings.warning(

@@ -148,10 +148,18 @@ class OptimizerParamsCheck(Check):
             modules = _whole_modules(missing, list(names.values()))
             whole = f" (all of {', '.join(repr(m) for m in modules[:3])})" if modules else ""
             groups = len(ctx.optimizer.param_groups)
+            held = [name for param, name in names.items() if param in in_optimizer]
+            copy = ""
+            if held and len(frozen) == len(held):
+                copies = _whole_modules(frozen, list(names.values()))
+                shown = f"all of {', '.join(repr(m) for m in copies[:3])}" if copies else _names(frozen, 3)
+                copy = (f" The optimizer holds only frozen parameters ({shown}): it was built over a frozen copy of the "
+                        "network (an EMA / moving-average shadow, a teacher) instead of the network that trains, e.g. "
+                        "torch.optim.Adam(model.ema.parameters()) where model.net.parameters() was meant.")
             findings.error(
                 "O2",
-                f"{_names(missing)}{whole}: {len(missing)} trainable parameter(s) not in the optimizer, never updated. "
-                "The optimizer was built before these were added or replaced (a new head attached after the "
+                f"{_names(missing)}{whole}: {len(missing)} trainable parameter(s) not in the optimizer, never updated."
+                f"{copy} The optimizer was built before these were added or replaced (a new head attached after the "
                 "optimizer), or from a parameter list that leaves them out (a param group built for them and never "
                 f"appended to the list of {groups} group(s) passed, a name filter that misses them, a slice of the "
                 "parameters)",

@@ -95,6 +95,13 @@ def frozen_at_init(model: nn.Module, min_layers: int = 2, hf_init: bool = False)
     frozen encoder is a common toy: its init is read only where every weight matrix is frozen."""
     names, values, tables = [], 0, 0
     hf_std = getattr(getattr(model, "config", None), "initializer_range", None) if hf_init else None
+    trained = [p.detach() for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+
+    def copy_of_trained(weight: torch.Tensor) -> bool:
+        # A frozen copy of a part that trains (an EMA / mean-teacher shadow made by deepcopy) starts
+        # equal to it, at the init the trained part starts from too: no random features.
+        return any(p.shape == weight.shape and torch.equal(p, weight.detach()) for p in trained)
+
     for name, module in model.named_modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)):
             weights = [module.weight]
@@ -110,7 +117,7 @@ def frozen_at_init(model: nn.Module, min_layers: int = 2, hf_init: bool = False)
                 and at_default_uniform(weights, module.hidden_size ** -0.5)
         else:
             continue
-        if fresh:
+        if fresh and not copy_of_trained(weights[0]):
             names.append(name or type(module).__name__)
             values += sum(p.numel() for p in weights)
             tables += isinstance(module, nn.Embedding)

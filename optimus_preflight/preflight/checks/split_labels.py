@@ -737,6 +737,11 @@ class SplitLabelsCheck(Check):
                 "data.train",
             )
             return
+        # Ignored targets (-100 for unlabelled rows) are no class: a semi-supervised split that
+        # labels 3% of its training rows is not a shift. Compare the labelled rows only.
+        shift = label_shift(train_y[train_y >= 0], val_y[val_y >= 0])
+        if shift is None:
+            return
         findings.warning(
             "VAL_LABEL_SHIFT",
             f"the validation labels are distributed unlike the training labels (total variation "

@@ -46,6 +46,19 @@ SPREAD = 5.0  # validation IQR this many times larger or smaller
 MOST = 0.5  # of the columns that vary in training
 
 
+def pixel_factor(train_median: float, val_median: float) -> str | None:
+    """Which split is 255 times smaller than the other (within 10%), by their medians: 8-bit
+    pixels divided by 255 once more in that split."""
+    if train_median <= 0 or val_median <= 0:
+        return None
+    ratio = val_median / train_median
+    if abs(ratio / 255 - 1) < 0.1:
+        return "training"
+    if abs(ratio * 255 - 1) < 0.1:
+        return "validation"
+    return None
+
+
 @dataclass
 class ScaleMismatch:
     columns: int  # varying columns compared
@@ -389,6 +402,13 @@ class SplitScaleCheck(Check):
                      "predictions in one unit with targets in another")
             fix = ("Transform the targets of every split the same way (log1p, or (y - y_mean) / y_std with the "
                    "training statistics), and invert the transform on the predictions when reporting in raw units.")
+        factor = pixel_factor(t_median, v_median)
+        if factor is not None:
+            smaller = "training" if factor == "training" else "validation"
+            cause = (f"the {smaller} values are 255 times smaller than the other split's: pixels divided by 255 twice in "
+                     f"the {smaller} pipeline (x / 255 in the Dataset and again in a normalisation step, or ToTensor() "
+                     "followed by / 255), or once in one split only")
+            fix = "Divide 8-bit pixels by 255 exactly once, in one transform every split shares. " + fix
         findings.warning(
             code,
             f"the validation {what} are on another scale than the training {what}: {len(found.off)} of the "

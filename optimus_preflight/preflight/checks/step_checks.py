@@ -74,7 +74,8 @@ DETACHED_VALUE = 0.5  # ... while the returned value is at least this share of t
 
 
 def _why_no_gradient(missing: list[str], modules_run: set[str], hooks_detaching: list[str] | None = None,
-                     without_grad: set[str] | None = None, cuts: list[GraphCut] | None = None) -> tuple[str, str]:
+                     without_grad: set[str] | None = None, cuts: list[GraphCut] | None = None,
+                     recurrent: set[str] | None = None) -> tuple[str, str]:
     """What the modules owning gradient-less parameters did in the step's forward: ran (their
     output was dropped before the loss, or a forward hook replaced it with a detached copy) or
     never ran (defined, not called)."""
@@ -129,6 +130,17 @@ def _why_no_gradient(missing: list[str], modules_run: set[str], hooks_detaching:
                 "model hidden_states[0] is the embedding layer's output, not the last layer's",
                 "Read the last layer: outputs.last_hidden_state or outputs.hidden_states[-1] (not hidden_states[0]); "
                 "if the layers are unused on purpose, drop them or set requires_grad=False.")
+    dropped_rnn = [owner for owner in ran if owner in (recurrent or set())]
+    trained_rnn = [name for name in (recurrent or set()) if name not in owners and name in modules_run]
+    if dropped_rnn and trained_rnn:
+        return (f"The recurrent encoder {_names(dropped_rnn, 2)} ran in the forward, but neither its outputs nor its "
+                f"final hidden state reach the loss, while the recurrent decoder {_names(trained_rnn, 2)} trains: the "
+                "encoder's final hidden state is never passed to the decoder, which called without an initial state "
+                "(decoder(x) instead of decoder(x, h_n)) starts from zeros, so nothing of the source reaches the "
+                "output",
+                "Pass the encoder's final state as the decoder's initial state: _, h = self.encoder(src); out, _ = "
+                "self.decoder(tgt_in, h) (for an LSTM the (h_n, c_n) tuple); with a bidirectional encoder, combine "
+                "its two directions to the decoder's size first.")
     return (f"{_names(ran, 3)} ran in the forward, but its output never reaches the loss: the result was computed "
             "and discarded on the way. Usually an out-of-place op whose return value is dropped (h.add(pos) or "
             "h.mul(mask) on a line of its own, where h = h + pos or h.add_(pos) was meant), an output assigned to a "
@@ -380,8 +392,9 @@ class GradientsCheck(Check):
                 "tracks the parameters whatever the inputs), or do not checkpoint the first block.",
             )
         elif missing:
+            recurrent = {name for name, module in ctx.model.named_modules() if isinstance(module, torch.nn.RNNBase)}
             why, fix = _why_no_gradient(missing, probe.modules_run, probe.hooks_detaching, probe.modules_run_without_grad,
-                                        probe.graph_cuts)
+                                        probe.graph_cuts, recurrent)
             findings.add(
                 "error" if distributed else "warning",
                 "GRAD_NONE",
@@ -503,7 +516,7 @@ class LossFunctionCheck(Check):
     stage = Stage.STEP
     codes = ("O12", "O13", "O16", "LOSS_NORM_DIM", "LOSS_BROADCAST", "LOSS_ONE_PREDICTION", "LOSS_SOFTMAX_BCE", "LOSS_OUTPUT_RANGE",
              "LOSS_PAIR_SLICES", "LOSS_CLASS_WEIGHTS", "LOSS_BOUNDED_LOGITS", "LOSS_CLASS_DIM", "CTC_BLANK_IN_TARGETS", "CTC_NOT_LOG_PROBS", "MULTILABEL_MARGIN_MULTI_HOT",
-             "POISSON_LOG_INPUT", "LOSS_INDEXED_BY_BATCH", "TRANSPOSE_1D", "MESHGRID_INDEXING", "BOX_CORNERS_UNORDERED", "KL_DIV_INPUT_NOT_LOG", "OVERLAP_ON_LOGITS", "EMBEDDING_DIM_POOLED", "LABEL_SMOOTHING_TOO_HIGH", "KL_DIV_MEAN_REDUCTION", "PREDICTION_DETACHED", "TEACHER_TRAINED", "GATHER_ALONG_BATCH", "EINSUM_NOT_CONTRACTED", "SORT_ALONG_LAST_DIM", "TARGET_MAPS_VANISH", "NOISE_NOT_GAUSSIAN",
+             "POISSON_LOG_INPUT", "LOSS_INDEXED_BY_BATCH", "TRANSPOSE_1D", "MESHGRID_INDEXING", "BOX_CORNERS_UNORDERED", "KL_DIV_INPUT_NOT_LOG", "KL_TERM_CONSTANT", "OVERLAP_ON_LOGITS", "EMBEDDING_DIM_POOLED", "LABEL_SMOOTHING_TOO_HIGH", "KL_DIV_MEAN_REDUCTION", "PREDICTION_DETACHED", "TEACHER_TRAINED", "GATHER_ALONG_BATCH", "EINSUM_NOT_CONTRACTED", "SORT_ALONG_LAST_DIM", "TARGET_MAPS_VANISH", "NOISE_NOT_GAUSSIAN",
              "LOSS_WEIGHTS_AFTER_MEAN", "SOFTMAX_OFF_AXIS", "LOSS_LOG_OF_PROBABILITY",
              "MASK_FILLED_WITH_ZERO", "LOSS_REDUCTIONS_MIXED")
     requires = (FIRST_BATCH,)
@@ -620,8 +633,9 @@ class TargetsCheck(Check):
             findings.error(
                 "TARGET_IS_INPUT",
                 f"{function}'s target is the model's own input ({shape}), while the batch holds another, different "
-                "tensor of that shape: the model is trained towards the identity, which it reaches by copying its "
-                "input (a denoiser learns to keep the noise, an enhancer to change nothing)",
+                "tensor of that shape: the model learns the identity map, which it reaches by copying its input (a "
+                "denoiser compared with its noisy or corrupted input learns to keep the noise, an enhancer to change "
+                "nothing)",
                 "Give the criterion the batch's target tensor (e.g. the clean signal: loss_fn(model(noisy), clean)), "
                 "not the input the model was fed.",
             )

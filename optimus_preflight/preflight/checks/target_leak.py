@@ -351,13 +351,20 @@ class TargetLeakCheck(Check):
         findings.data["summary"] = (f"next-token objective; logits before position {start} moved {before:.3g} when the "
                                     f"tokens from it on changed (at it: {at:.3g})")
         if before > FUTURE_RATIO * at:
+            decoders = [name for name, module in ctx.model.named_modules()
+                        if isinstance(module, (nn.Transformer, nn.TransformerDecoder, nn.TransformerDecoderLayer))]
+            torch_decoder = (f" {type(dict(ctx.model.named_modules())[decoders[0]]).__name__} '{decoders[0]}' attends "
+                             "to every position unless it is given a causal mask: its tgt_mask was left out (or "
+                             "tgt_is_causal set without a mask)" if decoders else "")
+            torch_fix = ("Pass the causal mask to the decoder: tgt_mask=nn.Transformer.generate_square_subsequent_mask("
+                         "T, device=x.device) (and tgt_is_causal=True). " if decoders else "")
             findings.error(
                 "LEAK_FUTURE",
                 f"the targets are the next input tokens, but changing the tokens from position {start} on changes the "
-                f"logits at position {start - 1} (by {before:.3g}; {at:.3g} at position {start}): attention sees "
-                "later tokens, so each target is visible in the input and the loss collapses while the model "
-                "learns nothing usable for generation",
-                "Make the attention causal: scaled_dot_product_attention(q, k, v, is_causal=True), or mask "
-                "scores with torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1) filled with -inf; "
+                f"logits at position {start - 1} (by {before:.3g}; {at:.3g} at position {start}): each position "
+                "attends to later tokens, so each target is visible in the input and the loss collapses while the "
+                f"model learns nothing usable for generation.{torch_decoder}",
+                f"{torch_fix}Make the attention causal: scaled_dot_product_attention(q, k, v, is_causal=True), or "
+                "mask scores with torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1) filled with -inf; "
                 "a Hugging Face model must be a decoder (is_decoder=True, a *ForCausalLM class).",
             )

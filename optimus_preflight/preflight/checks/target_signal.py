@@ -137,11 +137,13 @@ class TargetSignalCheck(Check):
         else:
             why = ("usually inputs and targets were misaligned on the way: rows with missing values dropped from the "
                    "features only (X = df[cols].dropna() while y = df[target] keeps every row, then y[:len(X)]), rows "
-                   "filtered, shuffled or sorted on one side only; or a transform of the target scrambles "
-                   "neighbouring values")
+                   "filtered, shuffled or sorted on one side only; targets precomputed by iterating a shuffled "
+                   "DataLoader (a teacher's soft targets, cached embeddings) and stored in dataset order, so each "
+                   "input gets another sample's target; or a transform of the target scrambles neighbouring values")
             fix = ("Drop, filter, shuffle and slice inputs and targets together (df = df.dropna(subset=cols) before "
-                   "taking X and y from it, or one boolean mask applied to both); print a few rows with their targets "
-                   "and check them by hand.")
+                   "taking X and y from it, or one boolean mask applied to both); precompute per-sample targets with "
+                   "shuffle=False (or store them by the sample's index); print a few rows with their targets and "
+                   "check them by hand.")
         findings.warning(
             "TARGETS_UNRELATED",
             f"the regression targets look unrelated to their inputs: over {signal.samples} samples read, a 5-nearest-"
