@@ -104,6 +104,41 @@ def test_a_char_lm_without_a_causal_mask_fires_leak_future(tmp_path):
     assert "is_causal=True" in result.issues[0].fix
 
 
+class TorchDecoderLM(nn.Module):
+    """A next-token model on nn.TransformerDecoder (self-attention over the tokens, a memory of one
+    learned vector), with or without the causal tgt_mask."""
+
+    def __init__(self, causal: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.causal = causal
+        self.embed, self.pos = nn.Embedding(30, 32), nn.Embedding(16, 32)
+        self.memory = nn.Parameter(torch.randn(1, 1, 32))
+        self.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(32, 4, 64, dropout=0.0, batch_first=True), 1)
+        self.out = nn.Linear(32, 30)
+
+    def forward(self, ids):
+        steps = ids.shape[1]
+        h = self.embed(ids) + self.pos(torch.arange(steps, device=ids.device))
+        mask = nn.Transformer.generate_square_subsequent_mask(steps, device=ids.device) if self.causal else None
+        return self.out(self.decoder(h, self.memory.expand(len(ids), -1, -1), tgt_mask=mask))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_torch_decoder_without_tgt_mask_is_named(causal):
+    ids = torch.randint(1, 30, (256, 13), generator=torch.Generator().manual_seed(0))
+    model = TorchDecoderLM(causal)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(ids[:, :-1], ids[:, 1:]), batch_size=32),
+                           loss_fn=lambda m, b: F.cross_entropy(m(b[0]).reshape(-1, 30), b[1].reshape(-1)),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), TargetLeakCheck()])
+    issues = [i for i in report.check(TARGETS).issues if i.code == "LEAK_FUTURE"]
+    assert bool(issues) == (not causal)
+    if issues:
+        assert "its tgt_mask was left out" in issues[0].message
+        assert "tgt_mask=nn.Transformer.generate_square_subsequent_mask" in issues[0].fix
+
+
 def test_a_classifier_has_no_token_objective(tmp_path):
     result = run(plain_context(tmp_path), TargetLeakCheck)[TARGETS]
     assert_quiet(result)

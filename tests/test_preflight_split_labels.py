@@ -92,6 +92,21 @@ def shift_verdict(split: str, sampler: bool = False) -> list:
     return [i for i in report.check("data.split_labels").issues if i.code == "VAL_LABEL_SHIFT"]
 
 
+def test_a_semi_supervised_split_whose_unlabelled_rows_are_ignored_is_no_shift():
+    # 97% of the training rows carry -100 (ignored), validation is fully labelled: the labelled
+    # rows share one distribution, and an ignored target is no class.
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 50, (3000, 12), generator=g)
+    y = torch.randint(0, 5, (3000,), generator=g)
+    train_y = torch.where(torch.rand(3000, generator=g) < 0.03, y, torch.full_like(y, -100))[:2400]
+    model = nn.Sequential(nn.Embedding(50, 8), nn.Flatten(), nn.Linear(96, 5))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(ids[:2400], train_y), batch_size=64, shuffle=True),
+                           val_loader=DataLoader(TensorDataset(ids[2400:], y[2400:]), batch_size=128),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    assert not [i for i in report.check("data.split_labels").issues if i.code == "VAL_LABEL_SHIFT"]
+
+
 def test_a_validation_split_cut_from_a_label_sorted_export_fires():
     found = shift_verdict("sorted")
     assert found and "stratify" in found[0].fix and "validation 2: 99%" in found[0].message

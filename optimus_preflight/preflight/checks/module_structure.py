@@ -88,6 +88,13 @@ def at_normal_init(module: nn.Module, std: float) -> bool:
             and (bias is None or not bool(bias.detach().any())))
 
 
+def copy_of_trained(model: nn.Module, weight: torch.Tensor) -> bool:
+    """A frozen copy of a part that trains (an EMA / mean-teacher shadow made by deepcopy) starts
+    equal to it, at the init the trained part starts from too: no random features (pure)."""
+    return any(p.requires_grad and p.shape == weight.shape and torch.equal(p.detach(), weight.detach())
+               for p in model.parameters())
+
+
 def frozen_at_init(model: nn.Module, min_layers: int = 2, hf_init: bool = False) -> tuple[list[str], int]:
     """Names of frozen Linear/Conv/Embedding/RNN layers still at the default init (PyTorch's, and
     with ``hf_init`` Hugging Face's normal init for a model with a config), and the values they
@@ -95,13 +102,6 @@ def frozen_at_init(model: nn.Module, min_layers: int = 2, hf_init: bool = False)
     frozen encoder is a common toy: its init is read only where every weight matrix is frozen."""
     names, values, tables = [], 0, 0
     hf_std = getattr(getattr(model, "config", None), "initializer_range", None) if hf_init else None
-    trained = [p.detach() for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-
-    def copy_of_trained(weight: torch.Tensor) -> bool:
-        # A frozen copy of a part that trains (an EMA / mean-teacher shadow made by deepcopy) starts
-        # equal to it, at the init the trained part starts from too: no random features.
-        return any(p.shape == weight.shape and torch.equal(p, weight.detach()) for p in trained)
-
     for name, module in model.named_modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)):
             weights = [module.weight]
@@ -117,7 +117,7 @@ def frozen_at_init(model: nn.Module, min_layers: int = 2, hf_init: bool = False)
                 and at_default_uniform(weights, module.hidden_size ** -0.5)
         else:
             continue
-        if fresh and not copy_of_trained(weights[0]):
+        if fresh and not copy_of_trained(model, weights[0]):
             names.append(name or type(module).__name__)
             values += sum(p.numel() for p in weights)
             tables += isinstance(module, nn.Embedding)
@@ -137,7 +137,7 @@ def frozen_random_head(model: nn.Module) -> str | None:
     if not linears:
         return None
     name, head = linears[-1]
-    if head.weight.requires_grad or not at_default_init(head.weight):
+    if head.weight.requires_grad or not at_default_init(head.weight) or copy_of_trained(model, head.weight):
         return None
     others = [p for p in model.parameters() if p.requires_grad and p is not head.weight and p is not head.bias]
     return name if others else None
