@@ -217,3 +217,24 @@ def test_in_batch_negatives_with_a_duplicate_mask_have_their_positives_from_the_
     result = report.check("step.contrastive_targets")
     assert result.status.value != "crashed" and "traced" in result.data["summary"]
     assert result.issues == []
+
+
+def stacked_views_split(by_view: bool):
+    def loss_fn(model, batch):
+        (x,) = batch
+        b = len(x)
+        z = model(torch.cat([x + 0.1 * torch.randn_like(x), x + 0.1 * torch.randn_like(x)]))
+        z1, z2 = z.view(b, 2, -1).unbind(1) if by_view else z.chunk(2)
+        return F.cross_entropy(F.normalize(z1, dim=1) @ F.normalize(z2, dim=1).T / 0.2,
+                               torch.arange(b, device=x.device))
+    return loss_fn
+
+
+@pytest.mark.parametrize("by_view", [True, False], ids=["view_B_2_D", "chunk_2"])
+def test_stacked_views_split_back_with_view_never_meet(by_view):
+    rows = TensorDataset(torch.randn(512, 16, generator=torch.Generator().manual_seed(0)))
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    issues = issues_of(model, rows, stacked_views_split(by_view))
+    assert [issue.code for issue in issues] == (["IN_BATCH_POSITIVES_MISMATCHED"] if by_view else [])
+    if issues:
+        assert "never compared with each other" in issues[0].message and "z.chunk(2)" in issues[0].fix

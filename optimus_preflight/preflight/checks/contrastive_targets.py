@@ -221,6 +221,7 @@ class ContrastiveTargetsCheck(Check):
         if self._identical_views(ctx, batch, findings):
             return
         mismatched: list[tuple[int, list[int], list[int], int]] = []
+        one_sided: list[tuple[int, list[int], str]] = []  # (sample, where its views landed, "rows" or "columns")
         judged = 0
         for index in PROBED_SAMPLES:
             moved = with_sample_changed(batch, index, rows) if rows and index < rows else None
@@ -233,6 +234,10 @@ class ContrastiveTargetsCheck(Check):
             if found is None:
                 break
             own_rows, own_columns = sample_rows_and_columns(scores, found[0])
+            side = own_rows or own_columns
+            if bool(own_rows) != bool(own_columns) and 2 <= len(side) <= MAX_ROWS_PER_SAMPLE:
+                one_sided.append((index, side, "rows" if own_rows else "columns"))
+                continue
             if not own_rows or not own_columns or len(own_rows) > MAX_ROWS_PER_SAMPLE:
                 continue
             judged += 1
@@ -240,6 +245,21 @@ class ContrastiveTargetsCheck(Check):
             if wrong:
                 mismatched.append((index, own_rows, own_columns, int(target[wrong[0]])))
         findings.data["summary"] = f"{judged} sample(s) traced through the ({scores.shape[0]}, {scores.shape[1]}) scores"
+        if not judged and len(one_sided) >= 2:
+            index, where, side = one_sided[0]
+            rows = scores.shape[0]
+            findings.warning(
+                "IN_BATCH_POSITIVES_MISMATCHED",
+                f"the two views of a sample are never compared with each other: sample {index} of the batch lands in "
+                f"{side} {where} of the ({rows}, {scores.shape[1]}) in-batch similarities and in none of the "
+                f"{'columns' if side == 'rows' else 'rows'} (and so for {len(one_sided)} traced samples), so its "
+                "positive pairs are two different samples. The stacked embeddings z = model(torch.cat([v1, v2])) "
+                f"(rows 0..B-1 the first views, B..2B-1 the second) were split with z.view(B, 2, -1).unbind(1), which "
+                "pairs rows 2i and 2i+1 (both from one view, of different samples), where z.chunk(2) was meant",
+                "Split the stacked embeddings the way they were stacked: z1, z2 = z.chunk(2) (or z[:B], z[B:]) for "
+                "torch.cat([v1, v2]); z.view(B, 2, -1).unbind(1) is right only for torch.stack([v1, v2], 1).",
+            )
+            return
         if judged >= 2 and len(mismatched) == judged:
             index, own_rows, own_columns, named = mismatched[0]
             findings.warning(
