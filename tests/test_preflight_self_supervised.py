@@ -182,3 +182,38 @@ def test_a_decoder_that_never_gets_the_encoder_state(pass_state):
     if issues:
         assert "encoder's final hidden state is never passed to the decoder" in issues[0].message
         assert "self.decoder(tgt_in, h)" in issues[0].fix
+
+
+class FlippedPairs(torch.utils.data.Dataset):
+    """Noisy tiles and their clean targets under a random left-right flip: one coin toss for the
+    pair, or one for each."""
+
+    def __init__(self, shared_flip: bool):
+        g = torch.Generator().manual_seed(4)
+        ramp = torch.linspace(0, 1, 12)
+        self.clean = (ramp[None, None, :] * torch.rand(256, 1, 1, generator=g) + 0.2 * torch.rand(256, 12, 12, generator=g))
+        self.noise = 0.1 * torch.randn(256, 12, 12, generator=g)
+        self.coins = torch.rand(256, 2, generator=g) < 0.5
+        self.shared_flip = shared_flip
+
+    def __len__(self):
+        return len(self.clean)
+
+    def __getitem__(self, i):
+        clean, noisy = self.clean[i][None], (self.clean[i] + self.noise[i])[None]
+        flip_in, flip_out = self.coins[i, 0], self.coins[i, 0] if self.shared_flip else self.coins[i, 1]
+        return (noisy.flip(-1) if flip_in else noisy), (clean.flip(-1) if flip_out else clean)
+
+
+@pytest.mark.parametrize("shared_flip", [False, True])
+def test_a_denoiser_whose_input_and_target_flip_on_separate_coins(shared_flip):
+    from optimus_preflight.preflight.checks.mask_alignment import MaskAlignmentCheck
+
+    model = nn.Conv2d(1, 1, 3, padding=1)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(FlippedPairs(shared_flip), batch_size=32), loss_fn=nn.MSELoss(),
+                           checks=[FirstBatchCheck(), MaskAlignmentCheck()])
+    issues = report.check("data.mask_alignment").issues
+    assert [i.code for i in issues] == ([] if shared_flip else ["MASK_MISALIGNED"])
+    if issues:
+        assert "separate random draws" in issues[0].message and "flipped left-right" in issues[0].message

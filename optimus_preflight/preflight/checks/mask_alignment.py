@@ -88,6 +88,48 @@ def heatmap_pair(batch: object) -> tuple[torch.Tensor, torch.Tensor] | None:
     return image.detach().float().cpu(), maps
 
 
+def image_target_pair(batch: object) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(inputs, targets) of an image-to-image ``(inputs, targets)`` batch (a denoiser, a
+    restoration model): two float ``(B, C, H, W)`` (or ``(B, H, W)``) tensors of one shape."""
+    if not isinstance(batch, (list, tuple)) or len(batch) != 2:
+        return None
+    inputs, targets = batch
+    if not all(isinstance(t, torch.Tensor) and t.dim() in (3, 4) and t.is_floating_point() for t in (inputs, targets)):
+        return None
+    if inputs.shape != targets.shape or min(inputs.shape[-2:]) < 8:
+        return None
+    if inputs.dim() == 3:
+        inputs, targets = inputs[:, None], targets[:, None]
+    if inputs.shape[1] > MAX_CHANNELS:
+        return None
+    return inputs.detach().float().cpu(), targets.detach().float().cpu()
+
+
+CLOSER = 0.5  # a transformed target's squared distance to the input, against the target as given
+
+
+def mirrored_targets(inputs: torch.Tensor, targets: torch.Tensor) -> tuple[str, int, int] | None:
+    """(how the target lies closer, in how many samples, of how many) when, in a good share of
+    the samples, a flipped or rotated target is far closer to its input (half the squared
+    distance or less) than the target as given (pure). A denoiser's input is its target plus
+    noise: the right placement leaves the noise alone, a mirrored one the image's own detail too."""
+    wins = {name: 0 for name in TRANSFORMS if not name.startswith("transposed")}
+    scored = 0
+    for image, target in zip(inputs[:MAX_SAMPLES], targets[:MAX_SAMPLES], strict=True):
+        given = float((image - target).pow(2).mean())
+        placed = {name: float((image - TRANSFORMS[name](target)).pow(2).mean()) for name in wins}
+        best = min(placed, key=placed.get)
+        if torch.equal(target, TRANSFORMS[best](target)):
+            continue  # a symmetric target: no placement can be read from it
+        scored += 1
+        if placed[best] <= CLOSER * given:
+            wins[best] += 1
+    name = max(wins, key=wins.get)
+    if scored and wins[name] >= MIN_SAMPLES and wins[name] >= MIN_SHARE * scored:
+        return name, wins[name], scored
+    return None
+
+
 def _indicators(mask: torch.Tensor) -> list[torch.Tensor]:
     """What of the target each image channel is compared with: each class's indicator of a
     (H, W) class map, each map of (K, H, W) soft maps."""
@@ -171,12 +213,18 @@ class MaskAlignmentCheck(Check):
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         pair = image_and_mask(ctx.artifacts.first_batch)
         if pair is None:
+            images = image_target_pair(ctx.artifacts.first_batch)
+            if images is not None:
+                self._image_targets(images, findings)
+                return
             findings.data["summary"] = "no (image, mask) pair in the batch"
             return
         found = misplaced(*pair)
         findings.data["summary"] = "masks lie on their images" if found is None else "masks misplaced"
         if found is None:
-            self._shifted(pair, findings)
+            images = image_target_pair(ctx.artifacts.first_batch)
+            if not self._shifted(pair, findings) and images is not None:
+                self._image_targets(images, findings)  # soft maps in [0, 1] that are images: a denoiser's targets
             return
         how, wins, scored = found
         if pair[1].is_floating_point() and how.startswith("transposed"):
@@ -211,10 +259,29 @@ class MaskAlignmentCheck(Check):
         )
 
     @staticmethod
-    def _shifted(pair: tuple[torch.Tensor, torch.Tensor], findings: Findings) -> None:
+    def _image_targets(pair: tuple[torch.Tensor, torch.Tensor], findings: Findings) -> None:
+        """Image-to-image targets that lie on their inputs only once flipped or rotated, in some
+        samples and not all (a model trained to mirror every image is a task, not a draw)."""
+        found = mirrored_targets(*pair)
+        findings.data["summary"] = "targets lie on their inputs" if found is None else "targets misplaced"
+        if found is None or found[1] >= 0.9 * found[2]:
+            return
+        how, wins, scored = found
+        findings.warning(
+            "MASK_MISALIGNED",
+            f"in {wins} of {scored} samples of the first batch the target image lies far closer to its input {how} "
+            "(half the squared distance or less) than as given, and in the others as given: the input and its target went through separate random "
+            "draws, two coin tosses for one flip (or rotation), so those pairs are mirror images of each other and "
+            "the model learns the average of an image and its mirror",
+            "Draw the random transform once per sample and apply it to both: flip = random.random() < 0.5, then "
+            "flip the input and the target alike (or call one torchvision.transforms.v2 transform on the pair).",
+        )
+
+    @staticmethod
+    def _shifted(pair: tuple[torch.Tensor, torch.Tensor], findings: Findings) -> bool:
         found = shifted(*pair)
         if found is None:
-            return
+            return False
         wins, scored, moved = found
         varied = len(set(moved)) > 1
         listed = ", ".join(f"({dy:+d}, {dx:+d})" for dy, dx in moved[:5])
@@ -230,3 +297,4 @@ class MaskAlignmentCheck(Check):
             "Draw the crop once and apply it to both (i, j = random offsets; image[..., i:i + h, j:j + w] and "
             "mask[..., i:i + h, j:j + w]), or use one joint transform (torchvision.transforms.v2 with tv_tensors.Mask).",
         )
+        return True
