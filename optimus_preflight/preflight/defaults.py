@@ -62,6 +62,7 @@ from optimus_preflight.preflight.checks.module_structure import ModuleStructureC
 from optimus_preflight.preflight.checks.padding_invariance import PaddingInvarianceCheck
 from optimus_preflight.preflight.checks.padding_readout import PaddingReadoutCheck
 from optimus_preflight.preflight.checks.pair_labels import PairLabelsCheck
+from optimus_preflight.preflight.checks.pair_lengths import PairLengthsCheck
 from optimus_preflight.preflight.checks.passthrough import PassthroughCheck
 from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
 from optimus_preflight.preflight.checks.ranking_negatives import RankingNegativesCheck
@@ -148,6 +149,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     SplitMissingCheck,
     WindowLabelsCheck,
     RowScalingCheck,
+    PairLengthsCheck,
     model_checks.OptimizerParamsCheck,
     UnregisteredTensorsCheck,
     model_checks.ModesCheck,

@@ -1,0 +1,64 @@
+"""PAIRS_MISALIGNED: training sources and targets taken apart (one side sorted on its own)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.pair_lengths import PairLengthsCheck, sequence_lengths
+
+
+def padded_pairs(rows: int, seed: int, layout: str) -> TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(3, 10, (rows,), generator=g).tolist()
+    sources = [torch.randint(2, 16, (k,), generator=g) for k in lengths]
+    if layout == "unrelated":  # a question and its answer: lengths of their own
+        targets = [torch.randint(2, 16, (int(torch.randint(3, 10, (1,), generator=g)),), generator=g) for _ in lengths]
+    else:
+        targets = [(s + 3) % 16 for s in sources]  # a cipher: one target token per source token
+    if layout == "sorted_sources_only":
+        sources.sort(key=len)
+    elif layout == "sorted_together":
+        pairs = sorted(zip(sources, targets), key=lambda pair: len(pair[0]))
+        sources, targets = [p[0] for p in pairs], [p[1] for p in pairs]
+    src, tgt = torch.zeros(rows, 10, dtype=torch.long), torch.full((rows, 10), -100)
+    for i, (s, t) in enumerate(zip(sources, targets)):
+        src[i, :len(s)], tgt[i, :len(t)] = s, t
+    return TensorDataset(src, tgt)
+
+
+class Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.out = nn.Embedding(16, 16), nn.Linear(16, 16)
+
+    def forward(self, src):
+        return self.out(self.embed(src))
+
+
+@pytest.mark.parametrize("layout, fires", [("sorted_sources_only", True), ("sorted_together", False),
+                                           ("unrelated", False)])
+def test_sources_sorted_without_their_targets(layout, fires):
+    model = Tagger()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(padded_pairs(1500, 0, layout), batch_size=64, shuffle=True),
+                           val_loader=DataLoader(padded_pairs(400, 1, "shuffled" if layout != "unrelated" else layout),
+                                                 batch_size=100),
+                           loss_fn=lambda m, b: F.cross_entropy(m(b[0]).permute(0, 2, 1), b[1], ignore_index=-100),
+                           checks=[FirstBatchCheck(), PairLengthsCheck()])
+    issues = report.check("data.pair_lengths").issues
+    assert [i.code for i in issues] == (["PAIRS_MISALIGNED"] if fires else [])
+    if issues:
+        assert "srcs.sort(key=len)" in issues[0].message and "sorted(zip(srcs, tgts)" in issues[0].fix
+
+
+def test_sequence_lengths_read_the_padding_at_the_end():
+    rows = torch.tensor([[5, 6, 0, 0], [7, 0, 0, 0], [1, 2, 3, 4]])
+    targets = torch.tensor([[5, 6, -100, -100], [7, -100, -100, -100], [1, 2, 3, 4]])
+    lengths = sequence_lengths((rows, targets))
+    assert lengths[0].tolist() == [2.0, 1.0, 4.0] and lengths[1].tolist() == [2.0, 1.0, 4.0]
