@@ -87,3 +87,11 @@ def test_a_batch_with_a_tensor_that_is_not_per_sample_is_left_alone():
     assert permuted_batch((x, torch.arange(40)), torch.randperm(16)) is None  # concatenated targets
     moved = permuted_batch({"x": x, "y": torch.arange(16)}, torch.arange(16).flip(0))
     assert torch.equal(moved["y"], torch.arange(16).flip(0)) and torch.equal(moved["x"], x.flip(0))
+
+
+def test_a_list_of_batches_keeps_its_order():
+    from optimus_preflight.preflight.checks.batch_order import draws_at_random
+
+    assert not draws_at_random([(torch.zeros(2), torch.zeros(2))])
+    assert draws_at_random(DataLoader(survival_rows(), shuffle=True))
+    assert not draws_at_random(DataLoader(survival_rows()))

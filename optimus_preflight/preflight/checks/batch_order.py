@@ -43,7 +43,9 @@ CUMULATIVE = {"cumsum", "logcumsumexp", "cumprod", "cummax", "cummin", "diff"}
 
 def draws_at_random(loader: Any) -> bool:
     """Whether the loader's order is random: shuffle=True, a random subset, a shuffling
-    DistributedSampler."""
+    DistributedSampler. A plain list of batches keeps its order."""
+    if not hasattr(loader, "sampler"):
+        return False
     for item in sampler_chain(loader):
         if isinstance(item, (RandomSampler, SubsetRandomSampler)):
             return True
