@@ -89,6 +89,7 @@ from optimus_preflight.preflight.checks.trained_tensors import (
     UnregisteredTensorsCheck,
 )
 from optimus_preflight.preflight.checks.transition_flags import TransitionFlagsCheck
+from optimus_preflight.preflight.checks.triplet_positives import TripletPositivesCheck
 from optimus_preflight.preflight.checks.truncation_signal import TruncationSignalCheck
 from optimus_preflight.preflight.checks.unread_mask import UnreadMaskCheck
 from optimus_preflight.preflight.checks.update_checks import UpdateCheck
@@ -150,6 +151,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     WindowLabelsCheck,
     RowScalingCheck,
     PairLengthsCheck,
+    TripletPositivesCheck,
     model_checks.OptimizerParamsCheck,
     UnregisteredTensorsCheck,
     model_checks.ModesCheck,
