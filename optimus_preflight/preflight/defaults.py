@@ -66,6 +66,7 @@ from optimus_preflight.preflight.checks.pair_lengths import PairLengthsCheck
 from optimus_preflight.preflight.checks.passthrough import PassthroughCheck
 from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
 from optimus_preflight.preflight.checks.ranking_negatives import RankingNegativesCheck
+from optimus_preflight.preflight.checks.ranking_order import RankingOrderCheck
 from optimus_preflight.preflight.checks.recurrence import RecurrenceCheck
 from optimus_preflight.preflight.checks.regressed_classes import RegressedClassesCheck
 from optimus_preflight.preflight.checks.row_scaling import RowScalingCheck
@@ -193,6 +194,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     EmbeddingInputsCheck,
     BufferLookupsCheck,
     PairLabelsCheck,
+    RankingOrderCheck,
     TransitionFlagsCheck,
     ContrastiveTargetsCheck,
     CollapseCheck,
