@@ -217,3 +217,22 @@ def test_a_denoiser_whose_input_and_target_flip_on_separate_coins(shared_flip):
     assert [i.code for i in issues] == ([] if shared_flip else ["MASK_MISALIGNED"])
     if issues:
         assert "separate random draws" in issues[0].message and "flipped left-right" in issues[0].message
+
+
+def test_identical_stacked_views_are_named_as_identical_not_as_a_self_product():
+    # NT-Xent over z = cat([z1, z2]) is z @ z.T by design (partner targets, diagonal masked): with
+    # the two views one tensor, the finding is the views, not the product.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+
+    def nt_xent_same_view(model, batch):
+        (x,) = batch
+        n = len(x)
+        z = F.normalize(model(torch.cat([x, x])), dim=1)
+        logits = (z @ z.T / 0.2).masked_fill(torch.eye(2 * n, dtype=torch.bool), float("-inf"))
+        return F.cross_entropy(logits, (torch.arange(2 * n) + n) % (2 * n))
+
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(two_views(), batch_size=64, shuffle=True), loss_fn=nt_xent_same_view,
+                           checks=[FirstBatchCheck(), ContrastiveTargetsCheck()])
+    assert codes_of(report, "step.contrastive_targets") == ["IN_BATCH_VIEWS_IDENTICAL"]

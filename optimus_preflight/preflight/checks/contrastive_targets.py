@@ -322,7 +322,9 @@ class ContrastiveTargetsCheck(Check):
                    f"torch.arange({rows}) ^ 1."),
             )
             return True
-        if self_product:
+        if self_product and torch.equal(target.long().cpu(), torch.arange(rows)):
+            # Each row's target is its own column of one embedding set times itself; stacked views
+            # (z = cat([z1, z2]), z @ z.T) with partner targets are the usual NT-Xent and go on below.
             findings.warning(
                 "IN_BATCH_POSITIVE_IS_SELF",
                 f"each row's positive in the in-batch contrastive loss is the row itself: the ({rows}, {rows}) "
