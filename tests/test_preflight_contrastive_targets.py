@@ -185,7 +185,7 @@ def test_triplet_batches_drawn_from_many_classes_lack_positives(pk_batches):
         assert "share their label with no other sample" in issues[0].message and "P classes x K" in issues[0].fix
 
 
-class TwoTowers(nn.Module):
+class QueryItemTowers(nn.Module):
     def __init__(self):
         super().__init__()
         self.query_tower = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
@@ -209,7 +209,7 @@ def test_in_batch_negatives_with_a_duplicate_mask_have_their_positives_from_the_
     g = torch.Generator().manual_seed(5)
     items = torch.randint(0, 500, (640,), generator=g)  # nearly every item alone in its batch
     data = TensorDataset(torch.randn(640, 16, generator=g), items)
-    model = TwoTowers()
+    model = QueryItemTowers()
     loader = DataLoader(data, batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(0))
     report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader,
                            loss_fn=in_batch_softmax_masking_duplicates,

@@ -7,8 +7,18 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from benchmarks.blind_preflight_af.cases_targets import cox_loss, survival_rows
-from benchmarks.blind_preflight_af.registry import (acc_of, case, cindex_of, fix, fixed_of, gen, loader, rmse_of, seed,
-                                                    teacher_classes)
+from benchmarks.blind_preflight_af.registry import (
+    acc_of,
+    case,
+    cindex_of,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    rmse_of,
+    seed,
+    teacher_classes,
+)
 
 
 def physics_rows(n, s, d=10):

@@ -7,8 +7,17 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from benchmarks.blind_preflight_af.registry import (acc_of, balanced_acc_of, case, cindex_of, fix, fixed_of, gen,
-                                                    loader, seed)
+from benchmarks.blind_preflight_af.registry import (
+    acc_of,
+    balanced_acc_of,
+    case,
+    cindex_of,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    seed,
+)
 
 
 # --------------------------------------------------------------------------------------------- semi-supervised nodes

@@ -8,8 +8,17 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from benchmarks.blind_preflight_af.registry import (acc_of, case, fix, fixed_of, gen, loader, rmse_of, seed,
-                                                    teacher_classes)
+from benchmarks.blind_preflight_af.registry import (
+    acc_of,
+    case,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    rmse_of,
+    seed,
+    teacher_classes,
+)
 
 
 # --------------------------------------------------------------------------------------------- padding_idx
