@@ -28,7 +28,8 @@ def report_for(labels: torch.Tensor, x: torch.Tensor, classes: int = 4, shuffle:
 
 
 def test_labels_scaled_with_the_table_and_cast_back_use_two_of_four_classes():
-    x, grades = graded_table(1500, torch.Generator().manual_seed(0))
+    # 400 rows: the scan reads the whole epoch, so no time budget decides the verdict.
+    x, grades = graded_table(400, torch.Generator().manual_seed(0))
     table = torch.cat([x, grades.float()[:, None]], 1)
     scaled = (table - table.min(0).values) / (table.max(0).values - table.min(0).values)  # label column too
     result = report_for(scaled[:, -1].long(), scaled[:, :-1])
