@@ -29,6 +29,15 @@ def eval_forward(ctx: PreflightContext, batch: Any) -> Any:
             return ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
 
 
+def seeded_eval_forward(ctx: PreflightContext, batch: Any, seed: int) -> Any:
+    """``eval_forward`` with the random generators reseeded to ``seed`` first and restored after:
+    a loss or model that draws random numbers draws the same ones on every call with one seed."""
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        return eval_forward(ctx, batch)
+
+
 def loss_value(output: Any) -> float | None:
     """The scalar loss in what ``compute_loss`` returned (the first element of a tuple), any
     float (inf and NaN too); None when it returns something else."""

@@ -25,7 +25,12 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils.data import DistributedSampler, RandomSampler, SubsetRandomSampler
 
-from optimus_preflight.preflight.analyses.eval_forward import eval_forward, loss_value, model_outputs
+from optimus_preflight.preflight.analyses.eval_forward import (
+    eval_forward,
+    loss_value,
+    model_outputs,
+    seeded_eval_forward,
+)
 from optimus_preflight.preflight.checks.batch_checks import sampler_chain
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -143,10 +148,7 @@ class BatchOrderCheck(Check):
 
     @staticmethod
     def _loss(ctx: PreflightContext, batch: Any, seed: int) -> float | None:
-        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            return loss_value(eval_forward(ctx, batch))
+        return loss_value(seeded_eval_forward(ctx, batch, seed))
 
     @staticmethod
     def _outputs_follow(ctx: PreflightContext, batch: Any, permuted: Any, order: torch.Tensor) -> bool:

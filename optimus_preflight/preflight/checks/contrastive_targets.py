@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from optimus_preflight.preflight.analyses.eval_forward import eval_forward
+from optimus_preflight.preflight.analyses.eval_forward import seeded_eval_forward
 from optimus_preflight.preflight.analyses.pair_mask import PairMask
 from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
@@ -82,11 +82,8 @@ class SimilarityWatch(TorchFunctionMode):
 
 def seeded_scores(ctx: PreflightContext, batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     watch = SimilarityWatch()
-    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(SEED)
-        with watch:
-            eval_forward(ctx, batch)
+    with watch:
+        seeded_eval_forward(ctx, batch, SEED)
     if watch.scores is None or watch.target is None:
         return None
     return watch.scores, watch.target

@@ -21,8 +21,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from optimus_preflight.preflight.analyses.eval_forward import eval_forward
+from optimus_preflight.preflight.checks.split_labels import features_and_labels
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
-from optimus_preflight.preflight.checks.triplet_positives import labelled
 from optimus_preflight.preflight.data_access.guard import read_samples
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import move_to_device
@@ -88,7 +88,7 @@ class OrdinalCodesCheck(Check):
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        if labelled(ctx.artifacts.first_batch) is None:
+        if features_and_labels(ctx.artifacts.first_batch) is None:
             findings.data["summary"] = "not an (inputs, labels) batch"
             return
         watch = CumulativeTarget()
@@ -102,7 +102,8 @@ class OrdinalCodesCheck(Check):
         if not watch.levels or classes > MAX_CLASSES:
             findings.data["summary"] = "no cumulative (ordinal) targets"
             return
-        parts = read_samples(ctx, self.name, findings, ctx.train_loader, "training samples", labelled, SAMPLES, BUDGET_S)
+        parts = read_samples(ctx, self.name, findings, ctx.train_loader, "training samples", features_and_labels, SAMPLES,
+                             BUDGET_S)
         if not parts:
             return
         x, codes = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]).long()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from optimus_preflight.preflight.analyses.eval_forward import eval_forward
+from optimus_preflight.preflight.analyses.eval_forward import seeded_eval_forward
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import move_to_device
@@ -114,12 +114,9 @@ class RankingOrderCheck(Check):
     @staticmethod
     def _call(ctx: PreflightContext, batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         watch = RankingCall()
-        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
         try:
-            with torch.random.fork_rng(devices=devices):
-                torch.manual_seed(SEED)
-                with watch:
-                    eval_forward(ctx, batch)
+            with watch:
+                seeded_eval_forward(ctx, batch, SEED)
         except Exception:
             return None
         return watch.seen

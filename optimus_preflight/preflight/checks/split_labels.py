@@ -68,6 +68,12 @@ ONE_CLASS_TRAIN_MAX = 0.9  # a one-class validation set is news when training's 
 CODE_SLOTS = 64  # integer values below this in a short integer input: category codes, one-hot encoded
 
 
+def read_width(flat: torch.Tensor) -> torch.Tensor:
+    """(B, D) rows cut to at most MAX_READ_DIM values each: an image keeps a fixed stride of its
+    values, so what is read stays small and every split reads the same positions."""
+    return flat[:, ::-(-flat.shape[1] // MAX_READ_DIM)] if flat.shape[1] > MAX_READ_DIM else flat
+
+
 def _input_columns(tensor: Any, rows: int) -> torch.Tensor | None:
     """One input of a multi-input batch as (B, D) float columns: floating values flattened,
     a few integer category codes per sample one-hot encoded (code 5 of a column is its own
@@ -95,8 +101,7 @@ def _multi_input_features(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | Non
     if any(column is None for column in columns):
         return None
     features = torch.cat(columns, 1)
-    if features.shape[1] > MAX_READ_DIM:
-        features = features[:, ::-(-features.shape[1] // MAX_READ_DIM)]
+    features = read_width(features)
     return features, labels
 
 
@@ -135,8 +140,7 @@ def features_and_labels(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
             or labels.dtype == torch.bool or labels.shape[0] != features.shape[0]):
         return None
     flat = features.detach().reshape(features.shape[0], -1)
-    if flat.shape[1] > MAX_READ_DIM:  # an image: a fixed stride of its values keeps what is read small
-        flat = flat[:, ::-(-flat.shape[1] // MAX_READ_DIM)]
+    flat = read_width(flat)
     return flat.float().cpu(), labels.detach().long().cpu()
 
 

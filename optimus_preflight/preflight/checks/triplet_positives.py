@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.checks.split_labels import features_and_labels, read_width
 from optimus_preflight.preflight.data_access.guard import read_samples
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
@@ -40,18 +41,7 @@ def triplet(batch: Any) -> tuple[torch.Tensor, ...] | None:
         return None
     if len({tuple(t.shape) for t in batch}) != 1:
         return None
-    return tuple(t.detach().float().reshape(len(t), -1).cpu() for t in batch)
-
-
-def labelled(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(inputs (B, D), integer labels (B,)) of an ``(x, y)`` batch."""
-    if not isinstance(batch, (list, tuple)) or len(batch) != 2:
-        return None
-    x, y = batch
-    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)) or not x.is_floating_point() \
-            or y.is_floating_point() or y.dim() != 1 or len(x) != len(y):
-        return None
-    return x.detach().float().reshape(len(x), -1).cpu(), y.cpu()
+    return tuple(read_width(t.detach().float().reshape(len(t), -1)).cpu() for t in batch)
 
 
 def class_separation(x: torch.Tensor, y: torch.Tensor) -> float | None:
@@ -77,7 +67,7 @@ class TripletPositivesCheck(Check):
         if triplet(ctx.artifacts.first_batch) is None or ctx.val_loader is None:
             findings.data["summary"] = "no (anchor, positive, negative) batch beside a labelled validation split"
             return
-        val = read_samples(ctx, self.name, findings, ctx.val_loader, "labelled validation samples", labelled,
+        val = read_samples(ctx, self.name, findings, ctx.val_loader, "labelled validation samples", features_and_labels,
                            SAMPLES, BUDGET_S)
         if not val:
             findings.data["summary"] = "the validation batches are not (inputs, labels)"
