@@ -42,7 +42,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "y": "benchmarks.blind_preflight_y.registry", "z": "benchmarks.blind_preflight_z.registry",
               "aa": "benchmarks.blind_preflight_aa.registry", "ab": "benchmarks.blind_preflight_ab.registry",
               "ac": "benchmarks.blind_preflight_ac.registry", "ad": "benchmarks.blind_preflight_ad.registry",
-              "ae": "benchmarks.blind_preflight_ae.registry", "af": "benchmarks.blind_preflight_af.registry"}
+              "ae": "benchmarks.blind_preflight_ae.registry", "af": "benchmarks.blind_preflight_af.registry",
+              "ag": "benchmarks.blind_preflight_ag.registry", "ah": "benchmarks.blind_preflight_ah.registry"}
 
 
 def load_cases(which: str = "a"):
