@@ -90,6 +90,40 @@ def test_ctc_blank_counts_only_symbols_inside_the_target_lengths():
     assert found is not None and (found.count, found.total, found.classes) == (1, 3, 5)
 
 
+# ------------------------------------------------------------------ CTC_LENGTHS_TOO_SHORT
+
+def _ctc_lengths_loss_fn(divide_by: int, zero_infinity: bool = True):
+    """input_lengths = the model's frames // divide_by: 1 is its real length; 4 is a 4x
+    subsampling recipe's formula on a model that keeps every frame."""
+    def loss_fn(model, batch):
+        x, labels, label_lengths = batch
+        log_probs = model(x).log_softmax(-1).transpose(0, 1)
+        frames = torch.full((x.size(0),), log_probs.size(0) // divide_by, dtype=torch.long)
+        return F.ctc_loss(log_probs, labels, frames, label_lengths, blank=CLASSES - 1, zero_infinity=zero_infinity)
+    return loss_fn
+
+
+@pytest.mark.parametrize(("divide_by", "fires"), [(4, True), (1, False)], ids=["lengths_of_another_factor", "real"])
+def test_ctc_input_lengths_shorter_than_the_targets_need_are_named(divide_by, fires):
+    torch.manual_seed(0)
+    issues = _issues(Recogniser(), DataLoader(_speech(first_label=0), batch_size=16),
+                     _ctc_lengths_loss_fn(divide_by), "CTC_LENGTHS_TOO_SHORT")
+    assert bool(issues) == fires
+    if fires:
+        assert "zero_infinity=True turns their infinite losses into 0" in issues[0].message
+        assert "longest input_length is 5 of the 20 frames" in issues[0].message
+
+
+def test_ctc_feasibility_counts_a_blank_between_repeated_symbols():
+    from optimus_preflight.preflight.analyses.criterion_args import ctc_lengths_infeasible
+
+    log_probs = torch.randn(6, 2, 5).log_softmax(-1)
+    repeated = torch.tensor([[1, 1, 2], [3, 3, 3]])  # need 4 and 5 frames
+    assert ctc_lengths_infeasible((log_probs, repeated, [4, 5], [3, 3]), {}) is None
+    found = ctc_lengths_infeasible((log_probs, repeated, [3, 4], [3, 3]), {"zero_infinity": True})
+    assert found is not None and (found.infeasible, found.total, found.zero_infinity) == (2, 2, True)
+
+
 # ------------------------------------------------------------------ CTC_NOT_LOG_PROBS
 
 def _ctc_scores_loss_fn(ctc, normalise):

@@ -180,3 +180,22 @@ def test_embeddingbag_offsets_that_are_bag_indices_fire_and_collated_offsets_are
     if not correct_offsets:
         issue = next(issue for _, issue in report.issues() if issue.code == "EMBEDDINGBAG_OFFSETS")
         assert "offsets 0, 1, ..., 31" in issue.message and "lengths.cumsum(0)[:-1]" in issue.fix
+
+
+@pytest.mark.parametrize(("padding_idx", "fires"), [(0, True), (None, False), (50, False)],
+                         ids=["id_0_is_a_word", "no_padding_idx", "pad_row_never_read"])
+def test_a_padding_idx_on_flat_bags_names_the_word_it_drops(padding_idx, fires):
+    """Flat ids cut by offsets hold no padding: an EmbeddingBag's padding_idx that the ids
+    contain drops a real word from every bag (ids 0-49 are words here)."""
+    from optimus_preflight.preflight.checks.embedding_inputs import EmbeddingInputsCheck
+    from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
+
+    model = BagClassifier()
+    model.bag = nn.EmbeddingBag(51, 16, padding_idx=padding_idx)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-2), _bag_batches(correct_offsets=True),
+                           loss_fn=lambda m, b: F.cross_entropy(m(b[0], b[1]), b[2]),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), EmbeddingInputsCheck()])
+    found = [i for i in report.check("model.embedding_inputs").issues if i.code == "EMBEDDING_PADDING_IDX"]
+    assert bool(found) == fires
+    if fires:
+        assert "EmbeddingBag(padding_idx=0)" in found[0].message and "nothing is padded" in found[0].message

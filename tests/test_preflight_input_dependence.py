@@ -408,3 +408,41 @@ def test_unordered_elements_tells_a_set_from_a_signal():
     assert unordered_elements(torch.randn(8, 20, 3, generator=g), 1)
     assert not unordered_elements(smooth_signals(8, 20, g), 1)
     assert not unordered_elements(torch.randint(0, 9, (8, 20), generator=g), 1)  # token ids: a sequence
+
+
+class LeftPaddedForecaster(nn.Module):
+    """(B, T, 2) windows read by a causal conv stack padded on the left only, receptive field 21
+    of 48 steps, whose last 8 positions make a 6-step forecast."""
+
+    def __init__(self, padded_both_ends: bool = False):
+        super().__init__()
+        torch.manual_seed(0)
+        both = 4 if padded_both_ends else 0
+        self.c1, self.c2 = nn.Conv1d(2, 16, 5, padding=both), nn.Conv1d(16, 16, 5, dilation=2, padding=2 * both)
+        self.out, self.left = nn.Linear(16 * 8, 6), 0 if padded_both_ends else 4
+
+    def forward(self, x):
+        h = x.transpose(1, 2)
+        h = torch.relu(self.c1(nn.functional.pad(h, (self.left, 0))))
+        h = torch.relu(self.c2(nn.functional.pad(h, (2 * self.left, 0))))
+        return self.out(h[:, :, -8:].flatten(1))
+
+
+@pytest.mark.parametrize(("loss", "padded_both_ends", "fires"), [
+    (nn.HuberLoss(), False, False), (nn.MSELoss(), True, True), ("classify", False, True)],
+    ids=["causal_forecaster", "padded_both_ends", "sequence_classifier"])
+def test_a_receptive_field_shorter_than_the_window_is_a_forecasters_choice_only(loss, padded_both_ends, fires):
+    g = torch.Generator().manual_seed(4)
+    windows = torch.randn(128, 48, 2, generator=g)
+    model = LeftPaddedForecaster(padded_both_ends)
+    if loss == "classify":
+        targets, loss = torch.randint(0, 6, (128,), generator=g), nn.CrossEntropyLoss()
+    else:
+        targets = torch.randn(128, 6, generator=g)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(windows, targets), batch_size=16, shuffle=True), loss_fn=loss,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), InputDependenceCheck()])
+    result = report.check("step.input_dependence")
+    ignored = [i for i in result.issues if i.code == "MODEL_IGNORES_POSITIONS"]
+    assert ignored and ("first half" in ignored[0].message or "recent part" in ignored[0].message)
+    assert (result.status.value == "warning") == fires, [i.message[:80] for i in result.issues]

@@ -112,3 +112,16 @@ def test_small_objects_resized_bilinear_in_training_only(train_mode):
         assert len(found) == 1 and "validation masks" in found[0].message and "mode='nearest'" in found[0].fix
     else:
         assert not found
+
+
+def test_level_bands_of_a_smooth_field_are_quiet_and_the_same_bands_resized_bilinearly_fire():
+    """Classes cut from one smooth field at two levels (elevation or intensity bands): class 1
+    runs between 0 and 2 everywhere and narrows to one pixel where the field is steep, but each
+    narrow stretch is joined to a wide one. Objects resized bilinearly still fire: their rims are
+    rings of their own."""
+    g = torch.Generator().manual_seed(3)
+    field = F.avg_pool2d(torch.randn(64, 1, 22, 22, generator=g), 7, stride=1)
+    field = (field - field.mean()) / field.std()
+    bands = torch.bucketize(field[:, 0], torch.tensor([-0.45, 0.45]))
+    assert interpolation_rims(bands) is None
+    assert interpolation_rims(resized(scenes(), "bilinear")) is not None

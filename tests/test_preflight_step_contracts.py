@@ -227,6 +227,25 @@ def test_a_summed_loss_without_accumulation_fires(tmp_path, loss):
     assert "sum over the batch" in result.issues[0].message
 
 
+@pytest.mark.parametrize("optimizer", [lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3),
+                                       lambda m: torch.optim.RMSprop(m.parameters(), lr=1e-3)])
+def test_a_summed_loss_is_a_note_where_the_optimizer_normalises_its_scale_and_nothing_clips(tmp_path, optimizer):
+    ctx = plain_context(tmp_path, "trainer.clip_grad_norm=null", loss=_summed, optimizer=optimizer)
+    result = run(ctx, LossScaleCheck)["step.loss_scale"]
+    assert_quiet(result)
+    assert any(issue.code == "O9" and "sum over the batch" in issue.message for issue in result.issues)
+
+
+@pytest.mark.parametrize(("overrides", "optimizer"), [
+    (("trainer.clip_grad_norm=null",), lambda m: torch.optim.SGD(m.parameters(), lr=0.1)),
+    (("trainer.clip_grad_norm=1.0",), lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3)),
+    (("trainer.clip_grad_norm=null",), lambda m: torch.optim.Adam(m.parameters(), lr=1e-3, weight_decay=1e-2)),
+], ids=["sgd", "clipped_adamw", "adam_l2_decay"])
+def test_a_summed_loss_warns_where_its_size_reaches_the_update(tmp_path, overrides, optimizer):
+    result = run(plain_context(tmp_path, *overrides, loss=_summed, optimizer=optimizer), LossScaleCheck)["step.loss_scale"]
+    assert codes(result) == {"O9"} and result.status == CheckStatus.WARNING
+
+
 def test_a_sum_divided_by_its_count_is_quiet(tmp_path):
     def mean_by_count(model, batch):
         return _summed(model, batch) / len(batch[1]), len(batch[1])

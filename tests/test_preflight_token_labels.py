@@ -119,3 +119,31 @@ def test_labels_that_are_token_ids_are_another_task():
     target = torch.full_like(ids, -100)
     target[:, :5] = ids[:, 1:6]  # a seq2seq target of token ids, shorter than the source
     assert ids_mask_labels({"input_ids": ids, "attention_mask": (ids != 0).long(), "labels": target}) is None
+
+
+def _offset_rows(shifted: bool, samples: int = 256) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Short sentences (one token per word, so nothing ends early) whose tags sit on their own
+    tokens, or one position to the left (written from position 0, over [CLS]); padded per batch."""
+    rows = tagged_sentences("one_piece", samples)
+    out = []
+    for row in rows:
+        labels = row["labels"].clone()
+        if shifted:
+            labels = torch.cat([labels[1:], torch.tensor([-100])])
+        out.append((row["input_ids"], labels))
+    return out
+
+
+@pytest.mark.parametrize("shifted", [True, False], ids=["tags_one_to_the_left", "tags_in_place"])
+def test_a_tag_offset_is_read_past_a_first_batch_too_small_to_tell(shifted):
+    """16 sentences of 5-10 words hold under 512 tags: the check reads on through the loader."""
+    model = GruTagger()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(_offset_rows(shifted), batch_size=16, shuffle=True),
+                           loss_fn=lambda m, b: torch.nn.functional.cross_entropy(m(b[0]).reshape(-1, 5),
+                                                                                 b[1].reshape(-1)),
+                           checks=[FirstBatchCheck(), TokenLabelsCheck()])
+    result = report.check("step.token_labels")
+    assert codes(result) == ({"TOKEN_LABELS_NOT_ALIGNED"} if shifted else set())
+    if shifted:
+        assert "1 position(s) after" in result.issues[0].message

@@ -7,6 +7,9 @@ Fed every torch function call the loss spy sees during ``compute_loss``:
   nothing and returns a finite loss, reading each such label as "no symbol here". Usually
   the model reserves another index (the last class) and ``blank=`` was left at 0. Only the
   symbols inside ``target_lengths`` count: a padded ``(N, S)`` target may pad with 0.
+- ``CTC_LENGTHS_TOO_SHORT``: ``ctc_loss`` given input_lengths shorter than the frames a tenth
+  or more of its samples' targets need, infinite losses that ``zero_infinity=True`` hides
+  (input lengths computed with another subsampling factor than the model's).
 - ``CTC_NOT_LOG_PROBS``: ``ctc_loss`` given rows over the classes that are not
   log-probabilities (their logsumexp is not 0): raw logits or softmax output. CTC sums
   ``exp`` of path scores that it assumes are normalised; on raw logits every path can be
@@ -115,6 +118,7 @@ def multi_hot_index_target(args: tuple, kwargs: dict) -> MultiHotIndices | None:
 class CriterionArgs:
     ctc_blank: CtcBlank | None = None
     ctc_not_log_probs: CtcNotLogProbs | None = None
+    ctc_infeasible: CtcInfeasible | None = None
     multi_hot_indices: MultiHotIndices | None = None
     poisson_log_input: PoissonLogInput | None = None
     batch_indexed: BatchIndexed | None = None
@@ -152,6 +156,47 @@ def ctc_blank_in_targets(args: tuple, kwargs: dict) -> CtcBlank | None:
             return None
         classes = int(log_probs.shape[-1]) if isinstance(log_probs, torch.Tensor) and log_probs.dim() else None
         return CtcBlank(blank, classes, count, int(symbols.numel()), int(symbols.max()), int(symbols.min()))
+
+
+@dataclass
+class CtcInfeasible:
+    infeasible: int  # samples whose input_lengths are shorter than their targets need
+    total: int
+    zero_infinity: bool
+    shortest_ratio: float  # the smallest input_length / needed frames among them
+    frames: int | None  # T of the (T, N, C) log-probabilities
+    longest_input: int  # the largest input_length of the call
+
+
+INFEASIBLE_SHARE = 0.1  # of a CTC call's samples that no alignment can fit
+
+
+def ctc_lengths_infeasible(args: tuple, kwargs: dict) -> CtcInfeasible | None:
+    """Samples of a ``ctc_loss`` call whose input_lengths are shorter than the frames their
+    targets need (one per symbol, plus a blank between repeated symbols): their loss is
+    infinite, and ``zero_infinity=True`` silently turns it into 0 (pure)."""
+    log_probs, targets = argument(args, kwargs, 0, "log_probs"), argument(args, kwargs, 1, "targets")
+    inputs = _lengths(argument(args, kwargs, 2, "input_lengths"))
+    lengths = _lengths(argument(args, kwargs, 3, "target_lengths"))
+    zero_infinity = bool(argument(args, kwargs, 6, "zero_infinity", False))
+    if not isinstance(targets, torch.Tensor) or inputs is None or lengths is None or len(inputs) != len(lengths) \
+            or len(lengths) < 2 or targets.dim() not in (1, 2):
+        return None
+    with torch.no_grad():
+        values = targets.detach().long().cpu()
+        if values.dim() == 2:
+            if values.shape[0] != len(lengths):
+                return None
+            rows = [row[:max(0, n)] for row, n in zip(values, lengths, strict=True)]
+        else:
+            starts = [0, *torch.tensor(lengths).cumsum(0).tolist()[:-1]]
+            rows = [values[start:start + n] for start, n in zip(starts, lengths, strict=True)]
+        needed = [len(row) + int((row[1:] == row[:-1]).sum()) for row in rows]
+    short = [(frames / need) for frames, need in zip(inputs, needed, strict=True) if need and frames < need]
+    if len(short) < 2 or len(short) < INFEASIBLE_SHARE * len(lengths):
+        return None
+    frames = int(log_probs.shape[0]) if isinstance(log_probs, torch.Tensor) and log_probs.dim() == 3 else None
+    return CtcInfeasible(len(short), len(lengths), zero_infinity, min(short), frames, max(inputs))
 
 
 def ctc_not_log_probs(args: tuple, kwargs: dict) -> CtcNotLogProbs | None:
@@ -228,6 +273,7 @@ class CriterionArgsWatch:
         if name == "ctc_loss":
             found.ctc_blank = found.ctc_blank or ctc_blank_in_targets(args, kwargs)
             found.ctc_not_log_probs = found.ctc_not_log_probs or ctc_not_log_probs(args, kwargs)
+            found.ctc_infeasible = found.ctc_infeasible or ctc_lengths_infeasible(args, kwargs)
         elif name == "multilabel_margin_loss" and found.multi_hot_indices is None:
             found.multi_hot_indices = multi_hot_index_target(args, kwargs)
         elif name == "poisson_nll_loss" and found.poisson_log_input is None:
@@ -276,6 +322,8 @@ def criterion_arg_findings(found: CriterionArgs | None) -> list[Finding]:
     out: list[Finding] = []
     if (ctc := found.ctc_blank) is not None:
         out.append(Finding("CTC_BLANK_IN_TARGETS", "error", _ctc_message(ctc), _ctc_fix(ctc)))
+    if (short := found.ctc_infeasible) is not None:
+        out.append(_ctc_infeasible_finding(short))
     if (scores := found.ctc_not_log_probs) is not None:
         out.append(Finding(
             "CTC_NOT_LOG_PROBS", "error",
@@ -329,14 +377,37 @@ def criterion_arg_findings(found: CriterionArgs | None) -> list[Finding]:
     return out
 
 
+def _ctc_infeasible_finding(short: CtcInfeasible) -> Any:
+    from optimus_preflight.preflight.analyses.loss_findings import Finding
+
+    hidden = ("zero_infinity=True turns their infinite losses into 0, so they train nothing and nothing says so"
+              if short.zero_infinity else "their losses are infinite")
+    frames = ""
+    if short.frames and short.longest_input <= 0.6 * short.frames:
+        frames = (f"; the longest input_length is {short.longest_input} of the {short.frames} frames the model "
+                  "outputs, so the rest of every utterance is never aligned either")
+    return Finding(
+        "CTC_LENGTHS_TOO_SHORT", "warning",
+        f"ctc_loss gets input_lengths shorter than the targets need in {short.infeasible} of its {short.total} "
+        f"samples (down to {short.shortest_ratio:.0%} of the frames needed: one per symbol, plus a blank between "
+        f"repeats): no alignment fits them and {hidden}{frames}. input_lengths must count the model's output "
+        "frames, after its convolution strides or pooling (subsampling), not the input's frames or another "
+        "recipe's factor",
+        "Compute input_lengths with the front end's own output-length formula: for each strided Conv1d, "
+        "(L + 2 * padding - dilation * (kernel_size - 1) - 1) // stride + 1 (e.g. (L + 1) // 2 for kernel 3, "
+        "padding 1, stride 2); keep zero_infinity=False while checking, so impossible samples show as inf.",
+    )
+
+
 def _ctc_message(ctc: CtcBlank) -> str:
     return (
         f"ctc_loss runs with blank={ctc.blank}, but {ctc.count} of the {ctc.total} target symbols "
         f"({ctc.count / ctc.total:.0%}) are {ctc.blank}, labels in [{ctc.target_min}, {ctc.target_max}]"
         + (f" over {ctc.classes} classes" if ctc.classes else "")
-        + ": CTC reads every label equal to the blank as 'no symbol here', not as a label, so that class is never "
-        "learned and the alignments around it are wrong. Real CTC targets never contain the blank; torch checks "
-        "nothing and returns a finite loss"
+        + ": the blank's index is also a real label (a character vocabulary numbered from 0, "
+        "{c: i for i, c in enumerate(chars)}, gives its first character the blank's id). CTC reads every label "
+        "equal to the blank as 'no symbol here', so that class is never learned and the alignments around it are "
+        "wrong. Real CTC targets never contain the blank; torch checks nothing and returns a finite loss"
     )
 
 

@@ -1,7 +1,8 @@
 """The range a regression criterion's predictions can take, read from the graph.
 
 A regression head that ends in ``sigmoid`` (0, 1), ``tanh`` (-1, 1) or ``relu``/``softplus``/
-``exp`` [0, inf) can only predict inside that range, whatever it learns. When a good share of
+``exp`` [0, inf) can only predict inside that range, whatever it learns; so can the cosine
+similarity of two embeddings, [-1, 1], regressed onto similarity scores. When a good share of
 the targets lies outside it (prices in dollars after a sigmoid, standardised targets after a
 ReLU), the loss has a floor the model can never go below. The activation is the first
 operation behind the criterion's input that is not a change of shape (``.squeeze()``,
@@ -20,7 +21,7 @@ _SHAPE_ONLY = ("View", "Reshape", "Unsafe", "Squeeze", "Unsqueeze", "Expand", "P
 RANGES: dict[str, tuple[float, float]] = {
     "Sigmoid": (0.0, 1.0), "Tanh": (-1.0, 1.0), "Relu": (0.0, float("inf")), "Softplus": (0.0, float("inf")),
     "Exp": (0.0, float("inf")), "Softmax": (0.0, 1.0), "Hardsigmoid": (0.0, 1.0), "Relu6": (0.0, 6.0),
-    "Hardtanh": (-1.0, 1.0),
+    "Hardtanh": (-1.0, 1.0), "Cosine similarity": (-1.0, 1.0),
 }
 OUTSIDE_SHARE = 0.1  # of the targets beyond the range's margin
 MARGIN = 0.05  # of the range's width (or of 1 for a half-open range): rounding, label smoothing
@@ -34,10 +35,43 @@ class OutputRange:
     outside: float  # share of the targets beyond the range (with the margin)
 
 
+def _parents(node: object) -> list:
+    return [parent for parent, _ in getattr(node, "next_functions", ()) if parent is not None]
+
+
+def _divided_by_norm(node: object) -> bool:
+    """A ``DivBackward0`` whose divisor is a vector norm within a few shape-only or clamp hops:
+    ``x / x.norm(dim=-1, keepdim=True)``, ``F.normalize`` or ``cosine_similarity``'s own division."""
+    if type(node).__name__ != "DivBackward0":
+        return False
+    frontier = _parents(node)
+    for _ in range(4):
+        if any(type(parent).__name__.startswith(("LinalgVectorNorm", "Norm")) for parent in frontier):
+            return True
+        frontier = [grand for parent in frontier if not type(parent).__name__.startswith("AccumulateGrad")
+                    for grand in _parents(parent)]
+    return False
+
+
+def _is_cosine(node: object) -> bool:
+    """A sum over the product of two norm-divided vectors: ``F.cosine_similarity`` or
+    ``(F.normalize(a) * F.normalize(b)).sum(-1)``, whose values lie in [-1, 1]."""
+    if not type(node).__name__.startswith("Sum"):
+        return False
+    parents = _parents(node)
+    if len(parents) != 1 or type(parents[0]).__name__ != "MulBackward0":
+        return False
+    factors = _parents(parents[0])
+    return len(factors) == 2 and all(_divided_by_norm(factor) for factor in factors)
+
+
 def output_activation(tensor: torch.Tensor) -> str | None:
-    """The grad_fn behind ``tensor``'s shape-only operations, by name without 'Backward0'."""
+    """The grad_fn behind ``tensor``'s shape-only operations, by name without 'Backward0'
+    ('Cosine similarity' for a cosine of two vectors)."""
     node, hops = tensor.grad_fn, 0
     while node is not None and hops < 8:
+        if _is_cosine(node):
+            return "Cosine similarity"
         name = type(node).__name__.removesuffix("Backward0").removesuffix("Backward1")
         if not name.startswith(_SHAPE_ONLY) or name.startswith(("Tanh", "Softplus", "Softmax", "Sigmoid")):
             return name

@@ -80,10 +80,10 @@ class BatchLayoutCheck(Check):
             b, t, c = view.source
             findings.warning(
                 "VIEW_AS_PERMUTE",
-                f"a .{view.function}() turns ({b}, {t}, {c}) sequence logits into ({b}, {c}, {t}) for the criterion, "
-                f"which reads the class dimension second (N, C, d): a view does not swap axes, it cuts the memory in a "
-                f"new shape, so each 'class' row holds scores of several positions and classes mixed, and every "
-                "token's loss is computed on scrambled logits",
+                f"a .{view.function}() instead of a transpose turns ({b}, {t}, {c}) sequence logits into ({b}, {c}, {t}) "
+                f"for the criterion, which reads the class dimension second (N, C, d): a view does not swap axes, it "
+                f"cuts the memory in a new shape, so each (class, position) slot holds the scores of other positions "
+                "and classes, and every token's loss is computed on scrambled logits",
                 f"Move the class axis: logits.permute(0, 2, 1) (or .transpose(1, 2)) before cross_entropy, or "
                 f"flatten instead: cross_entropy(logits.reshape(-1, {c}), tags.reshape(-1)).",
             )

@@ -6,7 +6,9 @@ encoder that maps most words to ``<unk>`` does: a vocabulary built from other te
 mismatch, a vocabulary keyed by ``(word, count)`` tuples. The inputs then differ only in
 where the few known tokens fall.
 
-``EMBEDDING_PADDING_IDX``: an ``nn.Embedding(padding_idx=p)`` where ``p`` is a real token.
+``EMBEDDING_PADDING_IDX``: an ``nn.Embedding(padding_idx=p)`` where ``p`` is a real token;
+an ``nn.EmbeddingBag(padding_idx=p)`` read as flat ids with offsets (nothing padded) that
+receives ``p`` at all.
 
 ``EMBEDDING_FIELDS_SHARE_IDS``: label-encoded categorical columns (each from 0) looked up in
 one table sized as the sum of their cardinalities, without per-field offsets.
@@ -124,6 +126,7 @@ class EmbeddingInputsCheck(Check):
         batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
         batch_storage = storages(batch)
 
+        flat_bags: set[nn.Module] = set()  # EmbeddingBags read as flat ids and offsets
         one_token_bags: dict[nn.Module, tuple[int, int]] = {}  # (bags, tokens) of offsets = arange(bags)
 
         def on_input(module: nn.Module, args: tuple) -> None:
@@ -146,7 +149,13 @@ class EmbeddingInputsCheck(Check):
                 # of padding_idx + 1) but stay within the sequence length: token ids need not.
                 positions[module] = (ids.dim() == 2 and ids.shape[0] > 1 and bool((ids != ids[:1]).any())
                                      and int(ids.max()) > ids.shape[1] + 2)
-            if not isinstance(module, nn.Embedding):
+            if isinstance(module, nn.EmbeddingBag) and module.padding_idx is not None and ids.dim() == 1:
+                # Flat ids cut into bags by offsets hold no padding at all: every pad id is a token.
+                pad = module.padding_idx % module.num_embeddings
+                seen[module] = (int((ids == pad).sum()), ids.numel())
+                flat_bags.add(module)
+                return
+            if not isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
                 seen[module] = None
                 return
             if module.padding_idx is not None:
@@ -230,17 +239,22 @@ class EmbeddingInputsCheck(Check):
                 continue
             inside, tokens = occurrences
             if inside >= MIN_INSIDE and inside >= INSIDE_SHARE * tokens:
-                self._report(embeddings[module], module, inside, tokens, findings)
+                self._report(embeddings[module], module, inside, tokens, findings, module in flat_bags)
                 return
 
     @staticmethod
-    def _report(name: str, module: nn.Embedding, inside: int, tokens: int, findings: Findings) -> None:
+    def _report(name: str, module: nn.Module, inside: int, tokens: int, findings: Findings, flat: bool = False) -> None:
+        where = (f"occurs {inside} times among the first batch's flat ids ({inside / max(tokens, 1):.1%} of them), "
+                 "which offsets cut into bags, so nothing is padded" if flat else
+                 f"occurs {inside} times inside the first batch's sequences ({inside / max(tokens, 1):.1%} of their "
+                 "tokens), not only in the padding at their ends")
         findings.warning(
             "EMBEDDING_PADDING_IDX",
-            f"'{name}' is nn.Embedding(padding_idx={module.padding_idx}), but id {module.padding_idx} occurs "
-            f"{inside} times inside the first batch's sequences ({inside / max(tokens, 1):.1%} of their tokens), not "
-            "only in the padding at their ends: it is a real token, and padding_idx keeps its vector at zero with no "
-            "gradient, so the model reads it as nothing",
+            f"'{name}' is nn.{type(module).__name__}(padding_idx={module.padding_idx}), but id {module.padding_idx} "
+            f"{where}: it is a real word or token (a vocabulary numbered from 0, such as enumerate(counts.most_common())"
+            ", gives its commonest word id 0), and padding_idx keeps its vector at zero with no gradient"
+            + (" and drops it from every bag" if isinstance(module, nn.EmbeddingBag) else "")
+            + ", so the model reads it as nothing",
             "Set padding_idx to the id the collate pads with (tokenizer.pad_token_id; pad_sequence's "
             "padding_value), or leave it out if nothing is padded.",
         )

@@ -30,6 +30,7 @@ from torch import nn
 
 from optimus_preflight.preflight.analyses.eval_forward import eval_forward, model_outputs
 from optimus_preflight.preflight.analyses.padding import edge_padding
+from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.checks.sample_mixing import PROBE_SAMPLES, batch_axis, probe_batches
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -222,6 +223,16 @@ class InputDependenceCheck(Check):
                     # start of a long sequence by its last state, which training changes. No path (out[:, 0]
                     # of a forward RNN, a slice, a pooling window) is what the read-out structurally cannot see.
                     continue
+                if begin == 0 and leaf.is_floating_point() and recent_window_forecaster(ctx):
+                    findings.info(
+                        "MODEL_IGNORES_POSITIONS",
+                        f"the output depends on the recent part of each {tuple(leaf.shape)} window only (positions "
+                        f"{begin}-{stop - 1} move no output): a convolution stack's receptive field, shorter than the "
+                        "window, in a regression over the most recent inputs, which is a forecaster's design choice",
+                        "If the oldest steps should count, add layers or dilation until the receptive field covers "
+                        "the window; otherwise a shorter window trains faster.",
+                    )
+                    return
                 self._report(leaf, axis, name, begin, stop, findings)
                 return
 
@@ -398,6 +409,26 @@ def _swap_span(leaf: torch.Tensor, axis: int, begin: int, stop: int) -> torch.Te
     mask = swap if moved.dim() == 2 else swap.unsqueeze(-1)
     changed = torch.where(mask, donor, moved).movedim(1, axis)
     return changed if not torch.equal(changed, leaf) else None
+
+
+SEQUENCE_MODULES = (nn.RNNBase, nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+FORECAST_CRITERIA = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "gaussian_nll_loss")
+
+
+def recent_window_forecaster(ctx: PreflightContext) -> bool:
+    """A model with no recurrence or attention and no Conv1d padded on both ends (its reach
+    along the sequence is a receptive field in the past, set on purpose) trained by regression
+    criteria only: a forecaster that
+    reads the recent steps of its window. A read-out at the wrong step of an RNN, or a
+    sequence classifier whose evidence may sit anywhere, is not one."""
+    if any(isinstance(module, SEQUENCE_MODULES) for module in ctx.model.modules()):
+        return False
+    # Padding built into a Conv1d pads both ends, so a read-out of the last steps reaches past
+    # the input by half its field: the un-chomped causal convolution, a bug in a forecaster too.
+    if any(isinstance(module, nn.Conv1d) and module.padding not in ((0,), "valid") for module in ctx.model.modules()):
+        return False
+    calls = [call for call in get_probe(ctx).criterion_calls if call.error is None]
+    return bool(calls) and all(call.function in FORECAST_CRITERIA for call in calls)
 
 
 def positional_tables(model: nn.Module) -> list[tuple[str, torch.Tensor]]:

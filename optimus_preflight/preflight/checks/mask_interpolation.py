@@ -8,9 +8,11 @@ there. The mask keeps its dtype and its set of ids, and the model learns the fak
 The signature, read from the integer (B, H, W) targets of the first batch: a class that is a
 real object somewhere (pixels whose whole 3x3 neighbourhood is that class) also forms thin
 rims elsewhere, one pixel wide and lying between a lower and a higher class id, the way an
-average of the two would. A clean mask has such pixels only where three classes meet; a
-boundary class of its own (nuclei, boundary, background) is thin everywhere and is never an
-object, so it stays quiet.
+average of the two would. A clean mask has such pixels only where three classes meet, or
+where a band of the class narrows between two others and widens again (pixels joined to
+the class's own interior, which an averaged edge around an object is not); a boundary
+class of its own (nuclei, boundary, background) is thin everywhere and is never an object,
+so it stays quiet.
 """
 
 from __future__ import annotations
@@ -48,6 +50,17 @@ def _spread(mask: torch.Tensor) -> torch.Tensor:
     return F.max_pool2d(mask.float().unsqueeze(1), 3, stride=1, padding=1).squeeze(1) > 0
 
 
+def _joined_to(seeds: torch.Tensor, region: torch.Tensor) -> torch.Tensor:
+    """The pixels of ``region`` 8-connected to ``seeds`` through ``region`` (B, H, W bool)."""
+    reached = seeds & region
+    for _ in range(region.shape[-1] * region.shape[-2]):
+        grown = reached | (region & _spread(reached))
+        if torch.equal(grown, reached):
+            break
+        reached = grown
+    return reached
+
+
 def interpolation_rims(masks: torch.Tensor) -> Rims | None:
     """The class with the most interpolation rims in integer (B, H, W) masks (pure)."""
     masks = masks.detach().cpu().long()
@@ -61,6 +74,10 @@ def interpolation_rims(masks: torch.Tensor) -> Rims | None:
         rims = own & ~interior & _spread(masks < value) & _spread((masks > value) & (masks < VOID_FROM))
         # A rim is thin: it holds no interior pixel within its own neighbourhood either.
         rims &= ~_spread(interior)
+        # An averaged edge is a ring of its own around an object; a thin stretch of a band that
+        # widens into an object elsewhere (levels of a smooth field: elevation, intensity
+        # classes) is the class itself, drawn narrow where the field is steep.
+        rims &= ~_joined_to(interior, own)
         count, total = int(rims.sum()), int(own.sum())
         if int(interior.sum()) >= MIN_PIXELS and count >= MIN_PIXELS and count >= RIM_SHARE * total \
                 and (worst is None or count > worst.rim_pixels):

@@ -213,6 +213,12 @@ class AccumulationCheck(Check):
                      "the batch is split: the effective learning rate changes with data.batch_size and "
                      "trainer.accumulation_steps") if summed else (
                      ": the effective learning rate changes with trainer.accumulation_steps")
+            if summed and (why := scale_free_update(ctx)) is not None:
+                findings.info("O9", f"accumulating {steps} micro-batches gives 1/{steps} of the gradient of the same "
+                                    f"samples in one batch (compute_loss returns a sum); {why}, so the factor does "
+                                    "not reach the update. It would under SGD or gradient clipping",
+                              "Return the mean (or (loss_sum / count, count)) before switching to SGD or clipping.")
+                return
             findings.error(
                 "O9",
                 f"accumulating {steps} micro-batches gives {ratio:.3g}x the gradient of the same samples in one batch "
@@ -223,6 +229,25 @@ class AccumulationCheck(Check):
                 code_fix="In your compute_loss, return the mean over the micro-batch (reduction='mean'), or "
                          "(loss_sum / count, count) with count the number of targets summed.",
             )
+
+
+# Optimizers whose update divides the gradient by a running estimate of its own size: a
+# constant factor on the loss (a sum is the mean times the batch size) cancels out of it.
+SCALE_FREE_OPTIMIZERS = ("Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta")
+
+
+def scale_free_update(ctx: PreflightContext) -> str | None:
+    """Why a summed loss cannot change this run's updates, or None where it can: every
+    group's optimizer normalises the gradient's scale, no gradient clipping reads the
+    norm, and no coupled L2 decay (Adam's weight_decay) is weighed against the gradient."""
+    optimizer = ctx.optimizer
+    name = type(optimizer).__name__
+    if name not in SCALE_FREE_OPTIMIZERS or ctx.cfg.trainer.get("clip_grad_norm"):
+        return None
+    decoupled = name == "AdamW" or any(group.get("decoupled_weight_decay") for group in optimizer.param_groups)
+    if not decoupled and any(group.get("weight_decay", 0) for group in optimizer.param_groups):
+        return None
+    return f"{name} divides each gradient by a running estimate of its own size and nothing clips the norm"
 
 
 SUM_RTOL = 0.02  # eval-mode losses of per-sample terms add up to float rounding
@@ -385,7 +410,15 @@ class LossScaleCheck(Check):
             return
         findings.data.update(batch_loss=full[0], half_losses=[value for value, _ in halves])
         findings.data["summary"] = (f"batch loss {full[0]:.4g}, halves {halves[0][0]:.4g} and {halves[1][0]:.4g}")
-        if summed_loss(full, halves):
+        if summed_loss(full, halves) and (why := scale_free_update(ctx)) is not None:
+            findings.info(
+                "O9",
+                f"compute_loss returns a sum over the batch, not a mean (the first batch's loss {full[0]:.4g} is the "
+                f"sum of its halves' {halves[0][0]:.4g} + {halves[1][0]:.4g}); {why}, so the sum's size does not "
+                "reach the update. It would under SGD, gradient clipping or accumulation",
+                "Return the mean (or (loss_sum / count, count)) before switching to SGD, clipping or accumulation.",
+            )
+        elif summed_loss(full, halves):
             findings.warning(
                 "O9",
                 f"compute_loss returns a sum over the batch, not a mean: the first batch's loss ({full[0]:.4g}) is "

@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from optimus_preflight.preflight.analyses.token_tags import ids_and_tags, tag_offset
+from optimus_preflight.preflight.analyses.token_tags import MIN_POSITIONS, ids_and_tags, tag_offset
 from optimus_preflight.preflight.checks.attention_mask import padding_of
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.data_access.guard import read_samples
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
 if TYPE_CHECKING:
@@ -107,6 +108,19 @@ def ids_mask_labels(batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     return ids, mask, labels
 
 
+OFFSET_ROWS = 512  # rows read for the offset when the first batches hold too few tags
+OFFSET_BUDGET_S = 5.0  # an upper limit on that read, never reached by an in-memory loader
+
+
+def padded_rows(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, tags) of batches padded per batch to their own lengths, stacked to the longest:
+    ids with 0 and tags with -100, which no agreement counts."""
+    length = max(ids.shape[1] for ids, _ in pairs)
+    ids = torch.cat([torch.nn.functional.pad(i, (0, length - i.shape[1]), value=0) for i, _ in pairs])
+    tags = torch.cat([torch.nn.functional.pad(t, (0, length - t.shape[1]), value=IGNORE_INDEX) for _, t in pairs])
+    return ids, tags
+
+
 class TokenLabelsCheck(Check):
     """TOKEN_LABELS_NOT_ALIGNED: word tags laid one per position on a sub-word sequence."""
 
@@ -148,10 +162,14 @@ class TokenLabelsCheck(Check):
         """TOKEN_LABELS_NOT_ALIGNED by an offset: each tag told by the token k positions away."""
         batches = [pair for batch in (ctx.artifacts.window_batches or [ctx.artifacts.first_batch])
                    if (pair := ids_and_tags(batch)) is not None]
-        batches = [pair for pair in batches if pair[0].shape[1] == batches[0][0].shape[1]] if batches else []
         if not batches:
             return False
-        found = tag_offset(torch.cat([ids for ids, _ in batches]), torch.cat([tags for _, tags in batches]))
+        if sum(int((tags >= 0).sum()) for _, tags in batches) < 2 * MIN_POSITIONS:
+            # A batch of short sentences holds too few tags to compare offsets: read on.
+            more = read_samples(ctx, "step.token_labels", findings, ctx.train_loader, "token tags for the offset",
+                                ids_and_tags, OFFSET_ROWS, OFFSET_BUDGET_S)
+            batches = more or batches
+        found = tag_offset(*padded_rows(batches))
         if found is None:
             return False
         offset, shifted, in_place, majority = found
