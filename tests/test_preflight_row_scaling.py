@@ -44,3 +44,28 @@ def test_vectors_whose_direction_is_the_point_stay_quiet():
     wide = torch.nn.functional.normalize(torch.rand(64, 300, generator=g), dim=1)
     one_hot = torch.nn.functional.one_hot(torch.randint(0, 6, (64,), generator=g), 6).float()
     assert not unit_rows(signed) and not unit_rows(wide) and not unit_rows(one_hot)
+
+
+def customers(scaling: str) -> torch.Tensor:
+    """An income in dollars beside seven ratios and counts; ``per_signal``: smooth 48-step
+    signals, each z-normalised on its own (the time-series convention)."""
+    g = torch.Generator().manual_seed(1)
+    if scaling == "per_signal":
+        x = torch.cumsum(torch.randn(256, 48, generator=g), 1)
+        return (x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True)
+    table = torch.cat([55_000 + 15_000 * torch.randn(256, 1, generator=g), torch.rand(256, 7, generator=g) * 10], 1)
+    axis = 1 if scaling == "rows" else 0
+    return (table - table.mean(axis, keepdim=True)) / table.std(axis, keepdim=True)
+
+
+@pytest.mark.parametrize(("scaling", "fires"), [("rows", True), ("columns", False), ("per_signal", False)])
+def test_a_table_standardised_along_its_rows_fires(scaling, fires):
+    x = customers(scaling)
+    model = nn.Linear(x.shape[1], 2)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, torch.randint(0, 2, (len(x),))), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), RowScalingCheck()])
+    found = [i for i in report.check("data.row_scaling").issues if i.code == "ROWS_STANDARDIZED"]
+    assert bool(found) == fires
+    if found:
+        assert "axis=1" in found[0].message and "axis=0" in found[0].fix

@@ -64,6 +64,7 @@ from optimus_preflight.preflight.checks.padding_invariance import PaddingInvaria
 from optimus_preflight.preflight.checks.padding_readout import PaddingReadoutCheck
 from optimus_preflight.preflight.checks.pair_labels import PairLabelsCheck
 from optimus_preflight.preflight.checks.pair_lengths import PairLengthsCheck
+from optimus_preflight.preflight.checks.pair_truncation import PairTruncationCheck
 from optimus_preflight.preflight.checks.passthrough import PassthroughCheck
 from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
 from optimus_preflight.preflight.checks.ranking_negatives import RankingNegativesCheck
@@ -153,6 +154,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     WindowLabelsCheck,
     RowScalingCheck,
     PairLengthsCheck,
+    PairTruncationCheck,
     TripletPositivesCheck,
     model_checks.OptimizerParamsCheck,
     UnregisteredTensorsCheck,

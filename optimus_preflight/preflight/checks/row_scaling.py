@@ -9,6 +9,12 @@ for a table is per column (StandardScaler).
 
 Read from the first training batch: float rows of 5 to 32 non-negative values (measurements,
 not signed embeddings, not wide bags of words) whose L2 norms are all 1.
+
+``ROWS_STANDARDIZED``: ``(X - X.mean(axis=1, keepdims=True)) / X.std(axis=1, keepdims=True)``,
+the axis of a column standardisation mistyped: every row then has mean 0 and std 1 across its
+own columns. Fired only where the columns collapsed (median std across rows under 0.1), which
+is what a table whose columns have different units does; a z-normalised signal per sample (a
+time-series convention) keeps its columns' spread and stays quiet.
 """
 
 from __future__ import annotations
@@ -41,17 +47,56 @@ def unit_rows(x: torch.Tensor) -> bool:
     return bool(((values.norm(dim=1) - 1).abs() < UNIT).all())
 
 
+COLLAPSED_STD = 0.1  # median column std after the rows were standardised: the columns carry nothing
+
+
+def standardised_rows(x: torch.Tensor) -> tuple[float, float] | None:
+    """(median column std, largest |column mean|) of (B, D) float rows, 3 <= D <= 64, each of
+    mean 0 and standard deviation 1 across its own columns, whose columns hardly vary between
+    rows any more (median std under 0.1): one large-valued column (an income beside ratios)
+    set every row's mean and scale, and the rest collapsed. A per-sample z-normalised signal
+    keeps its columns' spread (pure)."""
+    if x.dim() != 2 or not x.is_floating_point() or not 3 <= x.shape[1] <= 64 or len(x) < MIN_ROWS:
+        return None
+    values = x.detach().double()
+    if not bool(torch.isfinite(values).all()):
+        return None
+    means, stds = values.mean(1), values.std(1, unbiased=False)
+    unit = ((stds - 1).abs() < UNIT) | ((values.std(1) - 1).abs() < UNIT)
+    if not bool((means.abs() < UNIT).all()) or not bool(unit.all()):
+        return None
+    spread = float(values.std(0).median())
+    return (spread, float(values.mean(0).abs().max())) if spread < COLLAPSED_STD else None
+
+
 class RowScalingCheck(Check):
-    """ROWS_NORMALIZED: tabular rows each scaled to unit L2 norm."""
+    """ROWS_NORMALIZED: tabular rows each scaled to unit L2 norm; ROWS_STANDARDIZED: each row
+    standardised across its own columns."""
 
     name = "data.row_scaling"
     stage = Stage.DATA
-    codes = ("ROWS_NORMALIZED",)
+    codes = ("ROWS_NORMALIZED", "ROWS_STANDARDIZED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         pair = inputs_beside_labels(ctx.artifacts.first_batch)
         inputs = pair[0] if pair is not None else None
+        if isinstance(inputs, torch.Tensor) and (collapsed := standardised_rows(inputs)) is not None:
+            spread, largest = collapsed
+            findings.data["summary"] = "every row has mean 0 and std 1 across its columns"
+            findings.warning(
+                "ROWS_STANDARDIZED",
+                f"every row of the {tuple(inputs.shape)} training inputs has mean 0 and standard deviation 1 across "
+                f"its own columns, and the columns barely vary between samples any more (median column std "
+                f"{spread:.2g}, a column mean of {largest:.3g}): the features were standardised per row (mean and "
+                "std over axis=1), not per column. On a table of separate measurements the largest-valued column "
+                "(an amount, an income) sets each row's mean and scale, so it becomes a near-constant and every "
+                "other column is squeezed to almost the same value: the differences between samples are gone",
+                "Standardise each column with the training rows' statistics: (X - X_train.mean(axis=0)) / "
+                "X_train.std(axis=0) (StandardScaler), and apply the same to validation.",
+                "data.train",
+            )
+            return
         if not isinstance(inputs, torch.Tensor) or not unit_rows(inputs):
             findings.data["summary"] = "no rows of unit length"
             return
