@@ -246,6 +246,19 @@ def test_a_summed_loss_warns_where_its_size_reaches_the_update(tmp_path, overrid
     assert codes(result) == {"O9"} and result.status == CheckStatus.WARNING
 
 
+def test_a_loss_that_adds_up_over_the_batch_by_mixing_its_samples_warns_under_adam_too(tmp_path):
+    """A distance taken over the whole batch (.sum() with no dim) grows with the batch like a
+    sum, but it is no sum of per-sample terms: no optimizer makes it harmless."""
+    def batch_distance(model, batch):
+        scores = model(batch[0]) - F.one_hot(batch[1], CLASSES).float()
+        return scores.pow(2).sum() * batch[1].float().mean()
+
+    ctx = plain_context(tmp_path, "trainer.clip_grad_norm=null", loss=batch_distance,
+                        optimizer=lambda m: torch.optim.Adam(m.parameters(), lr=1e-3))
+    result = run(ctx, LossScaleCheck)["step.loss_scale"]
+    assert codes(result) == {"O9"} and result.status == CheckStatus.WARNING
+
+
 def test_a_sum_divided_by_its_count_is_quiet(tmp_path):
     def mean_by_count(model, batch):
         return _summed(model, batch) / len(batch[1]), len(batch[1])

@@ -51,9 +51,10 @@ def _spread(mask: torch.Tensor) -> torch.Tensor:
 
 
 def _joined_to(seeds: torch.Tensor, region: torch.Tensor) -> torch.Tensor:
-    """The pixels of ``region`` 8-connected to ``seeds`` through ``region`` (B, H, W bool)."""
+    """The pixels of ``region`` 8-connected to ``seeds`` through ``region`` (B, H, W bool), along
+    paths of up to twice the mask's perimeter: a band snaking further is cut off there."""
     reached = seeds & region
-    for _ in range(region.shape[-1] * region.shape[-2]):
+    for _ in range(2 * (region.shape[-1] + region.shape[-2])):
         grown = reached | (region & _spread(reached))
         if torch.equal(grown, reached):
             break

@@ -251,6 +251,7 @@ def scale_free_update(ctx: PreflightContext) -> str | None:
 
 
 SUM_RTOL = 0.02  # eval-mode losses of per-sample terms add up to float rounding
+SAMPLES_SUMMED = 8  # samples whose one-at-a-time losses must add up to their joint loss
 MEAN_GAP = 0.2  # and a mean is then ~2x away from the sum
 
 
@@ -393,6 +394,22 @@ class LossScaleCheck(Check):
         ratio = criterion_ratio(spy.calls, returned)
         return ratio is not None and abs(ratio * steps - 1) <= 1e-3
 
+    @staticmethod
+    def _sum_of_samples(ctx: PreflightContext, batch: Any) -> bool:
+        """Whether the loss of the batch's first few samples is the sum of their losses taken
+        one at a time: a sum of per-sample terms, which a scale-free optimizer cancels. A
+        loss that adds up over the batch because it mixes the samples (a distance taken over
+        the whole batch, .sum() with no dim) is not, whatever the optimizer."""
+        few = split_batch(batch, math.ceil(batch_size_of(batch) / SAMPLES_SUMMED))[0]
+        try:
+            with preserved_training_state(ctx), torch.no_grad():
+                ctx.model.eval()
+                together = _loss_and_count(ctx, few)[0]
+                alone = [_loss_and_count(ctx, one)[0] for one in split_batch(few, batch_size_of(few))]
+        except Exception:  # a step that needs more than one sample
+            return False
+        return math.isfinite(together) and abs(together - sum(alone)) <= SUM_RTOL * max(abs(together), 1e-12)
+
     def _summed(self, ctx: PreflightContext, findings: Findings) -> None:
         batch = ctx.artifacts.first_batch
         if batch_size_of(batch) < 2:
@@ -410,15 +427,16 @@ class LossScaleCheck(Check):
             return
         findings.data.update(batch_loss=full[0], half_losses=[value for value, _ in halves])
         findings.data["summary"] = (f"batch loss {full[0]:.4g}, halves {halves[0][0]:.4g} and {halves[1][0]:.4g}")
-        if summed_loss(full, halves) and (why := scale_free_update(ctx)) is not None:
+        summed = summed_loss(full, halves)
+        if summed and (why := scale_free_update(ctx)) is not None and self._sum_of_samples(ctx, batch):
             findings.info(
                 "O9",
                 f"compute_loss returns a sum over the batch, not a mean (the first batch's loss {full[0]:.4g} is the "
                 f"sum of its halves' {halves[0][0]:.4g} + {halves[1][0]:.4g}); {why}, so the sum's size does not "
-                "reach the update. It would under SGD, gradient clipping or accumulation",
-                "Return the mean (or (loss_sum / count, count)) before switching to SGD, clipping or accumulation.",
+                "reach the update. It would under SGD or gradient clipping",
+                "Return the mean (or (loss_sum / count, count)) before switching to SGD or clipping.",
             )
-        elif summed_loss(full, halves):
+        elif summed:
             findings.warning(
                 "O9",
                 f"compute_loss returns a sum over the batch, not a mean: the first batch's loss ({full[0]:.4g}) is "
