@@ -900,6 +900,36 @@ def test_a_bounded_output_whose_range_holds_the_targets_is_quiet(head, target):
     assert not issues(preflight(regressor(*head), loader(x, target(nonlinear_target(x))), nn.MSELoss()))
 
 
+class BiEncoder(nn.Module):
+    """Two sentences' features, one shared encoder; the prediction is their cosine similarity."""
+
+    def __init__(self, by_normalize: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.encode, self.by_normalize = nn.Sequential(nn.Linear(FEATURES, 16), nn.Tanh(), nn.Linear(16, 8)), by_normalize
+
+    def forward(self, a, b):
+        za, zb = self.encode(a), self.encode(b)
+        if self.by_normalize:
+            return (F.normalize(za, dim=-1) * F.normalize(zb, dim=-1)).sum(-1)
+        return F.cosine_similarity(za, zb, dim=-1)
+
+
+@pytest.mark.parametrize("by_normalize", [False, True], ids=["cosine_similarity", "normalize_dot"])
+@pytest.mark.parametrize(("scale", "fires"), [(1.0, True), (5.0, False)], ids=["gold_0_to_5", "divided_by_5"])
+def test_a_cosine_regressed_onto_scores_outside_minus_one_one_is_an_error(by_normalize, scale, fires):
+    a, b = features(), torch.randn(256, FEATURES, generator=torch.Generator().manual_seed(1))
+    gold = 5 * torch.rand(256, generator=torch.Generator().manual_seed(2))  # STS scores in [0, 5]
+
+    def sts_loss(model, batch):
+        return F.mse_loss(model(batch[0], batch[1]), batch[2] / scale)
+
+    found = issues(preflight(BiEncoder(by_normalize), loader(a, b, gold), sts_loss)).get("LOSS_OUTPUT_RANGE")
+    assert bool(found) == fires
+    if found:
+        assert "cosine similarity, so they stay in [-1, 1]" in found.message and "scores / 5" in found.fix
+
+
 # ------------------------------------------------------------ regression targets cast to integers
 def float_mse(model, batch):
     return F.mse_loss(model(batch[0]), batch[1].float())

@@ -48,3 +48,14 @@ def test_a_pair_cut_after_joining_fires(layout, fires):
     assert bool(found) == fires
     if found:
         assert "only_first" in found[0].fix and "separator (id 2)" in found[0].message
+
+
+def test_a_token_that_ends_a_few_random_rows_by_chance_is_no_separator():
+    """Random ids after a constant first token: some id ends a handful of rows and occurs twice
+    in them by chance, as often as anywhere else."""
+    from optimus_preflight.preflight.checks.pair_truncation import cut_pairs
+
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(2, 32, (256, 12), generator=g)
+    ids[:, 0] = CLS
+    assert cut_pairs(ids) is None

@@ -268,7 +268,7 @@ def output_range_findings(calls: list[CriterionCall]) -> list[Finding]:
             f"{call.function}'s predictions come out of a {bounded.activation}, so they stay in [{bounded.low:g}, {high}], "
             f"but {bounded.outside:.0%} of the targets lie outside that range{spread}: the model can never reach them, "
             "and the loss has a floor no training goes below",
-            f"Map the targets into [-1, 1] before the loss (STS gold scores of 0 to 5: scores / 5, as "
+            "Map the targets into [-1, 1] before the loss (STS gold scores of 0 to 5: scores / 5, as "
             "sentence-transformers' CosineSimilarityLoss expects; or 2 * (s - min) / (max - min) - 1), or predict "
             "the score with a linear head on the pair's embeddings." if bounded.activation == "cosine similarity" else
             f"Remove the {bounded.activation} after the last layer (a regression head is linear), or map the targets "

@@ -7,8 +7,9 @@ about the pair. A tokenizer's own pair truncation (``truncation='only_first'`` o
 ``'longest_first'``) shortens the first segment and keeps both separators.
 
 Read from the token ids of up to ``ROWS`` training rows: every row opens with the same token
-([CLS]); a separator is the id that ends the real tokens of some rows and occurs exactly
-twice in them (complete pairs). The check fires when a quarter of the rows or more fill the
+([CLS]); a separator is an id that ends the real tokens of rows four times as often as its
+share of the other positions predicts, and occurs exactly twice in those rows (complete
+pairs). The check fires when a quarter of the rows or more fill the
 whole width (no padding), do not end with the separator and hold it fewer than twice: their
 second segment was cut. Single sentences (one separator), packed language-model chunks (no
 common first token) and pairs truncated by the tokenizer stay quiet.
@@ -33,6 +34,7 @@ ROWS = 256
 BUDGET_S = 2.0  # an upper limit on the read, never reached by an in-memory loader
 MIN_COMPLETE = 4  # rows that show the pair layout: [CLS] a [SEP] b [SEP]
 CUT_SHARE = 0.25  # of the rows, full width and missing the closing separator
+ENDS_OVER_CHANCE = 4.0  # rows ending with the separator, against its share of the interior positions
 
 
 def token_ids(batch: Any) -> torch.Tensor | None:
@@ -58,6 +60,8 @@ def cut_pairs(ids: torch.Tensor) -> tuple[int, int, int, int] | None:
     full = length == ids.shape[1]
     last = ids[torch.arange(len(ids)), (length - 1).clamp(min=0)]
     pad = int(ids[padding][0]) if bool(padding.any()) else None
+    positions = torch.arange(ids.shape[1])
+    interior = (positions[None, :] > 0) & (positions[None, :] < (length - 1)[:, None])
     best = None
     for separator in torch.unique(last).tolist():
         if separator in (pad, int(ids[0, 0])):
@@ -65,6 +69,11 @@ def cut_pairs(ids: torch.Tensor) -> tuple[int, int, int, int] | None:
         counts = (ids == separator).sum(1)
         if int(counts.max()) > 2:
             continue  # an ordinary token, not a separator
+        # A separator ends rows far more often than its share of the other positions predicts;
+        # an ordinary token ends them by chance.
+        chance = float(((ids == separator) & interior).sum()) / max(int(interior.sum()), 1) * len(ids)
+        if int((last == separator).sum()) < ENDS_OVER_CHANCE * chance:
+            continue
         complete = int(((last == separator) & (counts == 2)).sum())
         cut = int((full & (last != separator) & (counts < 2)).sum())
         if complete >= MIN_COMPLETE and (best is None or cut > best[2]):
