@@ -90,8 +90,10 @@ class PairTruncationCheck(Check):
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        if token_ids(ctx.artifacts.first_batch) is None:
-            findings.data["summary"] = "no (B, T) token ids"
+        first = token_ids(ctx.artifacts.first_batch)
+        if first is None or not bool((first[:, 0] == first[0, 0]).all()):
+            # Only encoded pairs open every row with one token ([CLS]); anything else is not read on.
+            findings.data["summary"] = "no (B, T) token ids opening with one [CLS] token"
             return
         parts = read_samples(ctx, self.name, findings, ctx.train_loader, "token ids for pair truncation", token_ids,
                              ROWS, BUDGET_S)
