@@ -133,6 +133,18 @@ def _lengths(value: Any) -> list[int] | None:
     return None
 
 
+def _ctc_target_rows(targets: torch.Tensor, lengths: list[int]) -> list[torch.Tensor] | None:
+    """Each sample's target symbols of a ``ctc_loss`` call: row i of a padded (N, S) target cut
+    to target_lengths[i], or the i-th run of a 1-D concatenation; None when they disagree."""
+    values = targets.detach().long().cpu()
+    if values.dim() == 2:
+        if values.shape[0] != len(lengths):
+            return None
+        return [row[:max(0, n)] for row, n in zip(values, lengths, strict=True)]
+    starts = [0, *torch.tensor(lengths, dtype=torch.long).cumsum(0).tolist()[:-1]]
+    return [values[start:start + max(0, n)] for start, n in zip(starts, lengths, strict=True)]
+
+
 def ctc_blank_in_targets(args: tuple, kwargs: dict) -> CtcBlank | None:
     """The blank among the label symbols a ``ctc_loss`` call trains on (pure)."""
     log_probs, targets = argument(args, kwargs, 0, "log_probs"), argument(args, kwargs, 1, "targets")
@@ -142,13 +154,10 @@ def ctc_blank_in_targets(args: tuple, kwargs: dict) -> CtcBlank | None:
             or not isinstance(blank, int) or targets.dim() not in (1, 2)):
         return None
     with torch.no_grad():
-        values = targets.detach().long().cpu()
-        if values.dim() == 2:  # (N, S) padded: row i holds target_lengths[i] symbols
-            if len(lengths) != values.shape[0]:
-                return None
-            symbols = torch.cat([row[:max(0, n)] for row, n in zip(values, lengths, strict=True)])
-        else:  # the targets of the batch concatenated
-            symbols = values[:max(0, sum(lengths))]
+        rows = _ctc_target_rows(targets, lengths)
+        if rows is None:
+            return None
+        symbols = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long)
         if symbols.numel() == 0:
             return None
         count = int((symbols == blank).sum())
@@ -183,14 +192,9 @@ def ctc_lengths_infeasible(args: tuple, kwargs: dict) -> CtcInfeasible | None:
             or len(lengths) < 2 or targets.dim() not in (1, 2):
         return None
     with torch.no_grad():
-        values = targets.detach().long().cpu()
-        if values.dim() == 2:
-            if values.shape[0] != len(lengths):
-                return None
-            rows = [row[:max(0, n)] for row, n in zip(values, lengths, strict=True)]
-        else:
-            starts = [0, *torch.tensor(lengths).cumsum(0).tolist()[:-1]]
-            rows = [values[start:start + n] for start, n in zip(starts, lengths, strict=True)]
+        rows = _ctc_target_rows(targets, lengths)
+        if rows is None:
+            return None
         needed = [len(row) + int((row[1:] == row[:-1]).sum()) for row in rows]
     short = [(frames / need) for frames, need in zip(inputs, needed, strict=True) if need and frames < need]
     if len(short) < 2 or len(short) < INFEASIBLE_SHARE * len(lengths):

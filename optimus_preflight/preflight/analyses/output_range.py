@@ -75,7 +75,7 @@ def output_activation(tensor: torch.Tensor) -> str | None:
         name = type(node).__name__.removesuffix("Backward0").removesuffix("Backward1")
         if not name.startswith(_SHAPE_ONLY) or name.startswith(("Tanh", "Softplus", "Softmax", "Sigmoid")):
             return name
-        parents = [parent for parent, _ in node.next_functions if parent is not None]
+        parents = _parents(node)
         if len(parents) != 1:
             return name
         node, hops = parents[0], hops + 1
@@ -128,7 +128,7 @@ def features_on_last_dim(tensor: torch.Tensor) -> bool:
             # A 2-D matmul's output needs a view to be 3-D (the linear's reshape); a view that
             # reorders the sizes (B, T, C) -> (B, C, T) has other features on the last dim.
             return hops > 0 and _matmul_width(node) in (None, tensor.shape[-1])
-        parents = [parent for parent, _ in node.next_functions if parent is not None]
+        parents = _parents(node)
         if name == "Add" and hops == 0:
             # A linear layer on a non-contiguous input (an RNN's batch-first output) adds its bias
             # after the matmul: follow the branch that is not the bias parameter.

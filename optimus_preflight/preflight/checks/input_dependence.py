@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from optimus_preflight.preflight.analyses.eval_forward import eval_forward, model_outputs
+from optimus_preflight.preflight.analyses.loss_spy import REGRESSION_CRITERIA
 from optimus_preflight.preflight.analyses.padding import edge_padding
 from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.checks.sample_mixing import PROBE_SAMPLES, batch_axis, probe_batches
@@ -412,7 +413,7 @@ def _swap_span(leaf: torch.Tensor, axis: int, begin: int, stop: int) -> torch.Te
 
 
 SEQUENCE_MODULES = (nn.RNNBase, nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
-FORECAST_CRITERIA = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "gaussian_nll_loss")
+FORECAST_CRITERIA = tuple(name for name in REGRESSION_CRITERIA if name != "kl_div")  # kl_div fits distributions
 
 
 def recent_window_forecaster(ctx: PreflightContext) -> bool:
