@@ -196,3 +196,32 @@ def test_one_hot_columns_built_per_split_fire_for_a_regression_target_too():
 
 def test_one_encoding_for_both_splits_of_a_regression_target_stays_quiet():
     assert_quiet(run_regression(per_split=False))
+
+
+def _imbalanced_classes(rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Four classes at 70/20/7/3 percent, each shifting its own feature columns."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.multinomial(torch.tensor([0.70, 0.20, 0.07, 0.03]), rows, replacement=True, generator=g)
+    centres = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))  # one relation for both splits
+    return centres[y] + torch.randn(rows, 8, generator=g), y
+
+
+def test_a_sampler_that_rebalances_the_classes_stays_quiet():
+    """A WeightedRandomSampler given one weight per row (1 / its class count) trains on balanced
+    batches while validation keeps the natural mix: class-vs-rest statistics weighted by rows
+    would differ between the splits though no column was recoded."""
+    x, y = _imbalanced_classes(3000, 6)
+    val_x, val_y = _imbalanced_classes(600, 7)
+    weights = (1.0 / torch.bincount(y).double())[y]
+    sampler = torch.utils.data.WeightedRandomSampler(weights, num_samples=len(y), replacement=True,
+                                                     generator=torch.Generator().manual_seed(0))
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y), batch_size=64, sampler=sampler),
+                           val_loader=DataLoader(TensorDataset(val_x, val_y), batch_size=100),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    assert "VAL_COLUMNS_RECODED" not in [i.code for i in report.check(NAME).issues]
+    balanced = torch.cat([torch.nonzero(y == c).flatten()[:90] for c in range(4)])  # drawn evenly, as the sampler does
+    assert relation_change(x[balanced], y[balanced], val_x, val_y) is None
+    # The same balanced rows against validation columns listed in another order still fire.
+    assert relation_change(x[balanced], y[balanced], val_x[:, [1, 0, 3, 2, 5, 4, 7, 6]], val_y) is not None

@@ -13,7 +13,15 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset, WeightedRandomS
 from benchmarks.blind_preflight_ai.cases_shapes import blob_masks, seg_fwd, seg_net
 from benchmarks.blind_preflight_ai.cases_trained import nonlinear_classes
 from benchmarks.blind_preflight_ai.registry import (
-    acc_of, case, class_mean_acc, fix, fixed_of, gen, loader, rmse_of, seed,
+    acc_of,
+    case,
+    class_mean_acc,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    rmse_of,
+    seed,
 )
 
 # ---------------------------------------------------------------------------------------------------------------

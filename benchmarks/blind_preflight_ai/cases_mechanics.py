@@ -11,7 +11,15 @@ from transformers import get_linear_schedule_with_warmup
 
 from benchmarks.blind_preflight_ai.cases_trained import nonlinear_classes, topic_docs
 from benchmarks.blind_preflight_ai.registry import (
-    acc_of, case, fix, fixed_of, gen, loader, rmse_of, seed, teacher_regression,
+    acc_of,
+    case,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    rmse_of,
+    seed,
+    teacher_regression,
 )
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -10,7 +10,15 @@ from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 from benchmarks.blind_preflight_ai.registry import (
-    acc_of, case, class_mean_acc, fix, fixed_of, gen, loader, rmse_of, seed,
+    acc_of,
+    case,
+    class_mean_acc,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    rmse_of,
+    seed,
 )
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -8,13 +8,21 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 from benchmarks.blind_preflight_ai.cases_shapes import blob_masks, seg_fwd, seg_net
 from benchmarks.blind_preflight_ai.registry import (
-    acc_of, case, class_mean_acc, fix, fixed_of, gen, loader, mean_over, rmse_of, seed,
+    acc_of,
+    case,
+    class_mean_acc,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    mean_over,
+    rmse_of,
+    seed,
 )
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ a category -> id table fitted per split, columns selected or ordered per split: 
 keeps its range and frequency, so scale and distribution checks see nothing, yet column j
 means one category in training and another in validation. What changes is how the column
 relates to the label. For each column and class, the standardised mean difference between
-the class and the rest (Cohen's d) is measured in both splits; under a random split the two
+the class and the rest (Cohen's d, with the rest and the spread weighted equally by class, so a
+sampler that rebalances the classes moves nothing) is measured in both splits; under a random split the two
 agree within their sampling error. A column "changed" when the two differ by more than
 ``Z`` standard errors and by at least ``MIN_CHANGE`` in d; the finding needs ``MIN_COLUMNS``
 changed columns making up ``SHARE`` of the columns that carry the label in training. Drift
@@ -44,14 +45,24 @@ class RelationChange:
     changed: list[ChangedColumn]  # strongest first
 
 
-def _effects(x: torch.Tensor, y: torch.Tensor, label: int) -> tuple[torch.Tensor, float] | None:
-    """(d per column, its standard error) of class ``label`` against the rest."""
+def _effects(x: torch.Tensor, y: torch.Tensor, label: int,
+             labels: list[int]) -> tuple[torch.Tensor, float] | None:
+    """(d per column, its standard error) of class ``label`` against the rest, both independent
+    of the class mix: the rest is the unweighted mean of the other classes' means and the spread
+    is the within-class standard deviation pooled with equal class weights. A sampler that
+    rebalances the classes (or a split with another class mix) then moves no d; the total
+    standard deviation and a row-weighted rest would both follow the mix."""
     inside = y == label
     n_in, n_out = int(inside.sum()), int((~inside).sum())
     if n_in < MIN_CLASS_ROWS or n_out < MIN_CLASS_ROWS:
         return None
-    spread = x.std(0).clamp_min(1e-12)
-    d = (x[inside].mean(0) - x[~inside].mean(0)) / spread
+    present = [c for c in labels if int((y == c).sum()) >= 2]
+    if label not in present or len(present) < 2:
+        return None
+    means = {c: x[y == c].mean(0) for c in present}
+    spread = torch.stack([x[y == c].var(0) for c in present]).mean(0).sqrt().clamp_min(1e-12)
+    rest = torch.stack([means[c] for c in present if c != label]).mean(0)
+    d = (means[label] - rest) / spread
     return d, (1 / n_in + 1 / n_out) ** 0.5
 
 
@@ -72,7 +83,7 @@ def relation_change(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.T
     carrying = torch.zeros(train_x.shape[1], dtype=torch.bool)
     best: dict[int, ChangedColumn] = {}
     for label in labels[1:] if len(labels) == 2 else labels:  # two classes: one contrast says it all
-        train_effect, val_effect = _effects(train_x, train_y, label), _effects(val_x, val_y, label)
+        train_effect, val_effect = _effects(train_x, train_y, label, labels), _effects(val_x, val_y, label, labels)
         if train_effect is None or val_effect is None:
             continue
         (t, t_se), (v, v_se) = train_effect, val_effect
