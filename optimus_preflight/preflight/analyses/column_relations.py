@@ -63,7 +63,9 @@ def _effects(x: torch.Tensor, y: torch.Tensor, label: int,
     spread = torch.stack([x[y == c].var(0) for c in present]).mean(0).sqrt().clamp_min(1e-12)
     rest = torch.stack([means[c] for c in present if c != label]).mean(0)
     d = (means[label] - rest) / spread
-    return d, (1 / n_in + 1 / n_out) ** 0.5
+    # Hedges & Olkin's standard error of d, which grows with d: over a tight within-class spread
+    # well-separated classes have large d, and their sampling error is large with them.
+    return d, (1 / n_in + 1 / n_out + d ** 2 / (2 * (n_in + n_out))) ** 0.5
 
 
 def relation_change(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor,
