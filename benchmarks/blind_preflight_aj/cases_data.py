@@ -3,19 +3,15 @@ the user thinks."""
 
 from __future__ import annotations
 
-import numpy as np
 import torch
-import torch.nn.functional as F
+import transformers  # noqa: E402
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 from benchmarks.blind_preflight_aj.cases_shapes import KeywordCNN, spectrograms
-from benchmarks.blind_preflight_aj.cases_targets import FingerprintNet, contrastive_loss, device_pairs, verification_auc
-from benchmarks.blind_preflight_aj.cases_trained import DictDataset, hf_acc, tiny_bert_config
+from benchmarks.blind_preflight_aj.cases_targets import FingerprintNet, contrastive_loss, verification_auc
+from benchmarks.blind_preflight_aj.cases_trained import hf_acc, tiny_bert_config
 from benchmarks.blind_preflight_aj.registry import acc_of, case, fix, fixed_of, gen, loader, mean_over, seed
-
-import transformers  # noqa: E402
-
 
 # --------------------------------------------------------------------------------------------------------------------
 # 1. eye-landmark regression with a horizontal-flip augmentation that mirrors x but keeps left/right labels

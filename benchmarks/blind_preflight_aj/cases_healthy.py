@@ -7,6 +7,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+import transformers  # noqa: E402
 from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset, TensorDataset
@@ -17,8 +18,6 @@ from benchmarks.blind_preflight_aj.cases_shapes import imu_conv1d_view
 from benchmarks.blind_preflight_aj.cases_targets import har_ignore_index, tagged_clips
 from benchmarks.blind_preflight_aj.cases_trained import DictDataset, rating_clamp
 from benchmarks.blind_preflight_aj.registry import gen, healthy, loader, seed, token_sequences, twin
-
-import transformers  # noqa: E402
 
 # ---- corrected twins ---------------------------------------------------------------------------------------------
 

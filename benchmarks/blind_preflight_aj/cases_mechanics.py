@@ -8,9 +8,19 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from benchmarks.blind_preflight_aj.cases_shapes import KeywordCNN, spectrograms
-from benchmarks.blind_preflight_aj.registry import (acc_of, case, fix, fixed_of, gen, loader, mean_over, rmse_of,
-                                                      seed, teacher_classes, teacher_regression)
-
+from benchmarks.blind_preflight_aj.registry import (
+    acc_of,
+    case,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    mean_over,
+    rmse_of,
+    seed,
+    teacher_classes,
+    teacher_regression,
+)
 
 # --------------------------------------------------------------------------------------------------------------------
 # 1. VAE on sensor spectra: reconstruction averaged per element, KL summed over batch and latent

@@ -13,7 +13,6 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from benchmarks.blind_preflight_aj.registry import acc_of, case, fix, fixed_of, gen, loader, seed
 
-
 # --------------------------------------------------------------------------------------------------------------------
 # shared synthetic data
 

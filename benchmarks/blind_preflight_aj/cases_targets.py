@@ -9,7 +9,6 @@ from torch.utils.data import TensorDataset
 
 from benchmarks.blind_preflight_aj.registry import acc_of, auc, case, fix, fixed_of, gen, loader, mean_over, seed
 
-
 # --------------------------------------------------------------------------------------------------------------------
 # 1. multi-label sound-event tagging trained with CrossEntropyLoss on multi-hot targets
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
+import transformers  # noqa: E402
 from torch import nn
 from torch.utils.data import TensorDataset
 
 from benchmarks.blind_preflight_aj.cases_shapes import box_images, box_iou, mean_iou
 from benchmarks.blind_preflight_aj.registry import acc_of, auc, case, fix, fixed_of, gen, loader, rmse_of, seed
-
-import transformers  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 
