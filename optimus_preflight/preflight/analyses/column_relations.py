@@ -45,24 +45,40 @@ class RelationChange:
     changed: list[ChangedColumn]  # strongest first
 
 
-def _effects(x: torch.Tensor, y: torch.Tensor, label: int,
-             labels: list[int]) -> tuple[torch.Tensor, float] | None:
+@dataclass(frozen=True)
+class ClassStats:
+    """One split's per-class column means and row counts, and the within-class spread pooled
+    with equal class weights (classes of two rows or more)."""
+    means: dict[int, torch.Tensor]
+    counts: dict[int, int]
+    rows: int  # every row, of classes outside ``labels`` too
+    spread: torch.Tensor
+
+
+def _class_stats(x: torch.Tensor, y: torch.Tensor, labels: list[int]) -> ClassStats | None:
+    rows = {c: x[y == c] for c in labels}
+    present = [c for c in labels if rows[c].shape[0] >= 2]
+    if len(present) < 2:
+        return None
+    spread = torch.stack([rows[c].var(0) for c in present]).mean(0).sqrt().clamp_min(1e-12)
+    return ClassStats({c: rows[c].mean(0) for c in present}, {c: rows[c].shape[0] for c in labels}, int(y.shape[0]),
+                      spread)
+
+
+def _effects(stats: ClassStats | None, label: int) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(d per column, its standard error) of class ``label`` against the rest, both independent
-    of the class mix: the rest is the unweighted mean of the other classes' means and the spread
-    is the within-class standard deviation pooled with equal class weights. A sampler that
-    rebalances the classes (or a split with another class mix) then moves no d; the total
-    standard deviation and a row-weighted rest would both follow the mix."""
-    inside = y == label
-    n_in, n_out = int(inside.sum()), int((~inside).sum())
+    of the class mix: the rest is the unweighted mean of the other classes' means, over the
+    pooled within-class spread. A sampler that rebalances the classes (or a split with another
+    class mix) then moves no d; the total standard deviation and a row-weighted rest would both
+    follow the mix."""
+    if stats is None or label not in stats.means:
+        return None
+    n_in = stats.counts[label]
+    n_out = stats.rows - n_in
     if n_in < MIN_CLASS_ROWS or n_out < MIN_CLASS_ROWS:
         return None
-    present = [c for c in labels if int((y == c).sum()) >= 2]
-    if label not in present or len(present) < 2:
-        return None
-    means = {c: x[y == c].mean(0) for c in present}
-    spread = torch.stack([x[y == c].var(0) for c in present]).mean(0).sqrt().clamp_min(1e-12)
-    rest = torch.stack([means[c] for c in present if c != label]).mean(0)
-    d = (means[label] - rest) / spread
+    rest = torch.stack([mean for c, mean in stats.means.items() if c != label]).mean(0)
+    d = (stats.means[label] - rest) / stats.spread
     # Hedges & Olkin's standard error of d, which grows with d: over a tight within-class spread
     # well-separated classes have large d, and their sampling error is large with them.
     return d, (1 / n_in + 1 / n_out + d ** 2 / (2 * (n_in + n_out))) ** 0.5
@@ -84,8 +100,9 @@ def relation_change(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.T
     train_x, val_x = train_x.double(), val_x.double()
     carrying = torch.zeros(train_x.shape[1], dtype=torch.bool)
     best: dict[int, ChangedColumn] = {}
+    train_stats, val_stats = _class_stats(train_x, train_y, labels), _class_stats(val_x, val_y, labels)
     for label in labels[1:] if len(labels) == 2 else labels:  # two classes: one contrast says it all
-        train_effect, val_effect = _effects(train_x, train_y, label, labels), _effects(val_x, val_y, label, labels)
+        train_effect, val_effect = _effects(train_stats, label), _effects(val_stats, label)
         if train_effect is None or val_effect is None:
             continue
         (t, t_se), (v, v_se) = train_effect, val_effect
