@@ -44,7 +44,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "ac": "benchmarks.blind_preflight_ac.registry", "ad": "benchmarks.blind_preflight_ad.registry",
               "ae": "benchmarks.blind_preflight_ae.registry", "af": "benchmarks.blind_preflight_af.registry",
               "ag": "benchmarks.blind_preflight_ag.registry", "ah": "benchmarks.blind_preflight_ah.registry",
-              "ai": "benchmarks.blind_preflight_ai.registry", "aj": "benchmarks.blind_preflight_aj.registry"}
+              "ai": "benchmarks.blind_preflight_ai.registry", "aj": "benchmarks.blind_preflight_aj.registry",
+              "ak": "benchmarks.blind_preflight_ak.registry", "al": "benchmarks.blind_preflight_al.registry"}
 
 
 def load_cases(which: str = "a"):
