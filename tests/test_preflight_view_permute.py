@@ -153,3 +153,48 @@ def test_a_crnn_reshaping_conv_features_to_a_sequence_without_moving_time(permut
         assert not found
     else:
         assert len(found) == 1 and "permute(0, 3, 1, 2)" in found[0].fix
+
+
+class TwoTargetRows(torch.utils.data.Dataset):
+    """Two regression targets per row returned as a plain list, as a CSV reader gives them:
+    default_collate turns them into a list of two (B,) tensors, one per target."""
+
+    def __init__(self, n=256):
+        generator = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 8, generator=generator)
+        self.y = self.x[:, :2] * 2.0
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], [float(self.y[i, 0]), float(self.y[i, 1])]
+
+
+@pytest.mark.parametrize("stack, fires", [(lambda fields: torch.stack(fields).view(-1, 2), True),
+                                          (lambda fields: torch.stack(fields, dim=1), False)],
+                         ids=["stack_then_view", "stack_dim1"])
+def test_collated_fields_stacked_then_viewed_are_named_with_the_stack_that_fixes_them(stack, fires):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 2))
+
+    def loss_fn(model, batch):
+        features, fields = batch
+        return nn.functional.mse_loss(model(features), stack(fields).float())
+
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TwoTargetRows(), batch_size=32, shuffle=True),
+                           loss_fn=loss_fn, checks=[FirstBatchCheck(), BatchLayoutCheck()])
+    issues = [i for i in report.check("step.batch_layout").issues if i.code == "VIEW_AS_PERMUTE"]
+    assert bool(issues) == fires
+    if fires:
+        assert "default_collate" in issues[0].message and "(2, 32)" in issues[0].message
+        assert "torch.stack(fields, dim=1)" in issues[0].fix
+
+
+def test_the_fix_names_the_permutation_the_view_meant():
+    from optimus_preflight.preflight.checks.batch_layout import axis_order
+
+    assert axis_order((32, 50, 6), (32, 6, 50)) == (0, 2, 1)
+    assert axis_order((8, 8, 3), (8, 3, 8)) == (0, 2, 1)  # equal sizes keep their place where they can
+    assert axis_order((4, 5), (5, 6)) is None

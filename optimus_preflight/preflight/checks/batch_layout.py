@@ -101,15 +101,8 @@ class BatchLayoutCheck(Check):
             )
         elif probe.view_as_permute is not None:
             view = probe.view_as_permute
-            findings.warning(
-                "VIEW_AS_PERMUTE",
-                f"a .{view.function}() turns a {view.source} tensor into {view.result}: the same sizes in another "
-                "order. A view does not swap axes, it reads the memory in a new shape, so every row of the result "
-                "holds a run of values from different positions of the old axes (e.g. a (B, T, C) sequence viewed "
-                "as (B, C, T) for a Conv1d mixes time steps into channels)",
-                "Swap axes with .permute(...) or .transpose(a, b), not .view/.reshape (then .contiguous() if a "
-                "view is needed next).",
-            )
+            message, fix = _generic_view_text(view)
+            findings.warning("VIEW_AS_PERMUTE", message, fix)
         if probe.flatten_mismatch is not None and probe.flatten_mismatch.class_axis is not None:
             found = probe.flatten_mismatch
             shape = found.class_axis
@@ -326,6 +319,47 @@ def _logits_for_class_dim(view: ViewAsPermute, calls: list[CriterionCall]) -> bo
     return view.result == (b, c, t) and any(call.function in ("cross_entropy", "nll_loss") and call.n_classes == c
                                             and call.input is not None and call.input.shape == (b, c, t)
                                             for call in calls)
+
+
+def axis_order(source: tuple[int, ...], result: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The permutation ``p`` with ``result[i] == source[p[i]]``, keeping an axis in place
+    where its size allows (so equal sizes resolve to the smallest move), or None."""
+    free = list(range(len(source)))
+    order: list[int] = []
+    for position, size in enumerate(result):
+        candidates = [axis for axis in free if source[axis] == size]
+        if not candidates:
+            return None
+        axis = position if position in candidates else candidates[0]
+        free.remove(axis)
+        order.append(axis)
+    return tuple(order)
+
+
+def _generic_view_text(view: ViewAsPermute) -> tuple[str, str]:
+    """The words for a view to the same sizes in another order, naming the permute that
+    gives the intended layout; a (K, B) tensor with few rows is named as what it usually
+    is, K per-field tensors that default_collate made from a per-sample list or tuple,
+    stacked along dim 0."""
+    order = axis_order(view.source, view.result)
+    permute = f".permute({', '.join(str(axis) for axis in order)})" if order is not None else ".permute(...)"
+    message = (f"a .{view.function}() turns a {view.source} tensor into {view.result}: the same sizes in another "
+               "order. A view does not swap axes, it reads the memory in a new shape, so every row of the result "
+               "holds a run of values from different positions of the old axes, interleaved (e.g. a (B, T, C) "
+               "sequence viewed as (B, C, T) for a Conv1d mixes time steps into channels)")
+    fix = (f"Use x{permute} (or .transpose(a, b)) instead of .view/.reshape to swap the axes (then .contiguous() "
+           "if a view is needed next).")
+    if len(view.source) == 2 and view.result == view.source[::-1] and view.source[0] < view.source[1]:
+        fields, rows = view.source
+        message += (f". A ({fields}, {rows}) tensor is what torch.stack(fields) gives for the list of {fields} "
+                    f"per-field tensors that default_collate makes when each sample returns its {fields} targets or "
+                    f"features as a list or tuple (one tensor per field, not one per sample): viewed as ({rows}, "
+                    f"{fields}), row i holds one field's values of samples {fields}i to {fields}i+{fields - 1}, not sample i's "
+                    "fields")
+        fix = (f"Stack the collated fields along dim 1: torch.stack(fields, dim=1) gives ({rows}, {fields}) "
+               f"(or x.t() / x{permute}), instead of .view/.reshape; or return one tensor per sample from "
+               "__getitem__ (torch.tensor([a, b])) so default_collate stacks whole samples.")
+    return message, fix
 
 
 def _channels_last_image(view: ViewAsPermute) -> bool:
