@@ -1040,3 +1040,15 @@ def test_a_0_255_mask_read_as_class_ids_with_ignore_index_255_is_named():
     issue = issues(report)["TARGET_ONE_CLASS"]
     assert "ignore_index=255 ignores every foreground pixel" in issue.message and "ToTensor" not in issue.message
     assert "(mask > 0).long()" in issue.fix
+
+
+@pytest.mark.parametrize("ignore_index, fires", [(0, True), (-100, False)])
+def test_an_ignore_index_on_a_real_class_of_one_label_per_sample_warns(ignore_index, fires):
+    # activity recognition: four classes, 0 ("walking") a quarter of the rows
+    x = features()
+    y = x[:, :4].argmax(dim=1)
+    loss = lambda model, batch: F.cross_entropy(model(batch[0]), batch[1], ignore_index=ignore_index)  # noqa: E731
+    found = issues(preflight(mlp(4), loader(x, y), loss)).get("TARGET_IGNORED_CLASS")
+    assert (found is not None) == fires
+    if fires:
+        assert "ignore_index=0 is also class 0" in found.message and "real class" in found.fix

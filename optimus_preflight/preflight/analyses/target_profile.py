@@ -190,6 +190,7 @@ DENSE_IGNORED_SHARE = 0.5  # of a label map's positions on an in-range ignore_in
 # outputs are a vocabulary, where an in-range ignore_index is the pad token (and a prompt
 # masked with it sits at the start of a right-padded row: both ends ignored, on purpose).
 TAG_CLASSES = 1000
+MIN_IGNORED_SAMPLES = 2  # per-sample targets: one stray label could be a mislabelled row
 
 
 def _ignored_class_finding(call: CriterionCall) -> Finding | None:
@@ -215,6 +216,22 @@ def _ignored_class_finding(call: CriterionCall) -> Finding | None:
             "the other classes everywhere (an ignore_index copied from a dataset whose 0 was the void label)",
             f"Drop ignore_index (nn.CrossEntropyLoss()) when {ignore} is a real class; keep an ignore_index for "
             "void pixels only, with an id outside 0..C-1 (255 or -100).",
+        )
+    ignored = profile.total - profile.kept
+    if profile.per_sample and call.n_classes <= TAG_CLASSES and ignored >= MIN_IGNORED_SAMPLES \
+            and profile.kept >= MIN_IGNORED_SAMPLES:
+        # one label per sample has no padding to mark: an in-range ignore_index there drops
+        # every sample of that class from the loss (ignore_index=0 kept from a token recipe
+        # whose 0 was the pad id)
+        return Finding(
+            "TARGET_IGNORED_CLASS", "warning",
+            f"{call.function}'s ignore_index={ignore} is also class {ignore} of the model's {call.n_classes} outputs, "
+            f"and {ignored} of the {profile.total} samples of the batch are labelled {ignore}: with one label per "
+            f"sample there is no padding to skip, so these are real class-{ignore} samples left out of the loss. "
+            f"Class {ignore} never trains (its logit gets no gradient toward being right), and the model never learns "
+            f"to predict it",
+            f"Drop ignore_index (nn.CrossEntropyLoss(), or ignore_index=-100, the default) when {ignore} is a real "
+            f"class; mark unlabelled samples with an id outside 0..{call.n_classes - 1} (-100) if some have no label.",
         )
     inside = profile.ignored_inside
     rows_with_target = (profile.rows or 0) - (profile.rows_without_target or 0)
