@@ -65,6 +65,7 @@ from optimus_preflight.preflight.checks.padding_readout import PaddingReadoutChe
 from optimus_preflight.preflight.checks.pair_labels import PairLabelsCheck
 from optimus_preflight.preflight.checks.pair_lengths import PairLengthsCheck
 from optimus_preflight.preflight.checks.pair_truncation import PairTruncationCheck
+from optimus_preflight.preflight.checks.param_group_keys import ParamGroupKeysCheck
 from optimus_preflight.preflight.checks.passthrough import PassthroughCheck
 from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
 from optimus_preflight.preflight.checks.ranking_negatives import RankingNegativesCheck
@@ -161,6 +162,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     model_checks.ModesCheck,
     model_checks.WeightDecayCheck,
     model_checks.OptimizerEpsCheck,
+    ParamGroupKeysCheck,
     ModuleStructureCheck,
     DropoutRateCheck,
     WarmupLengthCheck,
