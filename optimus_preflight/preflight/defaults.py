@@ -64,6 +64,7 @@ from optimus_preflight.preflight.checks.padding_invariance import PaddingInvaria
 from optimus_preflight.preflight.checks.padding_readout import PaddingReadoutCheck
 from optimus_preflight.preflight.checks.pair_labels import PairLabelsCheck
 from optimus_preflight.preflight.checks.pair_lengths import PairLengthsCheck
+from optimus_preflight.preflight.checks.pair_partners import PairPartnersCheck
 from optimus_preflight.preflight.checks.pair_truncation import PairTruncationCheck
 from optimus_preflight.preflight.checks.param_group_keys import ParamGroupKeysCheck
 from optimus_preflight.preflight.checks.passthrough import PassthroughCheck
@@ -157,6 +158,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     PairLengthsCheck,
     PairTruncationCheck,
     TripletPositivesCheck,
+    PairPartnersCheck,
     model_checks.OptimizerParamsCheck,
     UnregisteredTensorsCheck,
     model_checks.ModesCheck,
