@@ -377,6 +377,23 @@ def test_bfloat16_weights_whose_updates_round_away(lr, fires):
         assert "bfloat16" in issues["UPDATE_ROUNDED"].message and "autocast" in issues["UPDATE_ROUNDED"].fix
 
 
+def test_bfloat16_weights_whose_first_step_rounds_up_but_later_steps_round_away():
+    # Linear(64, 64) weights lie within +-0.125: Adam's first step of 3e-4 rounds *up* to one
+    # spacing (4.9e-4) above 0.0625 and nearly every weight moves; a later step half as large
+    # rounds away for half of them
+    from optimus_preflight.preflight.analyses.update_audit import half_spacing
+
+    assert float(half_spacing(torch.tensor([0.1]), torch.finfo(torch.bfloat16).eps)) == 2.0 ** -4 * 2.0 ** -7 / 2
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1)).to(
+        torch.bfloat16)
+    x = torch.randn(128, 64)
+    loader = DataLoader(TensorDataset(x.to(torch.bfloat16), x[:, :1].to(torch.bfloat16)), batch_size=32)
+    rounded = found(audit(model, torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.0), loader,
+                          loss_fn=nn.MSELoss()))["UPDATE_ROUNDED"]
+    assert "an update half that size" in rounded.message and "no float32 master copy" in rounded.message
+
+
 @pytest.mark.parametrize("noise, fires", [(1.0, True), (0.0, False)], ids=["noise_drowns_gradient", "no_noise"])
 def test_noise_added_inside_step_that_drowns_the_gradient(noise, fires):
     model = cnn()

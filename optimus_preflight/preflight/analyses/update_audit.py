@@ -360,7 +360,15 @@ HALF_RESOLUTION = 1e-4  # the dtype's eps above which weights are bf16/fp16
 # the largest it takes, so under Adam these weights stay frozen for good: a quarter is too many.
 ROUNDED_SHARE = 0.25
 MIN_RECORDABLE = 64
+LATER_STEP = 0.5  # of the first step: the size of a later, noisier Adam step
 FOREIGN_COSINE = 0.2  # the update's cosine with the rule's step (exactly 1 when step() is the rule alone)
+
+
+def half_spacing(weights: torch.Tensor, resolution: float) -> torch.Tensor:
+    """Half the distance to the next number of the weights' dtype (its eps is ``resolution``)
+    above each weight: an update smaller than this rounds away."""
+    magnitude = weights.abs().clamp_min(torch.finfo(torch.float32).tiny)
+    return torch.exp2(torch.floor(torch.log2(magnitude))) * resolution / 2
 
 
 def _rounded(step: GroupStep, delta: torch.Tensor, total: int) -> Finding | None:
@@ -372,14 +380,21 @@ def _rounded(step: GroupStep, delta: torch.Tensor, total: int) -> Finding | None
     if int(moving.sum()) == 0:
         return None
     unmoved = float(((delta == 0) & moving).sum()) / float(moving.sum())
-    if unmoved < ROUNDED_SHARE:
+    # Adam's first step, lr * sign(g), is its largest: once the gradient's sign varies between
+    # steps, m / sqrt(v) falls below one and the steps shrink. A weight whose half spacing exceeds
+    # half the first step rounds those away, even where the first step itself rounded up.
+    fragile = float(((half_spacing(step.before, step.resolution) > expected.abs() * LATER_STEP) & moving).sum()) \
+        / float(moving.sum())
+    if unmoved < ROUNDED_SHARE and fragile < ROUNDED_SHARE:
         return None
     dtype = "bfloat16" if step.resolution > 1e-3 else "float16"
     return Finding(
         "UPDATE_ROUNDED", "warning",
-        f"{_group(step, total)} holds {dtype} weights, and {unmoved:.0%} of them did not change in the first step "
-        f"although the optimizer moved them (lr={step.lr:g}): an update smaller than half the spacing between "
-        f"{dtype} numbers near a weight rounds away, so most weights never train",
+        f"{_group(step, total)} holds {dtype} weights (parameters stored in {dtype}, no float32 master copy): "
+        f"{unmoved:.0%} of them did not change in the first step although the optimizer moved them (lr={step.lr:g}), "
+        f"and {fragile:.0%} sit where an update half that size is smaller than half the spacing between {dtype} "
+        "numbers near the weight, so it rounds away: once the steps shrink below the first one most weights stop "
+        "training",
         "Keep the weights in float32 and compute in half precision with autocast (trainer.precision=bf16-mixed, "
         "torch.autocast), or use an optimizer with float32 master weights; do not call model.to(torch.bfloat16) "
         "for training.",
