@@ -80,3 +80,29 @@ def test_a_series_shuffled_before_its_windows_were_cut_is_named(shuffled_rows):
     assert bool(issues) == shuffled_rows
     if issues:
         assert "shuffled before the windows were cut" in issues[0].message and "never the rows" in issues[0].fix
+
+
+@pytest.mark.parametrize("per_row", [True, False], ids=["each_row_standardised", "each_feature_standardised"])
+def test_rows_standardised_on_their_own_are_named_when_the_level_was_the_signal(per_row):
+    # 12 meter readings of one scale; the target is the building's level, which a per-row
+    # z-score erases (the columns keep their spread, so ROWS_STANDARDIZED's collapse test is quiet)
+    g = torch.Generator().manual_seed(4)
+    level = 1 + 4 * torch.rand(1500, 1, generator=g)
+    readings = level * (1 + 0.3 * torch.randn(1500, 12, generator=g))
+    y = level.squeeze(1)
+    if per_row:
+        x = (readings - readings.mean(1, keepdim=True)) / readings.std(1, keepdim=True)
+    else:
+        x = (readings - readings.mean(0)) / readings.std(0)
+    found = unrelated_rows(x, y)
+    assert bool(found) == per_row
+    if per_row:
+        assert "row.mean()" in found[0].message and "X_train.mean(0)" in found[0].fix
+
+
+def unrelated_rows(x, y):
+    model = nn.Sequential(nn.Linear(x.shape[1], 32), nn.ReLU(), nn.Linear(32, 1), nn.Flatten(0))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True),
+                           loss_fn=nn.MSELoss(), checks=[FirstBatchCheck(), TargetSignalCheck()])
+    return [i for i in report.check("data.target_signal").issues if i.code == "TARGETS_UNRELATED"]

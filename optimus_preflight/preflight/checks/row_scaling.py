@@ -50,6 +50,19 @@ def unit_rows(x: torch.Tensor) -> bool:
 COLLAPSED_STD = 0.1  # median column std after the rows were standardised: the columns carry nothing
 
 
+def rows_standardised(x: torch.Tensor) -> bool:
+    """Whether every row of a (B, D) float tensor, 3 <= D, has mean 0 and standard deviation 1
+    across its own columns (biased or unbiased): standardised per sample (pure)."""
+    if x.dim() != 2 or not x.is_floating_point() or x.shape[1] < 3 or len(x) < MIN_ROWS:
+        return False
+    values = x.detach().double()
+    if not bool(torch.isfinite(values).all()):
+        return False
+    means, stds = values.mean(1), values.std(1, unbiased=False)
+    unit = ((stds - 1).abs() < UNIT) | ((values.std(1) - 1).abs() < UNIT)
+    return bool((means.abs() < UNIT).all()) and bool(unit.all())
+
+
 def standardised_rows(x: torch.Tensor) -> tuple[float, float] | None:
     """(median column std, largest |column mean|) of (B, D) float rows, 3 <= D <= 64, each of
     mean 0 and standard deviation 1 across its own columns, whose columns hardly vary between
@@ -58,13 +71,9 @@ def standardised_rows(x: torch.Tensor) -> tuple[float, float] | None:
     keeps its columns' spread (pure)."""
     if x.dim() != 2 or not x.is_floating_point() or not 3 <= x.shape[1] <= 64 or len(x) < MIN_ROWS:
         return None
+    if not rows_standardised(x):
+        return None
     values = x.detach().double()
-    if not bool(torch.isfinite(values).all()):
-        return None
-    means, stds = values.mean(1), values.std(1, unbiased=False)
-    unit = ((stds - 1).abs() < UNIT) | ((values.std(1) - 1).abs() < UNIT)
-    if not bool((means.abs() < UNIT).all()) or not bool(unit.all()):
-        return None
     spread = float(values.std(0).median())
     return (spread, float(values.mean(0).abs().max())) if spread < COLLAPSED_STD else None
 

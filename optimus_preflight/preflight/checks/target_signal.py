@@ -19,6 +19,7 @@ import torch
 from optimus_preflight.preflight.analyses.label_signal import MAX_FEATURES, target_signal
 from optimus_preflight.preflight.analyses.series import lag_one
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.checks.row_scaling import rows_standardised
 from optimus_preflight.preflight.data_access.guard import read_samples
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
@@ -134,6 +135,15 @@ class TargetSignalCheck(Check):
             fix = ("Cut the windows from the series in time order first, then shuffle (or split) the windows, never the "
                    "rows: windows = [series[i:i + width] for i in range(len(series) - width)]; for validation, split "
                    "by time.")
+        elif rows_standardised(features):
+            why = (f"every input row has mean 0 and standard deviation 1 across its own {features.shape[1]} columns: "
+                   "each sample was standardised with its own mean and std ((row - row.mean()) / row.std(), axis=1, "
+                   "per row instead of per feature), which erases each sample's level and scale, often what the "
+                   "target depends on (a building's consumption level, a sensor's amplitude): samples of different "
+                   "levels look the same")
+            fix = ("Standardise each feature with the training rows' statistics: (x - X_train.mean(0)) / "
+                   "X_train.std(0) (StandardScaler), the same for validation; where a per-sample normalisation is "
+                   "wanted, also feed the removed mean and std as two extra features.")
         else:
             why = ("usually inputs and targets were misaligned on the way: rows with missing values dropped from the "
                    "features only (X = df[cols].dropna() while y = df[target] keeps every row, then y[:len(X)]), rows "
