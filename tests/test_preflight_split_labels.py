@@ -246,3 +246,41 @@ def test_folder_trees_joined_with_different_class_numbering(shared_mapping):
     if found:
         assert "'bus': 1 vs 0" in found[0].message and "'bicycle'" in found[0].message
         assert "class_to_idx=first.class_to_idx" in found[0].fix
+
+
+class SpectrogramFolder(torch.utils.data.Dataset):
+    """Keyword spectrograms (1, 16, 20: 320 values, wider than the label-signal probes read)
+    stored as files; labels from a CSV sorted by file name. The bug lists the files in
+    file-system order (os.listdir), so features[i] and labels[i] are different recordings."""
+
+    def __init__(self, sort_names: bool):
+        g = torch.Generator().manual_seed(5)
+        prototypes = torch.randn(4, 1, 16, 20, generator=torch.Generator().manual_seed(0))
+        labels = torch.randint(0, 4, (1000,), generator=g)
+        self.files = {f"rec_{i:04d}.pt": prototypes[labels[i]] + 0.7 * torch.randn(1, 16, 20, generator=g)
+                      for i in range(1000)}
+        listing = [list(self.files)[i] for i in torch.randperm(1000, generator=g).tolist()]  # file-system order
+        self.names = sorted(listing) if sort_names else listing
+        self.labels = [int(labels[i]) for i in range(1000)]  # the CSV, sorted by name
+
+    def __len__(self):
+        return len(self.names)
+
+    def __getitem__(self, i):
+        return self.files[self.names[i]], self.labels[i]
+
+
+@pytest.mark.parametrize("sort_names", [False, True], ids=["listdir_order", "sorted_listing"])
+def test_training_labels_paired_with_the_wrong_files_while_validation_is_right(sort_names):
+    train = SpectrogramFolder(sort_names)
+    val_x = torch.stack([train.files[name] for name in sorted(train.files)][:300])
+    val_y = torch.tensor(train.labels[:300])
+    model = nn.Sequential(nn.Flatten(), nn.Linear(320, 4))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(train, batch_size=32, shuffle=True),
+                           val_loader=DataLoader(TensorDataset(val_x, val_y), batch_size=100),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    issues = [i for i in report.check("data.split_labels").issues if i.code == "LABELS_UNRELATED"]
+    assert bool(issues) == (not sort_names)
+    if issues:
+        assert "os.listdir" in issues[0].message and "sorted(os.listdir(root))" in issues[0].fix

@@ -54,6 +54,7 @@ MIN_CLASS_SAMPLES = 5  # validation samples of a class before its relabelling co
 # The training set's own neighbour agreement must be well above the majority share, or
 # the features say too little about the labels to compare anything.
 ABOVE_MAJORITY = 0.2
+SCRAMBLED_MARGIN = 0.05  # training agreement at most this above the largest class's share: chance
 DROP = 0.25  # validation agreement at least this much below the training agreement ...
 RESTORED = 0.1  # ... and within this of it once the validation ids are relabelled
 MIN_SEQUENCE = 8  # token positions before an integer input is text, not a few ids
@@ -274,6 +275,14 @@ class Relabelling:
     relabelled_agreement: float  # the same, with each validation id read as its best training id
     mapping: dict[int, int]  # validation id -> the training id its samples' neighbours carry
     majority: float  # the largest training class's share
+    val_within: float | None = None  # of validation samples with their nearest other validation sample
+
+    @property
+    def scrambled(self) -> bool:
+        """Training labels at chance beside their inputs while validation's follow theirs: the
+        inputs do carry the labels, and the training split lost the pairing."""
+        return (self.val_within is not None and self.train_agreement <= self.majority + SCRAMBLED_MARGIN
+                and self.val_within >= self.train_agreement + DROP and self.val_within >= self.majority + DROP)
 
     @property
     def relabelled(self) -> bool:
@@ -314,7 +323,10 @@ def relabelling(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tenso
         if len(picked) >= MIN_CLASS_SAMPLES:
             mapping[int(label)] = int(best)
     majority = float(torch.bincount(train_y - int(train_y.min())).max()) / len(train_y)
-    return Relabelling(train_agreement, val_agreement, agreeing / len(val_y), mapping, majority)
+    among_val = torch.cdist(val_x, val_x)
+    among_val.fill_diagonal_(float("inf"))
+    val_within = float((val_y[among_val.argmin(1)] == val_y).float().mean())
+    return Relabelling(train_agreement, val_agreement, agreeing / len(val_y), mapping, majority, val_within)
 
 
 def string_sorted_ids(mapping: dict[int, int], classes: int) -> tuple[str, str, str] | None:
@@ -412,6 +424,9 @@ class SplitLabelsCheck(Check):
                                     f"{found.val_agreement:.0%} from validation")
         if self._channel_order(train, val, found, findings):
             return
+        if found.scrambled:
+            self._scrambled(found, findings)
+            return
         if not found.relabelled:
             self._recoded(relation_change(train[0], train[1], val[0], val[1]), findings,
                           names=feature_names(ctx.artifacts.first_batch))
@@ -440,6 +455,24 @@ class SplitLabelsCheck(Check):
             f"training ids {moved}. {cause}",
             fix,
             "data.val",
+        )
+
+    @staticmethod
+    def _scrambled(found: Relabelling, findings: Findings) -> None:
+        findings.data["validation_within_agreement"] = round(found.val_within, 3)
+        findings.warning(
+            "LABELS_UNRELATED",
+            f"the training labels are unrelated to their inputs while the validation labels follow theirs: a "
+            f"validation sample's nearest validation neighbour has its label {found.val_within:.0%} of the time, a "
+            f"training sample's nearest training neighbour only {found.train_agreement:.0%} (the largest class is "
+            f"{found.majority:.0%}: chance). The inputs carry the labels, and the training split lost the pairing of "
+            "inputs[i] with labels[i]: feature files enumerated with os.listdir or glob (an arbitrary file-system "
+            "order) beside labels read from a list or CSV sorted by file name, features and labels shuffled or "
+            "filtered separately, or a label list built in another order than the samples",
+            "Pair each input with its label by name, not by position: sorted(os.listdir(root)) (or sorted(glob(...)))"
+            " and look each label up by the file's name (labels[name]); filter and shuffle inputs and labels "
+            "together. Print a few training samples with their labels and check them by hand.",
+            "data.train",
         )
 
     @staticmethod
