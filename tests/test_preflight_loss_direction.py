@@ -57,6 +57,12 @@ def test_a_class_weighted_zero_fires():
     assert "class 1" in issue.message
 
 
+def test_an_ignore_index_on_a_real_class_is_named_as_the_cause():
+    (issue,) = run(nn.CrossEntropyLoss(ignore_index=2), classes=3).issues
+    assert "class 2" in issue.message and "ignore_index=2" in issue.message and "focal" not in issue.message
+    assert "Drop ignore_index" in issue.fix
+
+
 @pytest.mark.parametrize("loss_fn, classes", [
     (focal(p_t=True), 2),
     (lambda model, batch: F.binary_cross_entropy_with_logits(model(batch[0]).squeeze(-1), batch[1]), 2),

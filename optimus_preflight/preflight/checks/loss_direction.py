@@ -136,6 +136,18 @@ class LossDirectionCheck(Check):
         if not cheap:
             return
         label, count, mistaken = cheap[0]
+        ignoring = next((call for call in get_probe(ctx).criterion_calls if call.ignore_index == label), None)
+        if ignoring is not None:
+            findings.warning(
+                "LOSS_IGNORES_MISTAKES",
+                f"the loss does not punish confident mistakes on class {label}: with the {count} class-{label} samples "
+                f"of the first batch confidently wrong and the rest right it is {mistaken:.3g}, against {right:.3g} "
+                f"with every answer right, because {ignoring.function} is called with ignore_index={label}: every "
+                f"sample labelled {label} is left out of the loss, so class {label} never trains",
+                f"Drop ignore_index when {label} is a real class (nn.CrossEntropyLoss() ignores -100 by default); "
+                "keep an ignore_index only for an id that is no class.",
+            )
+            return
         findings.warning(
             "LOSS_IGNORES_MISTAKES",
             f"the loss barely punishes confident mistakes on class {label}: with the {count} class-{label} samples of "
