@@ -95,3 +95,15 @@ def test_a_list_of_batches_keeps_its_order():
     assert not draws_at_random([(torch.zeros(2), torch.zeros(2))])
     assert draws_at_random(DataLoader(survival_rows(), shuffle=True))
     assert not draws_at_random(DataLoader(survival_rows()))
+
+
+def test_a_nan_loss_is_no_order_dependence():
+    # NaN differs from itself: a loss that is NaN in every order says nothing about the order. NaN
+    # in the no-grad forwards only (a padding mask that masks a whole row in eval), so the
+    # training step before them stays finite
+    def nan_loss(model, batch):
+        loss = model(batch[0]).pow(2).mean()
+        return loss if torch.is_grad_enabled() else loss * float("nan")
+
+    issues, result = order_issues(nan_loss)
+    assert not issues and result.data["summary"] == "no finite scalar loss"

@@ -19,6 +19,7 @@ list, CTC's concatenated targets) are left alone: no permutation of the samples 
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -118,7 +119,9 @@ class BatchOrderCheck(Check):
         except Exception:
             findings.data["summary"] = "the loss could not be computed on the reordered batch"
             return
-        if base is None or again is None or reordered is None:
+        if base is None or again is None or reordered is None \
+                or not all(math.isfinite(value) for value in (base, again, reordered)):
+            # a NaN differs from itself: no order to blame (step.first_step names the NaN)
             findings.data["summary"] = "no finite scalar loss"
             return
         moved, noise = abs(reordered - base), abs(again - base)
