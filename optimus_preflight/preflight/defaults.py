@@ -59,6 +59,7 @@ from optimus_preflight.preflight.checks.mask_alignment import MaskAlignmentCheck
 from optimus_preflight.preflight.checks.mask_interpolation import MaskInterpolationCheck
 from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
 from optimus_preflight.preflight.checks.module_structure import ModuleStructureCheck
+from optimus_preflight.preflight.checks.norm_layout import NormLayoutCheck
 from optimus_preflight.preflight.checks.ordinal_codes import OrdinalCodesCheck
 from optimus_preflight.preflight.checks.padding_invariance import PaddingInvarianceCheck
 from optimus_preflight.preflight.checks.padding_readout import PaddingReadoutCheck
@@ -192,6 +193,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     step_checks.InitialLossCheck,
     BatchLayoutCheck,
     ConvLayoutCheck,
+    NormLayoutCheck,
     TargetLeakCheck,
     ForecastLeakCheck,
     SampleMixingCheck,
