@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from benchmarks.blind_preflight_al.registry import acc_of, adam, case, ds, fix, fixed_of, gen, loader, seed
 from benchmarks.blind_preflight_al.cases_targets import blob_scenes, fcn, seg_iou
+from benchmarks.blind_preflight_al.registry import acc_of, adam, case, ds, fix, fixed_of, gen, loader, seed
 
 
 def _argmax_fwd(m, b):

@@ -7,12 +7,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from benchmarks.blind_preflight_al.registry import adam, ds, gen, healthy, loader, seed, teacher_classes, twin
+from benchmarks.blind_preflight_al.cases_data import SpecCNN, al_image_mask_separate_random, tone_spectrograms
+from benchmarks.blind_preflight_al.cases_mechanics import TwoHead, al_lambdalr_returns_lr, listings
 from benchmarks.blind_preflight_al.cases_shapes import al_hwc_reshape_not_permute
 from benchmarks.blind_preflight_al.cases_targets import DictDS, al_ntxent_self_positive, ner_batch, tiny_bert_tagger
 from benchmarks.blind_preflight_al.cases_trained import al_head_replaced_after_optimizer
-from benchmarks.blind_preflight_al.cases_mechanics import TwoHead, al_lambdalr_returns_lr, listings
-from benchmarks.blind_preflight_al.cases_data import SpecCNN, al_image_mask_separate_random, tone_spectrograms
+from benchmarks.blind_preflight_al.registry import adam, ds, gen, healthy, loader, seed, teacher_classes, twin
 
 healthy("al_h_hwc_permute", "Twin of al_hwc_reshape_not_permute: channels-last tiles permuted to NCHW.")(
     twin(al_hwc_reshape_not_permute))

@@ -5,8 +5,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from benchmarks.blind_preflight_al.registry import (acc_of, adam, case, ds, fix, fixed_of, gen, loader, mean_over,
-                                                    seed, teacher_classes)
+from benchmarks.blind_preflight_al.registry import (
+    acc_of,
+    adam,
+    case,
+    ds,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    mean_over,
+    seed,
+    teacher_classes,
+)
 
 
 def _argmax_fwd(m, b):

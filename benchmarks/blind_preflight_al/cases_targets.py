@@ -6,8 +6,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.blind_preflight_al.registry import (acc_of, adam, case, ds, fix, fixed_of, gen, loader, mean_over,
-                                                    rmse_of, seed, token_sequences)
+from benchmarks.blind_preflight_al.registry import (
+    acc_of,
+    adam,
+    case,
+    ds,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    mean_over,
+    rmse_of,
+    seed,
+    token_sequences,
+)
 
 
 # 6 ------------------------------------------------------------------ ReLU output on standardized targets

@@ -7,9 +7,19 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from benchmarks.blind_preflight_al.registry import (acc_of, adam, case, ds, fix, fixed_of, gen, loader, seed,
-                                                    teacher_classes)
-from benchmarks.blind_preflight_al.cases_shapes import colour_tiles, bag_sequences
+from benchmarks.blind_preflight_al.cases_shapes import bag_sequences, colour_tiles
+from benchmarks.blind_preflight_al.registry import (
+    acc_of,
+    adam,
+    case,
+    ds,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    seed,
+    teacher_classes,
+)
 
 
 def _argmax_fwd(m, b):
