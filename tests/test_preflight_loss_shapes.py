@@ -888,6 +888,8 @@ def test_a_bounded_output_activation_that_cannot_reach_the_targets_is_an_error(h
     x = features()
     issue = issues(preflight(regressor(*head), loader(x, target(nonlinear_target(x))), nn.MSELoss()))["LOSS_OUTPUT_RANGE"]
     assert words in issue.message and "Remove the" in issue.fix
+    # the standardised targets are named as negative below the relu's floor, the tanh's 3 + t are not
+    assert ("standardised (z-scored, zero-mean) targets are negative" in issue.message) == isinstance(head[0], nn.ReLU)
 
 
 @pytest.mark.parametrize("head, target", [

@@ -263,11 +263,15 @@ def output_range_findings(calls: list[CriterionCall]) -> list[Finding]:
         high = "inf" if bounded.high == float("inf") else f"{bounded.high:g}"
         target = call.target
         spread = f" (targets in [{target.min:.4g}, {target.max:.4g}])" if target is not None and target.min is not None else ""
+        # a non-negative output against targets below 0: standardised (z-scored) targets, half of them negative
+        negative = (" They are negative targets below a non-negative output: standardised (z-scored, zero-mean) "
+                    "targets are negative about half the time, and the model can never predict below 0"
+                    if bounded.low == 0 and target is not None and target.min is not None and target.min < 0 else "")
         found.append(Finding(
             "LOSS_OUTPUT_RANGE", "error",
             f"{call.function}'s predictions come out of a {bounded.activation}, so they stay in [{bounded.low:g}, {high}], "
             f"but {bounded.outside:.0%} of the targets lie outside that range{spread}: the model can never reach them, "
-            "and the loss has a floor no training goes below",
+            f"and the loss has a floor no training goes below.{negative}",
             "Map the targets into [-1, 1] before the loss (STS gold scores of 0 to 5: scores / 5, as "
             "sentence-transformers' CosineSimilarityLoss expects; or 2 * (s - min) / (max - min) - 1), or predict "
             "the score with a linear head on the pair's embeddings." if bounded.activation == "cosine similarity" else
