@@ -163,3 +163,40 @@ def test_embeddings_averaged_over_their_own_axis(pool_dim):
         assert "e.mean(dim=1)" in found[0].fix
     else:
         assert not found
+
+
+@pytest.mark.parametrize("similarity, fires", [
+    (lambda z1, z2: F.cosine_similarity(z1[:, None], z2[None]), True),  # default dim=1: the batch axis
+    (lambda z1, z2: nn.CosineSimilarity()(z1[:, None], z2[None]), True),
+    (lambda z1, z2: F.cosine_similarity(z1[:, None], z2[None], dim=-1), False),
+    (lambda z1, z2: F.normalize(z1, dim=-1) @ F.normalize(z2, dim=-1).T, False),
+], ids=["default_dim", "module_default_dim", "dim_-1", "normalize_matmul"])
+def test_a_cosine_similarity_over_the_broadcast_batch_axis(similarity, fires):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(256, 12, generator=g)
+    loader = DataLoader(TensorDataset(x, x + 0.1 * torch.randn(256, 12, generator=g)), batch_size=32, shuffle=True)
+
+    def info_nce(model, batch):
+        z1, z2 = model(batch[0]), model(batch[1])
+        logits = similarity(z1, z2) / 0.1
+        return F.cross_entropy(logits, torch.arange(len(logits), device=logits.device))
+
+    torch.manual_seed(0)
+    model = nn.Linear(12, 8)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, loss_fn=info_nce,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), LossFunctionCheck()])
+    found = [i for i in report.check("step.loss_function").issues if i.code == "COSINE_OVER_BROADCAST_DIM"]
+    assert bool(found) == fires
+    if fires:
+        assert "dim=1" in found[0].message and "dim=-1" in found[0].fix
+    assert not [i for i in report.check("step.loss_function").issues if i.code == "CRASHED"]
+
+
+def test_a_pairwise_cosine_of_two_batches_of_vectors_is_no_broadcast():
+    from optimus_preflight.preflight.analyses.api_pitfalls import cosine_over_broadcast
+
+    a, b = torch.randn(16, 8), torch.randn(16, 8)
+    assert cosine_over_broadcast((a, b), {}) is None
+    assert cosine_over_broadcast((a[:, None], b[None]), {}) == ((16, 1, 8), (1, 16, 8), 1)
+    assert cosine_over_broadcast((a[:, None], b[None]), {"dim": -1}) is None
+    assert cosine_over_broadcast((a, b[:1]), {"dim": 0}) == ((16, 8), (1, 8), 0)  # a prototype broadcast over rows

@@ -86,6 +86,8 @@ class Pitfalls:
     embedding_dim_pooled: tuple[str, tuple[int, ...]] | None = None  # (reduction, shape) over an embedding's vectors
     # (shape, whether both sides are one distribution) of a kl_div with no gradient on either side
     kl_div_constant: tuple[tuple[int, ...], bool] | None = None
+    # (x1 shape, x2 shape, dim) of a cosine_similarity reducing an axis along which one input is broadcast
+    cosine_over_broadcast: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
 
 
 class PitfallWatch:
@@ -121,6 +123,8 @@ class PitfallWatch:
         elif func is torch.meshgrid and kwargs.get("indexing") is None and len(self.found.meshgrid_default) < 4:
             tensors = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
             self.found.meshgrid_default.append(tuple(t.numel() for t in tensors if isinstance(t, torch.Tensor)))
+        elif func is torch.cosine_similarity and self.found.cosine_over_broadcast is None:
+            self.found.cosine_over_broadcast = cosine_over_broadcast(args, kwargs)
         elif func in (torch.gather, torch.Tensor.gather):
             self._gather(args, kwargs)
         elif func in (torch.sum, torch.Tensor.sum) and self.found.weighted_sum_off_axis is None:
@@ -366,6 +370,27 @@ class PitfallWatch:
 
 BOUNDED_OUTPUTS = ("SigmoidBackward0", "SoftmaxBackward0", "TanhBackward0", "ClampBackward1", "ClampMinBackward0",
                    "ReluBackward0", "ExpBackward0", "SoftplusBackward0", "AbsBackward0", "PowBackward0")
+
+
+def cosine_over_broadcast(args: tuple, kwargs: dict) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
+    """(x1 shape, x2 shape, dim) when cosine_similarity reduces an axis of size > 1 along which
+    one input has size 1: the cosine of one input's value repeated against the other's values
+    along the broadcast axis (z1[:, None] against z2[None] over the default dim=1, the batch),
+    not of two vectors. None otherwise (pure)."""
+    first, second = argument(args, kwargs, 0, "x1"), argument(args, kwargs, 1, "x2")
+    dim = argument(args, kwargs, 2, "dim", 1)
+    if not isinstance(first, torch.Tensor) or not isinstance(second, torch.Tensor) or not isinstance(dim, int):
+        return None
+    rank = max(first.dim(), second.dim())
+    if not -rank <= dim < rank:
+        return None
+    shape1 = (1,) * (rank - first.dim()) + tuple(first.shape)
+    shape2 = (1,) * (rank - second.dim()) + tuple(second.shape)
+    axis = dim % rank
+    sizes = sorted((shape1[axis], shape2[axis]))
+    if sizes[0] != 1 or sizes[1] <= 1:
+        return None
+    return tuple(first.shape), tuple(second.shape), dim
 
 
 def _raw_scores(tensor: Any) -> bool:

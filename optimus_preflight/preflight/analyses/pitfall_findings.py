@@ -249,6 +249,18 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "torch.cat([b[:, :2], b[:, :2] + b[:, 2:]], 1) for COCO boxes, so the head, the loss and the evaluation "
             "share one format.",
         ))
+    if found.cosine_over_broadcast is not None:
+        first, second, dim = found.cosine_over_broadcast
+        findings.append(Finding(
+            "COSINE_OVER_BROADCAST_DIM", "error",
+            f"cosine_similarity reduces dim={dim} of a {first} and a {second} input, and along that axis one of them "
+            "has size 1 and is broadcast: the cosine is taken along the broadcast axis (one input's value repeated "
+            "against the other's values across the batch), not along the feature vectors, so the result is no "
+            "matrix of pairwise similarities. F.cosine_similarity(z1[:, None], z2[None]) with the default dim=1 "
+            "does this; the (B, B) similarity matrix of an InfoNCE/CLIP loss needs dim=-1",
+            "Reduce the feature axis: F.cosine_similarity(z1[:, None, :], z2[None, :, :], dim=-1) gives (B, B); or "
+            "F.normalize(z1, dim=-1) @ F.normalize(z2, dim=-1).T.",
+        ))
     if found.swapped_arguments is not None:
         name, shape = found.swapped_arguments
         expected = {"kl_div": "kl_div(student_log_probs, teacher_probs): the model's log-probabilities first "
