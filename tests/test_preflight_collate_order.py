@@ -89,3 +89,74 @@ def test_labels_with_repeated_values_are_judged_against_the_inputs_order():
     labels = torch.tensor([0, 0, 1, 1, 0, 1, 1, 0])
     assert disagreeing((ids, labels), (ids.flip(0), labels.flip(0)), 8) is None
     assert disagreeing((ids, labels), (ids, labels.flip(0)), 8) == (0, 1)
+
+
+class Listings(Dataset):
+    """Rental listings: a city name and two numeric columns; the label follows the city."""
+
+    def __init__(self):
+        g = torch.Generator().manual_seed(3)
+        self.cities = [f"city_{int(i):02d}" for i in torch.randint(0, 12, (300,), generator=g)]
+        self.numbers = torch.randn(300, 2, generator=g)
+        self.labels = [int(city[-2:]) % 2 for city in self.cities]
+
+    def __len__(self):
+        return len(self.cities)
+
+    def __getitem__(self, i):
+        return self.cities[i], self.numbers[i], self.labels[i]
+
+
+def encode_cities(mapping):
+    """mapping=None: codes in order of first appearance in each batch (pd.factorize per batch)."""
+    def collate(rows):
+        table = mapping if mapping is not None else {}
+        if mapping is None:
+            for city, _, _ in rows:
+                table.setdefault(city, len(table))
+        return (torch.tensor([table[city] for city, _, _ in rows]), torch.stack([r[1] for r in rows]),
+                torch.tensor([r[2] for r in rows]))
+    return collate
+
+
+class CityModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.city, self.head = nn.Embedding(12, 4), nn.Linear(6, 2)
+
+    def forward(self, codes, numbers):
+        return self.head(torch.cat([self.city(codes), numbers], 1))
+
+
+@pytest.mark.parametrize("fitted_once", [False, True], ids=["coded_per_batch", "mapping_fitted_once"])
+def test_category_codes_assigned_per_batch_fire(fitted_once):
+    data = Listings()
+    mapping = {city: i for i, city in enumerate(sorted(set(data.cities)))} if fitted_once else None
+    model = CityModel()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(data, batch_size=32, shuffle=True, collate_fn=encode_cities(mapping)),
+                           loss_fn=lambda m, b: nn.functional.cross_entropy(m(b[0], b[1]), b[2]),
+                           checks=[FirstBatchCheck(), CollateOrderCheck()])
+    issues = report.check("data.collate_order").issues
+    assert [i.code for i in issues] == ([] if fitted_once else ["DATA_COLLATE_RECODES"])
+    if not fitted_once:
+        assert "batch[0]" in issues[0].message and "pd.factorize" in issues[0].message
+        assert "once, on the training split" in issues[0].fix
+
+
+def test_episode_labels_numbered_per_batch_are_neither_recoded_ids_nor_a_reordering():
+    # few-shot episodes: the labels are renumbered 0..N-1 in each episode on purpose and are no embedding's ids
+    data = Listings()
+
+    def episode(rows):
+        order: dict[str, int] = {}
+        labels = [order.setdefault(city, len(order)) for city, _, _ in rows]
+        return torch.stack([r[1] for r in rows]), torch.tensor(labels)
+
+    model = nn.Linear(2, 12)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(data, batch_size=32, shuffle=True, collate_fn=episode),
+                           loss_fn=lambda m, b: nn.functional.cross_entropy(m(b[0]), b[1]),
+                           checks=[FirstBatchCheck(), CollateOrderCheck()])
+    assert report.check("data.collate_order").issues == []

@@ -1,5 +1,5 @@
-"""A collate function that reorders some of a batch's tensors and not the others
-(``data.collate_order``).
+"""A collate function that reorders some of a batch's tensors and not the others, or that
+numbers a column's values per batch (``data.collate_order``).
 
 A collate that sorts the sequences by length for ``pack_padded_sequence`` and returns the
 labels in the order the samples came in pairs every label with another sample's input.
@@ -9,7 +9,9 @@ The test needs no knowledge of the collate: it collates the same samples twice, 
 order and reversed. Each of the batch's tensors then comes out in some order, and for a
 collate that keeps samples together it is one order for all of them (reversed, or the same
 sorted order twice). Tensors whose rows do not match between the two calls (random
-masking, batch statistics) say nothing and are left out.
+masking, batch statistics) say nothing and are left out. An integer tensor whose values come
+back relabelled one-to-one (each sample's code another, the same way for every sample of a
+value) is a column coded per batch: ids in order of first appearance (DATA_COLLATE_RECODES).
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from torch import nn
 from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_collate
 
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward
 from optimus_preflight.preflight.checks.batch_checks import is_map_style
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.data_access.guard import DataGuard
@@ -58,11 +62,11 @@ def is_offsets(tensor: Any, batch: Any) -> bool:
                for leaf in leaves(batch) if leaf is not tensor)
 
 
-def disagreeing(first: Any, second: Any, size: int) -> tuple[int, int] | None:
+def disagreeing(first: Any, second: Any, size: int, skip: int | None = None) -> tuple[int, int] | None:
     """Indices (in ``leaves`` order) of two tensors of the two collated batches that no
-    single reordering of the samples explains (pure)."""
+    single reordering of the samples explains, leaving out leaf ``skip`` (pure)."""
     pairs = [(index, a, b) for index, (a, b) in enumerate(zip(leaves(first), leaves(second), strict=False))
-             if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() >= 1
+             if index != skip and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() >= 1
              and a.shape == b.shape and a.shape[0] == size and not is_offsets(a, first)]
     matches = [(index, m) for index, a, b in pairs if (m := row_matches(a, b)) is not None]
     # An order is known from a tensor whose rows are all different: a permutation.
@@ -75,6 +79,70 @@ def disagreeing(first: Any, second: Any, size: int) -> tuple[int, int] | None:
         if not bool(m[torch.arange(size), order].all()):
             return anchor, index
     return None
+
+
+def sample_order(first: Any, second: Any, size: int) -> torch.Tensor | None:
+    """Where each row of the second batch sits in the first, read from a tensor whose rows are
+    all different and come back reordered (pure); None when no tensor shows it."""
+    for a, b in zip(leaves(first), leaves(second), strict=False):
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() >= 1 and a.shape == b.shape \
+                and a.shape[0] == size and not is_offsets(a, first):
+            m = row_matches(a, b)
+            if m is not None and bool((m.sum(dim=1) == 1).all()) and bool((m.sum(dim=0) == 1).all()):
+                return m.float().argmax(dim=1)
+    return None
+
+
+MIN_CODES = 3  # distinct values before a relabelling says more than a coin flip
+
+
+def recoded(first: Any, second: Any, size: int) -> tuple[int, dict[int, int]] | None:
+    """(leaf index, value map) of an integer tensor whose values the collate assigns per batch:
+    with the same samples in another order (read from the other tensors, else taken to be the
+    reversal) each sample's value is another one, by a one-to-one relabelling of the values,
+    as codes numbered in order of first appearance are (pure)."""
+    order = sample_order(first, second, size)
+    if order is None:
+        order = torch.arange(size - 1, -1, -1)
+    for index, (a, b) in enumerate(zip(leaves(first), leaves(second), strict=False)):
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.is_floating_point() \
+                or a.dtype == torch.bool or a.dim() not in (1, 2) or a.shape != b.shape or a.shape[0] != size \
+                or is_offsets(a, first):
+            continue
+        expected, got = a[order.to(a.device)].reshape(-1).tolist(), b.reshape(-1).tolist()
+        if expected == got or len(set(expected)) < MIN_CODES:
+            continue
+        forward: dict[int, int] = {}
+        backward: dict[int, int] = {}
+        if all(forward.setdefault(x, y) == y and backward.setdefault(y, x) == x for x, y in zip(expected, got)):
+            return index, forward
+    return None
+
+
+def embedded(ctx: PreflightContext, batch: Any, codes: torch.Tensor) -> bool:
+    """Whether ``codes`` reach an nn.Embedding or nn.EmbeddingBag of the model as its ids in
+    one eval-mode forward of ``batch``."""
+    modules = [m for m in ctx.model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag))]
+    if not modules:
+        return False
+    wanted = codes.reshape(-1).cpu()
+    seen: list[bool] = []
+
+    def before(module: nn.Module, args: tuple) -> None:
+        ids = args[0] if args else None
+        if isinstance(ids, torch.Tensor) and ids.numel() == wanted.numel() and not ids.is_floating_point() \
+                and torch.equal(ids.reshape(-1).cpu(), wanted):
+            seen.append(True)
+
+    handles = [m.register_forward_pre_hook(before) for m in modules]
+    try:
+        eval_forward(ctx, batch)
+    except Exception:
+        return False
+    finally:
+        for handle in handles:
+            handle.remove()
+    return bool(seen)
 
 
 def collate_seeded(collate: Any, samples: list[Any], seed: int = 0) -> Any:
@@ -122,7 +190,7 @@ class CollateOrderCheck(Check):
 
     name = "data.collate_order"
     stage = Stage.DATA
-    codes = ("DATA_COLLATE_ORDER",)
+    codes = ("DATA_COLLATE_ORDER", "DATA_COLLATE_RECODES")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -144,11 +212,35 @@ class CollateOrderCheck(Check):
             except Exception as error:  # the loader's own first batch worked: a collate of these samples may not
                 findings.data["summary"] = f"collate_fn raised on {size} samples: {type(error).__name__}"
                 return
-        found = disagreeing(first, second, size)
+        names = leaf_names(first)
+        relabelled = recoded(first, second, size)
+        skipped: int | None = None
+        if relabelled is not None and not embedded(ctx, first, list(leaves(first))[relabelled[0]]):
+            # relabelled per batch but no embedding's ids (a few-shot episode's labels, numbered per
+            # episode on purpose): not a reordering either, so it is left out of the order test
+            skipped, relabelled = relabelled[0], None
+        if relabelled is not None:
+            index, mapping = relabelled
+            name = names[index] if index < len(names) else f"tensor {index}"
+            moved = ", ".join(f"{old} -> {new}" for old, new in list(mapping.items())[:4] if old != new)
+            findings.data["summary"] = f"{name} coded per batch"
+            findings.error(
+                "DATA_COLLATE_RECODES",
+                f"the collate_fn gives the same samples other codes when they come in another order: with the same "
+                f"{size} samples reversed, every value of {name} becomes another ({moved}, ...). The codes are "
+                "assigned per batch (pd.factorize, a dict of first appearances, LabelEncoder().fit or np.unique run "
+                "inside the collate_fn), so one category gets a different id in every batch and its embedding row "
+                "(or one-hot column) means something else each step: nothing about the category can be learned",
+                "Fit the category -> id mapping once, on the training split, before building the DataLoader (a dict, "
+                "or LabelEncoder().fit(train_column)), and only look the ids up in the collate_fn or the Dataset; "
+                "save the mapping with the model for validation and serving.",
+                "data.train",
+            )
+            return
+        found = disagreeing(first, second, size, skip=skipped)
         findings.data["summary"] = "one order for every tensor" if found is None else "tensors in different orders"
         if found is None:
             return
-        names = leaf_names(first)
         ordered, other = (names[i] if i < len(names) else f"tensor {i}" for i in found)
         findings.error(
             "DATA_COLLATE_ORDER",
