@@ -284,3 +284,55 @@ def test_training_labels_paired_with_the_wrong_files_while_validation_is_right(s
     assert bool(issues) == (not sort_names)
     if issues:
         assert "os.listdir" in issues[0].message and "sorted(os.listdir(root))" in issues[0].fix
+
+
+def reviews(keep_end: bool, n: int = 1200):
+    """Reviews of 30-40 filler tokens whose verdict word (2-5 negative, 6-9 positive) sits in the
+    last six, cut to 16 tokens from the start (the default) or the end."""
+    g = torch.Generator().manual_seed(7)
+    rows, labels = [], []
+    for _ in range(n):
+        length = int(torch.randint(30, 41, (1,), generator=g))
+        body = torch.randint(10, 50, (length,), generator=g)
+        label = int(torch.randint(0, 2, (1,), generator=g))
+        body[length - 1 - int(torch.randint(0, 6, (1,), generator=g))] = 2 + 4 * label + int(torch.randint(0, 4, (1,), generator=g))
+        rows.append(body[-16:] if keep_end else body[:16])
+        labels.append(label)
+    return TensorDataset(torch.stack(rows), torch.tensor(labels))
+
+
+class BagOfWords(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.bag, self.head = nn.EmbeddingBag(50, 16, mode="mean"), nn.Linear(16, 2)
+
+    def forward(self, ids):
+        return self.head(self.bag(ids))
+
+
+class ReadsInOrder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.gru, self.head = nn.Embedding(50, 16), nn.GRU(16, 16, batch_first=True), nn.Linear(16, 2)
+
+    def forward(self, ids):
+        return self.head(self.gru(self.embed(ids))[0][:, -1])
+
+
+@pytest.mark.parametrize("keep_end, model, warns", [(False, BagOfWords, True), (True, BagOfWords, False),
+                                                    (False, ReadsInOrder, False)],
+                         ids=["start_kept_bag_model", "end_kept_bag_model", "start_kept_order_aware_model"])
+def test_texts_cut_before_their_verdict_for_a_bag_model(keep_end, model, warns):
+    model = model()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(reviews(keep_end), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    found = [i for i in report.check("data.split_labels").issues if i.code == "LABELS_UNRELATED"]
+    warnings = [i for i in found if i.severity.value == "warning"]
+    assert bool(warnings) == warns
+    if warns:
+        assert "max_length=16" in warnings[0].message and "truncation_side='left'" in warnings[0].fix
+    elif not keep_end:
+        assert found and found[0].severity.value == "info"  # order may carry the label: a note, as before

@@ -19,6 +19,7 @@ integer ``(B,)`` tensor.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -232,6 +233,42 @@ def ids_only(batch: Any) -> bool:
                                                                        for part in inputs)
 
 
+@dataclass(frozen=True)
+class BagReading:
+    rows: int
+    width: int
+    full: bool  # every row fills its positions: no padding value trails any row
+
+
+SHUFFLE_TOLERANCE = 1e-5  # relative change of the loss under shuffled token positions: none
+
+
+def reads_a_bag(ctx: PreflightContext) -> BagReading | None:
+    """How the model reads a (B, T) token batch when its loss is unchanged by one shuffle of
+    the token positions (an EmbeddingBag, or embeddings mean-pooled without positions); None
+    when the order matters, or there is no such batch."""
+    from optimus_preflight.preflight.analyses.eval_forward import eval_forward, loss_value
+
+    batch = ctx.artifacts.first_batch
+    if not isinstance(batch, (list, tuple)) or len(batch) != 2 or not isinstance(batch[0], torch.Tensor):
+        return None
+    ids = batch[0]
+    if ids.dim() != 2 or ids.is_floating_point() or ids.dtype == torch.bool or ids.shape[1] < MIN_SEQUENCE:
+        return None
+    order = torch.randperm(ids.shape[1], generator=torch.Generator().manual_seed(0))
+    try:
+        before = loss_value(eval_forward(ctx, batch))
+        after = loss_value(eval_forward(ctx, (ids[:, order.to(ids.device)], batch[1])))
+    except Exception:
+        return None
+    if before is None or after is None or not math.isfinite(before) or abs(after - before) > \
+            SHUFFLE_TOLERANCE * max(abs(before), 1.0):
+        return None
+    last = ids[:, -1]
+    trailing = int((last == torch.mode(last).values).sum())
+    return BagReading(rows=int(ids.shape[0]), width=int(ids.shape[1]), full=trailing < 0.5 * len(last))
+
+
 def conflicting_labels(digests: list[str], labels: torch.Tensor) -> tuple[int, int]:
     """(samples whose identical-input twins carry another label, groups of them) (pure)."""
     seen: dict[str, set[int]] = {}
@@ -388,7 +425,7 @@ class SplitLabelsCheck(Check):
         if train is not None and train[0] is not None:
             self._signal(train[0], train[1], findings)
         elif train is not None and train[4] is not None:
-            self._signal(train[4], train[1], findings, text=True)
+            self._signal(train[4], train[1], findings, text=True, bag=reads_a_bag(ctx))
         if ctx.val_loader is None:
             findings.data.setdefault("summary", "no validation loader")
             return
@@ -582,13 +619,35 @@ class SplitLabelsCheck(Check):
         )
 
     @staticmethod
-    def _signal(features: torch.Tensor, labels: torch.Tensor, findings: Findings, text: bool = False) -> None:
+    def _signal(features: torch.Tensor, labels: torch.Tensor, findings: Findings, text: bool = False,
+                bag: BagReading | None = None) -> None:
         signal = label_signal(features, labels)
         if signal is None:
             return
         findings.data.update(neighbour_accuracy=round(signal.neighbour_accuracy, 3),
                              linear_accuracy=round(signal.linear_accuracy, 3), majority_share=round(signal.majority, 3))
         if not signal.unrelated:
+            return
+        if text and bag is not None:
+            # The model reads the tokens as a bag, so "the label depends on the order" cannot be why
+            # the counts say nothing: what the model can learn from is unrelated to the labels.
+            cut = (f" Every one of the {bag.rows} sequences of the first batch fills all {bag.width} positions with no "
+                   f"padding: the texts were most likely cut to max_length={bag.width}, and truncation keeps the start "
+                   "by default, so whatever decides the label after it (a review's verdict at its end, a ticket's "
+                   "resolution) never reaches the model" if bag.full else "")
+            findings.warning(
+                "LABELS_UNRELATED",
+                f"the words of the training texts say nothing about their labels, and the model reads them as a bag "
+                f"(its loss does not change when the token positions are shuffled): over {signal.samples} samples "
+                f"read, a 5-nearest-neighbour vote and a linear probe on token counts predict "
+                f"{signal.neighbour_accuracy:.0%} and {signal.linear_accuracy:.0%} of them, no better than always "
+                f"answering the largest class ({signal.majority:.0%}), so the model has nothing to learn from.{cut}",
+                ("Keep the part of each text that carries the label: truncate from the left (tokenizer("
+                 "truncation_side='left'), or ids[-max_length:]) or raise max_length; " if bag.full else "")
+                + "print a few texts with their labels and check them by hand: texts and labels joined in the same "
+                "order, one label coding for every source.",
+                "data.train",
+            )
             return
         if text:
             # Counts of words cannot see order, and many sequence tasks are about order alone: a note.
