@@ -242,7 +242,9 @@ def pos_weight(fixed=False):
     return dict(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=3e-3),
                 train_loader=loader(TensorDataset(x[:3000], ytr), 64),
                 val_loader=loader(TensorDataset(x[3000:], y[3000:]), 500, shuffle=False),
-                loss_fn=nn.BCEWithLogitsLoss(pos_weight=pw.reshape(1)), max_steps=1000)
+                loss_fn=lambda m, b: F.binary_cross_entropy_with_logits(m(b[0]), b[1],
+                                                                        pos_weight=pw.reshape(1).to(b[1].device)),
+                max_steps=1000)
 
 
 fix("ak_pos_weight_inverted", fixed_of(pos_weight),
