@@ -7,8 +7,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
-from benchmarks.blind_preflight_ak.registry import acc_of, case, fix, fixed_of, gen, loader, mean_over, rmse_of, seed
 from benchmarks.blind_preflight_ak.cases_shapes import TinyFCN
+from benchmarks.blind_preflight_ak.registry import acc_of, case, fix, fixed_of, gen, loader, mean_over, rmse_of, seed
 
 # --- 1. standardisation along the wrong numpy axis --------------------------------------------------------------------
 

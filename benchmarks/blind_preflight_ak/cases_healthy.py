@@ -7,11 +7,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
-from benchmarks.blind_preflight_ak.registry import gen, healthy, loader, seed, twin
 from benchmarks.blind_preflight_ak.cases_mechanics import warmup_rows
 from benchmarks.blind_preflight_ak.cases_shapes import TinyFCN, bigru, first_token_data, rec_dot
-from benchmarks.blind_preflight_ak.cases_targets import BOS, V, RunningSumDecoder, pos_weight
+from benchmarks.blind_preflight_ak.cases_targets import BOS, RunningSumDecoder, V, pos_weight
 from benchmarks.blind_preflight_ak.cases_trained import demand_windows, head_after
+from benchmarks.blind_preflight_ak.registry import gen, healthy, loader, seed, twin
 
 # --- the corrected twins ---------------------------------------------------------------------------------------------
 

@@ -7,9 +7,18 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from benchmarks.blind_preflight_ak.registry import (acc_of, balanced_acc_of, case, fix, fixed_of, gen, loader,
-                                                    rmse_of, seed)
 from benchmarks.blind_preflight_ak.cases_shapes import TinyFCN
+from benchmarks.blind_preflight_ak.registry import (
+    acc_of,
+    balanced_acc_of,
+    case,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    rmse_of,
+    seed,
+)
 
 # --- 1. hand-written MSE: mean of the error, then squared -----------------------------------------------------------
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from benchmarks.blind_preflight_ak.registry import acc_of, case, fix, fixed_of, gen, loader, rmse_of, seed
 from benchmarks.blind_preflight_ak.cases_shapes import ratings
+from benchmarks.blind_preflight_ak.registry import acc_of, case, fix, fixed_of, gen, loader, rmse_of, seed
 
 # --- 1. head replaced after the optimizer was built ----------------------------------------------------------------
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from benchmarks.blind_preflight_ak import cases_data as D
+from benchmarks.blind_preflight_ak import cases_mechanics as M
 from benchmarks.blind_preflight_ak import cases_shapes as S  # noqa: I001  (family order)
 from benchmarks.blind_preflight_ak import cases_targets as T
 from benchmarks.blind_preflight_ak import cases_trained as W
-from benchmarks.blind_preflight_ak import cases_mechanics as M
-from benchmarks.blind_preflight_ak import cases_data as D
 from benchmarks.blind_preflight_ak.registry import FIXES
 
 FACTS = {}
