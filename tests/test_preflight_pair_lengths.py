@@ -62,3 +62,27 @@ def test_sequence_lengths_read_the_padding_at_the_end():
     targets = torch.tensor([[5, 6, -100, -100], [7, -100, -100, -100], [1, 2, 3, 4]])
     lengths = sequence_lengths((rows, targets))
     assert lengths[0].tolist() == [2.0, 1.0, 4.0] and lengths[1].tolist() == [2.0, 1.0, 4.0]
+
+
+def test_a_seq_first_target_beside_batch_first_sources_is_no_pair_to_compare():
+    # sources (B, S) right-padded, targets collated seq-first (T, B): their rows are not one per sample
+    from optimus_preflight.preflight.checks.pair_lengths import correlation
+
+    assert correlation(torch.arange(8.0), torch.arange(12.0)) is None
+    g = torch.Generator().manual_seed(0)
+    sources = torch.randint(1, 30, (256, 10), generator=g)
+    sources[torch.arange(10)[None] >= torch.randint(4, 11, (256, 1), generator=g)] = 0
+    targets = torch.randint(1, 30, (256, 12), generator=g)
+    targets[torch.arange(12)[None] >= torch.randint(4, 13, (256, 1), generator=g)] = 0
+
+    def seq_first(rows):
+        return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows]).t()
+
+    model = nn.Embedding(30, 30)
+    loss = lambda m, b: F.cross_entropy(m(b[0])[:, :1].expand(-1, b[1].shape[0], -1).reshape(-1, 30),  # noqa: E731
+                                        b[1].t().reshape(-1))
+    loaders = [DataLoader(TensorDataset(sources, targets), batch_size=32, shuffle=shuffle, collate_fn=seq_first)
+               for shuffle in (True, False)]
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loaders[0], val_loader=loaders[1],
+                           loss_fn=loss, checks=[FirstBatchCheck(), PairLengthsCheck()])
+    assert report.check("data.pair_lengths").status.value != "crashed"

@@ -56,7 +56,8 @@ def sequence_lengths(batch: Any) -> tuple[torch.Tensor, ...] | None:
 
 
 def correlation(a: torch.Tensor, b: torch.Tensor) -> float | None:
-    if float(a.std()) == 0 or float(b.std()) == 0:
+    # one row per sample on both sides, or no pairing to measure (a seq-first (T, B) tensor's rows are steps)
+    if a.shape != b.shape or float(a.std()) == 0 or float(b.std()) == 0:
         return None
     a, b = a - a.mean(), b - b.mean()
     return float((a @ b) / (a.norm() * b.norm()))
