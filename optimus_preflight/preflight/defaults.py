@@ -52,6 +52,7 @@ from optimus_preflight.preflight.checks.input_content import InputContentCheck
 from optimus_preflight.preflight.checks.input_dependence import InputDependenceCheck
 from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
 from optimus_preflight.preflight.checks.label_masking import LabelMaskingCheck
+from optimus_preflight.preflight.checks.loss_batch_mean import LossBatchMeanCheck
 from optimus_preflight.preflight.checks.loss_bounds import LossBoundsCheck
 from optimus_preflight.preflight.checks.loss_direction import LossDirectionCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
@@ -211,6 +212,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     PassthroughCheck,
     LossBoundsCheck,
     LossDirectionCheck,
+    LossBatchMeanCheck,
     AttentionMaskCheck,
     RecurrenceCheck,
     PaddingReadoutCheck,
