@@ -473,3 +473,36 @@ def test_a_list_collated_per_position_and_stacked_on_dim_0_is_named(dim):
     assert bool(issues) == (dim == 0)
     if issues:
         assert "default_collate" in issues[0].message and "torch.stack(batch['items'], dim=1)" in issues[0].fix
+
+
+class RatingModel(nn.Module):
+    """Matrix factorisation: a user-item dot product plus biases; the bug sums without a dim."""
+
+    def __init__(self, per_row: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.per_row = per_row
+        self.users, self.items = nn.Embedding(40, 8), nn.Embedding(60, 8)
+        self.user_bias, self.item_bias = nn.Embedding(40, 1), nn.Embedding(60, 1)
+
+    def forward(self, pairs):
+        u, v = self.users(pairs[:, 0]), self.items(pairs[:, 1])
+        dot = (u * v).sum(dim=1) if self.per_row else (u * v).sum()
+        return dot + self.user_bias(pairs[:, 0]).squeeze(1) + self.item_bias(pairs[:, 1]).squeeze(1)
+
+
+@pytest.mark.parametrize("per_row", [False, True], ids=["sum_without_dim", "sum_over_dim_1"])
+def test_a_dot_product_summed_over_the_whole_batch_is_named(per_row):
+    g = torch.Generator().manual_seed(0)
+    pairs = torch.stack([torch.randint(0, 40, (512,), generator=g), torch.randint(0, 60, (512,), generator=g)], 1)
+    ratings = torch.rand(512, generator=g) * 4 + 1
+    model = RatingModel(per_row)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(pairs, ratings), batch_size=32, shuffle=True),
+                           loss_fn=lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), SampleMixingCheck()])
+    found = [i for i in report.check("step.sample_mixing").issues if i.code == "BATCH_MIXING"]
+    assert bool(found) == (not per_row)
+    if found:
+        assert "sum() without a dim reduces the whole batch to one number" in found[0].message
+        assert "(u * v).sum(dim=1)" in found[0].fix

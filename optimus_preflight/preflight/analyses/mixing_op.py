@@ -63,6 +63,12 @@ class MixingOp:
                     "several samples' values",
                     "Move the sample axis to the front before reshaping: h_n.transpose(0, 1).reshape(batch, -1), or "
                     "torch.cat([h_n[-2], h_n[-1]], dim=1) for the last layer's two directions.")
+        if self.name in REDUCING and self.dim is None and len(self.output_shape) == 0:
+            return (f"{self.name}() without a dim reduces the whole batch to one number, which then broadcasts onto "
+                    "every sample: a per-row dot product or norm written (u * v).sum() where (u * v).sum(dim=1) was "
+                    "meant gives every sample of the batch the same score",
+                    f"Give the reduction the sample's own axis: (u * v).{self.name}(dim=1) (or dim=-1) inside the "
+                    "forward; reduce over the batch only in the loss.")
         if self.name in REDUCING and self.dim in (self.sample_axis, self.sample_axis - len(self.input_shape)):
             return (f"{self.name}(dim={self.dim}) runs over the samples of the batch (axis {self.sample_axis}), so "
                     "each sample's result depends on the others (softmax weights then sum to 1 over the batch, not "
@@ -166,6 +172,12 @@ def first_mixing(first: list[Call], second: list[Call], keep: int) -> MixingOp |
         changed = [(state, x) for state, x in zip(states, a.inputs) if state is not False]
         if not changed or any(state is None for state, _ in changed):
             continue
+        if a.name in REDUCING and a.dim is None and a.frame and ", in forward" in a.frame and \
+                any(x.dim() == 0 and not torch.equal(x, y) for x, y in zip(a.outputs, b.outputs)):
+            # a full reduction inside a model's forward: the batch collapses to one number here (the
+            # loss's own reductions come later, outside any forward)
+            axis, tensor = changed[0]
+            return MixingOp(a.name, a.dim, tuple(tensor.shape), int(axis), (), a.frame)
         if any(_spread(x, y, keep) for x, y in zip(a.outputs, b.outputs)):
             axis, tensor = changed[0]
             output = next(x for x, y in zip(a.outputs, b.outputs) if _spread(x, y, keep))
