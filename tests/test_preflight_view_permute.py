@@ -198,3 +198,43 @@ def test_the_fix_names_the_permutation_the_view_meant():
     assert axis_order((32, 50, 6), (32, 6, 50)) == (0, 2, 1)
     assert axis_order((8, 8, 3), (8, 3, 8)) == (0, 2, 1)  # equal sizes keep their place where they can
     assert axis_order((4, 5), (5, 6)) is None
+
+
+class HandAttention(nn.Module):
+    """A hand-written multi-head self-attention over (B, S, E) token embeddings."""
+
+    def __init__(self, transpose: bool, heads: int = 4, width: int = 32):
+        super().__init__()
+        torch.manual_seed(0)
+        self.transpose, self.heads = transpose, heads
+        self.embed, self.qkv, self.head = nn.Embedding(20, width), nn.Linear(width, 3 * width), nn.Linear(width, 2)
+
+    def split(self, x):
+        b, s, e = x.shape
+        if self.transpose:
+            return x.view(b, s, self.heads, e // self.heads).transpose(1, 2)
+        return x.reshape(b, self.heads, s, e // self.heads)
+
+    def forward(self, ids):
+        q, k, v = (self.split(t) for t in self.qkv(self.embed(ids)).chunk(3, dim=-1))
+        weights = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(-1)
+        out = (weights @ v).transpose(1, 2).reshape(ids.shape[0], ids.shape[1], -1)
+        return self.head(out.mean(1))
+
+
+@pytest.mark.parametrize("transpose", [False, True], ids=["reshape_to_heads_first", "view_then_transpose"])
+def test_heads_split_in_front_of_the_positions_by_a_reshape(transpose):
+    from optimus_preflight.preflight.analyses.view_permute import split_in_front
+
+    assert split_in_front((32, 10, 32), (32, 4, 10, 8)) and not split_in_front((32, 10, 32), (32, 10, 4, 8))
+    assert not split_in_front((32, 4, 32), (32, 4, 4, 8))  # as many heads as positions: the sizes cannot tell
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 20, (256, 10), generator=g)
+    model = HandAttention(transpose)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(ids, (ids == 3).any(1).long()), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), BatchLayoutCheck()])
+    issues = [i for i in report.check("step.batch_layout").issues if i.code == "VIEW_AS_PERMUTE"]
+    assert bool(issues) == (not transpose)
+    if issues:
+        assert "(32, 4, 10, 8)" in issues[0].message and "x.view(32, 10, 4, 8).transpose(1, 2)" in issues[0].fix

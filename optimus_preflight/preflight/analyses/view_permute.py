@@ -56,6 +56,17 @@ def regrouped_out_of_order(source: tuple[int, ...], result: tuple[int, ...]) -> 
                for grouping in groupings)
 
 
+def split_in_front(source: tuple[int, ...], result: tuple[int, ...]) -> bool:
+    """A (B, S, E) tensor viewed as (B, H, S, E / H): the last axis split and its first part put
+    in front of S, which a view cannot do; only (B, S, H, E / H), then a transpose, splits heads
+    (pure). Equal H and S are left alone: (B, S, H, d) has the same sizes."""
+    if len(source) != 3 or len(result) != 4:
+        return False
+    batch, steps, width = source
+    return (result[0] == batch and result[2] == steps and result[1] * result[3] == width and steps > 1
+            and result[1] > 1 and result[3] > 1 and result[1] != steps)
+
+
 class ViewWatch:
     """Feed it every torch function call; ``found`` is the first view to permuted sizes."""
 
@@ -69,5 +80,6 @@ class ViewWatch:
         if (isinstance(source, torch.Tensor) and isinstance(out, torch.Tensor) and source.dim() >= 2
                 and not isinstance(source, torch.nn.Parameter)
                 and (permuted_view(tuple(source.shape), tuple(out.shape))
-                     or regrouped_out_of_order(tuple(source.shape), tuple(out.shape)))):
+                     or regrouped_out_of_order(tuple(source.shape), tuple(out.shape))
+                     or split_in_front(tuple(source.shape), tuple(out.shape)))):
             self.found = ViewAsPermute(name, tuple(source.shape), tuple(out.shape))

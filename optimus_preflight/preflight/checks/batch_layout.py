@@ -18,7 +18,7 @@ from optimus_preflight.preflight.analyses.channel_axis import ClassesMisread
 from optimus_preflight.preflight.analyses.loss_spy import CriterionCall
 from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.analyses.spectral_axis import fft_over_channels_text
-from optimus_preflight.preflight.analyses.view_permute import ViewAsPermute
+from optimus_preflight.preflight.analyses.view_permute import ViewAsPermute, split_in_front
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import leaves
@@ -63,7 +63,22 @@ class BatchLayoutCheck(Check):
                 "Transpose after splitting the heads: q.view(B, T, heads, d).transpose(1, 2) (and back with "
                 ".transpose(1, 2).reshape(B, T, heads * d) after attention).",
             )
-        if probe.view_as_permute is not None and _channels_last_image(probe.view_as_permute):
+        if probe.view_as_permute is not None and split_in_front(probe.view_as_permute.source,
+                                                                 probe.view_as_permute.result):
+            view = probe.view_as_permute
+            b, s, e = view.source
+            heads, d = view.result[1], view.result[3]
+            findings.warning(
+                "VIEW_AS_PERMUTE",
+                f"a .{view.function}() turns a ({b}, {s}, {e}) tensor straight into ({b}, {heads}, {s}, {d}): it splits "
+                f"the last axis into {heads} heads of {d} but puts them in front of the {s} positions, which a "
+                "reshape cannot do (it does not move axes), so each head's 'position' rows are filled with "
+                "consecutive values of several different tokens, and attention relates slices of mixed tokens "
+                "instead of positions (a hand-written multi-head attention split without the transpose)",
+                f"Split the heads after the positions, then swap the axes: x.view({b}, {s}, {heads}, {d}).transpose(1, "
+                f"2) (and back with .transpose(1, 2).reshape({b}, {s}, {e}) after attention).",
+            )
+        elif probe.view_as_permute is not None and _channels_last_image(probe.view_as_permute):
             view = probe.view_as_permute
             n, h, w, c = view.source
             findings.warning(
