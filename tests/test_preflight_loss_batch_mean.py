@@ -46,3 +46,12 @@ def test_a_loss_of_the_batch_mean_error(loss_fn, fires):
 
 def test_a_classifier_is_quiet():
     assert not regression(nn.CrossEntropyLoss(), classes=3)
+
+
+def test_an_l1_loss_whose_errors_all_share_a_sign_at_init_is_quiet():
+    # targets far above the fresh head's outputs: every error is negative, so Smooth L1 (beta small)
+    # gives every row the same gradient, -1/N, at the model's output, but not once the signs mix
+    def far_targets(model, batch):
+        return nn.SmoothL1Loss(beta=0.05)(model(batch[0]), batch[1] + 10.0)
+
+    assert not regression(far_targets)
