@@ -336,3 +336,26 @@ def test_texts_cut_before_their_verdict_for_a_bag_model(keep_end, model, warns):
         assert "max_length=16" in warnings[0].message and "truncation_side='left'" in warnings[0].fix
     elif not keep_end:
         assert found and found[0].severity.value == "info"  # order may carry the label: a note, as before
+
+
+class PositionsFromZero(nn.Module):
+    """Learned positions initialised to zero: no order at init, but built to learn it."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.tokens, self.positions = nn.Embedding(50, 16), nn.Embedding(16, 16)
+        nn.init.zeros_(self.positions.weight)
+        self.mix, self.head = nn.Sequential(nn.Linear(16, 16), nn.ReLU()), nn.Linear(16, 2)
+
+    def forward(self, ids):
+        return self.head(self.mix(self.tokens(ids) + self.positions.weight[: ids.shape[1]]).mean(1))
+
+
+def test_a_position_table_that_starts_at_zero_is_no_bag():
+    model = PositionsFromZero()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(reviews(keep_end=False), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    found = [i for i in report.check("data.split_labels").issues if i.code == "LABELS_UNRELATED"]
+    assert found and all(i.severity.value == "info" for i in found)

@@ -19,6 +19,7 @@ integer ``(B,)`` tensor.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Mapping
@@ -40,6 +41,7 @@ from optimus_preflight.preflight.data_access.guard import DataGuard
 from optimus_preflight.preflight.data_access.samples import sample_hashes
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_data_state
+from optimus_preflight.training.batches import move_to_device
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -243,6 +245,14 @@ class BagReading:
 SHUFFLE_TOLERANCE = 1e-5  # relative change of the loss under shuffled token positions: none
 
 
+JITTER = 0.05  # absolute noise added to every weight of a copy of the model
+
+
+def _same_loss(before: float | None, after: float | None) -> bool:
+    return before is not None and after is not None and math.isfinite(before) and \
+        abs(after - before) <= SHUFFLE_TOLERANCE * max(abs(before), 1.0)
+
+
 def reads_a_bag(ctx: PreflightContext) -> BagReading | None:
     """How the model reads a (B, T) token batch when its loss is unchanged by one shuffle of
     the token positions (an EmbeddingBag, or embeddings mean-pooled without positions); None
@@ -256,13 +266,25 @@ def reads_a_bag(ctx: PreflightContext) -> BagReading | None:
     if ids.dim() != 2 or ids.is_floating_point() or ids.dtype == torch.bool or ids.shape[1] < MIN_SEQUENCE:
         return None
     order = torch.randperm(ids.shape[1], generator=torch.Generator().manual_seed(0))
+    shuffled = (ids[:, order.to(ids.device)], batch[1])
     try:
-        before = loss_value(eval_forward(ctx, batch))
-        after = loss_value(eval_forward(ctx, (ids[:, order.to(ids.device)], batch[1])))
+        if not _same_loss(loss_value(eval_forward(ctx, batch)), loss_value(eval_forward(ctx, shuffled))):
+            return None
+        # Again with every weight jittered: a position table that starts at zero (learned positions
+        # initialised to 0) reads no order at init, yet the model is built to learn it.
+        jittered = copy.deepcopy(ctx.model).to(ctx.device)
+        generator = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for parameter in jittered.parameters():
+                if parameter.is_floating_point():
+                    parameter.add_(JITTER * torch.randn(parameter.shape, generator=generator).to(parameter.device))
+            jittered.eval()
+            with ctx.training.plan.autocast():
+                same = _same_loss(loss_value(ctx.compute_loss(jittered, move_to_device(batch, ctx.device))),
+                                  loss_value(ctx.compute_loss(jittered, move_to_device(shuffled, ctx.device))))
     except Exception:
         return None
-    if before is None or after is None or not math.isfinite(before) or abs(after - before) > \
-            SHUFFLE_TOLERANCE * max(abs(before), 1.0):
+    if not same:
         return None
     last = ids[:, -1]
     trailing = int((last == torch.mode(last).values).sum())
