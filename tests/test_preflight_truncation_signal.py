@@ -59,6 +59,15 @@ class Bag(nn.Module):
         return self.head(self.embed(ids))
 
 
+@pytest.fixture(autouse=True)
+def generous_read_budget(monkeypatch):
+    """The check reads items for at most BUDGET_S seconds; on a loaded machine that cut the read
+    to 128 items, too few for the label probes. The tests judge the items, not the speed."""
+    from optimus_preflight.preflight.checks import truncation_signal
+
+    monkeypatch.setattr(truncation_signal, "BUDGET_S", 600.0)
+
+
 def run(dataset: Dataset, collate):
     model = Bag()
     as_dict = isinstance(collate([dataset[0]]), dict)

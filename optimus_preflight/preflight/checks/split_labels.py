@@ -654,16 +654,19 @@ class SplitLabelsCheck(Check):
             # The model reads the tokens as a bag, so "the label depends on the order" cannot be why
             # the counts say nothing: what the model can learn from is unrelated to the labels.
             cut = (f" Every one of the {bag.rows} sequences of the first batch fills all {bag.width} positions with no "
-                   f"padding: the texts were most likely cut to max_length={bag.width}, and truncation keeps the start "
-                   "by default, so whatever decides the label after it (a review's verdict at its end, a ticket's "
-                   "resolution) never reaches the model" if bag.full else "")
+                   f"padding: if the texts were cut to max_length={bag.width}, truncation keeps the start by default, "
+                   "and whatever decides the label after it (a review's verdict at its end, a ticket's resolution) "
+                   "never reaches the model" if bag.full else "")
             findings.warning(
                 "LABELS_UNRELATED",
                 f"the words of the training texts say nothing about their labels, and the model reads them as a bag "
                 f"(its loss does not change when the token positions are shuffled): over {signal.samples} samples "
-                f"read, a 5-nearest-neighbour vote and a linear probe on token counts predict "
+                f"read, a 5-nearest-neighbour vote and a linear probe on hashed token counts predict "
                 f"{signal.neighbour_accuracy:.0%} and {signal.linear_accuracy:.0%} of them, no better than always "
-                f"answering the largest class ({signal.majority:.0%}), so the model has nothing to learn from.{cut}",
+                f"answering the largest class ({signal.majority:.0%}), so the model has nothing to learn from. "
+                "Usually the labels were joined to the texts wrongly: two sources merged whose labels mean opposite "
+                "things (1 = positive in one export, 1 = complaint in the other) without recoding one, or texts and "
+                f"labels sorted, shuffled or filtered apart.{cut}",
                 ("Keep the part of each text that carries the label: truncate from the left (tokenizer("
                  "truncation_side='left'), or ids[-max_length:]) or raise max_length; " if bag.full else "")
                 + "print a few texts with their labels and check them by hand: texts and labels joined in the same "
