@@ -45,7 +45,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "ae": "benchmarks.blind_preflight_ae.registry", "af": "benchmarks.blind_preflight_af.registry",
               "ag": "benchmarks.blind_preflight_ag.registry", "ah": "benchmarks.blind_preflight_ah.registry",
               "ai": "benchmarks.blind_preflight_ai.registry", "aj": "benchmarks.blind_preflight_aj.registry",
-              "ak": "benchmarks.blind_preflight_ak.registry", "al": "benchmarks.blind_preflight_al.registry"}
+              "ak": "benchmarks.blind_preflight_ak.registry", "al": "benchmarks.blind_preflight_al.registry",
+              "am": "benchmarks.blind_preflight_am.registry", "an": "benchmarks.blind_preflight_an.registry"}
 
 
 def load_cases(which: str = "a"):
