@@ -47,12 +47,12 @@ def class_labels(batch: Any) -> torch.Tensor | None:
     return labels
 
 
-def _scalar(output: Any) -> torch.Tensor | None:
+def scalar_loss(output: Any) -> torch.Tensor | None:
     loss = output[0] if isinstance(output, tuple) else output
     return loss if isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.requires_grad else None
 
 
-class _Outputs(torch.nn.Module):
+class FixedOutputs(torch.nn.Module):
     """Stands in for the model during the descent: returns the free scores, whatever it is given,
     so the model itself runs once (a large one would make 40 forwards slow)."""
 
@@ -94,7 +94,7 @@ def descend_on_outputs(ctx: PreflightContext, batch: Any) -> Descent | None:
             or int(labels.max()) >= scores.shape[1]:
         return None
     free = scores.detach().float().clone().requires_grad_(True)
-    stand_in = _Outputs(free)
+    stand_in = FixedOutputs(free)
     optimizer = torch.optim.Adam([free], lr=LEARNING_RATE)
     before = _label_scores(free.detach(), labels)
     start = after_loss = None
@@ -104,7 +104,7 @@ def descend_on_outputs(ctx: PreflightContext, batch: Any) -> Descent | None:
                 stand_in.calls = 0
                 with torch.random.fork_rng(devices=[]):
                     torch.manual_seed(0)  # a loss that samples (negatives, noise) samples the same each call
-                    value = _scalar(ctx.compute_loss(stand_in, batch))
+                    value = scalar_loss(ctx.compute_loss(stand_in, batch))
                 if value is None or stand_in.calls != 1 or not torch.isfinite(value):
                     break
                 start = float(value) if start is None else start

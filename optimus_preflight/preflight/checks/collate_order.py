@@ -62,35 +62,45 @@ def is_offsets(tensor: Any, batch: Any) -> bool:
                for leaf in leaves(batch) if leaf is not tensor)
 
 
+def _comparable(first: Any, second: Any, size: int, skip: int | None) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
+    """(leaf index, tensor, tensor) of the two batches' per-sample tensors, leaving out leaf ``skip``."""
+    return [(index, a, b) for index, (a, b) in enumerate(zip(leaves(first), leaves(second), strict=False))
+            if index != skip and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() >= 1
+            and a.shape == b.shape and a.shape[0] == size and not is_offsets(a, first)]
+
+
+def _is_permutation(matches: torch.Tensor) -> bool:
+    return bool((matches.sum(dim=1) == 1).all()) and bool((matches.sum(dim=0) == 1).all())
+
+
+def _order_with_source(first: Any, second: Any, size: int, skip: int | None) -> tuple[int, torch.Tensor] | None:
+    # An order is known from a tensor whose rows are all different: a permutation.
+    for index, a, b in _comparable(first, second, size, skip):
+        m = row_matches(a, b)
+        if m is not None and _is_permutation(m):
+            return index, m.float().argmax(dim=1)
+    return None
+
+
 def disagreeing(first: Any, second: Any, size: int, skip: int | None = None) -> tuple[int, int] | None:
     """Indices (in ``leaves`` order) of two tensors of the two collated batches that no
     single reordering of the samples explains, leaving out leaf ``skip`` (pure)."""
-    pairs = [(index, a, b) for index, (a, b) in enumerate(zip(leaves(first), leaves(second), strict=False))
-             if index != skip and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() >= 1
-             and a.shape == b.shape and a.shape[0] == size and not is_offsets(a, first)]
-    matches = [(index, m) for index, a, b in pairs if (m := row_matches(a, b)) is not None]
-    # An order is known from a tensor whose rows are all different: a permutation.
-    orders = [(index, m.float().argmax(dim=1)) for index, m in matches
-              if bool((m.sum(dim=1) == 1).all()) and bool((m.sum(dim=0) == 1).all())]
-    if not orders:
+    known = _order_with_source(first, second, size, skip)
+    if known is None:
         return None
-    anchor, order = orders[0]
-    for index, m in matches:
-        if not bool(m[torch.arange(size), order].all()):
+    anchor, order = known
+    for index, a, b in _comparable(first, second, size, skip):
+        m = row_matches(a, b)
+        if m is not None and not bool(m[torch.arange(size), order].all()):
             return anchor, index
     return None
 
 
-def sample_order(first: Any, second: Any, size: int) -> torch.Tensor | None:
+def sample_order(first: Any, second: Any, size: int, skip: int | None = None) -> torch.Tensor | None:
     """Where each row of the second batch sits in the first, read from a tensor whose rows are
     all different and come back reordered (pure); None when no tensor shows it."""
-    for a, b in zip(leaves(first), leaves(second), strict=False):
-        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() >= 1 and a.shape == b.shape \
-                and a.shape[0] == size and not is_offsets(a, first):
-            m = row_matches(a, b)
-            if m is not None and bool((m.sum(dim=1) == 1).all()) and bool((m.sum(dim=0) == 1).all()):
-                return m.float().argmax(dim=1)
-    return None
+    known = _order_with_source(first, second, size, skip)
+    return None if known is None else known[1]
 
 
 MIN_CODES = 3  # distinct values before a relabelling says more than a coin flip

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from optimus_preflight.preflight.analyses.output_descent import _Outputs, _scalar
+from optimus_preflight.preflight.analyses.output_descent import FixedOutputs, scalar_loss
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -71,11 +71,11 @@ def output_gradients(ctx: PreflightContext, batch: Any) -> tuple[torch.Tensor, t
     gradients = []
     for point in (base, base + NOISE * (spread + 1e-3) * noise):
         free = point.clone().requires_grad_(True)
-        stand_in = _Outputs(free)
+        stand_in = FixedOutputs(free)
         try:
             with torch.enable_grad(), torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
-                value = _scalar(ctx.compute_loss(stand_in, batch))
+                value = scalar_loss(ctx.compute_loss(stand_in, batch))
                 if value is None or stand_in.calls != 1 or not torch.isfinite(value):
                     return None
                 (gradient,) = torch.autograd.grad(value, [free], allow_unused=True)
