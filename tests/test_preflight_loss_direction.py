@@ -63,12 +63,35 @@ def test_an_ignore_index_on_a_real_class_is_named_as_the_cause():
     assert "Drop ignore_index" in issue.fix
 
 
+def by_hand(modulation):
+    """A binary focal loss written without any torch criterion: torch.sigmoid and torch.log only."""
+    def loss_fn(model, batch):
+        x, y = batch
+        p = torch.sigmoid(model(x).squeeze(-1))
+        p_t = torch.where(y == 1, p, 1 - p)
+        return (modulation(p_t) * -torch.log(p_t.clamp_min(1e-6))).mean()
+    return loss_fn
+
+
+def test_a_focal_loss_modulated_by_p_t_itself_fires_on_every_class_without_a_criterion():
+    (issue,) = run(by_hand(lambda p_t: p_t ** 2)).issues
+    assert issue.code == "LOSS_IGNORES_MISTAKES" and "on any class" in issue.message
+    assert "p_t ** gamma" in issue.message and "(1 - p_t) ** gamma" in issue.fix
+
+
+def hinge(model, batch):
+    return torch.relu(1 - (batch[1] * 2 - 1) * model(batch[0]).squeeze(-1)).mean()
+
+
 @pytest.mark.parametrize("loss_fn, classes", [
     (focal(p_t=True), 2),
+    (by_hand(lambda p_t: (1 - p_t) ** 2), 2),
+    (hinge, 2),
+    (lambda model, batch: F.mse_loss(torch.sigmoid(model(batch[0]).squeeze(-1)), batch[1]), 2),
     (lambda model, batch: F.binary_cross_entropy_with_logits(model(batch[0]).squeeze(-1), batch[1]), 2),
     (nn.CrossEntropyLoss(label_smoothing=0.1), 4),
     (lambda model, batch: F.mse_loss(model(batch[0]).squeeze(-1), batch[1]), 0),
-], ids=["focal_p_t", "bce", "ce_label_smoothing", "regression"])
+], ids=["focal_p_t", "focal_by_hand", "hinge", "sigmoid_mse", "bce", "ce_label_smoothing", "regression"])
 def test_proper_losses_are_quiet(loss_fn, classes):
     assert run(loss_fn, classes).issues == []
 

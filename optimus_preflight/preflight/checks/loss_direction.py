@@ -111,8 +111,11 @@ class LossDirectionCheck(Check):
             return
         if bool(((logits >= 0) & (logits <= 1)).all()):
             return  # probabilities, not logits: confident answers would leave their range
-        if not any(call.function in CLASS_LOSSES and call.input is not None
-                   and math.prod(call.input.shape) == logits.numel() for call in get_probe(ctx).criterion_calls):
+        scored = any(call.function in CLASS_LOSSES and call.input is not None
+                     and math.prod(call.input.shape) == logits.numel() for call in get_probe(ctx).criterion_calls)
+        # One logit per sample against 0/1 targets is a binary classifier even when the loss is
+        # written out by hand (a focal loss from torch.sigmoid); a wider output may be embeddings.
+        if not scored and not (binary and int(target.max()) <= 1):
             return  # the output is not what a class criterion scores (embeddings for a contrastive loss)
         try:
             right = replaced_loss(ctx, batch, _answers(logits, target, binary))
@@ -136,6 +139,22 @@ class LossDirectionCheck(Check):
         if not cheap:
             return
         label, count, mistaken = cheap[0]
+        judged = sum(int((target == c).sum()) >= MIN_SAMPLES for c in range(classes))
+        if len(cheap) == judged and judged >= 2:
+            findings.warning(
+                "LOSS_IGNORES_MISTAKES",
+                f"the loss barely punishes confident mistakes on any class: with every sample of the first batch "
+                f"confidently wrong (logits {MARGIN:g} the other way) it is at most {max(m for _, _, m in cheap):.3g}, "
+                f"against {right:.3g} with every answer right and {neutral:.3g} with no opinion at all, so the "
+                "loss is highest in between and its gradient pushes uncertain answers towards either side, the wrong "
+                "one as readily as the right one. A hand-written focal loss that modulates by p_t ** gamma (the "
+                "probability of the true class) where (1 - p_t) ** gamma is meant does this: it down-weights the "
+                "mistakes instead of the easy examples",
+                "Modulate by one minus the probability of the true class: p_t = p * y + (1 - p) * (1 - y), loss = "
+                "alpha_t * (1 - p_t) ** gamma * bce (torchvision.ops.sigmoid_focal_loss computes it); or use "
+                "F.binary_cross_entropy_with_logits / F.cross_entropy, which always punish confident mistakes.",
+            )
+            return
         ignoring = next((call for call in get_probe(ctx).criterion_calls if call.ignore_index == label), None)
         if ignoring is not None:
             findings.warning(
