@@ -80,3 +80,45 @@ def test_a_time_major_batch_pads_along_its_first_axis():
     ids = pad_sequence([torch.randint(2, 50, (int(n),)) for n in lengths], padding_value=PAD)  # (T, B)
     assert inside_occurrences(ids, PAD)[0] > 0  # read along the batch axis, the padding is everywhere
     assert inside_occurrences(ids.t(), PAD)[0] == 0  # along time, only at the ends
+
+
+class CityModel(nn.Module):
+    """One categorical id per sample (a city) looked up in its own table."""
+
+    def __init__(self, rows, padding_idx):
+        super().__init__()
+        self.city, self.head = nn.Embedding(rows, 8, padding_idx=padding_idx), nn.Linear(8, 2)
+
+    def forward(self, ids):
+        return self.head(self.city(ids))
+
+
+def city_run(codes: torch.Tensor, rows: int, padding_idx: int | None):
+    from optimus_preflight.preflight.checks.zero_features import ZeroFeaturesCheck
+
+    model = CityModel(rows, padding_idx)
+    labels = (codes % 2).long()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-2),
+                           DataLoader(list(zip(codes, labels)), batch_size=64, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), EmbeddingInputsCheck(), ZeroFeaturesCheck()])
+    return report.check("model.embedding_inputs").issues, report.check("step.zero_features").issues
+
+
+def test_a_padding_idx_on_a_column_coded_from_zero_is_a_real_category():
+    codes = torch.randint(0, 6, (512,), generator=torch.Generator().manual_seed(0))  # LabelEncoder: 0..5
+    (issue,), (zeros,) = city_run(codes, rows=6, padding_idx=0)
+    assert issue.code == "EMBEDDING_PADDING_IDX" and "one id per sample" in issue.message
+    assert "Drop padding_idx" in issue.fix and "codes + 1" in issue.fix
+    assert "padding_idx 0" in zeros.message and "pad_packed_sequence" not in zeros.message
+
+
+@pytest.mark.parametrize("codes, rows, padding_idx", [
+    (torch.randint(0, 6, (512,), generator=torch.Generator().manual_seed(0)), 6, None),
+    # 0 kept for 'missing' (codes 1..6 in a table of 7), missing in a few rows only
+    (torch.where(torch.rand(512, generator=torch.Generator().manual_seed(1)) < 0.04, 0,
+                 torch.randint(1, 7, (512,), generator=torch.Generator().manual_seed(0))), 7, 0),
+], ids=["no_padding_idx", "missing_kept_apart"])
+def test_a_categorical_column_without_a_misused_padding_idx_is_quiet(codes, rows, padding_idx):
+    issues, _ = city_run(codes, rows, padding_idx)
+    assert issues == []

@@ -47,6 +47,7 @@ MIN_TOKENS = 64
 MIN_POSITIONS = 8  # a sequence; a few categorical columns may well be dominated by one value
 ONE_TOKEN_SHARE = 0.5  # of the non-padding tokens; a space in character-level text is ~15%
 INSIDE_SHARE = 0.01  # of the non-padding tokens
+TYPICAL_SHARE = 0.5  # of a category's average count before a per-sample pad id counts as a category
 
 
 def inside_occurrences(ids: torch.Tensor, value: int) -> tuple[int, int]:
@@ -127,6 +128,7 @@ class EmbeddingInputsCheck(Check):
         batch_storage = storages(batch)
 
         flat_bags: set[nn.Module] = set()  # EmbeddingBags read as flat ids and offsets
+        per_sample: set[nn.Module] = set()  # Embeddings read with one id per sample (a categorical column)
         one_token_bags: dict[nn.Module, tuple[int, int]] = {}  # (bags, tokens) of offsets = arange(bags)
 
         def on_input(module: nn.Module, args: tuple) -> None:
@@ -157,6 +159,17 @@ class EmbeddingInputsCheck(Check):
                 return
             if not isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
                 seen[module] = None
+                return
+            if isinstance(module, nn.Embedding) and module.padding_idx is not None and ids.dim() == 1:
+                # One id per sample is a categorical column: nothing is padded. The pad id is a real
+                # category when the ids reach the table's last row (coded 0..n-1, no row kept spare) and
+                # it is about as common as the others (an id kept for 'missing' is usually rarer).
+                pad = module.padding_idx % module.num_embeddings
+                count = int((ids == pad).sum())
+                typical = ids.numel() / max(int(torch.unique(ids).numel()), 1)
+                seen[module] = ((count, ids.numel()) if int(ids.max()) == module.num_embeddings - 1
+                                and count >= TYPICAL_SHARE * typical else None)
+                per_sample.add(module)
                 return
             if module.padding_idx is not None:
                 pad = module.padding_idx % module.num_embeddings
@@ -239,8 +252,26 @@ class EmbeddingInputsCheck(Check):
                 continue
             inside, tokens = occurrences
             if inside >= MIN_INSIDE and inside >= INSIDE_SHARE * tokens:
-                self._report(embeddings[module], module, inside, tokens, findings, module in flat_bags)
+                if module in per_sample:
+                    self._report_category(embeddings[module], module, inside, tokens, findings)
+                else:
+                    self._report(embeddings[module], module, inside, tokens, findings, module in flat_bags)
                 return
+
+    @staticmethod
+    def _report_category(name: str, module: nn.Module, count: int, rows: int, findings: Findings) -> None:
+        pad = module.padding_idx % module.num_embeddings
+        findings.warning(
+            "EMBEDDING_PADDING_IDX",
+            f"'{name}' is nn.Embedding({module.num_embeddings}, padding_idx={module.padding_idx}) but reads one id per "
+            f"sample, a categorical column with nothing to pad, and id {pad} is one of its categories: {count} of the "
+            f"first batch's {rows} samples have it, and the ids reach the table's last row ({module.num_embeddings - 1}"
+            "), so no row was kept spare for padding. padding_idx keeps that category's vector at zero with no "
+            "gradient, so the model reads it as nothing and cannot learn it (LabelEncoder, pd.factorize and "
+            ".cat.codes number categories from 0)",
+            f"Drop padding_idx (nothing is padded in one id per sample); if id {pad} must mean 'missing', shift the "
+            f"codes by one (codes + 1) and size the table {module.num_embeddings + 1}.",
+        )
 
     @staticmethod
     def _report(name: str, module: nn.Module, inside: int, tokens: int, findings: Findings, flat: bool = False) -> None:

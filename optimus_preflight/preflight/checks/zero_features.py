@@ -59,7 +59,16 @@ class ZeroFeaturesCheck(Check):
                     and first.is_floating_point():
                 seen.append((names[module], zero_rows(first)))
 
+        padded: list[tuple[str, int, int]] = []  # (embedding, padding_idx, samples with it) of one id per sample
+
+        def watch_ids(module: nn.Module, args: Any, output: Any) -> None:
+            ids = args[0] if args and isinstance(args[0], torch.Tensor) else None
+            if ids is not None and ids.dim() == 1 and ids.shape[0] == size and module.padding_idx is not None:
+                pad = module.padding_idx % module.num_embeddings
+                padded.append((names[module], pad, int((ids == pad).sum())))
+
         handles = [module.register_forward_hook(watch) for module in names if isinstance(module, nn.Linear)]
+        handles += [module.register_forward_hook(watch_ids) for module in names if isinstance(module, nn.Embedding)]
         try:
             eval_forward(ctx, batch)
         except Exception:
@@ -83,6 +92,19 @@ class ZeroFeaturesCheck(Check):
                 "isolated paper) receives nothing at all, not even its own features",
                 "Add self-loops before propagating (A + I, or the edge list extended with (i, i) for every node), so "
                 "every node keeps its own features; or keep a separate root term per layer.",
+            )
+            return
+        source = next(((name, pad) for name, pad, count in padded if count == zeros), None)
+        if source is not None:
+            name, pad = source
+            findings.warning(
+                "ZERO_FEATURES",
+                f"{zeros} of the {size} samples of the first batch reach Linear '{layer}' as an all-zero vector (eval "
+                f"mode), exactly the samples whose id for Embedding '{name}' is its padding_idx {pad}: padding_idx "
+                "keeps that row at zero with no gradient, so every sample of that category gets the same output. One "
+                "id per sample pads nothing; the id is a real category (codes numbered from 0)",
+                f"Drop padding_idx from '{name}', or shift the codes by one (codes + 1, a table one row larger) if id "
+                f"{pad} must mean 'missing'.",
             )
             return
         findings.warning(
