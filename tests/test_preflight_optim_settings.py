@@ -333,3 +333,13 @@ def test_rprop_on_mini_batches(batch_size, fires):
     assert bool(found) == fires
     if found:
         assert "full-batch method" in found[0].message and "Adam" in found[0].fix
+
+
+def test_a_cosine_with_t_max_in_epochs_stepped_per_batch_is_named_as_cycling():
+    model = net()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=10)  # 10 epochs, stepped per batch
+    found = issues(model, optimizer, LrScheduleCheck(), "O8", scheduler=scheduler, max_steps=600)
+    (issue,) = [i for i in found if "climbs back" in i.message]
+    assert "reaches 0 at step 10" in issue.message and "cycles between its peak and ~0" in issue.message
+    assert "T_max" in issue.message + issue.fix

@@ -107,16 +107,27 @@ def schedule_findings(points: list[tuple[int, float]], max_steps: int, length: i
     if peak <= 0:
         return [("error", "the learning rate is 0 at every step: the model will not change")]
     # Only after the peak: a warmup may start near 0 on purpose.
-    peak_step = next(step for step, lr in points if lr == peak)
+    # A recursive schedule (CosineAnnealingLR) comes back to its peak with rounding above it:
+    # the first step at the peak is where the decay starts.
+    peak_step = next(step for step, lr in points if lr >= peak * (1 - 1e-6))
     dead = next((step for step, lr in points if step > peak_step and lr < NEAR_ZERO * peak), None)
     if dead is not None and dead < 0.9 * max_steps:
         zero = next((step for step, lr in points if step > peak_step and lr == 0), None)
         reaches = (f"reaches 0 at step {zero}" if zero is not None and zero <= dead + max(1, max_steps // 100)
                    else f"falls below 1% of its peak at step {dead}")
-        found.append(("warning", f"the learning rate {reaches} of trainer.max_steps={max_steps}: the remaining "
-                                 f"{100 * (1 - dead / max_steps):.0f}% of the run barely trains. A schedule sized "
-                                 "for one epoch (num_training_steps=len(train_loader)) or stepped per batch with "
-                                 "epoch settings ends this early"))
+        back = next((step for step, lr in points if step > dead and lr >= 0.5 * peak), None)
+        if back is not None:
+            low = sum(1 for _, lr in points if lr < 0.1 * peak) / len(points)
+            found.append(("warning", f"the learning rate {reaches} of trainer.max_steps={max_steps} and then climbs "
+                                     f"back (half its peak again at step {back}), over and over: it cycles between "
+                                     f"its peak and ~0 through the run and spends {low:.0%} of it below a tenth of "
+                                     "its peak, where the model barely trains. A cosine schedule stepped per batch "
+                                     "with epoch settings cycles like this"))
+        else:
+            found.append(("warning", f"the learning rate {reaches} of trainer.max_steps={max_steps}: the remaining "
+                                     f"{100 * (1 - dead / max_steps):.0f}% of the run barely trains. A schedule sized "
+                                     "for one epoch (num_training_steps=len(train_loader)) or stepped per batch with "
+                                     "epoch settings ends this early"))
     # Before the peak: a warmup rises smoothly, so it is under 1% of the peak for about 1% of
     # its length; a long stretch there is a factor stuck at 0 (integer division, a step-wise ramp).
     stuck = next((step for step, lr in points if lr >= NEAR_ZERO * peak), 0)
