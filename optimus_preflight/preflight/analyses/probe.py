@@ -49,6 +49,7 @@ from optimus_preflight.preflight.analyses.padding import sequence_shapes
 from optimus_preflight.preflight.analyses.pair_mask import PairMask
 from optimus_preflight.preflight.analyses.per_sample_broadcast import PerSampleBroadcast
 from optimus_preflight.preflight.analyses.spectral_axis import FftOverChannels
+from optimus_preflight.preflight.analyses.target_columns import ColumnScales, target_column_scales
 from optimus_preflight.preflight.analyses.update_audit import GroupStep, UpdateRecorder
 from optimus_preflight.preflight.analyses.view_permute import ViewAsPermute
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
@@ -133,6 +134,7 @@ class StepProbe:
     target_column_reused: tuple[list[str], int, int, int] | None = None  # see target_column_reused
     argmaxed_multi_hot: ArgmaxedMultiHot | None = None  # class ids argmaxed from multi-hot labels
     boxes_beyond_image: BoxesBeyondImage | None = None  # see boxes_beyond_image
+    target_column_scales: ColumnScales | None = None  # see analyses.target_columns
     step_warnings: list[str] = field(default_factory=list)  # what torch warned during the step
     # A class target flattened from a (T, B) batch tensor while the model read (B, ...) inputs:
     # (criterion, the tensor's shape, the model input's shape).
@@ -436,6 +438,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.target_is_input = target_is_input(spy.calls, model_input_tensors, step_batches[0] if step_batches else batch)
     probe.target_column_reused = target_column_reused(spy.calls, step_batches[0] if step_batches else batch)
     probe.boxes_beyond_image = boxes_beyond_image(spy.calls, model_input_tensors)
+    probe.target_column_scales = target_column_scales(spy.calls)
     probe.argmaxed_multi_hot = argmaxed_multi_hot(spy.calls, step_batches[0] if step_batches else batch)
     for call in spy.calls:
         call.target_tensor = None  # the probe keeps statistics, not the batch's tensors

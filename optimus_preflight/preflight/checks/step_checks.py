@@ -610,7 +610,7 @@ class TargetsCheck(Check):
     codes = ("O14", "TARGET_ALL_IGNORED", "TARGET_MOSTLY_IGNORED", "TARGET_ONE_CLASS", "TARGET_MULTI_HOT",
              "TARGET_SCALE", "TARGET_IGNORED_CLASS", "TARGET_TRUNCATED", "TARGET_CLASS_IDS_REGRESSED", "TARGET_ORDER",
              "TARGET_ZERO_ONE_SIGN", "TARGET_IS_INPUT", "TARGET_ALWAYS_ON", "TARGET_COLUMN_REUSED",
-             "TARGET_FEW_CLASSES")
+             "TARGET_FEW_CLASSES", "TARGET_COLUMN_SCALES")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -704,6 +704,20 @@ class TargetsCheck(Check):
                 f"task and the task of column {unused} is never trained",
                 f"Give each head its own column: loss = mse(out[:, 0], y[:, 0]) + mse(out[:, 1], y[:, 1]); check "
                 f"which term should read y[:, {unused}].",
+            )
+        if probe.target_column_scales is not None:
+            found = probe.target_column_scales
+            findings.warning(
+                "TARGET_COLUMN_SCALES",
+                f"{found.function}'s (B, {found.columns}) targets have columns on scales far apart: column "
+                f"{found.wide} spreads with a std of {found.wide_std:.3g}, column {found.narrow} with "
+                f"{found.narrow_std:.3g} ({found.wide_std / found.narrow_std:.0f}x less), so one {found.function} over "
+                f"all columns gives column {found.narrow} {found.share:.2g} of the loss at a prediction of the column means: the shared layers learn the "
+                f"wide column(s) and column {found.narrow} is left near its mean. Targets in their own units "
+                "(a price beside a rate, metres beside a fraction) do this",
+                "Standardise each target column with the training set's statistics: y = (y - y.mean(0)) / y.std(0) "
+                "(invert it on the predictions); or compute the loss per column and weight the columns.",
+                "data.train",
             )
         if probe.boxes_beyond_image is not None and probe.boxes_beyond_image.points:
             found = probe.boxes_beyond_image
