@@ -315,6 +315,39 @@ def test_a_learning_rate_that_overwrites_the_weights_in_one_step_is_a_warning():
     assert not found(audit(model, torch.optim.AdamW(groups), images()))
 
 
+class TinyTransformer(nn.Module):
+    """A transformer initialised as BERT/GPT-2 are (N(0, 0.02) matrices, LayerNorm weights of 1,
+    zero biases): the LayerNorms carry the group's rms, the matrices its median."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = nn.TransformerEncoderLayer(48, 4, 96, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(48, 4)
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, std=0.02)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, x):
+        return self.head(self.layer(x).mean(1))
+
+
+def sequences() -> DataLoader:
+    x = torch.randn(128, 6, 48, generator=torch.Generator().manual_seed(0))
+    return DataLoader(TensorDataset(x, x[:, 0, :4].argmax(1)), batch_size=32, shuffle=True)
+
+
+@pytest.mark.parametrize("lr, fires", [(0.05, True), (3e-4, False)])
+def test_an_adam_lr_above_a_transformers_typical_weight_is_a_warning(lr, fires):
+    model = TinyTransformer()
+    issues = found(audit(model, torch.optim.AdamW(model.parameters(), lr=lr), sequences()))
+    assert ("UPDATE_TOO_LARGE" in issues) == fires
+    if fires:
+        assert "median |update|" in issues["UPDATE_TOO_LARGE"].message
+
+
 @pytest.mark.parametrize("max_lr, fires", [(1.0, True), (3e-3, False)])
 def test_a_schedule_that_rises_to_an_sgd_learning_rate_under_adam_is_a_warning(max_lr, fires):
     model = cnn()

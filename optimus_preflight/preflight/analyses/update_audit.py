@@ -472,16 +472,35 @@ def _undone(step: GroupStep, delta: torch.Tensor, total: int, optimizer_name: st
     )
 
 
+def typical_change(step: GroupStep, delta: torch.Tensor) -> tuple[float, float] | None:
+    """(median |update|, median |weight|) over the group's weights that are not zero: the rms
+    is carried by a few large weights (LayerNorm's ones beside a transformer's N(0, 0.02)
+    matrices), the median by the matrices; zero-initialised biases and LoRA's B have no size."""
+    sized = step.before.abs() > 0
+    if int(sized.sum()) < MIN_RECORDABLE:
+        return None
+    weight = float(step.before.abs()[sized].median())
+    return float(delta.abs()[sized].median()), weight
+
+
 def _too_large(step: GroupStep, delta: torch.Tensor, total: int) -> Finding | None:
     weight_rms = float(step.before.pow(2).mean().sqrt())
     update_rms = float(delta.pow(2).mean().sqrt())
+    typical = typical_change(step, delta)
+    if typical is not None and typical[1] >= MIN_WEIGHT_RMS and typical[0] >= UPDATE_OVER_WEIGHTS * typical[1] \
+            and update_rms < UPDATE_OVER_WEIGHTS * weight_rms:
+        update_rms, weight_rms = typical  # the typical weight's change, named as such below
+        sizes = "median |update|, median |weight|"
+    else:
+        sizes = "update rms, weights rms"
     if weight_rms < MIN_WEIGHT_RMS or update_rms < UPDATE_OVER_WEIGHTS * weight_rms:
         return None
     lr = f" at lr={step.lr:g}" if step.lr is not None else ""
+    first, second = sizes.split(", ")
     return Finding(
         "UPDATE_TOO_LARGE", "warning",
         f"the first step changed {_group(step, total)} by {update_rms / weight_rms:.1f}x the size of its weights "
-        f"(update rms {update_rms:.3g}, weights rms {weight_rms:.3g}){lr}: the initialisation is overwritten at once, "
+        f"({first} {update_rms:.3g}, {second} {weight_rms:.3g}){lr}: the initialisation is overwritten at once, "
         "and a step this large usually makes the loss explode (healthy first steps are 0.1% to 5% of the weights)",
         "Lower the learning rate (Adam/AdamW: 1e-4 to 3e-3; SGD: 0.01 to 0.1), or measure it with the LR finder "
         "(preflight.lr_finder=true; lr_finder=True in run_preflight); a warmup also tames the first steps.",
