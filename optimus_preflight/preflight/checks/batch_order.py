@@ -79,10 +79,15 @@ class CumulativeOps(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.seen: list[str] = []
+        self.sorted_with_ties = False  # the loss sorts the samples by a key that has equal values
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        if name in ("argsort", "sort") and args and isinstance(args[0], torch.Tensor) and args[0].numel() > 1 \
+                and args[0].numel() == args[0].shape[0]:
+            key = args[0].detach().reshape(-1)
+            self.sorted_with_ties |= int(torch.unique(key).numel()) < key.numel()
         if name in CUMULATIVE and args and isinstance(args[0], torch.Tensor):
             dim = kwargs.get("dim", args[1] if len(args) > 1 else (-1 if name == "diff" else None))
             tensor = args[0]
@@ -132,7 +137,13 @@ class BatchOrderCheck(Check):
         if not self._outputs_follow(ctx, batch, permuted, order):
             findings.data["summary"] = "the model's outputs do not follow the reordering (step.sample_mixing)"
             return
-        ops = self._cumulative_ops(ctx, batch)
+        watch = self._cumulative_ops(ctx, batch)
+        if watch.sorted_with_ties:
+            # The loss orders the samples itself; what the batch order still changes is the order
+            # among equal keys (tied survival times), which no shuffle can make right or wrong.
+            findings.data["summary"] = "the loss sorts the batch itself; only tied keys keep the batch order"
+            return
+        ops = watch.seen
         named = (f" The loss takes {', '.join(f'torch.{op}' for op in ops)} along dim 0, the batch: a cumulative "
                  "result over samples whose order is random." if ops else "")
         findings.warning(
@@ -169,11 +180,11 @@ class BatchOrderCheck(Check):
         return True
 
     @staticmethod
-    def _cumulative_ops(ctx: PreflightContext, batch: Any) -> list[str]:
+    def _cumulative_ops(ctx: PreflightContext, batch: Any) -> CumulativeOps:
         watch = CumulativeOps()
         try:
             with watch:
                 eval_forward(ctx, batch)
         except Exception:
-            return []
-        return watch.seen
+            return CumulativeOps()
+        return watch
