@@ -195,6 +195,25 @@ def test_a_hard_coded_division_by_the_steps_is_a_warning(tmp_path):
     assert "1/4 of its criterion's loss" in result.issues[0].message
 
 
+def by_hand(model, batch):
+    """A cross-entropy written out, with no torch criterion for the probe to compare with."""
+    logits = model(batch[0])
+    return -(logits.log_softmax(-1).gather(1, batch[1][:, None])).mean()
+
+
+@pytest.mark.parametrize("loss, fires", [
+    (lambda m, b: by_hand(m, b) / 4, True),
+    (lambda m, b: 0.25 * by_hand(m, b), True),
+    (lambda m, b: by_hand(m, b) / 2, False),  # a weight that is not the steps
+    (by_hand, False),
+], ids=["divided", "times_a_quarter", "halved", "plain"])
+def test_a_hand_written_loss_divided_by_the_steps_is_read_from_its_graph(tmp_path, loss, fires):
+    result = run(plain_context(tmp_path, "trainer.accumulation_steps=4", loss=loss), LossScaleCheck)["step.loss_scale"]
+    assert (codes(result) == {"O9"}) == fires
+    if fires:
+        assert "1/4 of the loss it computes" in result.issues[0].message
+
+
 def test_a_double_division_in_a_plain_loop(tmp_path):
     torch.manual_seed(0)
     model = classifier()

@@ -20,6 +20,7 @@ Several checks read the result, so it is computed once per context.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 import traceback
 import warnings
@@ -130,6 +131,7 @@ class StepProbe:
     loss_reseeds: list[str] = field(default_factory=list)  # seeding calls made inside compute_loss
     derivative_calls: list[bool] = field(default_factory=list)  # create_graph of each autograd.grad in compute_loss
     loss_gradient_share: tuple[float, float] | None = None  # see _gradient_share
+    loss_constant_factor: float | None = None  # see constant_factor: the returned loss = this x what it scales
     pitfalls: Pitfalls = field(default_factory=Pitfalls)  # torch calls whose defaults mislead (api_pitfalls)
     target_column_reused: tuple[list[str], int, int, int] | None = None  # see target_column_reused
     argmaxed_multi_hot: ArgmaxedMultiHot | None = None  # class ids argmaxed from multi-hot labels
@@ -272,6 +274,26 @@ def _gradient_share(loss: Any, criteria: list[torch.Tensor]) -> tuple[float, flo
     return float(slope), float(loss.detach()) / float(criterion.detach())
 
 
+def constant_factor(loss: Any) -> float | None:
+    """The constant the returned loss was last multiplied or divided by (``loss / 8``,
+    ``0.125 * loss``, several in a row multiplied together), read from its autograd node;
+    None when its last op is anything else. A hand-written loss has no criterion to compare
+    its value with, but its graph still shows the factor."""
+    node = getattr(loss, "grad_fn", None) if isinstance(loss, torch.Tensor) else None
+    factor, found = 1.0, False
+    while node is not None and type(node).__name__ in ("DivBackward0", "MulBackward0"):
+        other, own = getattr(node, "_saved_other", None), getattr(node, "_saved_self", None)
+        if own is not None or not isinstance(other, torch.Tensor) or other.numel() != 1 or other.requires_grad:
+            break
+        value = float(other)
+        if value == 0 or not math.isfinite(value):
+            break
+        factor *= 1 / value if type(node).__name__ == "DivBackward0" else value
+        found = True
+        node = node.next_functions[0][0] if node.next_functions else None
+    return factor if found else None
+
+
 def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe = StepProbe(scaler_enabled=ctx.training.scaler.is_enabled())
     model = ctx.model
@@ -292,6 +314,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         probe.loss_side_effects = _side_effects(before, _side_effect_state(ctx.optimizer, watched))
         loss = output[0] if isinstance(output, tuple) else output
         probe.loss_gradient_share = _gradient_share(loss, spy.scalar_outputs)
+        probe.loss_constant_factor = constant_factor(loss)
         probe.gradient_reversals = find_reversals(spy.scalar_outputs, spy.scalar_sources, data)
         spy.scalar_outputs.clear()
         spy.scalar_sources.clear()

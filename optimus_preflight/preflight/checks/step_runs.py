@@ -342,6 +342,10 @@ class LossScaleCheck(Check):
     def _divided_by_steps(self, ctx: PreflightContext, findings: Findings, steps: int) -> None:
         probe = get_probe(ctx)
         ratio = criterion_ratio(probe.criterion_calls, probe.loss.value if probe.loss else None)
+        against = "its criterion's loss"
+        if ratio is None and probe.loss_constant_factor is not None:
+            # A hand-written loss: no criterion to compare with, but its last op scales by a constant.
+            ratio, against = probe.loss_constant_factor, "the loss it computes (its last op scales by a constant)"
         findings.data.update(accumulation_steps=steps, loss_to_criterion=None if ratio is None else round(ratio, 6))
         findings.data["summary"] = ("no criterion seen" if ratio is None
                                     else f"returned loss = {ratio:.4g} x the criterion's")
@@ -358,14 +362,14 @@ class LossScaleCheck(Check):
         if confirmed:
             findings.error(
                 "O9",
-                f"compute_loss divides its loss by trainer.accumulation_steps: it returns 1/{steps} of its "
-                f"criterion's loss, and 1/{steps + 1} with trainer.accumulation_steps={steps + 1}; {effect}",
+                f"compute_loss divides its loss by trainer.accumulation_steps: it returns 1/{steps} of {against}, "
+                f"and 1/{steps + 1} with trainer.accumulation_steps={steps + 1}; {effect}",
                 fix, code_fix=code_fix,
             )
         else:
             findings.warning(
                 "O9",
-                f"compute_loss returns exactly 1/{steps} of its criterion's loss, and {steps} is the number of "
+                f"compute_loss returns exactly 1/{steps} of {against}, and {steps} is the number of "
                 f"accumulation steps: if it divides by them, {effect}. (A deliberate loss weight of 1/{steps} "
                 "is fine.)",
                 fix, code_fix=code_fix,
