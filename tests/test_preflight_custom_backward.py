@@ -264,3 +264,31 @@ def test_a_tenfold_scale_warns_and_a_correct_function_is_quiet(monkeypatch):
     assert issue.code == "CUSTOM_BACKWARD_SCALED" and "10 times the derivative" in issue.message
     quiet = _issues(Swish)
     assert not quiet.issues and quiet.data["summary"] == "1/1 custom autograd Function(s) agree"
+
+
+class SignSTENoReturn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sign(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        grad_input = grad.clone()
+        grad_input[x.abs() > 1] = 0  # the return statement went missing
+
+
+class SignSTE(SignSTENoReturn):
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * (x.abs() <= 1)
+
+
+def test_a_backward_that_returns_none_is_named_and_the_step_does_not_crash():
+    found = _issues(SignSTENoReturn)
+    (issue,) = [i for i in found.issues if i.code == "CUSTOM_BACKWARD_NONE"]
+    assert "SignSTENoReturn.backward" in issue.message and "returns None for the first input" in issue.message
+    assert "return grad_input" in issue.fix
+    assert _issues(SignSTE).issues == []

@@ -133,6 +133,24 @@ def _rms(t: torch.Tensor) -> float:
     return float(t.pow(2).mean().sqrt()) if t.numel() else 0.0
 
 
+def none_gradients(call: FunctionCall) -> list[int]:
+    """Positions of differentiable inputs for which the Function's backward returns None: run
+    once on the recorded inputs with a gradient of ones (a backward without a ``return``
+    statement returns None for every input)."""
+    try:
+        inputs = [a.detach().clone().requires_grad_(i in call.differentiable) if isinstance(a, torch.Tensor) else a
+                  for i, a in enumerate(call.args)]
+        with torch.enable_grad():
+            outputs = [o for o in _float_outputs(call.cls.apply(*inputs, **call.kwargs)) if o.requires_grad]
+            if not outputs:
+                return []
+            grads = torch.autograd.grad(outputs, [inputs[i] for i in call.differentiable],
+                                        [torch.ones_like(o) for o in outputs], allow_unused=True)
+    except Exception:  # a Function tied to its device or kernels: judge nothing
+        return []
+    return [position for position, grad in zip(call.differentiable, grads, strict=True) if grad is None]
+
+
 def audit_function(call: FunctionCall, seed: int = 0) -> BackwardMismatch | None:
     """The first differentiable input whose backward disagrees with the forward, or None
     (agreement, a deliberate trick, or a Function that cannot be re-run in float64)."""

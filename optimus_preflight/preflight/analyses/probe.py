@@ -388,6 +388,10 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     zero_grad: set[nn.Parameter] = set()
 
     def on_grad(param: nn.Parameter) -> None:
+        if param.grad is None:
+            # The hook fires even when nothing reached the parameter: a custom autograd Function whose
+            # backward returns None for its input passes an undefined gradient on.
+            return
         # Scaled fp16 gradients may be inf by design; the scaler handles those.
         received[param] = None if probe.scaler_enabled else torch.isfinite(param.grad).all()
         if not param.grad.is_sparse and not bool(param.grad.any()):

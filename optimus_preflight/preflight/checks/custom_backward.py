@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from optimus_preflight.preflight.analyses.custom_functions import BackwardMismatch, audit_function, describe_ratio
+from optimus_preflight.preflight.analyses.custom_functions import (
+    BackwardMismatch,
+    audit_function,
+    definition_site,
+    describe_ratio,
+    none_gradients,
+)
 from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
@@ -32,7 +38,7 @@ class CustomBackwardCheck(Check):
 
     name = "step.custom_backward"
     stage = Stage.STEP
-    codes = ("CUSTOM_BACKWARD_WRONG", "CUSTOM_BACKWARD_SCALED")
+    codes = ("CUSTOM_BACKWARD_WRONG", "CUSTOM_BACKWARD_SCALED", "CUSTOM_BACKWARD_NONE")
     requires = (FIRST_BATCH, FIRST_STEP)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -41,6 +47,19 @@ class CustomBackwardCheck(Check):
         if not calls:
             findings.data["summary"] = "no autograd.Function of the user's in the step"
             return
+        for call in calls:
+            missing = none_gradients(call)
+            if missing:
+                name = call.cls.__name__
+                findings.warning(
+                    "CUSTOM_BACKWARD_NONE",
+                    f"{name}.backward (defined at {definition_site(call.cls)}) returns None for the "
+                    f"{_ordinal(missing[0])} input of forward, which requires grad: autograd passes no gradient "
+                    f"through {name}, so every layer before it never trains. A backward that computes grad_input "
+                    "but has no return statement returns None",
+                    f"End {name}.backward with `return grad_input` (one gradient per input of forward, None only "
+                    "for inputs that need none).",
+                )
         mismatches = [found for found in (audit_function(call) for call in calls) if found is not None]
         findings.data["summary"] = f"{len(calls) - len(mismatches)}/{len(calls)} custom autograd Function(s) agree"
         for found in mismatches:
