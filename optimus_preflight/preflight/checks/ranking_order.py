@@ -20,6 +20,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from optimus_preflight.preflight.analyses.eval_forward import seeded_eval_forward
+from optimus_preflight.preflight.analyses.score_pairs import score_pair
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import move_to_device
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
 
 SEED = 20241128
+REVERSED_SHARE = 0.9  # of the rows on which the loss pushes each score the wrong way
 
 
 class RankingCall(TorchFunctionMode):
@@ -71,11 +73,11 @@ class RankingOrderCheck(Check):
         batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
         pair = pair_leaves(batch)
         if pair is None:
-            findings.data["summary"] = "no pair of float tensors of one shape in the batch"
+            self._scored_by_hand(ctx, batch, findings)
             return
         base = self._call(ctx, batch)
         if base is None:
-            findings.data["summary"] = "no margin_ranking_loss in the step"
+            self._scored_by_hand(ctx, batch, findings)
             return
         x1, x2, target = base
         sign = torch.sign(target)
@@ -109,6 +111,30 @@ class RankingOrderCheck(Check):
             "above its relevant partner",
             "Pass the preferred item's score first with target 1: MarginRankingLoss(margin)(s_pos, s_neg, "
             "torch.ones_like(s_pos)), or keep the order and use target -1.",
+        )
+
+    @staticmethod
+    def _scored_by_hand(ctx: PreflightContext, batch: Any, findings: Findings) -> None:
+        """A pairwise loss written by hand (BPR, a reward model's -logsigmoid(r_chosen - r_rejected))
+        over two per-sample scores the model gives the pair's two items."""
+        found = score_pair(ctx, batch)
+        if found is None:
+            findings.data["summary"] = "no margin_ranking_loss and no pair of per-sample scores in the step"
+            return
+        findings.data["summary"] = (f"the loss lowers the score of batch[{found.first}] on {found.pushes_first_down:.0%} "
+                                    f"of the rows, raises batch[{found.second}]'s on {found.pushes_second_up:.0%}")
+        if min(found.pushes_first_down, found.pushes_second_up) < REVERSED_SHARE:
+            return
+        findings.warning(
+            "RANKING_PAIR_REVERSED",
+            f"the pairwise loss ranks each pair's second item above its first: its gradient lowers the score the "
+            f"model gives batch[{found.first}] on {found.pushes_first_down:.0%} of the first batch's rows and raises "
+            f"the score of batch[{found.second}] on {found.pushes_second_up:.0%}, so training moves every listed-first "
+            "item below its partner. Pair datasets list the preferred item first ((user, positive, negative), "
+            "(chosen, rejected)); a BPR loss written as -logsigmoid(s_neg - s_pos), or the two scores passed in the "
+            "other order, trains every irrelevant item above its relevant partner while the loss falls",
+            "Score the preferred item first: loss = -F.logsigmoid(s_pos - s_neg).mean() (for a reward model, "
+            "-logsigmoid(r_chosen - r_rejected)); if the dataset lists the negative first, swap the two there.",
         )
 
     @staticmethod
