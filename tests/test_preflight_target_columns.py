@@ -48,3 +48,14 @@ def test_the_same_under_l1_fires():
 ], ids=["similar_scales", "boxes", "rare_flag", "horizons", "weighted_per_column"])
 def test_targets_of_one_kind_or_weighted_columns_are_quiet(targets, loss_fn):
     assert run(targets, loss_fn) == []
+
+
+def test_raw_prices_are_named_with_their_mean_spread_and_how_far_the_predictions_fall_short():
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+    prices = (250_000 + 60_000 * X[:, :1]).clone()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(X, prices), batch_size=64, shuffle=True), loss_fn=nn.MSELoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), TargetsCheck()])
+    (issue,) = [i for i in report.check("step.targets").issues if i.code == "TARGET_SCALE"]
+    assert "(mean 2." in issue.message and "std " in issue.message and "x too small" in issue.message
+    assert "(y - y_mean) / y_std" in issue.fix

@@ -213,12 +213,14 @@ def regression_scale_findings(calls: list[CriterionCall]) -> list[Finding]:
                          "magnitude, so the other task's gradient is swamped and its head barely trains"
                          if others and call.loss is not None and call.loss >= TARGET_SCALE_RATIO * abs(others[0].loss)
                          else "")
+            spread = (f" (mean {target.mean:.4g}, std {target.std:.3g})" if target.mean is not None
+                      and target.std is not None else "")
             return [Finding(
                 "TARGET_SCALE", "warning",
-                f"{call.function} gets targets in [{target.min:.4g}, {target.max:.4g}], raw values in their own units "
-                f"(prices in dollars, counts, durations) never scaled, but predictions within "
-                f"±{prediction_scale:.3g}: the model must first grow its outputs {target_scale / max(prediction_scale, 1e-12):.0f}x "
-                "before it learns anything beyond the mean, which takes Adam a learning rate's worth per step "
+                f"{call.function} gets targets in [{target.min:.4g}, {target.max:.4g}]{spread}, raw values in their own "
+                f"units (prices in dollars, counts, durations) never scaled, but predictions within "
+                f"±{prediction_scale:.3g}, {target_scale / max(prediction_scale, 1e-12):.0f}x too small: the model must first "
+                "grow its outputs that much before it learns anything beyond the mean, which takes Adam a learning rate's worth per step "
                 f"(millions of steps at this scale) and makes SGD's gradients blow up.{dominated}",
                 "Standardise the regression targets with the training set's statistics "
                 "((y - y_mean) / y_std, or log1p(y) for prices and counts) and invert that on the predictions; "

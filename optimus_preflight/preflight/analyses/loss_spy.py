@@ -114,6 +114,8 @@ class TensorStats:
     zero_fraction: float = 0.0  # of floating values exactly 0: logits cut at 0 by a ReLU
     whole: bool = False  # floating values that are all whole numbers
     distinct: int | None = None  # distinct values of a whole-number floating tensor
+    mean: float | None = None  # of a finite floating tensor
+    std: float | None = None
 
 
 @dataclass
@@ -281,6 +283,8 @@ def _stats(tensor: torch.Tensor, class_dim: int | None, shapes: list[tuple[int, 
         if is_floating and not empty:
             stats.zero_fraction = float((values == 0).float().mean())
             if finite:
+                stats.mean = float(values.mean())
+                stats.std = float(values.std()) if values.numel() > 1 else 0.0
                 stats.whole = bool((values == values.round()).all())
                 stats.distinct = int(values.unique().numel()) if stats.whole else None
         if class_dim is not None and is_floating and finite and not empty and values.shape[class_dim] > 1:
