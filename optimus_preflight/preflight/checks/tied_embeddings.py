@@ -93,14 +93,56 @@ def untied_pairs(model: nn.Module) -> list[tuple[str, str, bool]]:
     return broken
 
 
+TRAINED_SHARE = 0.5  # of the other parameters: a full fine-tune, not adapters around a frozen model
+
+
+def frozen_ties(model: nn.Module) -> list[tuple[str, str]]:
+    """(embedding, output layer) pairs that share one frozen weight while most of the rest of
+    the model trains: freezing the input embedding froze the tied output projection too. A
+    frozen model with a few adapters (LoRA, prompt tuning) freezes both on purpose."""
+    users: dict[int, list[tuple[str, nn.Module]]] = {}
+    for name, module in model.named_modules():
+        weight = _weight(module)
+        if isinstance(module, (nn.Embedding, nn.Linear)) and isinstance(weight, nn.Parameter):
+            users.setdefault(id(weight), []).append((name, module))
+    pairs = []
+    for entries in users.values():
+        embeddings = [name for name, module in entries if isinstance(module, nn.Embedding)]
+        outputs = [name for name, module in entries if isinstance(module, nn.Linear)]
+        weight = _weight(entries[0][1])
+        if embeddings and outputs and weight is not None and not weight.requires_grad:
+            pairs.append((embeddings[0], outputs[0], weight))
+    if not pairs:
+        return []
+    tied = {id(weight) for _, _, weight in pairs}
+    others = [p for p in model.parameters() if id(p) not in tied]
+    total = sum(p.numel() for p in others)
+    trained = sum(p.numel() for p in others if p.requires_grad)
+    if not total or trained < TRAINED_SHARE * total:
+        return []
+    return [(embedding, output) for embedding, output, _ in pairs]
+
+
 class TiedEmbeddingsCheck(Check):
     """Weights the model's config ties (``tie_word_embeddings``) held as separate tensors."""
 
     name = "model.tied_embeddings"
     stage = Stage.MODEL
-    codes = ("TIED_WEIGHTS_BROKEN",)
+    codes = ("TIED_WEIGHTS_BROKEN", "TIED_WEIGHTS_FROZEN")
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        for embedding, output in frozen_ties(ctx.model)[:1]:
+            findings.warning(
+                "TIED_WEIGHTS_FROZEN",
+                f"'{embedding}' and '{output}' share one weight (tied embeddings), and it is frozen "
+                f"(requires_grad=False) while the rest of the model trains: freezing the input embedding froze the "
+                f"output projection too, so the scores over the vocabulary keep their initial (or pretrained) values, "
+                f"rows added for new tokens (resize_token_embeddings) stay random, and the model can only move its "
+                f"hidden states to fit a fixed head",
+                f"Leave the tied weight trainable; to keep only the input side fixed, untie first "
+                f"(tie_word_embeddings=False in the config, or {output}.weight = nn.Parameter({embedding}.weight"
+                ".detach().clone())) and freeze the embedding alone; build the optimizer after the change.",
+            )
         broken = untied_pairs(ctx.model)
         findings.data["untied"] = len(broken)
         findings.data["summary"] = f"{len(broken)} declared weight tie(s) broken"
