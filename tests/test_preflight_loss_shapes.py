@@ -75,6 +75,18 @@ def test_a_hand_written_loss_that_broadcasts_a_prediction_column(loss):
     assert "prediction.squeeze(-1)" in found.fix
 
 
+def box_l1(model, batch):
+    inputs, boxes = batch  # boxes: (B, 1, 4), one box per image in the detection format
+    return (model(inputs) - boxes).abs().mean()  # (B, 4) - (B, 1, 4): (B, B, 4)
+
+
+def test_a_hand_written_loss_whose_batch_axes_meet_on_two_dims_is_a_broadcast():
+    x = features()
+    found = issues(preflight(mlp(4), loader(x, x[:, None, :4].clone()), box_l1))["LOSS_BROADCAST"]
+    assert "(32, 4)" in found.message and "(32, 1, 4)" in found.message and "(32, 32, 4)" in found.message
+    assert "view_as" in found.fix
+
+
 def pairwise_ranking(model, batch):
     inputs, y = batch
     scores = model(inputs)  # (B, 1)

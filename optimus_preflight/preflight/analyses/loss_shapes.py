@@ -215,7 +215,9 @@ def column_broadcast_findings(broadcasts: list[ColumnBroadcast], calls: list[Cri
         return []
     found = broadcasts[0]
     rows = found.learnable_shape[0]
-    squeeze = ("prediction.squeeze(-1)" if found.learnable_shape == (rows, 1) else "target.squeeze(-1)")
+    squeeze = ("prediction.squeeze(-1)" if found.learnable_shape == (rows, 1) else
+               "target.squeeze(-1)" if found.constant_shape == (rows, 1) else "prediction.view_as(target)")
+    joint = found.joint_shape or (rows, rows)
     residual = found.op in ("sub", "__sub__", "__rsub__", "rsub")
     opening = ("a residual in a hand-written loss (squared or absolute error, Huber, a pinball/quantile loss "
                "max(q * e, (q - 1) * e), the (y - mu)**2 / var of a Gaussian NLL: only torch's own criteria check "
@@ -225,9 +227,9 @@ def column_broadcast_findings(broadcasts: list[ColumnBroadcast], calls: list[Cri
         "LOSS_BROADCAST", "error",
         f"{opening} a tensor of shape {found.learnable_shape} computed by the model with a tensor of "
         f"shape {found.constant_shape} that is not (the batch's targets or labels read as a column, or a constant) "
-        f"(`{found.op}`): they broadcast to ({rows}, {rows}), a (B, B) table for B = {rows}, so every prediction is "
-        f"compared with every target of the batch ({rows * rows} terms instead of {rows}) and the model learns to "
-        "predict the batch mean",
+        f"(`{found.op}`): they broadcast to {joint}, a table over (B, B) for B = {rows}, so every prediction is "
+        f"compared with every target of the batch ({rows} times the terms) and the model learns to predict the "
+        "batch mean",
         f"Give both one shape before the arithmetic: {squeeze} (or target.view_as(prediction)).",
     )]
 

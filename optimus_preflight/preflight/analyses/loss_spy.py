@@ -28,6 +28,7 @@ What the statistics reveal (pure functions in ``loss_findings``):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,6 +141,7 @@ class ColumnBroadcast:
     op: str
     learnable_shape: tuple[int, ...]
     constant_shape: tuple[int, ...]
+    joint_shape: tuple[int, ...] | None = None  # where it is not (B, B)
 
 
 @dataclass
@@ -182,6 +184,15 @@ def column_broadcast(name: str, args: tuple) -> ColumnBroadcast | None:
     rows = learnable.shape[0] if learnable.dim() else 0
     if rows >= 2 and shapes == {(rows, 1), (rows,)}:
         return ColumnBroadcast(name.strip("_"), tuple(learnable.shape), tuple(constant.shape))
+    # Any per-sample prediction against per-sample targets whose batch axes land on different
+    # dims: (N, 4) - (N, 1, 4) is (N, N, 4), every prediction against every target.
+    if rows >= 2 and constant.dim() >= 1 and constant.shape[0] == rows and learnable.dim() != constant.dim():
+        try:
+            joint = torch.broadcast_shapes(learnable.shape, constant.shape)
+        except RuntimeError:
+            return None
+        if math.prod(joint) == rows * max(learnable.numel(), constant.numel()):
+            return ColumnBroadcast(name.strip("_"), tuple(learnable.shape), tuple(constant.shape), tuple(joint))
     return None
 
 
