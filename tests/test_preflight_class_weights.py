@@ -83,3 +83,12 @@ def test_inverse_frequencies_listed_in_frequency_order_fire():
     assert "for c in range(n_classes)" in issue.fix
     by_id = torch.tensor([float(counts.sum() / (3 * counts[c])) for c in range(3)])
     assert issues(nn.CrossEntropyLoss(weight=by_id), labels=relabelled) == []
+
+
+def test_rare_classes_tied_in_a_small_batch_do_not_hide_weights_that_follow_the_counts():
+    # A batch of 32 from priors (0.62, 0.2, 0.1, 0.05, 0.03): the two rarest seen once each.
+    labels = torch.tensor([0] * 20 + [1] * 7 + [2] * 3 + [3] + [4])
+    frequencies = torch.tensor([0.62, 0.2, 0.1, 0.05, 0.03]) * 5  # the frequencies, where 1 / freq was meant
+    found = weights_follow_counts(frequencies, labels, None)
+    assert found is not None and not found.permuted
+    assert weights_follow_counts(1 / frequencies, labels, None) is None

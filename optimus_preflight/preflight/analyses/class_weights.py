@@ -34,7 +34,14 @@ PERMUTED_SPREAD = 4.0  # ... and at least this by class id
 
 
 def _ranks(values: torch.Tensor) -> torch.Tensor:
-    return values.argsort().argsort().double()
+    """Ranks with ties given their average rank: two rare classes seen once each in a batch
+    are tied, not ordered by chance."""
+    order = values.argsort().argsort().double()
+    ranks = order.clone()
+    for value in values.unique():
+        tied = values == value
+        ranks[tied] = order[tied].mean()
+    return ranks
 
 
 def weights_follow_counts(weight: torch.Tensor, target: torch.Tensor,
