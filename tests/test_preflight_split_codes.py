@@ -63,3 +63,44 @@ def test_validation_ids_encoded_with_their_own_mapping_are_named(val_mapping):
 
 def test_ids_the_target_does_not_depend_on_say_nothing():
     assert recoded("own", city_matters=False) == []
+
+
+class RentTable(nn.Module):
+    """The codes kept in the float feature table (column 0) and cast for the embedding in forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.city = nn.Embedding(len(CITIES), 4)
+        self.out = nn.Linear(4 + 3, 1)
+
+    def forward(self, table):
+        return self.out(torch.cat([self.city(table[:, 0].long()), table[:, 1:]], 1)).squeeze(1)
+
+
+@pytest.mark.parametrize("val_mapping", ["own", "shared"])
+def test_codes_kept_as_floats_in_the_feature_table_are_read_too(val_mapping):
+    from optimus_preflight.preflight.checks.coded_columns import CodedColumnsCheck
+
+    level = 2 * torch.randn(len(CITIES), generator=torch.Generator().manual_seed(3))  # unordered city effects
+
+    def rows(n, seed):
+        g = torch.Generator().manual_seed(seed)
+        index, x = torch.randint(0, len(CITIES), (n,), generator=g), torch.randn(n, 3, generator=g)
+        return [CITIES[i] for i in index.tolist()], x, level[index] + 0.5 * x[:, 0] + 0.1 * torch.randn(n, generator=g)
+
+    city, x, rent = rows(3000, 0)
+    vcity, vx, vrent = rows(600, 1)
+    train_codes = {c: i for i, c in enumerate(sorted(set(city)))}
+    val_codes = train_codes if val_mapping == "shared" else {c: i for i, c in enumerate(dict.fromkeys(vcity))}
+    table = torch.cat([torch.tensor([float(train_codes[c]) for c in city])[:, None], x], 1)
+    vtable = torch.cat([torch.tensor([float(val_codes[c]) for c in vcity])[:, None], vx], 1)
+    model = RentTable()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(table, rent), batch_size=64, shuffle=True),
+                           val_loader=DataLoader(TensorDataset(vtable, vrent), batch_size=100),
+                           loss_fn=lambda m, b: F.mse_loss(m(b[0]), b[1]),
+                           checks=[FirstBatchCheck(), SplitCodesCheck(), CodedColumnsCheck()])
+    found = [i for i in report.check("data.split_codes").issues if i.code == "VAL_IDS_RECODED"]
+    assert bool(found) == (val_mapping == "own")
+    # The column is looked up in an embedding: category codes, never 'codes fed as numbers'.
+    assert report.check("data.coded_columns").issues == []

@@ -15,8 +15,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import nn
 
 from optimus_preflight.preflight.analyses.coded_columns import MAX_COLUMNS, CodedColumn, coded_columns
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.split_scale import inputs_beside_labels
 from optimus_preflight.preflight.data_access.guard import read_samples
@@ -56,6 +58,33 @@ def _strongest(features: torch.Tensor, labels: torch.Tensor) -> list[CodedColumn
     return sorted(found.values(), key=lambda c: -c.f_statistic)
 
 
+def _embedded_columns(ctx: PreflightContext) -> set[int]:
+    """Columns of the first batch's rows that the model looks up in an nn.Embedding (cast to
+    long in forward): categories already, not numbers."""
+    table = _table(ctx.artifacts.first_batch)
+    if table is None:
+        return set()
+    rows = table[0]
+    ids: list[torch.Tensor] = []
+
+    def seen(module: nn.Module, args: tuple) -> None:
+        if args and isinstance(args[0], torch.Tensor) and args[0].dim() == 1 and not args[0].is_floating_point():
+            ids.append(args[0].detach().cpu())
+
+    handles = [m.register_forward_pre_hook(seen) for m in ctx.model.modules() if isinstance(m, nn.Embedding)]
+    if not handles:
+        return set()
+    try:
+        eval_forward(ctx, ctx.artifacts.first_batch)
+    except Exception:
+        return set()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {column for column in range(rows.shape[1]) for looked_up in ids
+            if looked_up.shape[0] == rows.shape[0] and torch.equal(looked_up, rows[:, column].cpu().long())}
+
+
 class CodedColumnsCheck(Check):
     """CATEGORY_CODES_AS_NUMBERS: label-encoded categories in a float feature column."""
 
@@ -77,6 +106,7 @@ class CodedColumnsCheck(Check):
         findings.data["summary"] = f"{len(found)} column(s) of category codes"
         findings.data["coded_columns"] = [{"column": c.column, "levels": c.levels, "f": round(c.f_statistic, 1),
                                            "neighbours": round(c.neighbour_correlation, 3)} for c in found]
+        found = [c for c in found if c.column not in _embedded_columns(ctx)]
         if not found:
             return
         first = found[0]

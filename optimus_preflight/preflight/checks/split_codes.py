@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 TRAIN_SAMPLES, VAL_SAMPLES, BUDGET_S = 2048, 1024, 2.0
 MAX_ID_COLUMNS = 8
+MAX_FLOAT_COLUMNS = 64  # a feature table, not an image or a signal
 MIN_PER_ID_TRAIN, MIN_PER_ID_VAL, MIN_IDS = 6, 3, 5
 MATTERS = 0.6  # per-id means of two training halves correlate at least this much
 DROP, UNRELATED = 0.5, 0.3
@@ -55,6 +56,11 @@ def ids_and_target(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     columns = [t.detach().reshape(rows, -1) for t in inputs if isinstance(t, torch.Tensor) and len(t) == rows
                and not t.is_floating_point() and t.dtype != torch.bool and t.dim() in (1, 2)
                and (t.dim() == 1 or t.shape[1] <= MAX_ID_COLUMNS)]
+    # Codes kept in a float feature table and cast with .long() for an embedding in forward:
+    # its whole-number, non-negative columns.
+    columns += [t.detach()[:, whole] for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point()
+                and t.dim() == 2 and len(t) == rows and t.shape[1] <= MAX_FLOAT_COLUMNS
+                and bool((whole := ((t == t.round()) & (t >= 0)).all(0)).any())]
     if not columns or not torch.isfinite(y).all():
         return None
     return torch.cat(columns, 1).long().cpu(), y.cpu()
