@@ -1,73 +1,42 @@
-"""A user's tabular recipe (tests run it through the CLI): house price and occupancy rate from numeric
-features and a city id. Two switches plant bugs a general check must find in a recipe it was not
-written for: targets left in their own units, and a padding_idx on a column coded from 0."""
+"""A tabular MLP recipe for the unit tests of a user's own recipe (its own module: the
+unread-override check reads the recipe's source, which must not be the test's)."""
+
+from __future__ import annotations
+
 from dataclasses import dataclass
 
-import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
 from optimus_preflight import TrainRecipe
 
 
 @dataclass
-class TabModel:
+class TabularConfig:
     hidden: int = 32
-    # padding_idx for the city table (None: no padding row)
-    city_padding_idx: int | None = None
+    layers: int = 2
 
 
 @dataclass
-class TabData:
+class TabularData:
     batch_size: int = 64
-    rows: int = 2000
-    # standardise each target column with the training split's statistics
-    standardise_targets: bool = True
+    features: int = 8
 
 
-class Net(nn.Module):
-    def __init__(self, hidden, padding_idx):
-        super().__init__()
-        self.city = nn.Embedding(8, 4, padding_idx=padding_idx)
-        self.body = nn.Sequential(nn.Linear(6 + 4, hidden), nn.ReLU(), nn.Linear(hidden, 2))
+class TabularMLP(TrainRecipe):
+    """A tabular MLP: declares its config, sets defaults, and reads cfg.model.hidden only."""
 
-    def forward(self, x, city):
-        return self.body(torch.cat([x, self.city(city)], 1))
-
-
-class Tabular(TrainRecipe):
-    model_config = TabModel
-    data_config = TabData
-    config_defaults = {"trainer": {"max_epochs": 2}, "optimizer": {"lr": 3e-3}}
+    model_config = TabularConfig
+    data_config = TabularData
+    trainer_defaults = {"max_steps": 20}
+    config_defaults = {"scheduler": ("warmup_cosine", {"warmup_fraction": 0.1}), "checkpoint.keep_last": 1}
 
     def build_model(self):
-        return Net(self.cfg.model.hidden, self.cfg.model.city_padding_idx)
-
-    def _tables(self):
-        g = torch.Generator().manual_seed(0)
-        n = self.cfg.data.rows
-        x = torch.randn(n, 6, generator=g)
-        city = torch.randint(0, 8, (n,), generator=g)
-        price = 3e2 * (x[:, 0] + 0.5 * x[:, 1] + 0.3 * city.float())
-        rate = 0.02 * torch.tanh(x[:, 2] * x[:, 3])
-        y = torch.stack([price, rate], 1)
-        if self.cfg.data.standardise_targets:
-            y = (y - y[: int(0.8 * n)].mean(0)) / y[: int(0.8 * n)].std(0)
-        return x, city, y
-
-    def build_dataloaders(self):
-        x, city, y = self._tables()
-        cut = int(0.8 * len(x))
-        g = torch.Generator().manual_seed(self.cfg.trainer.seed)
-        train = DataLoader(TensorDataset(x[:cut], city[:cut], y[:cut]), batch_size=self.cfg.data.batch_size,
-                           shuffle=True, generator=g)
-        return train, DataLoader(TensorDataset(x[cut:], city[cut:], y[cut:]), batch_size=200)
-
-    def compute_loss(self, model, batch):
-        x, city, y = batch
-        return F.mse_loss(model(x, city), y)
+        return nn.Sequential(nn.Linear(self.cfg.data.features, self.cfg.model.hidden), nn.ReLU(), nn.Linear(self.cfg.model.hidden, 1))
 
 
-if __name__ == "__main__":
-    Tabular.main()
+class Broken(TrainRecipe):
+    model_config = {"hidden": 3}
+
+
+class UnknownGroup(TrainRecipe):
+    config_defaults = {"trainr": {"max_steps": 3}}

@@ -1,5 +1,5 @@
 """The general preflight checks through a user's own recipe of another kind (a tabular
-multi-output regressor, tests/tabular_recipe.py) and the CLI: quiet when healthy, and
+multi-output regressor, tests/multi_output_recipe.py) and the CLI: quiet when healthy, and
 each planted bug named with its fix."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import run_cli
 
-TABULAR = ("recipe._target_=tests.tabular_recipe.Tabular", "logging.progress=none", "preflight.only=true")
+TABULAR = ("recipe._target_=tests.multi_output_recipe.Tabular", "logging.progress=none", "preflight.only=true")
 
 
 def warnings_of(run_dir) -> dict[str, dict]:

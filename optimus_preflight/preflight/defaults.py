@@ -71,6 +71,7 @@ from optimus_preflight.preflight.checks.pair_truncation import PairTruncationChe
 from optimus_preflight.preflight.checks.param_group_keys import ParamGroupKeysCheck
 from optimus_preflight.preflight.checks.passthrough import PassthroughCheck
 from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
+from optimus_preflight.preflight.checks.quantile_level import QuantileLevelCheck
 from optimus_preflight.preflight.checks.ranking_negatives import RankingNegativesCheck
 from optimus_preflight.preflight.checks.ranking_order import RankingOrderCheck
 from optimus_preflight.preflight.checks.recurrence import RecurrenceCheck
@@ -205,6 +206,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     BufferLookupsCheck,
     PairLabelsCheck,
     RankingOrderCheck,
+    QuantileLevelCheck,
     OrdinalCodesCheck,
     TransitionFlagsCheck,
     ContrastiveTargetsCheck,

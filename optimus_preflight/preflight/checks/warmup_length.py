@@ -18,8 +18,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from torch import nn
-
+from optimus_preflight.preflight.analyses.declared_fields import declared_fields
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
 if TYPE_CHECKING:
@@ -33,19 +32,7 @@ MAX_MULTIPLE = 1000
 def ramp_lengths(owner: Any) -> Iterator[tuple[str, int]]:
     """(name, value) of integer fields named like a ramp's length: an object's attributes, a
     function's closure variables, a bound method's object's."""
-    owner = getattr(owner, "__self__", owner)
-    fields: dict[str, Any] = {}
-    if isinstance(owner, nn.Module):
-        fields.update({k: v for k, v in vars(owner).items() if not k.startswith("_")})
-    elif hasattr(owner, "__dict__") and not isinstance(owner, type):
-        fields.update(vars(owner))
-    code, cells = getattr(owner, "__code__", None), getattr(owner, "__closure__", None)
-    if code is not None and cells:
-        for name, cell in zip(code.co_freevars, cells, strict=False):
-            try:
-                fields[name] = cell.cell_contents
-            except ValueError:  # an empty cell
-                continue
+    fields = declared_fields(owner)
     for name, value in fields.items():
         if isinstance(value, int) and not isinstance(value, bool) and value > 0 and RAMP_NAME.search(name):
             yield name, value
