@@ -39,6 +39,7 @@ from optimus_preflight.preflight.checks.dataset_checks import DatasetLengthCheck
 from optimus_preflight.preflight.checks.dataset_memory import DatasetCacheCheck
 from optimus_preflight.preflight.checks.dataset_mutation import DatasetMutationCheck
 from optimus_preflight.preflight.checks.derivative_graph import DerivativeGraphCheck
+from optimus_preflight.preflight.checks.double_balancing import DoubleBalancingCheck
 from optimus_preflight.preflight.checks.dropout_rate import DropoutInEvalCheck, DropoutOnOutputCheck, DropoutRateCheck
 from optimus_preflight.preflight.checks.embedding_inputs import EmbeddingInputsCheck
 from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
@@ -207,6 +208,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     PairLabelsCheck,
     RankingOrderCheck,
     QuantileLevelCheck,
+    DoubleBalancingCheck,
     OrdinalCodesCheck,
     TransitionFlagsCheck,
     ContrastiveTargetsCheck,

@@ -112,3 +112,41 @@ def pos_weight_down_weights_positives(pos_weight: torch.Tensor, target: torch.Te
             + (f"negatives / positives is {(1 - share) / share:.3g})" if share > 0 else
                f"the batch of {values.numel()} holds no positive at all)"))
     return None
+
+
+BALANCED_BATCH = 2.0  # max/min class count in a batch the sampler has balanced
+UNEQUAL_WEIGHTS = 3.0  # max/min class weight of a criterion that balances again
+
+
+@dataclass
+class WeightsOnBalancedBatch:
+    function: str
+    spread: float  # the weights' max/min over the classes present
+    counts: str  # the batch's class counts, shown
+
+
+def weights_on_balanced_batch(function: str, weight: torch.Tensor, target: torch.Tensor,
+                              ignore_index: int | None) -> WeightsOnBalancedBatch | None:
+    """Class weights far apart on a batch whose classes are about equally frequent (pure):
+    the batch was balanced already, by a sampler, and the weights balance it again."""
+    labels = target.detach().reshape(-1).long().cpu()
+    if ignore_index is not None:
+        labels = labels[labels != ignore_index]
+    w = weight.detach().double().cpu().reshape(-1)
+    if function == "binary_cross_entropy_with_logits":
+        if w.numel() != 1 or not bool(((labels == 0) | (labels == 1)).all()):
+            return None
+        w = torch.cat([torch.ones(1, dtype=w.dtype), w])  # negatives weigh 1, positives pos_weight
+    if labels.numel() < MIN_TARGETS or int(labels.min()) < 0 or int(labels.max()) >= w.numel():
+        return None
+    counts = torch.bincount(labels, minlength=w.numel()).double()
+    present = counts > 0
+    if int(present.sum()) < 2 or float(w[present].min()) <= 0:
+        return None
+    c, wp = counts[present], w[present]
+    spread = float(wp.max() / wp.min())
+    if float(c.max() / c.min()) > BALANCED_BATCH or spread < UNEQUAL_WEIGHTS:
+        return None
+    ids = present.nonzero().flatten().tolist()
+    shown = ", ".join(f"class {i}: {int(n)}" for i, n in zip(ids[:6], c.tolist(), strict=False))
+    return WeightsOnBalancedBatch(function, spread, shown)

@@ -40,8 +40,10 @@ from optimus_preflight.preflight.analyses.call_args import argument
 from optimus_preflight.preflight.analyses.channel_axis import ChannelAxisWatch
 from optimus_preflight.preflight.analyses.class_weights import (
     FrequentClassWeights,
+    WeightsOnBalancedBatch,
     pos_weight_down_weights_positives,
     weights_follow_counts,
+    weights_on_balanced_batch,
 )
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgsWatch
 from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch, FlattenWatch, flatten_mismatch
@@ -218,6 +220,7 @@ class CriterionCall:
     output_range: OutputRange | None = None  # regression: a bounded output activation vs the targets
     target_base: torch.Tensor | None = None  # the tensor a flattened class target is a view of
     frequent_class_weights: FrequentClassWeights | None = None  # weight / pos_weight favouring frequent classes
+    balanced_twice: WeightsOnBalancedBatch | None = None  # unequal class weights on a batch already balanced
     logit_activation: str | None = None  # class criteria: the op behind the logits (Sigmoid: bounded logits)
     target_tensor: torch.Tensor | None = None  # regression criteria: the target as passed (held for the step only)
     always_on_label: tuple[int, float, float] | None = None  # multi-hot: (column, its positive rate, median rate)
@@ -492,9 +495,11 @@ class LossSpy(TorchFunctionMode):
         if name in CLASS_CRITERIA and isinstance(weight, torch.Tensor) and isinstance(target, torch.Tensor) \
                 and not target.is_floating_point():
             record.frequent_class_weights = weights_follow_counts(weight, target, ignore_index)
+            record.balanced_twice = weights_on_balanced_batch(name, weight, target, ignore_index)
         pos_weight = argument(args, kwargs, 6, "pos_weight") if name == "binary_cross_entropy_with_logits" else None
         if isinstance(pos_weight, torch.Tensor) and isinstance(target, torch.Tensor):
             record.frequent_class_weights = pos_weight_down_weights_positives(pos_weight, target)
+            record.balanced_twice = weights_on_balanced_batch(name, pos_weight, target, None)
         if name == "binary_cross_entropy" and isinstance(inputs, torch.Tensor) and isinstance(target, torch.Tensor):
             record.competing = _competing_labels(inputs, target)
         if (name in ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss") and isinstance(inputs, torch.Tensor)
