@@ -59,3 +59,19 @@ def test_raw_prices_are_named_with_their_mean_spread_and_how_far_the_predictions
     (issue,) = [i for i in report.check("step.targets").issues if i.code == "TARGET_SCALE"]
     assert "(mean 2." in issue.message and "std " in issue.message and "x too small" in issue.message
     assert "(y - y_mean) / y_std" in issue.fix
+
+
+@pytest.mark.parametrize("precision, offset, fires", [("bf16", 5000.0, True), ("fp32", 5000.0, False),
+                                                      ("bf16", 0.0, False)], ids=["bf16_offset", "fp32", "bf16_centred"])
+def test_a_bf16_head_around_a_large_offset_cannot_resolve_the_targets(precision, offset, fires):
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1), nn.Flatten(0))
+    with torch.no_grad():
+        model[2].bias.fill_(offset)  # the head starts at the targets' level, as a careful user sets it
+    load = offset + 30 * X[:, 0]  # megawatts: a level of 5000 that swings by 30
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(X, load), batch_size=64, shuffle=True), loss_fn=nn.MSELoss(),
+                           precision=precision, checks=[FirstBatchCheck(), FirstStepCheck(), TargetsCheck()])
+    found = [i for i in report.check("step.targets").issues if i.code == "OUTPUT_PRECISION_COARSE"]
+    assert bool(found) == fires
+    if found:
+        assert "bfloat16" in found[0].message and "32 apart" in found[0].message

@@ -229,6 +229,37 @@ def regression_scale_findings(calls: list[CriterionCall]) -> list[Finding]:
     return []
 
 
+HALF_MANTISSA = {"bfloat16": 7, "float16": 10}  # explicit mantissa bits: relative spacing 2 ** -bits
+RESOLVED = 4.0  # target spreads under this many spacings of the prediction's dtype are not resolved
+
+
+def output_precision_findings(calls: list[CriterionCall]) -> list[Finding]:
+    """OUTPUT_PRECISION_COARSE: regression predictions in bfloat16/float16 around a large offset,
+    where the dtype's spacing is about as large as the targets' whole spread."""
+    for call in calls:
+        target, inputs = call.target, call.input
+        if (call.function not in SCALE_CRITERIA or target is None or inputs is None or inputs.dtype not in HALF_MANTISSA
+                or target.mean is None or target.std is None or not target.std or not target.is_floating):
+            continue
+        level = abs(target.mean)
+        if level <= 0:
+            continue
+        spacing = 2.0 ** (math.floor(math.log2(level)) - HALF_MANTISSA[inputs.dtype])
+        if target.std >= RESOLVED * spacing:
+            continue
+        return [Finding(
+            "OUTPUT_PRECISION_COARSE", "warning",
+            f"{call.function}'s predictions arrive in {inputs.dtype} (mixed precision) around {level:.4g}, the "
+            f"targets' mean, where {inputs.dtype} values are {spacing:g} apart, while the targets vary by a std of only "
+            f"{target.std:.3g}: every prediction is rounded to a step as large as the whole signal, so the model "
+            "cannot resolve what it should learn (its outputs look the same for every sample)",
+            "Standardise the target ((y - mean) / std, predictions inverted after) so the head works near 0, or run "
+            "the output layer in float32 (precision='fp32', or the head outside autocast: "
+            "torch.autocast(device_type, enabled=False) and .float() on its input).",
+        )]
+    return []
+
+
 TRUNCATED_DISTINCT = 7  # whole-number targets with at most this many values ...
 TRUNCATED_ZEROS = 0.3  # ... this share of them 0, and negatives among them
 

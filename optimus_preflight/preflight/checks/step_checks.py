@@ -20,6 +20,7 @@ from optimus_preflight.preflight.analyses.loss_findings import (
     class_dim_findings,
     init_loss_finding,
     loss_input_findings,
+    output_precision_findings,
     output_range_findings,
     regression_scale_findings,
     target_findings,
@@ -610,7 +611,7 @@ class TargetsCheck(Check):
     codes = ("O14", "TARGET_ALL_IGNORED", "TARGET_MOSTLY_IGNORED", "TARGET_ONE_CLASS", "TARGET_MULTI_HOT",
              "TARGET_SCALE", "TARGET_IGNORED_CLASS", "TARGET_TRUNCATED", "TARGET_CLASS_IDS_REGRESSED", "TARGET_ORDER",
              "TARGET_ZERO_ONE_SIGN", "TARGET_IS_INPUT", "TARGET_ALWAYS_ON", "TARGET_COLUMN_REUSED",
-             "TARGET_FEW_CLASSES", "TARGET_COLUMN_SCALES")
+             "TARGET_FEW_CLASSES", "TARGET_COLUMN_SCALES", "OUTPUT_PRECISION_COARSE")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -664,7 +665,7 @@ class TargetsCheck(Check):
             findings.data["summary"] = f"{ignored[0].function}: all {ignored[0].profile.total} targets are ignore_index"
         reported = _nan_from_ignored_targets(probe) is not None  # by step.first_step
         for found in [*target_findings(calls), *profile_findings(calls), *regression_scale_findings(calls),
-                      *truncated_target_findings(calls)]:
+                      *truncated_target_findings(calls), *output_precision_findings(calls)]:
             if not (found.code == "TARGET_ALL_IGNORED" and reported):
                 findings.add(found.severity, found.code, found.message, found.fix, "data.train")
         if probe.time_major_target is not None:
