@@ -88,6 +88,7 @@ from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
 from optimus_preflight.preflight.checks.split_scale import SplitScaleCheck
 from optimus_preflight.preflight.checks.split_sizes import SplitSizesCheck
 from optimus_preflight.preflight.checks.stateful_forward import StatefulForwardCheck
+from optimus_preflight.preflight.checks.survival_order import SurvivalOrderCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
 from optimus_preflight.preflight.checks.target_signal import TargetSignalCheck
 from optimus_preflight.preflight.checks.tied_embeddings import TiedEmbeddingsCheck
@@ -209,6 +210,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     RankingOrderCheck,
     QuantileLevelCheck,
     DoubleBalancingCheck,
+    SurvivalOrderCheck,
     OrdinalCodesCheck,
     TransitionFlagsCheck,
     ContrastiveTargetsCheck,
