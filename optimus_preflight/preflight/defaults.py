@@ -87,6 +87,7 @@ from optimus_preflight.preflight.checks.split_missing import SplitMissingCheck
 from optimus_preflight.preflight.checks.split_overlap import SplitOverlapCheck
 from optimus_preflight.preflight.checks.split_scale import SplitScaleCheck
 from optimus_preflight.preflight.checks.split_sizes import SplitSizesCheck
+from optimus_preflight.preflight.checks.split_tags import SplitTagsCheck
 from optimus_preflight.preflight.checks.stateful_forward import StatefulForwardCheck
 from optimus_preflight.preflight.checks.survival_order import SurvivalOrderCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
@@ -156,6 +157,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     CodedColumnsCheck,
     RankBatchesCheck,
     # Each reads many samples: they come after the cheaper readers, which meet (and name) a hanging sample first.
+    SplitTagsCheck,
     SplitCodesCheck,
     SplitMissingCheck,
     WindowLabelsCheck,
