@@ -72,6 +72,7 @@ from optimus_preflight.preflight.checks.pair_truncation import PairTruncationChe
 from optimus_preflight.preflight.checks.param_group_keys import ParamGroupKeysCheck
 from optimus_preflight.preflight.checks.passthrough import PassthroughCheck
 from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
+from optimus_preflight.preflight.checks.pooled_axis import PooledAxisCheck
 from optimus_preflight.preflight.checks.quantile_level import QuantileLevelCheck
 from optimus_preflight.preflight.checks.ranking_negatives import RankingNegativesCheck
 from optimus_preflight.preflight.checks.ranking_order import RankingOrderCheck
@@ -213,6 +214,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     QuantileLevelCheck,
     DoubleBalancingCheck,
     SurvivalOrderCheck,
+    PooledAxisCheck,
     OrdinalCodesCheck,
     TransitionFlagsCheck,
     ContrastiveTargetsCheck,
