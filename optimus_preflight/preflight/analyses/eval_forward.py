@@ -9,6 +9,7 @@ deterministic unless the model samples on purpose.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -45,6 +46,22 @@ def loss_value(output: Any) -> float | None:
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         return None
     return float(loss.detach().float())
+
+
+def loss_with_output(ctx: PreflightContext, batch: Any, make: Callable[[torch.Tensor], torch.Tensor]) -> float | None:
+    """The finite scalar loss of ``eval_forward`` with each tensor the model returns replaced by
+    ``make(output)``: the loss judged on answers the check constructs (confident logits, risks
+    ranked by time, one constant prediction), whatever the model would have said."""
+
+    def replace(module: nn.Module, args: Any, output: Any) -> Any:
+        return make(output) if isinstance(output, torch.Tensor) else output
+
+    handle = ctx.model.register_forward_hook(replace)
+    try:
+        value = loss_value(eval_forward(ctx, batch))
+    finally:
+        handle.remove()
+    return value if value is not None and math.isfinite(value) else None
 
 
 def eval_loss(ctx: PreflightContext, batch: Any) -> float | None:

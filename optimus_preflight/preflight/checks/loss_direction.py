@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from optimus_preflight.preflight.analyses.eval_forward import eval_forward, loss_value
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward, loss_value, loss_with_output
 from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
@@ -66,15 +66,8 @@ def _answers(logits: torch.Tensor, classes: torch.Tensor, binary: bool) -> torch
 
 
 def replaced_loss(ctx: PreflightContext, batch: Any, logits: torch.Tensor) -> float | None:
-    def swap(module: torch.nn.Module, args: Any, output: Any) -> Any:
-        return logits.to(output.dtype) if isinstance(output, torch.Tensor) and output.shape == logits.shape else output
-
-    handle = ctx.model.register_forward_hook(swap)
-    try:
-        value = loss_value(eval_forward(ctx, batch))
-    finally:
-        handle.remove()
-    return value if value is not None and math.isfinite(value) else None
+    return loss_with_output(ctx, batch, lambda output: logits.to(output.dtype) if output.shape == logits.shape
+                            else output)
 
 
 class LossDirectionCheck(Check):

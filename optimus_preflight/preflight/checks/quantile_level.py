@@ -14,14 +14,13 @@ is the quantile the loss really fits. Compared with the level the loss function 
 
 from __future__ import annotations
 
-import math
 import re
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from optimus_preflight.preflight.analyses.declared_fields import declared_fields
-from optimus_preflight.preflight.analyses.eval_forward import eval_forward, loss_value, model_outputs
+from optimus_preflight.preflight.analyses.eval_forward import loss_with_output, model_outputs
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import move_to_device
@@ -60,17 +59,9 @@ def fitted_level(ctx: PreflightContext, batch: Any, y: torch.Tensor) -> float | 
     the lowest loss; None when the loss does not single one out."""
     losses = []
     for p in GRID:
-        value = torch.quantile(y, p)
-
-        def constant(module: torch.nn.Module, args: Any, output: Any, value: torch.Tensor = value) -> Any:
-            return torch.full_like(output, float(value)) if isinstance(output, torch.Tensor) else output
-
-        handle = ctx.model.register_forward_hook(constant)
-        try:
-            loss = loss_value(eval_forward(ctx, batch))
-        finally:
-            handle.remove()
-        if loss is None or not math.isfinite(loss):
+        value = float(torch.quantile(y, p))
+        loss = loss_with_output(ctx, batch, lambda output, value=value: torch.full_like(output, value))
+        if loss is None:
             return None
         losses.append(loss)
     best = min(range(len(GRID)), key=losses.__getitem__)

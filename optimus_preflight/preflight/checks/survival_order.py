@@ -14,13 +14,12 @@ second ranks the wrong way.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from optimus_preflight.preflight.analyses.eval_forward import eval_forward, loss_value, model_outputs
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward, loss_with_output, model_outputs
 from optimus_preflight.preflight.checks.batch_order import CUMULATIVE
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -52,16 +51,7 @@ class SortsAndAccumulates(TorchFunctionMode):
 
 
 def _loss_with_risks(ctx: PreflightContext, batch: Any, risks: torch.Tensor) -> float | None:
-    def replace(module: torch.nn.Module, args: Any, output: Any) -> Any:
-        return risks.to(output.device, output.dtype).reshape(output.shape) if isinstance(output, torch.Tensor) \
-            else output
-
-    handle = ctx.model.register_forward_hook(replace)
-    try:
-        value = loss_value(eval_forward(ctx, batch))
-    finally:
-        handle.remove()
-    return value if value is not None and math.isfinite(value) else None
+    return loss_with_output(ctx, batch, lambda output: risks.to(output.device, output.dtype).reshape(output.shape))
 
 
 class SurvivalOrderCheck(Check):
