@@ -129,6 +129,7 @@ class EmbeddingInputsCheck(Check):
 
         flat_bags: set[nn.Module] = set()  # EmbeddingBags read as flat ids and offsets
         per_sample: set[nn.Module] = set()  # Embeddings read with one id per sample (a categorical column)
+        top_row_used: dict[nn.Module, bool] = {}  # ... whose ids reach the table's last row (no spare row)
         one_token_bags: dict[nn.Module, tuple[int, int]] = {}  # (bags, tokens) of offsets = arange(bags)
 
         def on_input(module: nn.Module, args: tuple) -> None:
@@ -162,13 +163,13 @@ class EmbeddingInputsCheck(Check):
                 return
             if isinstance(module, nn.Embedding) and module.padding_idx is not None and ids.dim() == 1:
                 # One id per sample is a categorical column: nothing is padded. The pad id is a real
-                # category when the ids reach the table's last row (coded 0..n-1, no row kept spare) and
-                # it is about as common as the others (an id kept for 'missing' is usually rarer).
+                # category when it is about as common as the others (an id kept for 'missing' is
+                # usually rarer).
                 pad = module.padding_idx % module.num_embeddings
                 count = int((ids == pad).sum())
                 typical = ids.numel() / max(int(torch.unique(ids).numel()), 1)
-                seen[module] = ((count, ids.numel()) if int(ids.max()) == module.num_embeddings - 1
-                                and count >= TYPICAL_SHARE * typical else None)
+                seen[module] = (count, ids.numel()) if count >= TYPICAL_SHARE * typical else None
+                top_row_used[module] = int(ids.max()) == module.num_embeddings - 1
                 per_sample.add(module)
                 return
             if module.padding_idx is not None:
@@ -253,20 +254,23 @@ class EmbeddingInputsCheck(Check):
             inside, tokens = occurrences
             if inside >= MIN_INSIDE and inside >= INSIDE_SHARE * tokens:
                 if module in per_sample:
-                    self._report_category(embeddings[module], module, inside, tokens, findings)
+                    self._report_category(embeddings[module], module, inside, tokens, findings,
+                                          top_row_used.get(module, False))
                 else:
                     self._report(embeddings[module], module, inside, tokens, findings, module in flat_bags)
                 return
 
     @staticmethod
-    def _report_category(name: str, module: nn.Module, count: int, rows: int, findings: Findings) -> None:
+    def _report_category(name: str, module: nn.Module, count: int, rows: int, findings: Findings,
+                         top_row: bool) -> None:
         pad = module.padding_idx % module.num_embeddings
+        spare = (f", and the ids reach the table's last row ({module.num_embeddings - 1}), so no row was kept spare "
+                 "for padding" if top_row else ", as often as a typical category")
         findings.warning(
             "EMBEDDING_PADDING_IDX",
             f"'{name}' is nn.Embedding({module.num_embeddings}, padding_idx={module.padding_idx}) but reads one id per "
             f"sample, a categorical column with nothing to pad, and id {pad} is one of its categories: {count} of the "
-            f"first batch's {rows} samples have it, and the ids reach the table's last row ({module.num_embeddings - 1}"
-            "), so no row was kept spare for padding. padding_idx keeps that category's vector at zero with no "
+            f"first batch's {rows} samples have it{spare}. padding_idx keeps that category's vector at zero with no "
             "gradient, so the model reads it as nothing and cannot learn it (LabelEncoder, pd.factorize and "
             ".cat.codes number categories from 0)",
             f"Drop padding_idx (nothing is padded in one id per sample); if id {pad} must mean 'missing', shift the "
