@@ -292,3 +292,17 @@ def test_a_backward_that_returns_none_is_named_and_the_step_does_not_crash():
     assert "SignSTENoReturn.backward" in issue.message and "returns None for the first input" in issue.message
     assert "return grad_input" in issue.fix
     assert _issues(SignSTE).issues == []
+
+
+def test_the_layers_left_without_gradient_are_blamed_on_the_missing_return():
+    from optimus_preflight.preflight.checks.step_checks import GradientsCheck
+
+    g = torch.Generator().manual_seed(0)
+    features = torch.randn(256, 10, generator=g)
+    model = Tagger(SignSTENoReturn)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(features, features[:, :3].argmax(1)), batch_size=64, shuffle=True),
+                           loss_fn=lambda m, b: F.cross_entropy(m(b[0]), b[1]),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), GradientsCheck()])
+    (issue,) = [i for i in report.check("step.gradients").issues if i.code == "GRAD_NONE"]
+    assert "inp.weight" in issue.message and "SignSTENoReturn.backward" in issue.message and ".detach()" not in issue.message

@@ -12,6 +12,7 @@ import torch
 
 from optimus_preflight.preflight.analyses.api_pitfalls import pitfall_findings
 from optimus_preflight.preflight.analyses.criterion_args import criterion_arg_findings
+from optimus_preflight.preflight.analyses.custom_functions import none_gradients
 from optimus_preflight.preflight.analyses.device_errors import device_error_fix
 from optimus_preflight.preflight.analyses.gradient_reversal import Reversal
 from optimus_preflight.preflight.analyses.graph_cuts import GraphCut, cut_explaining
@@ -396,6 +397,14 @@ class GradientsCheck(Check):
             recurrent = {name for name, module in ctx.model.named_modules() if isinstance(module, torch.nn.RNNBase)}
             why, fix = _why_no_gradient(missing, probe.modules_run, probe.hooks_detaching, probe.modules_run_without_grad,
                                         probe.graph_cuts, recurrent)
+            silent = next((call for call in probe.custom_functions if none_gradients(call)), None)
+            if silent is not None:
+                # A Function's forward runs with grad off, which reads as a cut; its backward's None is the cause.
+                name = silent.cls.__name__
+                why = (f"{name}.backward (a custom autograd Function in the step) returns None for its input, so no "
+                       "gradient passes through it to the layers before it; a backward whose `return grad_input` is "
+                       "missing does this (step.custom_backward names it)")
+                fix = f"End {name}.backward with `return grad_input` (one gradient per input of forward)."
             findings.add(
                 "error" if distributed else "warning",
                 "GRAD_NONE",
