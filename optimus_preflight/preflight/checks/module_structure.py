@@ -274,14 +274,17 @@ class ModuleStructureCheck(Check):
                 "this model's own names: print [n for n, _ in model.named_parameters()]), then build the optimizer.",
             )
         elif at_init:
+            # A note: a whole frozen network at its init is a failed load in a real run, and exactly what
+            # a frozen backbone or teacher built from a config for a test or a random-feature baseline is.
             shown = ", ".join(at_init[:4]) + (" ..." if len(at_init) > 4 else "")
-            findings.warning(
+            findings.info(
                 "FROZEN_AT_INIT",
                 f"{len(at_init)} frozen layer(s) ({shown}; {values:,} weights) hold exactly what PyTorch's default "
-                "init draws (uniform within 1/sqrt(fan_in); N(0, 1) for an Embedding): nothing was loaded into them, so the frozen part "
-                "computes random features. Usually a load_state_dict(..., strict=False) whose keys matched nothing "
-                "(a 'module.' prefix from DataParallel, another model's names), or a freeze flag that is set when it "
-                "should not be (argparse type=bool reads --freeze False as True: bool('False') is True)",
+                "init draws (uniform within 1/sqrt(fan_in); N(0, 1) for an Embedding): nothing was loaded into them, "
+                "so the frozen part computes random features. If pretrained weights were meant: usually a "
+                "load_state_dict(..., strict=False) whose keys matched nothing (a 'module.' prefix from DataParallel, "
+                "another model's names), or a freeze flag that is set when it should not be (argparse type=bool reads "
+                "--freeze False as True: bool('False') is True)",
                 "Load with strict=True to see the missing and unexpected keys (strip a 'module.' prefix: "
                 "{k.removeprefix('module.'): v for k, v in state.items()}), or unfreeze the layers if they are "
                 "meant to train from scratch.",
