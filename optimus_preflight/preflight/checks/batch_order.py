@@ -74,20 +74,25 @@ def permuted_batch(batch: Any, order: torch.Tensor) -> Any | None:
 
 
 class CumulativeOps(TorchFunctionMode):
-    """Names the cumulative ops taken along dim 0 during the loss."""
+    """Names the cumulative ops taken along dim 0 during the loss, and keeps the per-sample keys
+    it sorts by (a survival loss's times)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: list[str] = []
-        self.sorted_with_ties = False  # the loss sorts the samples by a key that has equal values
+        self.keys: list[torch.Tensor] = []  # 1-D keys of argsort / sort calls, one value per sample
+
+    @property
+    def sorted_with_ties(self) -> bool:
+        """The loss sorts the samples by a key that has equal values."""
+        return any(int(torch.unique(key).numel()) < key.numel() for key in self.keys)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         if name in ("argsort", "sort") and args and isinstance(args[0], torch.Tensor) and args[0].numel() > 1 \
                 and args[0].numel() == args[0].shape[0]:
-            key = args[0].detach().reshape(-1)
-            self.sorted_with_ties |= int(torch.unique(key).numel()) < key.numel()
+            self.keys.append(args[0].detach().reshape(-1))
         if name in CUMULATIVE and args and isinstance(args[0], torch.Tensor):
             dim = kwargs.get("dim", args[1] if len(args) > 1 else (-1 if name == "diff" else None))
             tensor = args[0]

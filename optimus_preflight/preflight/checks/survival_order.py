@@ -17,10 +17,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from optimus_preflight.preflight.analyses.eval_forward import eval_forward, loss_with_output, model_outputs
-from optimus_preflight.preflight.checks.batch_order import CUMULATIVE
+from optimus_preflight.preflight.checks.batch_order import CumulativeOps
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import leaves, move_to_device
@@ -29,25 +28,6 @@ if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
 
 SPREAD = 2.0  # risks of +-2 standard deviations of the times: a clear ranking, no overflow
-
-
-class SortsAndAccumulates(TorchFunctionMode):
-    """The 1-D keys the loss sorts by, and whether it accumulates along dim 0."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.keys: list[torch.Tensor] = []
-        self.cumulative = False
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = getattr(func, "__name__", "")
-        if name in ("argsort", "sort") and args and isinstance(args[0], torch.Tensor) and args[0].dim() == 1:
-            self.keys.append(args[0].detach())
-        if name in CUMULATIVE and args and isinstance(args[0], torch.Tensor):
-            dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
-            self.cumulative |= isinstance(dim, int) and args[0].dim() >= 1 and dim % args[0].dim() == 0
-        return func(*args, **kwargs)
 
 
 def _loss_with_risks(ctx: PreflightContext, batch: Any, risks: torch.Tensor) -> float | None:
@@ -65,13 +45,13 @@ class SurvivalOrderCheck(Check):
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         findings.data["summary"] = "no loss that sorts by a batch tensor and accumulates along the batch"
         batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
-        watch = SortsAndAccumulates()
+        watch = CumulativeOps()
         try:
             with watch:
                 eval_forward(ctx, batch)
         except Exception:
             return
-        if not watch.cumulative or not watch.keys:
+        if not watch.seen or not watch.keys:
             return
         rows = watch.keys[0].shape[0]
         times = next((leaf.detach().float() for leaf in leaves(batch) if isinstance(leaf, torch.Tensor)
