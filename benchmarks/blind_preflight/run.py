@@ -46,7 +46,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "ag": "benchmarks.blind_preflight_ag.registry", "ah": "benchmarks.blind_preflight_ah.registry",
               "ai": "benchmarks.blind_preflight_ai.registry", "aj": "benchmarks.blind_preflight_aj.registry",
               "ak": "benchmarks.blind_preflight_ak.registry", "al": "benchmarks.blind_preflight_al.registry",
-              "am": "benchmarks.blind_preflight_am.registry", "an": "benchmarks.blind_preflight_an.registry"}
+              "am": "benchmarks.blind_preflight_am.registry", "an": "benchmarks.blind_preflight_an.registry",
+              "ao": "benchmarks.blind_preflight_ao.registry", "ap": "benchmarks.blind_preflight_ap.registry"}
 
 
 def load_cases(which: str = "a"):
