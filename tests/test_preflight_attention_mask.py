@@ -170,3 +170,59 @@ def test_a_hf_mask_passed_as_key_padding_mask_over_zero_padded_frames(inverted):
     assert bool(found) == inverted
     if inverted:
         assert "src_key_padding_mask" in found[0].message
+
+
+class BackboneWithHead(nn.Module):
+    """A Hugging Face encoder inside a user's module, its mask built in forward."""
+
+    def __init__(self, transformers, invert: bool):
+        super().__init__()
+        self.invert = invert
+        self.bert = transformers.BertModel(transformers.BertConfig(
+            vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+            pad_token_id=PAD))
+        self.head = nn.Linear(16, 2)
+
+    def forward(self, input_ids, attention_mask):
+        mask = 1 - attention_mask if self.invert else attention_mask
+        return self.head(self.bert(input_ids=input_ids, attention_mask=mask).last_hidden_state[:, 0])
+
+
+@pytest.mark.parametrize("invert", [True, False], ids=["mask_inverted_in_forward", "mask_passed_on"])
+def test_a_mask_inverted_on_its_way_into_a_wrapped_hf_model(transformers, invert):
+    torch.manual_seed(0)
+    model = BackboneWithHead(transformers, invert)
+
+    def loss_fn(model, batch):
+        logits = model(batch["input_ids"], batch["attention_mask"])
+        return nn.functional.cross_entropy(logits, batch["labels"])
+
+    report = run_preflight(model, torch.optim.AdamW(model.parameters(), 1e-3), hf_batches(with_mask=True),
+                           loss_fn=loss_fn, checks=[FirstBatchCheck(), FirstStepCheck(), AttentionMaskCheck()])
+    found = [i for i in report.check("step.attention_mask").issues if i.code == "ATTENTION_MASK_INVERTED"]
+    assert bool(found) == invert
+    if found:
+        assert "BertModel" in found[0].message and "1 exactly on the padding" in found[0].message
+
+
+def test_an_unused_hf_pooler_under_a_cls_head_gets_no_gradient_warning(transformers):
+    # BertModel computes pooler_output on every call; a head on last_hidden_state[:, 0] leaves it
+    # unused, which is the usual fine-tuning code and costs nothing outside DDP.
+    from optimus_preflight.preflight.checks.step_checks import GradientsCheck
+
+    torch.manual_seed(0)
+    model = BackboneWithHead(transformers, invert=False)
+
+    def loss_fn(model, batch):
+        return nn.functional.cross_entropy(model(batch["input_ids"], batch["attention_mask"]), batch["labels"])
+
+    report = run_preflight(model, torch.optim.AdamW(model.parameters(), 1e-3), hf_batches(with_mask=True),
+                           loss_fn=loss_fn, checks=[FirstBatchCheck(), FirstStepCheck(), GradientsCheck()])
+    result = report.check("step.gradients")
+    assert not result.issues and result.data["unused_pooler"] == ["bert.pooler.dense.weight", "bert.pooler.dense.bias"]
+    model.head.weight.requires_grad_(True)
+    model.bert.embeddings.word_embeddings.register_forward_hook(lambda m, i, o: o.detach())
+    report = run_preflight(model, torch.optim.AdamW(model.parameters(), 1e-3), hf_batches(with_mask=True),
+                           loss_fn=loss_fn, checks=[FirstBatchCheck(), FirstStepCheck(), GradientsCheck()])
+    missing = [i for i in report.check("step.gradients").issues if i.code == "GRAD_NONE"]
+    assert missing and "word_embeddings" in missing[0].message  # a real cut is still reported

@@ -238,3 +238,31 @@ def test_stacked_views_split_back_with_view_never_meet(by_view):
     assert [issue.code for issue in issues] == (["IN_BATCH_POSITIVES_MISMATCHED"] if by_view else [])
     if issues:
         assert "never compared with each other" in issues[0].message and "z.chunk(2)" in issues[0].fix
+
+
+def clip_loss(scale_of_cosines: float):
+    def loss_fn(model, batch):
+        z1 = F.normalize(model(augment(batch[0])), dim=1)
+        z2 = F.normalize(model(augment(batch[0])), dim=1)
+        return F.cross_entropy(z1 @ z2.T * scale_of_cosines, torch.arange(len(z1)))
+    return loss_fn
+
+
+@pytest.mark.parametrize("scale", [1 / 14.3, 0.2, 1 / 0.07, 1 / 0.5, 1.0],
+                         ids=["tau_14", "tau_5", "logit_scale_14", "tau_half", "tau_1"])
+def test_a_temperature_above_two_fires_and_usual_ones_stay_quiet(scale):
+    rows = TensorDataset(torch.randn(256, 16, generator=torch.Generator().manual_seed(0)))
+    issues = issues_of(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)), rows, clip_loss(scale))
+    fired = [i for i in issues if i.code == "CONTRASTIVE_TEMPERATURE_TOO_HIGH"]
+    assert bool(fired) == (scale < 0.5), [i.code for i in issues]
+    if fired:
+        assert f"temperature of {1 / scale:.3g}" in fired[0].message and "/ 0.1" in fired[0].fix
+
+
+def test_unnormalised_dot_products_are_not_read_as_a_temperature():
+    def loss_fn(model, batch):
+        z1, z2 = model(augment(batch[0])), model(augment(batch[0]))
+        return F.cross_entropy(z1 @ z2.T * 0.05, torch.arange(len(z1)))
+    rows = TensorDataset(torch.randn(256, 16, generator=torch.Generator().manual_seed(0)))
+    issues = issues_of(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)), rows, loss_fn)
+    assert not [i for i in issues if i.code == "CONTRASTIVE_TEMPERATURE_TOO_HIGH"]

@@ -113,3 +113,15 @@ def test_validation_images_in_the_other_channel_order(val_bgr):
         assert "COLOR_BGR2RGB" in report.check("data.split_labels").issues[0].fix
     else:
         assert not codes
+
+
+def test_chance_labels_are_unrelated_beyond_sampling_noise():
+    # The better of two predictors on labels shuffled apart from their inputs lands a binomial
+    # spread above the majority share (0.02 was inside it at 1000 samples and 3 classes).
+    for seed in range(10):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(1000, 12, generator=g)
+        y = (x @ torch.randn(12, 3, generator=g)).argmax(1)
+        signal = label_signal(x, y[torch.randperm(1000, generator=g)])
+        assert signal is not None and signal.unrelated, (seed, signal)
+        assert not label_signal(x, y).unrelated

@@ -620,3 +620,52 @@ def test_a_target_encoding_that_includes_the_row_fires(kind, leave_one_out):
         assert found[0] == 4
     binary_feature = torch.cat([x, (x[:, :1] > 0).float()], dim=1)  # predictive, but a feature of its own
     assert own_label_encoded(binary_feature[:64], (score[:64] > 0).float()) is None
+
+
+@pytest.mark.parametrize("val_shifted", [False, True], ids=["val_targets_unshifted", "val_like_training"])
+def test_validation_pairs_built_unlike_the_training_ones_fire(val_shifted):
+    ids = torch.randint(1, 30, (256, 13), generator=torch.Generator().manual_seed(0))
+    model = TorchDecoderLM(causal=True)
+    val = TensorDataset(ids[:64, :-1], ids[:64, 1:] if val_shifted else ids[:64, :-1])
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(ids[:, :-1], ids[:, 1:]), batch_size=32),
+                           val_loader=DataLoader(val, batch_size=32),
+                           loss_fn=lambda m, b: F.cross_entropy(m(b[0]).reshape(-1, 30), b[1].reshape(-1)),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), TargetLeakCheck()])
+    issues = [i for i in report.check(TARGETS).issues if i.code == "VAL_TARGETS_NOT_SHIFTED"]
+    assert bool(issues) == (not val_shifted), report.check(TARGETS).issues
+    if issues:
+        assert "same position" in issues[0].message and "targets = ids[1:]" in issues[0].fix
+
+
+class TinySeq2Seq(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.pos = nn.Embedding(30, 32), nn.Embedding(16, 32)
+        self.transformer = nn.Transformer(32, 4, 1, 1, 64, dropout=0.0, batch_first=True)
+        self.out = nn.Linear(32, 30)
+
+    def forward(self, src, tgt_in):
+        def embed(ids):
+            return self.embed(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
+        mask = nn.Transformer.generate_square_subsequent_mask(tgt_in.shape[1], device=tgt_in.device)
+        return self.out(self.transformer(embed(src), embed(tgt_in), tgt_mask=mask, tgt_is_causal=True))
+
+
+def test_a_seq2seq_whose_encoder_is_given_the_decoder_input_is_named():
+    src = torch.randint(3, 30, (256, 8), generator=torch.Generator().manual_seed(0))
+    tgt = src.flip(1)
+    model = TinySeq2Seq()
+
+    def loss_fn(model, batch):
+        source, target = batch
+        target_in = torch.cat([torch.ones_like(target[:, :1]), target[:, :-1]], 1)
+        return F.cross_entropy(model(target_in, target_in).reshape(-1, 30), target.reshape(-1))
+
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(src, tgt), batch_size=32), loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), TargetLeakCheck()])
+    issues = [i for i in report.check(TARGETS).issues if i.code == "LEAK_FUTURE"]
+    assert issues and "the encoder is given the decoder's input" in issues[0].message
+    assert "tgt_mask was left out" not in issues[0].message and "model(src, tgt_in)" in issues[0].fix

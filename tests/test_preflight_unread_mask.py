@@ -68,3 +68,50 @@ def test_a_mask_the_model_reads_is_quiet():
                            DataLoader(partly_labelled_graphs(), batch_size=16), loss_fn=masked_inputs,
                            checks=[FirstBatchCheck(), FirstStepCheck(), UnreadMaskCheck()])
     assert not report.check("step.unread_mask").issues
+
+
+class OneGraph(torch.utils.data.Dataset):
+    """A whole graph per batch (transductive node classification): features, labels, one mask."""
+
+    def __init__(self, x, y, mask):
+        self.x, self.y, self.mask = x, y, mask
+
+    def __len__(self):
+        return 1
+
+    def __getitem__(self, index):
+        return self.x, self.y, self.mask
+
+
+def transductive_split(apply_train_mask: bool, val_on_same_graph: bool = True):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 8, generator=g)
+    y = (x @ torch.randn(8, 3, generator=g)).argmax(1)
+    train_mask = torch.rand(300, generator=g) < 0.6
+    model = nn.Linear(8, 3)
+
+    def loss_fn(model, batch):
+        x, y, mask = (part[0] for part in batch)  # unpacking the batch of one graph
+        logits = model(x)
+        return F.cross_entropy(logits[mask], y[mask]) if apply_train_mask else F.cross_entropy(logits, y)
+
+    val_y = y if val_on_same_graph else y.roll(1)
+    return run_preflight(model, torch.optim.Adam(model.parameters(), 1e-2),
+                         DataLoader(OneGraph(x, y, train_mask), batch_size=1), loss_fn=loss_fn,
+                         val_loader=DataLoader(OneGraph(x, val_y, ~train_mask), batch_size=1),
+                         checks=[FirstBatchCheck(), FirstStepCheck(), UnreadMaskCheck()])
+
+
+@pytest.mark.parametrize("apply_train_mask", [False, True], ids=["train_mask_never_read", "train_mask_applied"])
+def test_a_node_loss_over_the_validation_nodes_fires(apply_train_mask):
+    result = transductive_split(apply_train_mask).check("step.unread_mask")
+    issues = [i for i in result.issues if i.code == "TARGET_MASK_UNUSED"]
+    assert bool(issues) == (not apply_train_mask), result.data
+    if issues:
+        assert "trains on the validation labels" in issues[0].message and "116 of the positions" in issues[0].message
+        assert "logits[train_mask]" in issues[0].fix
+
+
+def test_an_unread_mask_beside_validation_labels_of_another_graph_is_quiet():
+    # Without the same labels in validation nothing says the left-out positions are held out.
+    assert not transductive_split(False, val_on_same_graph=False).check("step.unread_mask").issues

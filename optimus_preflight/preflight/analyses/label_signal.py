@@ -13,6 +13,7 @@ judged, where both predictors are reliable.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,7 @@ MAX_FEATURES = 256
 MAX_CLASSES = 20
 NEIGHBOURS = 5
 RIDGE = 1.0
+CHANCE_SPREAD = 2.5  # binomial standard deviations of an accuracy that chance reaches
 MARGIN = 0.02  # above the majority share: what either predictor must reach for the labels to be related
 # Above this share of the largest class both predictors answer it almost always, signal or not.
 MAX_MAJORITY = 0.7
@@ -37,7 +39,10 @@ class LabelSignal:
 
     @property
     def unrelated(self) -> bool:
-        return max(self.neighbour_accuracy, self.linear_accuracy) <= self.majority + MARGIN
+        # The better of two predictors on chance labels beats the majority share by sampling noise
+        # alone: about 2.5 binomial standard deviations of an accuracy over these samples.
+        noise = CHANCE_SPREAD * math.sqrt(self.majority * (1 - self.majority) / max(self.samples, 1))
+        return max(self.neighbour_accuracy, self.linear_accuracy) <= self.majority + max(MARGIN, noise)
 
 
 def _neighbour_vote(x: torch.Tensor, y: torch.Tensor, classes: int) -> float:

@@ -95,6 +95,18 @@ def inverted_hf_mask(batch: Any) -> tuple[str, str] | None:
     return None
 
 
+def hf_models(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The outermost Hugging Face models in ``model`` (the model itself when it is one)."""
+    found: list[tuple[str, nn.Module]] = []
+    for name, module in model.named_modules():
+        config = getattr(module, "config", None)
+        if config is None or not hasattr(config, "pad_token_id") or not hasattr(module, "get_input_embeddings"):
+            continue
+        if not any(name == outer or name.startswith(outer + ".") or not outer for outer, _ in found):
+            found.append((name, module))
+    return found
+
+
 class AttentionMaskCheck(Check):
     """ATTENTION_MASK_INVERTED: an attention mask that selects the padding instead of the tokens."""
 
@@ -140,49 +152,65 @@ class AttentionMaskCheck(Check):
 
     @staticmethod
     def _missing_hf_mask(ctx: PreflightContext, findings: Findings) -> bool:
-        """ATTENTION_MASK_MISSING: a Hugging Face model's forward given padded input_ids and no
-        attention_mask (read from the call itself: a loss function may build the mask)."""
-        model = ctx.model
-        config = getattr(model, "config", None)
-        if config is None or not hasattr(config, "pad_token_id") or not hasattr(model, "get_input_embeddings"):
+        """ATTENTION_MASK_MISSING / ATTENTION_MASK_INVERTED: a Hugging Face model (the model or one
+        inside it) whose forward is given padded input_ids and no attention_mask, or a mask that
+        is 1 exactly on the padding (read from the call itself: a loss function or a wrapper's
+        forward may build the mask)."""
+        models = hf_models(ctx.model)
+        if not models:
             return False
-        calls: list[tuple[Any, Any]] = []
+        calls: list[tuple[nn.Module, Any, Any]] = []
 
         def on_call(module: nn.Module, args: tuple, kwargs: dict) -> None:
-            if not calls:
+            if not any(seen is module for seen, _, _ in calls):
                 ids = kwargs.get("input_ids", args[0] if args else None)
-                calls.append((ids, kwargs.get("attention_mask", args[1] if len(args) > 1 else None)))
+                calls.append((module, ids, kwargs.get("attention_mask", args[1] if len(args) > 1 else None)))
 
-        handle = model.register_forward_pre_hook(on_call, with_kwargs=True)
+        handles = [model.register_forward_pre_hook(on_call, with_kwargs=True) for _, model in models]
         try:
             eval_forward(ctx, ctx.artifacts.first_batch)
         except Exception:
             return False
         finally:
-            handle.remove()
-        if not calls or not isinstance(calls[0][0], torch.Tensor) or calls[0][1] is not None:
-            return False
-        ids = calls[0][0]
-        pad = padding_of(ids)
-        if pad is None:
-            return False
-        profile, _ = edge_padding(ids, None)
-        causal = bool(getattr(config, "is_decoder", False)) or type(model).__name__.endswith(
-            ("ForCausalLM", "LMHeadModel")) or getattr(config, "model_type", "") in CAUSAL_MODEL_TYPES
-        if causal and profile is not None and profile.side == "end":
-            return False
-        share = float(pad.float().mean())
-        findings.warning(
-            "ATTENTION_MASK_MISSING",
-            f"the {type(model).__name__} is called with padded input_ids ({share:.0%} of the positions are padding id "
-            f"{profile.value if profile else '?'}) and no attention_mask: it attends to the padding as if it were text, "
-            "so each sample's representation depends on how much padding its batch needed, and the model learns "
-            "around the padding instead of ignoring it (Hugging Face only logs a one-time warning)",
-            "Pass the tokenizer's attention_mask along with input_ids (model(input_ids=..., attention_mask=...); keep "
-            "it in the batch: tokenizer(..., padding=True) returns it, and DataCollatorWithPadding pads it), or "
-            "build it as (input_ids != tokenizer.pad_token_id).long().",
-        )
-        return True
+            for handle in handles:
+                handle.remove()
+        for model, ids, mask in calls:
+            if not isinstance(ids, torch.Tensor) or (pad := padding_of(ids)) is None:
+                continue
+            if isinstance(mask, torch.Tensor):
+                if mask.shape == ids.shape and bool(((mask == 0) | (mask == 1)).all()) and matches(mask.cpu(), pad.cpu()):
+                    findings.error(
+                        "ATTENTION_MASK_INVERTED",
+                        f"the attention_mask the {type(model).__name__} is called with is 1 exactly on the padding of its "
+                        "input_ids and 0 on the tokens: Hugging Face attends where the mask is 1, so the model reads the "
+                        "padding and ignores the text (torch's key_padding_mask convention, True = ignore, is the "
+                        "opposite: a mask inverted with 1 - mask or ~mask for it was passed on)",
+                        "Pass the tokenizer's mask as it is: 1 on the tokens, 0 on the padding ((input_ids != "
+                        "tokenizer.pad_token_id).long()); invert it only for torch's key_padding_mask.",
+                    )
+                    return True
+                continue
+            if mask is not None:
+                continue
+            config = model.config
+            profile, _ = edge_padding(ids, None)
+            causal = bool(getattr(config, "is_decoder", False)) or type(model).__name__.endswith(
+                ("ForCausalLM", "LMHeadModel")) or getattr(config, "model_type", "") in CAUSAL_MODEL_TYPES
+            if causal and profile is not None and profile.side == "end":
+                continue
+            share = float(pad.float().mean())
+            findings.warning(
+                "ATTENTION_MASK_MISSING",
+                f"the {type(model).__name__} is called with padded input_ids ({share:.0%} of the positions are padding "
+                f"id {profile.value if profile else '?'}) and no attention_mask: it attends to the padding as if it "
+                "were text, so each sample's representation depends on how much padding its batch needed, and the "
+                "model learns around the padding instead of ignoring it (Hugging Face only logs a one-time warning)",
+                "Pass the tokenizer's attention_mask along with input_ids (model(input_ids=..., attention_mask=...); "
+                "keep it in the batch: tokenizer(..., padding=True) returns it, and DataCollatorWithPadding pads it), "
+                "or build it as (input_ids != tokenizer.pad_token_id).long().",
+            )
+            return True
+        return False
 
     @staticmethod
     def _key_padding_masks(ctx: PreflightContext, modules: list[nn.Module]) -> list[tuple[str, torch.Tensor]]:

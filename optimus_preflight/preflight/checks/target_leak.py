@@ -13,7 +13,9 @@ models take ``labels=input_ids`` and shift inside, which the comparison sees as 
 next-token objective it is; a masked LM (BERT) compares neither way and is left alone.
 Targets equal to the input token *two* positions later mean labels shifted twice (by
 hand, then again inside a Hugging Face causal LM): the model is taught to skip a token
-(``LM_SHIFT_TWICE``).
+(``LM_SHIFT_TWICE``). When the training targets are the next tokens, the validation loader's
+first batch is read the same way: targets equal to its inputs (or two positions on) mean the
+validation pairs are built unlike the training ones (``VAL_TARGETS_NOT_SHIFTED``).
 
 Every call of an embedding is compared, not only its first: an encoder-decoder that embeds
 the source and then the decoder's input with one shared table shows a teacher-forced
@@ -32,6 +34,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
+from optimus_preflight.preflight.data_access.guard import read_samples
 from optimus_preflight.preflight.data_access.samples import split_batch
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
@@ -48,6 +51,7 @@ MISMATCH = 0.9  # ... while the other alignment must stay below this
 # a causal model leaves them bitwise equal, an unmasked one moves them by ~1e-3..1e-1.
 FUTURE_RATIO = 1e-4
 PROBE_SAMPLES = 4
+VAL_READ_BUDGET_S = 5.0
 
 
 @dataclass
@@ -247,7 +251,7 @@ class TargetLeakCheck(Check):
 
     name = "step.target_leak"
     stage = Stage.STEP
-    codes = ("LEAK_FUTURE", "LEAK_TARGETS", "LM_SHIFT_TWICE")
+    codes = ("LEAK_FUTURE", "LEAK_TARGETS", "LM_SHIFT_TWICE", "VAL_TARGETS_NOT_SHIFTED")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -278,10 +282,16 @@ class TargetLeakCheck(Check):
             grid = target_grid(token_input.ids, criterion.target)
             probe = probe_start(grid, criterion.ignore_index) if grid is not None else None
             first = position_logits(criterion.logits, grid, [probe[0] - 1, probe[0]]) if probe else None
+            # The decoder's input also given to the encoder (model(tgt_in, tgt_in) for model(src, tgt_in)).
+            fed_twice = any(other is not token_input and other.call > token_input.call
+                            and other.ids.shape == token_input.ids.shape and torch.equal(other.ids, token_input.ids)
+                            for other in seen.inputs)
             seen = criterion = None  # the first forward's full logits are no longer needed
             findings.data["summary"] = "next-token objective; causality not probed"
             if first is not None:
-                self._probe_future(ctx, batch, token_input, grid, probe, first, findings)
+                self._probe_future(ctx, batch, token_input, grid, probe, first, findings, fed_twice)
+            if not findings.issues:
+                self._val_objective(ctx, findings)
             return
         findings.data["summary"] = "targets are neither the inputs nor the next inputs (not a plain LM objective)"
 
@@ -330,9 +340,40 @@ class TargetLeakCheck(Check):
             fix,
         )
 
+    def _val_objective(self, ctx: PreflightContext, findings: Findings) -> None:
+        """VAL_TARGETS_NOT_SHIFTED: training targets are the next tokens, the validation loader's
+        the tokens themselves (its Dataset or collate builds them another way)."""
+        if ctx.val_loader is None:
+            return
+        parts = read_samples(ctx, self.name, findings, ctx.val_loader, f"a validation batch for {self.name}",
+                             lambda batch: [batch], 1, VAL_READ_BUDGET_S)
+        seen = loss_forward(ctx, probe_rows(parts[0][0])) if parts else None
+        criterion = seen.criterion if seen is not None else None
+        if criterion is None:
+            return
+        for token_input in seen.inputs:
+            objective = objective_of(token_input.ids, criterion.target, criterion.ignore_index)
+            if objective is None or objective.kind in ("unknown", "other", "next_token"):
+                continue
+            what = ("the input token at the same position" if objective.kind == "copy"
+                    else "the input token two positions later")
+            share = objective.aligned if objective.kind == "copy" else objective.skipped
+            findings.warning(
+                "VAL_TARGETS_NOT_SHIFTED",
+                f"the training targets are the next input tokens, but {share:.0%} of the {objective.compared} "
+                f"validation targets that reach the loss equal {what}: the validation Dataset (or its collate) builds "
+                "inputs and targets another way than the training one, so the validation loss scores another task "
+                "and says nothing about the model being trained",
+                "Build the validation pairs as the training ones are: inputs = ids[:-1], targets = ids[1:] (one "
+                "Dataset class or collate_fn for both splits).",
+                "data.val",
+            )
+            return
+
     @staticmethod
     def _probe_future(ctx: PreflightContext, batch: Any, token_input: TokenInput, grid: torch.Tensor,
-                      probe: tuple[int, torch.Tensor], first: torch.Tensor, findings: Findings) -> None:
+                      probe: tuple[int, torch.Tensor], first: torch.Tensor, findings: Findings,
+                      fed_twice: bool = False) -> None:
         """A second forward with the tokens from the middle on replaced: the logits just
         before them must not move."""
         start, rows = probe
@@ -358,6 +399,12 @@ class TargetLeakCheck(Check):
                              "tgt_is_causal set without a mask)" if decoders else "")
             torch_fix = ("Pass the causal mask to the decoder: tgt_mask=nn.Transformer.generate_square_subsequent_mask("
                          "T, device=x.device) (and tgt_is_causal=True). " if decoders else "")
+            if fed_twice:
+                # The tokens perturbed are the first of two calls with the same ids: the encoder's.
+                torch_decoder = (" The same target tokens reach the model twice: the encoder is given the decoder's "
+                                 "input (model(tgt_in, tgt_in) where model(src, tgt_in) was meant), and the encoder "
+                                 "sees every position, so the decoder reads each answer from the memory")
+                torch_fix = "Give the encoder the source sequence: model(src, tgt_in), the decoder alone the targets. "
             findings.error(
                 "LEAK_FUTURE",
                 f"the targets are the next input tokens, but changing the tokens from position {start} on changes the "

@@ -23,16 +23,19 @@ from torch.overrides import TorchFunctionMode
 from optimus_preflight.preflight.analyses.eval_forward import eval_forward
 from optimus_preflight.preflight.analyses.probe import get_probe
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
+from optimus_preflight.preflight.data_access.guard import read_samples
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import leaves, move_to_device
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
 
+VAL_READ_BUDGET_S = 5.0
 UNLABELLED_SHARE = 0.2  # of the positions the mask leaves out, for a placeholder to matter
 
 
-COPIES = {"to", "cuda", "cpu", "clone", "contiguous", "detach", "bool", "long", "int", "float", "type"}
+COPIES = {"to", "cuda", "cpu", "clone", "contiguous", "detach", "bool", "long", "int", "float", "type", "view",
+          "reshape", "squeeze", "unsqueeze", "flatten"}
 
 
 class MaskReads(TorchFunctionMode):
@@ -49,7 +52,10 @@ class MaskReads(TorchFunctionMode):
         result = func(*args, **kwargs)
         given = [value for value in leaves((args, kwargs)) if isinstance(value, torch.Tensor)
                  and value.untyped_storage().data_ptr() in self.watched]
-        if given and getattr(func, "__name__", "") in COPIES and isinstance(result, torch.Tensor):
+        name = getattr(func, "__name__", "")
+        # Unpacking a batch of one (mask[0]) selects the mask; indexing something else by it reads it.
+        selected = name == "__getitem__" and len(given) == 1 and args and given[0] is args[0]
+        if given and (name in COPIES or selected) and isinstance(result, torch.Tensor):
             self.watched.add(result.untyped_storage().data_ptr())
         elif given:
             self.read = True
@@ -78,6 +84,38 @@ def placeholder_mask(batch: Any, classes: int, trained: int) -> tuple[int, int, 
     return None
 
 
+def split_mask(batch: Any, trained: int) -> tuple[int, torch.Tensor, int] | None:
+    """(index of the mask leaf, the mask, index of the label leaf) for a boolean leaf shaped like
+    an integer label leaf of ``trained`` positions whose left-out positions hold real labels
+    (several classes): the training part of a transductive split (a node ``train_mask``)."""
+    found = list(leaves(batch))
+    for mask_index, mask in enumerate(found):
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.numel() != trained:
+            continue
+        if float((~mask).float().mean()) < UNLABELLED_SHARE or not bool(mask.any()):
+            continue
+        for label_index, labels in enumerate(found):
+            if isinstance(labels, torch.Tensor) and labels.shape == mask.shape and not labels.is_floating_point() \
+                    and labels.dtype != torch.bool and labels[~mask.to(labels.device)].unique().numel() >= 2:
+                return mask_index, mask, label_index
+    return None
+
+
+def held_out_positions(train_batch: Any, val_batch: Any, mask_index: int, label_index: int) -> int:
+    """How many positions the validation batch's mask selects that the training mask leaves out,
+    when both batches carry the same labels (one graph, two masks); 0 otherwise."""
+    train, val = list(leaves(train_batch)), list(leaves(val_batch))
+    if len(val) != len(train):
+        return 0
+    train_mask, val_mask = train[mask_index], val[mask_index]
+    train_labels, val_labels = train[label_index], val[label_index]
+    if not all(isinstance(t, torch.Tensor) for t in (val_mask, val_labels)) or val_mask.dtype != torch.bool \
+            or val_mask.shape != train_mask.shape or val_labels.shape != train_labels.shape \
+            or not torch.equal(val_labels.cpu(), train_labels.cpu()):
+        return 0
+    return int((val_mask.cpu() & ~train_mask.cpu()).sum())
+
+
 class UnreadMaskCheck(Check):
     """TARGET_MASK_UNUSED: placeholder labels trained because the batch's mask is never read."""
 
@@ -95,18 +133,10 @@ class UnreadMaskCheck(Check):
         found = next(((call, hit) for call in calls
                       if (hit := placeholder_mask(batch, call.n_classes, call.profile.total)) is not None), None)
         if found is None:
-            findings.data["summary"] = "no boolean mask beside class targets trained in full"
+            self._split_mask_unread(ctx, calls, batch, findings)
             return
         call, (mask_index, placeholder, mask, _) = found
-        reads = MaskReads(list(leaves(batch))[mask_index])
-        try:
-            with reads:
-                eval_forward(ctx, batch)
-        except Exception:
-            findings.data["summary"] = "the step could not be observed"
-            return
-        if reads.read:
-            findings.data["summary"] = "the step reads the batch's mask"
+        if self._reads(ctx, batch, mask_index, findings):
             return
         left_out = int((~mask).sum())
         findings.data["summary"] = f"a {tuple(mask.shape)} mask the step never reads"
@@ -120,5 +150,50 @@ class UnreadMaskCheck(Check):
             "Apply the mask in the loss: F.cross_entropy(logits[mask], y[mask]) (node classification: "
             f"logits[train_mask]), or store the unlabelled targets as -100, cross_entropy's ignore_index, instead of "
             f"{placeholder}.",
+            "data.train",
+        )
+
+    @staticmethod
+    def _reads(ctx: PreflightContext, batch: Any, mask_index: int, findings: Findings) -> bool:
+        """Whether the eval-mode step reads the batch's mask leaf (True, too, when it cannot be
+        observed: nothing is concluded then)."""
+        reads = MaskReads(list(leaves(batch))[mask_index])
+        try:
+            with reads:
+                eval_forward(ctx, batch)
+        except Exception:
+            findings.data["summary"] = "the step could not be observed"
+            return True
+        if reads.read:
+            findings.data["summary"] = "the step reads the batch's mask"
+        return reads.read
+
+    def _split_mask_unread(self, ctx: PreflightContext, calls: list, batch: Any, findings: Findings) -> None:
+        """A train_mask over one graph the loss never applies, where the validation loader's mask
+        over the same labels selects positions it leaves out: the loss trains on them."""
+        findings.data["summary"] = "no boolean mask beside class targets trained in full"
+        found = next(((call, hit) for call in calls if (hit := split_mask(batch, call.profile.total)) is not None), None)
+        if found is None or ctx.val_loader is None:
+            return
+        call, (mask_index, mask, label_index) = found
+        parts = read_samples(ctx, self.name, findings, ctx.val_loader, f"a validation batch for {self.name}",
+                             lambda val_batch: [val_batch], 1, VAL_READ_BUDGET_S)
+        if not parts:
+            return
+        held_out = held_out_positions(ctx.artifacts.first_batch, parts[0][0], mask_index, label_index)
+        if not held_out or self._reads(ctx, batch, mask_index, findings):
+            return
+        left_out = int((~mask).sum())
+        findings.data["summary"] = f"a {tuple(mask.shape)} train mask the step never reads"
+        findings.warning(
+            "TARGET_MASK_UNUSED",
+            f"the loss trains on the validation labels: the batch carries a boolean {tuple(mask.shape)} mask beside "
+            f"{call.function}'s targets of the same shape ({int(mask.sum())} positions True) and the step never reads "
+            f"it, so {call.function} is taken over all {call.profile.total} targets, the {left_out} the mask leaves "
+            f"out included. The validation loader holds the same labels with its own mask, and {held_out} of the "
+            "positions it scores are among those trained on: validation accuracy measures memorised labels, not "
+            "generalisation (a node classifier whose train_mask is never applied)",
+            "Apply the mask in the loss: F.cross_entropy(logits[train_mask], y[train_mask]) (and score validation "
+            "on logits[val_mask] only).",
             "data.train",
         )
