@@ -10,6 +10,7 @@ instead of a STEP_ERROR, while a genuine error of the user's loss stays a STEP_E
 
 from __future__ import annotations
 
+import collections
 import math
 
 import pytest
@@ -171,3 +172,27 @@ def test_a_real_error_of_the_loss_stays_a_step_error():
     report = preflight(broken, checks=[FirstBatchCheck(), FirstStepCheck()])
     assert "STEP_ERROR" in report.codes()
     assert report.check("step.first_step").status == CheckStatus.ERROR
+
+
+class BuildsOnLookup(collections.OrderedDict):
+    """transformers' ACT2FN: an OrderedDict of classes whose lookup returns a new instance (dict()
+    of an OrderedDict goes through __getitem__)."""
+
+    def __getitem__(self, key):
+        return super().__getitem__(key)()
+
+
+REGISTRY = BuildsOnLookup(relu=nn.ReLU)
+
+
+def test_a_mapping_that_builds_on_lookup_keeps_its_classes():
+    # A loss whose globals reach such a registry: recording it through __getitem__ stored
+    # instances, and restoring them replaced the classes (the next model built crashed).
+    def loss_fn(model, batch):
+        return REGISTRY["relu"](model(batch[0])).mean()
+
+    state = user_state_module.UserState(loss_fn)
+    REGISTRY["gelu"] = nn.GELU
+    state.restore()
+    assert dict.get(REGISTRY, "relu") is nn.ReLU and "gelu" not in REGISTRY
+    assert isinstance(REGISTRY["relu"], nn.ReLU)

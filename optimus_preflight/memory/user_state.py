@@ -126,8 +126,11 @@ class UserState:
             return
         if isinstance(value, dict):
             if len(value) <= CONTAINER_ITEMS:
-                self._dicts.append((value, dict(value)))
-                self._visit_items(value.values(), depth - 1)
+                # The stored values, not what a subclass's __getitem__ makes of them (transformers'
+                # ACT2FN builds a new module per lookup: restoring those would replace its classes).
+                stored = dict(dict.items(value))
+                self._dicts.append((value, stored))
+                self._visit_items(stored.values(), depth - 1)
         elif isinstance(value, list):
             if len(value) <= CONTAINER_ITEMS:
                 self._lists.append((value, list(value)))
@@ -322,7 +325,7 @@ def _restore_dict(mapping: dict, before: dict, every_key: bool) -> None:
     for key, value in before.items():
         if value is _EMPTY:
             mapping.pop(key, None)
-        elif mapping.get(key, _EMPTY) is not value:
+        elif dict.get(mapping, key, _EMPTY) is not value:
             mapping[key] = value
 
 
