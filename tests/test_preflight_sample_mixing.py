@@ -506,3 +506,38 @@ def test_a_dot_product_summed_over_the_whole_batch_is_named(per_row):
     if found:
         assert "sum() without a dim reduces the whole batch to one number" in found[0].message
         assert "(u * v).sum(dim=1)" in found[0].fix
+
+
+class BatchStatistic(nn.Module):
+    """Normalises over the batch axis even in eval mode: every sample reads the others."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = nn.Linear(24, 16)
+
+    def forward(self, x):
+        h = self.layer(x)
+        return h - h.mean(0, keepdim=True)
+
+
+@pytest.mark.parametrize("mixes", [False, True], ids=["views_stacked_by_the_loss", "model_mixes_stacked_views"])
+def test_views_stacked_by_the_loss_are_judged_by_the_models_own_rows(mixes):
+    # SupCon / SimCLR: the loss feeds torch.cat([v1, v2]) (2B rows); a sample moves rows 0 and B.
+    # An embedding width equal to the probe's 16 samples must not pass for the sample axis.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 24, generator=g)
+    views = TensorDataset(x + 0.1 * torch.randn(256, 24, generator=g), x + 0.1 * torch.randn(256, 24, generator=g))
+    model = BatchStatistic() if mixes else nn.Sequential(nn.Linear(24, 32), nn.ReLU(), nn.Linear(32, 16))
+
+    def loss_fn(model, batch):
+        z = nn.functional.normalize(model(torch.cat([batch[0], batch[1]])), dim=1)
+        rows = len(z)
+        scores = (z @ z.T / 0.1).masked_fill(torch.eye(rows, dtype=torch.bool), float("-inf"))
+        return nn.functional.cross_entropy(scores, (torch.arange(rows) + rows // 2) % rows)
+
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(views, batch_size=SIZE, shuffle=True), loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), SampleMixingCheck()])
+    result = report.check("step.sample_mixing")
+    assert bool([i for i in result.issues if i.code == "BATCH_MIXING"]) == mixes, result.data

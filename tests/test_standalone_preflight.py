@@ -210,3 +210,18 @@ def test_a_model_with_uninitialised_lazy_modules_is_refused_with_the_fix():
     model(next(iter(loader))[0])  # the dry run torch recommends: now it has weights to check
     report = run_preflight(model, torch.optim.SGD(model.parameters(), 0.1), loader, loss_fn=nn.CrossEntropyLoss())
     assert not report.failed
+
+
+@pytest.mark.parametrize("as_tuple", [True, False], ids=["tensor_dataset_of_one", "bare_tensors"])
+def test_a_criterion_on_batches_of_one_tensor_scores_a_reconstruction(as_tuple):
+    # TensorDataset(x) with nn.MSELoss() is an autoencoder: its target is its input.
+    from optimus_preflight.preflight.standalone import loss_adapter
+
+    x = torch.rand(256, 16, generator=torch.Generator().manual_seed(0))
+    model = nn.Sequential(nn.Linear(16, 4), nn.ReLU(), nn.Linear(4, 16))
+    batch = (x[:8],) if as_tuple else x[:8]
+    assert torch.equal(loss_adapter(nn.MSELoss())(model, batch), nn.functional.mse_loss(model(x[:8]), x[:8]))
+    data = TensorDataset(x) if as_tuple else x
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), DataLoader(data, batch_size=32, shuffle=True),
+                           loss_fn=nn.MSELoss(), max_steps=100)
+    assert not [(c.name, i.code) for c in report.checks for i in c.issues if i.severity.value in ("warning", "error")]

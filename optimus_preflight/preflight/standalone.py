@@ -103,7 +103,8 @@ def loss_adapter(loss_fn: Any) -> LossFn:
     - None: ``model(**batch).loss`` for mapping batches (Hugging Face models given
       ``labels``), else cross-entropy of ``model(inputs)`` against ``targets``;
     - a loss module or a ``torch.nn.functional`` loss (``nn.CrossEntropyLoss()``,
-      ``F.mse_loss``): ``loss_fn(model(inputs), targets)`` for ``(inputs, targets)`` batches;
+      ``F.mse_loss``): ``loss_fn(model(inputs), targets)`` for ``(inputs, targets)`` batches,
+      ``loss_fn(model(x), x)`` for a batch of one tensor ``x`` or ``(x,)`` (an autoencoder);
     - any other callable: called as ``loss_fn(model, batch)``, returning the loss or
       ``(loss, count)`` as ``TrainRecipe.compute_loss`` does.
     """
@@ -112,7 +113,12 @@ def loss_adapter(loss_fn: Any) -> LossFn:
     if isinstance(loss_fn, nn.Module) or getattr(loss_fn, "__module__", "") == "torch.nn.functional":
 
         def criterion_loss(model: nn.Module, batch: Any) -> torch.Tensor:
-            inputs, targets = batch
+            if isinstance(batch, torch.Tensor):
+                inputs = targets = batch  # a reconstruction: the input is its own target
+            elif isinstance(batch, (list, tuple)) and len(batch) == 1:
+                inputs = targets = batch[0]  # TensorDataset(x) of an autoencoder
+            else:
+                inputs, targets = batch
             return loss_fn(model(inputs), targets)
 
         return criterion_loss

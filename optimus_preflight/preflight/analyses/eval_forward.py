@@ -71,6 +71,29 @@ def eval_loss(ctx: PreflightContext, batch: Any) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+def model_call(ctx: PreflightContext, batch: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
+    """The tensors (of one dim or more) the model's first call in ``eval_forward`` receives and
+    returns; None when the forward raises or never reaches the model."""
+    seen: list[tuple[Any, Any]] = []
+
+    def keep(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        if not seen:
+            seen.append(((args, kwargs), output))
+
+    handle = ctx.model.register_forward_hook(keep, with_kwargs=True)
+    try:
+        eval_forward(ctx, batch)
+    except Exception:
+        return None
+    finally:
+        handle.remove()
+    if not seen:
+        return None
+    inputs, output = seen[0]
+    return ([leaf.detach() for leaf in leaves(inputs) if isinstance(leaf, torch.Tensor) and leaf.dim() > 0],
+            [leaf.detach() for leaf in leaves(output) if isinstance(leaf, torch.Tensor) and leaf.dim() > 0])
+
+
 def model_outputs(ctx: PreflightContext, batch: Any) -> list[torch.Tensor] | None:
     """The tensors (of one dim or more) of the model's first output in ``eval_forward``;
     None when the forward raises or never reaches the model."""

@@ -77,6 +77,8 @@ def profile_target(function: str, target: torch.Tensor, ignore_index: int | None
         if valid is not None:
             rows = as_rows(valid, shapes)
             if rows is not None:
+                if rows.dim() == 2 and rows.shape[1] > 1:
+                    profile.per_sample = False  # (B*T,) targets flattened from a (B, T) token batch
                 profile.rows = int(rows.shape[0])
                 profile.rows_without_target = int((~rows.any(dim=1)).sum())
                 # Kept targets both before and after a position: inside the sequence, not

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from optimus_preflight.preflight.analyses.eval_forward import eval_forward, model_outputs
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward, model_call, model_outputs
 from optimus_preflight.preflight.analyses.mixing_op import MixingOp, first_mixing, record_calls
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -166,6 +166,37 @@ def index_dependent(first: list[torch.Tensor], second: list[torch.Tensor], keep:
     return False
 
 
+def changed_rows(a: torch.Tensor, b: torch.Tensor, tolerance: float) -> set[int]:
+    moved = ((a.float() - b.float()).abs() > tolerance).reshape(a.shape[0], -1).any(dim=1)
+    return {int(i) for i in moved.nonzero().flatten().tolist()}
+
+
+def rows_follow_inputs(first: tuple[list[torch.Tensor], list[torch.Tensor]],
+                       second: tuple[list[torch.Tensor], list[torch.Tensor]], keep: int, index: int = 0) -> bool:
+    """Whether the model's first call is given the samples in a layout of the loss's own (two views
+    stacked, torch.cat([v1, v2]); rows selected or gathered for pairs) and its outputs move only in
+    the rows whose input moved: samples paired or stacked by the loss are not mixed by the model.
+    A batch passed as it is (the changed sample in its own row 0 alone) is judged as before, and
+    so is a time-major input, whose every row holds the changed sample."""
+    (inputs, outputs), (inputs_again, outputs_again) = first, second
+    if not inputs or not inputs_again or inputs[0].shape != inputs_again[0].shape:
+        return False
+    x, x_again = inputs[0], inputs_again[0]
+    rows = x.shape[0]
+    moved_in = changed_rows(x, x_again, 0.0)
+    if not moved_in or len(moved_in) == rows or (rows == keep and moved_in == {index}):
+        return False
+    compared = False
+    for a, b in zip(outputs, outputs_again):
+        if a.shape != b.shape or a.shape[0] != rows or not a.is_floating_point():
+            continue
+        tolerance = OTHER_SAMPLE_TOL * float(a.float().abs().max().clamp_min(1e-12))
+        if not changed_rows(a, b, tolerance) <= moved_in:
+            return False
+        compared = True
+    return compared
+
+
 def evenly_spaced(indices: list[int], keep: int) -> int | None:
     """The stride when ``indices`` are multiples of one stride that divides ``keep``: all of
     them, or all but some whose part of sample 0 happened to equal sample 1's (the probe's
@@ -200,10 +231,15 @@ class SampleMixingCheck(Check):
             return
         keep = min(size, PROBE_SAMPLES)
         probes = probe_batches(batch, size, keep)
-        outputs = [self._outputs(ctx, probe) for probe in probes]
-        if outputs[0] is None or outputs[1] is None:
+        calls = [model_call(ctx, probe) for probe in probes]
+        if calls[0] is None or calls[1] is None:
             findings.data["summary"] = "the forward could not be observed"
             return
+        if rows_follow_inputs(calls[0], calls[1], keep):
+            findings.data["summary"] = ("the loss lays the samples out anew for the model (views stacked, rows "
+                                        "selected); its outputs move only in the rows whose input moved")
+            return
+        outputs = [calls[0][1], calls[1][1]]
         outputs = list(per_sample_pairs(*outputs, keep))
         share = moved_share(*outputs)
         if not share:  # sample 1 equals sample 0, or nothing per-sample came out
