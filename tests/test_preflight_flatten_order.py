@@ -147,3 +147,28 @@ def test_targets_sliced_from_a_stream_are_read_in_the_layout_they_are_flattened_
     else:
         assert len(found) == 1
         assert f"({BATCH}, {LENGTH}) leading axes and targets flattened from ({LENGTH}, {BATCH})" in found[0].message
+
+
+class SteppingDecoder(nn.Module):
+    """A decoder loop over the positions, one GRUCell step each, its outputs stacked."""
+
+    def __init__(self, stack_dim: int):
+        super().__init__()
+        self.stack_dim = stack_dim
+        self.embed, self.cell, self.head = nn.Embedding(VOCAB, 16), nn.GRUCell(16, 16), nn.Linear(16, TAGS)
+
+    def forward(self, tokens):
+        h = torch.zeros(len(tokens), 16)
+        steps = []
+        for t in range(tokens.shape[1]):
+            h = self.cell(self.embed(tokens[:, t]), h)
+            steps.append(self.head(h))
+        return torch.stack(steps, dim=self.stack_dim)
+
+
+@pytest.mark.parametrize("stack_dim", [0, 1], ids=["stacked_step_major", "stacked_batch_major"])
+def test_per_step_outputs_stacked_step_major_are_named(stack_dim):
+    issues = codes(SteppingDecoder(stack_dim), flat)
+    assert bool(issues) == (stack_dim == 0)
+    if issues:
+        assert "torch.stack(outputs, dim=0)" in issues[0].message and "torch.stack(outputs, dim=1)" in issues[0].fix

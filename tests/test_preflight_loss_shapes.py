@@ -75,6 +75,19 @@ def test_a_hand_written_loss_that_broadcasts_a_prediction_column(loss):
     assert "prediction.squeeze(-1)" in found.fix
 
 
+def siamese_contrastive(model, batch):
+    inputs, same = batch
+    d = F.pairwise_distance(model(inputs), model(inputs.flip(0)), keepdim=True)  # (B, 1)
+    return (same * d ** 2 + (1 - same) * F.relu(1.0 - d) ** 2).mean()  # against (B,) pair labels
+
+
+def test_a_distance_kept_as_a_column_names_keepdim():
+    x = features()
+    found = issues(preflight(mlp(8), loader(x, (x.sum(1) > 0).float()), siamese_contrastive))["LOSS_BROADCAST"]
+    assert "keepdim=True" in found.message and "drop keepdim=True" in found.fix
+    assert "keepdim" not in issues(preflight(mlp(1), loader(x, x.sum(1)), hand_written_mse))["LOSS_BROADCAST"].message
+
+
 def box_l1(model, batch):
     inputs, boxes = batch  # boxes: (B, 1, 4), one box per image in the detection format
     return (model(inputs) - boxes).abs().mean()  # (B, 4) - (B, 1, 4): (B, B, 4)

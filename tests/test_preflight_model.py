@@ -28,6 +28,14 @@ def test_trainable_params_missing_from_the_optimizer(tmp_path):
     result = run(ctx, OptimizerParamsCheck)["model.optimizer_params"]
     assert codes(result) == {"O2"} and result.status == CheckStatus.ERROR
     assert "2.weight" in result.issues[0].message
+    # the optimizer holds exactly one submodule's parameters: it was built from that submodule
+    assert "built from model.0.parameters()" in result.issues[0].message
+
+
+def test_an_optimizer_over_a_slice_of_one_layer_is_not_said_to_be_built_from_a_submodule(tmp_path):
+    ctx = plain_context(tmp_path, optimizer=lambda m: torch.optim.AdamW([m[0].weight]))
+    result = run(ctx, OptimizerParamsCheck)["model.optimizer_params"]
+    assert codes(result) == {"O2"} and "built from model." not in result.issues[0].message
 
 
 def test_optimizer_holding_tensors_that_are_not_the_models(tmp_path):

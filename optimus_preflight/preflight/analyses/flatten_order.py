@@ -28,6 +28,7 @@ class FlattenMismatch:
     prediction_axes: tuple[int, ...]  # the leading axes flattened into the criterion's rows
     target_axes: tuple[int, ...]
     class_axis: tuple[int, ...] | None = None  # the channels-first shape whose class axis was viewed as last
+    stacked_dim: int | None = None  # the predictions are torch.stack(per-step outputs, dim=this)
 
 
 FLATTENING_CALLS = ("reshape", "view", "flatten", "ravel")
@@ -65,6 +66,22 @@ def flattened_from(tensor: torch.Tensor, watch: FlattenWatch | None = None) -> t
         sizes = getattr(node, "_saved_self_sym_sizes", None)
         if sizes is not None and len(sizes) > tensor.dim():
             return tuple(int(size) for size in sizes)
+    return None
+
+
+def stacked_along(tensor: torch.Tensor) -> int | None:
+    """The dim of the torch.stack that built the tensor ``tensor`` was flattened from (through
+    views, reshapes and copies), or None."""
+    node = tensor.grad_fn
+    for _ in range(6):
+        if node is None:
+            return None
+        name = type(node).__name__
+        if name == "StackBackward0":
+            return int(getattr(node, "_saved_dim", 0))
+        if name not in (*RESHAPE_BACKWARDS, "CloneBackward0", "ToCopyBackward0") or not node.next_functions:
+            return None
+        node = node.next_functions[0][0]
     return None
 
 
@@ -112,4 +129,4 @@ def flatten_mismatch(function: str, inputs: object, target: object,
     kept_prediction, kept_labels = [s for s in prediction if s != 1], [s for s in labels if s != 1]
     if len(kept_prediction) < 2 or kept_prediction == kept_labels or sorted(kept_prediction) != sorted(kept_labels):
         return None
-    return FlattenMismatch(function, prediction, labels)
+    return FlattenMismatch(function, prediction, labels, stacked_dim=stacked_along(inputs))

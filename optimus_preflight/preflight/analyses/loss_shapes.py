@@ -229,8 +229,12 @@ def column_broadcast_findings(broadcasts: list[ColumnBroadcast], calls: list[Cri
         f"shape {found.constant_shape} that is not (the batch's targets or labels read as a column, or a constant) "
         f"(`{found.op}`): they broadcast to {joint}, a table over (B, B) for B = {rows}, so every prediction is "
         f"compared with every target of the batch ({rows} times the terms) and the model learns to predict the "
-        "batch mean",
-        f"Give both one shape before the arithmetic: {squeeze} (or target.view_as(prediction)).",
+        "batch mean"
+        + (f". The {found.learnable_shape} column is {found.kept_reduction} taken with keepdim=True (F.pairwise_distance"
+           "(a, b, keepdim=True), x.norm(dim=1, keepdim=True)): against (B,) pair labels every distance is scored "
+           "against every pair's label" if found.kept_reduction else ""),
+        f"Give both one shape before the arithmetic: {squeeze} (or target.view_as(prediction))"
+        + ("; or drop keepdim=True from the reduction." if found.kept_reduction else "."),
     )]
 
 

@@ -144,6 +144,7 @@ class ColumnBroadcast:
     learnable_shape: tuple[int, ...]
     constant_shape: tuple[int, ...]
     joint_shape: tuple[int, ...] | None = None  # where it is not (B, B)
+    kept_reduction: str | None = None  # the (B, 1) is a reduction kept as a column (keepdim=True)
 
 
 @dataclass
@@ -173,6 +174,30 @@ def feature_slices_of_same_rows(inputs: list[torch.Tensor]) -> int | None:
     return None
 
 
+REDUCTIONS = {"NormBackward1": "a norm or F.pairwise_distance", "LinalgVectorNormBackward0": "a norm",
+              "SumBackward1": "a sum", "MeanBackward1": "a mean", "AmaxBackward0": "a max",
+              "LogsumexpBackward0": "a logsumexp"}
+ELEMENTWISE = {"PowBackward0", "MulBackward1", "DivBackward1", "RsubBackward1", "AddBackward1", "SubBackward1",
+               "NegBackward0", "ReluBackward0", "ClampMinBackward0", "ClampBackward1", "SqrtBackward0",
+               "ExpBackward0", "SigmoidBackward0", "AbsBackward0"}
+
+
+def kept_reduction(column: torch.Tensor) -> str | None:
+    """The reduction a learnable (B, 1) column was taken with keepdim=True, found back through
+    the elementwise ops after it (d ** 2, relu(margin - d)); None when it is another output."""
+    node = column.grad_fn
+    for _ in range(6):
+        if node is None:
+            return None
+        name = type(node).__name__
+        if name in REDUCTIONS:
+            return REDUCTIONS[name]
+        if name not in ELEMENTWISE or not node.next_functions:
+            return None
+        node = node.next_functions[0][0]
+    return None
+
+
 def column_broadcast(name: str, args: tuple) -> ColumnBroadcast | None:
     if name not in ARITHMETIC or len(args) < 2:
         return None
@@ -185,7 +210,8 @@ def column_broadcast(name: str, args: tuple) -> ColumnBroadcast | None:
     shapes = {tuple(learnable.shape), tuple(constant.shape)}
     rows = learnable.shape[0] if learnable.dim() else 0
     if rows >= 2 and shapes == {(rows, 1), (rows,)}:
-        return ColumnBroadcast(name.strip("_"), tuple(learnable.shape), tuple(constant.shape))
+        reduced = kept_reduction(learnable) if tuple(learnable.shape) == (rows, 1) else None
+        return ColumnBroadcast(name.strip("_"), tuple(learnable.shape), tuple(constant.shape), kept_reduction=reduced)
     # Any per-sample prediction against per-sample targets whose batch axes land on different
     # dims: (N, 4) - (N, 1, 4) is (N, N, 4), every prediction against every target.
     if rows >= 2 and constant.dim() >= 1 and constant.shape[0] == rows and learnable.dim() != constant.dim():

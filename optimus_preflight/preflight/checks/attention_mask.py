@@ -142,9 +142,10 @@ class AttentionMaskCheck(Check):
             if any(matches(part, ~pad) for pad in pads for part in aligned(mask, pad)):
                 findings.error(
                     "ATTENTION_MASK_INVERTED",
-                    f"the {name} an attention module receives is True on the tokens and False on the padding: torch "
-                    "ignores the positions where a key padding mask is True, so the model attends to the padding "
-                    "alone (Hugging Face's attention_mask, 1 = attend, is the opposite convention)",
+                    f"the {name} an attention module receives is inverted: True on the real tokens and False on the "
+                    "padding, while torch ignores the positions where a key padding mask is True, so the model "
+                    "attends to the padding alone (Hugging Face's attention_mask, 1 = attend, is the opposite "
+                    "convention: a mask built as ids != pad_id, or passed on from a tokenizer, reads backwards here)",
                     f"Pass {name}=(ids == pad_id): True on the padding, or {name}=~attention_mask.bool() when you "
                     "start from a Hugging Face attention_mask.",
                 )

@@ -134,16 +134,25 @@ class BatchLayoutCheck(Check):
             )
         elif probe.flatten_mismatch is not None:
             found = probe.flatten_mismatch
+            if found.stacked_dim == 0:
+                # A decoder loop's per-step outputs stacked step-major: the layout comes from the stack.
+                cause = (f"The predictions are torch.stack(outputs, dim=0) of the per-step outputs of a loop (a "
+                         f"decoder stepping through time): stacking along dim 0 makes them time-major {found.prediction_axes}, "
+                         f"while the targets are batch-major {found.target_axes}")
+                fix = ("Stack the steps along the time axis of a batch-first layout: torch.stack(outputs, dim=1) "
+                       "(B, T, C), then reshape(-1, C) against targets.reshape(-1).")
+            else:
+                cause = ("A seq-first (T, B, C) output (nn.TransformerEncoder, nn.LSTM/GRU without batch_first=True) "
+                         "flattened with reshape(-1, C) against batch-first (B, T) targets does this")
+                fix = ("Bring both to one layout before flattening: logits.transpose(0, 1).reshape(-1, C) against "
+                       "targets.reshape(-1) (or build the model with batch_first=True).")
             findings.error(
                 "FLATTEN_ORDER_MISMATCH",
                 f"{found.function} gets predictions flattened from {found.prediction_axes} leading axes and targets "
                 f"flattened from {found.target_axes}: the same number of rows in a different order, so row i of the "
                 "predictions and row i of the targets belong to different positions of different samples and every "
-                "token is scored against another token's label. A seq-first (T, B, C) output (nn.TransformerEncoder, "
-                "nn.LSTM/GRU without batch_first=True) flattened with reshape(-1, C) against batch-first (B, T) "
-                "targets does this",
-                "Bring both to one layout before flattening: logits.transpose(0, 1).reshape(-1, C) against "
-                "targets.reshape(-1) (or build the model with batch_first=True).",
+                f"token is scored against another token's label. {cause}",
+                fix,
             )
         if probe.classes_misread is not None and probe.flatten_mismatch is None:
             self._classes_misread(probe.classes_misread, findings)

@@ -156,6 +156,15 @@ class OptimizerParamsCheck(Check):
                 copy = (f" The optimizer holds only frozen parameters ({shown}): it was built over a frozen copy of the "
                         "network (an EMA / moving-average shadow, a teacher) instead of the network that trains, e.g. "
                         "torch.optim.Adam(model.ema.parameters()) where model.net.parameters() was meant.")
+            elif held and modules and (built_from := _whole_modules(held, list(names.values()))) \
+                    and all(any(name.startswith(module + ".") for module in built_from) for name in held):
+                # Exactly some submodules' parameters are held: the optimizer was built from them.
+                source = " + ".join(f"list(model.{module}.parameters())" for module in built_from[:2])
+                copy = (f" The optimizer holds exactly the parameters of {', '.join(repr(m) for m in built_from[:3])}: "
+                        f"it was built from {source if len(built_from) > 1 else f'model.{built_from[0]}.parameters()'} "
+                        f"where model.parameters() was meant, so {', '.join(repr(m) for m in modules[:3])} keep(s) "
+                        "its random initial weights for the whole run (only one tower or half of the network "
+                        "trains).")
             findings.error(
                 "O2",
                 f"{_names(missing)}{whole}: {len(missing)} trainable parameter(s) not in the optimizer, never updated."
