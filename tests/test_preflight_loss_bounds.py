@@ -148,3 +148,62 @@ def test_a_loss_lowest_for_wrong_predictions_is_named(loss_fn, fires):
         before = [p.detach().clone() for p in model.parameters()]
         assert all(p.grad is None for p in model.parameters())  # the descent never touched the model
         assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+class TwoTasks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Sequential(nn.Linear(6, 16), nn.ReLU())
+        self.regress, self.classify = nn.Linear(16, 1), nn.Linear(16, 3)
+        self.log_vars = nn.Parameter(torch.zeros(2))
+
+    def forward(self, x):
+        h = self.body(x)
+        return self.regress(h).squeeze(-1), self.classify(h)
+
+
+@pytest.mark.parametrize("with_log_term", [False, True], ids=["weights_only", "kendall"])
+def test_learned_task_weights_that_can_scale_the_loss_away_fire(with_log_term):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 6, generator=g)
+    data = TensorDataset(x, x[:, 0] * 2, (x[:, 1] > 0).long() + (x[:, 2] > 0).long())
+
+    def weighted(model, batch):
+        inputs, value, label = batch
+        regression, logits = model(inputs)
+        losses = torch.stack([F.mse_loss(regression, value), F.cross_entropy(logits, label)])
+        total = (torch.exp(-model.log_vars) * losses).sum()
+        return total + model.log_vars.sum() if with_log_term else total
+
+    model = TwoTasks()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), DataLoader(data, batch_size=32),
+                           loss_fn=weighted, checks=[FirstBatchCheck(), LossBoundsCheck()])
+    codes = [issue.code for issue in report.check("step.loss_bounds").issues]
+    assert codes == ([] if with_log_term else ["LOSS_WEIGHT_VANISHES"])
+
+
+class SigmoidVAE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.encoder, self.decoder = nn.Linear(12, 8), nn.Sequential(nn.Linear(4, 12), nn.Sigmoid())
+
+    def forward(self, x):
+        mu, logvar = self.encoder(x).chunk(2, dim=-1)
+        return self.decoder(mu), mu, logvar
+
+
+def test_a_kl_subtracted_beside_a_bce_on_probabilities_has_no_minimum():
+    # Shifting the probabilities past 1 makes binary_cross_entropy raise: the other outputs still count.
+    x = torch.rand(256, 12, generator=torch.Generator().manual_seed(0))
+
+    def elbo_wrong_sign(model, batch):
+        recon, mu, logvar = model(batch[0])
+        kl = -0.5 * torch.sum(1 + logvar - mu ** 2 - logvar.exp()) / len(mu)
+        return F.binary_cross_entropy(recon, batch[0], reduction="sum") / len(mu) - kl
+
+    model = SigmoidVAE()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), DataLoader(TensorDataset(x), batch_size=32),
+                           loss_fn=elbo_wrong_sign, checks=[FirstBatchCheck(), LossBoundsCheck()])
+    assert [issue.code for issue in report.check("step.loss_bounds").issues] == ["LOSS_UNBOUNDED_BELOW"]

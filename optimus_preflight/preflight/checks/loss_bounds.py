@@ -88,6 +88,22 @@ def shifted_loss(ctx: PreflightContext, batch: Any, shift: float, only: int | No
     return None if value is None or math.isnan(value) or value == math.inf else value
 
 
+def _tried(ctx: PreflightContext, batch: Any, shift: float, only: int | None) -> float | None:
+    try:
+        return shifted_loss(ctx, batch, shift, only)
+    except Exception:
+        return None
+
+
+VANISHED = 1e-3  # of the loss at the parameter's value: what is left of it after the first shift
+
+
+def _vanishes(base: float, near: float | None, far: float | None) -> bool:
+    """A positive loss that a learned parameter scales towards 0: a thousandth of it left after
+    the first shift, no more after the second."""
+    return base > 0 and near is not None and far is not None and 0 <= far <= near <= VANISHED * base
+
+
 def _unbounded(base: float, near: float | None, far: float | None) -> bool:
     """The loss goes negative and keeps falling as fast as the shift grows (or reaches -inf)."""
     if near is None or far is None:
@@ -120,7 +136,7 @@ class LossBoundsCheck(Check):
 
     name = "step.loss_bounds"
     stage = Stage.STEP
-    codes = ("LOSS_UNBOUNDED_BELOW", "LOSS_SHRINKS_EACH_CALL", "LOSS_REWARDS_MISTAKES")
+    codes = ("LOSS_UNBOUNDED_BELOW", "LOSS_WEIGHT_VANISHES", "LOSS_SHRINKS_EACH_CALL", "LOSS_REWARDS_MISTAKES")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -135,11 +151,13 @@ class LossBoundsCheck(Check):
             outputs = len(shapes)
             # All outputs together, then each alone when there are a few (a VAE's mean and log-variance).
             targets = [None] + (list(range(outputs)) if 1 < outputs <= MAX_OUTPUTS else [])
-            found = {(only, sign * shift): shifted_loss(ctx, batch, sign * shift, only)
-                     for only in targets for shift in SHIFTS for sign in (1, -1)}
         except Exception:
             findings.data["summary"] = "the loss could not be computed on shifted outputs"
             return
+        # A shift one output cannot take (a sigmoid's probabilities pushed past 1 into
+        # binary_cross_entropy) says nothing about the others: each is tried on its own.
+        found = {(only, sign * shift): _tried(ctx, batch, sign * shift, only)
+                 for only in targets for shift in SHIFTS for sign in (1, -1)}
         findings.data.update(loss=base, shifted={f"{only}:{shift:g}": value for (only, shift), value in found.items()})
         findings.data["summary"] = (f"loss {base:.4g}; at the largest shifts {found[None, SHIFTS[-1]]}, "
                                     f"{found[None, -SHIFTS[-1]]}")
@@ -204,9 +222,22 @@ class LossBoundsCheck(Check):
                             param.copy_(saved)
             for sign in (1, -1):
                 near, far = found[sign * SHIFTS[0]], found[sign * SHIFTS[-1]]
+                direction = "up" if sign > 0 else "down"
+                if _vanishes(base, near, far):
+                    findings.error(
+                        "LOSS_WEIGHT_VANISHES",
+                        f"the loss vanishes through the learned parameter '{name}' ({param.numel()} value(s)): moving "
+                        f"it {direction} by {SHIFTS[0]:g} and {SHIFTS[-1]:g} takes the loss from {base:.4g} to "
+                        f"{near:.3g} and then {far:.3g}, so the optimizer can lower it to 0 by scaling every term "
+                        "away instead of fitting the tasks: the weights fall towards 0 and the tasks stop learning. A "
+                        "learned task weighting (Kendall's uncertainty weights) written exp(-log_var) * loss without "
+                        "its + log_var term does this",
+                        "Add the term that pays for a small weight: torch.exp(-log_var) * task_loss + log_var (per "
+                        "task, summed); or fix the weights instead of learning them.",
+                    )
+                    return True
                 if not _unbounded(base, near, far):
                     continue
-                direction = "up" if sign > 0 else "down"
                 findings.error(
                     "LOSS_UNBOUNDED_BELOW",
                     f"the loss has no lower bound in the learned parameter '{name}' ({param.numel()} value(s)): "
