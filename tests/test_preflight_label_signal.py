@@ -125,3 +125,44 @@ def test_chance_labels_are_unrelated_beyond_sampling_noise():
         signal = label_signal(x, y[torch.randperm(1000, generator=g)])
         assert signal is not None and signal.unrelated, (seed, signal)
         assert not label_signal(x, y).unrelated
+
+
+def test_what_the_token_ids_show_beside_texts_unrelated_to_their_labels():
+    from torch.utils.data import TensorDataset as Rows
+
+    from optimus_preflight.preflight.checks.split_labels import commonest_id, stored_by_length
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, 44, (64, 12), generator=g)
+    assert commonest_id(ids, None) is None  # every word about as common
+    ids[:, 3] = 1  # one <unk> per text, where the label word was
+    assert commonest_id(ids, None) == (1, pytest.approx(1 / 12))
+    lengths = torch.randint(3, 12, (200,), generator=g)
+    padded = torch.where(torch.arange(12) < lengths[:, None], torch.randint(4, 44, (200, 12), generator=g), 0)
+    labels = torch.zeros(200, dtype=torch.long)
+    assert not stored_by_length(Rows(padded, labels), 0)
+    assert stored_by_length(Rows(padded[lengths.argsort()], labels), 0)
+
+
+def test_texts_sorted_for_bucketing_without_their_labels_say_so():
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 4, (1200,), generator=g)
+    lengths = torch.randint(4, 17, (1200,), generator=g)
+    ids = torch.where(torch.arange(16) < lengths[:, None], torch.randint(10, 60, (1200, 16), generator=g), 0)
+    ids[torch.arange(1200), (lengths * torch.rand(1200, generator=g)).long()] = 2 + labels  # the topic word
+    ids = ids[lengths.argsort(stable=True)]  # docs.sort(key=len), labels left as they were
+
+    class MeanBag(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.head = nn.Embedding(60, 16, padding_idx=0), nn.Linear(16, 4)
+
+        def forward(self, tokens):
+            return self.head(self.embed(tokens).mean(1))
+
+    model = MeanBag()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(ids, labels), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    found = [i for i in report.check("data.split_labels").issues if i.code == "LABELS_UNRELATED"]
+    assert found and "stored in order of length" in found[0].message

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import RandomSampler, SequentialSampler
+from torch.utils.data import RandomSampler, SequentialSampler, TensorDataset
 
 from optimus_preflight.preflight.analyses.column_relations import RelationChange, relation_change
 from optimus_preflight.preflight.analyses.label_signal import label_signal
@@ -240,6 +240,47 @@ class BagReading:
     rows: int
     width: int
     full: bool  # every row fills its positions: no padding value trails any row
+    common_id: int | None = None  # a non-padding id far commoner than the others (an <unk> the lookup fell to)
+    common_share: float = 0.0
+    sorted_by_length: bool = False  # the training tensor's rows are stored in order of length
+
+
+COMMON_ID_SHARE = 0.05  # of the non-padding tokens ...
+COMMON_ID_RATIO = 3.0  # ... and this many times the median id's share
+
+
+def commonest_id(ids: torch.Tensor, pad: int | None) -> tuple[int, float] | None:
+    """(id, share) of a non-padding id that is at least COMMON_ID_SHARE of the tokens and
+    COMMON_ID_RATIO times the median id's share (pure)."""
+    tokens = ids.reshape(-1).cpu()
+    if pad is not None:
+        tokens = tokens[tokens != pad]
+    if tokens.numel() < 64:
+        return None
+    values, counts = torch.unique(tokens, return_counts=True)
+    if values.numel() < 4:
+        return None
+    share = counts.float() / tokens.numel()
+    top = int(share.argmax())
+    if float(share[top]) >= COMMON_ID_SHARE and float(share[top]) >= COMMON_ID_RATIO * float(share.median()):
+        return int(values[top]), float(share[top])
+    return None
+
+
+def stored_by_length(dataset: Any, pad: int | None) -> bool:
+    """Whether a TensorDataset's token rows are stored in order of their length (a sort for
+    bucketing): almost every next row is at least as long, and the lengths vary."""
+    tensors = getattr(dataset, "tensors", None)
+    if not isinstance(dataset, TensorDataset) or not tensors or pad is None:
+        return False
+    ids = tensors[0]
+    if ids.dim() != 2 or ids.is_floating_point() or len(ids) < 64:
+        return False
+    lengths = (ids != pad).sum(1).float()
+    if float(lengths.std()) == 0:
+        return False
+    steps = lengths[1:] - lengths[:-1]
+    return float((steps >= 0).float().mean()) >= 0.99 or float((steps <= 0).float().mean()) >= 0.99
 
 
 SHUFFLE_TOLERANCE = 1e-5  # relative change of the loss under shuffled token positions: none
@@ -287,8 +328,28 @@ def reads_a_bag(ctx: PreflightContext) -> BagReading | None:
     if not same:
         return None
     last = ids[:, -1]
-    trailing = int((last == torch.mode(last).values).sum())
-    return BagReading(rows=int(ids.shape[0]), width=int(ids.shape[1]), full=trailing < 0.5 * len(last))
+    pad_value = int(torch.mode(last).values)
+    trailing = int((last == pad_value).sum())
+    full = trailing < 0.5 * len(last)
+    pad = None if full else pad_value
+    common = commonest_id(ids, pad)
+    return BagReading(rows=int(ids.shape[0]), width=int(ids.shape[1]), full=full,
+                      common_id=common[0] if common else None, common_share=common[1] if common else 0.0,
+                      sorted_by_length=stored_by_length(getattr(ctx.train_loader, "dataset", None), pad))
+
+
+def bag_hints(bag: BagReading) -> str:
+    """What the token ids themselves show beside texts unrelated to their labels."""
+    hints = ""
+    if bag.sorted_by_length:
+        hints += (" The training texts are stored in order of length (a sort for bucketing, docs.sort(key=len)): "
+                  "sorting the texts without their labels pairs each text with another text's label")
+    if bag.common_id is not None:
+        hints += (f" Id {bag.common_id} is {bag.common_share:.0%} of the tokens, far commoner than any other: if it is "
+                  "the unknown-word id (<unk>), the words that decide the label are missing from the vocabulary and "
+                  "all read as one token (a vocabulary built on text.lower() looked up with the original casing, or "
+                  "built from another corpus or tokenizer)")
+    return hints
 
 
 def conflicting_labels(digests: list[str], labels: torch.Tensor) -> tuple[int, int]:
@@ -471,8 +532,11 @@ class SplitLabelsCheck(Check):
             self._shortcut(shortcut, findings)
         if found is None or not found.relabelled:
             self._shift(ctx, train[1], val[1], findings)
+        # Training labels unrelated to their texts change every column's relation to them: that is
+        # the training split's pairing, not a validation vocabulary.
+        unrelated = any(issue.code == "LABELS_UNRELATED" and issue.severity.value == "warning" for issue in findings.issues)
         if found is None:
-            if train[0] is None and train[4] is not None and val[4] is not None:
+            if train[0] is None and train[4] is not None and val[4] is not None and not unrelated:
                 self._recoded(relation_change(train[4], train[1], val[4], val[1]), findings, text=True)
             findings.data.setdefault("summary", "too few samples or classes to compare")
             return
@@ -666,7 +730,7 @@ class SplitLabelsCheck(Check):
                 f"answering the largest class ({signal.majority:.0%}), so the model has nothing to learn from. "
                 "Usually the labels were joined to the texts wrongly: two sources merged whose labels mean opposite "
                 "things (1 = positive in one export, 1 = complaint in the other) without recoding one, or texts and "
-                f"labels sorted, shuffled or filtered apart.{cut}",
+                f"labels sorted, shuffled or filtered apart.{cut}{bag_hints(bag)}",
                 ("Keep the part of each text that carries the label: truncate from the left (tokenizer("
                  "truncation_side='left'), or ids[-max_length:]) or raise max_length; " if bag.full else "")
                 + "print a few texts with their labels and check them by hand: texts and labels joined in the same "
