@@ -122,3 +122,38 @@ def test_a_padding_idx_on_a_column_coded_from_zero_is_a_real_category():
 def test_a_categorical_column_without_a_misused_padding_idx_is_quiet(codes, rows, padding_idx):
     issues, _ = city_run(codes, rows, padding_idx)
     assert issues == []
+
+
+class PretrainedBag(nn.Module):
+    def __init__(self, matrix: torch.Tensor, freeze: bool):
+        super().__init__()
+        self.embed = nn.Embedding.from_pretrained(matrix, freeze=freeze, padding_idx=0)
+        self.head = nn.Linear(matrix.shape[1], 4)
+
+    def forward(self, tokens):
+        return self.head(self.embed(tokens).mean(1))
+
+
+@pytest.mark.parametrize("zero_rows, freeze, fires", [
+    ([0, 4, 5, 6, 7], True, True),   # the topic words missing from the vectors, frozen
+    ([0, 4, 5, 6, 7], False, False),  # they train
+    ([0], True, False),               # only the padding row is zero
+    ([0, 1], True, False),            # one zero <unk> row: a common, deliberate choice
+], ids=["oov_rows_frozen", "oov_rows_trained", "padding_only", "one_unk_row"])
+def test_words_read_as_frozen_zero_vectors(zero_rows, freeze, fires):
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 4, (512,), generator=g)
+    ids = torch.randint(8, 60, (512, 16), generator=g)
+    ids[:, 3] = 4 + labels  # the topic word
+    ids[:, 5] = 1  # an <unk>
+    matrix = torch.randn(60, 16, generator=g)
+    matrix[zero_rows] = 0.0
+    model = PretrainedBag(matrix, freeze)
+    report = run_preflight(model, torch.optim.Adam([p for p in model.parameters() if p.requires_grad], 1e-3),
+                           DataLoader(list(zip(ids, labels)), batch_size=64, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), EmbeddingInputsCheck()])
+    found = [i for i in report.check("model.embedding_inputs").issues if i.code == "FROZEN_ZERO_VECTORS"]
+    assert bool(found) == fires
+    if found:
+        assert "4, 5, 6, 7" in found[0].message and "freeze=False" in found[0].fix

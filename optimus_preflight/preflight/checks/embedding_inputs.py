@@ -10,6 +10,10 @@ where the few known tokens fall.
 an ``nn.EmbeddingBag(padding_idx=p)`` read as flat ids with offsets (nothing padded) that
 receives ``p`` at all.
 
+``FROZEN_ZERO_VECTORS``: a frozen ``nn.Embedding`` (``from_pretrained`` freezes by default)
+whose all-zero rows, words missing from the pretrained vectors, are read by two or more ids
+making up 1% or more of the batch's non-padding tokens: those words never get a vector.
+
 ``EMBEDDING_FIELDS_SHARE_IDS``: label-encoded categorical columns (each from 0) looked up in
 one table sized as the sum of their cardinalities, without per-field offsets.
 
@@ -102,6 +106,35 @@ def dominant_token(ids: torch.Tensor) -> tuple[int, float, int] | None:
     return int(values[top]), float(counts[top]) / kept.numel(), kept.numel()
 
 
+ZERO_VECTOR_SHARE = 0.01  # of the non-padding tokens read as all-zero frozen vectors ...
+ZERO_VECTOR_IDS = 2  # ... by at least this many ids (one zero <unk> row is a common, deliberate choice)
+
+
+def zero_vectors_read(module: nn.Embedding, ids: torch.Tensor) -> tuple[list[int], float] | None:
+    """(ids, share of the non-padding tokens) a frozen Embedding reads as all-zero rows, the
+    padding_idx and the batch's edge padding left out; None when there are too few."""
+    if module.weight.requires_grad:
+        return None
+    with torch.no_grad():
+        zero_rows = (module.weight.detach() == 0).all(dim=1)
+    if not bool(zero_rows.any()):
+        return None
+    tokens = ids.reshape(-1)
+    if ids.dim() == 2:
+        profile, _ = edge_padding(ids, None)
+        if profile is not None:
+            tokens = tokens[tokens != profile.value]
+    if module.padding_idx is not None:
+        tokens = tokens[tokens != module.padding_idx % module.num_embeddings]
+    tokens = tokens[(tokens >= 0) & (tokens < module.num_embeddings)]
+    if tokens.numel() < MIN_TOKENS:
+        return None
+    hit = zero_rows.to(tokens.device)[tokens]
+    used = sorted(int(i) for i in torch.unique(tokens[hit]).tolist())
+    share = float(hit.float().mean())
+    return (used, share) if len(used) >= ZERO_VECTOR_IDS and share >= ZERO_VECTOR_SHARE else None
+
+
 MIN_BAGS = 4  # offsets of a batch this large before their layout is judged
 
 
@@ -112,7 +145,7 @@ class EmbeddingInputsCheck(Check):
     name = "model.embedding_inputs"
     stage = Stage.STEP
     codes = ("EMBEDDING_ONE_TOKEN", "EMBEDDING_PADDING_IDX", "EMBEDDING_FIELDS_SHARE_IDS", "POSITION_EMBEDDING_TOKEN_IDS",
-             "EMBEDDINGBAG_OFFSETS")
+             "EMBEDDINGBAG_OFFSETS", "FROZEN_ZERO_VECTORS")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -132,9 +165,16 @@ class EmbeddingInputsCheck(Check):
         top_row_used: dict[nn.Module, bool] = {}  # ... whose ids reach the table's last row (no spare row)
         one_token_bags: dict[nn.Module, tuple[int, int]] = {}  # (bags, tokens) of offsets = arange(bags)
 
+        frozen_zero: dict[nn.Module, tuple[list[int], float]] = {}  # ids read as all-zero frozen vectors
+
         def on_input(module: nn.Module, args: tuple) -> None:
             ids = args[0] if args else None
             offsets = args[1] if len(args) > 1 else None
+            if isinstance(module, nn.Embedding) and module not in frozen_zero and isinstance(ids, torch.Tensor) \
+                    and not ids.is_floating_point() and ids.numel() >= MIN_TOKENS:
+                found = zero_vectors_read(module, ids.detach())
+                if found is not None:
+                    frozen_zero[module] = found
             if isinstance(module, nn.EmbeddingBag) and isinstance(ids, torch.Tensor) and ids.dim() == 1 \
                     and isinstance(offsets, torch.Tensor) and offsets.dim() == 1 and offsets.numel() >= MIN_BAGS:
                 bags = offsets.numel()
@@ -197,6 +237,19 @@ class EmbeddingInputsCheck(Check):
             for handle in handles:
                 handle.remove()
         findings.data["summary"] = f"{len(seen)} Embedding input(s) observed"
+        for module, (zero_ids, share) in frozen_zero.items():
+            shown = ", ".join(str(i) for i in zero_ids[:6]) + (" ..." if len(zero_ids) > 6 else "")
+            findings.warning(
+                "FROZEN_ZERO_VECTORS",
+                f"the frozen embedding '{embeddings[module]}' (requires_grad=False: nn.Embedding.from_pretrained "
+                f"freezes by default) maps {len(zero_ids)} token id(s) the batch uses ({shown}; {share:.0%} of its "
+                "non-padding tokens) to all-zero vectors: words missing from the pretrained vectors (out of "
+                "vocabulary, their rows left at zero) read as nothing and, frozen, never learn a vector, so whatever "
+                "they say about the label is lost",
+                "Let the table train (nn.Embedding.from_pretrained(matrix, freeze=False)), or give the missing words "
+                "random rows (matrix[oov] = torch.randn(len(oov), dim) * matrix.std()) before loading it; keep zero "
+                "only for the padding_idx.",
+            )
         for module, (bags, tokens) in one_token_bags.items():
             findings.error(
                 "EMBEDDINGBAG_OFFSETS",
