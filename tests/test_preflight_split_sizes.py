@@ -56,6 +56,22 @@ def test_batch_size_none_over_a_dataset_of_batches_is_quiet():
     assert codes(DataLoader(Prebatched(), batch_size=None, shuffle=True)) == []
 
 
+def test_batch_size_none_over_one_whole_graph_is_quiet():
+    # Transductive node classification: features, adjacency, labels and a node index of another
+    # length share no size, yet the one item is the whole batch.
+    g = torch.Generator().manual_seed(0)
+    graph = (torch.randn(64, 8, generator=g), torch.eye(64), torch.randint(0, 3, (64,), generator=g), torch.arange(40))
+    model = nn.Linear(8, 3)
+
+    def node_loss(model, batch):
+        x, adjacency, y, train_index = batch
+        return nn.functional.cross_entropy((adjacency @ model(x))[train_index], y[train_index])
+
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), DataLoader([graph], batch_size=None),
+                           loss_fn=node_loss, checks=[FirstBatchCheck(), SplitSizesCheck()])
+    assert not report.check("data.split_sizes").issues
+
+
 class BpttChunks(Dataset):
     """A torchtext-style batchifier: (batch, bptt) inputs beside (bptt, batch) targets, no
     axis first in both (the targets' layout is step.batch_layout's business)."""

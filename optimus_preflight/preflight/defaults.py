@@ -82,6 +82,7 @@ from optimus_preflight.preflight.checks.regressed_classes import RegressedClasse
 from optimus_preflight.preflight.checks.row_scaling import RowScalingCheck
 from optimus_preflight.preflight.checks.sample_mixing import SampleMixingCheck
 from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageCheck
+from optimus_preflight.preflight.checks.selection_alignment import SelectionAlignmentCheck
 from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
 from optimus_preflight.preflight.checks.split_codes import SplitCodesCheck
 from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck
@@ -217,6 +218,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     SurvivalOrderCheck,
     PooledAxisCheck,
     IntegerMaskCheck,
+    SelectionAlignmentCheck,
     OrdinalCodesCheck,
     TransitionFlagsCheck,
     ContrastiveTargetsCheck,

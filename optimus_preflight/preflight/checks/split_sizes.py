@@ -8,7 +8,8 @@
   turns automatic batching off: every "batch" is one sample, without a batch dimension
   (a 0-dim target), so each step trains on a single example with the noise of one. A
   config's ``None`` meant as "the default" does it; a dataset that returns whole batches
-  itself (its items share a leading batch dimension) is what ``batch_size=None`` is for.
+  itself (its items share a leading batch dimension), or holds one item that is the whole
+  batch (a full graph with its node index), is what ``batch_size=None`` is for.
 """
 
 from __future__ import annotations
@@ -69,7 +70,9 @@ class SplitSizesCheck(Check):
         dataset = getattr(loader, "dataset", None)
         if getattr(loader, "batch_size", 0) is None and getattr(loader, "batch_sampler", 0) is None \
                 and dataset is not None and not isinstance(dataset, IterableDataset) \
-                and _unbatched(ctx.artifacts.first_batch):
+                and _samples(loader) != 1 and _unbatched(ctx.artifacts.first_batch):
+            # (One item read without batching is a whole batch built by hand: a full graph, the
+            # (x, adjacency, labels, node index) of transductive node classification.)
             findings.warning(
                 "BATCHING_DISABLED",
                 "the training loader was built with batch_size=None, which turns automatic batching off: each "
