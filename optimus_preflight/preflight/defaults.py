@@ -39,6 +39,7 @@ from optimus_preflight.preflight.checks.dataset_checks import DatasetLengthCheck
 from optimus_preflight.preflight.checks.dataset_memory import DatasetCacheCheck
 from optimus_preflight.preflight.checks.dataset_mutation import DatasetMutationCheck
 from optimus_preflight.preflight.checks.derivative_graph import DerivativeGraphCheck
+from optimus_preflight.preflight.checks.distance_tables import DistanceTablesCheck
 from optimus_preflight.preflight.checks.double_balancing import DoubleBalancingCheck
 from optimus_preflight.preflight.checks.dropout_rate import DropoutInEvalCheck, DropoutOnOutputCheck, DropoutRateCheck
 from optimus_preflight.preflight.checks.embedding_inputs import EmbeddingInputsCheck
@@ -219,6 +220,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     PooledAxisCheck,
     IntegerMaskCheck,
     SelectionAlignmentCheck,
+    DistanceTablesCheck,
     OrdinalCodesCheck,
     TransitionFlagsCheck,
     ContrastiveTargetsCheck,

@@ -132,7 +132,7 @@ class SelectionAlignmentCheck(Check):
         )
 
 
-def eval_forward_with_grad(ctx: PreflightContext, watch: SelectionWatch) -> None:
+def eval_forward_with_grad(ctx: PreflightContext, watch: TorchFunctionMode) -> None:
     """``compute_loss`` in eval mode with autograd on (nothing is backpropagated): the model's
     outputs carry requires_grad, which tells them from the batch's tensors."""
     from optimus_preflight.preflight.framework.preserve import preserved_training_state
