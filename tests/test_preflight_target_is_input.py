@@ -32,3 +32,21 @@ def issues(loss_fn, dataset) -> list:
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_a_target_that_is_the_models_own_input(name, loss_fn, dataset, fires):
     assert bool(issues(loss_fn, dataset)) == fires
+
+
+def noised(predict: str):
+    def loss_fn(model, batch):
+        x0 = batch[0]
+        noise = torch.randn_like(x0)
+        x_t = 0.6 * x0 + 0.8 * noise
+        return nn.functional.mse_loss(model(x_t), x_t if predict == "x_t" else noise)
+    return loss_fn
+
+
+@pytest.mark.parametrize("predict", ["x_t", "noise"])
+def test_a_diffusion_loss_regressing_its_noised_input_is_named(predict):
+    found = issues(noised(predict), TensorDataset(CLEAN))
+    assert bool(found) == (predict == "x_t")
+    if found:
+        assert "noised x_t" in found[0].message and "mse_loss(model(x_t, t), noise)" in found[0].fix
+    assert "x_t" not in (issues(lambda m, b: nn.functional.mse_loss(m(b[0]), b[0]), TensorDataset(NOISY, CLEAN))[0].message)

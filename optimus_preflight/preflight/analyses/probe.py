@@ -54,7 +54,7 @@ from optimus_preflight.preflight.analyses.target_columns import ColumnScales, ta
 from optimus_preflight.preflight.analyses.update_audit import GroupStep, UpdateRecorder
 from optimus_preflight.preflight.analyses.view_permute import ViewAsPermute
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
-from optimus_preflight.training.batches import batch_size_of, leaves
+from optimus_preflight.training.batches import batch_size_of, leaves, storages
 from optimus_preflight.training.learnable import walk_loss_graph
 from optimus_preflight.training.step import runner_from_config
 
@@ -98,7 +98,8 @@ class StepProbe:
     loss_side_effects: list[str] = field(default_factory=list)  # "lr", "weights": changed inside compute_loss
     zero_one_sign_target: str | None = None  # a +1/-1 criterion (cosine_embedding_loss, ...) given 0/1 targets
     attention_over_heads: tuple[tuple[int, ...], int] | None = None  # (SDPA query shape, sequence length)
-    target_is_input: tuple[str, tuple[int, ...]] | None = None  # (criterion, shape): trained towards its own input
+    # (criterion, shape, whether the input was computed in the loss): trained towards its own input
+    target_is_input: tuple[str, tuple[int, ...], bool] | None = None
     channel_reduction: ChannelReduction | None = None  # a conv map reduced over channels + one spatial axis
     classes_misread: ClassesMisread | None = None  # class scores read from a conv map along the wrong axes
     view_as_permute: ViewAsPermute | None = None  # a view/reshape to the same sizes in another order
@@ -507,7 +508,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
 
 
 def target_is_input(calls: list[CriterionCall], model_inputs: list[torch.Tensor],
-                    batch: Any) -> tuple[str, tuple[int, ...]] | None:
+                    batch: Any) -> tuple[str, tuple[int, ...], bool] | None:
     """A regression criterion whose target is the model's own input while the batch holds
     another, different tensor of that shape (a denoiser's clean signal): the model is trained
     towards the identity. A plain autoencoder's batch has no such second tensor."""
@@ -522,7 +523,8 @@ def target_is_input(calls: list[CriterionCall], model_inputs: list[torch.Tensor]
                   and leaf.is_floating_point() and leaf.data_ptr() != source.data_ptr()
                   and not torch.equal(leaf.to(source.device), source)]
         if others:
-            return call.function, tuple(source.shape)
+            made_in_loss = source.untyped_storage().data_ptr() not in storages(batch)
+            return call.function, tuple(source.shape), made_in_loss
     return None
 
 

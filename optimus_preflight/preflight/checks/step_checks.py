@@ -652,14 +652,19 @@ class TargetsCheck(Check):
                 "or build the multi-hot rows from each sample's own list before batching.",
             )
         if probe.target_is_input is not None:
-            function, shape = probe.target_is_input
+            function, shape, made_in_loss = probe.target_is_input
+            made = (" The input is computed inside the loss from the batch: in a diffusion step that is the noised "
+                    "x_t = sqrt(a_t) * x0 + sqrt(1 - a_t) * noise, and regressing x_t teaches the model to reproduce "
+                    "its noisy input instead of predicting the noise it must remove" if made_in_loss else "")
             findings.error(
                 "TARGET_IS_INPUT",
                 f"{function}'s target is the model's own input ({shape}), while the batch holds another, different "
                 "tensor of that shape: the model learns the identity map, which it reaches by copying its input (a "
                 "denoiser compared with its noisy or corrupted input learns to keep the noise, an enhancer to change "
-                "nothing)",
-                "Give the criterion the batch's target tensor (e.g. the clean signal: loss_fn(model(noisy), clean)), "
+                f"nothing).{made}",
+                ("Compare the prediction with the noise that was added: mse_loss(model(x_t, t), noise) (or with the "
+                 "clean x0 for an x0-prediction model), not with x_t. " if made_in_loss else "")
+                + "Give the criterion the batch's target tensor (e.g. the clean signal: loss_fn(model(noisy), clean)), "
                 "not the input the model was fed.",
             )
         if probe.zero_one_sign_target:
