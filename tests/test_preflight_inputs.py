@@ -402,3 +402,24 @@ def test_channels_last_images_reshaped_instead_of_permuted(layout):
     assert bool(found) == (layout == "reshaped_from_nhwc")
     if found:
         assert "period of 3" in found[0].message and "permute(0, 3, 1, 2)" in found[0].fix
+
+
+@pytest.mark.parametrize("scaled", [False, True], ids=["raw_0_255", "scaled_to_unit"])
+def test_raw_data_under_a_diffusion_loss_names_the_swamped_noise(scaled):
+    g = torch.Generator().manual_seed(0)
+    raw = torch.rand(512, 8, generator=g) * 255
+    data = raw / 127.5 - 1 if scaled else raw
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.SiLU(), torch.nn.Linear(32, 8))
+
+    def noise_prediction(model, batch):
+        x0 = batch[0]
+        noise = torch.randn_like(x0)
+        return F.mse_loss(model(0.7 * x0 + 0.71 * noise), noise)
+
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(data), batch_size=128, shuffle=True),
+                           loss_fn=noise_prediction, checks=[FirstBatchCheck(), InputScaleCheck()])
+    found = [i for i in report.check("data.input_scale").issues if i.code == "DP12"]
+    assert bool(found) == (not scaled)
+    if found:
+        assert "unit-variance noise drawn in the loss" in found[0].message and "x / 127.5 - 1" in found[0].fix

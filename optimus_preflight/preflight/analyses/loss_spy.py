@@ -249,6 +249,7 @@ class CriterionCall:
     balanced_twice: WeightsOnBalancedBatch | None = None  # unequal class weights on a batch already balanced
     logit_activation: str | None = None  # class criteria: the op behind the logits (Sigmoid: bounded logits)
     target_tensor: torch.Tensor | None = None  # regression criteria: the target as passed (held for the step only)
+    target_is_drawn_noise: bool = False  # a standard-normal target drawn in the loss (a diffusion model's noise)
     always_on_label: tuple[int, float, float] | None = None  # multi-hot: (column, its positive rate, median rate)
     classes_last: bool = False  # a (B, T, C) input straight from a linear layer: classes on the last dim, not dim 1
     input_op: str | None = None  # the autograd op that made the input, through views (SumBackward0: a .sum() with no dim)

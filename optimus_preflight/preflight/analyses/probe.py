@@ -468,7 +468,9 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.boxes_beyond_image = boxes_beyond_image(spy.calls, model_input_tensors)
     probe.target_column_scales = target_column_scales(spy.calls)
     probe.argmaxed_multi_hot = argmaxed_multi_hot(spy.calls, step_batches[0] if step_batches else batch)
+    held = storages(step_batches[0] if step_batches else batch)
     for call in spy.calls:
+        call.target_is_drawn_noise = drawn_noise(call.target_tensor, held)
         call.target_tensor = None  # the probe keeps statistics, not the batch's tensors
         call.class_target = None
     probe.channel_reduction = spy.channel_axis.found
@@ -505,6 +507,18 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         probe.params_nonfinite_grad = [names[p] for p, ok in received.items() if ok is not None and not bool(ok)]
         probe.params_zero_grad = [names[p] for p in trainable if p in zero_grad]
     return probe
+
+
+NOISE_STD = (0.8, 1.25)  # the spread of a standard-normal draw of 64 values or more
+
+
+def drawn_noise(target: torch.Tensor | None, batch_storages: set[int]) -> bool:
+    """A floating target made in the loss (no batch tensor) that reads as a standard-normal draw."""
+    if target is None or not target.is_floating_point() or target.numel() < 64 \
+            or target.untyped_storage().data_ptr() in batch_storages:
+        return False
+    values = target.detach().float()
+    return NOISE_STD[0] <= float(values.std()) <= NOISE_STD[1] and abs(float(values.mean())) < 0.2
 
 
 def target_is_input(calls: list[CriterionCall], model_inputs: list[torch.Tensor],

@@ -395,6 +395,27 @@ def interleaved_channels(images: torch.Tensor, samples: int = 64) -> int | None:
     return channels if strong else None
 
 
+NOISE_SPREAD = 1.25  # the largest spread of a standard-normal draw
+SWAMPED = 10.0  # data this many times the noise's spread
+
+
+def noise_swamped(ctx: PreflightContext, data_std: float) -> tuple[str, str]:
+    """The sentence and fix for raw-scale data under a diffusion loss: the criterion's target is
+    unit-variance noise drawn in the loss, which data of this spread swamps; ("", "") otherwise."""
+    from optimus_preflight.preflight.analyses.probe import get_probe
+
+    if data_std < SWAMPED * NOISE_SPREAD:
+        return "", ""
+    probe = get_probe(ctx)
+    if not probe.completed or not any(call.target_is_drawn_noise for call in probe.criterion_calls):
+        return "", ""
+    return (f". The criterion's target is unit-variance noise drawn in the loss (a diffusion model's noise "
+            f"prediction): against data on this scale (std up to {data_std:.3g}) the noise the forward process adds "
+            "is negligible, x_t is almost the clean data at every timestep, and the noise cannot be told from it",
+            "Scale the data to [-1, 1] before the forward process (x / 127.5 - 1 for 0-255 values, or standardise), "
+            "so the noise schedule's variances mean what they say. ")
+
+
 class InputScaleCheck(Check):
     """DP12 / DP10: image inputs not scaled to [0, 1], scaled or normalised twice, or
     normalised with statistics of the wrong scale; tabular feature columns on raw scales
@@ -460,6 +481,9 @@ class InputScaleCheck(Check):
             findings.data["signature"] = "features_unscaled"
             message, fix = describe_raw_features(columns, seen)
             message += rounded_in_half_precision(columns, seen, ctx.training.plan.precision)
+            swamped = noise_swamped(ctx, max(seen.stats[c].std for c in columns))
+            message += swamped[0]
+            fix = swamped[1] + fix
             findings.warning("DP12", message, fix, "data.train", code_fix=fix)
         table = next((t for t in tables if t.shape[1] == len(seen.stats)), None)
         sentinels = sentinel_columns(table) if table is not None else []
