@@ -77,3 +77,46 @@ def test_embedding_dropout_written_into_the_weight_is_named(in_place):
     assert bool(found) == in_place
     if found:
         assert "writes zeros into the model's own weights" in found[0].message and "weight * mask" in found[0].fix
+
+
+class MomentumEncoders(nn.Module):
+    """MoCo: a trained query encoder and a frozen key encoder that should follow it."""
+
+    def __init__(self, backwards: bool, start_equal: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.backwards = backwards
+        self.query, self.key = nn.Linear(12, 8), nn.Linear(12, 8)
+        if start_equal:
+            self.key.load_state_dict(self.query.state_dict())
+        self.key.requires_grad_(False)
+
+    def forward(self, x1, x2):
+        with torch.no_grad():
+            for q, k in zip(self.query.parameters(), self.key.parameters()):
+                if self.backwards:
+                    q.data = q.data * 0.9 + k.data * 0.1
+                else:
+                    k.data = k.data * 0.9 + q.data * 0.1
+        return nn.functional.normalize(self.query(x1), dim=1), nn.functional.normalize(self.key(x2), dim=1)
+
+
+@pytest.mark.parametrize("backwards, start_equal", [(True, False), (True, True), (False, False)],
+                         ids=["backwards", "backwards_from_a_copy", "key_follows_query"])
+def test_a_momentum_update_written_onto_the_trained_encoder(backwards, start_equal):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 12, generator=g)
+    model = MomentumEncoders(backwards, start_equal)
+
+    def moco(model, batch):
+        q, k = model(batch[0], batch[1])
+        return nn.functional.cross_entropy(q @ k.T / 0.2, torch.arange(len(q)))
+
+    report = run_preflight(model, torch.optim.Adam(model.query.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, x + 0.1 * torch.randn(256, 12, generator=g)), batch_size=32),
+                           loss_fn=moco, checks=[FirstBatchCheck(), FirstStepCheck()])
+    found = [i for i in report.check("step.first_step").issues if i.code == "LOSS_FN_SIDE_EFFECT"]
+    assert bool(found) == backwards
+    if found:
+        assert "momentum (EMA) update written backwards" in found[0].message and "k.mul_(m)" in found[0].fix
+        assert ("part of the way towards a frozen copy" in found[0].message) == (not start_equal)

@@ -198,6 +198,45 @@ def _side_effect_state(optimizer: Any, trainable: list[nn.Parameter]) -> tuple[l
     return lrs, weights
 
 
+def _frozen_samples(model: nn.Module, trainable: list[nn.Parameter]) -> dict[tuple[int, ...], list[torch.Tensor]]:
+    """Strided samples (as _side_effect_state takes them) of the frozen parameters whose shape
+    one of the sampled trainable parameters has: a momentum encoder's or teacher's copies."""
+    shapes = {tuple(param.shape) for param in trainable[:SIDE_EFFECT_PARAMS]}
+    found: dict[tuple[int, ...], list[torch.Tensor]] = {}
+    for param in model.parameters():
+        if param.requires_grad or tuple(param.shape) not in shapes:
+            continue
+        flat = param.detach().reshape(-1)
+        stride = max(1, flat.numel() // SIDE_EFFECT_VALUES)
+        found.setdefault(tuple(param.shape), []).append(flat[::stride].to("cpu", copy=True))
+    return found
+
+
+def _toward_frozen(before: list[torch.Tensor], after: list[torch.Tensor],
+                   frozen: dict[tuple[int, ...], list[torch.Tensor]]) -> bool:
+    """Whether the trained weights compute_loss changed moved part of the way to a frozen copy of
+    the same shape: new = m * old + (1 - m) * frozen, a momentum update written backwards."""
+    copies = [sample for samples in frozen.values() for sample in samples]
+    moved = 0
+    for old, new in zip(before, after, strict=False):
+        if torch.equal(old, new):
+            continue
+        step = (new - old).double()
+        for copy in copies:
+            if copy.shape != old.shape:
+                continue
+            gap = (copy - old).double()
+            if float(gap.norm()) == 0:
+                continue
+            share = float(step @ gap) / float(gap @ gap)
+            if 0 < share < 1 and float((step - share * gap).norm()) <= 1e-3 * float(step.norm()):
+                moved += 1
+                break
+        else:
+            return False
+    return moved > 0
+
+
 def _side_effects(before: tuple[list[float], list[torch.Tensor]],
                   after: tuple[list[float], list[torch.Tensor]]) -> list[str]:
     """What compute_loss changed that only the training loop should: the learning rate (a
@@ -309,10 +348,15 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         spy.batch_rows = batch_size_of(data)
         spy.criterion_args.watch_batch(data)
         before = _side_effect_state(ctx.optimizer, watched)
+        frozen_before = _frozen_samples(module, watched)
         with spy, seeding_watched(probe.loss_reseeds), watched_autograd_grad(probe.derivative_calls, force_graph=False), \
                 recorded_functions(probe.custom_functions):
             output = ctx.compute_loss(module, data)
-        probe.loss_side_effects = _side_effects(before, _side_effect_state(ctx.optimizer, watched))
+        after = _side_effect_state(ctx.optimizer, watched)
+        probe.loss_side_effects = _side_effects(before, after)
+        if "weights" in probe.loss_side_effects and frozen_before:
+            probe.loss_side_effects.append("weights_toward_frozen" if _toward_frozen(before[1], after[1], frozen_before)
+                                           else "weights_beside_frozen_copy")
         loss = output[0] if isinstance(output, tuple) else output
         probe.loss_gradient_share = _gradient_share(loss, spy.scalar_outputs)
         probe.loss_constant_factor = constant_factor(loss)

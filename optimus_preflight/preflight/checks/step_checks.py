@@ -180,6 +180,21 @@ class FirstStepCheck(Check):
                 "through the mask), or torch.nn.utils.prune to keep a mask beside the weight; never write into "
                 "weight.data in forward.",
             )
+        elif "weights_toward_frozen" in probe.loss_side_effects or "weights_beside_frozen_copy" in probe.loss_side_effects:
+            seen = ("moves the trained weights part of the way towards a frozen copy of the same shape (new = m * "
+                    "trained + (1 - m) * frozen)" if "weights_toward_frozen" in probe.loss_side_effects else
+                    "writes the trained weights, while the model holds a frozen copy of them (parameters of the same "
+                    "shapes, requires_grad=False: a momentum encoder or an EMA teacher)")
+            findings.error(
+                "LOSS_FN_SIDE_EFFECT",
+                f"the loss function {seen}: a momentum (EMA) update written backwards, param_q = m * param_q + "
+                "(1 - m) * param_k, where the frozen key encoder (or teacher) should follow the trained one. The "
+                "trained encoder is dragged back towards the stale copy at every step and the frozen copy never "
+                "learns anything (or, if no such update runs in the forward, an optimizer.step() inside the loss "
+                "applies every batch twice)",
+                "Update the frozen copy from the trained one, without gradients: with torch.no_grad(): for q, k in "
+                "zip(encoder_q.parameters(), encoder_k.parameters()): k.mul_(m).add_(q, alpha=1 - m).",
+            )
         elif probe.loss_side_effects:
             what = {"lr": "changes the learning rate (a scheduler.step() inside it)",
                     "weights": "changes the weights (an optimizer.step() inside it)"}
