@@ -27,6 +27,7 @@ from optimus_preflight.preflight.checks.attention_mask import AttentionMaskCheck
 from optimus_preflight.preflight.checks.batch_layout import BatchLayoutCheck
 from optimus_preflight.preflight.checks.batch_order import BatchOrderCheck
 from optimus_preflight.preflight.checks.buffer_lookups import BufferLookupsCheck
+from optimus_preflight.preflight.checks.class_structure import ClassStructureCheck
 from optimus_preflight.preflight.checks.coded_columns import CodedColumnsCheck
 from optimus_preflight.preflight.checks.collapse import CollapseCheck
 from optimus_preflight.preflight.checks.collate_context import CollateContextCheck
@@ -221,6 +222,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     IntegerMaskCheck,
     SelectionAlignmentCheck,
     DistanceTablesCheck,
+    ClassStructureCheck,
     OrdinalCodesCheck,
     TransitionFlagsCheck,
     ContrastiveTargetsCheck,
