@@ -50,3 +50,25 @@ def test_a_diffusion_loss_regressing_its_noised_input_is_named(predict):
     if found:
         assert "noised x_t" in found[0].message and "mse_loss(model(x_t, t), noise)" in found[0].fix
     assert "x_t" not in (issues(lambda m, b: nn.functional.mse_loss(m(b[0]), b[0]), TensorDataset(NOISY, CLEAN))[0].message)
+
+
+@pytest.mark.parametrize("cumulative", [False, True], ids=["per_step_alphas", "cumprod"])
+def test_a_forward_process_that_never_reaches_high_noise(cumulative):
+    betas = torch.linspace(1e-4, 0.02, 1000)
+    alpha_bar = torch.cumprod(1 - betas, 0) if cumulative else 1 - betas
+
+    def ddpm(model, batch):
+        x0 = batch[0]
+        t = torch.randint(0, 1000, (len(x0),))
+        noise = torch.randn_like(x0)
+        a = alpha_bar[t].view(-1, 1)
+        return nn.functional.mse_loss(model(a.sqrt() * x0 + (1 - a).sqrt() * noise), noise)
+
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 64))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(CLEAN), batch_size=32, shuffle=True), loss_fn=ddpm,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), TargetsCheck()])
+    found = [i for i in report.check("step.targets").issues if i.code == "DIFFUSION_NOISE_NEVER_HIGH"]
+    assert bool(found) == (not cumulative)
+    if found:
+        assert "torch.cumprod(1 - betas, dim=0)" in found[0].fix

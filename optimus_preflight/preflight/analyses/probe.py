@@ -98,6 +98,8 @@ class StepProbe:
     loss_side_effects: list[str] = field(default_factory=list)  # "lr", "weights": changed inside compute_loss
     zero_one_sign_target: str | None = None  # a +1/-1 criterion (cosine_embedding_loss, ...) given 0/1 targets
     attention_over_heads: tuple[tuple[int, ...], int] | None = None  # (SDPA query shape, sequence length)
+    # (largest share of x_t's variance from the noise, samples): a diffusion loss's forward process
+    diffusion_noise: tuple[float, int] | None = None
     # (criterion, shape, whether the input was computed in the loss): trained towards its own input
     target_is_input: tuple[str, tuple[int, ...], bool] | None = None
     channel_reduction: ChannelReduction | None = None  # a conv map reduced over channels + one spatial axis
@@ -515,6 +517,9 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     held = storages(step_batches[0] if step_batches else batch)
     for call in spy.calls:
         call.target_is_drawn_noise = drawn_noise(call.target_tensor, held)
+        if call.target_is_drawn_noise and probe.diffusion_noise is None:
+            probe.diffusion_noise = largest_noise_share(call.target_tensor, model_input_tensors,
+                                                        step_batches[0] if step_batches else batch)
         call.target_tensor = None  # the probe keeps statistics, not the batch's tensors
         call.class_target = None
     probe.channel_reduction = spy.channel_axis.found
@@ -563,6 +568,34 @@ def drawn_noise(target: torch.Tensor | None, batch_storages: set[int]) -> bool:
         return False
     values = target.detach().float()
     return NOISE_STD[0] <= float(values.std()) <= NOISE_STD[1] and abs(float(values.mean())) < 0.2
+
+
+MIN_NOISED_SAMPLES = 16
+
+
+def largest_noise_share(noise: torch.Tensor | None, model_inputs: list[torch.Tensor],
+                        batch: Any) -> tuple[float, int] | None:
+    """(the largest b**2 / (a**2 + b**2) over the samples, samples) where the model's input is
+    x_t = a * x0 + b * noise per sample, x0 a float batch tensor and noise the drawn target:
+    the share of x_t's variance the forward process gives the noise at the sampled timesteps."""
+    x_t = model_inputs[0] if model_inputs else None
+    if noise is None or x_t is None or x_t.shape != noise.shape or x_t.dim() < 2 or x_t.shape[0] < MIN_NOISED_SAMPLES:
+        return None
+    clean = next((leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.is_floating_point()
+                  and leaf.shape == x_t.shape), None)
+    if clean is None or x_t[0].numel() < 4:
+        return None
+    rows = x_t.shape[0]
+    target = x_t.detach().double().reshape(rows, -1, 1)
+    basis = torch.stack([clean.detach().double().reshape(rows, -1).to(target.device),
+                         noise.detach().double().reshape(rows, -1).to(target.device)], dim=2)
+    solution = torch.linalg.lstsq(basis, target).solution  # (rows, 2, 1): a and b per sample
+    residual = (basis @ solution - target).norm(dim=(1, 2)) / target.norm(dim=(1, 2)).clamp_min(1e-12)
+    if float(residual.max()) > 1e-3:
+        return None  # the input is not a per-sample mix of the batch and the noise
+    a, b = solution[:, 0, 0], solution[:, 1, 0]
+    share = b ** 2 / (a ** 2 + b ** 2).clamp_min(1e-12)
+    return float(share.max()), rows
 
 
 def target_is_input(calls: list[CriterionCall], model_inputs: list[torch.Tensor],

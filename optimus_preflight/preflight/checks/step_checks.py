@@ -364,6 +364,9 @@ def hf_pooler_prefixes(model: torch.nn.Module) -> tuple[str, ...]:
                  and isinstance(getattr(module, "pooler", None), torch.nn.Module))
 
 
+LOW_NOISE_SHARE = 0.25  # of x_t's variance from the noise, at the noisiest timestep of the batch
+
+
 class GradientsCheck(Check):
     """Every trainable parameter gets a finite gradient from the first step."""
 
@@ -647,7 +650,7 @@ class TargetsCheck(Check):
     stage = Stage.STEP
     codes = ("O14", "TARGET_ALL_IGNORED", "TARGET_MOSTLY_IGNORED", "TARGET_ONE_CLASS", "TARGET_MULTI_HOT",
              "TARGET_SCALE", "TARGET_IGNORED_CLASS", "TARGET_TRUNCATED", "TARGET_CLASS_IDS_REGRESSED", "TARGET_ORDER",
-             "TARGET_ZERO_ONE_SIGN", "TARGET_IS_INPUT", "TARGET_ALWAYS_ON", "TARGET_COLUMN_REUSED",
+             "TARGET_ZERO_ONE_SIGN", "TARGET_IS_INPUT", "DIFFUSION_NOISE_NEVER_HIGH", "TARGET_ALWAYS_ON", "TARGET_COLUMN_REUSED",
              "TARGET_FEW_CLASSES", "TARGET_COLUMN_SCALES", "OUTPUT_PRECISION_COARSE")
     requires = (FIRST_BATCH,)
 
@@ -665,6 +668,18 @@ class TargetsCheck(Check):
                 f"{column}) before scatter_) colliding with label {column}; its head learns to always say yes",
                 "Pad the label lists with a value that is no label (e.g. -1, or num_labels, then drop that column), "
                 "or build the multi-hot rows from each sample's own list before batching.",
+            )
+        if probe.diffusion_noise is not None and probe.diffusion_noise[0] < LOW_NOISE_SHARE:
+            share, samples = probe.diffusion_noise
+            findings.warning(
+                "DIFFUSION_NOISE_NEVER_HIGH",
+                f"the diffusion loss's forward process never reaches high noise: over the {samples} samples of the "
+                f"batch, each at its own timestep, the noise is at most {share:.1%} of x_t's variance (x_t = a * x0 + "
+                "b * noise, solved per sample), where the last timesteps should be almost pure noise. The model "
+                "never learns to denoise from the noise sampling starts at. alpha_bar taken as the per-step alphas "
+                "(1 - betas) instead of their cumulative product does this",
+                "Build the schedule's cumulative product: alpha_bar = torch.cumprod(1 - betas, dim=0), and noise with "
+                "x_t = alpha_bar[t].sqrt() * x0 + (1 - alpha_bar[t]).sqrt() * noise (its last values near 0).",
             )
         if probe.target_is_input is not None:
             function, shape, made_in_loss = probe.target_is_input
