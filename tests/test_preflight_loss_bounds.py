@@ -207,3 +207,14 @@ def test_a_kl_subtracted_beside_a_bce_on_probabilities_has_no_minimum():
     report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), DataLoader(TensorDataset(x), batch_size=32),
                            loss_fn=elbo_wrong_sign, checks=[FirstBatchCheck(), LossBoundsCheck()])
     assert [issue.code for issue in report.check("step.loss_bounds").issues] == ["LOSS_UNBOUNDED_BELOW"]
+
+
+def test_an_output_bias_on_a_batch_of_one_class_is_no_vanishing_weight():
+    # A rare-positive classifier's first batch may hold no positive: its output bias then drives the BCE
+    # towards 0, which no loss weighting does.
+    x = torch.randn(256, 6, generator=torch.Generator().manual_seed(0))
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 1))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, torch.zeros(256, 1)), batch_size=32),
+                           loss_fn=nn.BCEWithLogitsLoss(), checks=[FirstBatchCheck(), LossBoundsCheck()])
+    assert not report.check("step.loss_bounds").issues
