@@ -97,19 +97,15 @@ def model_call(ctx: PreflightContext, batch: Any) -> tuple[list[torch.Tensor], l
 def model_outputs(ctx: PreflightContext, batch: Any) -> list[torch.Tensor] | None:
     """The tensors (of one dim or more) of the model's first output in ``eval_forward``;
     None when the forward raises or never reaches the model."""
-    seen: list[Any] = []
+    found = model_call(ctx, batch)
+    return found[1] if found is not None else None
 
-    def keep(module: nn.Module, args: tuple, output: Any) -> None:
-        if not seen:
-            seen.append(output)
 
-    handle = ctx.model.register_forward_hook(keep)
-    try:
-        eval_forward(ctx, batch)
-    except Exception:
-        return None
-    finally:
-        handle.remove()
-    if not seen:
-        return None
-    return [leaf.detach() for leaf in leaves(seen[0]) if isinstance(leaf, torch.Tensor) and leaf.dim() > 0]
+def eval_forward_with_grad(ctx: PreflightContext) -> Any:
+    """``compute_loss`` on the first batch in eval mode with autograd on (nothing is
+    backpropagated): the model's outputs carry requires_grad, which tells them from the batch's
+    tensors for a TorchFunctionMode watching the step."""
+    with preserved_training_state(ctx), torch.enable_grad():
+        ctx.model.eval()
+        with ctx.training.plan.autocast():
+            return ctx.compute_loss(ctx.model, move_to_device(ctx.artifacts.first_batch, ctx.device))

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from optimus_preflight.preflight.analyses.eval_forward import eval_forward, loss_value
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward, loss_value, model_outputs
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import batch_size_of, leaves, move_to_device
@@ -140,7 +140,9 @@ class ClassStructureCheck(Check):
         if watch.classifier or loss_value(output) is None:
             findings.data["summary"] = "a classifier: its criterion's target is the labels"
             return
-        probe_output = self._embedding_width(ctx, batch)
+        outputs = model_outputs(ctx, batch)
+        probe_output = int(outputs[0].shape[1]) if outputs and outputs[0].dim() == 2 and outputs[0].is_floating_point() \
+            and outputs[0].shape[1] >= 2 else None
         if probe_output is None:
             findings.data["summary"] = "the model's output is no (N, D) embedding"
             return
@@ -177,21 +179,3 @@ class ClassStructureCheck(Check):
             "(Hadsell's paper uses y = 0 for similar pairs); a triplet term is relu(d(anchor, positive) - "
             "d(anchor, negative) + margin).",
         )
-
-    @staticmethod
-    def _embedding_width(ctx: PreflightContext, batch: Any) -> int | None:
-        widths: list[int] = []
-
-        def keep(module: torch.nn.Module, args: tuple, output: Any) -> None:
-            if not widths and isinstance(output, torch.Tensor) and output.dim() == 2 and output.is_floating_point() \
-                    and output.shape[1] >= 2:
-                widths.append(int(output.shape[1]))
-
-        handle = ctx.model.register_forward_hook(keep)
-        try:
-            eval_forward(ctx, batch)
-        except Exception:
-            return None
-        finally:
-            handle.remove()
-        return widths[0] if widths else None

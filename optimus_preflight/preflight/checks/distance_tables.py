@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.overrides import TorchFunctionMode
 
-from optimus_preflight.preflight.checks.selection_alignment import eval_forward_with_grad
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward_with_grad
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
@@ -60,8 +60,8 @@ class DistanceTablesCheck(Check):
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         watch = TableWatch()
         try:
-            with torch.enable_grad(), watch:
-                eval_forward_with_grad(ctx, watch)
+            with watch:
+                eval_forward_with_grad(ctx)
         except Exception:
             findings.data["summary"] = "the step could not be observed"
             return

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward_with_grad
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
@@ -108,9 +109,8 @@ class SelectionAlignmentCheck(Check):
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         watch = SelectionWatch()
         try:
-            with torch.enable_grad(), watch:
-                # gradients on: the model's outputs must be learnable to be told from the labels
-                eval_forward_with_grad(ctx, watch)
+            with watch:  # gradients on: the model's outputs must be learnable to be told from the labels
+                eval_forward_with_grad(ctx)
         except Exception:
             findings.data["summary"] = "the step could not be observed"
             return
@@ -131,14 +131,3 @@ class SelectionAlignmentCheck(Check):
             "Select both with the same index: F.cross_entropy(out[train_idx], y[train_idx]) (or out[mask], y[mask]).",
         )
 
-
-def eval_forward_with_grad(ctx: PreflightContext, watch: TorchFunctionMode) -> None:
-    """``compute_loss`` in eval mode with autograd on (nothing is backpropagated): the model's
-    outputs carry requires_grad, which tells them from the batch's tensors."""
-    from optimus_preflight.preflight.framework.preserve import preserved_training_state
-    from optimus_preflight.training.batches import move_to_device
-
-    with preserved_training_state(ctx):
-        ctx.model.eval()
-        with ctx.training.plan.autocast():
-            ctx.compute_loss(ctx.model, move_to_device(ctx.artifacts.first_batch, ctx.device))
