@@ -193,7 +193,8 @@ class FirstStepCheck(Check):
                 "learns anything (or, if no such update runs in the forward, an optimizer.step() inside the loss "
                 "applies every batch twice)",
                 "Update the frozen copy from the trained one, without gradients: with torch.no_grad(): for q, k in "
-                "zip(encoder_q.parameters(), encoder_k.parameters()): k.mul_(m).add_(q, alpha=1 - m).",
+                "zip(encoder_q.parameters(), encoder_k.parameters()): k.mul_(m).add_(q, alpha=1 - m); leave "
+                "optimizer.step() to the loop.",
             )
         elif probe.loss_side_effects:
             what = {"lr": "changes the learning rate (a scheduler.step() inside it)",
