@@ -80,7 +80,8 @@ def tensors(batch: Any) -> Iterator[torch.Tensor]:
 def storages(batch: Any) -> set[int]:
     """The data pointers of the batch's tensors' storages: a tensor is a view of the batch's
     (token ids, an index column) when its storage pointer is among them."""
-    return {leaf.untyped_storage().data_ptr() for leaf in tensors(batch)}
+    # A sparse tensor (a graph's adjacency) has no single storage: it is nobody's view.
+    return {leaf.untyped_storage().data_ptr() for leaf in tensors(batch) if leaf.layout == torch.strided}
 
 
 def batch_size_of(batch: Any) -> int:

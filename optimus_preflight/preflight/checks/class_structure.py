@@ -56,12 +56,15 @@ class RowIndex:
     def __init__(self, batch: Any, rows: int) -> None:
         self.keys: dict[bytes, int] = {}
         for leaf in leaves(batch):
-            if isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.dim() >= 2 and leaf.shape[0] == rows:
+            if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided and leaf.is_floating_point() \
+                    and leaf.dim() >= 2 and leaf.shape[0] == rows:
                 flat = leaf.detach().reshape(rows, -1).float().cpu().numpy()
                 for index in range(rows):
                     self.keys.setdefault(flat[index].tobytes(), index)
 
     def samples(self, inputs: torch.Tensor) -> torch.Tensor | None:
+        if inputs.layout != torch.strided:
+            return None
         flat = inputs.detach().reshape(inputs.shape[0], -1).float().cpu().numpy()
         found = [self.keys.get(flat[row].tobytes()) for row in range(flat.shape[0])]
         return None if any(index is None for index in found) else torch.tensor(found)
@@ -90,7 +93,8 @@ def loss_with_points(ctx: PreflightContext, batch: Any, index: RowIndex, row_lab
     traced = [True]
 
     def replace(module: torch.nn.Module, args: tuple, output: Any) -> Any:
-        inputs = next((arg for arg in args if isinstance(arg, torch.Tensor) and arg.is_floating_point()), None)
+        inputs = next((arg for arg in args if isinstance(arg, torch.Tensor) and arg.is_floating_point()
+                       and arg.layout == torch.strided), None)
         if not isinstance(output, torch.Tensor) or output.dim() != 2 or inputs is None or inputs.shape[0] != output.shape[0] \
                 or output.shape[1] != points.shape[1]:
             traced[0] = False

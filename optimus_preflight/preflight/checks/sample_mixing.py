@@ -182,13 +182,15 @@ def rows_follow_inputs(first: tuple[list[torch.Tensor], list[torch.Tensor]],
     if not inputs or not inputs_again or inputs[0].shape != inputs_again[0].shape:
         return False
     x, x_again = inputs[0], inputs_again[0]
+    if x.layout != torch.strided:
+        return False
     rows = x.shape[0]
     moved_in = changed_rows(x, x_again, 0.0)
     if not moved_in or len(moved_in) == rows or (rows == keep and moved_in == {index}):
         return False
     compared = False
     for a, b in zip(outputs, outputs_again):
-        if a.shape != b.shape or a.shape[0] != rows or not a.is_floating_point():
+        if a.shape != b.shape or a.shape[0] != rows or not a.is_floating_point() or a.layout != torch.strided:
             continue
         tolerance = OTHER_SAMPLE_TOL * float(a.float().abs().max().clamp_min(1e-12))
         if not changed_rows(a, b, tolerance) <= moved_in:
