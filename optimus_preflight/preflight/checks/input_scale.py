@@ -395,16 +395,15 @@ def interleaved_channels(images: torch.Tensor, samples: int = 64) -> int | None:
     return channels if strong else None
 
 
-NOISE_SPREAD = 1.25  # the largest spread of a standard-normal draw
 SWAMPED = 10.0  # data this many times the noise's spread
 
 
 def noise_swamped(ctx: PreflightContext, data_std: float) -> tuple[str, str]:
     """The sentence and fix for raw-scale data under a diffusion loss: the criterion's target is
     unit-variance noise drawn in the loss, which data of this spread swamps; ("", "") otherwise."""
-    from optimus_preflight.preflight.analyses.probe import get_probe
+    from optimus_preflight.preflight.analyses.probe import NOISE_STD, get_probe
 
-    if data_std < SWAMPED * NOISE_SPREAD:
+    if data_std < SWAMPED * NOISE_STD[1]:
         return "", ""
     probe = get_probe(ctx)
     if not probe.completed or not any(call.target_is_drawn_noise for call in probe.criterion_calls):
