@@ -48,7 +48,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "ak": "benchmarks.blind_preflight_ak.registry", "al": "benchmarks.blind_preflight_al.registry",
               "am": "benchmarks.blind_preflight_am.registry", "an": "benchmarks.blind_preflight_an.registry",
               "ao": "benchmarks.blind_preflight_ao.registry", "ap": "benchmarks.blind_preflight_ap.registry",
-              "aq": "benchmarks.blind_preflight_aq.registry"}
+              "aq": "benchmarks.blind_preflight_aq.registry", "ar": "benchmarks.blind_preflight_ar.registry",
+              "as": "benchmarks.blind_preflight_as.registry"}
 
 
 def load_cases(which: str = "a"):
