@@ -170,6 +170,7 @@ def test_a_flip_that_leaves_the_x_coordinate_fires():
     issues = [i for i in result.issues if i.code == "FLIP_KEEPS_COORDINATES"]
     assert len(issues) == 1 and result.data["column"] == 0
     assert "W - 1 - x" in issues[0].fix and "column 0 is a horizontal coordinate" in issues[0].message
+    assert "coordinates are not flipped with it" in issues[0].message
 
 
 @pytest.mark.parametrize("flip", [None, "both"])

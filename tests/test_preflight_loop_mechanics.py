@@ -64,6 +64,7 @@ def test_a_warmup_longer_than_the_run_is_not_called_a_range_test():
                            checks=[FirstBatchCheck(), LrScheduleCheck()])
     messages = [i.message for i in report.check("config.lr_schedule").issues if i.code == "O8"]
     assert messages and all("range test" not in m for m in messages) and any("all warmup" in m for m in messages)
+    assert any("longer than the run" in m and "about 4000 steps" in m for m in messages)
 
 
 def test_noam_over_a_base_lr_of_one_is_its_own_schedule():

@@ -246,6 +246,14 @@ def test_a_column_prediction_against_a_flat_target_broadcasts_to_batch_by_batch(
     assert "squeeze(-1)" in found.fix
 
 
+def test_a_one_channel_depth_map_against_channel_less_targets_is_named_and_squeezed():
+    g = torch.Generator().manual_seed(0)
+    images, depth = torch.randn(64, 3, 8, 8, generator=g), 1 + 4 * torch.rand(64, 8, 8, generator=g)
+    found = issues(preflight(nn.Conv2d(3, 1, 3, padding=1), loader(images, depth), nn.MSELoss()))["LOSS_BROADCAST"]
+    assert "(N, 1, H, W) against (N, H, W), to (N, N, H, W)" in found.message
+    assert "prediction.squeeze(1)" in found.fix
+
+
 class GraphRegressor(nn.Module):
     """Node features of a batch of graphs, pooled per graph by a batch assignment vector; without
     it (batch=None), as PyG's global_mean_pool does, every node of the batch is pooled into one."""

@@ -172,3 +172,39 @@ def test_an_image_to_image_target_lies_on_its_image_and_stays_quiet():
                            DataLoader(TensorDataset(noisy, clean), batch_size=32, shuffle=True),
                            loss_fn=nn.MSELoss(), checks=[FirstBatchCheck(), MaskAlignmentCheck()])
     assert not [i for i in report.check("data.mask_alignment").issues if i.code == "MASK_MISALIGNED"]
+
+
+class TranslatedPlates(torch.utils.data.Dataset):
+    """Plates with one bright bolt head, its keypoint and its heatmap, translated by 0-4 pixels
+    right and down; the keypoints ride along in the batch, as keypoint datasets return them."""
+
+    def __init__(self, move_heatmap: bool):
+        self.plates = landmark_plates()
+        self.move_heatmap = move_heatmap
+        self.g = torch.Generator().manual_seed(5)
+
+    def __len__(self):
+        return len(self.plates)
+
+    def __getitem__(self, i):
+        image, maps = self.plates[i]
+        dy, dx = torch.randint(0, 5, (2,), generator=self.g).tolist()
+        keypoint = torch.tensor([dx, dy])
+        image = torch.roll(image, (dy, dx), (1, 2))
+        return image, keypoint, torch.roll(maps, (dy, dx), (1, 2)) if self.move_heatmap else maps
+
+
+@pytest.mark.parametrize("move_heatmap", [False, True], ids=["image_only", "both"])
+def test_a_translation_of_the_image_alone_leaves_the_heatmap_peaks_off_their_keypoints(move_heatmap):
+    torch.manual_seed(0)
+    model = nn.Conv2d(1, 2, 3, padding=1)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TranslatedPlates(move_heatmap), batch_size=32, shuffle=True),
+                           loss_fn=lambda m, batch: nn.functional.mse_loss(m(batch[0]), batch[2]),
+                           checks=[FirstBatchCheck(), MaskAlignmentCheck()])
+    found = [i for i in report.check("data.mask_alignment").issues if i.code == "MASK_MISALIGNED"]
+    if move_heatmap:
+        assert not found
+    else:
+        assert len(found) == 1 and "not to the target heatmap" in found[0].message
+        assert "torch.roll(heatmap" in found[0].fix

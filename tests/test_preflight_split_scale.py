@@ -165,3 +165,24 @@ def test_windows_normalised_by_their_inputs_and_an_exact_relation_in_both_splits
     x, weights = torch.randn(1500, 24, generator=g), torch.randn(24, generator=g)
     both = TensorDataset(x, x @ weights)
     assert "TRAIN_TARGET_IN_INPUTS" not in forecaster_issues(TensorDataset(*both[:1200]), TensorDataset(*both[1200:]))
+
+
+def speech_batches(rows: int, seed: int, scale: float, offset: float) -> TensorDataset:
+    """(features (N, T, F), transcripts, input lengths, target lengths): CTC's four tensors."""
+    g = torch.Generator().manual_seed(seed)
+    feats = torch.randn(rows, 20, 8, generator=g) * scale + offset
+    return TensorDataset(feats, torch.randint(1, 6, (rows, 4), generator=g), torch.full((rows,), 20),
+                         torch.full((rows,), 4))
+
+
+def test_speech_features_standardised_for_training_only_fire_in_four_tensor_batches():
+    model = nn.Linear(8, 6)
+
+    def ctc(m, batch):
+        feats, targets, input_lengths, target_lengths = batch
+        return nn.functional.ctc_loss(m(feats).log_softmax(-1).transpose(0, 1), targets, input_lengths, target_lengths)
+
+    train = speech_batches(600, 0, 1.0, 0.0)
+    result = preflight(train, speech_batches(200, 1, 6.0, 6.0), model, ctc).check(NAME)
+    assert codes(result) == {"VAL_INPUTS_OTHER_SCALE"} and "training split only" in result.issues[0].message
+    assert_quiet(preflight(train, speech_batches(200, 1, 1.0, 0.0), model, ctc).check(NAME))

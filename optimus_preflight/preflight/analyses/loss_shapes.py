@@ -202,7 +202,20 @@ def _symbolic(prediction: tuple[int, ...], target: tuple[int, ...], result: tupl
     names = {(rows, 1): "(N, 1)", (rows,): "(N,)"}
     if prediction in names and target in names and result == (rows, rows):
         return f" ({names[prediction]} against {names[target]}, to an (N, N) table for N = {rows})"
+    # a size-1 channel on one side only: (N, 1, H, W) against (N, H, W) pairs every sample's map
+    # with every other's
+    for one, other, first in ((prediction, target, True), (target, prediction, False)):
+        if len(one) == len(other) + 1 and len(other) in AXIS_NAMES and one[1] == 1 and one[:1] + one[2:] == other:
+            axes = AXIS_NAMES[len(other)]
+            with_one = "(" + ", ".join((axes[0], "1", *axes[1:])) + ")"
+            without = "(" + ", ".join(axes) + ")"
+            joint = "(" + ", ".join((axes[0], *axes)) + ")"
+            pair = (with_one, without) if first else (without, with_one)
+            return f" ({pair[0]} against {pair[1]}, to {joint} for N = {rows})"
     return ""
+
+
+AXIS_NAMES = {2: ("N", "L"), 3: ("N", "H", "W"), 4: ("N", "D", "H", "W")}
 
 
 def column_broadcast_findings(broadcasts: list[ColumnBroadcast], calls: list[CriterionCall]) -> list[Finding]:
@@ -263,6 +276,10 @@ def _squeeze_hint(prediction: tuple[int, ...], target: tuple[int, ...]) -> str:
         return "prediction.squeeze(-1)"
     if len(target) == len(prediction) + 1 and target[-1] == 1:
         return "target.squeeze(-1), or prediction.unsqueeze(-1)"
+    if len(prediction) == len(target) + 1 and prediction[1] == 1 and prediction[:1] + prediction[2:] == target:
+        return "prediction.squeeze(1), dropping the size-1 channel"
+    if len(target) == len(prediction) + 1 and target[1] == 1 and target[:1] + target[2:] == prediction:
+        return "prediction.unsqueeze(1), or target.squeeze(1)"
     return f"prediction.view({', '.join(str(n) for n in target)})"
 
 

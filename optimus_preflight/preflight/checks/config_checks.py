@@ -492,8 +492,13 @@ def peak_not_reached(points: list[tuple[int, float]], base: float | None, max_st
     peak = max(lr for _, lr in points)
     if peak >= 0.9 * base:
         return None
+    rising = len(points) >= 2 and points[-1][1] >= peak and points[-1][1] > points[0][1]
+    # a warmup still rising at the last step, read as linear from its start, ends this far out
+    end = (f"; still rising at the last step, a linear warmup at that pace reaches the target only after about "
+           f"{round(max_steps * base / peak, -2):.0f} steps" if rising and peak > 0 else "")
     return (f"the learning rate never reaches its configured value {base:.2e} within trainer.max_steps={max_steps}: "
-            f"it peaks at {peak:.2e} ({100 * peak / base:.0f}%), so the run is all warmup")
+            f"it peaks at {peak:.2e} ({100 * peak / base:.0f}%), so the run is all warmup: the warmup is longer than "
+            f"the run{end}")
 
 
 def lambda_returns_lr(scheduler: Any, points: list[tuple[int, float]], base: float | None) -> str | None:

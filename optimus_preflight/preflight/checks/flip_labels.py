@@ -419,8 +419,8 @@ class FlipLabelsCheck(Check):
         findings.warning(
             "FLIP_KEEPS_COORDINATES",
             f"the training dataset flips images horizontally at random ({flipped} of {PROBED_INDICES} indices came "
-            f"back as an image and its mirror with the same target), and the flip is applied to the image but not "
-            f"applied to the target coordinate: column {found.column} is a horizontal coordinate the flip does not "
+            f"back as an image and its mirror with the same target), and the flip is applied to the image while the "
+            f"target's box or keypoint coordinates are not flipped with it: column {found.column} is a horizontal coordinate the flip does not "
             f"move: its distance from its middle follows the object's distance "
             f"from the image's centre (correlation {found.tracked:.2f}), but its value hardly follows the object's "
             f"position as served ({found.signed:+.2f}). For every flipped image the box, keypoint or centre x still "

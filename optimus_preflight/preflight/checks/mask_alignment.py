@@ -74,11 +74,15 @@ def image_and_mask(batch: object) -> tuple[torch.Tensor, torch.Tensor] | None:
 def heatmap_pair(batch: object) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(images (B, C, H, W), heatmaps (B, K, H, W)) of an ``(images, heatmaps)`` batch whose
     targets are soft maps in [0, 1] on the images' grid (keypoint heatmaps, soft masks)."""
-    if not isinstance(batch, (list, tuple)) or len(batch) != 2:
+    if not isinstance(batch, (list, tuple)):
         return None
-    image, maps = batch
-    if not all(isinstance(t, torch.Tensor) and t.dim() == 4 and t.is_floating_point() for t in (image, maps)):
+    # other fields (the keypoints the maps were drawn from, ids) may ride along; the two
+    # image-shaped float tensors are the input and its maps, input first as datasets return them
+    grids = [t for t in batch if isinstance(t, torch.Tensor) and t.dim() == 4 and t.is_floating_point()]
+    if len(grids) != 2 or (len(batch) != 2 and any(isinstance(t, torch.Tensor) and t.dim() >= 3 and not
+                                                   any(t is g for g in grids) for t in batch)):
         return None
+    image, maps = grids
     if image.shape[0] != maps.shape[0] or image.shape[2:] != maps.shape[2:] or image.shape[1] > MAX_CHANNELS \
             or maps.shape[1] > MAX_CLASSES or image.shape[-1] < 2:
         return None
@@ -176,13 +180,17 @@ def misplaced(images: torch.Tensor, masks: torch.Tensor) -> tuple[str, int, int]
 
 
 SHIFT_SAMPLES = 16  # samples tried at every offset (the search is the costly part)
-MAX_SHIFT = 8  # pixels, and at most a quarter of the side
+MAX_SHIFT = 8  # pixels, and at most three eighths of the side (a 16-pixel crop of a 22-pixel tile moves 6)
+# A mask moved off its image by a pixel or two still overlaps it, so the placement that lies on
+# the image is not twice as good, only clearly better; a mask on its image loses at every offset.
+SHIFT_GAIN = 0.2
+SHIFT_RATIO = 1.3
 
 
 def shifted(images: torch.Tensor, masks: torch.Tensor) -> tuple[int, int, list[tuple[int, int]]] | None:
     """(samples whose mask lies far better moved by a few pixels, samples scored, their offsets)
     when that is a good share of them (pure): an image and a mask cropped at different places."""
-    reach = min(MAX_SHIFT, masks.shape[-1] // 4, masks.shape[-2] // 4)
+    reach = min(MAX_SHIFT, masks.shape[-1] * 3 // 8, masks.shape[-2] * 3 // 8)
     if reach < 1:
         return None
     offsets = [(dy, dx) for dy in range(-reach, reach + 1) for dx in range(-reach, reach + 1) if (dy, dx) != (0, 0)]
@@ -194,7 +202,7 @@ def shifted(images: torch.Tensor, masks: torch.Tensor) -> tuple[int, int, list[t
         if max(given, placed[best]) < STRONG:
             continue
         scored += 1
-        if placed[best] >= BETTER * given + MARGIN:
+        if placed[best] >= given + SHIFT_GAIN and placed[best] >= SHIFT_RATIO * given:
             wins += 1
             moved.append(best)
     if scored and wins >= MIN_SAMPLES and wins >= MIN_SHARE * scored:
@@ -286,6 +294,21 @@ class MaskAlignmentCheck(Check):
         varied = len(set(moved)) > 1
         listed = ", ".join(f"({dy:+d}, {dx:+d})" for dy, dx in moved[:5])
         findings.data["summary"] = "masks offset from their images"
+        if pair[1].is_floating_point():  # soft maps: keypoint heatmaps, whose peaks are the labels
+            findings.warning(
+                "MASK_MISALIGNED",
+                f"in {wins} of {scored} samples of the first batch the target heatmap lies on its image far better "
+                f"moved by a few pixels than as given (offsets (rows, columns) {listed}"
+                + (": a different one for each sample" if varied else "") + "): its peaks no longer sit on the "
+                "keypoints they label, and the model is trained to point beside them. The likely cause: "
+                + ("a random shift (translation, roll or crop) applied to the image and not to the target heatmap, "
+                   "or with other offsets" if varied else
+                   "a crop, pad or resize applied to the image with other offsets than to the heatmaps"),
+                "Move the heatmap (and the keypoints it is drawn from) with the image: apply the same offsets to "
+                "both (torch.roll(heatmap, (dy, dx), (-2, -1)) beside the image's), or draw the heatmap from the "
+                "keypoints after the augmentation.",
+            )
+            return True
         findings.warning(
             "MASK_MISALIGNED",
             f"in {wins} of {scored} samples of the first batch the mask lies on its image far better moved by a few "

@@ -170,7 +170,12 @@ def inputs_and_targets(batch: Any) -> tuple[torch.Tensor | None, torch.Tensor | 
     mapping with one label key and one floating tensor beside it; None for other batches."""
     pair = inputs_beside_labels(batch)
     if pair is None:
-        return None
+        # (features, targets, input lengths, target lengths) and other longer tuples: the
+        # features lead, and which of the rest is a regression target is not known
+        if not isinstance(batch, (list, tuple)) or len(batch) < 3 or not isinstance(batch[0], torch.Tensor) \
+                or not batch[0].is_floating_point():
+            return None
+        pair = batch[0], torch.zeros(len(batch[0]), dtype=torch.long)
     inputs, targets = pair
     if not isinstance(inputs, torch.Tensor) or not isinstance(targets, torch.Tensor) or inputs.dim() < 2 \
             or targets.dim() == 0 or targets.shape[0] != inputs.shape[0]:
