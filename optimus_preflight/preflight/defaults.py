@@ -35,6 +35,7 @@ from optimus_preflight.preflight.checks.collate_order import CollateOrderCheck
 from optimus_preflight.preflight.checks.collate_truncation import CollateTruncationCheck
 from optimus_preflight.preflight.checks.contrastive_targets import ContrastiveTargetsCheck
 from optimus_preflight.preflight.checks.conv_layout import ConvLayoutCheck
+from optimus_preflight.preflight.checks.ctc_layout import CtcLayoutCheck
 from optimus_preflight.preflight.checks.custom_backward import CustomBackwardCheck
 from optimus_preflight.preflight.checks.dataset_checks import DatasetLengthCheck
 from optimus_preflight.preflight.checks.dataset_memory import DatasetCacheCheck
@@ -208,6 +209,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     TargetLeakCheck,
     ForecastLeakCheck,
     SampleMixingCheck,
+    CtcLayoutCheck,
     BatchOrderCheck,
     InputDependenceCheck,
     ZeroFeaturesCheck,

