@@ -86,3 +86,47 @@ def test_a_seq_first_target_beside_batch_first_sources_is_no_pair_to_compare():
     report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loaders[0], val_loader=loaders[1],
                            loss_fn=loss, checks=[FirstBatchCheck(), PairLengthsCheck()])
     assert report.check("data.pair_lengths").status.value != "crashed"
+
+
+def utterances(rows: int, seed: int, sort_features_only: bool = False, sort_both: bool = False) -> TensorDataset:
+    """CTC batches (frames (N, T, F), transcripts (N, S), input lengths, target lengths): each
+    symbol spoken for 3 frames, so an utterance's duration follows its transcript's length."""
+    g = torch.Generator().manual_seed(seed)
+    target_lengths = torch.randint(2, 7, (rows,), generator=g)
+    input_lengths = 3 * target_lengths
+    frames = torch.randn(rows, 21, 4, generator=g) * (torch.arange(21)[None] < input_lengths[:, None])[..., None]
+    transcripts = torch.randint(1, 6, (rows, 6), generator=g) * (torch.arange(6)[None] < target_lengths[:, None])
+    if sort_features_only or sort_both:
+        order = torch.argsort(input_lengths, stable=True)
+        frames, input_lengths = frames[order], input_lengths[order]
+        if sort_both:
+            transcripts, target_lengths = transcripts[order], target_lengths[order]
+    return TensorDataset(frames, transcripts, input_lengths, target_lengths)
+
+
+@pytest.mark.parametrize("features_only", [True, False])
+def test_utterances_sorted_by_duration_without_their_transcripts(features_only):
+    model = nn.Linear(4, 6)
+
+    def ctc(m, batch):
+        frames, transcripts, input_lengths, target_lengths = batch
+        log_probs = m(frames).log_softmax(-1).transpose(0, 1)
+        return F.ctc_loss(log_probs, transcripts, input_lengths, target_lengths, zero_infinity=True)
+
+    train = utterances(960, 0, sort_features_only=features_only, sort_both=not features_only)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), DataLoader(train, batch_size=32, shuffle=True),
+                           val_loader=DataLoader(utterances(256, 1), batch_size=64), loss_fn=ctc,
+                           checks=[FirstBatchCheck(), PairLengthsCheck()])
+    issues = report.check("data.pair_lengths").issues
+    assert [i.code for i in issues] == (["PAIRS_MISALIGNED"] if features_only else [])
+    if issues:
+        assert "utterances and the transcripts are misaligned" in issues[0].message
+        assert "transcripts and target lengths were not sorted with them" in issues[0].message
+        assert "torch.argsort(input_lengths)" in issues[0].fix
+
+
+def test_class_ids_beside_padded_sequences_are_not_lengths():
+    from optimus_preflight.preflight.checks.pair_lengths import length_vector
+
+    assert length_vector(torch.tensor([3, 5, 9]), 10) and not length_vector(torch.tensor([0, 2, 1]), 10)
+    assert not length_vector(torch.tensor([3, 12]), 10) and not length_vector(torch.tensor([3.0, 5.0]), 10)

@@ -39,7 +39,11 @@ def sequence_lengths(batch: Any) -> tuple[torch.Tensor, ...] | None:
     if not isinstance(batch, (list, tuple)) or len(batch) < 2:
         return None
     lengths = []
+    longest = max((leaf.shape[1] for leaf in batch if isinstance(leaf, torch.Tensor) and leaf.dim() >= 2), default=0)
     for leaf in batch:
+        if length_vector(leaf, longest):
+            lengths.append(leaf.detach().float().cpu())  # CTC's input_lengths, target_lengths: given
+            continue
         if not isinstance(leaf, torch.Tensor) or leaf.dim() != 2 or leaf.is_floating_point() \
                 or leaf.dtype == torch.bool or leaf.shape[1] < MIN_POSITIONS:
             lengths.append(torch.full((len(leaf) if isinstance(leaf, torch.Tensor) and leaf.dim() else 0,), -1.0))
@@ -53,6 +57,14 @@ def sequence_lengths(batch: Any) -> tuple[torch.Tensor, ...] | None:
         positions = torch.arange(1, leaf.shape[1] + 1, device=leaf.device)
         lengths.append((real * positions).amax(dim=1).float().cpu())
     return tuple(lengths)
+
+
+def length_vector(leaf: Any, longest: int) -> bool:
+    """A (B,) integer tensor of lengths beside padded sequences: every value from 1 to the
+    longest padded axis of the batch (class ids start at 0 and need not fit an axis)."""
+    return isinstance(leaf, torch.Tensor) and leaf.dim() == 1 and not leaf.is_floating_point() \
+        and leaf.dtype != torch.bool and leaf.numel() > 1 and longest > 0 and int(leaf.min()) >= 1 \
+        and int(leaf.max()) <= longest
 
 
 def correlation(a: torch.Tensor, b: torch.Tensor) -> float | None:
@@ -91,6 +103,9 @@ class PairLengthsCheck(Check):
                     continue
                 findings.data.setdefault("length_correlations", []).append(
                     {"tensors": [i, j], "train": round(in_train, 3), "val": round(in_val, 3)})
+                if in_val >= ALIGNED and abs(in_train) <= APART and self._speech(ctx, i, j):
+                    self._utterances_apart(i, j, in_val, in_train, len(train[i]), findings)
+                    return
                 if in_val >= ALIGNED and abs(in_train) <= APART:
                     findings.warning(
                         "PAIRS_MISALIGNED",
@@ -106,6 +121,31 @@ class PairLengthsCheck(Check):
                     )
                     return
         findings.data["summary"] = "source and target lengths agree between the splits"
+
+    @staticmethod
+    def _speech(ctx: PreflightContext, i: int, j: int) -> bool:
+        """Frames (B, T, F) of floats beside a given length vector: utterances and transcripts."""
+        batch = ctx.artifacts.first_batch
+        longest = max((leaf.shape[1] for leaf in batch if isinstance(leaf, torch.Tensor) and leaf.dim() >= 2), default=0)
+        frames = any(isinstance(leaf, torch.Tensor) and leaf.dim() == 3 and leaf.is_floating_point() for leaf in batch)
+        return frames and (length_vector(batch[i], longest) or length_vector(batch[j], longest))
+
+    @staticmethod
+    def _utterances_apart(i: int, j: int, in_val: float, in_train: float, pairs: int, findings: Findings) -> None:
+        findings.warning(
+            "PAIRS_MISALIGNED",
+            f"the training utterances and the transcripts are misaligned: the lengths of batch[{i}] and batch[{j}] "
+            f"correlate at {in_val:.2f} over the validation pairs but at "
+            f"{in_train:.2f} over {pairs} training pairs, while a transcript's length follows its utterance's "
+            "duration. Usually the features (and their input lengths) were sorted by duration for bucketing while "
+            "the transcripts and target lengths were not sorted with them, or one list was filtered or shuffled on "
+            "its own: every utterance is trained against another one's text",
+            "Reorder the features, transcripts and both length lists with one permutation: order = "
+            "torch.argsort(input_lengths); feats, targets, input_lengths, target_lengths = feats[order], "
+            "targets[order], input_lengths[order], target_lengths[order] (or sort a list of (features, transcript) "
+            "pairs together).",
+            "data.train",
+        )
 
     def _lengths(self, ctx: PreflightContext, findings: Findings, loader: Any,
                  which: str) -> list[torch.Tensor] | None:
