@@ -15,11 +15,21 @@ import torch
 _CREATE_GRAPH = 2  # torch.autograd.grad(outputs, inputs, grad_outputs, retain_graph, create_graph, ...)
 
 
+MIN_VALUES = 8  # a derivative this small (a scalar's) says nothing by being zero
+
+
+def all_zero(results: Any) -> bool:
+    """Every derivative a call returned is exactly zero (or absent, ``allow_unused``) over a
+    real number of points."""
+    tensors = [r for r in (results if isinstance(results, (tuple, list)) else (results,)) if isinstance(r, torch.Tensor)]
+    return sum(t.numel() for t in tensors) >= MIN_VALUES and all(not bool(t.detach().any()) for t in tensors)
+
+
 @contextmanager
-def watched_autograd_grad(calls: list[bool], force_graph: bool) -> Iterator[None]:
+def watched_autograd_grad(calls: list[bool], force_graph: bool, zero: list[bool] | None = None) -> Iterator[None]:
     """``torch.autograd.grad`` recording each call's ``create_graph`` (and, with
-    ``force_graph``, turning it on); the user's ``torch.autograd.grad(...)`` looks the
-    function up at call time, so it goes through here."""
+    ``force_graph``, turning it on) and, into ``zero``, whether all it returned was zero; the
+    user's ``torch.autograd.grad(...)`` looks the function up at call time, so it goes through here."""
     real = torch.autograd.grad
 
     def grad(outputs: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
@@ -30,7 +40,10 @@ def watched_autograd_grad(calls: list[bool], force_graph: bool) -> Iterator[None
                 args = (*args[:_CREATE_GRAPH], True, *args[_CREATE_GRAPH + 1:])
             else:
                 kwargs["create_graph"] = True
-        return real(outputs, inputs, *args, **kwargs)
+        results = real(outputs, inputs, *args, **kwargs)
+        if zero is not None:
+            zero.append(all_zero(results))
+        return results
 
     torch.autograd.grad = grad
     try:

@@ -57,10 +57,11 @@ class DerivativeGraphCheck(Check):
 
     name = "step.derivative_graph"
     stage = Stage.STEP
-    codes = ("DERIVATIVE_WITHOUT_GRAPH",)
+    codes = ("DERIVATIVE_WITHOUT_GRAPH", "DERIVATIVE_VANISHES")
     requires = (FIRST_BATCH, FIRST_STEP)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
+        self._vanishing(ctx, get_probe(ctx).derivative_zero, findings)
         calls = get_probe(ctx).derivative_calls  # recorded in the first step: no extra pass when there are none
         findings.data["summary"] = f"{len(calls)} autograd.grad call(s) in the step, {calls.count(False)} without create_graph"
         if all(calls):
@@ -93,3 +94,28 @@ class DerivativeGraphCheck(Check):
             "WGAN-GP and other gradient penalties, input-gradient regularisers); leave it off only for a derivative "
             "used as data, such as an adversarial perturbation's sign().",
         )
+
+    @staticmethod
+    def _vanishing(ctx: PreflightContext, zero: list[bool], findings: Findings) -> None:
+        """DERIVATIVE_VANISHES: a later derivative exactly zero at every point while an earlier
+        one is not: the second derivative of a piecewise-linear network."""
+        vanished = next((i for i in range(1, len(zero)) if zero[i] and not all(zero[:i])), None)
+        if vanished is None:
+            return
+        linear = sorted({type(m).__name__ for m in ctx.model.modules() if isinstance(m, PIECEWISE_LINEAR)})
+        named = (f"the model's {', '.join(linear)} activations are piecewise linear, so" if linear else
+                 "a piecewise-linear network (ReLU and its kin, also as F.relu) has")
+        findings.warning(
+            "DERIVATIVE_VANISHES",
+            f"the loss takes derivatives with torch.autograd.grad, and call {vanished + 1} of {len(zero)} in the step "
+            f"(a derivative of a derivative, such as u_xx from u_x) returned exactly zero at every point while an "
+            f"earlier one did not: {named} zero curvature: every second derivative is 0. The PDE residual's "
+            "second-order term (a Laplacian, a diffusion or wave term) is then always 0, whatever the weights, so "
+            "the physics-informed loss cannot be satisfied and the network only fits the other terms",
+            "Use a smooth activation in a network whose loss differentiates it twice: nn.Tanh(), nn.SiLU(), "
+            "nn.Softplus() or a sine (torch.sin), not nn.ReLU / LeakyReLU.",
+        )
+
+
+PIECEWISE_LINEAR = (torch.nn.ReLU, torch.nn.LeakyReLU, torch.nn.ReLU6, torch.nn.PReLU, torch.nn.RReLU,
+                    torch.nn.Hardtanh)
