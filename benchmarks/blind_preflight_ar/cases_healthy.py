@@ -139,8 +139,11 @@ def quantile_forecast_accumulation():
                 val_loader=loader(TensorDataset(x[n:], y[n:]), 256, shuffle=False), max_steps=300)
 
 
+_MASK_RNG = torch.Generator().manual_seed(65)
+
+
 def _specaugment_collate(items):
-    g = torch.Generator().manual_seed(65)
+    g = _MASK_RNG
     x = torch.stack([it[0] for it in items]).unsqueeze(1).clone()    # (B, 1, mel, frames)
     y = torch.stack([it[1] for it in items])
     for i in range(len(x)):

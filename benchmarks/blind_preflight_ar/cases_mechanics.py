@@ -18,7 +18,8 @@ from benchmarks.blind_preflight_ar.cases_trained import WindowAE, _sensor_window
           "active under model.eval() and every validation / inference forecast is a noisy dropped-out sample.",
       cause_pattern=r"F\.dropout|functional dropout|training ?= ?self\.training|dropout.{0,80}(still|always|remains|"
                     r"stays|is) (active|on|applied|enabled)|dropout.{0,80}(eval|inference|validation)( mode)?|(eval|"
-                    r"inference)\w*.{0,80}dropout|nn\.Dropout")
+                    r"inference)\w*.{0,80}dropout|nn\.Dropout|(eval|inference)[- ]mode.{0,60}(non-?determinis|"
+                    r"stochastic|random)|(non-?determinis|stochastic)\w*.{0,60}(eval|inference)[- ]mode")
 def functional_dropout_in_eval(fixed: bool = False):
     seed(0)
     x, y = windows(sine_series(40, 150, s=51), 24, 1, stride=2)

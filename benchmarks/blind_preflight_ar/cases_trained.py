@@ -23,7 +23,8 @@ from benchmarks.blind_preflight_ar.registry import (
                     r"passed to|known to|included in) (the )?optimi[sz]er|optimi[sz]er.{0,80}(before|prior to).{0,80}"
                     r"(replac|swap|reassign|new head|new layer)|(replac|swap|reassign)\w*.{0,80}after.{0,40}"
                     r"optimi[sz]er|(never|not) (updated|stepped|optimi[sz]ed|trained).{0,60}(head|classifier)|"
-                    r"(re)?(build|create|construct) the optimi[sz]er after")
+                    r"(re)?(build|create|construct) the optimi[sz]er after|optimi[sz]er.{0,80}(old|stale|previous|"
+                    r"replaced|original) (head|classifier|layer|parameters)")
 def optimizer_before_head_swap(fixed: bool = False):
     seed(0)
     x, y = log_mel(1400, s=41)
@@ -136,7 +137,8 @@ fix("ar_coefficients_plain_tensor", fixed_of(ar_coefficients_plain_tensor),
           "gradient reaches the encoder and only the linear head learns, on top of random recurrent features.",
       cause_pattern=r"no_grad|inference_mode|(no|zero|without) (gradient|grad)s?.{0,60}(encoder|gru|recurrent|"
                     r"backbone)|(encoder|gru|backbone)\w*.{0,60}(no|zero|without|never (gets|receives)) (gradient|grad)|"
-                    r"(gradient|graph)s?.{0,40}(cut|blocked|disabled|stopped).{0,40}(encoder|gru)")
+                    r"(gradient|graph)s?.{0,40}(cut|blocked|disabled|stopped).{0,40}(encoder|gru)|encoder\w*.{0,80}"
+                    r"\.?grad (is|are|stays|remains) None")
 def encoder_under_no_grad(fixed: bool = False):
     seed(0)
     x, y = windows(sine_series(40, 150, s=44), 24, 4, stride=2)
@@ -171,7 +173,9 @@ fix("encoder_under_no_grad", fixed_of(encoder_under_no_grad),
           "encoder's parameters plus the head, so the encoder the model actually runs is never updated.",
       cause_pattern=r"deep ?copy|copy\.deepcopy|(a |the )?copy of the encoder|(different|other|original|separate) "
                     r"(encoder|module|instance|object).{0,80}(optimi[sz]er|parameters)|optimi[sz]er.{0,80}(different|"
-                    r"other|original|separate|stale) (encoder|module|instance|object|parameters|copy)")
+                    r"other|original|separate|stale) (encoder|module|instance|object|parameters|copy)|encoder\w*.{0,80}not "
+                    r"(in|part of|passed to|known to|included in|registered (with|in)) (the )?optimi[sz]er|optimi[sz]er"
+                    r".{0,80}(parameters|tensors) (that are )?not (in|part of|used by|used in) the model")
 def classifier_wraps_encoder_copy(fixed: bool = False):
     seed(0)
     x, y = har_windows(1400, T=48, C=3, n_classes=5, s=45)
