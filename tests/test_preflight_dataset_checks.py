@@ -331,7 +331,15 @@ def test_a_wrapping_index_warns(tmp_path, dataset, says):
 def test_a_len_short_of_the_data_warns(tmp_path):
     result = run(plain_context(tmp_path, dataset=Items(stored=80, length=64)), DatasetLengthCheck)["data.dataset_length"]
     assert result.status == CheckStatus.WARNING and codes(result) == {"DP7"}
-    assert "under-reports" in result.issues[0].message
+    assert "under-reports" in result.issues[0].message and "up to about 79" in result.issues[0].message
+
+
+def test_a_sliding_window_count_one_short_is_a_note(tmp_path):
+    # (n - window) // stride windows where one more fits: one window of 65 never drawn, nothing to learn lost
+    result = run(plain_context(tmp_path, dataset=Items(stored=65, length=64)), DatasetLengthCheck)["data.dataset_length"]
+    assert result.status == CheckStatus.PASSED and codes(result) == {"DP7"}
+    assert result.issues[0].severity.value == "info" and "under-reports by 1" in result.issues[0].message
+    assert "// stride + 1" in result.issues[0].fix
 
 
 @pytest.mark.parametrize("dataset", [classification_data(), Items(stored=64, length=64), Procedural(), Constant(), Keyed(),
