@@ -67,6 +67,20 @@ def test_a_warmup_longer_than_the_run_is_not_called_a_range_test():
     assert any("longer than the run" in m and "about 4000 steps" in m for m in messages)
 
 
+@pytest.mark.parametrize("schedule, severity", [
+    (lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=2000), "info"),  # full rate, no annealing
+    (lambda opt: torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=5000), "warning"),  # in warmup
+], ids=["cosine_cut_short", "one_cycle_still_warming_up"])
+def test_a_schedule_longer_than_the_run(schedule, severity):
+    model = nn.Linear(8, 3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    report = run_preflight(model, optimizer, DataLoader(TensorDataset(X, Y), batch_size=32, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), scheduler=schedule(optimizer), max_steps=300,
+                           checks=[FirstBatchCheck(), LrScheduleCheck()])
+    found = [i for i in report.check("config.lr_schedule").issues if "decay never happens" in i.message]
+    assert [i.severity.value for i in found] == [severity]
+
+
 def test_noam_over_a_base_lr_of_one_is_its_own_schedule():
     # The lambda returns the learning rate (d_model ** -0.5 * min(...)) over Adam(lr=1.0): its
     # warmup outlasting a short run is a choice, and lr=1.0 is not a value it should reach.

@@ -100,8 +100,10 @@ def compounding_schedule(scheduler: Any, max_steps: int) -> str | None:
             f"falls {where} of trainer.max_steps={max_steps}")
 
 
-def schedule_findings(points: list[tuple[int, float]], max_steps: int, length: int | None) -> list[tuple[str, str]]:
-    """(severity, message) pairs for a schedule that does not fit ``max_steps`` (O8)."""
+def schedule_findings(points: list[tuple[int, float]], max_steps: int, length: int | None,
+                      base: float | None = None) -> list[tuple[str, str]]:
+    """(severity, message) pairs for a schedule that does not fit ``max_steps`` (O8); ``base``
+    is the whole schedule's peak where known."""
     found = []
     peak = max((lr for _, lr in points), default=0.0)
     if peak <= 0:
@@ -151,11 +153,23 @@ def schedule_findings(points: list[tuple[int, float]], max_steps: int, length: i
         found.append(("warning", f"the LR schedule spans {length} steps but trainer.max_steps={max_steps}: it ends "
                                  "(or restarts) early"))
     if length is not None and length > 1.25 * max_steps:
+        low = min(lr for step, lr in points if step >= peak_step)  # a warmup's start is no decay
+        if low >= FLAT_SHARE * peak and (base is None or peak >= 0.9 * base):
+            # a cosine or step decay cut short: the run trains at its full rate throughout, as with
+            # a constant LR, only without the annealing at the end
+            found.append(("info", f"the LR schedule spans {length} steps but training stops at trainer.max_steps="
+                                  f"{max_steps}, {100 * max_steps / length:.0f}% of the way through: the learning rate "
+                                  f"stays within {100 * (1 - low / peak):.0f}% of its peak and the decay never happens "
+                                  "(fine for a trial run; the real run should end where the schedule does)"))
+            return found
         found.append(("warning", f"the LR schedule spans {length} steps but training stops at trainer.max_steps="
                                  f"{max_steps}, {100 * max_steps / length:.0f}% of the way through: the decay never "
                                  "happens. A schedule counted in micro-batches is trainer.accumulation_steps times "
                                  "too long"))
     return found
+
+
+FLAT_SHARE = 0.5  # of the peak: a run whose learning rate never falls below it trains at its full rate
 
 
 LAMBDA_STEPS = (0, 1, 10, 100, 1000)  # and trainer.max_steps: where late-bound lambdas are compared
@@ -283,7 +297,8 @@ class LrScheduleCheck(Check):
                 "scheduler",
             )
             return
-        for severity, message in schedule_findings(points, max_steps, length):
+        base = base_lr(scheduler, ctx.optimizer)
+        for severity, message in schedule_findings(points, max_steps, length, schedule_peak(scheduler, ctx.optimizer, base)):
             stepped = epoch_settings(scheduler) if "barely trains" in message else None
             if stepped is not None:
                 findings.add(severity, "O8", f"{message}. {stepped[0]}", stepped[1], "scheduler")
@@ -294,7 +309,6 @@ class LrScheduleCheck(Check):
                                  "scheduler.warmup_steps")
                 continue
             findings.add(severity, "O8", message, fix, "scheduler.total_steps")
-        base = base_lr(scheduler, ctx.optimizer)
         if (above := above_base(scheduler, points, base)) is not None:
             findings.error("O8", *above, "scheduler")
         if (absolute := lambda_returns_lr(scheduler, points, base)) is not None:
@@ -419,6 +433,17 @@ def base_lr(scheduler: Any, optimizer: Any) -> float | None:
 
 ABOVE_BASE = 10.0  # x the configured LR: a schedule's own peak, not a decay or a warmup to it
 OWN_PEAK = ("OneCycleLR", "CyclicLR")  # these take their peak as an argument, above the optimizer's lr by design
+
+
+def schedule_peak(scheduler: Any, optimizer: Any, base: float | None) -> float | None:
+    """The highest LR the whole schedule reaches: its own ``max_lr`` for the schedules that
+    take one, the configured LR for the others."""
+    if type(scheduler).__name__ == "OneCycleLR" and optimizer.param_groups:
+        peak = optimizer.param_groups[0].get("max_lr")
+        return float(peak) if peak is not None else base
+    if type(scheduler).__name__ == "CyclicLR" and getattr(scheduler, "max_lrs", None):
+        return float(scheduler.max_lrs[0])
+    return base
 
 
 def above_base(scheduler: Any, points: list[tuple[int, float]], base: float | None) -> tuple[str, str] | None:
