@@ -35,6 +35,25 @@ def test_a_split_fraction_given_for_the_wrong_side(test_size):
     assert found == (["SPLIT_TRAIN_SMALLER"] if test_size == 0.8 else [])
 
 
+def test_split_fraction_reads_round_shares_within_a_sample():
+    from optimus_preflight.preflight.checks.split_sizes import split_fraction
+
+    assert split_fraction(200, 800) == "20%" and split_fraction(333, 667) == "a third"
+    assert split_fraction(201, 799) == "20%" and split_fraction(1800, 4270) is None
+
+
+def test_a_validation_set_larger_by_no_split_fraction_is_a_note():
+    # 150 users x 12 training interactions against 3 held-out items x 10 sampled negatives each, less collisions
+    model = nn.Linear(6, 3)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(table(1800, 0), batch_size=32, shuffle=True),
+                           val_loader=DataLoader(table(4270, 1), batch_size=64), loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), SplitSizesCheck()])
+    issues = report.check("data.split_sizes").issues
+    assert [(i.code, i.severity.value) for i in issues] == [("SPLIT_TRAIN_SMALLER", "info")]
+    assert "No split fraction makes these sizes" in issues[0].message
+
+
 def test_batch_size_none_over_single_samples():
     assert codes(DataLoader(table(256, 2), batch_size=None, shuffle=True)) == ["BATCHING_DISABLED"]
 

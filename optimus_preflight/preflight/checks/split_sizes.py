@@ -33,6 +33,16 @@ def _samples(loader: Any) -> int | None:
     return length_of(dataset) if dataset is not None and not isinstance(dataset, IterableDataset) else None
 
 
+ROUND_SHARES = {"5%": 0.05, "10%": 0.1, "15%": 0.15, "20%": 0.2, "25%": 0.25, "30%": 0.3, "a third": 1 / 3, "40%": 0.4}
+
+
+def split_fraction(train: int, val: int) -> str | None:
+    """The round share the training set is of both (within one sample, as a split rounds), if
+    it is one: what ``train_test_split(test_size=0.8)`` meant the other way round leaves."""
+    total = train + val
+    return next((name for name, share in ROUND_SHARES.items() if abs(train - share * total) <= 1), None)
+
+
 def _unbatched(batch: Any) -> bool:
     """A sample, not a batch: some tensor is 0-dim, or no size is common to every tensor (a
     batch's tensors share the batch size, though not always as their first axis: a BPTT
@@ -56,11 +66,21 @@ class SplitSizesCheck(Check):
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         train, val = _samples(ctx.train_loader), _samples(ctx.val_loader) if ctx.val_loader is not None else None
         findings.data["summary"] = f"{train} training and {val} validation samples"
-        if train and val and train < SMALLER * val:
+        if train and val and train < SMALLER * val and (fraction := split_fraction(train, val)) is None:
+            findings.info(
+                "SPLIT_TRAIN_SMALLER",
+                f"the training set holds {train} samples and the validation set {val} ({train / (train + val):.0%} "
+                "for training). No split fraction makes these sizes, so the validation set is probably larger on "
+                "purpose (few-shot training, ranking candidates scored against each held-out item); a fraction given "
+                "for the wrong side would make them a round share",
+                "Give the held-out share to test_size (test_size=0.2 keeps 80% for training) if the split was meant "
+                "the other way round.",
+            )
+        elif train and val and train < SMALLER * val:
             findings.warning(
                 "SPLIT_TRAIN_SMALLER",
                 f"the training set holds {train} samples and the validation set {val}: training sees only "
-                f"{train / (train + val):.0%} of the data. A split fraction given for the wrong side does this: "
+                f"{fraction} of the data, exactly. A split fraction given for the wrong side does this: "
                 "train_test_split(X, y, test_size=0.8) with 0.8 meant as the training share keeps a fifth for "
                 "training and validates on the rest",
                 "Give the held-out share to test_size (test_size=0.2 keeps 80% for training), or pass train_size= "
