@@ -186,3 +186,32 @@ def test_speech_features_standardised_for_training_only_fire_in_four_tensor_batc
     result = preflight(train, speech_batches(200, 1, 6.0, 6.0), model, ctc).check(NAME)
     assert codes(result) == {"VAL_INPUTS_OTHER_SCALE"} and "training split only" in result.issues[0].message
     assert_quiet(preflight(train, speech_batches(200, 1, 1.0, 0.0), model, ctc).check(NAME))
+
+
+def test_a_pinn_trained_on_the_forcing_and_validated_on_the_solution_is_a_note():
+    """-u'' = f on [0, 1]: collocation points with the forcing for training, points with the exact
+    solution u = sin(pi x) for validation. Different quantities by design, no unit between them."""
+    x = torch.rand(512, 1, generator=torch.Generator().manual_seed(0))
+    xv = torch.linspace(0, 1, 201)[:, None]
+    model = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
+
+    def residual(m, batch):
+        points, forcing = batch
+        points = points.clone().requires_grad_(True)
+        du = torch.autograd.grad(m(points).sum(), points, create_graph=True)[0]
+        u_xx = torch.autograd.grad(du.sum(), points, create_graph=True)[0]
+        return ((-u_xx - forcing) ** 2).mean()
+
+    result = preflight(TensorDataset(x, -torch.pi ** 2 * torch.sin(torch.pi * x) * 3 - 4),
+                       TensorDataset(xv, torch.sin(torch.pi * xv)), model, residual).check(NAME)
+    assert [(i.code, i.severity.value) for i in result.issues] == [("VAL_TARGETS_OTHER_SCALE", "info")]
+    assert "different quantities" in result.issues[0].message
+
+
+def test_unit_change_reads_rescaling_logs_and_standardisation():
+    from optimus_preflight.preflight.checks.split_scale import unit_change
+
+    assert unit_change(3.6, 0.9, 3600.0, 900.0)  # millimetres against metres
+    assert unit_change(8.19, 0.25, 3600.0, 900.0)  # log1p on one side
+    assert unit_change(0.02, 1.3, 3600.0, 900.0)  # standardised on one side
+    assert not unit_change(-6.78, 5.29, 0.707, 0.541)  # a forcing against a solution

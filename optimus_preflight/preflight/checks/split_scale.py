@@ -22,6 +22,7 @@ drifting series moves the medians by a few IQRs at the same spread: the finding 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -151,6 +152,27 @@ def linear_leak(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tenso
     return (train_r2, val_r2, len(train_x)) if val_r2 < VAL_R2_BELOW else None
 
 
+UNIT_RATIO = 3.0  # a rescaling moves the median and the spread by the same factor, within this
+STANDARD_MEDIAN, STANDARD_SPREAD = 0.5, (0.5, 3.0)  # a standardised column: median within half an IQR of 0
+
+
+def unit_change(t_median: float, t_iqr: float, v_median: float, v_iqr: float) -> bool:
+    """Whether one split's targets are the other's in other units (pure): rescaled (the median
+    and the spread moved by one factor, or by 255), logged (one median the log of the other's),
+    or standardised (one side centred on 0 with a spread near 1)."""
+    if pixel_factor(t_median, v_median) is not None:
+        return True
+    if t_median * v_median > 0 and t_iqr > 0 and v_iqr > 0:
+        by_median, by_spread = v_median / t_median, v_iqr / t_iqr
+        if 1 / UNIT_RATIO <= by_median / by_spread <= UNIT_RATIO:
+            return True
+    for logged, raw, spread in ((t_median, v_median, t_iqr), (v_median, t_median, v_iqr)):
+        if raw > 0 and abs(logged - math.log1p(raw)) <= max(spread, 0.1 * abs(logged)) + 0.1:
+            return True
+    return any(abs(median) <= STANDARD_MEDIAN * iqr and STANDARD_SPREAD[0] <= iqr <= STANDARD_SPREAD[1]
+               for median, iqr in ((t_median, t_iqr), (v_median, v_iqr)))
+
+
 def inputs_beside_labels(batch: Any) -> tuple[Any, Any] | None:
     """(inputs, labels) of an ``(x, y)`` batch, or of a mapping with one label key and one
     floating tensor beside it; None for other batches (nothing checked about the two)."""
@@ -256,7 +278,10 @@ class SplitScaleCheck(Check):
                 continue
             found = scale_mismatch(train[index], val[index])
             summary.append(f"{what}: {len(found.off) if found else 0} column(s) on another scale")
-            if found is not None:
+            if found is not None and code == "VAL_TARGETS_OTHER_SCALE" and not unit_change(*found.train, *found.val):
+                rescaled = True
+                self._other_quantity(found, findings)
+            elif found is not None:
                 rescaled = True
                 self._report(code, what, found, findings)
         if not rescaled and all(part is not None and len(part) >= MIN_VAL for part in (*train, *val)):
@@ -372,6 +397,20 @@ class SplitScaleCheck(Check):
             "Keep regression targets floating: torch.tensor(y, dtype=torch.float32) (or torch.from_numpy(y).float()) "
             "in the training Dataset, as in the validation one.",
             "data.train",
+        )
+
+    @staticmethod
+    def _other_quantity(found: ScaleMismatch, findings: Findings) -> None:
+        (t_median, t_iqr), (v_median, v_iqr) = found.train, found.val
+        findings.info(
+            "VAL_TARGETS_OTHER_SCALE",
+            f"the validation regression targets (median {v_median:.4g}, interquartile range {v_iqr:.4g}) are not the "
+            f"training ones (median {t_median:.4g}, {t_iqr:.4g}) in other units: no rescaling, log or standardisation "
+            "turns one into the other, so the two splits hold different quantities, which is by design where the "
+            "loss reads the training targets otherwise (a physics-informed loss trained on a PDE's forcing and "
+            "validated on its solution)",
+            "If both splits should hold the same quantity, build their targets from the same column and transform.",
+            "data.val",
         )
 
     @staticmethod
