@@ -104,6 +104,25 @@ def test_a_physics_residual_differentiated_without_create_graph(create_graph):
         assert "create_graph=True" in found[0].fix
 
 
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_a_second_derivative_without_create_graph_in_a_residual_scaled_small_beside_the_boundary(create_graph):
+    """u_xx from u_x without the graph, the residual divided by pi**4 and the boundary term x10:
+    forcing the graph moves the weights' gradient by a few percent only, still the whole PDE term."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 1))
+
+    def residual(m, batch):
+        x = batch[0].clone().requires_grad_(True)
+        u = m(x)
+        u_x = torch.autograd.grad(u, x, torch.ones_like(u), create_graph=True)[0]
+        u_xx = torch.autograd.grad(u_x, x, torch.ones_like(u_x), create_graph=create_graph)[0]
+        pde = ((u_xx + torch.pi ** 2 * torch.sin(torch.pi * x)) ** 2).mean() / torch.pi ** 4
+        return pde + 10 * m(torch.tensor([[0.0], [1.0]])).pow(2).mean()
+
+    found = issues(model, residual, pinn_loader(), DerivativeGraphCheck(), "DERIVATIVE_WITHOUT_GRAPH")
+    assert bool(found) == (not create_graph)
+
+
 def test_a_residual_made_only_of_the_outputs_derivatives_reaches_the_output():
     # A hard-constrained PINN: u = x (1 - x) NN(x) meets the boundary by construction, so the loss is the PDE
     # residual alone, built from autograd.grad with create_graph: no term holds the output's own node.

@@ -26,15 +26,21 @@ def all_zero(results: Any) -> bool:
 
 
 @contextmanager
-def watched_autograd_grad(calls: list[bool], force_graph: bool, zero: list[bool] | None = None) -> Iterator[None]:
+def watched_autograd_grad(calls: list[bool], force_graph: bool, zero: list[bool] | None = None,
+                          fields: list[bool] | None = None) -> Iterator[None]:
     """``torch.autograd.grad`` recording each call's ``create_graph`` (and, with
-    ``force_graph``, turning it on) and, into ``zero``, whether all it returned was zero; the
-    user's ``torch.autograd.grad(...)`` looks the function up at call time, so it goes through here."""
+    ``force_graph``, turning it on), into ``zero`` whether all it returned was zero, and into
+    ``fields`` whether it differentiated a field (one value per point, as a PINN's u or u_x)
+    rather than a scalar loss; the user's ``torch.autograd.grad(...)`` looks the function up at
+    call time, so it goes through here."""
     real = torch.autograd.grad
 
     def grad(outputs: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         create = kwargs.get("create_graph", args[_CREATE_GRAPH] if len(args) > _CREATE_GRAPH else False)
         calls.append(bool(create))
+        if fields is not None:
+            first = outputs[0] if isinstance(outputs, (tuple, list)) and outputs else outputs
+            fields.append(isinstance(first, torch.Tensor) and first.numel() > 1)
         if force_graph and not create:
             if len(args) > _CREATE_GRAPH:
                 args = (*args[:_CREATE_GRAPH], True, *args[_CREATE_GRAPH + 1:])
