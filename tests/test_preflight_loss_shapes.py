@@ -920,9 +920,32 @@ def nonlinear_target(x: torch.Tensor) -> torch.Tensor:
 def test_a_bounded_output_activation_that_cannot_reach_the_targets_is_an_error(head, target, words):
     x = features()
     issue = issues(preflight(regressor(*head), loader(x, target(nonlinear_target(x))), nn.MSELoss()))["LOSS_OUTPUT_RANGE"]
-    assert words in issue.message and "Remove the" in issue.fix
+    assert words in issue.message and ("Scale the tanh" if isinstance(head[0], nn.Tanh) else "Remove the") in issue.fix
     # the standardised targets are named as negative below the relu's floor, the tanh's 3 + t are not
     assert ("standardised (z-scored, zero-mean) targets are negative" in issue.message) == isinstance(head[0], nn.ReLU)
+
+
+class BoundedPolicy(nn.Module):
+    """A behaviour-cloning policy head: bound * tanh(mlp(state))."""
+
+    def __init__(self, bound: float):
+        super().__init__()
+        torch.manual_seed(0)
+        self.body, self.bound = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, 2)), bound
+
+    def forward(self, state):
+        return self.bound * torch.tanh(self.body(state))
+
+
+@pytest.mark.parametrize("bound", [1.0, 2.5])
+def test_a_tanh_scaled_by_a_constant_is_read_at_its_scale(bound):
+    x = features()
+    actions = (2.5 * torch.tanh(x[:, :2] * 2)).clamp(-2.49, 2.49)  # actuator commands in [-2.5, 2.5]
+    found = issues(preflight(BoundedPolicy(bound), loader(x, actions), nn.MSELoss())).get("LOSS_OUTPUT_RANGE")
+    if bound == 2.5:
+        assert found is None
+    else:
+        assert "tanh, so they stay in [-1, 1]" in found.message and "2.5 * torch.tanh(h)" in found.fix
 
 
 @pytest.mark.parametrize("head, target", [

@@ -297,8 +297,8 @@ def output_range_findings(calls: list[CriterionCall]) -> list[Finding]:
         target = call.target
         spread = f" (targets in [{target.min:.4g}, {target.max:.4g}])" if target is not None and target.min is not None else ""
         # a non-negative output against targets below 0: standardised (z-scored) targets, half of them negative
-        negative = (" They are negative targets below a non-negative output: standardised (z-scored, zero-mean) "
-                    "targets are negative about half the time, and the model can never predict below 0"
+        negative = (" They are negative targets below a non-negative output: its outputs can never go below 0, while "
+                    "standardised (z-scored, zero-mean) targets are negative about half the time"
                     if bounded.low == 0 and target is not None and target.min is not None and target.min < 0 else "")
         found.append(Finding(
             "LOSS_OUTPUT_RANGE", "error",
@@ -308,10 +308,19 @@ def output_range_findings(calls: list[CriterionCall]) -> list[Finding]:
             "Map the targets into [-1, 1] before the loss (STS gold scores of 0 to 5: scores / 5, as "
             "sentence-transformers' CosineSimilarityLoss expects; or 2 * (s - min) / (max - min) - 1), or predict "
             "the score with a linear head on the pair's embeddings." if bounded.activation == "cosine similarity" else
+            f"Scale the tanh to the targets' range ({_bound(target)} * torch.tanh(h) for targets within "
+            f"+-{_bound(target)}: an action bound), or map the targets into [-1, 1] (targets / bound) and back at "
+            "inference." if bounded.activation == "tanh" and target is not None and target.min is not None else
             f"Remove the {bounded.activation} after the last layer (a regression head is linear), or map the targets "
             f"into [{bounded.low:g}, {high}] (and back at inference): e.g. min-max scale them for a sigmoid.",
         ))
     return found
+
+
+def _bound(target: object) -> str:
+    """The targets' largest magnitude, rounded up to a readable bound."""
+    largest = max(abs(target.min), abs(target.max))  # type: ignore[attr-defined]
+    return f"{math.ceil(largest * 10) / 10:g}"
 
 
 EXPLODING_INIT_LOSS = 3.0  # x ln(C), + 1: a warning above, a note between 1.5x + 0.5 and this

@@ -82,16 +82,39 @@ def output_activation(tensor: torch.Tensor) -> str | None:
     return None
 
 
+def constant_factor(node: object) -> tuple[float, object]:
+    """(c, the node behind it) for an output written ``c * activation(...)`` with a constant
+    scalar ``c`` (an action bound times a tanh); (1.0, node) otherwise."""
+    if type(node).__name__ != "MulBackward0":
+        return 1.0, node
+    computed = _parents(node)  # a constant operand has no node: one parent is the product of a scalar
+    if len(computed) != 1:
+        return 1.0, node
+    for constant in ("_saved_other", "_saved_self"):
+        value = getattr(node, constant, None)
+        if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.requires_grad:
+            return float(value), computed[0]
+    return 1.0, node
+
+
+def _activation_at(node: object) -> str | None:
+    name = type(node).__name__.removesuffix("Backward0").removesuffix("Backward1")
+    return name if name.startswith(("Tanh", "Softplus", "Softmax", "Sigmoid")) else None
+
+
 def bounded_output(inputs: torch.Tensor, target: torch.Tensor) -> OutputRange | None:
     """The output activation's range and the share of ``target`` outside it, for a
     prediction that comes out of a bounded activation; None otherwise."""
-    name = output_activation(inputs) if inputs.requires_grad else None
+    if not inputs.requires_grad:
+        return None
+    factor, node = constant_factor(inputs.grad_fn)
+    name = output_activation(inputs) if node is inputs.grad_fn else _activation_at(node)
     if name is None:
         return None
     bounds = next((RANGES[key] for key in RANGES if name == key), None)
-    if bounds is None or not target.is_floating_point() or target.numel() == 0:
+    if bounds is None or not target.is_floating_point() or target.numel() == 0 or factor == 0:
         return None
-    low, high = bounds
+    low, high = sorted((bounds[0] * factor, bounds[1] * factor))
     width = (high - low) if high != float("inf") else 1.0
     with torch.no_grad():
         values = target.detach().float().flatten()
