@@ -84,6 +84,7 @@ from optimus_preflight.preflight.checks.recurrence import RecurrenceCheck
 from optimus_preflight.preflight.checks.regressed_classes import RegressedClassesCheck
 from optimus_preflight.preflight.checks.row_scaling import RowScalingCheck
 from optimus_preflight.preflight.checks.sample_mixing import SampleMixingCheck
+from optimus_preflight.preflight.checks.sample_standardised import SampleStandardisedCheck
 from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageCheck
 from optimus_preflight.preflight.checks.selection_alignment import SelectionAlignmentCheck
 from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
@@ -168,6 +169,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     SplitMissingCheck,
     WindowLabelsCheck,
     RowScalingCheck,
+    SampleStandardisedCheck,
     PairLengthsCheck,
     PairTruncationCheck,
     TripletPositivesCheck,
