@@ -75,3 +75,35 @@ def test_a_bf16_head_around_a_large_offset_cannot_resolve_the_targets(precision,
     assert bool(found) == fires
     if found:
         assert "bfloat16" in found[0].message and "32 apart" in found[0].message
+
+
+class FieldHead(nn.Module):
+    """(B, 8) parameters -> (B, 2, 16) fields."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 32))
+
+    def forward(self, x):
+        return self.net(x).view(-1, 2, 16)
+
+
+def fields(pressure_scale: float) -> torch.Tensor:
+    grid = torch.linspace(0, 1, 16)
+    pressure = pressure_scale * (X[:, :1] + torch.sin(3 * grid) * X[:, 1:2])
+    velocity = 0.3 * torch.cos(2 * grid) * X[:, 2:3]
+    return torch.stack([pressure, velocity], 1)
+
+
+@pytest.mark.parametrize("pressure_scale", [1000.0, 1.0], ids=["pascals_beside_metres_per_second", "normalised"])
+def test_field_channels_in_their_own_units_under_one_mse(pressure_scale):
+    model = FieldHead()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(X, fields(pressure_scale)), batch_size=64, shuffle=True),
+                           loss_fn=nn.MSELoss(), checks=[FirstBatchCheck(), FirstStepCheck(), TargetsCheck()])
+    found = [i for i in report.check("step.targets").issues if i.code == "TARGET_COLUMN_SCALES"]
+    if pressure_scale == 1.0:
+        assert not found
+    else:
+        assert "2 fields on scales far apart" in found[0].message and "channel_std" in found[0].fix

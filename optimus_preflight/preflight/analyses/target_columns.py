@@ -16,6 +16,7 @@ from optimus_preflight.preflight.analyses.loss_spy import CriterionCall
 
 MIN_ROWS = 16  # rows before a column's spread says anything
 MAX_COLUMNS = 32  # more columns are a signal or an image, not named outputs
+MAX_FIELDS = 8  # channels of a field target (pressure, velocities, temperature), not an image's classes
 SCALE_RATIO = 30.0  # std of the widest column over the narrowest
 CONTINUOUS = 0.25  # share of distinct values a column needs: a rare flag is no narrow scale
 SQUARED = ("mse_loss",)
@@ -31,14 +32,20 @@ class ColumnScales:
     narrow: int
     narrow_std: float
     share: float  # the narrow column's share of the loss at a prediction of the column means
+    fields: bool = False  # channels of (B, C, ...) fields (pressure beside velocity), not table columns
 
 
 def column_scales(call: CriterionCall) -> ColumnScales | None:
     """The widest and narrowest column of a (B, K) regression target reduced in one call."""
     target = call.target_tensor
-    if call.function not in CRITERIA or target is None or target.dim() != 2 or not target.is_floating_point() or call.reduction == "none" \
-            or call.input is None or tuple(call.input.shape) != tuple(target.shape):
+    if call.function not in CRITERIA or target is None or target.dim() < 2 or not target.is_floating_point() \
+            or call.reduction == "none" or call.input is None or tuple(call.input.shape) != tuple(target.shape):
         return None
+    fields = target.dim() >= 3
+    if fields:  # (B, C, ...) fields: each channel's values over the samples and points, a column
+        if not 2 <= target.shape[1] <= MAX_FIELDS:
+            return None
+        target = target.transpose(0, 1).reshape(target.shape[1], -1).T
     rows, columns = target.shape
     if rows < MIN_ROWS or not 2 <= columns <= MAX_COLUMNS:
         return None
@@ -58,7 +65,7 @@ def column_scales(call: CriterionCall) -> ColumnScales | None:
     power = 2 if call.function in SQUARED else 1
     weights = stds[spread] ** power
     return ColumnScales(call.function, columns, wide, float(stds[wide]), narrow, float(stds[narrow]),
-                        float(stds[narrow] ** power / weights.sum()))
+                        float(stds[narrow] ** power / weights.sum()), fields)
 
 
 def target_column_scales(calls: list[CriterionCall]) -> ColumnScales | None:

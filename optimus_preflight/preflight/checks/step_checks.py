@@ -764,7 +764,22 @@ class TargetsCheck(Check):
                 f"Give each head its own column: loss = mse(out[:, 0], y[:, 0]) + mse(out[:, 1], y[:, 1]); check "
                 f"which term should read y[:, {unused}].",
             )
-        if probe.target_column_scales is not None:
+        if probe.target_column_scales is not None and probe.target_column_scales.fields:
+            found = probe.target_column_scales
+            findings.warning(
+                "TARGET_COLUMN_SCALES",
+                f"{found.function}'s targets are {found.columns} fields on scales far apart: channel {found.wide} "
+                f"spreads with a std of {found.wide_std:.3g}, channel {found.narrow} with {found.narrow_std:.3g} "
+                f"({found.wide_std / found.narrow_std:.0f}x less), so one raw {found.function} over all channels "
+                f"gives channel {found.narrow} {found.share:.2g} of the loss: the model learns the wide field and the "
+                "narrow one contributes nothing. Physical fields in their own units (a pressure in pascals beside a "
+                "velocity in m/s) do this",
+                "Normalise each output channel by its training-set std before the loss (((pred - target) / "
+                "channel_std) ** 2).mean(), with channel_std of shape (1, C, 1, ...), or standardise the target "
+                "fields per channel in the dataset.",
+                "data.train",
+            )
+        elif probe.target_column_scales is not None:
             found = probe.target_column_scales
             findings.warning(
                 "TARGET_COLUMN_SCALES",
