@@ -23,6 +23,14 @@ from typing import Any
 import torch
 
 CONVOLUTIONS = ("conv2d", "conv_transpose2d")
+CONVOLUTIONS_1D = ("conv1d", "conv_transpose1d")
+# Ops that keep an (N, C, L) map (N, C, L), as KEEP_LAYOUT does for NCHW.
+KEEP_LAYOUT_1D = frozenset({
+    "relu", "relu_", "relu6", "gelu", "silu", "mish", "elu", "selu", "leaky_relu", "hardswish", "hardtanh", "sigmoid",
+    "tanh", "softplus", "batch_norm", "group_norm", "instance_norm", "dropout", "feature_dropout", "add", "__add__",
+    "__radd__", "add_", "__iadd__", "mul", "__mul__", "__rmul__", "sub", "__sub__", "div", "__truediv__",
+    "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d", "adaptive_max_pool1d", "max_pool1d_with_indices", "pad",
+    "clone", "contiguous", "float", "to", "type_as"})
 # Ops that keep an NCHW map NCHW. A whitelist: a permute to NHWC of a map whose height
 # equals its channel count would otherwise pass for the same layout.
 KEEP_LAYOUT = frozenset({
@@ -105,6 +113,7 @@ class ChannelAxisWatch:
 
     def __init__(self) -> None:
         self._maps: dict[int, tuple[weakref.ref, int]] = {}  # id -> (the tensor, its channel count)
+        self._maps_1d: dict[int, tuple[weakref.ref, int]] = {}  # ... of (N, C, L) conv1d maps
         self._swapped: dict[int, tuple[weakref.ref, tuple[int, ...], tuple[int, ...]]] = {}
         self.found: ChannelReduction | None = None
         self.misread: ClassesMisread | None = None
@@ -118,9 +127,34 @@ class ChannelAxisWatch:
     def _tag(self, tensor: torch.Tensor, channels: int) -> None:
         self._maps[id(tensor)] = (weakref.ref(tensor), channels)
 
+    def _observe_1d(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
+        """An (N, C, L) conv map reduced over its channel axis alone, the length kept (no
+        keepdim: a channel-mean kept as a map is spatial attention): Keras'
+        GlobalAveragePooling1D, mean(dim=1) of (N, L, C), ported onto PyTorch's (N, C, L)."""
+        if name in CONVOLUTIONS_1D:
+            if isinstance(out, torch.Tensor) and out.dim() == 3:
+                self._maps_1d[id(out)] = (weakref.ref(out), int(out.shape[1]))
+            return
+        source = args[0]
+        entry = self._maps_1d.get(id(source)) if isinstance(source, torch.Tensor) and source.dim() == 3 else None
+        if entry is None or entry[0]() is not source:
+            return
+        if name in REDUCTIONS:
+            dim = args[1] if len(args) > 1 else kwargs.get("dim")
+            dims = (dim,) if isinstance(dim, int) and not isinstance(dim, bool) else tuple(dim) \
+                if isinstance(dim, (tuple, list)) and all(isinstance(d, int) for d in dim) else None
+            keepdim = bool(args[2] if len(args) > 2 and isinstance(args[2], bool) else kwargs.get("keepdim", False))
+            if dims is not None and {d % 3 for d in dims} == {1} and not keepdim and source.shape[2] > 1:
+                self.found = ChannelReduction(name, (1,), tuple(source.shape))
+            return
+        if name in KEEP_LAYOUT_1D and isinstance(out, torch.Tensor) and out.dim() == 3 and out.shape[1] == entry[1]:
+            self._maps_1d[id(out)] = (weakref.ref(out), entry[1])
+
     def observe(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
         if (self.found is not None and self.misread is not None) or not args:
             return
+        if self.found is None and (name in CONVOLUTIONS_1D or self._maps_1d):
+            self._observe_1d(name, args, kwargs, out)
         if name in CONVOLUTIONS:
             if isinstance(out, torch.Tensor) and out.dim() == 4:
                 self._tag(out, int(out.shape[1]))

@@ -158,7 +158,19 @@ class BatchLayoutCheck(Check):
             self._classes_misread(probe.classes_misread, findings)
         if probe.fft_over_channels is not None:
             findings.warning("FFT_OVER_CHANNELS", *fft_over_channels_text(probe.fft_over_channels))
-        if probe.channel_reduction is not None:
+        if probe.channel_reduction is not None and len(probe.channel_reduction.shape) == 3:
+            found = probe.channel_reduction
+            findings.warning(
+                "CHANNEL_AXIS_REDUCED",
+                f"a {found.function}(dim=1) reduces the {found.shape} (N, C, L) output of a Conv1d over its channel "
+                f"(filter) axis and keeps the length: the {found.shape[1]} filters are averaged away and the head reads "
+                f"one number per time step ({found.shape[2]} of them) instead of the features. mean(dim=1) is the "
+                "global average pool of a channels-last (N, L, C) map, as Keras' GlobalAveragePooling1D; PyTorch's "
+                "Conv1d keeps the channels on dim 1",
+                "Pool over the length axis: h.mean(dim=2) (or nn.AdaptiveAvgPool1d(1) and flatten), and size the head "
+                "by the number of filters.",
+            )
+        elif probe.channel_reduction is not None:
             found = probe.channel_reduction
             kept = ({2, 3} - set(found.dims)).pop()
             findings.warning(
