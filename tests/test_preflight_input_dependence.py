@@ -220,6 +220,34 @@ def test_a_causal_conv_without_its_chomp_reads_past_the_input(chomp):
         assert "dim 2" in found[0].message and "Chomp1d" in found[0].fix
 
 
+class WindowForecaster(nn.Module):
+    """(B, T) float windows of one series, unsqueezed for a GRU, the next value from one time step."""
+
+    def __init__(self, read_first: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.gru, self.head, self.read_first = nn.GRU(1, 16, batch_first=True), nn.Linear(16, 1), read_first
+
+    def forward(self, window):
+        out, _ = self.gru(window.unsqueeze(-1))
+        return self.head(out[:, 0] if self.read_first else out[:, -1])
+
+
+@pytest.mark.parametrize("read_first", [True, False])
+def test_a_forecaster_on_float_windows_that_reads_the_first_step(read_first):
+    g = torch.Generator().manual_seed(4)
+    series = torch.sin(torch.arange(2000.0) / 7) + 0.1 * torch.randn(2000, generator=g)
+    windows = series.unfold(0, 25, 3)
+    model = WindowForecaster(read_first)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(windows[:, :24], windows[:, 24:]), batch_size=16, shuffle=True),
+                           loss_fn=nn.MSELoss(), checks=[FirstBatchCheck(), FirstStepCheck(), InputDependenceCheck()])
+    found = [i for i in report.check("step.input_dependence").issues if i.code == "MODEL_IGNORES_POSITIONS"]
+    assert bool(found) == read_first
+    if found:
+        assert "out[:, 0]" in found[0].message
+
+
 @pytest.mark.parametrize("pool_over_channels", [True, False], ids=["window_from_channels", "window_over_time"])
 def test_a_max_pool_window_from_the_channel_count_stops_short(pool_over_channels):
     g = torch.Generator().manual_seed(3)

@@ -185,7 +185,7 @@ class InputDependenceCheck(Check):
             return
         for leaf in leaves(batch):
             # Only what the model reads: the targets of the batch are the loss's business.
-            axis = _sequence_axis(leaf, size)
+            axis = _sequence_axis(leaf, size, recurrent=any(isinstance(m, nn.RNNBase) for m in ctx.model.modules()))
             if axis is None or leaf.untyped_storage().data_ptr() not in self._model_reads:
                 continue
             length = leaf.shape[axis]
@@ -376,9 +376,14 @@ def _gradient_reaches(ctx: PreflightContext, batch: Any, leaf: torch.Tensor, axi
     return any(grad is not None and bool(grad.narrow(axis, begin, stop - begin).any()) for grad in grads)
 
 
-def _sequence_axis(leaf: Any, size: int) -> int | None:
+def _sequence_axis(leaf: Any, size: int, recurrent: bool = False) -> int | None:
     """The positions' axis of a sequence input: dim 1 of (B, T) token ids or (B, T, F) features,
-    dim 2 of channels-first (B, C, T) features whose dim 1 is too short to be positions."""
+    dim 2 of channels-first (B, C, T) features whose dim 1 is too short to be positions; dim 1 of
+    (B, T) float windows of a univariate series when a recurrent module will read them (in a
+    model without one, (B, D) floats are a table's columns)."""
+    if recurrent and isinstance(leaf, torch.Tensor) and leaf.dim() == 2 and leaf.shape[:1] == (size,) \
+            and leaf.is_floating_point() and leaf.shape[1] >= MIN_POSITIONS:
+        return 1
     if not isinstance(leaf, torch.Tensor) or leaf.shape[:1] != (size,) or leaf.dim() not in (2, 3):
         return None
     if leaf.dim() == 3:
