@@ -72,3 +72,36 @@ def test_a_forward_process_that_never_reaches_high_noise(cumulative):
     assert bool(found) == (not cumulative)
     if found:
         assert "torch.cumprod(1 - betas, dim=0)" in found[0].fix
+
+
+class Seq2SeqForecaster(nn.Module):
+    """A GRU encoder over the window, a GRU decoder over the teacher-forced inputs."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.enc, self.dec, self.out = nn.GRU(1, 16, batch_first=True), nn.GRU(1, 16, batch_first=True), nn.Linear(16, 1)
+
+    def forward(self, window, decoder_inputs):
+        _, h = self.enc(window.unsqueeze(-1))
+        out, _ = self.dec(decoder_inputs.unsqueeze(-1), h)
+        return self.out(out).squeeze(-1)
+
+
+@pytest.mark.parametrize("shifted", [False, True])
+def test_a_decoder_given_its_own_target_without_the_shift(shifted):
+    series = torch.sin(torch.arange(3000.0) / 9).unfold(0, 32, 4)
+    window, future = series[:, :24], series[:, 24:]
+    decoder_inputs = torch.cat([window[:, -1:], future[:, :-1]], 1) if shifted else future.clone()
+
+    def teacher_forced(model, batch):
+        return nn.functional.mse_loss(model(batch[0], batch[1]), batch[2])
+
+    model = Seq2SeqForecaster()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(window, decoder_inputs, future), batch_size=32, shuffle=True),
+                           loss_fn=teacher_forced, checks=[FirstBatchCheck(), FirstStepCheck(), TargetsCheck()])
+    found = [i for i in report.check("step.targets").issues if i.code == "TARGET_IS_INPUT"]
+    assert bool(found) == (not shifted)
+    if found:
+        assert "teacher forcing without the shift" in found[0].message and "y[:, :-1]" in found[0].fix

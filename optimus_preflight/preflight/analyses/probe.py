@@ -102,6 +102,7 @@ class StepProbe:
     diffusion_noise: tuple[float, int] | None = None
     # (criterion, shape, whether the input was computed in the loss): trained towards its own input
     target_is_input: tuple[str, tuple[int, ...], bool] | None = None
+    target_fed_beside: tuple[str, tuple[int, ...], int] | None = None  # a later model input that is the target
     channel_reduction: ChannelReduction | None = None  # a conv map reduced over channels + one spatial axis
     classes_misread: ClassesMisread | None = None  # class scores read from a conv map along the wrong axes
     view_as_permute: ViewAsPermute | None = None  # a view/reshape to the same sizes in another order
@@ -406,6 +407,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
 
     model_inputs: list[tuple[int, ...]] = []
     model_input_tensors: list[torch.Tensor] = []
+    first_call_args: list[torch.Tensor] = []  # every tensor the first forward was given, in order
 
     def on_forward(module: nn.Module, args: Any) -> None:
         probe.forward_calls += 1
@@ -413,6 +415,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         if first is not None and not model_inputs:
             model_inputs.append(tuple(first.shape))
             model_input_tensors.append(first)
+            first_call_args.extend(arg for arg in args if isinstance(arg, torch.Tensor) and arg.dim() >= 1)
         if not module.training and not top_stuck and torch.is_grad_enabled():
             probe.forward_in_eval = True
 
@@ -512,6 +515,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.zero_one_sign_target = spy.zero_one_sign_target
     probe.attention_over_heads = attention_over_heads(spy.attention_queries, model_inputs)
     probe.target_is_input = target_is_input(spy.calls, model_input_tensors, step_batches[0] if step_batches else batch)
+    probe.target_fed_beside = target_fed_beside(spy.calls, first_call_args) if probe.target_is_input is None else None
     probe.target_column_reused = target_column_reused(spy.calls, step_batches[0] if step_batches else batch)
     probe.boxes_beyond_image = boxes_beyond_image(spy.calls, model_input_tensors)
     probe.target_column_scales = target_column_scales(spy.calls)
@@ -618,6 +622,24 @@ def target_is_input(calls: list[CriterionCall], model_inputs: list[torch.Tensor]
         if others:
             made_in_loss = source.untyped_storage().data_ptr() not in storages(batch)
             return call.function, tuple(source.shape), made_in_loss
+    return None
+
+
+def target_fed_beside(calls: list[CriterionCall], model_inputs: list[torch.Tensor]) -> tuple[str, tuple[int, ...], int] | None:
+    """(criterion, shape, which input) when a regression target is, value for value, one of the
+    model's inputs after the first: a sequence decoder given the very values it must predict
+    (teacher forcing without the shift right), beside the encoder's own input."""
+    for call in calls:
+        target = call.target_tensor
+        if target is None or not target.is_floating_point() or target.numel() < 2:
+            continue
+        first = model_inputs[0] if model_inputs else None
+        for index, given in enumerate(model_inputs[1:], start=1):
+            if not given.is_floating_point() or given.shape != target.shape or not torch.equal(given, target.to(given.device)):
+                continue
+            if first is not None and first.shape == given.shape and torch.equal(first.to(given.device), given):
+                continue  # the same tensor handed twice: an autoencoder's input, not a second one
+            return call.function, tuple(target.shape), index
     return None
 
 

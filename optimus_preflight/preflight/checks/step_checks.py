@@ -698,6 +698,18 @@ class TargetsCheck(Check):
                 + "Give the criterion the batch's target tensor (e.g. the clean signal: loss_fn(model(noisy), clean)), "
                 "not the input the model was fed.",
             )
+        if probe.target_fed_beside is not None:
+            function, shape, index = probe.target_fed_beside
+            findings.error(
+                "TARGET_IS_INPUT",
+                f"{function}'s target ({shape}) is, value for value, the model's input number {index + 1}: the model is "
+                "handed the very values it must predict beside its other input. In a sequence-to-sequence model this "
+                "is teacher forcing without the shift: the decoder input is the target itself (dec_in = y), not y "
+                "shifted right by one step, so at step t the decoder is given the value it must predict, learns to "
+                "copy it, and forecasts flat (or garbage) once it runs on its own outputs",
+                "Shift the decoder input right by one step: dec_in = torch.cat([x[:, -1:], y[:, :-1]], dim=1) (the last "
+                "observed value, then the targets up to t - 1); for tokens, [bos] + y[:-1].",
+            )
         if probe.zero_one_sign_target:
             findings.error(
                 "TARGET_ZERO_ONE_SIGN",
