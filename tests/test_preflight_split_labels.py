@@ -359,3 +359,32 @@ def test_a_position_table_that_starts_at_zero_is_no_bag():
                            loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitLabelsCheck()])
     found = [i for i in report.check("data.split_labels").issues if i.code == "LABELS_UNRELATED"]
     assert found and all(i.severity.value == "info" for i in found)
+
+
+def expert_rows(trajectories: int, seed: int, next_action: bool) -> TensorDataset:
+    """A discrete expert's trajectories flattened to rows: the action is argmax(W s_t), the next
+    state 0.3 s_t + e(a_t) + noise; with ``next_action`` each state is paired with a_{t+1}."""
+    g = torch.Generator().manual_seed(seed)
+    w, effect = torch.randn(6, 4, generator=torch.Generator().manual_seed(9)), torch.randn(4, 6, generator=g) * 0.5
+    states, actions = torch.zeros(trajectories, 40, 6), torch.zeros(trajectories, 40, dtype=torch.long)
+    s = torch.randn(trajectories, 6, generator=g)
+    for t in range(40):
+        a = (s @ w).argmax(1)
+        states[:, t], actions[:, t] = s, a
+        s = 0.3 * s + effect[a] + torch.randn(trajectories, 6, generator=g)
+    if next_action:
+        return TensorDataset(states[:, :-1].reshape(-1, 6), actions[:, 1:].reshape(-1))
+    return TensorDataset(states.reshape(-1, 6), actions.reshape(-1))
+
+
+@pytest.mark.parametrize("next_action", [True, False])
+def test_states_paired_with_the_next_steps_actions_are_named_off_by_one(next_action):
+    model = nn.Linear(6, 4)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(expert_rows(60, 0, next_action), batch_size=64, shuffle=True),
+                           val_loader=DataLoader(expert_rows(15, 1, False), batch_size=128),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    issues = [i for i in report.check("data.split_labels").issues if i.code == "LABELS_UNRELATED"]
+    assert bool(issues) == next_action
+    if issues:
+        assert "off by one row" in issues[0].message and "labels[i - 1]" in issues[0].message

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import RandomSampler, SequentialSampler, TensorDataset
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler, TensorDataset
 
 from optimus_preflight.preflight.analyses.column_relations import RelationChange, relation_change
 from optimus_preflight.preflight.analyses.label_signal import label_signal
@@ -37,7 +37,7 @@ from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.feature_leak import LABEL_KEYS
 from optimus_preflight.preflight.checks.split_overlap import few_integers
 from optimus_preflight.preflight.checks.split_scale import inputs_beside_labels, scale_mismatch
-from optimus_preflight.preflight.data_access.guard import DataGuard
+from optimus_preflight.preflight.data_access.guard import DataGuard, read_samples
 from optimus_preflight.preflight.data_access.samples import sample_hashes
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_data_state
@@ -449,6 +449,10 @@ def relabelling(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tenso
     return Relabelling(train_agreement, val_agreement, agreeing / len(val_y), mapping, majority, val_within)
 
 
+ORDERED_SAMPLES = 2048  # training samples read in dataset order to look for labels one row off
+OFFSET_GAIN = 0.2  # of nearest-neighbour agreement the offset pairing must win (and come within of validation's)
+
+
 def string_sorted_ids(mapping: dict[int, int], classes: int) -> tuple[str, str, str] | None:
     """(the split indexed by names sorted as strings, how they sort, the other split) when the
     validation -> training id mapping is exactly the one between numeric and string order of
@@ -548,7 +552,7 @@ class SplitLabelsCheck(Check):
         if self._channel_order(train, val, found, findings):
             return
         if found.scrambled:
-            self._scrambled(found, findings)
+            self._scrambled(found, findings, self._neighbour_offset(ctx, findings, found))
             return
         if not found.relabelled:
             self._recoded(relation_change(train[0], train[1], val[0], val[1]), findings,
@@ -580,11 +584,48 @@ class SplitLabelsCheck(Check):
             "data.val",
         )
 
+    def _neighbour_offset(self, ctx: PreflightContext, findings: Findings, found: Relabelling) -> int | None:
+        """The offset k for which the training inputs in dataset order agree with the labels of
+        sample i + k about as well as the validation pairs do: rows flattened from sequences (a
+        trajectory's states beside the next step's actions) with the labels one row off."""
+        dataset = getattr(ctx.train_loader, "dataset", None)
+        if dataset is None or isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__"):
+            return None
+        ordered = DataLoader(dataset, batch_size=256, shuffle=False, num_workers=0,
+                             collate_fn=getattr(ctx.train_loader, "collate_fn", None))
+        parts = read_samples(ctx, self.name, findings, ordered, f"training samples in order for {self.name}",
+                             features_and_labels, ORDERED_SAMPLES, SCAN_BUDGET_S)
+        if not parts:
+            return None
+        features, labels = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        for offset in (1, -1):
+            x, y = (features[:-1], labels[1:]) if offset == 1 else (features[1:], labels[:-1])
+            shifted = relabelling(x, y, x, y)
+            if shifted is not None and shifted.train_agreement >= found.train_agreement + OFFSET_GAIN \
+                    and shifted.train_agreement >= found.val_within - OFFSET_GAIN:
+                findings.data["label_offset"] = offset
+                return offset
+        return None
+
     @staticmethod
-    def _scrambled(found: Relabelling, findings: Findings) -> None:
+    def _scrambled(found: Relabelling, findings: Findings, offset: int | None = None) -> None:
         findings.data["validation_within_agreement"] = round(found.val_within, 3)
         # the probes' finding on the training split alone says less: validation shows the pairing was lost
         findings.issues[:] = [issue for issue in findings.issues if issue.code != "LABELS_UNRELATED"]
+        if offset is not None:
+            findings.warning(
+                "LABELS_UNRELATED",
+                f"the training labels are off by one row: in dataset order, inputs[i] agrees with labels[i {'+' if offset > 0 else '-'} 1] "
+                f"as well as the validation pairs agree with theirs, while a training sample's nearest neighbour has its "
+                f"own label only {found.train_agreement:.0%} of the time (validation: {found.val_within:.0%}). Rows "
+                "flattened from sequences were paired with the neighbouring step's label: a trajectory's states beside "
+                "the next step's actions (s_t with a_{t+1}: actions[:, 1:] against states[:, :-1] sliced the wrong "
+                "way), or a label column shifted one row against its features",
+                "Pair each row with its own step: states[:, t] with actions[:, t] (slice both with the same range, "
+                "e.g. states[:, :-1] and actions[:, :-1] when the last state has no action); check a few rows by hand.",
+                "data.train",
+            )
+            return
         findings.warning(
             "LABELS_UNRELATED",
             f"the training labels are unrelated to their inputs while the validation labels follow theirs: a "
