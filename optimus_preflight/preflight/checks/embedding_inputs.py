@@ -138,13 +138,31 @@ def zero_vectors_read(module: nn.Embedding, ids: torch.Tensor) -> tuple[list[int
 MIN_BAGS = 4  # offsets of a batch this large before their layout is judged
 
 
+MIN_LOOKUP_IDS = 64  # ids in a lookup before its largest one says where it stops
+SHORT_REACH, FULL_REACH = 0.5, 0.8  # of the table's rows: one lookup stops below, another goes past
+
+
+def short_lookup(calls: list[tuple[int, int, int]], rows: int) -> tuple[int, int] | None:
+    """(largest id of the short lookup, largest of the full one) when one table is read twice in
+    a step and one set of ids stops below half the table while another, from the same id space
+    (it starts below where the short one ends), reaches most of it (pure). Fields given their
+    own ranges of one table (ids offset per field) start where the previous field ends."""
+    big = [call for call in calls if call[0] >= MIN_LOOKUP_IDS]
+    short = [(low, top) for _, low, top in big if top < SHORT_REACH * rows]
+    if not short:
+        return None
+    reach = max(top for _, top in short)
+    full = [top for _, low, top in big if top >= FULL_REACH * rows and low < reach]
+    return (reach, max(full)) if full else None
+
+
 class EmbeddingInputsCheck(Check):
     """EMBEDDING_ONE_TOKEN: one id is most of the tokens; EMBEDDING_PADDING_IDX: an Embedding's
     padding_idx occurs inside the sequences."""
 
     name = "model.embedding_inputs"
     stage = Stage.STEP
-    codes = ("EMBEDDING_ONE_TOKEN", "EMBEDDING_PADDING_IDX", "EMBEDDING_FIELDS_SHARE_IDS", "POSITION_EMBEDDING_TOKEN_IDS",
+    codes = ("EMBEDDING_LOOKUP_RANGE", "EMBEDDING_ONE_TOKEN", "EMBEDDING_PADDING_IDX", "EMBEDDING_FIELDS_SHARE_IDS", "POSITION_EMBEDDING_TOKEN_IDS",
              "EMBEDDINGBAG_OFFSETS", "FROZEN_ZERO_VECTORS")
     requires = (FIRST_STEP,)
 
@@ -167,9 +185,13 @@ class EmbeddingInputsCheck(Check):
 
         frozen_zero: dict[nn.Module, tuple[list[int], float]] = {}  # ids read as all-zero frozen vectors
 
+        lookups: dict[nn.Module, list[tuple[int, int, int]]] = {}  # (ids, smallest, largest) per call
+
         def on_input(module: nn.Module, args: tuple) -> None:
             ids = args[0] if args else None
             offsets = args[1] if len(args) > 1 else None
+            if isinstance(ids, torch.Tensor) and not ids.is_floating_point() and ids.numel():
+                lookups.setdefault(module, []).append((ids.numel(), int(ids.min()), int(ids.max())))
             if isinstance(module, nn.Embedding) and module not in frozen_zero and isinstance(ids, torch.Tensor) \
                     and not ids.is_floating_point() and ids.numel() >= MIN_TOKENS:
                 found = zero_vectors_read(module, ids.detach())
@@ -237,6 +259,20 @@ class EmbeddingInputsCheck(Check):
             for handle in handles:
                 handle.remove()
         findings.data["summary"] = f"{len(seen)} Embedding input(s) observed"
+        for module, calls in lookups.items():
+            short = short_lookup(calls, module.num_embeddings)
+            if short is not None:
+                reach, full = short
+                findings.warning(
+                    "EMBEDDING_LOOKUP_RANGE",
+                    f"the embedding '{embeddings[module]}' ({module.num_embeddings} rows) is looked up twice in one step: "
+                    f"one set of ids reaches row {full}, another never goes past row {reach}. Ids drawn from the "
+                    "wrong range do "
+                    "this: negative items sampled with randint(0, n_users) instead of randint(0, n_items), so the rows "
+                    "past it are never trained as negatives and the ranking learns only part of the catalogue",
+                    f"Draw the ids from the table's own range: torch.randint(0, {module.num_embeddings}, ...) "
+                    "(n_items for items), and check which count each sampler uses.",
+                )
         for module, (zero_ids, share) in frozen_zero.items():
             shown = ", ".join(str(i) for i in zero_ids[:6]) + (" ..." if len(zero_ids) > 6 else "")
             findings.warning(

@@ -1,0 +1,68 @@
+"""EMBEDDING_LOOKUP_RANGE (model.embedding_inputs): one item table read for positives that span
+the catalogue and for negatives drawn from a smaller range (randint(0, n_users)); negatives from
+the whole catalogue, and categorical fields given their own ranges of one table, stay quiet."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from optimus_preflight.preflight import run_preflight
+from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+from optimus_preflight.preflight.checks.embedding_inputs import EmbeddingInputsCheck, short_lookup
+from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
+
+USERS, ITEMS = 80, 480
+
+
+class Triplets(Dataset):
+    """(user, positive item, sampled negative item) for BPR."""
+
+    def __init__(self, negatives_from: int):
+        g = torch.Generator().manual_seed(0)
+        self.users = torch.randint(0, USERS, (2000,), generator=g)
+        self.items = torch.randint(0, ITEMS, (2000,), generator=g)
+        self.negatives = torch.randint(0, negatives_from, (2000,), generator=g)
+
+    def __len__(self):
+        return 2000
+
+    def __getitem__(self, i):
+        return self.users[i], self.items[i], self.negatives[i]
+
+
+class MF(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.user, self.item = nn.Embedding(USERS, 16), nn.Embedding(ITEMS, 16)
+
+    def forward(self, users, items):
+        return (self.user(users) * self.item(items)).sum(-1)
+
+
+def bpr(model, batch):
+    users, positives, negatives = batch
+    return -F.logsigmoid(model(users, positives) - model(users, negatives)).mean()
+
+
+@pytest.mark.parametrize("negatives_from", [USERS, ITEMS], ids=["n_users", "n_items"])
+def test_negatives_drawn_from_the_users_range(negatives_from):
+    model = MF()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-2),
+                           DataLoader(Triplets(negatives_from), batch_size=128, shuffle=True), loss_fn=bpr,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), EmbeddingInputsCheck()])
+    found = [i for i in report.check("model.embedding_inputs").issues if i.code == "EMBEDDING_LOOKUP_RANGE"]
+    assert bool(found) == (negatives_from == USERS)
+    if found:
+        assert "'item' (480 rows)" in found[0].message and "randint(0, 480" in found[0].fix
+
+
+def test_fields_with_their_own_ranges_of_one_table_are_no_short_lookup():
+    # field 0 in rows 0-9, field 1 in rows 10-999: the second starts where the first ends
+    assert short_lookup([(128, 0, 9), (128, 10, 998)], 1000) is None
+    assert short_lookup([(128, 0, 78), (128, 2, 477)], 480) == (78, 477)
+    assert short_lookup([(16, 0, 78), (128, 2, 477)], 480) is None  # too few ids to say where they stop
