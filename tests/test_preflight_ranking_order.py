@@ -40,6 +40,7 @@ def test_a_margin_ranking_loss_given_the_pair_reversed(order, target, fires):
     assert [i.code for i in issues] == (["RANKING_PAIR_REVERSED"] if fires else [])
     if issues:
         assert "MarginRankingLoss(s_neg, s_pos, ones)" in issues[0].message and "(s_pos, s_neg" in issues[0].fix
+        assert issues[0].message.startswith("the pairwise ranking is reversed")
 
 
 # ------------------------------------------- a pairwise loss written by hand over the model's two scores

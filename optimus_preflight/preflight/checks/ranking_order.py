@@ -127,8 +127,8 @@ class RankingOrderCheck(Check):
             return
         findings.warning(
             "RANKING_PAIR_REVERSED",
-            f"the pairwise loss ranks each pair's second item above its first: its gradient lowers the score the "
-            f"model gives batch[{found.first}] on {found.pushes_first_down:.0%} of the first batch's rows and raises "
+            f"the pairwise ranking is reversed, the loss ranks each pair's second item above its first: its "
+            f"gradient lowers the score the model gives batch[{found.first}] on {found.pushes_first_down:.0%} of the first batch's rows and raises "
             f"the score of batch[{found.second}] on {found.pushes_second_up:.0%}, so training moves every listed-first "
             "item below its partner. Pair datasets list the preferred item first ((user, positive, negative), "
             "(chosen, rejected)); a BPR loss written as -logsigmoid(s_neg - s_pos), or the two scores passed in the "
