@@ -103,7 +103,7 @@ class RankingOrderCheck(Check):
             return
         findings.warning(
             "RANKING_PAIR_REVERSED",
-            f"the pairwise ranking loss ranks each pair's second item above its first: margin_ranking_loss gets the "
+            f"the pairwise ranking is reversed, the ranking loss ranks each pair's second item above its first: margin_ranking_loss gets the "
             f"score of batch[{pair[1]}] as {ranked_first}, the input its target "
             f"({int(sign.reshape(-1)[0]):+d} for every pair) wants ranked higher, and the score of batch[{pair[0]}] "
             "as the other. Pair datasets list the preferred item first ((positive, negative), (chosen, rejected)), so "
