@@ -1,6 +1,8 @@
 """EMBEDDING_LOOKUP_RANGE (model.embedding_inputs): one item table read for positives that span
 the catalogue and for negatives drawn from a smaller range (randint(0, n_users)); negatives from
-the whole catalogue, and categorical fields given their own ranges of one table, stay quiet."""
+the whole catalogue, and categorical fields given their own ranges of one table, stay quiet.
+EMBEDDING_IDS_BROADCAST: user ids collated to (B, 1) beside item ids (B,) give (B, B) scores;
+scalar ids, and a two-tower model's deliberate (B, B) in-batch scores, stay quiet."""
 
 from __future__ import annotations
 
@@ -66,3 +68,38 @@ def test_fields_with_their_own_ranges_of_one_table_are_no_short_lookup():
     assert short_lookup([(128, 0, 9), (128, 10, 998)], 1000) is None
     assert short_lookup([(128, 0, 78), (128, 2, 477)], 480) == (78, 477)
     assert short_lookup([(16, 0, 78), (128, 2, 477)], 480) is None  # too few ids to say where they stop
+
+
+class OneElementIds(Triplets):
+    """The same triplets with the user returned as a one-element tensor: collated to (B, 1)."""
+
+    def __getitem__(self, i):
+        user, positive, negative = super().__getitem__(i)
+        return user.reshape(1), positive, negative
+
+
+class TwoTower(MF):
+    """In-batch scores on purpose: every user against every item of the batch, (B, B)."""
+
+    def forward(self, users, items):
+        return self.user(users) @ self.item(items).T
+
+
+def in_batch_softmax(model, batch):
+    users, positives, _ = batch
+    scores = model(users, positives)
+    return F.cross_entropy(scores, torch.arange(len(users), device=scores.device))
+
+
+@pytest.mark.parametrize("case", ["one_element_user_ids", "scalar_ids", "two_tower_in_batch"])
+def test_user_ids_of_shape_b_1_broadcast_against_item_ids(case):
+    model = TwoTower() if case == "two_tower_in_batch" else MF()
+    dataset = OneElementIds(ITEMS) if case == "one_element_user_ids" else Triplets(ITEMS)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-2),
+                           DataLoader(dataset, batch_size=128, shuffle=True),
+                           loss_fn=in_batch_softmax if case == "two_tower_in_batch" else bpr,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), EmbeddingInputsCheck()])
+    found = [i for i in report.check("model.embedding_inputs").issues if i.code == "EMBEDDING_IDS_BROADCAST"]
+    assert bool(found) == (case == "one_element_user_ids")
+    if found:
+        assert "(128, 1) ('user')" in found[0].message and "squeeze(-1)" in found[0].fix

@@ -138,6 +138,21 @@ def zero_vectors_read(module: nn.Embedding, ids: torch.Tensor) -> tuple[list[int
 MIN_BAGS = 4  # offsets of a batch this large before their layout is judged
 
 
+def ids_crossed(id_shapes: dict[nn.Module, set[tuple[int, ...]]],
+                outputs: list[tuple[int, ...]]) -> tuple[nn.Module, nn.Module, int] | None:
+    """(the table read with (B, 1) ids, the one read with (B,) ids, B) when a forward's output
+    is (B, B) (pure): per-sample ids of the two shapes give vectors that broadcast pairwise."""
+    for column, shapes in id_shapes.items():
+        for shape in shapes:
+            if len(shape) != 2 or shape[1] != 1 or shape[0] < 2:
+                continue
+            rows = shape[0]
+            flat = next((other for other, others in id_shapes.items() if other is not column and (rows,) in others), None)
+            if flat is not None and any(out[:2] == (rows, rows) and len(out) == 2 for out in outputs):
+                return column, flat, rows
+    return None
+
+
 MIN_LOOKUP_IDS = 64  # ids in a lookup before its largest one says where it stops
 SHORT_REACH, FULL_REACH = 0.5, 0.8  # of the table's rows: one lookup stops below, another goes past
 
@@ -162,7 +177,7 @@ class EmbeddingInputsCheck(Check):
 
     name = "model.embedding_inputs"
     stage = Stage.STEP
-    codes = ("EMBEDDING_LOOKUP_RANGE", "EMBEDDING_ONE_TOKEN", "EMBEDDING_PADDING_IDX", "EMBEDDING_FIELDS_SHARE_IDS", "POSITION_EMBEDDING_TOKEN_IDS",
+    codes = ("EMBEDDING_IDS_BROADCAST", "EMBEDDING_LOOKUP_RANGE", "EMBEDDING_ONE_TOKEN", "EMBEDDING_PADDING_IDX", "EMBEDDING_FIELDS_SHARE_IDS", "POSITION_EMBEDDING_TOKEN_IDS",
              "EMBEDDINGBAG_OFFSETS", "FROZEN_ZERO_VECTORS")
     requires = (FIRST_STEP,)
 
@@ -249,7 +264,20 @@ class EmbeddingInputsCheck(Check):
             dominant[module] = (dominant_token(ids) if from_batch and ids.dim() >= 2 and ids.shape[-1] >= MIN_POSITIONS
                                 else None)
 
+        id_shapes: dict[nn.Module, set[tuple[int, ...]]] = {}  # the shapes each table's ids came in
+        outputs: list[tuple[int, ...]] = []  # of the whole model's forwards
+
+        def on_ids(module: nn.Module, args: tuple) -> None:
+            if args and isinstance(args[0], torch.Tensor) and not args[0].is_floating_point():
+                id_shapes.setdefault(module, set()).add(tuple(args[0].shape))
+
+        def on_output(module: nn.Module, args: tuple, output: object) -> None:
+            if isinstance(output, torch.Tensor):
+                outputs.append(tuple(output.shape))
+
         handles = [module.register_forward_pre_hook(on_input) for module in embeddings]
+        handles += [module.register_forward_pre_hook(on_ids) for module in embeddings]
+        handles.append(ctx.model.register_forward_hook(on_output))
         try:
             eval_forward(ctx, batch)
         except Exception:
@@ -259,6 +287,20 @@ class EmbeddingInputsCheck(Check):
             for handle in handles:
                 handle.remove()
         findings.data["summary"] = f"{len(seen)} Embedding input(s) observed"
+        crossed = ids_crossed(id_shapes, outputs)
+        if crossed is not None:
+            column, flat, rows = crossed
+            findings.error(
+                "EMBEDDING_IDS_BROADCAST",
+                f"the model's output is ({rows}, {rows}), one score per pair of samples: its embeddings read ids of shape "
+                f"({rows}, 1) ('{embeddings[column]}') beside ids of shape ({rows},) ('{embeddings[flat]}'), so their "
+                f"vectors come out ({rows}, 1, D) and ({rows}, D) and broadcast against each other: every sample's "
+                f"'{embeddings[column]}' is scored with every other sample's '{embeddings[flat]}', and the loss averages "
+                "over all the pairs instead of the batch's own. A Dataset that returns one-element tensors "
+                "(torch.tensor([user_id])) collates them to (B, 1)",
+                "Return scalar ids from the Dataset (torch.tensor(user_id), or int), or squeeze the ids before the "
+                "lookup (ids.squeeze(-1)), so both lookups give (B, D) and the score is (B,).",
+            )
         for module, calls in lookups.items():
             short = short_lookup(calls, module.num_embeddings)
             if short is not None:
