@@ -83,6 +83,7 @@ from optimus_preflight.preflight.checks.ranking_order import RankingOrderCheck
 from optimus_preflight.preflight.checks.recurrence import RecurrenceCheck
 from optimus_preflight.preflight.checks.regressed_classes import RegressedClassesCheck
 from optimus_preflight.preflight.checks.row_scaling import RowScalingCheck
+from optimus_preflight.preflight.checks.row_shift import RowShiftCheck
 from optimus_preflight.preflight.checks.sample_mixing import SampleMixingCheck
 from optimus_preflight.preflight.checks.sample_standardised import SampleStandardisedCheck
 from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageCheck
@@ -170,6 +171,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     WindowLabelsCheck,
     RowScalingCheck,
     SampleStandardisedCheck,
+    RowShiftCheck,
     PairLengthsCheck,
     PairTruncationCheck,
     TripletPositivesCheck,
