@@ -50,6 +50,7 @@ from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, 
 from optimus_preflight.preflight.checks.flip_labels import FlipLabelsCheck
 from optimus_preflight.preflight.checks.forecast_leak import ForecastLeakCheck
 from optimus_preflight.preflight.checks.forward_arguments import ForwardArgumentsCheck
+from optimus_preflight.preflight.checks.frame_labels import FrameLabelsCheck
 from optimus_preflight.preflight.checks.graph_batch import GraphBatchCheck, GraphPropagationCheck
 from optimus_preflight.preflight.checks.init_scale import InitScaleCheck
 from optimus_preflight.preflight.checks.input_content import InputContentCheck
@@ -141,6 +142,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     InputScaleCheck,
     FeatureLabelCheck,
     MaskAlignmentCheck,
+    FrameLabelsCheck,
     MaskInterpolationCheck,
     LabelMaskingCheck,
     batch_checks.CollateCheck,
