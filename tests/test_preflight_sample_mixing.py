@@ -541,3 +541,31 @@ def test_views_stacked_by_the_loss_are_judged_by_the_models_own_rows(mixes):
                            checks=[FirstBatchCheck(), FirstStepCheck(), SampleMixingCheck()])
     result = report.check("step.sample_mixing")
     assert bool([i for i in result.issues if i.code == "BATCH_MIXING"]) == mixes, result.data
+
+
+class CentredPointNet(nn.Module):
+    """(B, N, 3) point clouds centred, a shared per-point MLP, a max pool over the points."""
+
+    def __init__(self, centre_dim: int):
+        super().__init__()
+        torch.manual_seed(0)
+        self.centre_dim = centre_dim
+        self.point, self.head = nn.Sequential(nn.Linear(3, 32), nn.ReLU()), nn.Linear(32, 3)
+
+    def forward(self, points):
+        points = points - points.mean(dim=self.centre_dim, keepdim=True)
+        return self.head(self.point(points).amax(dim=1))
+
+
+@pytest.mark.parametrize("centre_dim", [0, 1], ids=["over_the_batch", "over_each_clouds_points"])
+def test_clouds_centred_with_a_mean_over_the_batch_name_the_mean(centre_dim):
+    g = torch.Generator().manual_seed(1)
+    clouds, labels = torch.randn(128, 64, 3, generator=g) + 5, torch.randint(0, 3, (128,), generator=g)
+    model = CentredPointNet(centre_dim)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(clouds, labels), batch_size=16, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), FirstStepCheck(), SampleMixingCheck()])
+    found = [i for i in report.check("step.sample_mixing").issues if i.code == "BATCH_MIXING"]
+    assert bool(found) == (centre_dim == 0)
+    if found:
+        assert "`mean(dim=0)`" in found[0].message and "runs over the samples of the batch" in found[0].message

@@ -93,7 +93,7 @@ def test_params_that_get_no_gradient_are_named(tmp_path):
     ctx = plain_context(tmp_path, model=UnusedHead)
     result = run(ctx, GradientsCheck)["step.gradients"]
     assert codes(result) == {"GRAD_NONE"} and result.status == CheckStatus.WARNING
-    assert "aux.weight" in result.issues[0].message and "never ran in the forward" in result.issues[0].message
+    assert "aux.weight" in result.issues[0].message and "never called in the forward" in result.issues[0].message
     ctx.training = dataclasses.replace(ctx.training, dist=DistEnv(rank=0, world_size=2))
     distributed = run(ctx, GradientsCheck)["step.gradients"]
     assert distributed.status == CheckStatus.ERROR and "find_unused_parameters" in distributed.issues[0].fix

@@ -178,6 +178,11 @@ def first_mixing(first: list[Call], second: list[Call], keep: int) -> MixingOp |
             # loss's own reductions come later, outside any forward)
             axis, tensor = changed[0]
             return MixingOp(a.name, a.dim, tuple(tensor.shape), int(axis), (), a.frame)
+        axis, tensor = changed[0]
+        if a.name in REDUCING and a.dim in (axis, axis - tensor.dim()) and \
+                any(not torch.equal(x, y) for x, y in zip(a.outputs, b.outputs)):
+            # a statistic over the samples (a centring mean kept with keepdim=True): its one row moves for all
+            return MixingOp(a.name, a.dim, tuple(tensor.shape), int(axis), tuple(a.outputs[0].shape), a.frame)
         if any(_spread(x, y, keep) for x, y in zip(a.outputs, b.outputs)):
             axis, tensor = changed[0]
             output = next(x for x, y in zip(a.outputs, b.outputs) if _spread(x, y, keep))

@@ -120,8 +120,9 @@ def _why_no_gradient(missing: list[str], modules_run: set[str], hooks_detaching:
                 "to stay frozen, and set requires_grad=False on those); evaluation code belongs in the eval loop, "
                 "not in forward.")
     if not ran:
-        return ("Their modules never ran in the forward: defined but not called (a branch never taken, a layer "
-                "left out of forward)",
+        return ("Their modules were never called in the forward: defined but not used (a branch never taken, a layer "
+                "left out of forward, or a wrapper such as a LoRA adapter assigned to an attribute the forward never "
+                "reads, while an nn.Sequential keeps calling the original layer)",
                 "If they are unused on purpose, set requires_grad=False or remove them; else call them in forward.")
     layers = sorted({".".join(parts[:index + 1]) for parts in (owner.split(".") for owner in ran)
                      for index in [next((i for i, part in enumerate(parts) if part.isdigit()), None)]
@@ -504,9 +505,11 @@ class GradientsCheck(Check):
                 f"{len(zeroed)} trainable parameter(s) got a gradient of exactly 0 from the first step: {_names(zeroed)}. "
                 f"The loss's graph multiplies a term by a constant 0 ({probe.zero_factors} time(s)): a loss weight of "
                 "0.0, e.g. a weights dict read with .get(key, 0.0) under a key it does not have, so that term's head "
-                "never trains",
+                "never trains; or, inside the model, a scale that came out 0, such as an adapter's scaling written "
+                "with integer division (alpha // r is 0 whenever alpha < r; LoRA scales by alpha / r)",
                 "Check the loss weights where the terms are summed (a misspelt key, a schedule that starts at 0 and "
-                "never rises); read required weights with weights[key] so a missing key raises.",
+                "never rises); read required weights with weights[key] so a missing key raises. Compute scales with "
+                "true division (self.scaling = alpha / r).",
             )
         hooked = [name for name in zeroed if name in probe.hooked_params]
         if hooked and not probe.zero_gradient_ops and not probe.zero_factors and probe.grad_norm != 0.0:
