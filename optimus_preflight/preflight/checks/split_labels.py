@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Sequent
 
 from optimus_preflight.preflight.analyses.column_relations import RelationChange, relation_change
 from optimus_preflight.preflight.analyses.label_signal import label_signal
+from optimus_preflight.preflight.analyses.sample_scaling import sample_normalisation
 from optimus_preflight.preflight.analyses.token_tags import ids_and_tags, tag_renumbering
 from optimus_preflight.preflight.analyses.train_shortcut import Shortcut, train_only_shortcut
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
@@ -510,7 +511,8 @@ class SplitLabelsCheck(Check):
         if train is not None and train[2] and not ids_only(ctx.artifacts.first_batch):
             self._conflicts(train[2], train[1], findings)
         if train is not None and train[0] is not None:
-            self._signal(train[0], train[1], findings)
+            pair = inputs_beside_labels(ctx.artifacts.first_batch)
+            self._signal(train[0], train[1], findings, erased=sample_normalisation(pair[0]) if pair is not None else None)
         elif train is not None and train[4] is not None:
             self._signal(train[4], train[1], findings, text=True, bag=reads_a_bag(ctx))
         if ctx.val_loader is None:
@@ -747,7 +749,7 @@ class SplitLabelsCheck(Check):
 
     @staticmethod
     def _signal(features: torch.Tensor, labels: torch.Tensor, findings: Findings, text: bool = False,
-                bag: BagReading | None = None) -> None:
+                bag: BagReading | None = None, erased: str | None = None) -> None:
         signal = label_signal(features, labels)
         if signal is None:
             return
@@ -808,6 +810,9 @@ class SplitLabelsCheck(Check):
             "orders (os.listdir and glob return an arbitrary order: one listing sorted, the other not). Else the preprocessing removed what carries the label: each "
             "sample standardised with its own mean and std (its level, often the label's cause, is gone), a feature "
             "dropped or overwritten")
+        if erased is not None:
+            causes = (f"The inputs were normalised sample by sample: {erased}, so a label that depends on it can no "
+                      "longer be read from them. " + causes)
         findings.warning(
             "LABELS_UNRELATED",
             f"the training labels look unrelated to their inputs: over {signal.samples} samples read, a 5-nearest-"

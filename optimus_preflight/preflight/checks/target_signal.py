@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from optimus_preflight.preflight.analyses.label_signal import MAX_FEATURES, target_signal
+from optimus_preflight.preflight.analyses.sample_scaling import sample_normalisation
 from optimus_preflight.preflight.analyses.series import lag_one
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.row_scaling import rows_standardised
+from optimus_preflight.preflight.checks.split_scale import inputs_beside_labels
 from optimus_preflight.preflight.data_access.guard import read_samples
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
@@ -135,6 +137,12 @@ class TargetSignalCheck(Check):
             fix = ("Cut the windows from the series in time order first, then shuffle (or split) the windows, never the "
                    "rows: windows = [series[i:i + width] for i in range(len(series) - width)]; for validation, split "
                    "by time.")
+        elif (erased := sample_normalisation(first_inputs(ctx))) is not None and not rows_standardised(features):
+            why = (f"{erased}: what the target depends on (a size, a proportion, a level) is no longer in the inputs, "
+                   "so samples with different targets look alike")
+            fix = ("Normalise with statistics of the whole training set (one centre and one scale for every sample), "
+                   "or keep the per-sample scale and feed it as an extra input (the radius, the extents, the mean and "
+                   "std removed).")
         elif rows_standardised(features):
             why = (f"every input row has mean 0 and standard deviation 1 across its own {features.shape[1]} columns: "
                    "each sample was standardised with its own mean and std ((row - row.mean()) / row.std(), axis=1, "
@@ -162,3 +170,9 @@ class TargetSignalCheck(Check):
             fix,
             "data.train",
         )
+
+
+def first_inputs(ctx: PreflightContext) -> object:
+    """The input tensor of the first batch's ``(inputs, targets)``, as the Dataset made it."""
+    pair = inputs_beside_labels(ctx.artifacts.first_batch)
+    return pair[0] if pair is not None else None
