@@ -49,7 +49,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "am": "benchmarks.blind_preflight_am.registry", "an": "benchmarks.blind_preflight_an.registry",
               "ao": "benchmarks.blind_preflight_ao.registry", "ap": "benchmarks.blind_preflight_ap.registry",
               "aq": "benchmarks.blind_preflight_aq.registry", "ar": "benchmarks.blind_preflight_ar.registry",
-              "as": "benchmarks.blind_preflight_as.registry", "at": "benchmarks.blind_preflight_at.registry"}
+              "as": "benchmarks.blind_preflight_as.registry", "at": "benchmarks.blind_preflight_at.registry",
+              "au": "benchmarks.blind_preflight_au.registry"}
 
 
 def load_cases(which: str = "a"):
