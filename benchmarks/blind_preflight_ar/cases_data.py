@@ -8,8 +8,20 @@ from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 from benchmarks.blind_preflight_ar.registry import (
-    TAU, acc_on, accuracy, case, fix, fixed_of, gen, har_windows, loader, log_mel, mean_over, own_val, rmse_on, seed,
-    sine_series, truth_val, val_acc,
+    TAU,
+    accuracy,
+    case,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    log_mel,
+    mean_over,
+    own_val,
+    rmse_on,
+    seed,
+    sine_series,
+    val_acc,
 )
 
 

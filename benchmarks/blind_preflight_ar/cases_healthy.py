@@ -7,14 +7,20 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from benchmarks.blind_preflight_ar.registry import (
-    gen, healthy, loader, log_mel, seed, sine_series, twin,
-)
 from benchmarks.blind_preflight_ar.cases_data import sed_labels_at_other_hop
 from benchmarks.blind_preflight_ar.cases_mechanics import rnn_cell_loop_detaches_each_step
 from benchmarks.blind_preflight_ar.cases_shapes import accel_view_instead_of_permute, har_lstm_without_batch_first
 from benchmarks.blind_preflight_ar.cases_targets import har_window_label_not_strided
 from benchmarks.blind_preflight_ar.cases_trained import WindowAE, _sensor_windows
+from benchmarks.blind_preflight_ar.registry import (
+    gen,
+    healthy,
+    loader,
+    log_mel,
+    seed,
+    sine_series,
+    twin,
+)
 
 healthy("har_lstm_batch_first_fixed", "Twin of har_lstm_without_batch_first: nn.LSTM(batch_first=True) on "
         "(batch, time, channels) windows.")(twin(har_lstm_without_batch_first))

@@ -7,10 +7,20 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from benchmarks.blind_preflight_ar.registry import (
-    case, fix, fixed_of, gen, har_windows, loader, own_val, rmse_on, seed, sine_series, val_acc, windows,
-)
 from benchmarks.blind_preflight_ar.cases_trained import WindowAE, _sensor_windows
+from benchmarks.blind_preflight_ar.registry import (
+    case,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    own_val,
+    rmse_on,
+    seed,
+    sine_series,
+    val_acc,
+    windows,
+)
 
 
 @case("functional_dropout_in_eval", "mechanics",

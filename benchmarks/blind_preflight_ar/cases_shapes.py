@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
 from benchmarks.blind_preflight_ar.registry import (
-    TAU, acc_on, case, fix, fixed_of, gen, har_windows, loader, own_val, rmse_on, seed, sine_series, val_acc, windows,
+    TAU,
+    case,
+    fix,
+    fixed_of,
+    gen,
+    har_windows,
+    loader,
+    own_val,
+    rmse_on,
+    seed,
+    sine_series,
+    val_acc,
+    windows,
 )
 
 

@@ -8,7 +8,19 @@ from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 from benchmarks.blind_preflight_ar.registry import (
-    TAU, acc_on, case, fix, fixed_of, gen, loader, mean_over, own_val, rmse_on, seed, sine_series, truth_val,
+    TAU,
+    acc_on,
+    case,
+    fix,
+    fixed_of,
+    gen,
+    loader,
+    mean_over,
+    own_val,
+    rmse_on,
+    seed,
+    sine_series,
+    truth_val,
 )
 
 

@@ -5,12 +5,23 @@ from __future__ import annotations
 import copy
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
 from benchmarks.blind_preflight_ar.registry import (
-    TAU, case, fix, fixed_of, gen, har_windows, loader, log_mel, own_val, rmse_on, seed, sine_series, val_acc,
+    TAU,
+    case,
+    fix,
+    fixed_of,
+    gen,
+    har_windows,
+    loader,
+    log_mel,
+    own_val,
+    rmse_on,
+    seed,
+    sine_series,
+    val_acc,
     windows,
 )
 

@@ -6,10 +6,29 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from benchmarks.blind_preflight_at.registry import (CaptionSet, DualEncoder, Pairs, PointNet, Video3D, acc_of,  # noqa: F401
-                                                    build_vocab, caption_loaders, case, clip_loss, fix, fixed_of, gen,
-                                                    image_captions, loader, moving_blobs, pad_collate, point_clouds,
-                                                    retrieval_acc, rmse_of, seed)
+from benchmarks.blind_preflight_at.registry import (  # noqa: F401
+    CaptionSet,
+    DualEncoder,
+    Pairs,
+    PointNet,
+    Video3D,
+    acc_of,
+    build_vocab,
+    caption_loaders,
+    case,
+    clip_loss,
+    fix,
+    fixed_of,
+    gen,
+    image_captions,
+    loader,
+    moving_blobs,
+    pad_collate,
+    point_clouds,
+    retrieval_acc,
+    rmse_of,
+    seed,
+)
 
 ACC = acc_of(lambda m, b: (m(b[0]).argmax(1), b[1]))
 

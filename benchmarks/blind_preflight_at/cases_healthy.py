@@ -12,9 +12,23 @@ from benchmarks.blind_preflight_at.cases_mechanics import param_group_lr_key_typ
 from benchmarks.blind_preflight_at.cases_shapes import pc_view_not_transpose
 from benchmarks.blind_preflight_at.cases_targets import clip_collate_sorts_captions
 from benchmarks.blind_preflight_at.cases_trained import head_swapped_after_optimizer
-from benchmarks.blind_preflight_at.registry import (DualEncoder, FTNet, LoRALinear, Pairs, Video3D, caption_loaders,
-                                                    clip_loss, ft_loaders, gen, healthy, loader, moving_blobs,
-                                                    point_clouds, seed, twin)
+from benchmarks.blind_preflight_at.registry import (
+    DualEncoder,
+    FTNet,
+    LoRALinear,
+    Pairs,
+    Video3D,
+    caption_loaders,
+    clip_loss,
+    ft_loaders,
+    gen,
+    healthy,
+    loader,
+    moving_blobs,
+    point_clouds,
+    seed,
+    twin,
+)
 
 healthy("pc_view_not_transpose_fixed", "PointNet with pts.transpose(1, 2) into Conv1d")(twin(pc_view_not_transpose))
 healthy("clip_collate_sorts_captions_fixed",

@@ -5,9 +5,22 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from benchmarks.blind_preflight_at.registry import (FTNet, LoRALinear, Pairs, PointNet, Video3D, acc_of, case,  # noqa: F401
-                                                    fix, fixed_of, ft_loaders, loader, moving_blobs, point_clouds,
-                                                    seed)
+from benchmarks.blind_preflight_at.registry import (  # noqa: F401
+    FTNet,
+    LoRALinear,
+    Pairs,
+    PointNet,
+    Video3D,
+    acc_of,
+    case,
+    fix,
+    fixed_of,
+    ft_loaders,
+    loader,
+    moving_blobs,
+    point_clouds,
+    seed,
+)
 
 ACC = acc_of(lambda m, b: (m(b[0]).argmax(1), b[1]))
 

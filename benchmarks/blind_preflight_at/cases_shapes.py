@@ -5,8 +5,22 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from benchmarks.blind_preflight_at.registry import (DIRS, FrameTagger, Pairs, PointNet, Video3D, acc_of, case, fix,  # noqa: F401
-                                                    fixed_of, frame_sequences, loader, moving_blobs, point_clouds, seed)
+from benchmarks.blind_preflight_at.registry import (  # noqa: F401
+    DIRS,
+    FrameTagger,
+    Pairs,
+    PointNet,
+    Video3D,
+    acc_of,
+    case,
+    fix,
+    fixed_of,
+    frame_sequences,
+    loader,
+    moving_blobs,
+    point_clouds,
+    seed,
+)
 
 
 def _pc_loaders(offset=0.0, n=1024, nv=512):

@@ -6,10 +6,25 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from benchmarks.blind_preflight_at.registry import (DualEncoder, FrameTagger, Pairs, acc_of, case,  # noqa: F401
-                                                    caption_loaders, clip_loss, fix, fixed_of, frame_sequences, gen,
-                                                    loader, moving_blobs, point_clouds, retrieval_acc, seed,
-                                                    Video3D)
+from benchmarks.blind_preflight_at.registry import (  # noqa: F401
+    DualEncoder,
+    FrameTagger,
+    Pairs,
+    Video3D,
+    acc_of,
+    caption_loaders,
+    case,
+    clip_loss,
+    fix,
+    fixed_of,
+    frame_sequences,
+    gen,
+    loader,
+    moving_blobs,
+    point_clouds,
+    retrieval_acc,
+    seed,
+)
 
 
 def clip_loss_zeros(model, batch):

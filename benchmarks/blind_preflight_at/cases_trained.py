@@ -7,8 +7,7 @@ import copy
 import torch
 from torch import nn
 
-from benchmarks.blind_preflight_at.registry import (FTNet, LoRALinear, acc_of, case, fix, fixed_of,  # noqa: F401
-                                                    ft_loaders, seed)
+from benchmarks.blind_preflight_at.registry import FTNet, LoRALinear, acc_of, case, fix, fixed_of, ft_loaders, seed  # noqa: F401
 
 FT_ACC = acc_of(lambda m, b: (m(b[0]).argmax(1), b[1]))
 

@@ -111,7 +111,7 @@ def _():
 
 @fact("unfrozen_layer_not_in_optimizer")
 def _():
-    a, b = nn.Linear(2, 2), nn.Linear(2, 2)
+    _unfrozen, b = nn.Linear(2, 2), nn.Linear(2, 2)
     opt = torch.optim.Adam(b.parameters())
     print("  optimizer tensors:", sum(len(g["params"]) for g in opt.param_groups), "(the unfrozen layer's 2 missing)")
 
