@@ -30,6 +30,7 @@ ROWS = 512
 MIN_ROWS = 32
 SHARE = 0.9  # of the rows whose "next" value is the previous row's
 BUDGET_S = 2.0
+MAX_VALUES = 256  # per row
 
 
 def float_fields(batch: Any) -> tuple[torch.Tensor, ...] | None:
@@ -37,8 +38,9 @@ def float_fields(batch: Any) -> tuple[torch.Tensor, ...] | None:
     if not isinstance(batch, (list, tuple)) or not batch or not isinstance(batch[0], torch.Tensor):
         return None
     rows = len(batch[0])
-    return tuple(t.detach().float().cpu().reshape(rows, -1) if isinstance(t, torch.Tensor) and t.is_floating_point()
-                 and t.dim() >= 1 and len(t) == rows else torch.empty(rows, 0) for t in batch)
+    # a row's first values say whether it equals another row: images need not be read whole
+    return tuple(t.detach().reshape(rows, -1)[:, :MAX_VALUES].float().cpu() if isinstance(t, torch.Tensor)
+                 and t.is_floating_point() and t.dim() >= 1 and len(t) == rows else torch.empty(rows, 0) for t in batch)
 
 
 def shifted_back(earlier: torch.Tensor, later: torch.Tensor) -> float | None:
