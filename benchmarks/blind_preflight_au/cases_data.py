@@ -9,7 +9,17 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset, WeightedRandomS
 
 from benchmarks.blind_preflight.fixes import val_acc
 from benchmarks.blind_preflight_au.registry import (
-    FIX_TABLE, balanced_acc, blobs, case, fixed_of, gen, loader, mlp, oracle_teacher, seed)
+    FIX_TABLE,
+    balanced_acc,
+    blobs,
+    case,
+    fixed_of,
+    gen,
+    loader,
+    mlp,
+    oracle_teacher,
+    seed,
+)
 
 
 # 1. WeightedRandomSampler given one weight per class

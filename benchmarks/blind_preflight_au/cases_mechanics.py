@@ -12,7 +12,17 @@ from torch.utils.data import TensorDataset
 
 from benchmarks.blind_preflight.fixes import val_acc
 from benchmarks.blind_preflight_au.registry import (
-    FIX_TABLE, balanced_acc, blobs, case, fixed_of, gen, loader, mlp, oracle_teacher, seed)
+    FIX_TABLE,
+    balanced_acc,
+    blobs,
+    case,
+    fixed_of,
+    gen,
+    loader,
+    mlp,
+    oracle_teacher,
+    seed,
+)
 
 
 def transfer_set(n, d, teacher, s):

@@ -8,7 +8,17 @@ from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 from benchmarks.blind_preflight_au.registry import (
-    FIX_TABLE, balanced_acc, binary_balanced_acc, blobs, case, fixed_of, gen, loader, mlp, seed)
+    FIX_TABLE,
+    balanced_acc,
+    binary_balanced_acc,
+    blobs,
+    case,
+    fixed_of,
+    gen,
+    loader,
+    mlp,
+    seed,
+)
 
 
 # 1. hand-written binary focal loss, logits (N, 1) against targets (N,) -> (N, N)
@@ -219,7 +229,7 @@ def sample_weight_n1_broadcast(fixed=False):
         per = F.cross_entropy(model(xb), yb, reduction="none")
         if fixed:
             wb = wb.squeeze(1)
-        return (per * wb).sum() / wb.sum() if fixed else (per * wb).mean()
+        return (per * wb).mean()
 
     return dict(model=model, optimizer=torch.optim.Adam(model.parameters(), 3e-3),
                 train_loader=loader(WeightedRows(x[:3200], y[:3200], class_w), 64),

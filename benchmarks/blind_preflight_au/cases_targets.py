@@ -10,7 +10,17 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from benchmarks.blind_preflight_au.registry import (
-    FIX_TABLE, balanced_acc, binary_balanced_acc, blobs, case, fixed_of, gen, loader, mlp, seed)
+    FIX_TABLE,
+    balanced_acc,
+    binary_balanced_acc,
+    blobs,
+    case,
+    fixed_of,
+    gen,
+    loader,
+    mlp,
+    seed,
+)
 
 
 # 1. class weights taken from Counter(...).values(): first-appearance order, not class order
@@ -23,25 +33,19 @@ from benchmarks.blind_preflight_au.registry import (
 def class_weights_counter_order(fixed=False):
     seed(10)
     x, y = blobs(4000, 8, [0.8, 0.15, 0.05], sep=0.6, s=11)
-    order = torch.argsort(y, descending=True, stable=True)      # export sorted by severity, most severe first
-    x, y = x[order], y[order]
-    val = torch.randperm(4000, generator=gen(12))
-    tr, va = val[:3200], val[3200:]
-    counts = Counter(y[tr].tolist())
+    xt, yt, xv, yv = x[:3200], y[:3200], x[3200:], y[3200:]
+    order = torch.argsort(yt, descending=True, stable=True)     # training export sorted by severity, most severe first
+    xt, yt = xt[order], yt[order]
+    counts = Counter(yt.tolist())
     if fixed:
         freq = torch.tensor([counts[k] for k in range(3)], dtype=torch.float)
     else:
         freq = torch.tensor(list(counts.values()), dtype=torch.float)
-    # sorted training file: Counter sees the most severe (rarest) class first
-    ytr_sorted = y[tr][torch.argsort(y[tr], descending=True, stable=True)]
-    counts_sorted = Counter(ytr_sorted.tolist())
-    if not fixed:
-        freq = torch.tensor(list(counts_sorted.values()), dtype=torch.float)
     weights = freq.sum() / (3 * freq)
     model = mlp(8, 3)
     return dict(model=model, optimizer=torch.optim.Adam(model.parameters(), 3e-3),
-                train_loader=loader(TensorDataset(x[tr], y[tr]), 64),
-                val_loader=loader(TensorDataset(x[va], y[va]), 200, shuffle=False),
+                train_loader=loader(TensorDataset(xt, yt), 64),
+                val_loader=loader(TensorDataset(xv, yv), 200, shuffle=False),
                 loss_fn=nn.CrossEntropyLoss(weight=weights), max_steps=300)
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-import math
 from collections import Counter
 
 import torch
@@ -172,4 +170,3 @@ for name, fn in dict(
         pseudo_labels_from_untrained_model=pseudo).items():
     FIXES[name]["fact"] = fn
 
-_ = (copy, math)
