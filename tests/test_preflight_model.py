@@ -102,6 +102,31 @@ def test_modules_stuck_in_eval_mode(tmp_path, model):
     assert codes(result) == {"O5"} and result.status == CheckStatus.WARNING
 
 
+class Distiller(nn.Module):
+    """A student beside a teacher kept in eval mode by train(): frozen (the distillation setup), or
+    trainable (the same override on a part that trains)."""
+
+    def __init__(self, frozen_teacher: bool):
+        super().__init__()
+        self.student = classifier()
+        self.teacher = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.3), nn.Linear(16, 3))
+        self.teacher.requires_grad_(not frozen_teacher)
+
+    def forward(self, x):
+        return self.student(x)
+
+    def train(self, mode=True):
+        super().train(mode)
+        self.teacher.eval()
+        return self
+
+
+@pytest.mark.parametrize("frozen_teacher", [True, False])
+def test_dropout_off_in_a_frozen_teacher_is_the_design(tmp_path, frozen_teacher):
+    result = run(plain_context(tmp_path, model=lambda: Distiller(frozen_teacher)), ModesCheck)["model.modes"]
+    assert (codes(result) == {"O5"}) == (not frozen_teacher)
+
+
 class FrozenBackbone(nn.Module):
     def __init__(self, keep_frozen_norm_in_eval: bool):
         super().__init__()

@@ -416,6 +416,20 @@ class OptimizerParamsCheck(Check):
         )
 
 
+def in_frozen_part(model: nn.Module, name: str) -> bool:
+    """Whether the module ``name`` sits in a part of the model whose parameters are all frozen
+    (the nearest enclosing module that holds any): a distillation teacher or a frozen backbone
+    kept in eval mode on purpose, where dropout must stay off."""
+    parts = name.split(".")
+    modules = dict(model.named_modules())
+    for depth in range(len(parts) - 1, 0, -1):
+        owner = modules.get(".".join(parts[:depth]))
+        params = list(owner.parameters()) if owner is not None else []
+        if params:
+            return not any(param.requires_grad for param in params)
+    return False
+
+
 class ModesCheck(Check):
     """O5 modules that stay in eval mode while training; O18 frozen BatchNorm in train mode.
 
@@ -442,7 +456,8 @@ class ModesCheck(Check):
                 for name, module in model.named_modules()
                 if not module.training
                 and (
-                    (isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0)
+                    (isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0
+                     and not in_frozen_part(model, name))
                     or (isinstance(module, _BatchNorm) and any(p.requires_grad for p in module.parameters(recurse=False)))
                 )
             ]
