@@ -22,8 +22,8 @@ def _exact(values: torch.Tensor, target: float) -> bool:
 def sample_normalisation(inputs: object) -> str | None:
     """What a per-sample normalisation of ``inputs`` erased, in words; None when each sample
     keeps its own scale (pure)."""
-    if not isinstance(inputs, torch.Tensor) or not inputs.is_floating_point() or inputs.dim() < 2 \
-            or len(inputs) < MIN_SAMPLES:
+    if not isinstance(inputs, torch.Tensor) or inputs.layout != torch.strided or not inputs.is_floating_point() \
+            or inputs.dim() < 2 or len(inputs) < MIN_SAMPLES:
         return None
     x = inputs.detach().float().cpu()
     if x.dim() == 3 and x.shape[-1] <= 4 and x.shape[1] >= 8:  # (B, N, 3) point sets

@@ -109,8 +109,8 @@ class FrameLabelsCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         pair = inputs_beside_labels(ctx.artifacts.first_batch)
-        features = frames_and_labels(*pair) if pair is not None and all(isinstance(t, torch.Tensor) for t in pair) \
-            else None
+        features = frames_and_labels(*pair) if pair is not None and all(
+            isinstance(t, torch.Tensor) and t.layout == torch.strided for t in pair) else None
         if features is None:
             findings.data["summary"] = "no (features, frame labels) batch"
             return

@@ -62,7 +62,8 @@ def sequence_lengths(batch: Any) -> tuple[torch.Tensor, ...] | None:
 def length_vector(leaf: Any, longest: int) -> bool:
     """A (B,) integer tensor of lengths beside padded sequences: every value from 1 to the
     longest padded axis of the batch (class ids start at 0 and need not fit an axis)."""
-    return isinstance(leaf, torch.Tensor) and leaf.dim() == 1 and not leaf.is_floating_point() \
+    return isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided and leaf.dim() == 1 \
+        and not leaf.is_floating_point() \
         and leaf.dtype != torch.bool and leaf.numel() > 1 and longest > 0 and int(leaf.min()) >= 1 \
         and int(leaf.max()) <= longest
 

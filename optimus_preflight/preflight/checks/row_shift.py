@@ -40,7 +40,8 @@ def float_fields(batch: Any) -> tuple[torch.Tensor, ...] | None:
     rows = len(batch[0])
     # a row's first values say whether it equals another row: images need not be read whole
     return tuple(t.detach().reshape(rows, -1)[:, :MAX_VALUES].float().cpu() if isinstance(t, torch.Tensor)
-                 and t.is_floating_point() and t.dim() >= 1 and len(t) == rows else torch.empty(rows, 0) for t in batch)
+                 and t.layout == torch.strided and t.is_floating_point() and t.dim() >= 1 and len(t) == rows
+                 else torch.empty(rows, 0) for t in batch)
 
 
 def shifted_back(earlier: torch.Tensor, later: torch.Tensor) -> float | None:

@@ -74,8 +74,8 @@ class SampleStandardisedCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         pair = inputs_beside_labels(ctx.artifacts.first_batch)
-        if pair is None or not all(isinstance(t, torch.Tensor) for t in pair) or not pair[0].is_floating_point() \
-                or len(pair[0]) != len(pair[1]):
+        if pair is None or not all(isinstance(t, torch.Tensor) and t.layout == torch.strided for t in pair) \
+                or not pair[0].is_floating_point() or len(pair[0]) != len(pair[1]):
             findings.data["summary"] = "no (inputs, targets) batch of floats"
             return
         inputs, targets = pair

@@ -195,7 +195,7 @@ def inputs_and_targets(batch: Any) -> tuple[torch.Tensor | None, torch.Tensor | 
         # (features, targets, input lengths, target lengths) and other longer tuples: the
         # features lead, and which of the rest is a regression target is not known
         if not isinstance(batch, (list, tuple)) or len(batch) < 3 or not isinstance(batch[0], torch.Tensor) \
-                or not batch[0].is_floating_point():
+                or batch[0].layout != torch.strided or not batch[0].is_floating_point():
             return None
         pair = batch[0], torch.zeros(len(batch[0]), dtype=torch.long)
     inputs, targets = pair
