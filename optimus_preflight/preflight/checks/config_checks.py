@@ -100,6 +100,9 @@ def compounding_schedule(scheduler: Any, max_steps: int) -> str | None:
             f"falls {where} of trainer.max_steps={max_steps}")
 
 
+FLAT_SHARE = 0.5  # of the peak: a run whose learning rate never falls below it trains at its full rate
+
+
 def schedule_findings(points: list[tuple[int, float]], max_steps: int, length: int | None,
                       base: float | None = None) -> list[tuple[str, str]]:
     """(severity, message) pairs for a schedule that does not fit ``max_steps`` (O8); ``base``
@@ -167,9 +170,6 @@ def schedule_findings(points: list[tuple[int, float]], max_steps: int, length: i
                                  "happens. A schedule counted in micro-batches is trainer.accumulation_steps times "
                                  "too long"))
     return found
-
-
-FLAT_SHARE = 0.5  # of the peak: a run whose learning rate never falls below it trains at its full rate
 
 
 LAMBDA_STEPS = (0, 1, 10, 100, 1000)  # and trainer.max_steps: where late-bound lambdas are compared

@@ -64,8 +64,9 @@ class DerivativeGraphCheck(Check):
     requires = (FIRST_BATCH, FIRST_STEP)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        self._vanishing(ctx, get_probe(ctx).derivative_zero, findings)
-        calls = get_probe(ctx).derivative_calls  # recorded in the first step: no extra pass when there are none
+        probe = get_probe(ctx)
+        self._vanishing(ctx, probe.derivative_zero, findings)
+        calls = probe.derivative_calls  # recorded in the first step: no extra pass when there are none
         findings.data["summary"] = f"{len(calls)} autograd.grad call(s) in the step, {calls.count(False)} without create_graph"
         if all(calls):
             return
@@ -84,7 +85,6 @@ class DerivativeGraphCheck(Check):
         findings.data.update(calls_without_graph=calls.count(False), gradient_change=change)
         findings.data["summary"] = (f"{calls.count(False)} autograd.grad call(s) without create_graph; with it the "
                                     f"weights' gradient changes by {change:.0%}")
-        probe = get_probe(ctx)
         field = any(not create and of_field for create, of_field in zip(probe.derivative_calls, probe.derivative_fields))
         if change < (FIELD_CHANGED if field else CHANGED):
             return

@@ -201,12 +201,14 @@ class EmbeddingInputsCheck(Check):
         frozen_zero: dict[nn.Module, tuple[list[int], float]] = {}  # ids read as all-zero frozen vectors
 
         lookups: dict[nn.Module, list[tuple[int, int, int]]] = {}  # (ids, smallest, largest) per call
+        id_shapes: dict[nn.Module, set[tuple[int, ...]]] = {}  # the shapes each table's ids came in
 
         def on_input(module: nn.Module, args: tuple) -> None:
             ids = args[0] if args else None
             offsets = args[1] if len(args) > 1 else None
             if isinstance(ids, torch.Tensor) and not ids.is_floating_point() and ids.numel():
                 lookups.setdefault(module, []).append((ids.numel(), int(ids.min()), int(ids.max())))
+                id_shapes.setdefault(module, set()).add(tuple(ids.shape))
             if isinstance(module, nn.Embedding) and module not in frozen_zero and isinstance(ids, torch.Tensor) \
                     and not ids.is_floating_point() and ids.numel() >= MIN_TOKENS:
                 found = zero_vectors_read(module, ids.detach())
@@ -264,19 +266,13 @@ class EmbeddingInputsCheck(Check):
             dominant[module] = (dominant_token(ids) if from_batch and ids.dim() >= 2 and ids.shape[-1] >= MIN_POSITIONS
                                 else None)
 
-        id_shapes: dict[nn.Module, set[tuple[int, ...]]] = {}  # the shapes each table's ids came in
         outputs: list[tuple[int, ...]] = []  # of the whole model's forwards
-
-        def on_ids(module: nn.Module, args: tuple) -> None:
-            if args and isinstance(args[0], torch.Tensor) and not args[0].is_floating_point():
-                id_shapes.setdefault(module, set()).add(tuple(args[0].shape))
 
         def on_output(module: nn.Module, args: tuple, output: object) -> None:
             if isinstance(output, torch.Tensor):
                 outputs.append(tuple(output.shape))
 
         handles = [module.register_forward_pre_hook(on_input) for module in embeddings]
-        handles += [module.register_forward_pre_hook(on_ids) for module in embeddings]
         handles.append(ctx.model.register_forward_hook(on_output))
         try:
             eval_forward(ctx, batch)
@@ -309,8 +305,7 @@ class EmbeddingInputsCheck(Check):
                     "EMBEDDING_LOOKUP_RANGE",
                     f"the embedding '{embeddings[module]}' ({module.num_embeddings} rows) is looked up twice in one step: "
                     f"one set of ids reaches row {full}, another never goes past row {reach}. Ids drawn from the "
-                    "wrong range do "
-                    "this: negative items sampled with randint(0, n_users) instead of randint(0, n_items), so the rows "
+                    "wrong range do this: negative items sampled with randint(0, n_users) instead of randint(0, n_items), so the rows "
                     "past it are never trained as negatives and the ranking learns only part of the catalogue",
                     f"Draw the ids from the table's own range: torch.randint(0, {module.num_embeddings}, ...) "
                     "(n_items for items), and check which count each sampler uses.",

@@ -17,10 +17,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import IterableDataset
 
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.data_access.guard import read_samples
+from optimus_preflight.preflight.data_access.samples import ordered_loader
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 
 if TYPE_CHECKING:
@@ -70,9 +71,7 @@ class RowShiftCheck(Check):
         if dataset is None or isinstance(dataset, IterableDataset) or not first or len(shapes) == len(set(shapes)):
             findings.data["summary"] = "no two float fields of one shape"
             return
-        ordered = DataLoader(dataset, batch_size=256, shuffle=False, num_workers=0,
-                             collate_fn=getattr(ctx.train_loader, "collate_fn", None))
-        parts = read_samples(ctx, self.name, findings, ordered, f"training samples in order for {self.name}",
+        parts = read_samples(ctx, self.name, findings, ordered_loader(ctx.train_loader), f"training samples in order for {self.name}",
                              float_fields, ROWS, BUDGET_S)
         if not parts:
             findings.data["summary"] = "the samples could not be read in order"

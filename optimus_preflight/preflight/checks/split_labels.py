@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler, TensorDataset
+from torch.utils.data import IterableDataset, RandomSampler, SequentialSampler, TensorDataset
 
 from optimus_preflight.preflight.analyses.column_relations import RelationChange, relation_change
 from optimus_preflight.preflight.analyses.label_signal import label_signal
@@ -39,7 +39,7 @@ from optimus_preflight.preflight.checks.feature_leak import LABEL_KEYS
 from optimus_preflight.preflight.checks.split_overlap import few_integers
 from optimus_preflight.preflight.checks.split_scale import inputs_beside_labels, scale_mismatch
 from optimus_preflight.preflight.data_access.guard import DataGuard, read_samples
-from optimus_preflight.preflight.data_access.samples import sample_hashes
+from optimus_preflight.preflight.data_access.samples import ordered_loader, sample_hashes
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_data_state
 from optimus_preflight.training.batches import move_to_device
@@ -593,9 +593,7 @@ class SplitLabelsCheck(Check):
         dataset = getattr(ctx.train_loader, "dataset", None)
         if dataset is None or isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__"):
             return None
-        ordered = DataLoader(dataset, batch_size=256, shuffle=False, num_workers=0,
-                             collate_fn=getattr(ctx.train_loader, "collate_fn", None))
-        parts = read_samples(ctx, self.name, findings, ordered, f"training samples in order for {self.name}",
+        parts = read_samples(ctx, self.name, findings, ordered_loader(ctx.train_loader), f"training samples in order for {self.name}",
                              features_and_labels, ORDERED_SAMPLES, SCAN_BUDGET_S)
         if not parts:
             return None

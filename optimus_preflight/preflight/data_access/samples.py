@@ -171,3 +171,12 @@ def concat_batches(batches: list[Any]) -> Any:
 
     joined = iter([join(column) for column in columns])
     return map_batch(lambda _: next(joined), first, is_leaf=per_sample_values(size))
+
+
+def ordered_loader(loader: Any, batch_size: int = 256) -> Any:
+    """A loader over ``loader``'s map-style dataset in index order, with its collate and no
+    workers: what a check reads to see how the Dataset itself lays the samples out."""
+    from torch.utils.data import DataLoader
+
+    return DataLoader(loader.dataset, batch_size=batch_size, shuffle=False, num_workers=0,
+                      collate_fn=getattr(loader, "collate_fn", None))
