@@ -902,6 +902,39 @@ def test_a_distillation_over_the_classes_is_quiet(log_target):
     assert not issues(preflight(mlp(CLASSES), loader(x, x[:, :CLASSES].argmax(1)), distillation(-1, log_target)))
 
 
+class SequenceStudent(nn.Module):
+    """(B, T) tokens -> (B, T, C) raw logits."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.head = nn.Embedding(VOCAB, 16), nn.Linear(16, TAGS)
+
+    def forward(self, tokens):
+        return self.head(self.embed(tokens))
+
+
+@pytest.mark.parametrize("teacher_dim, fires", [(1, True), (-1, False)])
+def test_a_per_token_distillation_target_softmaxed_over_time_is_named(teacher_dim, fires):
+    """Cached (B, T, C) teacher logits: softmax(dim=1) makes each soft target a distribution
+    over the 12 positions, while the student's log_softmax runs over the classes."""
+    tokens, _ = tagging_data()
+    teacher_logits = torch.randn(len(tokens), tokens.shape[1], TAGS, generator=torch.Generator().manual_seed(3))
+
+    def token_distillation(model, batch):
+        inputs, cached = batch
+        soft = F.softmax(cached / 2.0, dim=teacher_dim)
+        return F.kl_div(F.log_softmax(model(inputs) / 2.0, dim=-1), soft, reduction="batchmean") * 4.0
+
+    found = issues(preflight(SequenceStudent(), loader(tokens, teacher_logits), token_distillation))
+    if not fires:
+        assert "LOSS_NORM_DIM" not in found, found
+        return
+    issue = found["LOSS_NORM_DIM"]
+    assert "target" in issue.message and "dim 1" in issue.message and "size 12" in issue.message
+    assert "dim=-1" in issue.fix and "not dim=1" in issue.fix
+
+
 # ------------------------------------------------------------ a bounded output vs regression targets
 def regressor(*head: nn.Module) -> nn.Module:
     torch.manual_seed(0)

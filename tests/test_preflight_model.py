@@ -242,3 +242,43 @@ def test_a_sinusoidal_position_table_the_model_froze_itself_is_quiet():
         warned = [i for i in report.check("model.optimizer_params").issues
                   if i.code == "O17" and i.severity.value == "warning"]
         assert bool(warned) == fires
+
+
+class Encoded(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(FEATURES, width), nn.ReLU())
+        self.head = nn.Linear(width, CLASSES)
+
+
+class Distillation(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.teacher, self.student = Encoded(32), Encoded(16)
+
+
+@pytest.mark.parametrize("freeze, fires", [("'encoder' in name", True), ("name.startswith('teacher.')", False),
+                                           ("student encoder on purpose, optimizer without it", False)])
+def test_a_freeze_by_name_match_that_also_catches_the_student(tmp_path, freeze, fires):
+    """Freezing the teacher with ``'encoder' in name`` also freezes ``student.encoder``, which the
+    optimizer (built from the student) was meant to train."""
+    def frozen_model() -> nn.Module:
+        model = Distillation()
+        for name, param in model.named_parameters():
+            if (freeze == "'encoder' in name" and "encoder" in name) or name.startswith("teacher."):
+                param.requires_grad = False
+        if freeze.startswith("student encoder"):
+            model.student.encoder.requires_grad_(False)
+        return model
+
+    def optimizer(model: nn.Module) -> torch.optim.Optimizer:
+        trained = model.student.head if freeze.startswith("student encoder") else model.student
+        return torch.optim.AdamW(trained.parameters())
+
+    ctx = plain_context(tmp_path, model=frozen_model, optimizer=optimizer)
+    result = run(ctx, OptimizerParamsCheck)["model.optimizer_params"]
+    warned = [i for i in result.issues if i.code == "O17" and i.severity.value == "warning"]
+    assert bool(warned) == fires, result.issues
+    if fires:
+        assert "'encoder'" in warned[0].message and "student.encoder" in warned[0].message
+        assert "model.teacher.requires_grad_(False)" in warned[0].fix

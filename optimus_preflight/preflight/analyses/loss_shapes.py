@@ -325,6 +325,9 @@ class KlNormalisation:
     shape: tuple[int, ...]
     target_dim: int  # where the target's distributions run (the last dim)
     wrong: WrongNormalisation
+    # True: the input's log-probabilities run over the last dim and the *target* was
+    # normalised over ``wrong`` (a teacher's softmax over the time axis of (B, T, C) logits)
+    wrong_side_target: bool = False
 
 
 def kl_wrong_dims(inputs: torch.Tensor, target: torch.Tensor, log_target: bool, rows: int) -> KlNormalisation | None:
@@ -339,15 +342,29 @@ def kl_wrong_dims(inputs: torch.Tensor, target: torch.Tensor, log_target: bool, 
         values, wanted = inputs.detach()[:rows].float(), target.detach()[:rows].float()
         if not (bool(torch.isfinite(values).all()) and bool(torch.isfinite(wanted).all())):
             return None
-        if not (log_sums_to_zero(wanted, last) if log_target else float(wanted.min()) >= 0 and sums_to_one(wanted, last)):
-            return None
         low, high = float(values.min()), float(values.max())
+        whole = values.shape[0] == inputs.shape[0]
+        if not (log_sums_to_zero(wanted, last) if log_target else float(wanted.min()) >= 0 and sums_to_one(wanted, last)):
+            return _target_normalised_elsewhere(values, wanted, log_target, last, high, whole)
         if high <= TOL and log_sums_to_zero(values, last):
             return None  # log-probabilities over the target's dim: right
-        whole = values.shape[0] == inputs.shape[0]
         for dim, kind in normalised_dims(values, last, low, high):
             if kind == "log-probabilities" and (dim > 0 or whole):
                 return KlNormalisation(tuple(inputs.shape), last, WrongNormalisation(f"dim {dim}", inputs.shape[dim], kind))
+    return None
+
+
+def _target_normalised_elsewhere(values: torch.Tensor, wanted: torch.Tensor, log_target: bool, last: int,
+                                 high: float, whole: bool) -> KlNormalisation | None:
+    """The input's log-probabilities run over the last dim (the classes) while the target's
+    distributions run over another dim only: the target's softmax took the wrong ``dim``."""
+    if not (high <= TOL and log_sums_to_zero(values, last)):
+        return None
+    low_t, high_t = float(wanted.min()), float(wanted.max())
+    for dim, kind in normalised_dims(wanted, last, low_t, high_t):
+        if (kind == "log-probabilities") == log_target and (dim > 0 or whole):
+            return KlNormalisation(tuple(values.shape), last, WrongNormalisation(f"dim {dim}", values.shape[dim], kind),
+                                   wrong_side_target=True)
     return None
 
 
@@ -361,6 +378,19 @@ def kl_norm_dim_findings(calls: list[CriterionCall]) -> list[Finding]:
         if kl is None:
             continue
         batch = " (the batch)" if kl.wrong.where == "dim 0" else ""
+        if kl.wrong_side_target:
+            dim = kl.wrong.where.removeprefix("dim ")
+            found.append(Finding(
+                "LOSS_NORM_DIM", "error",
+                f"kl_div's target (shape {kl.shape}) holds {kl.wrong.kind} normalised over {kl.wrong.where}{batch}, "
+                f"size {kl.wrong.size}, while its input's log-probabilities run over dim {kl.target_dim} (size "
+                f"{kl.shape[kl.target_dim]}, the classes): the target's softmax ran over the wrong dimension "
+                f"(softmax(teacher_logits / T, dim={dim})), so each sample's soft target is not a distribution over "
+                "the classes and the student is pulled toward the wrong one",
+                f"Normalise the target over the classes, like the input: F.softmax(teacher_logits / T, dim=-1) "
+                f"(dim={kl.target_dim}), not dim={dim}.",
+            ))
+            continue
         found.append(Finding(
             "LOSS_NORM_DIM", "error",
             f"kl_div gets an input of shape {kl.shape} holding log-probabilities normalised over {kl.wrong.where}"

@@ -72,6 +72,7 @@ from optimus_preflight.preflight.analyses.padding import (
 from optimus_preflight.preflight.analyses.pair_mask import PairMask, pair_mask
 from optimus_preflight.preflight.analyses.per_sample_broadcast import SCALAR_ARITHMETIC as ARITHMETIC
 from optimus_preflight.preflight.analyses.per_sample_broadcast import PerSampleWatch
+from optimus_preflight.preflight.analyses.pseudo_labels import ArgmaxAgreement, argmax_agreement
 from optimus_preflight.preflight.analyses.spectral_axis import SpectralWatch
 from optimus_preflight.preflight.analyses.target_profile import TargetProfile, profile_target
 from optimus_preflight.preflight.analyses.view_permute import ViewWatch
@@ -251,10 +252,14 @@ class CriterionCall:
     target_tensor: torch.Tensor | None = None  # regression criteria: the target as passed (held for the step only)
     target_is_drawn_noise: bool = False  # a standard-normal target drawn in the loss (a diffusion model's noise)
     always_on_label: tuple[int, float, float] | None = None  # multi-hot: (column, its positive rate, median rate)
+    # (B, K-1) cumulative 0/1 level targets (each row 1...1 0...0): (rows, levels, first level always 1)
+    cumulative_levels: tuple[int, int, bool] | None = None
     classes_last: bool = False  # a (B, T, C) input straight from a linear layer: classes on the last dim, not dim 1
     input_op: str | None = None  # the autograd op that made the input, through views (SumBackward0: a .sum() with no dim)
     similarity_product: bool = False  # square (B, B) scores of a @ b.T: in-batch similarities, positives on the diagonal
     class_target: torch.Tensor | None = None  # (B,) class ids of a class criterion (held for the step only)
+    argmax_agreement: ArgmaxAgreement | None = None  # (B, C) logits: how often the target is their argmax
+    target_storage: int | None = None  # the data pointer of the target's storage as passed (a batch tensor's?)
 
     @property
     def hard_targets(self) -> bool:
@@ -491,6 +496,10 @@ class LossSpy(TorchFunctionMode):
             record.target_base = target._base
         if isinstance(target, torch.Tensor) and name in CLASS_CRITERIA + BINARY_CRITERIA:
             record.profile = profile_target(name, target, ignore_index, self.shapes, class_dim)
+        if name in CLASS_CRITERIA and isinstance(target, torch.Tensor) and isinstance(inputs, torch.Tensor) \
+                and not target.is_sparse:
+            record.argmax_agreement = argmax_agreement(inputs, target, ignore_index)
+            record.target_storage = target.untyped_storage().data_ptr()
         pad_mask = None
         if name in CLASS_CRITERIA and isinstance(target, torch.Tensor) and not target.is_floating_point():
             rows = as_rows(target, self.shapes)
@@ -510,6 +519,7 @@ class LossSpy(TorchFunctionMode):
         record.target = _stats(target, None) if isinstance(target, torch.Tensor) else None
         if name in BINARY_CRITERIA and isinstance(target, torch.Tensor):
             record.always_on_label = always_on_label(target)
+            record.cumulative_levels = cumulative_levels(target)
         if name in REGRESSION_CRITERIA and isinstance(target, torch.Tensor) and not target.requires_grad:
             record.target_tensor = target
         if name in CLASS_CRITERIA and isinstance(target, torch.Tensor) and target.dim() == 1 \
@@ -558,6 +568,23 @@ def always_on_label(target: torch.Tensor) -> tuple[int, float, float] | None:
         if float(rates[column]) >= ALWAYS_ON and median <= SPARSE_MEDIAN:
             return column, float(rates[column]), median
     return None
+
+
+def cumulative_levels(target: torch.Tensor) -> tuple[int, int, bool] | None:
+    """For (B, L) 0/1 targets whose every row is a run of ones then zeros (an ordinal grade
+    encoded as levels ``y > k``, CORAL / cumulative link): the rows, the levels, and whether
+    the first level is 1 in every row (levels built as ``y >= k`` from k = 0 are always true
+    at k = 0, and every decoded grade comes out one too high)."""
+    if target.dim() != 2 or target.shape[0] < MIN_LABEL_ROWS or target.shape[1] < 2:
+        return None
+    with torch.no_grad():
+        values = target.detach().float()
+        if not bool(((values == 0) | (values == 1)).all()) or not bool((values[:, 1:] <= values[:, :-1]).all()):
+            return None
+        grades = values.sum(dim=1)
+        if int(grades.unique().numel()) < 3:  # one or two patterns: a binary task, not levels
+            return None
+        return values.shape[0], values.shape[1], bool((values[:, 0] == 1).all())
 
 
 def _competing_labels(inputs: torch.Tensor, target: torch.Tensor) -> tuple[bool, float] | None:

@@ -44,11 +44,13 @@ from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch
 from optimus_preflight.preflight.analyses.gradient_reversal import Reversal, find_reversals
 from optimus_preflight.preflight.analyses.graph_cuts import GraphCut, task_cut_by_detach, task_cut_by_pick
 from optimus_preflight.preflight.analyses.graph_propagation import Propagation
+from optimus_preflight.preflight.analyses.init_state import untrained
 from optimus_preflight.preflight.analyses.loss_spy import ColumnBroadcast, CriterionCall, LossSpy, SlicedPair
 from optimus_preflight.preflight.analyses.loss_terms import MixedReductions, mixed_reductions
 from optimus_preflight.preflight.analyses.padding import sequence_shapes
 from optimus_preflight.preflight.analyses.pair_mask import PairMask
 from optimus_preflight.preflight.analyses.per_sample_broadcast import PerSampleBroadcast
+from optimus_preflight.preflight.analyses.pseudo_labels import labels_are_initial_guesses
 from optimus_preflight.preflight.analyses.spectral_axis import FftOverChannels
 from optimus_preflight.preflight.analyses.target_columns import ColumnScales, target_column_scales
 from optimus_preflight.preflight.analyses.update_audit import GroupStep, UpdateRecorder
@@ -141,6 +143,8 @@ class StepProbe:
     pitfalls: Pitfalls = field(default_factory=Pitfalls)  # torch calls whose defaults mislead (api_pitfalls)
     target_column_reused: tuple[list[str], int, int, int] | None = None  # see target_column_reused
     argmaxed_multi_hot: ArgmaxedMultiHot | None = None  # class ids argmaxed from multi-hot labels
+    # a class criterion whose batch targets are the untrained model's own argmax (pseudo-labels made at init)
+    labels_from_initial_guesses: CriterionCall | None = None
     boxes_beyond_image: BoxesBeyondImage | None = None  # see boxes_beyond_image
     target_column_scales: ColumnScales | None = None  # see analyses.target_columns
     step_warnings: list[str] = field(default_factory=list)  # what torch warned during the step
@@ -478,6 +482,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
                     for name, module in model.named_modules()
                     if any(p.requires_grad for p in module.parameters(recurse=False))]
         layout = LayoutWatch(model)
+        model_untrained = untrained(model)  # before the probe's own step moves the weights
         runner = runner_from_config(ctx.cfg.trainer, ctx.training, model, ctx.optimizer, observed_loss,
                                     scheduler=ctx.scheduler)
         recorder = UpdateRecorder(ctx.optimizer, names)
@@ -521,6 +526,10 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.target_column_scales = target_column_scales(spy.calls)
     probe.argmaxed_multi_hot = argmaxed_multi_hot(spy.calls, step_batches[0] if step_batches else batch)
     held = storages(step_batches[0] if step_batches else batch)
+    if model_untrained:
+        probe.labels_from_initial_guesses = next(
+            (call for call in spy.calls if call.target_storage in held
+             and labels_are_initial_guesses(call.argmax_agreement)), None)
     for call in spy.calls:
         call.target_is_drawn_noise = drawn_noise(call.target_tensor, held)
         if call.target_is_drawn_noise and probe.diffusion_noise is None:

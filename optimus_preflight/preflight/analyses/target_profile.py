@@ -305,15 +305,20 @@ def one_class_finding(call: CriterionCall, seen: int, batches: int, whole_epoch:
     implicit_fix = (" For implicit feedback, sample negatives: for each observed (user, item) pair draw k items the "
                     "user did not interact with, labelled 0 (or use a pairwise BPR / sampled-softmax loss)."
                     if positives else "")
+    thresholded = (" Binary labels derived from a column by a cut-off (y = column > 6.5) come out all 0 when the "
+                   "column was standardised or scaled first: a cut-off in the column's raw units is never reached "
+                   "by z-scores" if call.function.startswith("binary") and value == 0 and not ignored else "")
+    thresholded_fix = (" For labels cut from a column, apply the threshold to the raw values before standardising "
+                       "(or to the scaled cut-off, (6.5 - mean) / std)." if thresholded else "")
     return Finding(
         "TARGET_ONE_CLASS", "warning",
         f"every target is {shown}: all {seen} targets {call.function} got in {where}, one class{of}. A model "
         f"trained on one class learns to predict it whatever the input, with a loss that looks healthy.{mask}"
-        f"{implicit}{masked}",
+        f"{implicit}{masked}{thresholded}",
         "Check the labels the dataset returns: a label read from the wrong column or field, a constant "
         "placeholder, or data filtered down to one class; data sorted by class needs shuffle=True in the "
         "training DataLoader. With extremely imbalanced data, sample the minority class more "
-        f"(WeightedRandomSampler) or weight it in the loss.{mask_fix}{implicit_fix}{masked_fix}",
+        f"(WeightedRandomSampler) or weight it in the loss.{mask_fix}{implicit_fix}{masked_fix}{thresholded_fix}",
     )
 
 

@@ -116,6 +116,28 @@ def sinusoidal_table(weight: torch.Tensor) -> bool:
             return True
     return False
 
+
+def frozen_by_shared_name(frozen_in: list[str], frozen_out: list[str]) -> tuple[str, str, str] | None:
+    """(name part, the parent meant, the parent caught) where every frozen parameter the optimizer
+    holds has a module name part (``encoder``) that frozen parameters it leaves out have too, under
+    another parent: ``teacher.encoder`` left out, ``student.encoder`` handed to the optimizer, a
+    freeze by ``'encoder' in name`` that caught both (pure)."""
+    def parts(name: str) -> list[str]:
+        return [part for part in name.split(".")[:-1] if not part.isdigit()]
+
+    if not frozen_in or not frozen_out:
+        return None
+    common = set(parts(frozen_in[0])).intersection(*(parts(name) for name in frozen_in[1:]))
+    for part in sorted(common):
+        caught = frozen_in[0].split(".")[0]
+        if caught == part or not all(name.split(".")[0] == caught for name in frozen_in):
+            continue
+        meant = next((name.split(".")[0] for name in frozen_out if part in parts(name)
+                      and name.split(".")[0] not in (caught, part)), None)
+        if meant is not None:
+            return part, meant, caught
+    return None
+
 class OptimizerParamsCheck(Check):
     """O2 trainable params not in the optimizer; O17 frozen params in it; a param in two
     groups; group keys the optimizer never reads (misnamed); SGD's dampening."""
@@ -221,7 +243,22 @@ class OptimizerParamsCheck(Check):
             tables = [name for name, module in ctx.model.named_modules()
                       if isinstance(module, (nn.Embedding, nn.EmbeddingBag)) and not module.weight.requires_grad
                       and module.weight in in_optimizer and not sinusoidal_table(module.weight)]
-            if tables and not holding:
+            left_out = [name for param, name in names.items() if not param.requires_grad and param not in in_optimizer]
+            shared = frozen_by_shared_name(frozen, left_out)
+            if shared is not None and not holding:
+                part, meant, caught = shared
+                findings.warning(
+                    "O17",
+                    f"{len(frozen)} frozen parameter(s) ({_names(frozen, 3)}) are in the optimizer, so they were meant "
+                    f"to train, and never will; they share the name part '{part}' with frozen parameters the optimizer "
+                    f"leaves out ({_names([n for n in left_out if part in n.split('.')], 2)}): a freeze by name match "
+                    f"(if '{part}' in name: p.requires_grad = False) meant for {meant}.{part} also froze "
+                    f"{caught}.{part}, so only the rest of {caught} trains, on top of fixed random features",
+                    f"Freeze by module, not by a substring: model.{meant}.requires_grad_(False) (or "
+                    f"name.startswith('{meant}.')), and keep {caught}.{part} trainable.",
+                    "optimizer",
+                )
+            elif tables and not holding:
                 findings.warning(
                     "O17",
                     f"the embedding table(s) {_names(tables, 3)} are frozen (requires_grad=False) but handed to the "

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from optimus_preflight.preflight.analyses.init_state import MIN_INIT_VALUES, UNIFORM_STD, at_default_init
 from optimus_preflight.preflight.analyses.meshgrid_source import (
     SwappedGrids,
     grid_orientation,
@@ -43,22 +44,8 @@ if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
 
 KERAS_MOMENTUM = 0.9
-MIN_INIT_VALUES = 256  # a smaller weight says too little about its histogram
-UNIFORM_STD = 3 ** -0.5  # std of U(-b, b) / b
 UNIFORM_01_STD = 12 ** -0.5  # std of U(0, 1)
 MIN_ZERO_VALUES = 16  # a frozen all-zero tensor at least this large is a table, not a scalar gate
-
-
-def at_default_init(weight: torch.Tensor) -> bool:
-    """``weight`` (out, in, ...) looks drawn by ``kaiming_uniform_(a=sqrt(5))``: every value within
-    1/sqrt(fan_in), with the std of a uniform over that box (pure)."""
-    if weight.dim() < 2 or weight.numel() < MIN_INIT_VALUES:
-        return False
-    bound = (weight[0].numel()) ** -0.5
-    values = weight.detach().float()
-    if float(values.abs().max()) > bound * (1 + 1e-5):
-        return False
-    return abs(float(values.std()) / bound - UNIFORM_STD) < 0.05 * UNIFORM_STD
 
 
 def at_default_normal(weight: torch.Tensor) -> bool:

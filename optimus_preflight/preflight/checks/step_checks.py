@@ -627,10 +627,13 @@ class LossFunctionCheck(Check):
             findings.warning(
                 "LOSS_CLASS_WEIGHTS",
                 f"the {weighted.function} class weights favour the frequent classes: {weighted.detail}. Weights that "
-                "rise with the class counts (the counts, or positives / negatives, where the inverse was meant) "
-                "amplify the imbalance they were meant to correct, and the rare classes are all but ignored",
-                "Weight each class by the inverse of its frequency: weight = counts.sum() / (len(counts) * counts) "
-                "for cross_entropy, pos_weight = negatives / positives for BCEWithLogitsLoss.",
+                "rise with the class counts (the counts, or positives / negatives, where the inverse was meant; or "
+                "inverse frequencies listed in another order than the class ids, such as Counter(labels).values(), "
+                "which follows the order the classes first appear in the data) amplify the imbalance they were meant "
+                "to correct, and the rare classes are all but ignored",
+                "Weight each class by the inverse of its frequency, indexed by class id: counts = torch.bincount("
+                "labels, minlength=n_classes); weight = counts.sum() / (n_classes * counts) for cross_entropy, "
+                "pos_weight = negatives / positives for BCEWithLogitsLoss.",
             )
         if probe.sliced_pair is not None:
             pair = probe.sliced_pair
@@ -654,15 +657,18 @@ class TargetsCheck(Check):
     stage = Stage.STEP
     codes = ("O14", "TARGET_ALL_IGNORED", "TARGET_MOSTLY_IGNORED", "TARGET_ONE_CLASS", "TARGET_MULTI_HOT",
              "TARGET_SCALE", "TARGET_IGNORED_CLASS", "TARGET_TRUNCATED", "TARGET_CLASS_IDS_REGRESSED", "TARGET_ORDER",
-             "TARGET_ZERO_ONE_SIGN", "TARGET_IS_INPUT", "DIFFUSION_NOISE_NEVER_HIGH", "TARGET_ALWAYS_ON", "TARGET_COLUMN_REUSED",
+             "TARGET_ZERO_ONE_SIGN", "TARGET_IS_INPUT", "DIFFUSION_NOISE_NEVER_HIGH", "TARGET_ALWAYS_ON",
+             "TARGET_LEVEL_ALWAYS_ON", "TARGETS_FROM_UNTRAINED_MODEL", "TARGET_COLUMN_REUSED",
              "TARGET_FEW_CLASSES", "TARGET_COLUMN_SCALES", "OUTPUT_PRECISION_COARSE")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         probe = get_probe(ctx)
         calls = probe.criterion_calls
+        levels = [call.cumulative_levels for call in calls if call.cumulative_levels is not None]
+        first_level_always_on = bool(levels) and all(first_always_on for _, _, first_always_on in levels)
         on = next((call.always_on_label for call in calls if call.always_on_label), None)
-        if on is not None:
+        if on is not None and not first_level_always_on:
             column, rate, median = on
             findings.warning(
                 "TARGET_ALWAYS_ON",
@@ -672,6 +678,33 @@ class TargetsCheck(Check):
                 f"{column}) before scatter_) colliding with label {column}; its head learns to always say yes",
                 "Pad the label lists with a value that is no label (e.g. -1, or num_labels, then drop that column), "
                 "or build the multi-hot rows from each sample's own list before batching.",
+            )
+        guessed = probe.labels_from_initial_guesses
+        if guessed is not None and guessed.argmax_agreement is not None:
+            agreement = guessed.argmax_agreement
+            findings.warning(
+                "TARGETS_FROM_UNTRAINED_MODEL",
+                f"{guessed.function}'s targets, as the DataLoader delivers them, are the untrained model's own "
+                f"predictions: on {agreement.agreement:.0%} of {agreement.rows} rows the target is the argmax of the "
+                f"model's logits at its initial weights (two unrelated labellings with these class shares agree on "
+                f"{agreement.chance:.0%}). Pseudo-labels computed once, before training (model(x_unlabelled)"
+                ".argmax(1) when the dataset is built), teach the model to repeat its random initial guesses; they "
+                "never improve as it learns",
+                "Compute the pseudo-labels from the current model inside the loss (with torch.no_grad() and a "
+                "confidence threshold, e.g. softmax(...).max(1) > 0.95), recompute them every epoch from the model as "
+                "it trains, or take them from a trained teacher.",
+            )
+        if first_level_always_on:
+            rows, width = sum(n for n, _, _ in levels), levels[0][1]
+            findings.warning(
+                "TARGET_LEVEL_ALWAYS_ON",
+                f"the {width} binary targets of each row are cumulative levels (ones, then zeros: an ordinal grade "
+                f"encoded as 'grade > k') and the first level is 1 in all {rows} rows: the levels were built as "
+                "y >= k for k = 0 .. K-2, which is true at k = 0 for every grade, so the first output learns a "
+                "constant, the highest grade is never encoded and every decoded grade (the count of levels above "
+                "0.5) comes out one rank too high",
+                f"Encode level k as y > k for k in 0 .. K-2: (y.unsqueeze(1) > torch.arange({width})).float(), so "
+                "grade 0 is all zeros and the highest grade all ones.",
             )
         if probe.diffusion_noise is not None and probe.diffusion_noise[0] < LOW_NOISE_SHARE:
             share, samples = probe.diffusion_noise
