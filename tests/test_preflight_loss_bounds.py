@@ -117,7 +117,7 @@ def test_gaussian_nll_with_a_vector_target_broadcasts(column_target):
     found = [i for i in report.check("step.loss_function").issues if i.code == "LOSS_BROADCAST"]
     assert bool(found) == (not column_target)
     if found:
-        assert "gaussian_nll_loss gets a prediction of shape (32, 1) and a target of shape (32,)" in found[0].message
+        assert "gaussian_nll_loss (nn.GaussianNLLLoss) gets a prediction of shape (32, 1) and a target of shape (32,)" in found[0].message
 
 
 def focal(negate: bool, gamma: float = 2.0):

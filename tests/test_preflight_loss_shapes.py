@@ -73,6 +73,15 @@ def test_a_hand_written_loss_that_broadcasts_a_prediction_column(loss):
     found = issues(preflight(mlp(1), loader(x, (x.sum(1) > 0).float()), loss))["LOSS_BROADCAST"]
     assert "(32, 1)" in found.message and "(32,)" in found.message and "(32, 32)" in found.message
     assert "prediction.squeeze(-1)" in found.fix
+    # the user's own line that broadcast, as a traceback names it
+    assert f"in {loss.__name__}: " in found.message and "test_preflight_loss_shapes.py" in found.message
+
+
+def test_a_criterion_module_called_by_the_default_loss_names_no_line_of_the_caller():
+    """nn.MSELoss passed as loss_fn: the preflight's own loss calls it, the test's line is not the call."""
+    x = features()
+    found = issues(preflight(mlp(1), loader(x, x.sum(1)), nn.MSELoss()))["LOSS_BROADCAST"]
+    assert "mse_loss (nn.MSELoss)" in found.message and "The line" not in found.message
 
 
 def siamese_contrastive(model, batch):

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 # (binary_cross_entropy and its logits variant raise a ValueError on torch 2.13).
 # kl_div broadcasts without even a warning.
 BROADCASTING_CRITERIA = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "gaussian_nll_loss")
+CRITERION_MODULES = {"mse_loss": "MSELoss", "l1_loss": "L1Loss", "smooth_l1_loss": "SmoothL1Loss", "huber_loss": "HuberLoss",
+                     "kl_div": "KLDivLoss", "gaussian_nll_loss": "GaussianNLLLoss"}
 TOL = 1e-2  # half-precision values round; real logits never come this close by chance
 
 
@@ -134,15 +136,20 @@ def broadcast_findings(calls: list[CriterionCall]) -> list[Finding]:
                 else "a prediction of the target's shape")
         found.append(Finding(
             "LOSS_BROADCAST", "error",
-            f"{call.function} gets a prediction of shape {prediction} and a target of shape {target}{_symbolic(prediction, target, result)}: they "
+            f"{call.function} (nn.{CRITERION_MODULES[call.function]}) gets a prediction of shape {prediction} and a "
+            f"target of shape {target}{_symbolic(prediction, target, result)}: they "
             f"broadcast to {result}, so the loss compares every prediction with every other sample's target "
             f"({math.prod(result)} terms instead of {max(math.prod(prediction), math.prod(target))}) and the "
             "model learns to predict the batch mean. torch only warns 'Using a target size ... different to "
-            "the input size'",
+            f"the input size'{_at(call.where)}",
             f"Give the criterion the prediction in the target's shape: {view}, or make the target the "
             "prediction's shape in the dataset.",
         ))
     return found
+
+
+def _at(where: str | None) -> str:
+    return f". The line: {where}" if where else ""
 
 
 def _pair_matrix(function: str, prediction: tuple[int, ...], target: tuple[int, ...], op: str | None) -> Finding:
@@ -246,7 +253,7 @@ def column_broadcast_findings(broadcasts: list[ColumnBroadcast], calls: list[Cri
         "batch mean"
         + (f". The {found.learnable_shape} column is {found.kept_reduction} taken with keepdim=True (F.pairwise_distance"
            "(a, b, keepdim=True), x.norm(dim=1, keepdim=True)): against (B,) pair labels every distance is scored "
-           "against every pair's label" if found.kept_reduction else ""),
+           "against every pair's label" if found.kept_reduction else "") + _at(found.where),
         f"Give both one shape before the arithmetic: {squeeze} (or target.view_as(prediction))"
         + ("; or drop keepdim=True from the reduction." if found.kept_reduction else "."),
     )]

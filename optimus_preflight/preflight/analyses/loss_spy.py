@@ -29,6 +29,7 @@ What the statistics reveal (pure functions in ``loss_findings``):
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +77,7 @@ from optimus_preflight.preflight.analyses.pseudo_labels import ArgmaxAgreement, 
 from optimus_preflight.preflight.analyses.spectral_axis import SpectralWatch
 from optimus_preflight.preflight.analyses.target_profile import TargetProfile, profile_target
 from optimus_preflight.preflight.analyses.view_permute import ViewWatch
+from optimus_preflight.preflight.data_access.worker_stacks import user_frame_text
 
 CLASS_CRITERIA = ("cross_entropy", "nll_loss")
 BINARY_CRITERIA = ("binary_cross_entropy", "binary_cross_entropy_with_logits")
@@ -146,6 +148,7 @@ class ColumnBroadcast:
     constant_shape: tuple[int, ...]
     joint_shape: tuple[int, ...] | None = None  # where it is not (B, B)
     kept_reduction: str | None = None  # the (B, 1) is a reduction kept as a column (keepdim=True)
+    where: str | None = None  # the user's line that made the arithmetic
 
 
 @dataclass
@@ -258,6 +261,7 @@ class CriterionCall:
     input_op: str | None = None  # the autograd op that made the input, through views (SumBackward0: a .sum() with no dim)
     similarity_product: bool = False  # square (B, B) scores of a @ b.T: in-batch similarities, positives on the diagonal
     class_target: torch.Tensor | None = None  # (B,) class ids of a class criterion (held for the step only)
+    where: str | None = None  # the user's line that called the criterion
     argmax_agreement: ArgmaxAgreement | None = None  # (B, C) logits: how often the target is their argmax
     target_storage: int | None = None  # the data pointer of the target's storage as passed (a batch tensor's?)
 
@@ -412,6 +416,7 @@ class LossSpy(TorchFunctionMode):
         record = pad_mask = None
         if name in CLASS_CRITERIA + BINARY_CRITERIA + REGRESSION_CRITERIA:
             record, pad_mask = self._describe(name, args, kwargs)
+            record.where = user_frame_text(sys._getframe(1), through_package=False)
             self.calls.append(record)
             if self.flatten_mismatch is None:
                 self.flatten_mismatch = flatten_mismatch(name, argument(args, kwargs, 0, "input"),
@@ -438,6 +443,7 @@ class LossSpy(TorchFunctionMode):
         elif name in ARITHMETIC and not self.column_broadcasts:
             found = column_broadcast(name, args)
             if found is not None and found.learnable_shape[0] == self.batch_rows:
+                found.where = user_frame_text(sys._getframe(1), through_package=False)
                 self.column_broadcasts.append(found)
         self.criterion_args.before(name, args, kwargs)
         self.spectral.observe(name, args, kwargs)

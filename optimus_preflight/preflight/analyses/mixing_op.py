@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from optimus_preflight.preflight.data_access.worker_stacks import frame_text, is_library_file
+from optimus_preflight.preflight.data_access.worker_stacks import user_frame_text
 from optimus_preflight.training.batches import leaves
 
 MAX_CALLS = 4000
 MAX_BYTES = 256 * 2**20  # of recorded copies, per forward
 TOLERANCE = 1e-3  # of a tensor's largest value: a real move, far above float noise
-_PACKAGE = str(Path(__file__).parents[2])  # optimus_preflight/, as frames name it
 REDUCING = {"softmax", "log_softmax", "sum", "mean", "cumsum", "cumprod", "max", "min", "amax", "amin", "std",
             "var", "norm", "logsumexp", "sort", "argsort", "argmax", "argmin"}
 RESHAPING = {"view", "reshape", "flatten", "unflatten", "view_as", "reshape_as"}
@@ -79,13 +77,7 @@ class MixingOp:
 
 
 def _user_frame() -> str | None:
-    frame = sys._getframe(2)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if not is_library_file(name) and not name.startswith(_PACKAGE):
-            return frame_text(name, frame.f_lineno, frame.f_code.co_name)
-        frame = frame.f_back
-    return None
+    return user_frame_text(sys._getframe(2))
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:

@@ -58,6 +58,25 @@ def frame_text(filename: str, lineno: int, name: str) -> str:
     return f'File "{filename}", line {lineno}, in {name}' + (f": {code}" if code else "")
 
 
+_PACKAGE = str(Path(__file__).parents[2])  # optimus_preflight/, as frames name it
+
+
+def user_frame_text(frame: Any, through_package: bool = True) -> str | None:
+    """The first frame from ``frame`` outwards that is the user's code (not torch, the standard
+    library or this package), as ``frame_text`` writes it: where a torch call was made. Without
+    ``through_package``, none when this package made the call (a criterion passed as
+    ``loss_fn`` and called by the default loss): the user's line further out is not the call."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        # the preflight's other torch-function modes pass each call on to the next: not a caller
+        if name.startswith(_PACKAGE) and not through_package and frame.f_code.co_name != "__torch_function__":
+            return None
+        if not is_library_file(name) and not name.startswith(_PACKAGE):
+            return frame_text(name, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back
+    return None
+
+
 def innermost_first(stack: traceback.StackSummary) -> list[str]:
     return [f'File "{f.filename}", line {f.lineno}, in {f.name}' for f in reversed(stack) if f.filename not in OWN_FILES]
 
