@@ -106,3 +106,27 @@ def unrelated_rows(x, y):
                            DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True),
                            loss_fn=nn.MSELoss(), checks=[FirstBatchCheck(), TargetSignalCheck()])
     return [i for i in report.check("data.target_signal").issues if i.code == "TARGETS_UNRELATED"]
+
+
+def findings_tables(label_major_view: bool, weak: bool = False) -> TensorDataset:
+    """Six findings per patient, each a noisy threshold of the vitals; stacked label by label (C, N)."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(1500, 12, generator=g)
+    scores = x @ torch.randn(12, 6, generator=g) + (3.0 if weak else 0.5) * torch.randn(1500, 6, generator=g)
+    columns = (scores > 0).float().t().contiguous()  # (C, N), one row per finding
+    y = columns.view(1500, 6) if label_major_view else columns.t().contiguous()
+    return TensorDataset(x, y)
+
+
+@pytest.mark.parametrize("label_major_view, weak, fires", [(True, False, True), (False, False, False),
+                                                           (False, True, False)],
+                         ids=["view_N_C_of_C_N", "transposed", "weak_but_real_signal"])
+def test_multi_label_targets_whose_rows_hold_other_samples_labels(label_major_view, weak, fires):
+    model = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 6))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(findings_tables(label_major_view, weak), batch_size=64, shuffle=True),
+                           loss_fn=nn.BCEWithLogitsLoss(), checks=[FirstBatchCheck(), TargetSignalCheck()])
+    found = [i for i in report.check("data.target_signal").issues if i.code == "TARGETS_UNRELATED"]
+    assert bool(found) == fires, report.check("data.target_signal").data
+    if fires:
+        assert "multi-label" in found[0].message and ".view(N, C)" in found[0].message and ".t()" in found[0].fix

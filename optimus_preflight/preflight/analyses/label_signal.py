@@ -103,6 +103,21 @@ def label_signal(features: torch.Tensor, labels: torch.Tensor) -> LabelSignal | 
     return LabelSignal(len(y), classes, majority, _neighbour_vote(x, y, classes), _linear_probe(x, y, classes))
 
 
+MAX_LABELS = 8  # columns of multi-hot targets judged, the most balanced first
+
+
+def multi_label_signal(features: torch.Tensor, targets: torch.Tensor) -> list[LabelSignal] | None:
+    """``label_signal`` of each label of (N, L) 0/1 multi-hot targets (L >= 2) balanced enough to
+    judge, the most balanced first; None when fewer than two can be judged."""
+    if targets.dim() != 2 or targets.shape[1] < 2 or not bool(((targets == 0) | (targets == 1)).all()):
+        return None
+    rates = targets.float().mean(0)
+    order = (rates - 0.5).abs().argsort()[:MAX_LABELS]
+    judged = [signal for column in order.tolist()
+              if (signal := label_signal(features, targets[:, column].long())) is not None]
+    return judged if len(judged) >= 2 else None
+
+
 @dataclass(frozen=True)
 class TargetSignal:
     samples: int

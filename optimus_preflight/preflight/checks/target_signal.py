@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from optimus_preflight.preflight.analyses.label_signal import MAX_FEATURES, target_signal
+from optimus_preflight.preflight.analyses.label_signal import MAX_FEATURES, multi_label_signal, target_signal
 from optimus_preflight.preflight.analyses.sample_scaling import sample_normalisation
 from optimus_preflight.preflight.analyses.series import lag_one
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
@@ -111,7 +111,7 @@ class TargetSignalCheck(Check):
         features, targets = torch.cat(xs)[:SAMPLES], torch.cat(ys)[:SAMPLES]
         signal = target_signal(features, targets)
         if signal is None:
-            findings.data["summary"] = "not judged (too few samples, wide inputs or discrete targets)"
+            self._multi_label(features, targets, findings)
             return
         findings.data.update(neighbour_r2=round(signal.neighbour_r2, 3), linear_r2=round(signal.linear_r2, 3),
                              samples=signal.samples)
@@ -168,6 +168,30 @@ class TargetSignalCheck(Check):
             f"neighbour average explains {signal.neighbour_r2:.0%} of their variance and a linear probe "
             f"{signal.linear_r2:.0%}: {why}",
             fix,
+            "data.train",
+        )
+
+    @staticmethod
+    def _multi_label(features: torch.Tensor, targets: torch.Tensor, findings: Findings) -> None:
+        labels = multi_label_signal(features, targets)
+        if labels is None:
+            findings.data["summary"] = "not judged (too few samples, wide inputs or discrete targets)"
+            return
+        findings.data["summary"] = f"{len(labels)} labels of the multi-hot targets judged against the inputs"
+        if not all(label.unrelated for label in labels):
+            return
+        best = max(labels, key=lambda label: max(label.neighbour_accuracy, label.linear_accuracy) - label.majority)
+        findings.warning(
+            "TARGETS_UNRELATED",
+            f"the multi-label targets look unrelated to their inputs: over {best.samples} samples read, none of the "
+            f"{len(labels)} labels judged is predicted from the inputs better than by always answering its commoner "
+            f"value (the best: a 5-nearest-neighbour vote {best.neighbour_accuracy:.0%} and a linear probe "
+            f"{best.linear_accuracy:.0%} against {best.majority:.0%}). Each row's labels belong to other samples: "
+            "a (labels, samples) array stacked label by label reshaped with .view(N, C) / .reshape(N, -1) instead "
+            "of transposed (.t()), which fills each row with other samples' labels; or inputs and targets filtered, "
+            "shuffled or sorted apart",
+            "Transpose a label-major (C, N) array into rows: torch.stack(columns, dim=1) or labels.t().contiguous(), "
+            "never .view(N, C); and filter, shuffle and slice inputs and targets together.",
             "data.train",
         )
 
