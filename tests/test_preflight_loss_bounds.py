@@ -218,3 +218,34 @@ def test_an_output_bias_on_a_batch_of_one_class_is_no_vanishing_weight():
                            DataLoader(TensorDataset(x, torch.zeros(256, 1)), batch_size=32),
                            loss_fn=nn.BCEWithLogitsLoss(), checks=[FirstBatchCheck(), LossBoundsCheck()])
     assert not report.check("step.loss_bounds").issues
+
+
+class ActNormFlow(nn.Module):
+    """z = (x - shift) * exp(log_scale): an elementwise affine flow with learned log-scales."""
+
+    def __init__(self):
+        super().__init__()
+        self.shift, self.log_scale = nn.Parameter(torch.zeros(4)), nn.Parameter(torch.zeros(4))
+
+    def forward(self, x):
+        return (x - self.shift) * self.log_scale.exp(), self.log_scale.sum().expand(len(x))
+
+
+@pytest.mark.parametrize("log_det_sign, fires", [(+1, False), (-1, True)], ids=["added", "subtracted"])
+def test_a_flow_whose_log_determinant_is_subtracted_is_named(log_det_sign, fires):
+    x = torch.randn(256, 4, generator=torch.Generator().manual_seed(0)) * 2 + 1
+
+    def nll(model, batch):
+        z, log_det = model(batch[0])
+        log_pz = torch.distributions.Normal(0.0, 1.0).log_prob(z).sum(-1)
+        return -(log_pz + log_det_sign * log_det).mean()
+
+    model = ActNormFlow()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x), batch_size=32, shuffle=True), loss_fn=nll,
+                           checks=[FirstBatchCheck(), LossBoundsCheck()])
+    found = [issue for issue in report.check("step.loss_bounds").issues if issue.code == "LOSS_UNBOUNDED_BELOW"]
+    assert bool(found) == fires
+    if fires:
+        assert "log_scale" in found[0].message and "log-determinant subtracted" in found[0].message
+        assert "add the log-determinant" in found[0].fix

@@ -34,3 +34,18 @@ def test_a_cox_loss_sorted_by_time_ascending_ranks_the_wrong_way(descending):
     assert bool(issues) == (not descending)
     if issues:
         assert "descending=True" in issues[0].fix and "already failed" in issues[0].message
+
+
+@pytest.mark.parametrize("batch_size", [1, 64])
+def test_a_cox_loss_on_batches_of_one_subject_is_zero_and_named(batch_size):
+    from optimus_preflight.preflight.checks.step_checks import GradientsCheck
+
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 1))
+    rows = [row for row in survival_rows() if float(row[2]) == 1.0]  # events only: a batch of one still has a term
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(rows, batch_size=batch_size, shuffle=True), loss_fn=cox(True),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), GradientsCheck()])
+    zero = [issue for issue in report.check("step.gradients").issues if issue.code == "GRAD_ZERO"]
+    assert bool(zero) == (batch_size == 1)
+    if zero:
+        assert "single sample" in zero[0].message and "risk set" in zero[0].message and "batch_size=1" in zero[0].message

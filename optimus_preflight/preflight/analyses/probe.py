@@ -143,6 +143,7 @@ class StepProbe:
     pitfalls: Pitfalls = field(default_factory=Pitfalls)  # torch calls whose defaults mislead (api_pitfalls)
     target_column_reused: tuple[list[str], int, int, int] | None = None  # see target_column_reused
     argmaxed_multi_hot: ArgmaxedMultiHot | None = None  # class ids argmaxed from multi-hot labels
+    batch_rows: int | None = None  # the rows of the batch compute_loss got
     # a class criterion whose batch targets are the untrained model's own argmax (pseudo-labels made at init)
     labels_from_initial_guesses: CriterionCall | None = None
     boxes_beyond_image: BoxesBeyondImage | None = None  # see boxes_beyond_image
@@ -355,6 +356,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     def observed_loss(module: nn.Module, data: Any) -> Any:
         step_batches.append(data)
         spy.batch_rows = batch_size_of(data)
+        probe.batch_rows = spy.batch_rows
         spy.criterion_args.watch_batch(data)
         before = _side_effect_state(ctx.optimizer, watched)
         frozen_before = _frozen_samples(module, watched)

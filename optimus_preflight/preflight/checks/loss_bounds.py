@@ -138,6 +138,20 @@ def _log_determinant(base: float, near: float | None, far: float | None, only: i
     return drop > 0 and LINEAR[0] <= (base - far) / drop <= LINEAR[1]
 
 
+
+# A normalising flow's log-scales: with the log-determinant's sign flipped, shrinking them lowers the loss forever.
+FLOW_LOG_DET = (". In a normalising flow, a log-determinant subtracted where it is added does this through the "
+                "scales: the NLL -(log p(z) - log|det J|) rewards contracting every sample onto z = 0, since "
+                "log|det J| (the sum of the log-scales) then falls without bound")
+FLOW_LOG_DET_FIX = (" For a flow, add the log-determinant (change of variables): nll = -(base.log_prob(z).sum(-1) + "
+                    "log_det).mean().")
+
+
+def scale_like(name: str) -> bool:
+    """A parameter named as a scale or log-scale (a flow's ``log_scale``, an ActNorm's ``logs``)."""
+    leaf = name.rsplit(".", 1)[-1].lower()
+    return "scale" in leaf or leaf in ("logs", "log_s", "s")
+
 class LossBoundsCheck(Check):
     """LOSS_UNBOUNDED_BELOW: shifting the predictions drives the loss to minus infinity."""
 
@@ -252,9 +266,11 @@ class LossBoundsCheck(Check):
                     f"{near:.4g} and then {far:.4g}, so the optimizer can lower it forever through that parameter "
                     "alone while the rest stops learning. A learned task weighting (Kendall's uncertainty weights) "
                     "written exp(log_var) * loss + log_var, where exp(-log_var) * loss + log_var is meant, does this: "
-                    "its task weights exp(log_var) fall to 0; so does a temperature or scale without a floor",
+                    "its task weights exp(log_var) fall to 0; so does a temperature or scale without a floor"
+                    + (FLOW_LOG_DET if scale_like(name) else ""),
                     "Write the uncertainty weighting as torch.exp(-log_var) * task_loss + log_var (the precision "
-                    "multiplies the loss; log_var pays for it), or bound the parameter (clamp, softplus + floor).",
+                    "multiplies the loss; log_var pays for it), or bound the parameter (clamp, softplus + floor)."
+                    + (FLOW_LOG_DET_FIX if scale_like(name) else ""),
                 )
                 return True
         return False

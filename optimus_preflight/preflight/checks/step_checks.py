@@ -542,6 +542,19 @@ class GradientsCheck(Check):
                 "Remove the clamp from the loss; to guard against spikes clip the gradients instead "
                 "(trainer.clip_grad_norm, torch.nn.utils.clip_grad_norm_) or skip non-finite steps.",
             )
+        elif probe.grad_norm == 0.0 and not missing and probe.batch_rows == 1:
+            findings.warning(
+                "GRAD_ZERO",
+                "every gradient of the first step is exactly zero, and the batch holds a single sample "
+                "(batch_size=1): a loss that compares the samples of a batch with each other is exactly 0 for one "
+                "sample. A Cox partial likelihood's risk set is then the subject itself (log_h - logcumsumexp(log_h) "
+                "= 0), a ranking or pairwise loss has no pair, an in-batch contrastive loss no negative, and a term "
+                "centred on the batch mean is 0",
+                "Use batches of many samples for a loss over the batch (hundreds for a Cox partial likelihood, or the "
+                "whole training set per step); accumulating gradients over batches of one does not help, since each "
+                "one's loss is 0.",
+                "data.batch_size",
+            )
         elif probe.grad_norm == 0.0 and not missing:
             findings.warning("GRAD_ZERO", "every gradient of the first step is exactly zero",
                              "Check for a constant loss (e.g. all targets ignored) or dead activations.")
