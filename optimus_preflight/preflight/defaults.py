@@ -41,6 +41,7 @@ from optimus_preflight.preflight.checks.dataset_checks import DatasetLengthCheck
 from optimus_preflight.preflight.checks.dataset_memory import DatasetCacheCheck
 from optimus_preflight.preflight.checks.dataset_mutation import DatasetMutationCheck
 from optimus_preflight.preflight.checks.derivative_graph import DerivativeGraphCheck
+from optimus_preflight.preflight.checks.diffusion_inputs import DiffusionInputsCheck
 from optimus_preflight.preflight.checks.distance_tables import DistanceTablesCheck
 from optimus_preflight.preflight.checks.double_balancing import DoubleBalancingCheck
 from optimus_preflight.preflight.checks.dropout_rate import DropoutInEvalCheck, DropoutOnOutputCheck, DropoutRateCheck
@@ -226,6 +227,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     QuantileLevelCheck,
     DoubleBalancingCheck,
     SurvivalOrderCheck,
+    DiffusionInputsCheck,
     PooledAxisCheck,
     IntegerMaskCheck,
     SelectionAlignmentCheck,

@@ -40,6 +40,7 @@ from optimus_preflight.preflight.analyses.batch_layout import LayoutWatch, Modul
 from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction, ClassesMisread
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgs
 from optimus_preflight.preflight.analyses.custom_functions import FunctionCall, recorded_functions
+from optimus_preflight.preflight.analyses.diffusion_inputs import DiffusionInputs, diffusion_inputs
 from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch
 from optimus_preflight.preflight.analyses.gradient_reversal import Reversal, find_reversals
 from optimus_preflight.preflight.analyses.graph_cuts import GraphCut, task_cut_by_detach, task_cut_by_pick
@@ -102,6 +103,7 @@ class StepProbe:
     attention_over_heads: tuple[tuple[int, ...], int] | None = None  # (SDPA query shape, sequence length)
     # (largest share of x_t's variance from the noise, samples): a diffusion loss's forward process
     diffusion_noise: tuple[float, int] | None = None
+    diffusion_inputs: DiffusionInputs | None = None  # x_t against the drawn noise and the clean batch tensor
     # (criterion, shape, whether the input was computed in the loss): trained towards its own input
     target_is_input: tuple[str, tuple[int, ...], bool] | None = None
     target_fed_beside: tuple[str, tuple[int, ...], int] | None = None  # a later model input that is the target
@@ -534,6 +536,9 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
              and labels_are_initial_guesses(call.argmax_agreement)), None)
     for call in spy.calls:
         call.target_is_drawn_noise = drawn_noise(call.target_tensor, held)
+        if call.target_is_drawn_noise and probe.diffusion_inputs is None:
+            probe.diffusion_inputs = diffusion_inputs(call.target_tensor, model_input_tensors,
+                                                      step_batches[0] if step_batches else batch, held)
         if call.target_is_drawn_noise and probe.diffusion_noise is None:
             probe.diffusion_noise = largest_noise_share(call.target_tensor, model_input_tensors,
                                                         step_batches[0] if step_batches else batch)
