@@ -180,6 +180,10 @@ LOSS_GRAPH_NODES = 500_000  # a full walk of a large model's graph is cheap next
 # estimator). Comparisons, argmax and integer casts cut the graph instead (no gradient at all).
 # Zero gradient outside their bounds: a value clamped beyond its bound is a constant.
 CLAMP_OPS = ("ClampBackward0", "ClampBackward1", "ClampMaxBackward0", "ClampMinBackward0", "HardtanhBackward0")
+# Random draws whose gradient with respect to their parameters is zero: torch.normal(mu, std) is
+# not reparameterised (mu + std * randn_like(std) is), nor torch.bernoulli(p) / torch.poisson(rate).
+SAMPLING_OPS = {"NormalBackward": "torch.normal", "BernoulliBackward": "torch.bernoulli",
+                "PoissonBackward": "torch.poisson"}
 ZERO_GRADIENT_OPS = ("RoundBackward0", "RoundBackward1", "FloorBackward0", "CeilBackward0", "SignBackward0",
                      "TruncBackward0", "SgnBackward0")
 
@@ -196,6 +200,7 @@ class LossGraph:
     held: list[Any] = field(default_factory=list, repr=False)
     zero_gradient_ops: list[str] = field(default_factory=list)  # torch.round, floor, sign, ... in the graph
     zero_factors: int = 0  # multiplications by a constant 0 (a loss weight of 0.0)
+    sampling_ops: list[str] = field(default_factory=list)  # torch.normal(mu, std) and kin, drawn with a graph
     clamp_ops: list[str] = field(default_factory=list)  # torch.clamp and kin in the graph
     # (shape, dim) of each softmax / log_softmax taken over a dimension of size 1: a constant
     # (1, or 0 for log_softmax) whose gradient is 0, as in attention-pooling scores (B, T, 1)
@@ -283,6 +288,9 @@ def walk_loss_graph(loss: torch.Tensor, excluded: set[int]) -> LossGraph:
         name = type(node).__name__
         if name in ZERO_GRADIENT_OPS and name not in graph.zero_gradient_ops:
             graph.zero_gradient_ops.append(name)
+        drawn = next((call for prefix, call in SAMPLING_OPS.items() if name.startswith(prefix)), None)
+        if drawn is not None and drawn not in graph.sampling_ops:
+            graph.sampling_ops.append(drawn)
         if name in CLAMP_OPS and name not in graph.clamp_ops:
             graph.clamp_ops.append(name)
         if name.startswith("MulBackward") and _times_constant_zero(node):

@@ -146,6 +146,7 @@ class StepProbe:
     target_column_reused: tuple[list[str], int, int, int] | None = None  # see target_column_reused
     argmaxed_multi_hot: ArgmaxedMultiHot | None = None  # class ids argmaxed from multi-hot labels
     batch_rows: int | None = None  # the rows of the batch compute_loss got
+    sampling_ops: list[str] = field(default_factory=list)  # torch.normal(mu, std) in the loss's graph: no gradient
     # a class criterion whose batch targets are the untrained model's own argmax (pseudo-labels made at init)
     labels_from_initial_guesses: CriterionCall | None = None
     boxes_beyond_image: BoxesBeyondImage | None = None  # see boxes_beyond_image
@@ -393,6 +394,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
                     probe.outside_leaves = graph.outside_leaves
                     probe.zero_gradient_ops = graph.zero_gradient_ops
                     probe.zero_factors = graph.zero_factors
+                    probe.sampling_ops = graph.sampling_ops
                     probe.clamp_ops = graph.clamp_ops
                     probe.singleton_softmax = graph.singleton_softmax
                     probe.log_of_probability = graph.log_of_probability

@@ -374,7 +374,7 @@ class GradientsCheck(Check):
 
     name = "step.gradients"
     stage = Stage.STEP
-    codes = ("GRAD_NONE", "GRAD_NONFINITE", "GRAD_ZERO", "LOSS_NOT_FROM_OUTPUT", "GRADIENT_REVERSED_ON_LABELS",
+    codes = ("GRAD_NONE", "GRAD_NONFINITE", "GRAD_ZERO", "SAMPLE_WITHOUT_GRADIENT", "LOSS_NOT_FROM_OUTPUT", "GRADIENT_REVERSED_ON_LABELS",
              "TASK_LOSS_CUT")
     requires = (FIRST_STEP,)
 
@@ -522,6 +522,18 @@ class GradientsCheck(Check):
                 "that tensor ever trains",
                 "Build the mask from torch.ones(...) and set the frozen rows to 0 (mask[:n_frozen] = 0); check that "
                 "mask.sum() counts the rows meant to train.",
+            )
+        if probe.sampling_ops:
+            drawn = ", ".join(probe.sampling_ops)
+            findings.warning(
+                "SAMPLE_WITHOUT_GRADIENT",
+                f"the loss's graph goes through {drawn} drawn from tensors that require grad: torch's gradient of a "
+                "draw with respect to its parameters is zero, so nothing that computes them (a VAE encoder's mean "
+                "and std) learns from the terms after the draw, only from terms on the parameters themselves (the "
+                "KL). z = torch.normal(mu, std) in place of the reparameterisation trick does this",
+                "Reparameterise the draw: z = mu + std * torch.randn_like(std) (or torch.distributions.Normal(mu, "
+                "std).rsample()); for discrete draws use a relaxation (F.gumbel_softmax) or a score-function "
+                "estimator.",
             )
         if nonfinite:
             findings.error("GRAD_NONFINITE", f"{len(nonfinite)} parameter(s) got inf/NaN gradients: {_names(nonfinite)}",
