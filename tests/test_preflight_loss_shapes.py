@@ -1152,3 +1152,39 @@ def test_an_ignore_index_on_a_real_class_of_one_label_per_sample_warns(ignore_in
     assert (found is not None) == fires
     if fires:
         assert "ignore_index=0 is also class 0" in found.message and "real class" in found.fix
+
+
+class VolumeSegmenter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv3d(1, 3, 3, padding=1)
+
+    def forward(self, volume):
+        return self.conv(volume)
+
+
+def soft_dice(softmax_dim: int | None):
+    def loss(model, batch):
+        volume, labels = batch
+        logits = model(volume)
+        if softmax_dim is None:  # soft-argmax style: positions flattened, then normalised over them
+            probs = logits.flatten(2).softmax(-1).view_as(logits)
+        else:
+            probs = logits.softmax(dim=softmax_dim)
+        onehot = F.one_hot(labels, 3).permute(0, 4, 1, 2, 3).float()
+        overlap = (probs * onehot).sum((2, 3, 4))
+        return 1 - (2 * overlap / (probs.sum((2, 3, 4)) + onehot.sum((2, 3, 4)) + 1e-6)).mean()
+    return loss
+
+
+@pytest.mark.parametrize("softmax_dim, fires", [(-1, True), (1, False), (None, False)],
+                         ids=["over_W", "over_classes", "over_flattened_positions"])
+def test_a_dice_softmax_over_a_spatial_axis_of_a_conv_output(softmax_dim, fires):
+    g = torch.Generator().manual_seed(0)
+    volumes = torch.randn(64, 1, 6, 6, 6, generator=g)
+    labels = torch.randint(0, 3, (64, 6, 6, 6), generator=g)
+    found = issues(preflight(VolumeSegmenter(), loader(volumes, labels, batch_size=8), soft_dice(softmax_dim)))
+    assert ("LOSS_NORM_DIM" in found) == fires, found
+    if fires:
+        assert "dim 4 (size 6)" in found["LOSS_NORM_DIM"].message and "dim=1" in found["LOSS_NORM_DIM"].fix

@@ -42,6 +42,10 @@ TRANSPOSE = torch._C.TensorBase.__dict__.get("T")  # the .T property's descripto
 
 MASKED_FILLS = (torch.masked_fill, torch.Tensor.masked_fill, torch.Tensor.masked_fill_)
 SOFTMAXES = (torch.softmax, torch.Tensor.softmax, torch.nn.functional.softmax)
+LOG_SOFTMAXES = (torch.log_softmax, torch.Tensor.log_softmax, torch.nn.functional.log_softmax)
+# Writes that keep one value per target index (the last, in no set order) where several sources share it.
+OVERWRITING_SCATTERS = (torch.scatter, torch.Tensor.scatter, torch.Tensor.scatter_, torch.index_copy,
+                        torch.Tensor.index_copy, torch.Tensor.index_copy_)
 MILD_FILL = -1e3  # a fill above this leaves a masked score a weight softmax can see (-inf, -1e9 and finfo.min do not)
 MATMULS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm, torch.Tensor.bmm)
 REGRESSION = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
@@ -88,6 +92,11 @@ class Pitfalls:
     kl_div_constant: tuple[tuple[int, ...], bool] | None = None
     # (x1 shape, x2 shape, dim) of a cosine_similarity reducing an axis along which one input is broadcast
     cosine_over_broadcast: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
+    # (function, shape of the index, share of targets written twice or more) of a scatter / index_copy
+    # that overwrites: messages sent to one node keep only one of them
+    scatter_overwrites: tuple[str, tuple[int, ...], float] | None = None
+    # (function, shape, dim) of a softmax over one spatial axis of a (B, C, ...) convolution output
+    softmax_spatial_axis: tuple[str, tuple[int, ...], int] | None = None
 
 
 class PitfallWatch:
@@ -138,6 +147,10 @@ class PitfallWatch:
             self._masked_fill(args, kwargs)
         elif func in SOFTMAXES and self.found.masked_with_zero is None:
             self._masked_softmax(args, kwargs)
+        if func in OVERWRITING_SCATTERS and self.found.scatter_overwrites is None:
+            self.found.scatter_overwrites = scatter_overwrites(func, args, kwargs)
+        if func in SOFTMAXES + LOG_SOFTMAXES and self.found.softmax_spatial_axis is None:
+            self.found.softmax_spatial_axis = softmax_spatial_axis(func, args, kwargs)
         elif func is torch.einsum and self.found.einsum_private is None:
             self._einsum(args)
         elif func in (torch.sort, torch.Tensor.sort, torch.argsort, torch.Tensor.argsort) and self.found.sort_last is None:
@@ -415,3 +428,45 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
     from optimus_preflight.preflight.analyses.pitfall_findings import pitfall_findings as findings_of
 
     return findings_of(found)
+
+
+MIN_OVERWRITTEN = 0.05  # of the target positions written by two sources or more
+
+
+def scatter_overwrites(func: Any, args: tuple, kwargs: dict) -> tuple[str, tuple[int, ...], float] | None:
+    """A scatter / index_copy of values that carry gradients (messages) whose index sends two or
+    more of them to one position: all but one are dropped (pure). ``reduce=`` aggregates."""
+    name = getattr(func, "__name__", "scatter")
+    if kwargs.get("reduce") is not None or len(args) < 4:
+        return None
+    target, dim, index, source = args[0], args[1], args[2], args[3]
+    if not (isinstance(target, torch.Tensor) and isinstance(index, torch.Tensor) and isinstance(dim, int)
+            and isinstance(source, torch.Tensor) and source.requires_grad) or index.numel() < 2:
+        return None
+    with torch.no_grad():
+        if name.startswith("index_copy"):
+            if index.dim() != 1:
+                return None
+            written = int(index.unique().numel())
+            return (name, tuple(index.shape), 1 - written / index.numel()) \
+                if 1 - written / index.numel() >= MIN_OVERWRITTEN else None
+        dim = dim % index.dim()
+        ordered = index.sort(dim=dim).values
+        repeats = (ordered.narrow(dim, 1, ordered.shape[dim] - 1) == ordered.narrow(dim, 0, ordered.shape[dim] - 1))
+        share = float(repeats.float().mean()) if repeats.numel() else 0.0
+    return (name, tuple(index.shape), share) if share >= MIN_OVERWRITTEN else None
+
+
+def softmax_spatial_axis(func: Any, args: tuple, kwargs: dict) -> tuple[str, tuple[int, ...], int] | None:
+    """A softmax taken along one spatial axis of a (B, C, ...) map straight out of a convolution
+    (through views), C >= 2: class scores normalised across positions, not across the classes (pure)."""
+    from optimus_preflight.preflight.analyses.loss_spy import producing_op
+
+    scores, dim = argument(args, kwargs, 0, "input"), argument(args, kwargs, 1, "dim")
+    if not isinstance(scores, torch.Tensor) or not isinstance(dim, int) or scores.dim() < 4 or scores.shape[1] < 2 \
+            or scores.grad_fn is None:
+        return None
+    dim = dim % scores.dim()
+    if dim < 2 or scores.shape[dim] < 2 or producing_op(scores) != "ConvolutionBackward0":
+        return None
+    return getattr(func, "__name__", "softmax"), tuple(scores.shape), dim

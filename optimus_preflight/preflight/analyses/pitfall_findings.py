@@ -24,6 +24,27 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "Build pairwise masks from explicit axes: labels[:, None] == labels[None, :] (or labels.unsqueeze(1) == "
             "labels.unsqueeze(0)); .T only transposes 2-D tensors.",
         ))
+    if found.scatter_overwrites is not None:
+        name, shape, share = found.scatter_overwrites
+        findings.append(Finding(
+            "SCATTER_OVERWRITES", "error",
+            f"{name} writes values that carry gradients through an index of shape {shape} that sends two or more of "
+            f"them to one position ({share:.0%} of the writes land where another already did): scatter and "
+            "index_copy keep one value per position (which one is not defined) and drop the rest, so messages "
+            "aggregated this way keep one neighbour per node and the others get no gradient",
+            "Aggregate with a reduction: out.scatter_add(0, index, messages) or out.index_add(0, dst, messages) "
+            "(or scatter_reduce(..., reduce='mean' / 'amax')), never scatter / index_copy.",
+        ))
+    if found.softmax_spatial_axis is not None:
+        name, shape, dim = found.softmax_spatial_axis
+        findings.append(Finding(
+            "LOSS_NORM_DIM", "error",
+            f"{name} runs over dim {dim} (size {shape[dim]}) of a {shape} convolution output, a spatial axis: the "
+            f"class scores are normalised across the positions along that axis instead of across the {shape[1]} "
+            "classes of dim 1, so no voxel's probabilities sum to 1 and a Dice or cross-entropy term built on them "
+            "compares the wrong things",
+            f"Normalise over the class axis of (B, C, ...) maps: {name}(logits, dim=1), not dim={dim} (or -1).",
+        ))
     if found.meshgrid_default:
         sizes = " x ".join(str(size) for size in found.meshgrid_default[0])
         findings.append(Finding(
