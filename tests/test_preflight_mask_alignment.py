@@ -208,3 +208,47 @@ def test_a_translation_of_the_image_alone_leaves_the_heatmap_peaks_off_their_key
     else:
         assert len(found) == 1 and "not to the target heatmap" in found[0].message
         assert "torch.roll(heatmap" in found[0].fix
+
+
+class LesionVolumes(torch.utils.data.Dataset):
+    """(1, 12, 12, 12) noisy scans with a brighter box lesion off the diagonals, and (12, 12, 12)
+    label volumes; ``labels``: 'aligned', 'xyz' (from a reader with the axes reversed) or
+    'flip_image_only' (a random flip of the scan alone, its own coin per item)."""
+
+    def __init__(self, labels: str):
+        g = torch.Generator().manual_seed(0)
+        self.labels, self.scans, self.masks = labels, [], []
+        for _ in range(96):
+            mask = torch.zeros(12, 12, 12, dtype=torch.long)
+            z, y, x = (int(v) for v in torch.randint(1, 7, (3,), generator=g))
+            mask[z:z + 2, y:y + 4, x:x + 5] = 1
+            self.scans.append(0.5 * torch.randn(1, 12, 12, 12, generator=g) + mask.float())
+            self.masks.append(mask)
+        self.coins = torch.rand(96, generator=torch.Generator().manual_seed(1)) < 0.5
+
+    def __len__(self) -> int:
+        return len(self.masks)
+
+    def __getitem__(self, i):
+        scan, mask = self.scans[i], self.masks[i]
+        if self.labels == "xyz":
+            mask = mask.permute(2, 1, 0)
+        if self.labels == "flip_image_only" and self.coins[i]:
+            scan = scan.flip(-1)
+        return scan, mask
+
+
+@pytest.mark.parametrize("labels, named", [("aligned", None), ("xyz", "axes reversed"),
+                                           ("flip_image_only", "flipped along the width axis")])
+def test_label_volumes_from_another_reader_or_left_unflipped(labels, named):
+    torch.manual_seed(0)
+    model = nn.Conv3d(1, 2, 3, padding=1)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(LesionVolumes(labels), batch_size=4, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), MaskAlignmentCheck()])
+    found = [i for i in report.check("data.mask_alignment").issues if i.code == "MASK_MISALIGNED"]
+    assert bool(found) == (named is not None), report.check("data.mask_alignment").data
+    if named:
+        assert named in found[0].message
+        if labels == "xyz":
+            assert "SimpleITK" in found[0].message and "permute(0, 3, 2, 1)" in found[0].fix

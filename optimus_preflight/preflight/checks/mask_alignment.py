@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.data_access.guard import read_samples
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import leaves
 
@@ -37,6 +38,10 @@ STRONG = 0.4  # correlation of the transformed mask with the image
 BETTER = 2.0  # ... at least this many times the mask as given, plus MARGIN
 MARGIN = 0.1
 MIN_SHARE = 0.25  # of the samples where some placement of the mask correlates
+# A volume's thousands of voxels make a weaker correlation as telling (chance is ~1/sqrt(voxels)),
+# and a mirrored label volume still overlaps its structure: a clear gain, as for a shifted mask.
+STRONG_VOLUME, VOLUME_GAIN, VOLUME_RATIO = 0.2, 0.1, 1.3
+VOLUME_SAMPLES, VOLUME_BUDGET_S = 32, 2.0  # volumes read past a first batch of a few
 MIN_SAMPLES = 4
 
 TRANSFORMS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -47,9 +52,57 @@ TRANSFORMS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-def image_and_mask(batch: object) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(images (B, C, H, W), masks (B, H, W) as class ids) of a segmentation batch."""
+# A volume (B, C, D, H, W) beside its label volume (B, D, H, W): the same mistakes, one axis more,
+# and one more of its own: arrays from two readers whose axis orders differ (ITK / SimpleITK give
+# (z, y, x), nibabel's get_fdata() (x, y, z)), which a cubic patch lets through every shape check.
+VOLUME_TRANSFORMS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "with its axes reversed ((x, y, z) read as (z, y, x))": lambda m: m.permute(*range(m.dim() - 3), -1, -2, -3),
+    "with depth and height swapped": lambda m: m.transpose(-3, -2),
+    "with height and width swapped": lambda m: m.transpose(-2, -1),
+    "flipped along the width axis": lambda m: m.flip(-1),
+    "flipped along the height axis": lambda m: m.flip(-2),
+    "flipped along the depth axis": lambda m: m.flip(-3),
+}
+AXES_REVERSED = next(iter(VOLUME_TRANSFORMS))
+
+
+def transforms_for(spatial: tuple[int, ...]) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """The placements a mask of these spatial sizes can be tried in: a permutation of its axes only
+    where the sizes it swaps are equal."""
+    if len(spatial) == 3:
+        depth, height, width = spatial
+        equal = {AXES_REVERSED: depth == width, "with depth and height swapped": depth == height,
+                 "with height and width swapped": height == width}
+        return {name: transform for name, transform in VOLUME_TRANSFORMS.items() if equal.get(name, True)}
+    return {name: transform for name, transform in TRANSFORMS.items()
+            if spatial[-1] == spatial[-2] or not name.startswith("transposed")}
+
+
+def is_volume(masks: torch.Tensor) -> bool:
+    """(B, D, H, W) class ids: label volumes; float (B, K, H, W) maps are 2-D heatmaps."""
+    return masks.dim() == 4 and not masks.is_floating_point()
+
+
+def volume_and_mask(batch: object) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(volumes (B, C, D, H, W), label volumes (B, D, H, W) as class ids) of a 3-D segmentation batch."""
     found = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor)]
+    volumes = [leaf for leaf in found if leaf.dim() == 5 and leaf.is_floating_point() and leaf.shape[1] <= MAX_CHANNELS]
+    masks = [leaf.reshape(leaf.shape[0], *leaf.shape[-3:]) for leaf in found
+             if not leaf.is_floating_point() and (leaf.dim() == 4 or (leaf.dim() == 5 and leaf.shape[1] == 1))]
+    if len(volumes) != 1 or len(masks) != 1:
+        return None
+    volume, mask = volumes[0], masks[0]
+    if volume.shape[0] != mask.shape[0] or volume.shape[2:] != mask.shape[1:] or min(mask.shape[1:]) < 2:
+        return None
+    return volume.detach().float().cpu(), mask.long().cpu()
+
+
+def image_and_mask(batch: object) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(images (B, C, H, W), masks (B, H, W) as class ids) of a segmentation batch; volumes
+    (B, C, D, H, W) with (B, D, H, W) label volumes likewise."""
+    found = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor)]
+    if any(leaf.dim() == 5 for leaf in found):
+        return volume_and_mask(batch)
     shaped = [leaf for leaf in found if leaf.dim() in (3, 4) and leaf.shape[-1] > 1 and (leaf.dim() == 3 or leaf.shape[1] == 1)]
     masks = [leaf for leaf in shaped if not leaf.is_floating_point()]
     if not masks:  # a binary mask as floats, for BCE: 0/1 values only
@@ -160,18 +213,21 @@ def lies_on(image: torch.Tensor, mask: torch.Tensor) -> float:
 
 def misplaced(images: torch.Tensor, masks: torch.Tensor) -> tuple[str, int, int] | None:
     """(how the mask lies better, in how many samples, of how many) (pure)."""
-    wins = {name: 0 for name in TRANSFORMS}
+    volume = is_volume(masks)
+    transforms = transforms_for(tuple(masks.shape[-3:] if volume else masks.shape[-2:]))
+    strong = STRONG_VOLUME if volume else STRONG
+    wins = {name: 0 for name in transforms}
     scored = 0
-    square = masks.shape[-1] == masks.shape[-2]
     for image, mask in zip(images[:MAX_SAMPLES], masks[:MAX_SAMPLES], strict=True):
         given = lies_on(image, mask)
-        placed = {name: lies_on(image, transform(mask)) for name, transform in TRANSFORMS.items()
-                  if square or not name.startswith("transposed")}
-        if max(given, *placed.values()) < STRONG:
+        placed = {name: lies_on(image, transform(mask)) for name, transform in transforms.items()}
+        if max(given, *placed.values()) < strong:
             continue
         scored += 1
         best = max(placed, key=placed.get)
-        if placed[best] >= STRONG and placed[best] >= BETTER * given + MARGIN:
+        clearly = (placed[best] >= given + VOLUME_GAIN and placed[best] >= VOLUME_RATIO * given) if volume \
+            else placed[best] >= BETTER * given + MARGIN
+        if placed[best] >= strong and clearly:
             wins[best] += 1
     name = max(wins, key=wins.get)
     if scored and wins[name] >= MIN_SAMPLES and wins[name] >= MIN_SHARE * scored:
@@ -227,9 +283,16 @@ class MaskAlignmentCheck(Check):
                 return
             findings.data["summary"] = "no (image, mask) pair in the batch"
             return
+        if is_volume(pair[1]) and len(pair[1]) < VOLUME_SAMPLES:  # 3-D batches are a few volumes: read more
+            parts = read_samples(ctx, self.name, findings, ctx.train_loader, f"training volumes for {self.name}",
+                                 volume_and_mask, VOLUME_SAMPLES, VOLUME_BUDGET_S)
+            if parts:
+                pair = (torch.cat([volume for volume, _ in parts]), torch.cat([mask for _, mask in parts]))
         found = misplaced(*pair)
         findings.data["summary"] = "masks lie on their images" if found is None else "masks misplaced"
         if found is None:
+            if is_volume(pair[1]):  # label volumes: no shift search (a cube of offsets per sample)
+                return
             images = image_target_pair(ctx.artifacts.first_batch)
             if not self._shifted(pair, findings) and images is not None:
                 self._image_targets(images, findings)  # soft maps in [0, 1] that are images: a denoiser's targets
@@ -250,6 +313,18 @@ class MaskAlignmentCheck(Check):
             )
             return
         every = wins >= 0.9 * scored
+        if how == AXES_REVERSED and every:
+            findings.warning(
+                "MASK_MISALIGNED",
+                f"in {wins} of {scored} samples of the first batch the label volume lies on its image far better "
+                f"{how} than as given: image and labels hold their axes in opposite orders, so every voxel is scored "
+                "against the label at its mirrored position. Arrays from two readers do this: SimpleITK / ITK "
+                "(GetArrayFromImage) give (z, y, x), nibabel's get_fdata() (x, y, z); cubic patches pass every shape "
+                "check",
+                "Read the image and its labels with the same library, or reverse one of them: labels.permute(0, 3, 2, "
+                "1) for (B, x, y, z) labels beside (B, z, y, x) images (np.transpose(arr, (2, 1, 0)) per volume).",
+            )
+            return
         cause = ("the image and the mask go through different axis orders: an NHWC image made channels-first with "
                  "transpose(1, 3), which gives (B, C, W, H), or a mask transposed on its own" if how.startswith("transposed")
                  else "a flip or rotation applied to the image and not to its mask") if every else \
