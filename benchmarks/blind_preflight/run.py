@@ -51,7 +51,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "aq": "benchmarks.blind_preflight_aq.registry", "ar": "benchmarks.blind_preflight_ar.registry",
               "as": "benchmarks.blind_preflight_as.registry", "at": "benchmarks.blind_preflight_at.registry",
               "au": "benchmarks.blind_preflight_au.registry",
-              "av": "benchmarks.blind_preflight_av.registry", "aw": "benchmarks.blind_preflight_aw.registry"}
+              "av": "benchmarks.blind_preflight_av.registry", "aw": "benchmarks.blind_preflight_aw.registry",
+              "ax": "benchmarks.blind_preflight_ax.registry"}
 
 
 def load_cases(which: str = "a"):
