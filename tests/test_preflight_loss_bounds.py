@@ -249,3 +249,42 @@ def test_a_flow_whose_log_determinant_is_subtracted_is_named(log_det_sign, fires
     if fires:
         assert "log_scale" in found[0].message and "log-determinant subtracted" in found[0].message
         assert "add the log-determinant" in found[0].fix
+
+
+def si_snr(estimate: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    estimate, target = estimate - estimate.mean(-1, keepdim=True), target - target.mean(-1, keepdim=True)
+    projection = (estimate * target).sum(-1, keepdim=True) / target.pow(2).sum(-1, keepdim=True).clamp_min(1e-8) * target
+    noise = estimate - projection
+    return 10 * torch.log10(projection.pow(2).sum(-1).clamp_min(1e-8) / noise.pow(2).sum(-1).clamp_min(1e-8))
+
+
+@pytest.mark.parametrize("negated, fires", [(True, False), (False, True)], ids=["minus_si_snr", "si_snr_as_loss"])
+def test_a_similarity_returned_as_the_loss_without_its_minus(negated, fires):
+    g = torch.Generator().manual_seed(0)
+    clean = torch.sin(torch.linspace(0, 40, 256)[None] * (1 + torch.rand(128, 1, generator=g)))
+    noisy = clean + 0.5 * torch.randn(128, 256, generator=g)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 256))
+
+    def loss(model, batch):
+        value = si_snr(model(batch[0]), batch[1]).mean()
+        return -value if negated else value
+
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(noisy, clean), batch_size=16, shuffle=True), loss_fn=loss,
+                           checks=[FirstBatchCheck(), LossBoundsCheck()])
+    found = [issue for issue in report.check("step.loss_bounds").issues if issue.code == "LOSS_REWARDS_MISTAKES"]
+    assert bool(found) == fires
+    if fires:
+        assert "highest for a perfect prediction" in found[0].message and "batch field 1" in found[0].message
+        assert "-si_snr" in found[0].fix
+
+
+def test_a_regression_and_an_autoencoder_prefer_their_exact_targets():
+    x = torch.randn(256, 8, generator=torch.Generator().manual_seed(0))
+    for target, loss_fn in ((x @ torch.ones(8, 4), nn.MSELoss()), (None, lambda m, b: F.mse_loss(m(b[0]), b[0]))):
+        data = TensorDataset(x) if target is None else TensorDataset(x, target)
+        model = nn.Linear(8, 8 if target is None else 4)
+        report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), DataLoader(data, batch_size=32),
+                               loss_fn=loss_fn, checks=[FirstBatchCheck(), LossBoundsCheck()])
+        assert not [i for i in report.check("step.loss_bounds").issues if i.code == "LOSS_REWARDS_MISTAKES"]

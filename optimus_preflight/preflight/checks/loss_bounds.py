@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from optimus_preflight.preflight.analyses.eval_forward import eval_forward, loss_value, model_outputs
+from optimus_preflight.preflight.analyses.eval_forward import eval_forward, loss_value, loss_with_output, model_outputs
 from optimus_preflight.preflight.analyses.loss_shapes import log_sums_to_zero, sums_to_one
 from optimus_preflight.preflight.analyses.output_descent import class_labels, descend_on_outputs, rewards_mistakes
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.training.batches import map_batch, move_to_device
+from optimus_preflight.training.batches import leaves, map_batch, move_to_device
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -147,6 +147,10 @@ FLOW_LOG_DET_FIX = (" For a flow, add the log-determinant (change of variables):
                     "log_det).mean().")
 
 
+MIN_ROWS = 4  # of the output, to compare the exact target with another row's
+DISTANCE_MARGIN = 0.1  # of the larger loss: the exact target's loss above another row's by this much
+
+
 def scale_like(name: str) -> bool:
     """A parameter named as a scale or log-scale (a flow's ``log_scale``, an ActNorm's ``logs``)."""
     leaf = name.rsplit(".", 1)[-1].lower()
@@ -192,7 +196,46 @@ class LossBoundsCheck(Check):
             return
         if self._rewards_mistakes(ctx, batch, findings):
             return
+        if self._rewards_distance(ctx, batch, base, findings):
+            return
         self._repeated(ctx, batch, base, findings)
+
+    @staticmethod
+    def _rewards_distance(ctx: PreflightContext, batch: Any, base: float, findings: Findings) -> bool:
+        """A model with one output tensor scored against a batch tensor of its shape: the loss with
+        the output replaced by that tensor exactly, against the same tensor one row off (each sample
+        given another's target). A loss over rows is lower for the exact target; one that is higher
+        rewards distance from it (a similarity returned without its minus)."""
+        outputs = model_outputs(ctx, batch)
+        if not outputs or len(outputs) != 1 or not outputs[0].is_floating_point() or outputs[0].dim() < 2 \
+                or outputs[0].shape[0] < MIN_ROWS:
+            return False
+        shape = outputs[0].shape
+        rewarded = []  # (gap, field, exact, another row's) of each field whose exact values cost more
+        for index, given in enumerate(leaves(batch)):
+            if not (isinstance(given, torch.Tensor) and given.is_floating_point() and given.shape == shape):
+                continue
+            exact = loss_with_output(ctx, batch, lambda output, t=given: t.to(output.dtype))
+            other = loss_with_output(ctx, batch, lambda output, t=given: t.roll(1, 0).to(output.dtype))
+            if exact is not None and other is not None and exact > base \
+                    and exact > other + DISTANCE_MARGIN * max(abs(exact), abs(other), 1e-6):
+                rewarded.append((exact - other, index, exact, other))
+        # the target itself is the most extreme: a noisy input beside it only resembles it
+        for _, index, exact, other in sorted(rewarded, reverse=True)[:1]:
+            findings.data["exact_target"] = {"field": index, "exact": exact, "another_row": other, "model": base}
+            findings.error(
+                "LOSS_REWARDS_MISTAKES",
+                f"the loss is highest for a perfect prediction: with the model's {tuple(shape)} output replaced by "
+                f"batch field {index} exactly (the tensor it is scored against) it is {exact:.4g}, against {other:.4g} "
+                f"with each sample given another sample's values and {base:.4g} for the model's own output. Training "
+                "lowers the loss by moving the outputs away from their targets. A similarity returned as the loss "
+                "without its minus sign does this: SI-SNR / SNR / PSNR, a Dice or IoU score, a cosine similarity or "
+                "a log-likelihood",
+                "Return the negative of a similarity (loss = -si_snr(estimate, target).mean(), 1 - dice, 1 - cosine), "
+                "so the loss is lowest when the output equals its target.",
+            )
+            return True
+        return False
 
     @staticmethod
     def _rewards_mistakes(ctx: PreflightContext, batch: Any, findings: Findings) -> bool:
