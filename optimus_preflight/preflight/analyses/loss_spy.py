@@ -74,6 +74,7 @@ from optimus_preflight.preflight.analyses.pair_mask import PairMask, pair_mask
 from optimus_preflight.preflight.analyses.per_sample_broadcast import SCALAR_ARITHMETIC as ARITHMETIC
 from optimus_preflight.preflight.analyses.per_sample_broadcast import PerSampleWatch
 from optimus_preflight.preflight.analyses.pseudo_labels import ArgmaxAgreement, argmax_agreement
+from optimus_preflight.preflight.analyses.range_watch import RangeWatch
 from optimus_preflight.preflight.analyses.spectral_axis import SpectralWatch
 from optimus_preflight.preflight.analyses.target_profile import TargetProfile, profile_target
 from optimus_preflight.preflight.analyses.view_permute import ViewWatch
@@ -398,6 +399,7 @@ class LossSpy(TorchFunctionMode):
         self.symmetric_similarity: str | None = None
         self.normalized = False  # F.normalize ran in the step (cosine logits: ArcFace, CosFace, NormFace)
         self.pair_mask: PairMask | None = None  # labels[:, None] == labels[None, :]: in-batch positives
+        self.ranges = RangeWatch()  # a layer fed the batch's data and a tanh / sigmoid output out of its range
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -447,6 +449,7 @@ class LossSpy(TorchFunctionMode):
                 self.column_broadcasts.append(found)
         self.criterion_args.before(name, args, kwargs)
         self.spectral.observe(name, args, kwargs)
+        self.ranges.before(name, args)
         try:
             out = func(*args, **kwargs)
         except Exception as error:
@@ -457,6 +460,7 @@ class LossSpy(TorchFunctionMode):
         if record is not None:
             self.graph_cuts.criterion(name, out, argument(args, kwargs, 1, "target"))
         self.pitfalls.after(name, out)
+        self.ranges.after(name, out)
         self.propagation.after(out)
         self.per_sample.after(out)
         self.channel_axis.observe(name, args, kwargs, out)

@@ -52,6 +52,7 @@ from optimus_preflight.preflight.analyses.padding import sequence_shapes
 from optimus_preflight.preflight.analyses.pair_mask import PairMask
 from optimus_preflight.preflight.analyses.per_sample_broadcast import PerSampleBroadcast
 from optimus_preflight.preflight.analyses.pseudo_labels import labels_are_initial_guesses
+from optimus_preflight.preflight.analyses.range_watch import RangeMismatch
 from optimus_preflight.preflight.analyses.spectral_axis import FftOverChannels
 from optimus_preflight.preflight.analyses.target_columns import ColumnScales, target_column_scales
 from optimus_preflight.preflight.analyses.update_audit import GroupStep, UpdateRecorder
@@ -146,6 +147,7 @@ class StepProbe:
     target_column_reused: tuple[list[str], int, int, int] | None = None  # see target_column_reused
     argmaxed_multi_hot: ArgmaxedMultiHot | None = None  # class ids argmaxed from multi-hot labels
     batch_rows: int | None = None  # the rows of the batch compute_loss got
+    range_mismatch: RangeMismatch | None = None  # a layer fed data outside a tanh / sigmoid output's range
     sampling_ops: list[str] = field(default_factory=list)  # torch.normal(mu, std) in the loss's graph: no gradient
     # a class criterion whose batch targets are the untrained model's own argmax (pseudo-labels made at init)
     labels_from_initial_guesses: CriterionCall | None = None
@@ -360,6 +362,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         step_batches.append(data)
         spy.batch_rows = batch_size_of(data)
         probe.batch_rows = spy.batch_rows
+        spy.ranges.batch_storages = storages(data)
         spy.criterion_args.watch_batch(data)
         before = _side_effect_state(ctx.optimizer, watched)
         frozen_before = _frozen_samples(module, watched)
@@ -565,6 +568,8 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     spy.graph_cuts.release()
     spy.pitfalls.release()
     probe.per_sample_broadcast = spy.per_sample.found
+    probe.range_mismatch = spy.ranges.found
+    spy.ranges.release()
     probe.symmetric_similarity = spy.symmetric_similarity
     probe.normalized = spy.normalized
     probe.pair_mask = spy.pair_mask
