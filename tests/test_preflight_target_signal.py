@@ -130,3 +130,28 @@ def test_multi_label_targets_whose_rows_hold_other_samples_labels(label_major_vi
     assert bool(found) == fires, report.check("data.target_signal").data
     if fires:
         assert "multi-label" in found[0].message and ".view(N, C)" in found[0].message and ".t()" in found[0].fix
+
+
+@pytest.mark.parametrize("sorted_apart", [False, True])
+def test_survival_times_sorted_apart_from_their_covariates(sorted_apart):
+    from tests.test_preflight_batch_order import survival_rows
+
+    x, time, event = survival_rows(1024).tensors
+    if sorted_apart:  # the times and events sorted by time, the features left in their order
+        order = time.argsort()
+        time, event = time[order], event[order]
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 1))
+
+    def cox(model, batch):
+        inputs, times, events = batch
+        order = times.argsort(descending=True)
+        risk = model(inputs).squeeze(-1)[order]
+        return -((risk - torch.logcumsumexp(risk, 0)) * events[order]).sum() / events.sum().clamp_min(1.0)
+
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, time, event), batch_size=128, shuffle=True), loss_fn=cox,
+                           checks=[FirstBatchCheck(), TargetSignalCheck()])
+    found = [i for i in report.check("data.target_signal").issues if i.code == "TARGETS_UNRELATED"]
+    assert bool(found) == sorted_apart, report.check("data.target_signal").data
+    if found:
+        assert "survival" in found[0].message and "together" in found[0].fix

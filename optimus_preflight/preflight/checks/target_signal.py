@@ -51,6 +51,22 @@ def features_and_targets(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None
     return flat.float().cpu(), targets
 
 
+def survival_times(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(features (B, D), log times (B, 1)) of an ``(x, time, event)`` survival batch: positive
+    float times beside a 0/1 event indicator."""
+    if not isinstance(batch, (list, tuple)) or len(batch) != 3:
+        return None
+    x, time, event = batch
+    if not all(isinstance(t, torch.Tensor) for t in batch) or not (x.is_floating_point() and time.is_floating_point()):
+        return None
+    if x.dim() < 2 or time.dim() != 1 or event.dim() != 1 or not len(x) == len(time) == len(event):
+        return None
+    flat = x.detach().reshape(len(x), -1)
+    if flat.shape[1] > MAX_FEATURES or bool((time <= 0).any()) or not bool(((event == 0) | (event == 1)).all()):
+        return None
+    return flat.float().cpu(), time.detach().float().log().reshape(-1, 1).cpu()
+
+
 def soft_labels(targets: torch.Tensor) -> bool:
     """Rows of non-negative values summing to 1: class probabilities (mixup, label smoothing,
     distillation), not regression targets."""
@@ -100,11 +116,12 @@ class TargetSignalCheck(Check):
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        if features_and_targets(ctx.artifacts.first_batch) is None:
+        survival = features_and_targets(ctx.artifacts.first_batch) is None
+        if survival and survival_times(ctx.artifacts.first_batch) is None:
             findings.data["summary"] = "not an (inputs, float targets) batch"
             return
         parts = read_samples(ctx, self.name, findings, ctx.train_loader, f"training targets for {self.name}",
-                             features_and_targets, SAMPLES, SCAN_BUDGET_S)
+                             survival_times if survival else features_and_targets, SAMPLES, SCAN_BUDGET_S)
         if not parts or len({x.shape[1] for x, _ in parts}) != 1 or len({y.shape[1] for _, y in parts}) != 1:
             return
         xs, ys = [x for x, _ in parts], [y for _, y in parts]
@@ -119,8 +136,15 @@ class TargetSignalCheck(Check):
                                     f"inputs over {signal.samples} samples")
         if not signal.unrelated:
             return
-        order = None if on_unit_circle(targets) else shuffled_series(ctx, findings, self.name, features)
-        if on_unit_circle(targets):
+        order = None if on_unit_circle(targets) or survival else shuffled_series(ctx, findings, self.name, features)
+        if survival:
+            why = ("the (log) survival times look unrelated to the covariates: durations and event flags sorted or "
+                   "shuffled apart from the feature rows (df.sort_values('time') applied to the times and events only, "
+                   "or the features kept in their original order), so each subject is paired with another's "
+                   "outcome; a Cox or hazard model then has nothing to rank by")
+            fix = ("Sort, filter and shuffle the features, times and events together (one permutation or one "
+                   "DataFrame for all three), and sort by time inside the loss where the Cox risk sets need it.")
+        elif on_unit_circle(targets):
             why = ("the targets are (sin, cos) pairs of an angle (every row on the unit circle), and samples with "
                    "nearly the same inputs get unrelated angles: the angle was most likely given in degrees to "
                    "torch.sin / torch.cos, which take radians, so 0-360 degrees wrap around ~57 times and neighbouring "
@@ -164,7 +188,8 @@ class TargetSignalCheck(Check):
                    "check them by hand.")
         findings.warning(
             "TARGETS_UNRELATED",
-            f"the regression targets look unrelated to their inputs: over {signal.samples} samples read, a 5-nearest-"
+            f"the {'survival' if survival else 'regression'} targets look unrelated to their inputs: over "
+            f"{signal.samples} samples read, a 5-nearest-"
             f"neighbour average explains {signal.neighbour_r2:.0%} of their variance and a linear probe "
             f"{signal.linear_r2:.0%}: {why}",
             fix,
