@@ -45,6 +45,22 @@ class OwnGeneratorSampler(Sampler[int]):
         return iter(torch.randperm(self.n, generator=self.generator).tolist())
 
 
+class OwnGeneratorBatchSampler(Sampler[list[int]]):
+    """A custom batch sampler (P groups x K samples, as metric learning draws them) keeping its
+    torch.Generator under a name of its own: replayable once that generator is recorded."""
+
+    def __init__(self, n: int, seed: int = 0):
+        self.n, self.g = n, torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        return self.n // 4
+
+    def __iter__(self):
+        for _ in range(len(self)):
+            groups = torch.randperm(5, generator=self.g)[:2]
+            yield (groups.repeat_interleave(2) * 10 + torch.randint(0, 10, (4,), generator=self.g)).tolist()
+
+
 class ClockSeededSampler(OwnGeneratorSampler):
     """Seeds itself from the clock at every epoch: no recorded state can replay it."""
 
@@ -63,6 +79,8 @@ LOADERS = {
     ),
     "no_auto_batching": lambda workers: DataLoader(_dataset(), batch_size=None, sampler=RandomSampler(_dataset()), num_workers=workers),
     "custom_sampler": lambda workers: DataLoader(_dataset(), batch_size=4, sampler=OwnGeneratorSampler(SAMPLES), num_workers=workers),
+    "custom_batch_sampler": lambda workers: DataLoader(_dataset(), batch_sampler=OwnGeneratorBatchSampler(SAMPLES),
+                                                       num_workers=workers),
     "build_loader": lambda workers: build_loader(_dataset(), tiny_config(f"data.num_workers={workers}").data, train=True, seed=0),
 }
 
@@ -152,12 +170,14 @@ def _sampling(tmp_path, loader):
     return run(make_recipe(tmp_path, loader=loader), SamplingCheck)["data.sampling"]
 
 
-@pytest.mark.parametrize("kind", ["shuffle", "shuffle+generator", "custom_sampler"])
+@pytest.mark.parametrize("kind", ["shuffle", "shuffle+generator", "custom_sampler", "custom_batch_sampler"])
 def test_ordinary_loaders_get_no_resume_warning(tmp_path, kind):
     loader = {
         "shuffle": lambda data: DataLoader(data, batch_size=8, shuffle=True),
         "shuffle+generator": lambda data: DataLoader(data, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(0)),
         "custom_sampler": lambda data: DataLoader(data, batch_size=8, sampler=OwnGeneratorSampler(len(data))),
+        # its generator is an attribute of the batch sampler, named g: recorded like any other
+        "custom_batch_sampler": lambda data: DataLoader(data, batch_sampler=OwnGeneratorBatchSampler(len(data))),
     }[kind]
     result = _sampling(tmp_path, loader)
     assert_quiet(result)

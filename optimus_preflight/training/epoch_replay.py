@@ -31,8 +31,10 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 from optimus_preflight.training import rng
 
 # Where private generators may sit; RandomSampler, SubsetRandomSampler and
-# WeightedRandomSampler keep theirs as ``generator``.
-_OWNERS = ("loader", "sampler", "batch_sampler", "batch_sampler.sampler")
+# WeightedRandomSampler keep theirs as ``generator``, a custom batch sampler (P classes x K
+# samples) wherever it likes. A plain loader's sampler is its batch_sampler's sampler too:
+# that path comes first, so its generator keeps the name checkpoints already hold.
+_OWNERS = ("loader", "batch_sampler.sampler", "sampler", "batch_sampler")
 
 
 def _owner(loader: Any, path: str) -> Any:
@@ -47,7 +49,7 @@ def order_generators(loader: Any) -> dict[str, torch.Generator]:
     found: dict[str, torch.Generator] = {}
     seen: set[int] = set()
     for path in _OWNERS:
-        owner = _owner(loader, path)
+        owner = loader if path == "loader" else _owner(loader, f"loader.{path}")
         if owner is None or not hasattr(owner, "__dict__"):
             continue
         for name, value in vars(owner).items():
