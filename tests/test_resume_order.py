@@ -210,3 +210,21 @@ def test_a_sampler_ordered_by_its_own_epoch_counter_gets_a_note(tmp_path):
     issue = result.issues[0]
     assert issue.severity.value == "info" and "its own fields (epoch)" in issue.message
     assert "set_epoch" in issue.fix
+
+
+def test_a_checkpoint_naming_the_sampler_as_batch_samplers_still_resumes():
+    """Earlier checkpoints named a no-auto-batching loader's sampler generator 'batch_sampler.sampler.generator'."""
+    from optimus_preflight.training.epoch_replay import capture_order, order_replayed
+
+    def make():
+        return DataLoader(_dataset(), batch_size=None,
+                          sampler=RandomSampler(_dataset(), generator=torch.Generator().manual_seed(5)))
+
+    order = capture_order(make())
+    assert set(order["generators"]) == {"sampler.generator"}
+    order["generators"] = {"batch_sampler.sampler.generator": order["generators"]["sampler.generator"]}
+    loader = make()
+    next(iter(loader.sampler))  # the new process's generator has another history
+    with order_replayed(loader, order):
+        replayed = list(loader.sampler)
+    assert replayed == list(make().sampler)

@@ -85,6 +85,12 @@ def order_replayed(loader: Any, order: dict[str, Any] | None) -> Iterator[None]:
         yield
         return
     current = order_generators(loader)
+    for name in set(order["generators"]) - set(current):
+        # Checkpoints before batch samplers' own generators were recorded named the loader's
+        # sampler 'batch_sampler.sampler' even where the loader batches nothing (batch_size=None).
+        alias = name.replace("batch_sampler.sampler.", "sampler.", 1)
+        if alias in current:
+            current[name] = current[alias]
     missing = set(order["generators"]) - set(current)
     if missing:
         raise ValueError(f"the loader no longer holds the generators {sorted(missing)} that decided the epoch's order")
