@@ -203,6 +203,20 @@ def kept_reduction(column: torch.Tensor) -> str | None:
     return None
 
 
+def row_blocks_of_one_tensor(inputs: list[torch.Tensor]) -> tuple[int, int] | None:
+    """(blocks, rows per block) when two or three inputs are consecutive row blocks of one
+    tensor, in order: ``emb.chunk(k, dim=0)`` of a (k * n, D) forward."""
+    if len(inputs) < 2 or any(t.dim() < 2 or t.layout != torch.strided for t in inputs):
+        return None
+    first = inputs[0]
+    rows, step = first.shape[0], first.stride(0)
+    if rows < 2 or any(t.shape != first.shape or t.stride() != first.stride()
+                       or t.untyped_storage().data_ptr() != first.untyped_storage().data_ptr() for t in inputs):
+        return None
+    offsets = [t.storage_offset() - first.storage_offset() for t in inputs]
+    return (len(inputs), rows) if offsets == [i * rows * step for i in range(len(inputs))] else None
+
+
 def column_broadcast(name: str, args: tuple) -> ColumnBroadcast | None:
     if name not in ARITHMETIC or len(args) < 2:
         return None
@@ -400,6 +414,9 @@ class LossSpy(TorchFunctionMode):
         self.normalized = False  # F.normalize ran in the step (cosine logits: ArcFace, CosFace, NormFace)
         self.pair_mask: PairMask | None = None  # labels[:, None] == labels[None, :]: in-batch positives
         self.ranges = RangeWatch()  # a layer fed the batch's data and a tanh / sigmoid output out of its range
+        # (criterion, blocks, rows) where a paired criterion's inputs are consecutive row blocks of one
+        # tensor (emb.chunk(3) of a stacked forward): the probe asks how the model's input was stacked
+        self.row_blocks: tuple[str, int, int] | None = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -438,6 +455,8 @@ class LossSpy(TorchFunctionMode):
             row = feature_slices_of_same_rows(inputs)
             if row is not None:
                 self.sliced_pair = SlicedPair(name, tuple(inputs[0].shape), row)
+            if self.row_blocks is None and (blocks := row_blocks_of_one_tensor(inputs)) is not None:
+                self.row_blocks = (name, *blocks)
         elif name == "normalize":
             self.normalized = True
             if self.batch_normalize is None:

@@ -41,7 +41,7 @@ from optimus_preflight.preflight.analyses.channel_axis import ChannelReduction, 
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgs
 from optimus_preflight.preflight.analyses.custom_functions import FunctionCall, recorded_functions
 from optimus_preflight.preflight.analyses.diffusion_inputs import DiffusionInputs, diffusion_inputs
-from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch
+from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch, flattened_from
 from optimus_preflight.preflight.analyses.gradient_reversal import Reversal, find_reversals
 from optimus_preflight.preflight.analyses.graph_cuts import GraphCut, task_cut_by_detach, task_cut_by_pick
 from optimus_preflight.preflight.analyses.graph_propagation import Propagation
@@ -148,6 +148,9 @@ class StepProbe:
     argmaxed_multi_hot: ArgmaxedMultiHot | None = None  # class ids argmaxed from multi-hot labels
     batch_rows: int | None = None  # the rows of the batch compute_loss got
     range_mismatch: RangeMismatch | None = None  # a layer fed data outside a tanh / sigmoid output's range
+    # (criterion, blocks, rows, the shape the model's input was flattened from): a paired criterion given
+    # row blocks of a forward over (B, k, ...) samples flattened sample-major, so each block mixes roles
+    pairs_interleaved: tuple[str, int, int, tuple[int, ...]] | None = None
     sampling_ops: list[str] = field(default_factory=list)  # torch.normal(mu, std) in the loss's graph: no gradient
     # a class criterion whose batch targets are the untrained model's own argmax (pseudo-labels made at init)
     labels_from_initial_guesses: CriterionCall | None = None
@@ -569,6 +572,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     spy.pitfalls.release()
     probe.per_sample_broadcast = spy.per_sample.found
     probe.range_mismatch = spy.ranges.found
+    probe.pairs_interleaved = pairs_interleaved(spy.row_blocks, model_input_tensors, spy.flattened)
     spy.ranges.release()
     probe.symmetric_similarity = spy.symmetric_similarity
     probe.normalized = spy.normalized
@@ -625,6 +629,20 @@ def largest_noise_share(noise: torch.Tensor | None, model_inputs: list[torch.Ten
     a, b = solution[:, 0, 0], solution[:, 1, 0]
     share = b ** 2 / (a ** 2 + b ** 2).clamp_min(1e-12)
     return float(share.max()), rows
+
+
+def pairs_interleaved(blocks: tuple[str, int, int] | None, model_inputs: list[torch.Tensor],
+                      flattened: Any) -> tuple[str, int, int, tuple[int, ...]] | None:
+    """A paired criterion fed ``chunk(k)`` row blocks of one forward whose input was a (n, k, ...)
+    batch tensor flattened to (n * k, ...): rows run a0, p0, n0, a1, ..., so each block holds every
+    role of a third of the samples, not one role of all of them."""
+    if blocks is None or not model_inputs:
+        return None
+    name, count, rows = blocks
+    source = flattened_from(model_inputs[0], flattened)
+    if source is None or len(source) < 3 or source[1] != count or source[0] * count != count * rows:
+        return None
+    return name, count, rows, source
 
 
 def target_is_input(calls: list[CriterionCall], model_inputs: list[torch.Tensor],

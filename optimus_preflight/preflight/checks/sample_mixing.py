@@ -309,10 +309,11 @@ class SampleMixingCheck(Check):
         else:
             cause = ("Something in the forward hands one sample's tensor to other samples: a per-sample mask or "
                      "embedding tiled with .repeat where .repeat_interleave was meant (a (B*heads, T, T) attention "
-                     "mask), a .view/.reshape that interleaves the batch with another axis (frames folded into the batch as (B*T, ...) and unfolded with .view(T, B, -1) where .view(B, T, -1) was meant, so each clip averages frames of other videos), or a statistic over the "
+                     "mask), a .view/.reshape that interleaves the batch with another axis (frames folded into the batch as (B*T, ...) and unfolded with .view(T, B, -1) where .view(B, T, -1) was meant, so each clip averages frames of other videos), a flat tensor folded back with its axes in the other order (per-query document scores flattened query by query and folded with .view(D, Q).t() where .view(Q, D) was meant: the transpose of a view is not the view of a transpose), or a statistic over the "
                      "batch")
             fix = ("Keep every per-sample tensor sample-major (repeat_interleave, key_padding_mask, permute before "
-                   "reshape). If samples are meant to interact (a set model), disable the issue BATCH_MIXING.")
+                   "reshape; fold a flat tensor back in the order it was flattened, view(Q, D), and transpose after). "
+                   "If samples are meant to interact (a set model), disable the issue BATCH_MIXING.")
         cause, fix = cls._located(op, cause, fix)
         findings.warning(
             "BATCH_MIXING",

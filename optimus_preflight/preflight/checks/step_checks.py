@@ -588,7 +588,8 @@ class LossFunctionCheck(Check):
              "LOSS_PAIR_SLICES", "LOSS_CLASS_WEIGHTS", "LOSS_BOUNDED_LOGITS", "LOSS_CLASS_DIM", "CTC_BLANK_IN_TARGETS", "CTC_NOT_LOG_PROBS", "CTC_LENGTHS_TOO_SHORT", "MULTILABEL_MARGIN_MULTI_HOT",
              "POISSON_LOG_INPUT", "LOSS_INDEXED_BY_BATCH", "TRANSPOSE_1D", "MESHGRID_INDEXING", "BOX_CORNERS_UNORDERED", "KL_DIV_INPUT_NOT_LOG", "KL_TERM_CONSTANT", "COSINE_OVER_BROADCAST_DIM", "OVERLAP_ON_LOGITS", "EMBEDDING_DIM_POOLED", "LABEL_SMOOTHING_TOO_HIGH", "KL_DIV_MEAN_REDUCTION", "PREDICTION_DETACHED", "TEACHER_TRAINED", "GATHER_ALONG_BATCH", "EINSUM_NOT_CONTRACTED", "SORT_ALONG_LAST_DIM", "TARGET_MAPS_VANISH", "NOISE_NOT_GAUSSIAN",
              "LOSS_WEIGHTS_AFTER_MEAN", "SOFTMAX_OFF_AXIS", "LOSS_LOG_OF_PROBABILITY",
-             "MASK_FILLED_WITH_ZERO", "LOSS_REDUCTIONS_MIXED", "SCATTER_OVERWRITES", "GENERATED_RANGE_MISMATCH")
+             "MASK_FILLED_WITH_ZERO", "LOSS_REDUCTIONS_MIXED", "SCATTER_OVERWRITES", "GENERATED_RANGE_MISMATCH",
+             "LOSS_PAIR_ROWS_INTERLEAVED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -659,6 +660,19 @@ class LossFunctionCheck(Check):
                 "Weight each class by the inverse of its frequency, indexed by class id: counts = torch.bincount("
                 "labels, minlength=n_classes); weight = counts.sum() / (n_classes * counts) for cross_entropy, "
                 "pos_weight = negatives / positives for BCEWithLogitsLoss.",
+            )
+        if probe.pairs_interleaved is not None:
+            name, count, rows, source = probe.pairs_interleaved
+            findings.error(
+                "LOSS_PAIR_ROWS_INTERLEAVED",
+                f"{name} gets {count} consecutive row blocks ({rows} rows each) of one forward whose input was a "
+                f"{source} batch tensor flattened sample by sample: its rows run anchor 0, positive 0, "
+                f"{'negative 0, ' if count == 3 else ''}anchor 1, ..., so .chunk({count}) gives each block every "
+                "role of a part of the samples instead of one role of all of them; anchors are compared with "
+                "unrelated rows and the loss teaches nothing about which samples belong together",
+                f"Split the forward by role: emb.view(-1, {count}, emb.shape[-1]).unbind(1) (or index "
+                f"emb[0::{count}], emb[1::{count}], ...); or stack the roles first, torch.cat([a, p, n]) along dim 0, "
+                "before one forward and .chunk.",
             )
         if probe.range_mismatch is not None:
             found = probe.range_mismatch
