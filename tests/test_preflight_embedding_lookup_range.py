@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from optimus_preflight.preflight import run_preflight
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
@@ -103,3 +103,29 @@ def test_user_ids_of_shape_b_1_broadcast_against_item_ids(case):
     assert bool(found) == (case == "one_element_user_ids")
     if found:
         assert "(128, 1) ('user')" in found[0].message and "squeeze(-1)" in found[0].fix
+
+
+class HashedCategoryCTR(nn.Module):
+    def __init__(self, buckets: int = 4096, width: int = 16):
+        super().__init__()
+        torch.manual_seed(0)
+        self.products, self.head = nn.Embedding(buckets, width), nn.Linear(width, 1)
+
+    def forward(self, ids):
+        return self.head(self.products(ids)).squeeze(-1)
+
+
+@pytest.mark.parametrize("modulo, fires", [(16, True), (4096, False)], ids=["width", "buckets"])
+def test_hashed_ids_folded_onto_the_embedding_width(modulo, fires):
+    g = torch.Generator().manual_seed(0)
+    raw = torch.randint(0, 10 ** 6, (2048,), generator=g)
+    ids = (raw * 2654435761) % (2 ** 32) % modulo  # the hashing trick, reduced modulo `modulo`
+    clicks = torch.randint(0, 2, (2048,), generator=g).float()
+    model = HashedCategoryCTR()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(ids, clicks), batch_size=64, shuffle=True),
+                           loss_fn=nn.BCEWithLogitsLoss(), checks=[FirstBatchCheck(), FirstStepCheck(), EmbeddingInputsCheck()])
+    found = [i for i in report.check("model.embedding_inputs").issues if i.code == "EMBEDDING_LOOKUP_RANGE"]
+    assert bool(found) == fires
+    if fires:
+        assert "width 16" in found[0].message and "% 4096" in found[0].fix

@@ -171,6 +171,20 @@ def short_lookup(calls: list[tuple[int, int, int]], rows: int) -> tuple[int, int
     return (reach, max(full)) if full else None
 
 
+MIN_FOLDED_IDS, ROWS_PER_WIDTH = 64, 16  # ids read; a table this many times taller than wide
+
+
+def folded_onto_width(calls: list[tuple[int, int, int]], module: nn.Module) -> int | None:
+    """The width when every id a table reads (64 or more) stops exactly at its embedding width,
+    reaching the last value below it, while the table has 16 times as many rows (pure)."""
+    width, rows = getattr(module, "embedding_dim", 0), getattr(module, "num_embeddings", 0)
+    ids = sum(count for count, _, _ in calls)
+    if not calls or ids < MIN_FOLDED_IDS or rows < ROWS_PER_WIDTH * width or width < 2:
+        return None
+    low, top = min(call[1] for call in calls), max(call[2] for call in calls)
+    return width if low >= 0 and top == width - 1 else None
+
+
 class EmbeddingInputsCheck(Check):
     """EMBEDDING_ONE_TOKEN: one id is most of the tokens; EMBEDDING_PADDING_IDX: an Embedding's
     padding_idx occurs inside the sequences."""
@@ -309,6 +323,19 @@ class EmbeddingInputsCheck(Check):
                     "past it are never trained as negatives and the ranking learns only part of the catalogue",
                     f"Draw the ids from the table's own range: torch.randint(0, {module.num_embeddings}, ...) "
                     "(n_items for items), and check which count each sampler uses.",
+                )
+        for module, calls in lookups.items():
+            reach = folded_onto_width(calls, module)
+            if reach is not None:
+                findings.warning(
+                    "EMBEDDING_LOOKUP_RANGE",
+                    f"the embedding '{embeddings[module]}' has {module.num_embeddings} rows of width "
+                    f"{module.embedding_dim}, and every id it reads lies in [0, {reach}): exactly its width. Ids "
+                    f"reduced modulo the embedding dimension (hash(x) % emb.embedding_dim, or % dim where % "
+                    f"num_buckets was meant) fold every category onto {module.embedding_dim} rows: most categories "
+                    f"share a vector and {module.num_embeddings - reach} rows are never trained",
+                    f"Reduce hashed ids modulo the table's row count: hash(x) % {module.num_embeddings} "
+                    "(emb.num_embeddings), not the embedding width.",
                 )
         for module, (zero_ids, share) in frozen_zero.items():
             shown = ", ".join(str(i) for i in zero_ids[:6]) + (" ..." if len(zero_ids) > 6 else "")
