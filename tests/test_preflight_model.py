@@ -282,3 +282,28 @@ def test_a_freeze_by_name_match_that_also_catches_the_student(tmp_path, freeze, 
     if fires:
         assert "'encoder'" in warned[0].message and "student.encoder" in warned[0].message
         assert "model.teacher.requires_grad_(False)" in warned[0].fix
+
+
+class CategoryModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stores, self.head = nn.Embedding(400, 8), nn.Linear(8, CLASSES)
+
+
+@pytest.mark.parametrize("optimizer, fires", [("adam_decay_all", True), ("adamw", False), ("adam_tables_excluded", False)])
+def test_adam_coupled_decay_on_an_embedding_table_erases_rare_rows(tmp_path, optimizer, fires):
+    def build(model):
+        if optimizer == "adamw":
+            return torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=1e-2)
+        if optimizer == "adam_tables_excluded":
+            return torch.optim.Adam([{"params": model.head.parameters(), "weight_decay": 1e-2},
+                                     {"params": model.stores.parameters(), "weight_decay": 0.0}], lr=5e-3)
+        return torch.optim.Adam(model.parameters(), lr=5e-3, weight_decay=1e-2)
+
+    result = run(plain_context(tmp_path, model=CategoryModel, optimizer=build), WeightDecayCheck)["model.weight_decay"]
+    warned = [i for i in result.issues if i.code == "O6" and i.severity.value == "warning"]
+    assert bool(warned) == fires
+    if fires:
+        assert "stores.weight" in warned[0].message and "full step of about lr = " in warned[0].message
+        assert "AdamW" in warned[0].fix and "'weight_decay': 0.0" in warned[0].fix

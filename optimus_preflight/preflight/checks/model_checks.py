@@ -552,6 +552,11 @@ def is_bias_or_norm(module_by_param: dict[nn.Parameter, nn.Module], name: str, p
     return param.dim() < 2 or name.endswith("bias") or isinstance(module_by_param.get(param), NORM_TYPES)
 
 
+# Optimizers that add weight_decay * w to the gradient before their per-parameter scaling.
+COUPLED_DECAY = (torch.optim.Adam, torch.optim.NAdam, torch.optim.RAdam, torch.optim.Adamax)
+MIN_TABLE_ROWS = 100
+
+
 class WeightDecayCheck(Check):
     """O6: Adam's coupled weight decay; decay applied to biases and normalisation weights."""
 
@@ -578,6 +583,8 @@ class WeightDecayCheck(Check):
         model = unwrap(ctx.model)
         owner = {param: module for module in model.modules() for param in module.parameters(recurse=False)}
         names = {param: name for name, param in ctx.model.named_parameters()}
+        if type(optimizer) in COUPLED_DECAY:
+            self._decayed_tables(optimizer, owner, names, findings)
         decayed_params = [
             param
             for group in optimizer.param_groups
@@ -612,6 +619,32 @@ class WeightDecayCheck(Check):
                          "decay_bias_and_norm=False) as the optimizer's params.",
             )
 
+    @staticmethod
+    def _decayed_tables(optimizer: Any, owner: dict, names: dict, findings: Findings) -> None:
+        """Embedding tables under a coupled decay: a row absent from a batch gets the decay term alone
+        as its gradient, which Adam's scaling turns into a full learning-rate step towards 0."""
+        for group in optimizer.param_groups:
+            decay, lr = float(group.get("weight_decay", 0.0)), float(group.get("lr", 0.0))
+            tables = [param for param in group["params"] if decay > 0 and lr > 0 and param in names
+                      and isinstance(owner.get(param), (nn.Embedding, nn.EmbeddingBag))
+                      and not getattr(owner[param], "sparse", False) and param.shape[0] >= MIN_TABLE_ROWS]
+            if not tables:
+                continue
+            typical = float(tables[0].detach().abs().median())
+            findings.warning(
+                "O6",
+                f"{type(optimizer).__name__} with weight_decay={decay:g} decays the embedding table(s) "
+                f"{_names([names[p] for p in tables], 3)} by adding {decay:g} * w to their gradient: a row that is "
+                "not in the batch (a rare category, id or word) gets that term alone, and Adam's per-parameter "
+                f"scaling turns it into a full step of about lr = {lr:g} towards 0 at every step, so a typical row "
+                f"(|w| about {typical:.2g}) is erased in some {max(1, round(typical / lr))} steps in which its id "
+                "does not occur: the rare categories lose what they learnt",
+                "Use decoupled decay (torch.optim.AdamW) and leave embedding tables out of it: a param group "
+                "{'params': embedding_params, 'weight_decay': 0.0} beside the decayed dense weights.",
+                "optimizer._target_",
+            )
+            return
+
 
 def half_state_blowup(optimizer: torch.optim.Optimizer, group: dict[str, Any], dtype: torch.dtype, device: torch.device) -> bool:
     """Step the optimizer's class with this group's settings on a small tensor of the
@@ -626,6 +659,7 @@ def half_state_blowup(optimizer: torch.optim.Optimizer, group: dict[str, Any], d
         probe.grad = torch.tensor([0.0, 1e-6, 1e-3, 1.0], dtype=dtype, device=device)
         trial.step()
     return not bool(torch.isfinite(probe.detach()).all())
+
 
 
 class OptimizerEpsCheck(Check):
