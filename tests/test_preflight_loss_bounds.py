@@ -288,3 +288,28 @@ def test_a_regression_and_an_autoencoder_prefer_their_exact_targets():
         report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), DataLoader(data, batch_size=32),
                                loss_fn=loss_fn, checks=[FirstBatchCheck(), LossBoundsCheck()])
         assert not [i for i in report.check("step.loss_bounds").issues if i.code == "LOSS_REWARDS_MISTAKES"]
+
+
+@pytest.mark.parametrize("oriented, fires", [(True, False), (False, True)], ids=["s_i_minus_s_j", "s_j_minus_s_i"])
+def test_a_ranknet_loss_whose_pairs_run_the_other_way(oriented, fires):
+    g = torch.Generator().manual_seed(0)
+    features = torch.randn(256, 10, 6, generator=g)  # 256 queries of 10 documents
+    grades = (features[..., 0] * 1.5 + 2).round().clamp(0, 4)
+    first, second = torch.triu_indices(10, 10, 1)
+
+    def ranknet(model, batch):
+        x, relevance = batch
+        scores = model(x).squeeze(-1)
+        diff = scores[:, first] - scores[:, second] if oriented else scores[:, second] - scores[:, first]
+        keep = relevance[:, first] != relevance[:, second]
+        return F.binary_cross_entropy_with_logits(diff[keep], (relevance[:, first] > relevance[:, second]).float()[keep])
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 1))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(features, grades), batch_size=16, shuffle=True), loss_fn=ranknet,
+                           checks=[FirstBatchCheck(), LossBoundsCheck()])
+    found = [issue for issue in report.check("step.loss_bounds").issues if issue.code == "LOSS_REWARDS_MISTAKES"]
+    assert bool(found) == fires
+    if fires:
+        assert "ranks the worst items first" in found[0].message and "s_i - s_j" in found[0].fix

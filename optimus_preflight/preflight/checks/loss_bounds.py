@@ -152,6 +152,17 @@ DISTANCE_MARGIN = 0.1  # of the larger loss: the exact target's loss above anoth
 NEARBY = 0.1  # of the field's std: the exact target nudged by noise this large costs clearly less
 
 
+MAX_GRADES = 10
+
+
+def relevance_grades(values: torch.Tensor) -> bool:
+    """Whole numbers of at most ten levels, not all equal: graded relevance per item (pure)."""
+    if values.is_floating_point() and not bool((values == values.round()).all()):
+        return False
+    levels = int(values.unique().numel())
+    return 2 <= levels <= MAX_GRADES and float(values.min()) >= 0
+
+
 def scale_like(name: str) -> bool:
     """A parameter named as a scale or log-scale (a flow's ``log_scale``, an ActNorm's ``logs``)."""
     leaf = name.rsplit(".", 1)[-1].lower()
@@ -199,6 +210,8 @@ class LossBoundsCheck(Check):
             return
         if self._rewards_distance(ctx, batch, base, findings):
             return
+        if self._ranks_backwards(ctx, batch, findings):
+            return
         self._repeated(ctx, batch, base, findings)
 
     @staticmethod
@@ -245,6 +258,43 @@ class LossBoundsCheck(Check):
                 "a log-likelihood",
                 "Return the negative of a similarity (loss = -si_snr(estimate, target).mean(), 1 - dice, 1 - cosine), "
                 "so the loss is lowest when the output equals its target.",
+            )
+            return True
+        return False
+
+    @staticmethod
+    def _ranks_backwards(ctx: PreflightContext, batch: Any, findings: Findings) -> bool:
+        """Per-item scores (B, L) beside (B, L) relevance grades (whole numbers, a few levels): the loss
+        with the scores set to the grades, against the grades negated. A ranking loss is lower for the
+        order the grades give; one lower for the reversed order ranks the worst items first."""
+        outputs = model_outputs(ctx, batch)
+        if not outputs or len(outputs) != 1 or not outputs[0].is_floating_point():
+            return False
+        shape = outputs[0].shape
+        for index, grades in enumerate(leaves(batch)):
+            if not (isinstance(grades, torch.Tensor) and grades.dim() == 2 and grades.shape[1] >= 2
+                    and grades.numel() == outputs[0].numel() and tuple(shape[:2]) == tuple(grades.shape)
+                    and relevance_grades(grades)):
+                continue
+            as_scores = grades.float()
+            try:
+                ranked = loss_with_output(ctx, batch, lambda output, t=as_scores: t.reshape(output.shape).to(output.dtype))
+                reversed_ = loss_with_output(ctx, batch, lambda output, t=as_scores: (-t).reshape(output.shape).to(output.dtype))
+            except Exception:
+                continue
+            if ranked is None or reversed_ is None or ranked <= reversed_ + DISTANCE_MARGIN * max(abs(ranked), abs(reversed_), 1e-6):
+                continue
+            findings.data["grade_order"] = {"field": index, "scores_as_grades": ranked, "reversed": reversed_}
+            findings.error(
+                "LOSS_REWARDS_MISTAKES",
+                f"the loss ranks the worst items first: with the model's scores set to the relevance grades of batch "
+                f"field {index} ({tuple(grades.shape)}, the best items highest) it is {ranked:.4g}, and with the "
+                f"order reversed {reversed_:.4g}. Training will put the least relevant items on top. A pairwise "
+                "loss whose score difference runs the other way from its label does this (RankNet's s_j - s_i "
+                "scored against the label g_i > g_j), as do relevance targets built from rank positions (1 = best) "
+                "where larger must mean better",
+                "Orient each pair one way: logit = s_i - s_j with label (g_i > g_j) (or MarginRankingLoss(s_i, s_j, "
+                "sign(g_i - g_j))); give listwise targets as gains where higher is better (e.g. max_rank - rank).",
             )
             return True
         return False
