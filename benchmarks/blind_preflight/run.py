@@ -52,7 +52,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "as": "benchmarks.blind_preflight_as.registry", "at": "benchmarks.blind_preflight_at.registry",
               "au": "benchmarks.blind_preflight_au.registry",
               "av": "benchmarks.blind_preflight_av.registry", "aw": "benchmarks.blind_preflight_aw.registry",
-              "ax": "benchmarks.blind_preflight_ax.registry"}
+              "ax": "benchmarks.blind_preflight_ax.registry",
+              "ay": "benchmarks.blind_preflight_ay.registry"}
 
 
 def load_cases(which: str = "a"):
