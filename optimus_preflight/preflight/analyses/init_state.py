@@ -23,10 +23,17 @@ def at_default_init(weight: torch.Tensor) -> bool:
     return abs(float(values.std()) / bound - UNIFORM_STD) < 0.05 * UNIFORM_STD
 
 
+JUDGED_LAYERS = 8  # a model whose first eight judged layers hold their default init has not been trained
+
+
 def untrained(model: nn.Module) -> bool:
-    """Every Linear/Conv weight large enough to judge is still at the default init, and there is
-    one at least: the model's outputs are its random initial function, not anything learnt."""
+    """The first Linear/Conv weights large enough to judge are still at the default init, and there
+    is one at least: the model's outputs are its random initial function, not anything learnt.
+    Sharded weights (FSDP's DTensors) are not judged: reading one whole would gather it."""
     judged = [module.weight for module in model.modules()
               if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d))
-              and module.weight.numel() >= MIN_INIT_VALUES]
-    return bool(judged) and all(at_default_init(weight) for weight in judged)
+              and module.weight.numel() >= MIN_INIT_VALUES][:JUDGED_LAYERS]
+    if not judged or any(type(weight).__name__ == "DTensor" or weight.is_meta for weight in judged):
+        return False
+    with torch.no_grad():
+        return all(at_default_init(weight) for weight in judged)
