@@ -47,7 +47,8 @@ class RangeWatch:
             return
         given, weight = args[0], args[1]
         if not (isinstance(given, torch.Tensor) and isinstance(weight, torch.Tensor)) or not given.is_floating_point() \
-                or given.layout != torch.strided or weight.layout != torch.strided:
+                or given.layout != torch.strided or weight.layout != torch.strided \
+                or "DTensor" in (type(given).__name__, type(weight).__name__):  # sharded: no storage of its own
             return
         layer, storage = weight.untyped_storage().data_ptr(), given.untyped_storage().data_ptr()
         if storage in self.bounded:
