@@ -107,3 +107,22 @@ def test_embeddings_for_a_supervised_contrastive_loss_are_not_logits():
 
     result = run(supcon, classes=4)
     assert result.issues == [] and result.data["summary"] == "not a classifier returning one tensor of logits"
+
+
+def multiclass_focal(from_top_class: bool):
+    """A softmax focal loss written from log_softmax and gather: no torch criterion in the step."""
+    def loss_fn(model, batch, gamma=2.0):
+        x, y = batch
+        log_p = F.log_softmax(model(x), 1)
+        log_p_t = log_p.gather(1, y.unsqueeze(1)).squeeze(1)
+        p_t = log_p.exp().max(1).values if from_top_class else log_p_t.exp()
+        return (-(1 - p_t) ** gamma * log_p_t).mean()
+    return loss_fn
+
+
+@pytest.mark.parametrize("from_top_class, fires", [(True, True), (False, False)], ids=["max", "gather"])
+def test_a_softmax_focal_loss_whose_p_t_is_the_top_class(from_top_class, fires):
+    result = run(multiclass_focal(from_top_class), classes=3)
+    assert [issue.code for issue in result.issues] == (["LOSS_IGNORES_MISTAKES"] if fires else [])
+    if fires:
+        assert "top class" in result.issues[0].message and ".gather(1, y[:, None])" in result.issues[0].fix

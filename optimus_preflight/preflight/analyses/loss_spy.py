@@ -389,6 +389,8 @@ class LossSpy(TorchFunctionMode):
         self.scalar_outputs: list[torch.Tensor] = []
         self.scalar_sources: list[tuple[str, Any]] = []  # (criterion, target) of each scalar output
         self.activations: dict[str, int] = {name: 0 for name in ACTIVATIONS}
+        # shapes given softmax / log_softmax: a hand-written class loss over (B, C) logits
+        self.normalised_shapes: set[tuple[int, ...]] = set()
         self.shapes = shapes or []
         self.column_broadcasts: list[ColumnBroadcast] = []
         # The rows of the batch compute_loss gets: only a column that long is a per-sample
@@ -442,6 +444,8 @@ class LossSpy(TorchFunctionMode):
                                                          argument(args, kwargs, 1, "target"), self.flattened)
         elif name in ACTIVATIONS:
             self.activations[name] += 1
+            if name != "sigmoid" and args and isinstance(args[0], torch.Tensor) and len(self.normalised_shapes) < 16:
+                self.normalised_shapes.add(tuple(args[0].shape))
         if name == "scaled_dot_product_attention" and args and isinstance(args[0], torch.Tensor) \
                 and len(self.attention_queries) < 4:
             self.attention_queries.append(tuple(args[0].shape))

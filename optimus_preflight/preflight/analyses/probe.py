@@ -147,6 +147,7 @@ class StepProbe:
     target_column_reused: tuple[list[str], int, int, int] | None = None  # see target_column_reused
     argmaxed_multi_hot: ArgmaxedMultiHot | None = None  # class ids argmaxed from multi-hot labels
     batch_rows: int | None = None  # the rows of the batch compute_loss got
+    normalised_shapes: set[tuple[int, ...]] = field(default_factory=set)  # shapes given softmax / log_softmax
     range_mismatch: RangeMismatch | None = None  # a layer fed data outside a tanh / sigmoid output's range
     # (criterion, blocks, rows, the shape the model's input was flattened from): a paired criterion given
     # row blocks of a forward over (B, k, ...) samples flattened sample-major, so each block mixes roles
@@ -526,6 +527,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.layout_inputs = layout.seen
     probe.criterion_calls = spy.calls
     probe.activations = spy.activations
+    probe.normalised_shapes = spy.normalised_shapes
     probe.column_broadcasts = spy.column_broadcasts
     probe.batch_normalize = spy.batch_normalize
     probe.sliced_pair = spy.sliced_pair

@@ -104,8 +104,11 @@ class LossDirectionCheck(Check):
             return
         if bool(((logits >= 0) & (logits <= 1)).all()):
             return  # probabilities, not logits: confident answers would leave their range
+        probe = get_probe(ctx)
         scored = any(call.function in CLASS_LOSSES and call.input is not None
-                     and math.prod(call.input.shape) == logits.numel() for call in get_probe(ctx).criterion_calls)
+                     and math.prod(call.input.shape) == logits.numel() for call in probe.criterion_calls)
+        # A class loss written by hand (a focal loss from log_softmax and gather) normalises the logits itself.
+        scored = scored or (not binary and tuple(logits.shape) in probe.normalised_shapes)
         # One logit per sample against 0/1 targets is a binary classifier even when the loss is
         # written out by hand (a focal loss from torch.sigmoid); a wider output may be embeddings.
         if not scored and not (binary and int(target.max()) <= 1):
@@ -142,9 +145,12 @@ class LossDirectionCheck(Check):
                 "loss is highest in between and its gradient pushes uncertain answers towards either side, the wrong "
                 "one as readily as the right one. A hand-written focal loss that modulates by p_t ** gamma (the "
                 "probability of the true class) where (1 - p_t) ** gamma is meant does this: it down-weights the "
-                "mistakes instead of the easy examples",
+                "mistakes instead of the easy examples; so does (1 - p_t) ** gamma with p_t read from the top "
+                "class (softmax(logits).max(1)) instead of the true class, which makes every confident answer, "
+                "wrong ones included, nearly free",
                 "Modulate by one minus the probability of the true class: p_t = p * y + (1 - p) * (1 - y), loss = "
-                "alpha_t * (1 - p_t) ** gamma * bce (torchvision.ops.sigmoid_focal_loss computes it); or use "
+                "alpha_t * (1 - p_t) ** gamma * bce (torchvision.ops.sigmoid_focal_loss computes it); for classes, "
+                "p_t = log_softmax(logits, 1).gather(1, y[:, None]).exp(), not the max; or use "
                 "F.binary_cross_entropy_with_logits / F.cross_entropy, which always punish confident mistakes.",
             )
             return
