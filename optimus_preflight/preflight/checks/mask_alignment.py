@@ -42,6 +42,7 @@ MIN_SHARE = 0.25  # of the samples where some placement of the mask correlates
 # and a mirrored label volume still overlaps its structure: a clear gain, as for a shifted mask.
 STRONG_VOLUME, VOLUME_GAIN, VOLUME_RATIO = 0.2, 0.1, 1.3
 VOLUME_SAMPLES, VOLUME_BUDGET_S = 32, 2.0  # volumes read past a first batch of a few
+VOLUME_VOXELS = 16 * 2**20  # ... holding this many label voxels at most (128^3 patches: 8 of them)
 MIN_SAMPLES = 4
 
 TRANSFORMS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -283,9 +284,10 @@ class MaskAlignmentCheck(Check):
                 return
             findings.data["summary"] = "no (image, mask) pair in the batch"
             return
-        if is_volume(pair[1]) and len(pair[1]) < VOLUME_SAMPLES:  # 3-D batches are a few volumes: read more
+        wanted = min(VOLUME_SAMPLES, VOLUME_VOXELS // max(pair[1][0].numel(), 1)) if is_volume(pair[1]) else 0
+        if len(pair[1]) < wanted:  # 3-D batches are a few volumes: read more, within a memory budget
             parts = read_samples(ctx, self.name, findings, ctx.train_loader, f"training volumes for {self.name}",
-                                 volume_and_mask, VOLUME_SAMPLES, VOLUME_BUDGET_S)
+                                 volume_and_mask, wanted, VOLUME_BUDGET_S)
             if parts:
                 pair = (torch.cat([volume for volume, _ in parts]), torch.cat([mask for _, mask in parts]))
         found = misplaced(*pair)

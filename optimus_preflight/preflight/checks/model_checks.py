@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -555,6 +556,7 @@ def is_bias_or_norm(module_by_param: dict[nn.Parameter, nn.Module], name: str, p
 # Optimizers that add weight_decay * w to the gradient before their per-parameter scaling.
 COUPLED_DECAY = (torch.optim.Adam, torch.optim.NAdam, torch.optim.RAdam, torch.optim.Adamax)
 MIN_TABLE_ROWS = 100
+TYPICAL_SAMPLE = 65536
 
 
 class WeightDecayCheck(Check):
@@ -630,15 +632,19 @@ class WeightDecayCheck(Check):
                       and not getattr(owner[param], "sparse", False) and param.shape[0] >= MIN_TABLE_ROWS]
             if not tables:
                 continue
-            typical = float(tables[0].detach().abs().median())
+            table = tables[0].detach()
+            # a sample of the first table: a vocabulary's table can be hundreds of millions of values
+            typical = (float(table.reshape(-1)[:TYPICAL_SAMPLE].abs().median())
+                       if type(table).__name__ != "DTensor" else float("nan"))
             findings.warning(
                 "O6",
                 f"{type(optimizer).__name__} with weight_decay={decay:g} decays the embedding table(s) "
                 f"{_names([names[p] for p in tables], 3)} by adding {decay:g} * w to their gradient: a row that is "
                 "not in the batch (a rare category, id or word) gets that term alone, and Adam's per-parameter "
                 f"scaling turns it into a full step of about lr = {lr:g} towards 0 at every step, so a typical row "
-                f"(|w| about {typical:.2g}) is erased in some {max(1, round(typical / lr))} steps in which its id "
-                "does not occur: the rare categories lose what they learnt",
+                + (f"(|w| about {typical:.2g}) is erased in some {max(1, round(typical / lr))} steps"
+                   if math.isfinite(typical) else "is erased within some hundreds of steps")
+                + " in which its id does not occur: the rare categories lose what they learnt",
                 "Use decoupled decay (torch.optim.AdamW) and leave embedding tables out of it: a param group "
                 "{'params': embedding_params, 'weight_decay': 0.0} beside the decayed dense weights.",
                 "optimizer._target_",
