@@ -117,3 +117,24 @@ def test_a_nan_loss_is_no_order_dependence():
 
     issues, result = order_issues(nan_loss)
     assert not issues and result.data["summary"] == "no finite scalar loss"
+
+
+def smoothed_targets(dim: int):
+    """Hand-written label smoothing: the target's mass put with scatter_ along ``dim``."""
+    def loss_fn(model, batch):
+        x, y = batch
+        logits = model(x)
+        target = torch.full_like(logits, 0.1 / logits.shape[1]).scatter_(dim, y.unsqueeze(1), 0.9 + 0.1 / logits.shape[1])
+        return -(target * F.log_softmax(logits, dim=1)).sum(1).mean()
+    return loss_fn
+
+
+@pytest.mark.parametrize("dim, fires", [(0, True), (1, False)], ids=["scatter_along_batch", "scatter_along_classes"])
+def test_label_smoothing_scattered_along_the_batch_depends_on_the_order(dim, fires):
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(512, 6, generator=g), torch.randint(0, 4, (512,), generator=g))
+    torch.manual_seed(0)
+    found, _ = order_issues(smoothed_targets(dim), data=data, model=nn.Linear(6, 4))
+    assert bool(found) == fires
+    if fires:
+        assert "scatter_(0, y.unsqueeze(1), value)" in found[0].message and "scatter_(1," in found[0].fix

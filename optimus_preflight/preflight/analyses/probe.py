@@ -152,6 +152,9 @@ class StepProbe:
     # (criterion, blocks, rows, the shape the model's input was flattened from): a paired criterion given
     # row blocks of a forward over (B, k, ...) samples flattened sample-major, so each block mixes roles
     pairs_interleaved: tuple[str, int, int, tuple[int, ...]] | None = None
+    # (criterion, views per sample, the shape the model's input was flattened from): class targets tiled
+    # with .repeat(k) beside a forward over each sample's k views kept together
+    labels_tiled: tuple[str, int, tuple[int, ...]] | None = None
     sampling_ops: list[str] = field(default_factory=list)  # torch.normal(mu, std) in the loss's graph: no gradient
     # a class criterion whose batch targets are the untrained model's own argmax (pseudo-labels made at init)
     labels_from_initial_guesses: CriterionCall | None = None
@@ -540,6 +543,8 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.target_column_scales = target_column_scales(spy.calls)
     probe.argmaxed_multi_hot = argmaxed_multi_hot(spy.calls, step_batches[0] if step_batches else batch)
     held = storages(step_batches[0] if step_batches else batch)
+    probe.labels_tiled = labels_tiled(spy.calls, step_batches[0] if step_batches else batch, model_input_tensors,
+                                      spy.flattened)
     if model_untrained:
         probe.labels_from_initial_guesses = next(
             (call for call in spy.calls if call.target_storage in held
@@ -645,6 +650,30 @@ def pairs_interleaved(blocks: tuple[str, int, int] | None, model_inputs: list[to
     if source is None or len(source) < 3 or source[1] != count or source[0] * count != count * rows:
         return None
     return name, count, rows, source
+
+
+def labels_tiled(calls: list[CriterionCall], batch: Any, model_inputs: list[torch.Tensor],
+                 flattened: Any) -> tuple[str, int, tuple[int, ...]] | None:
+    """A class criterion whose (B * k,) target is a (B,) batch label tensor tiled, y.repeat(k) (label i at
+    rows i, i + B, ...), while the model read a (B, k, ...) batch tensor flattened sample by sample (sample
+    i's k crops or views at rows i * k .. i * k + k - 1): every view is scored against another sample's
+    label. y.repeat_interleave(k) is the order the rows are in."""
+    source = flattened_from(model_inputs[0], flattened) if model_inputs else None
+    if source is None or len(source) < 3 or source[1] < 2:
+        return None
+    rows, views = source[0], source[1]
+    labels = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.dim() == 1
+              and len(leaf) == rows and not leaf.is_floating_point() and leaf.layout == torch.strided]
+    for call in calls:
+        target = call.class_target
+        if target is None or target.numel() != rows * views:
+            continue
+        for y in labels:
+            y = y.to(target.device)
+            if int(y.unique().numel()) >= 2 and torch.equal(target, y.repeat(views)) \
+                    and not torch.equal(target, y.repeat_interleave(views)):
+                return call.function, views, source
+    return None
 
 
 def target_is_input(calls: list[CriterionCall], model_inputs: list[torch.Tensor],

@@ -159,10 +159,13 @@ class BatchOrderCheck(Check):
             f"{named} A Cox partial likelihood's risk sets taken as torch.logcumsumexp(risk, 0) are right only on a "
             "batch sorted by time, longest first (DeepSurv-style code sorts the whole dataset once and never "
             "shuffles); pairs formed by position (x[0::2] with x[1::2]) or a difference between neighbouring "
-            "samples pair random samples",
+            "samples pair random samples; a per-sample target built along the batch axis (label smoothing or a "
+            "one-hot written target.scatter_(0, y.unsqueeze(1), value) where scatter_(1, ...) over the classes was "
+            "meant) puts each sample's label mass in the rows of other samples",
             "Make the loss independent of the batch order: sort inside the loss (order = torch.argsort(time, "
             "descending=True); risk, event = risk[order], event[order] before logcumsumexp), or build pairs in the "
-            "Dataset so each sample carries its partner.",
+            "Dataset so each sample carries its partner; build per-sample targets along the class axis "
+            "(target.scatter_(1, y.unsqueeze(1), value), or F.one_hot(y, num_classes)).",
         )
 
     @staticmethod

@@ -589,7 +589,7 @@ class LossFunctionCheck(Check):
              "POISSON_LOG_INPUT", "LOSS_INDEXED_BY_BATCH", "TRANSPOSE_1D", "MESHGRID_INDEXING", "BOX_CORNERS_UNORDERED", "KL_DIV_INPUT_NOT_LOG", "KL_TERM_CONSTANT", "COSINE_OVER_BROADCAST_DIM", "OVERLAP_ON_LOGITS", "EMBEDDING_DIM_POOLED", "LABEL_SMOOTHING_TOO_HIGH", "KL_DIV_MEAN_REDUCTION", "PREDICTION_DETACHED", "TEACHER_TRAINED", "GATHER_ALONG_BATCH", "EINSUM_NOT_CONTRACTED", "SORT_ALONG_LAST_DIM", "TARGET_MAPS_VANISH", "NOISE_NOT_GAUSSIAN",
              "LOSS_WEIGHTS_AFTER_MEAN", "SOFTMAX_OFF_AXIS", "LOSS_LOG_OF_PROBABILITY",
              "MASK_FILLED_WITH_ZERO", "LOSS_REDUCTIONS_MIXED", "SCATTER_OVERWRITES", "GENERATED_RANGE_MISMATCH",
-             "LOSS_PAIR_ROWS_INTERLEAVED")
+             "LOSS_PAIR_ROWS_INTERLEAVED", "TARGET_TILED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -660,6 +660,18 @@ class LossFunctionCheck(Check):
                 "Weight each class by the inverse of its frequency, indexed by class id: counts = torch.bincount("
                 "labels, minlength=n_classes); weight = counts.sum() / (n_classes * counts) for cross_entropy, "
                 "pos_weight = negatives / positives for BCEWithLogitsLoss.",
+            )
+        if probe.labels_tiled is not None:
+            name, views, source = probe.labels_tiled
+            findings.error(
+                "TARGET_TILED",
+                f"{name}'s targets are the batch's labels tiled with .repeat({views}) (label i at rows i, i + B, ...), "
+                f"while the model read a {source} batch tensor flattened sample by sample (sample i's {views} crops or "
+                f"views at rows i * {views} .. i * {views} + {views - 1}): every crop is scored against another "
+                "sample's label, so the model learns labels unrelated to its inputs",
+                f"Expand the labels in the rows' order: y.repeat_interleave({views}) (or y[:, None].expand(-1, "
+                f"{views}).reshape(-1)); y.repeat({views}) only matches views stacked view by view, "
+                "crops.transpose(0, 1).flatten(0, 1).",
             )
         if probe.pairs_interleaved is not None:
             name, count, rows, source = probe.pairs_interleaved
