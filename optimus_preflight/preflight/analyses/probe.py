@@ -543,8 +543,9 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.target_column_scales = target_column_scales(spy.calls)
     probe.argmaxed_multi_hot = argmaxed_multi_hot(spy.calls, step_batches[0] if step_batches else batch)
     held = storages(step_batches[0] if step_batches else batch)
-    probe.labels_tiled = labels_tiled(spy.calls, step_batches[0] if step_batches else batch, model_input_tensors,
-                                      spy.flattened)
+    # the shape the model's first input was flattened from: (B, k, ...) views kept together per sample
+    input_source = flattened_from(model_input_tensors[0], spy.flattened) if model_input_tensors else None
+    probe.labels_tiled = labels_tiled(spy.calls, step_batches[0] if step_batches else batch, input_source)
     if model_untrained:
         probe.labels_from_initial_guesses = next(
             (call for call in spy.calls if call.target_storage in held
@@ -579,7 +580,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     spy.pitfalls.release()
     probe.per_sample_broadcast = spy.per_sample.found
     probe.range_mismatch = spy.ranges.found
-    probe.pairs_interleaved = pairs_interleaved(spy.row_blocks, model_input_tensors, spy.flattened)
+    probe.pairs_interleaved = pairs_interleaved(spy.row_blocks, input_source)
     spy.ranges.release()
     probe.symmetric_similarity = spy.symmetric_similarity
     probe.normalized = spy.normalized
@@ -638,27 +639,25 @@ def largest_noise_share(noise: torch.Tensor | None, model_inputs: list[torch.Ten
     return float(share.max()), rows
 
 
-def pairs_interleaved(blocks: tuple[str, int, int] | None, model_inputs: list[torch.Tensor],
-                      flattened: Any) -> tuple[str, int, int, tuple[int, ...]] | None:
+def pairs_interleaved(blocks: tuple[str, int, int] | None,
+                      source: tuple[int, ...] | None) -> tuple[str, int, int, tuple[int, ...]] | None:
     """A paired criterion fed ``chunk(k)`` row blocks of one forward whose input was a (n, k, ...)
     batch tensor flattened to (n * k, ...): rows run a0, p0, n0, a1, ..., so each block holds every
     role of a third of the samples, not one role of all of them."""
-    if blocks is None or not model_inputs:
+    if blocks is None:
         return None
     name, count, rows = blocks
-    source = flattened_from(model_inputs[0], flattened)
     if source is None or len(source) < 3 or source[1] != count or source[0] * count != count * rows:
         return None
     return name, count, rows, source
 
 
-def labels_tiled(calls: list[CriterionCall], batch: Any, model_inputs: list[torch.Tensor],
-                 flattened: Any) -> tuple[str, int, tuple[int, ...]] | None:
+def labels_tiled(calls: list[CriterionCall], batch: Any,
+                 source: tuple[int, ...] | None) -> tuple[str, int, tuple[int, ...]] | None:
     """A class criterion whose (B * k,) target is a (B,) batch label tensor tiled, y.repeat(k) (label i at
     rows i, i + B, ...), while the model read a (B, k, ...) batch tensor flattened sample by sample (sample
     i's k crops or views at rows i * k .. i * k + k - 1): every view is scored against another sample's
     label. y.repeat_interleave(k) is the order the rows are in."""
-    source = flattened_from(model_inputs[0], flattened) if model_inputs else None
     if source is None or len(source) < 3 or source[1] < 2:
         return None
     rows, views = source[0], source[1]

@@ -324,7 +324,6 @@ class EmbeddingInputsCheck(Check):
                     f"Draw the ids from the table's own range: torch.randint(0, {module.num_embeddings}, ...) "
                     "(n_items for items), and check which count each sampler uses.",
                 )
-        for module, calls in lookups.items():
             reach = folded_onto_width(calls, module)
             if reach is not None:
                 findings.warning(

@@ -184,7 +184,8 @@ class LossBoundsCheck(Check):
                 findings.data["summary"] = "no scalar loss"
                 return
             # How many outputs can be shifted (a VAE's reconstruction, mean, log-variance).
-            shapes = [tuple(value.shape) for value in model_outputs(ctx, batch) or [] if _shiftable(value)]
+            answers = model_outputs(ctx, batch) or []  # one eval forward, read by the rules below too
+            shapes = [tuple(value.shape) for value in answers if _shiftable(value)]
             outputs = len(shapes)
             # All outputs together, then each alone when there are a few (a VAE's mean and log-variance).
             targets = [None] + (list(range(outputs)) if 1 < outputs <= MAX_OUTPUTS else [])
@@ -208,19 +209,19 @@ class LossBoundsCheck(Check):
             return
         if self._rewards_mistakes(ctx, batch, findings):
             return
-        if self._rewards_distance(ctx, batch, base, findings):
+        if self._rewards_distance(ctx, batch, answers, base, findings):
             return
-        if self._ranks_backwards(ctx, batch, findings):
+        if self._ranks_backwards(ctx, batch, answers, findings):
             return
         self._repeated(ctx, batch, base, findings)
 
     @staticmethod
-    def _rewards_distance(ctx: PreflightContext, batch: Any, base: float, findings: Findings) -> bool:
+    def _rewards_distance(ctx: PreflightContext, batch: Any, outputs: list[torch.Tensor], base: float,
+                          findings: Findings) -> bool:
         """A model with one output tensor scored against a batch tensor of its shape: the loss with
         the output replaced by that tensor exactly, against the same tensor one row off (each sample
         given another's target). A loss over rows is lower for the exact target; one that is higher
         rewards distance from it (a similarity returned without its minus)."""
-        outputs = model_outputs(ctx, batch)
         if not outputs or len(outputs) != 1 or not outputs[0].is_floating_point() or outputs[0].dim() < 2 \
                 or outputs[0].shape[0] < MIN_ROWS:
             return False
@@ -263,11 +264,10 @@ class LossBoundsCheck(Check):
         return False
 
     @staticmethod
-    def _ranks_backwards(ctx: PreflightContext, batch: Any, findings: Findings) -> bool:
+    def _ranks_backwards(ctx: PreflightContext, batch: Any, outputs: list[torch.Tensor], findings: Findings) -> bool:
         """Per-item scores (B, L) beside (B, L) relevance grades (whole numbers, a few levels): the loss
         with the scores set to the grades, against the grades negated. A ranking loss is lower for the
         order the grades give; one lower for the reversed order ranks the worst items first."""
-        outputs = model_outputs(ctx, batch)
         if not outputs or len(outputs) != 1 or not outputs[0].is_floating_point():
             return False
         shape = outputs[0].shape
