@@ -53,7 +53,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "au": "benchmarks.blind_preflight_au.registry",
               "av": "benchmarks.blind_preflight_av.registry", "aw": "benchmarks.blind_preflight_aw.registry",
               "ax": "benchmarks.blind_preflight_ax.registry",
-              "ay": "benchmarks.blind_preflight_ay.registry"}
+              "ay": "benchmarks.blind_preflight_ay.registry",
+              "az": "benchmarks.blind_preflight_az.registry", "ba": "benchmarks.blind_preflight_ba.registry"}
 
 
 def load_cases(which: str = "a"):
