@@ -167,6 +167,7 @@ class TrainingStateSnapshot:
         scaler: Any = None,
         loaders: Iterable[Any] = (),
         extra_tensors: Iterable[torch.Tensor] = (),
+        held_modules: Iterable[nn.Module] = (),
     ):
         self.model = model
         self.optimizer = optimizer
@@ -174,6 +175,9 @@ class TrainingStateSnapshot:
         self.scaler = scaler
         self._tensors = _ModuleTensors.capture(model) if model is not None else None
         self._loose = _LooseTensors.capture(model, optimizer, extra_tensors) if model is not None else None
+        # Modules outside the model that a step changes in place: a momentum encoder or an
+        # EMA teacher the loss function holds, a teacher's BatchNorm statistics.
+        self._held = [_ModuleTensors.capture(module) for module in held_modules]
         self._optimizer_state = _to_host(optimizer.state_dict()) if optimizer is not None else None
         # Set by an LR scheduler's step tracking; it decides whether torch warns later.
         self._optimizer_flags = {k: v for k, v in vars(optimizer).items() if k == "_opt_called"} if optimizer else {}
@@ -188,6 +192,8 @@ class TrainingStateSnapshot:
             self._tensors.restore()
         if self._loose is not None:
             self._loose.restore()
+        for held in self._held:
+            held.restore()
         if self.optimizer is not None:
             self.optimizer.load_state_dict(_to_host(self._optimizer_state))
             vars(self.optimizer).pop("_opt_called", None)

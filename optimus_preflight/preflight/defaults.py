@@ -45,6 +45,7 @@ from optimus_preflight.preflight.checks.diffusion_inputs import DiffusionInputsC
 from optimus_preflight.preflight.checks.distance_tables import DistanceTablesCheck
 from optimus_preflight.preflight.checks.double_balancing import DoubleBalancingCheck
 from optimus_preflight.preflight.checks.dropout_rate import DropoutInEvalCheck, DropoutOnOutputCheck, DropoutRateCheck
+from optimus_preflight.preflight.checks.ema_horizon import EmaHorizonCheck
 from optimus_preflight.preflight.checks.embedding_inputs import EmbeddingInputsCheck
 from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
 from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
@@ -66,6 +67,7 @@ from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
 from optimus_preflight.preflight.checks.mask_alignment import MaskAlignmentCheck
 from optimus_preflight.preflight.checks.mask_interpolation import MaskInterpolationCheck
 from optimus_preflight.preflight.checks.memory_checks import HostMemoryCheck, VRAMHeadroomCheck
+from optimus_preflight.preflight.checks.mix_labels import MixLabelsCheck
 from optimus_preflight.preflight.checks.module_structure import ModuleStructureCheck
 from optimus_preflight.preflight.checks.norm_layout import NormLayoutCheck
 from optimus_preflight.preflight.checks.ordinal_codes import OrdinalCodesCheck
@@ -237,6 +239,8 @@ DEFAULT_CHECKS: list[type[Check]] = [
     TransitionFlagsCheck,
     ContrastiveTargetsCheck,
     CollapseCheck,
+    EmaHorizonCheck,
+    MixLabelsCheck,
     PassthroughCheck,
     LossBoundsCheck,
     LossDirectionCheck,

@@ -95,6 +95,29 @@ def _referenced_objects(fn: Any) -> Iterator[tuple[str, Any]]:
             yield name, scope[name]
 
 
+def loss_modules(compute_loss: Callable[..., Any], model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``(name, module)`` for the modules outside ``model`` that ``compute_loss`` holds or
+    reaches as ``loss_tensors`` does (a teacher, a momentum encoder, a loss with weights)."""
+    model_ids = {id(module) for module in model.modules()}
+    found: dict[int, tuple[str, nn.Module]] = {}
+    seen: set[int] = set()
+    if isinstance(compute_loss, nn.Module) and id(compute_loss) not in model_ids:
+        found[id(compute_loss)] = ("loss_fn", compute_loss)
+
+    def visit(fn: Any, depth: int) -> None:
+        for name, value in _referenced_objects(fn):
+            if id(value) in seen or id(value) in model_ids:
+                continue
+            seen.add(id(value))
+            if isinstance(value, nn.Module):
+                found.setdefault(id(value), (name, value))
+            elif depth > 0 and (inspect.isfunction(value) or inspect.ismethod(value) or hasattr(value, "func")):
+                visit(value, depth - 1)
+
+    visit(compute_loss, _CALLABLE_DEPTH)
+    return list(found.values())
+
+
 def loss_tensors(compute_loss: Callable[..., Any], model: nn.Module) -> list[tuple[str, torch.Tensor]]:
     """``(name, tensor)`` for the learnable leaf tensors that ``compute_loss`` reaches
     outside ``model``: the parameters of loss modules it holds (a loss with its own

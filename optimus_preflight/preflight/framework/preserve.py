@@ -6,8 +6,10 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+import torch
+
 from optimus_preflight.checkpoint.training_snapshot import TrainingStateSnapshot
-from optimus_preflight.training.learnable import loss_tensors
+from optimus_preflight.training.learnable import loss_modules, loss_tensors
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -22,7 +24,22 @@ def snapshot_of(ctx: PreflightContext) -> TrainingStateSnapshot:
         loaders=(ctx.train_loader, ctx.val_loader),
         # A trial step's backward also reaches the loss's own learnable tensors.
         extra_tensors=[tensor for _, tensor in loss_tensors(ctx.compute_loss, ctx.model)],
+        held_modules=held_modules(ctx),
     )
+
+
+def held_modules(ctx: PreflightContext) -> list[torch.nn.Module]:
+    """The modules the loss function holds outside the model, while together no larger
+    than the model: a momentum encoder or an EMA copy, whose values a trial step changes.
+    A larger frozen teacher is left uncopied (its weights do not change)."""
+    budget = sum(tensor.numel() for tensor in ctx.model.state_dict().values())
+    held = []
+    for _, module in loss_modules(ctx.compute_loss, ctx.model):
+        size = sum(tensor.numel() for tensor in module.state_dict().values())
+        if size <= budget:
+            held.append(module)
+            budget -= size
+    return held
 
 
 @contextlib.contextmanager
