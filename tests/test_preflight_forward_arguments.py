@@ -243,3 +243,31 @@ def test_a_read_out_that_ignores_the_graph_assignment_is_named(per_graph):
     if issues:
         assert "'batch', the node-to-graph assignment of a batch of 8 graphs" in issues[0].message
         assert "global_mean_pool(h, batch)" in issues[0].fix
+
+
+class SeriesLevels(nn.Module):
+    """A global forecaster plus one learned level per series, the table starting at zero."""
+
+    def __init__(self, frozen: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Linear(8, 1)
+        self.level = nn.Embedding.from_pretrained(torch.zeros(10, 1), freeze=frozen)
+
+    def forward(self, x, series_id):
+        return self.net(x) + self.level(series_id)
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["trainable_zero_table", "frozen_zero_table"])
+def test_an_id_table_of_equal_rows_is_used_while_trainable(frozen):
+    g = torch.Generator().manual_seed(2)
+    x, ids = torch.randn(256, 8, generator=g), torch.randint(0, 10, (256,), generator=g)
+    y = x[:, :1] + ids[:, None].float()
+    loader = DataLoader(TensorDataset(x, ids, y), batch_size=32, shuffle=True)
+    model = SeriesLevels(frozen)
+    report = run_preflight(model, torch.optim.Adam([p for p in model.parameters() if p.requires_grad], 1e-3),
+                           loader, loss_fn=lambda m, b: F.mse_loss(m(b[0], b[1]), b[2]),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), ForwardArgumentsCheck()])
+    codes = [i.code for i in report.check(NAME).issues]
+    # Zero rows that train part from the first step; frozen, the ids never reach the output.
+    assert codes == (["FORWARD_INPUT_IGNORED"] if frozen else [])

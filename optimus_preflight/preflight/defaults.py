@@ -33,6 +33,7 @@ from optimus_preflight.preflight.checks.collapse import CollapseCheck
 from optimus_preflight.preflight.checks.collate_context import CollateContextCheck
 from optimus_preflight.preflight.checks.collate_order import CollateOrderCheck
 from optimus_preflight.preflight.checks.collate_truncation import CollateTruncationCheck
+from optimus_preflight.preflight.checks.column_shortcut import TrainOnlyColumnCheck
 from optimus_preflight.preflight.checks.contrastive_targets import ContrastiveTargetsCheck
 from optimus_preflight.preflight.checks.conv_layout import ConvLayoutCheck
 from optimus_preflight.preflight.checks.ctc_layout import CtcLayoutCheck
@@ -144,6 +145,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     RankingNegativesCheck,
     InputScaleCheck,
     FeatureLabelCheck,
+    TrainOnlyColumnCheck,
     MaskAlignmentCheck,
     FrameLabelsCheck,
     MaskInterpolationCheck,

@@ -17,8 +17,9 @@ while rolling another argument does change the output. The calls run under one r
 RNG each (dropout and sampling repeat themselves), in eval mode and, for an argument that
 eval mode ignores, again in training mode: a decoder that reads its targets only for
 teacher forcing, or a margin head that reads the labels only in training, uses them there.
-A conditioning path initialised to zero (DiT's adaLN-Zero) leaves the output unchanged at
-step 0 but lies in its graph (its weights get gradients), and stays quiet.
+A conditioning path initialised to zero (DiT's adaLN-Zero), or an embedding table of equal
+rows that reads the argument itself (a per-series bias from zeros), leaves the output
+unchanged at step 0 but lies in its graph (its weights get gradients), and stays quiet.
 """
 
 from __future__ import annotations
@@ -154,6 +155,34 @@ def _connected_calls(ctx: PreflightContext, args: tuple, kwargs: dict, train: bo
     return {call for call, node in made.items() if id(node) in seen}
 
 
+def _trainable_readers(ctx: PreflightContext, args: tuple, kwargs: dict, value: torch.Tensor) -> set[Call]:
+    """The calls of layers with trainable weights of their own that take ``value`` itself as
+    an input (an ``nn.Embedding`` of the ids): a table initialised to equal rows (zeros,
+    ``from_pretrained`` with ``freeze=False``) gives every sample the same output at step 0,
+    yet its rows get gradients and part from the first step."""
+    counts: dict[str, int] = {}
+    found: set[Call] = set()
+
+    def reader(name: str):
+        def hook(_module: nn.Module, inputs: tuple, kw: dict) -> None:
+            index = counts[name] = counts.get(name, -1) + 1
+            if any(item is value for item in (*inputs, *kw.values())):
+                found.add((name, index))
+        return hook
+
+    handles = [module.register_forward_pre_hook(reader(name), with_kwargs=True)
+               for name, module in ctx.model.named_modules()
+               if name and any(p.requires_grad for p in module.parameters(recurse=False))]
+    try:
+        _forward(ctx, args, kwargs, False, False, lambda name, out: None)
+    except Exception:
+        return set()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found
+
+
 def _rolled(tensor: torch.Tensor, samples: int) -> torch.Tensor | None:
     """``tensor`` with each sample given the next sample's value; None when it has no axis
     of the samples (a graph's (2, E) edge list, where a roll would swap the edges' ends) or
@@ -244,7 +273,8 @@ class ForwardArgumentsCheck(Check):
             reached = _changed_calls(baseline[1], moved[1])
             if _differs(baseline[0], moved[0]):
                 used.append(name)
-            elif not connected.intersection(reached):
+            elif not connected.intersection(reached) and not connected.intersection(
+                    _trainable_readers(ctx, args, kwargs, value)):
                 ignored.append((name, where, value, rolled, reached))
         findings.data.update(arguments=[name for name, _, _ in arguments], used=used,
                              ignored_in_eval={name: sorted({layer for layer, _ in reached})
