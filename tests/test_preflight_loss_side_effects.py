@@ -118,5 +118,35 @@ def test_a_momentum_update_written_onto_the_trained_encoder(backwards, start_equ
     found = [i for i in report.check("step.first_step").issues if i.code == "LOSS_FN_SIDE_EFFECT"]
     assert bool(found) == backwards
     if found:
-        assert "momentum (EMA) update written backwards" in found[0].message and "k.mul_(m)" in found[0].fix
+        assert "momentum (EMA) update" in found[0].message and "written backwards" in found[0].message
+        assert "k.mul_(m)" in found[0].fix
         assert ("part of the way towards a frozen copy" in found[0].message) == (not start_equal)
+
+
+@pytest.mark.parametrize("swapped", [True, False])
+def test_a_target_networks_soft_update_with_its_arguments_swapped(swapped):
+    """The target network is held by the loss function, not the model: a DQN's TD loss."""
+    torch.manual_seed(0)
+    online = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 3))
+    target = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 3)).requires_grad_(False)
+
+    def soft_update(to, source, tau=0.05):
+        for t, s in zip(to.parameters(), source.parameters()):
+            t.data.mul_(1 - tau).add_(tau * s.data)
+
+    def td_loss(model, batch):
+        s, a, r, s2 = batch
+        soft_update(model, target) if swapped else soft_update(target, model)
+        with torch.no_grad():
+            y = r + 0.9 * target(s2).max(1).values
+        return nn.functional.mse_loss(model(s).gather(1, a[:, None]).squeeze(1), y)
+
+    g = torch.Generator().manual_seed(1)
+    data = TensorDataset(torch.randn(256, 6, generator=g), torch.randint(0, 3, (256,), generator=g),
+                         torch.randn(256, generator=g), torch.randn(256, 6, generator=g))
+    report = run_preflight(online, torch.optim.Adam(online.parameters(), 1e-3), DataLoader(data, batch_size=32),
+                           loss_fn=td_loss, checks=[FirstBatchCheck(), FirstStepCheck()])
+    found = [i for i in report.check("step.first_step").issues if i.code == "LOSS_FN_SIDE_EFFECT"]
+    assert bool(found) == swapped
+    if found:
+        assert "part of the way towards a frozen copy" in found[0].message and "arguments swapped" in found[0].message

@@ -107,7 +107,7 @@ def test_an_optimizer_built_over_the_ema_copy(optimise_the_copy):
     o2 = [i for i in report.check("model.optimizer_params").issues if i.code == "O2"]
     assert bool(o2) == optimise_the_copy
     if o2:
-        assert "frozen copy of the network (an EMA" in o2[0].message and "'ema'" in o2[0].message
+        assert "frozen copy of the network (a target network, an EMA" in o2[0].message and "'ema'" in o2[0].message
     # The EMA copy is a deepcopy of the trained net: frozen, at the default init, and no random features.
     assert "FROZEN_AT_INIT" not in codes_of(report, "model.structure")
 

@@ -773,3 +773,33 @@ def test_a_stop_gradient_branch_beside_a_trained_one_is_not_blamed():
     report = run_preflight(model, torch.optim.SGD(model.parameters(), 0.1), loader, loss_fn=loss_fn,
                            checks=[FirstBatchCheck(), FirstStepCheck(), GradientsCheck()])
     assert [i.code for _, i in report.issues() if i.code == "GRAD_NONE"] == []
+
+
+@pytest.mark.parametrize("contrastive", [True, False], ids=["in_batch_negatives", "per_pair_loss"])
+def test_accumulation_under_a_loss_that_couples_the_batch_names_the_negatives(contrastive):
+    from optimus_preflight.preflight import run_preflight
+    from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+    from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
+
+    torch.manual_seed(0)
+    image, text = torch.nn.Linear(10, 8), torch.nn.Linear(10, 8)
+    model = torch.nn.ModuleDict({"image": image, "text": text})
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 10, generator=g)
+    pairs = torch.utils.data.TensorDataset(x, x + 0.1 * torch.randn(256, 10, generator=g))
+
+    def clip_loss(m, batch):
+        a = torch.nn.functional.normalize(m["image"](batch[0]), dim=1)
+        b = torch.nn.functional.normalize(m["text"](batch[1]), dim=1)
+        if not contrastive:  # a per-pair cosine loss: no other sample involved
+            return (1 - (a * b).sum(1)).mean()
+        logits = a @ b.T / 0.07
+        return torch.nn.functional.cross_entropy(logits, torch.arange(len(a)))
+
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           torch.utils.data.DataLoader(pairs, batch_size=16), loss_fn=clip_loss,
+                           accumulation_steps=4, checks=[FirstBatchCheck(), FirstStepCheck(), AccumulationCheck()])
+    issues = [i for i in report.check("step.accumulation").issues if i.code == "O9" and i.severity.value == "error"]
+    assert bool(issues) == contrastive
+    if issues:
+        assert "couples the samples of its batch" in issues[0].message and "GradCache" in issues[0].fix

@@ -59,7 +59,7 @@ from optimus_preflight.preflight.analyses.update_audit import GroupStep, UpdateR
 from optimus_preflight.preflight.analyses.view_permute import ViewAsPermute
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.batches import batch_size_of, leaves, storages
-from optimus_preflight.training.learnable import walk_loss_graph
+from optimus_preflight.training.learnable import loss_modules, walk_loss_graph
 from optimus_preflight.training.step import runner_from_config
 
 if TYPE_CHECKING:
@@ -220,12 +220,13 @@ def _side_effect_state(optimizer: Any, trainable: list[nn.Parameter]) -> tuple[l
     return lrs, weights
 
 
-def _frozen_samples(model: nn.Module, trainable: list[nn.Parameter]) -> dict[tuple[int, ...], list[torch.Tensor]]:
+def _frozen_samples(modules: list[nn.Module], trainable: list[nn.Parameter]) -> dict[tuple[int, ...], list[torch.Tensor]]:
     """Strided samples (as _side_effect_state takes them) of the frozen parameters whose shape
-    one of the sampled trainable parameters has: a momentum encoder's or teacher's copies."""
+    one of the sampled trainable parameters has: a momentum encoder's or teacher's copies, in
+    the model or held by the loss function (a target network)."""
     shapes = {tuple(param.shape) for param in trainable[:SIDE_EFFECT_PARAMS]}
     found: dict[tuple[int, ...], list[torch.Tensor]] = {}
-    for param in model.parameters():
+    for param in (param for module in modules for param in module.parameters()):
         if param.requires_grad or tuple(param.shape) not in shapes:
             continue
         flat = param.detach().reshape(-1)
@@ -372,7 +373,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         spy.ranges.batch_storages = storages(data)
         spy.criterion_args.watch_batch(data)
         before = _side_effect_state(ctx.optimizer, watched)
-        frozen_before = _frozen_samples(module, watched)
+        frozen_before = _frozen_samples([module, *(held for _, held in loss_modules(ctx.compute_loss, module))], watched)
         with spy, seeding_watched(probe.loss_reseeds), watched_autograd_grad(probe.derivative_calls, False, probe.derivative_zero, probe.derivative_fields), \
                 recorded_functions(probe.custom_functions):
             output = ctx.compute_loss(module, data)

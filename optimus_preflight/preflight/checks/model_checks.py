@@ -176,9 +176,12 @@ class OptimizerParamsCheck(Check):
             if held and len(frozen) == len(held):
                 copies = _whole_modules(frozen, list(names.values()))
                 shown = f"all of {', '.join(repr(m) for m in copies[:3])}" if copies else _names(frozen, 3)
+                example = (f"torch.optim.Adam(model.{copies[0]}.parameters()) where model.{modules[0]}.parameters() "
+                           "was meant" if copies and modules else
+                           "torch.optim.Adam(model.ema.parameters()) where model.net.parameters() was meant")
                 copy = (f" The optimizer holds only frozen parameters ({shown}): it was built over a frozen copy of the "
-                        "network (an EMA / moving-average shadow, a teacher) instead of the network that trains, e.g. "
-                        "torch.optim.Adam(model.ema.parameters()) where model.net.parameters() was meant.")
+                        "network (a target network, an EMA / moving-average shadow, a teacher) instead of the network "
+                        f"that trains, e.g. {example}.")
             elif held and modules and (built_from := _whole_modules(held, list(names.values()))) \
                     and all(any(name.startswith(module + ".") for module in built_from) for name in held):
                 # Exactly some submodules' parameters are held: the optimizer was built from them.

@@ -188,10 +188,11 @@ class FirstStepCheck(Check):
                     "shapes, requires_grad=False: a momentum encoder or an EMA teacher)")
             findings.error(
                 "LOSS_FN_SIDE_EFFECT",
-                f"the loss function {seen}: a momentum (EMA) update written backwards, param_q = m * param_q + "
-                "(1 - m) * param_k, where the frozen key encoder (or teacher) should follow the trained one. The "
-                "trained encoder is dragged back towards the stale copy at every step and the frozen copy never "
-                "learns anything (or, if no such update runs in the forward, an optimizer.step() inside the loss "
+                f"the loss function {seen}: a momentum (EMA) update, or a soft (Polyak) update of a target network, "
+                "written backwards (param_q = m * param_q + (1 - m) * param_k, soft_update(online, target, tau) with "
+                "its arguments swapped), where the frozen key encoder, teacher or target network should follow the "
+                "trained one. The trained network is dragged back towards the stale copy at every step and the "
+                "frozen copy never learns anything (or, if no such update runs in the forward, an optimizer.step() inside the loss "
                 "applies every batch twice)",
                 "Update the frozen copy from the trained one, without gradients: with torch.no_grad(): for q, k in "
                 "zip(encoder_q.parameters(), encoder_k.parameters()): k.mul_(m).add_(q, alpha=1 - m); leave "

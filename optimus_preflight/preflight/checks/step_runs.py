@@ -219,6 +219,24 @@ class AccumulationCheck(Check):
                                     "not reach the update. It would under SGD or gradient clipping",
                               "Return the mean (or (loss_sum / count, count)) before switching to SGD or clipping.")
                 return
+            if not summed and (coupled := coupled_loss(ctx, batch, micro)) is not None:
+                whole, parts = coupled
+                findings.error(
+                    "O9",
+                    f"accumulating {steps} micro-batches gives {ratio:.3g}x the gradient of the same samples in one "
+                    f"batch (cosine {cosine:.3f}) because the loss couples the samples of its batch: the batch's loss "
+                    f"is {whole:.4g} while its {steps} micro-batches average {parts:.4g} (in eval mode, so no dropout). A "
+                    "contrastive loss whose negatives are the other samples of the batch (InfoNCE / CLIP, a (B, B) "
+                    "similarity matrix), batch-hard mining, or a statistic over the batch sees only a micro-batch's "
+                    "samples: each micro-batch of a contrastive loss has a fraction of the negatives, so accumulation "
+                    "is not a larger batch",
+                    "Keep the whole batch in one forward (trainer.accumulation_steps=1 with a larger micro-batch if it "
+                    "fits), or make the loss see every negative: gradient caching (GradCache: embed all micro-batches "
+                    "without gradients, compute the full-batch loss, then backpropagate per micro-batch), or a queue / "
+                    "memory bank of negatives.",
+                    "trainer.accumulation_steps",
+                )
+                return
             findings.error(
                 "O9",
                 f"accumulating {steps} micro-batches gives {ratio:.3g}x the gradient of the same samples in one batch "
@@ -260,6 +278,32 @@ def _loss_and_count(ctx: PreflightContext, batch: Any) -> tuple[float, float]:
     with ctx.training.plan.autocast():
         loss, count = split_loss_output(ctx.compute_loss(ctx.model, batch), batch)
     return float(loss.float()), float(count)
+
+
+COUPLED_RTOL = 0.05  # micro-batches' mean loss this far from the batch's: the samples interact
+
+
+def coupled_loss(ctx: PreflightContext, batch: Any, micro: list[Any]) -> tuple[float, float] | None:
+    """(the batch's loss, its micro-batches' count-weighted mean loss) when they differ: a loss
+    that is not a mean of per-sample terms. Eval mode, one seed per call."""
+    try:
+        with preserved_training_state(ctx), torch.no_grad():
+            ctx.model.eval()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                whole, _ = _loss_and_count(ctx, batch)
+            parts = []
+            for part in micro:
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(0)
+                    parts.append(_loss_and_count(ctx, part))
+    except Exception:
+        return None
+    total = sum(count for _, count in parts)
+    mean = sum(value * count for value, count in parts) / max(total, 1e-12)
+    if not all(math.isfinite(v) for v in (whole, mean)) or abs(whole - mean) <= COUPLED_RTOL * max(abs(whole), 1e-12):
+        return None
+    return whole, mean
 
 
 def summed_loss(full: tuple[float, float], halves: list[tuple[float, float]]) -> bool:
