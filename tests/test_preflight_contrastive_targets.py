@@ -72,6 +72,36 @@ def test_clip_style_paired_rows_are_quiet():
     assert issues_of(TwoTowers(), pairs, clip_loss) == []
 
 
+class ImageCaptionTowers(nn.Module):
+    """Captions as token ids (an EmbeddingBag), images as floats."""
+
+    def __init__(self):
+        super().__init__()
+        self.image, self.words, self.text = nn.Linear(16, 8), nn.EmbeddingBag(50, 12), nn.Linear(12, 8)
+
+    def forward(self, images, captions):
+        return F.normalize(self.image(images), dim=1) @ F.normalize(self.text(self.words(captions)), dim=1).T / 0.07
+
+
+@pytest.mark.parametrize("targets", ["class_ids", "positions"])
+def test_class_labels_as_targets_of_in_batch_similarities(targets):
+    g = torch.Generator().manual_seed(2)
+    classes = torch.randint(0, 4, (256,), generator=g)
+    captions = torch.randint(0, 50, (256, 6), generator=g)
+    pairs = TensorDataset(torch.randn(256, 16, generator=g), captions, classes)
+
+    def clip_loss(model, batch):
+        logits = model(batch[0], batch[1])
+        labels = batch[2] if targets == "class_ids" else torch.arange(len(logits))
+        return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
+
+    torch.manual_seed(0)
+    issues = issues_of(ImageCaptionTowers(), pairs, clip_loss)
+    assert [i.code for i in issues] == (["IN_BATCH_POSITIVES_MISMATCHED"] if targets == "class_ids" else [])
+    if issues:
+        assert "class labels or ids of the batch" in issues[0].message and "torch.arange(B" in issues[0].fix
+
+
 def test_a_classifier_whose_batch_size_equals_its_classes_is_quiet():
     g = torch.Generator().manual_seed(2)
     data = TensorDataset(torch.randn(256, 16, generator=g), torch.randint(0, 32, (256,), generator=g))

@@ -831,6 +831,39 @@ def test_functional_dropout_without_the_modules_mode_is_active_in_eval():
     assert model.training  # the mode is restored
 
 
+class HandWrittenDropouts(nn.Module):
+    """Modality dropout and stochastic depth written with torch.rand, optionally gated on the mode;
+    a VAE-style sample with randn is sampling on purpose."""
+
+    def __init__(self, gated: bool):
+        super().__init__()
+        self.a, self.b = nn.Linear(FEATURES, 16), nn.Linear(FEATURES, 16)
+        self.block, self.head = nn.Linear(32, 32), nn.Linear(32, CLASSES)
+        self.gated = gated
+
+    def forward(self, x):
+        ha, hb = self.a(x), self.b(x)
+        if (self.training or not self.gated) and torch.rand((), device=x.device) < 0.3:  # modality dropout
+            keep = (torch.rand(x.shape[0], 1, device=x.device) < 0.5).float()
+            ha, hb = ha * keep, hb * (1 - keep)
+        h = torch.cat([ha, hb], 1)
+        h = h + 0.01 * torch.randn_like(h)  # noise on purpose, no decision
+        return self.head(h + self.block(h))
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_a_hand_written_random_mask_in_eval_mode(gated):
+    torch.manual_seed(0)
+    model = HandWrittenDropouts(gated)
+    report = preflight(model, torch.optim.Adam(model.parameters(), lr=1e-3), checks=(FirstBatchCheck, DropoutInEvalCheck))
+    if gated:
+        assert loud(report) == []
+        return
+    assert loud(report) == [("model.dropout_in_eval", "DROPOUT_IN_EVAL", "warning")]
+    issue = issue_of(report, "model.dropout_in_eval")
+    assert "torch.rand((), device=x.device) < 0.3" in issue.message and "if self.training" in issue.fix
+
+
 @pytest.mark.parametrize("build", [lambda: ModelessDropout(pass_mode=True), lambda: mlp_with_dropout(0.5)])
 def test_dropout_that_follows_the_mode_is_quiet_in_eval(build):
     torch.manual_seed(0)

@@ -27,6 +27,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from optimus_preflight.preflight.analyses.probe import get_probe
+from optimus_preflight.preflight.analyses.random_masks import RandomMaskWatch
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -174,6 +175,25 @@ def forward_rates(ctx: PreflightContext, *, training: bool = True, at_least: flo
     return recorder.rates
 
 
+def random_masks_in_eval(ctx: PreflightContext) -> list[str]:
+    """The user's lines where the model's eval-mode forward compares a uniform random draw
+    (``analyses/random_masks.py``); empty where that forward fails."""
+    batch = ctx.artifacts.first_batch
+    if batch is None or not ctx.weights_materialized:
+        return []
+    watch = RandomMaskWatch(ctx.model)
+    try:
+        with preserved_training_state(ctx):
+            ctx.model.eval()
+            with torch.no_grad(), ctx.training.plan.autocast(), watch:
+                ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
+    except Exception:
+        return []
+    finally:
+        watch.close()
+    return watch.found
+
+
 def _listing(rates: dict[str, float], limit: int = 5) -> str:
     items = [f"{name}={value:g}" if name.startswith("config.") else f"{name} p={value:g}" for name, value in rates.items()]
     return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
@@ -238,10 +258,23 @@ class DropoutInEvalCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         rates = forward_rates(ctx, training=False, at_least=1e-12)
+        masks = random_masks_in_eval(ctx)
         by_name = dict(ctx.model.named_modules())
         where = {("compute_loss" if name == LOSS else _label(name, by_name[name]) if name in by_name else name): rate
                  for name, rate in rates.items()}
-        findings.data.update(active_in_eval=len(where))
+        findings.data.update(active_in_eval=len(where), random_masks_in_eval=masks)
+        if masks and not where:
+            shown = "; ".join(masks[:3])
+            findings.warning(
+                "DROPOUT_IN_EVAL",
+                f"the model's forward draws a random mask or decision in eval mode (torch.rand(...) compared with a "
+                f"rate; {shown}). This is a hand-written dropout (modality dropout, stochastic depth, token or patch "
+                "dropping) not gated by self.training, so validation and inference randomly lose a modality, a layer "
+                "or tokens and predictions change from call to call",
+                "Gate it on the module's mode: if self.training and torch.rand(()) < self.p: ... (or use nn.Dropout / "
+                "torchvision.ops.StochasticDepth, which follow model.eval()).",
+            )
+            return
         findings.data["summary"] = (f"{len(where)} dropout call(s) active in eval mode" if where
                                     else "no dropout active in eval mode")
         if where:

@@ -94,10 +94,13 @@ def few_classes_enough(classes: int) -> int:
 
 
 def few_classes_candidate(call: CriterionCall) -> bool:
-    """Per-sample hard targets of a class criterion holding at most half of its classes."""
+    """Per-sample hard targets of a class criterion holding at most half of its classes; not
+    in-batch similarities (a @ b.T), whose 'classes' are the batch's positions
+    (step.contrastive_targets judges their targets)."""
     profile = call.profile
     classes = call.n_classes or 0
     return (call.function in ("cross_entropy", "nll_loss") and call.hard_targets and profile is not None
+            and not call.similarity_product
             and profile.per_sample and classes >= 3 and 2 <= profile.distinct <= classes // 2)
 
 
