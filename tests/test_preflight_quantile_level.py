@@ -35,6 +35,19 @@ class Pinball:
         return torch.maximum(self.tau * err, (self.tau - 1) * err).mean()
 
 
+TAU = 0.9  # a module constant the loss names
+
+
+def flipped_with_module_constant(model, batch):
+    err = model(batch[0]) - batch[1]  # prediction - y
+    return torch.maximum(TAU * err, (TAU - 1) * err).mean()
+
+
+def flipped_with_default(model, batch, tau=0.9):
+    err = model(batch[0]) - batch[1]
+    return torch.maximum(tau * err, (tau - 1) * err).mean()
+
+
 def run(loss_fn):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(512, 4, generator=g)
@@ -46,7 +59,8 @@ def run(loss_fn):
     return report.check("step.quantile_level")
 
 
-@pytest.mark.parametrize("loss_fn", [pinball(0.9, swapped=True), Pinball(0.9)], ids=["closure", "attribute"])
+@pytest.mark.parametrize("loss_fn", [pinball(0.9, swapped=True), Pinball(0.9), flipped_with_module_constant,
+                                     flipped_with_default], ids=["closure", "attribute", "module_constant", "default"])
 def test_a_pinball_loss_with_q_and_1_minus_q_swapped_fires(loss_fn):
     (issue,) = run(loss_fn).issues
     assert issue.code == "QUANTILE_LEVEL_SWAPPED" and "trained towards P10" in issue.message

@@ -68,3 +68,29 @@ def test_a_grid_channel_and_a_raw_channel_are_not_standardised():
     assert standardised_channels(x) == []
     rows = torch.randn(16, 10)
     assert standardised_channels((rows - rows.mean(1, keepdim=True)) / rows.std(1, keepdim=True)) == [0]
+
+
+def chunk_targets(per_chunk: str):
+    """Behaviour cloning of (K=8, A=2) action chunks from 6 observation features."""
+    g = torch.Generator().manual_seed(3)
+    obs = torch.randn(512, 6, generator=g)
+    steps = torch.linspace(0, 1, 8)[None, :, None]
+    chunks = obs[:, None, :2] * 3 + 5 + steps * obs[:, None, 2:4]
+    if per_chunk == "minmax":
+        low, high = chunks.amin(1, keepdim=True), chunks.amax(1, keepdim=True)
+        chunks = 2 * (chunks - low) / (high - low) - 1
+    elif per_chunk == "dataset":
+        chunks = (chunks - chunks.mean(0)) / chunks.std(0)
+    return torch.utils.data.TensorDataset(obs, chunks)
+
+
+@pytest.mark.parametrize("per_chunk", ["minmax", "dataset"])
+def test_targets_normalised_by_their_own_statistics(per_chunk):
+    model = nn.Sequential(nn.Linear(6, 16), nn.Unflatten(1, (8, 2)))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(chunk_targets(per_chunk), batch_size=32), loss_fn=nn.MSELoss(),
+                           checks=[FirstBatchCheck(), SampleStandardisedCheck()])
+    issues = report.check("data.sample_standardised").issues
+    assert [i.code for i in issues] == (["TARGETS_NORMALISED_PER_SAMPLE"] if per_chunk == "minmax" else [])
+    if issues:
+        assert "min-max scaled to [-1, 1]" in issues[0].message and "train_targets.amin(0)" in issues[0].fix

@@ -93,6 +93,7 @@ from optimus_preflight.preflight.checks.sample_mixing import SampleMixingCheck
 from optimus_preflight.preflight.checks.sample_standardised import SampleStandardisedCheck
 from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageCheck
 from optimus_preflight.preflight.checks.selection_alignment import SelectionAlignmentCheck
+from optimus_preflight.preflight.checks.series_fill import SeriesFillCheck
 from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
 from optimus_preflight.preflight.checks.split_codes import SplitCodesCheck
 from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck
@@ -104,6 +105,7 @@ from optimus_preflight.preflight.checks.split_tags import SplitTagsCheck
 from optimus_preflight.preflight.checks.stateful_forward import StatefulForwardCheck
 from optimus_preflight.preflight.checks.survival_order import SurvivalOrderCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
+from optimus_preflight.preflight.checks.target_offset import TargetOffsetCheck
 from optimus_preflight.preflight.checks.target_signal import TargetSignalCheck
 from optimus_preflight.preflight.checks.tied_embeddings import TiedEmbeddingsCheck
 from optimus_preflight.preflight.checks.token_labels import TokenLabelsCheck
@@ -146,6 +148,8 @@ DEFAULT_CHECKS: list[type[Check]] = [
     InputScaleCheck,
     FeatureLabelCheck,
     TrainOnlyColumnCheck,
+    SeriesFillCheck,
+    TargetOffsetCheck,
     MaskAlignmentCheck,
     FrameLabelsCheck,
     MaskInterpolationCheck,

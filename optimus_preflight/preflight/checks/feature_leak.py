@@ -161,7 +161,11 @@ def own_label_encoded(features: torch.Tensor, labels: torch.Tensor) -> tuple[int
     for j in range(x.shape[1]):
         column = x[:, j]
         if continuous:
-            equal = int((column == y).sum())
+            # A one-row group's encoding is that row's own label, a value no other row shares; a
+            # constant both columns hold (a gap filled with 0 in inputs and target alike) is not.
+            values, counts = torch.unique(column, return_counts=True)
+            repeated = values[counts > 1]
+            equal = int(((column == y) & ~torch.isin(column, repeated)).sum())
             if equal >= max(MIN_EQUAL_ROWS, OWN_LABEL_SHARE * rows) and equal < rows:
                 return j, equal, rows
         elif binary:

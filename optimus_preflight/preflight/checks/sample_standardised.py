@@ -64,12 +64,38 @@ def target_scale_spread(targets: torch.Tensor) -> tuple[float, float] | None:
     return (low, high) if low > 0 and high >= SPREAD * low else None
 
 
+def targets_normalised_per_sample(targets: torch.Tensor) -> str | None:
+    """How float regression targets were normalised with each sample's own statistics, when
+    every sample (each channel of a (B, K, C) chunk along K) spans exactly [-1, 1] or [0, 1],
+    or sits at mean 0 and std 1; None otherwise (pure)."""
+    if not targets.is_floating_point() or targets.dim() not in (2, 3) or len(targets) < MIN_SAMPLES:
+        return None
+    rows = targets.detach().float()
+    rows = rows.transpose(1, 2).reshape(-1, rows.shape[1]) if rows.dim() == 3 else rows
+    if rows.shape[1] < 4:
+        return None
+    varying = rows.amax(1) - rows.amin(1) > EXACT
+    if int(varying.sum()) < MIN_SAMPLES:
+        return None
+    rows = rows[varying]
+    low, high = rows.amin(1), rows.amax(1)
+    if bool(((high - 1).abs() < EXACT).all()):
+        for bottom, span in ((-1.0, "[-1, 1]"), (0.0, "[0, 1]")):
+            if bool(((low - bottom).abs() < EXACT).all()):
+                return f"min-max scaled to {span} with its own minimum and maximum"
+    if bool((rows.mean(1).abs() < EXACT).all()) and (bool(((rows.std(1) - 1).abs() < EXACT).all())
+                                                      or bool(((rows.std(1, unbiased=False) - 1).abs() < EXACT).all())):
+        return "standardised with its own mean and std"
+    return None
+
+
 class SampleStandardisedCheck(Check):
-    """INPUTS_STANDARDISED_PER_SAMPLE: each input at its own mean 0 and std 1, targets of varying scale."""
+    """INPUTS_STANDARDISED_PER_SAMPLE: each input at its own mean 0 and std 1, targets of varying scale;
+    TARGETS_NORMALISED_PER_SAMPLE: each regression target normalised by its own statistics."""
 
     name = "data.sample_standardised"
     stage = Stage.DATA
-    codes = ("INPUTS_STANDARDISED_PER_SAMPLE",)
+    codes = ("INPUTS_STANDARDISED_PER_SAMPLE", "TARGETS_NORMALISED_PER_SAMPLE")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -79,6 +105,20 @@ class SampleStandardisedCheck(Check):
             findings.data["summary"] = "no (inputs, targets) batch of floats"
             return
         inputs, targets = pair
+        if (how := targets_normalised_per_sample(targets)) is not None:
+            findings.data["summary"] = f"every target {how}"
+            findings.warning(
+                "TARGETS_NORMALISED_PER_SAMPLE",
+                f"every regression target in the first batch (each sample{', each channel along dim 1,' if targets.dim() == 3 else ''} "
+                f"of its {tuple(targets.shape[1:])} values) is {how}: each sample was normalised by its own statistics "
+                "(a min-max or z-score per action chunk, per window, per curve), which erases its offset and scale. "
+                "The model learns only shapes, and nothing at inference can undo a normalisation whose statistics "
+                "came from the unknown target itself (un-normalising with dataset statistics does not invert it)",
+                "Normalise targets with statistics computed once over the training set (per dimension: lo, hi = "
+                "train_targets.amin(0), train_targets.amax(0), or mean / std), the same for every sample and split, "
+                "and invert with those statistics at inference.",
+                "data.train",
+            )
         channels = standardised_channels(inputs)
         spread = target_scale_spread(targets) if channels else None
         findings.data["summary"] = (f"{len(channels)} input channel(s) standardised per sample" if spread is None
