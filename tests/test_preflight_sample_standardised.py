@@ -94,3 +94,12 @@ def test_targets_normalised_by_their_own_statistics(per_chunk):
     assert [i.code for i in issues] == (["TARGETS_NORMALISED_PER_SAMPLE"] if per_chunk == "minmax" else [])
     if issues:
         assert "min-max scaled to [-1, 1]" in issues[0].message and "train_targets.amin(0)" in issues[0].fix
+
+
+def test_multi_hot_targets_span_zero_to_one_by_nature_and_stay_quiet():
+    from optimus_preflight.preflight.checks.sample_standardised import targets_normalised_per_sample
+
+    g = torch.Generator().manual_seed(4)
+    tags = (torch.rand(64, 8, generator=g) < 0.3).float()
+    tags[:, 0], tags[:, 1] = 1.0, 0.0  # every row holds both ends
+    assert targets_normalised_per_sample(tags) is None

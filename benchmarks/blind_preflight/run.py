@@ -54,7 +54,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "av": "benchmarks.blind_preflight_av.registry", "aw": "benchmarks.blind_preflight_aw.registry",
               "ax": "benchmarks.blind_preflight_ax.registry",
               "ay": "benchmarks.blind_preflight_ay.registry",
-              "az": "benchmarks.blind_preflight_az.registry", "ba": "benchmarks.blind_preflight_ba.registry"}
+              "az": "benchmarks.blind_preflight_az.registry", "ba": "benchmarks.blind_preflight_ba.registry",
+              "bb": "benchmarks.blind_preflight_bb.registry"}
 
 
 def load_cases(which: str = "a"):

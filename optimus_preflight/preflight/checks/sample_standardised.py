@@ -78,6 +78,10 @@ def targets_normalised_per_sample(targets: torch.Tensor) -> str | None:
     if int(varying.sum()) < MIN_SAMPLES:
         return None
     rows = rows[varying]
+    # Multi-hot / one-hot rows span [0, 1] by nature: only rows with values between the ends count.
+    inner = ((rows - rows.amin(1, keepdim=True)).abs() > EXACT) & ((rows - rows.amax(1, keepdim=True)).abs() > EXACT)
+    if float(inner.any(1).double().mean()) < 0.9:
+        return None
     low, high = rows.amin(1), rows.amax(1)
     if bool(((high - 1).abs() < EXACT).all()):
         for bottom, span in ((-1.0, "[-1, 1]"), (0.0, "[0, 1]")):
@@ -101,7 +105,8 @@ class SampleStandardisedCheck(Check):
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         pair = inputs_beside_labels(ctx.artifacts.first_batch)
         if pair is None or not all(isinstance(t, torch.Tensor) and t.layout == torch.strided for t in pair) \
-                or not pair[0].is_floating_point() or len(pair[0]) != len(pair[1]):
+                or not pair[0].is_floating_point() or min(pair[0].dim(), pair[1].dim()) < 1 \
+                or len(pair[0]) != len(pair[1]):
             findings.data["summary"] = "no (inputs, targets) batch of floats"
             return
         inputs, targets = pair
