@@ -239,3 +239,33 @@ def test_a_flip_that_mirrors_left_and_right_parts_without_swapping_them(flip, un
     assert bool(issues) == fires
     if issues:
         assert "columns 0 and 2 are not swapped" in issues[0].message and "keypoints[:, [left, right]]" in issues[0].fix
+
+
+class ColourPhotos(Dataset):
+    """uint8-style HWC arrays with a hand-written random horizontal flip, then HWC -> CHW."""
+
+    def __init__(self, axis: int):
+        g = torch.Generator().manual_seed(5)
+        self.images = torch.rand(300, 12, 12, 3, generator=g)
+        self.labels = torch.randint(0, 3, (300,), generator=g)
+        self.axis = axis
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int):
+        image = self.images[index].numpy()
+        if torch.rand(1).item() < 0.5:
+            import numpy as np
+            image = np.flip(image, axis=self.axis).copy()
+        return torch.from_numpy(image).permute(2, 0, 1).contiguous(), int(self.labels[index])
+
+
+@pytest.mark.parametrize("axis", [-1, 1], ids=["channel_axis", "width_axis"])
+def test_a_flip_on_the_channel_axis_of_hwc_images(axis):
+    found = result(ColourPhotos(axis))
+    if axis == 1:
+        assert "FLIP_REVERSES_CHANNELS" not in codes(found)
+        return
+    assert codes(found) == {"FLIP_REVERSES_CHANNELS"}
+    assert "RGB <-> BGR" in found.issues[0].message and "np.flip(img, axis=1)" in found.issues[0].fix

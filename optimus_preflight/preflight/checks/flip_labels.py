@@ -232,14 +232,29 @@ def probed_draws(dataset: Any, size: int, guard: DataGuard, parse: Any) -> Itera
         yield [parse(guard.call(dataset.__getitem__, index, what=f"dataset[{index}]")) for _ in range(DRAWS)]
 
 
-def flipped_indices(dataset: Any, size: int, guard: DataGuard, parse: Any) -> int:
+def channels_reversed(draws: list[torch.Tensor]) -> bool:
+    """Two draws of one (C, H, W) index, C of 3 or 4, that are each other with the channel axis
+    reversed (and differ): a 'horizontal flip' applied to the wrong axis."""
+    for i, a in enumerate(draws):
+        if a.dim() != 3 or a.shape[0] not in (3, 4):
+            return False
+        for b in draws[i + 1:]:
+            if a.shape == b.shape and not torch.equal(a, b) and torch.allclose(a.flip(0), b, atol=1e-6):
+                return True
+    return False
+
+
+def flipped_indices(dataset: Any, size: int, guard: DataGuard, parse: Any, channels: list[int] | None = None) -> int:
     """Of PROBED_INDICES indices drawn DRAWS times each, how many came back as an image and its
-    mirror under one unchanged target (a label, or coordinates); ``parse`` reads a sample."""
+    mirror under one unchanged target (a label, or coordinates); ``parse`` reads a sample. Those
+    that came back with their channels reversed instead are counted in ``channels``."""
     flipped = 0
     for draws in probed_draws(dataset, size, guard, parse):
         if any(d is None for d in draws) or not all(_same_target(d[1], draws[0][1]) for d in draws):
             continue  # a target that changes with the draw: a flip that moves it too, or noise
         flipped += shows_mirror([d[0] for d in draws])
+        if channels is not None and channels_reversed([d[0] for d in draws]):
+            channels.append(1)
     return flipped
 
 
@@ -311,11 +326,12 @@ def unswapped_pair(pairs: list[tuple[torch.Tensor, torch.Tensor]], served: torch
 class FlipLabelsCheck(Check):
     """FLIP_CHANGES_CLASS: a random horizontal flip, kept label, two classes that are mirrors;
     FLIP_KEEPS_COORDINATES: a random horizontal flip that leaves a horizontal coordinate;
-    FLIP_SIDES_NOT_SWAPPED: one that mirrors a left and a right x without swapping them."""
+    FLIP_SIDES_NOT_SWAPPED: one that mirrors a left and a right x without swapping them;
+    FLIP_REVERSES_CHANNELS: a random 'flip' that reverses the colour channels instead."""
 
     name = "data.flip_labels"
     stage = Stage.DATA
-    codes = ("FLIP_CHANGES_CLASS", "FLIP_KEEPS_COORDINATES", "FLIP_SIDES_NOT_SWAPPED")
+    codes = ("FLIP_CHANGES_CLASS", "FLIP_KEEPS_COORDINATES", "FLIP_SIDES_NOT_SWAPPED", "FLIP_REVERSES_CHANNELS")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -335,8 +351,26 @@ class FlipLabelsCheck(Check):
                     return
                 findings.data["summary"] = "not (image, class) samples"
                 return
-            flipped = flipped_indices(dataset, size, guard, image_and_label)
+            reversed_channels: list[int] = []
+            flipped = flipped_indices(dataset, size, guard, image_and_label, reversed_channels)
             findings.data["flipped_indices"] = flipped
+            if len(reversed_channels) >= MIN_FLIPPED and flipped < MIN_FLIPPED:
+                findings.data["summary"] = f"{len(reversed_channels)} indices came back with their channels reversed"
+                findings.warning(
+                    "FLIP_REVERSES_CHANNELS",
+                    f"the training dataset's random augmentation reverses the colour channels: "
+                    f"{len(reversed_channels)} of {PROBED_INDICES} indices, each drawn {DRAWS} times, came back as an "
+                    "image and the same image with its channel axis reversed (RGB <-> BGR), never as its horizontal "
+                    "mirror. A horizontal flip on the wrong axis does this (np.flip(img, axis=-1) or img[..., ::-1] on "
+                    "an HWC array, x.flip(0) on a CHW tensor): the training images get swapped colours and no flip at "
+                    "all; a channel-shuffle augmentation does it on purpose, and changes the class wherever the colour "
+                    "is what the label means",
+                    "Flip the width axis: np.flip(img, axis=1) (or np.fliplr) on an HWC array, x.flip(-1) on a CHW "
+                    "tensor, or torchvision's RandomHorizontalFlip; drop colour-changing augmentation where the colour "
+                    "defines the class.",
+                    "data.train",
+                )
+                return
             if flipped < MIN_FLIPPED:
                 findings.data["summary"] = f"{flipped} of {PROBED_INDICES} indices came back mirrored: no random flip"
                 return
