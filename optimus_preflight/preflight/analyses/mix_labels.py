@@ -167,7 +167,8 @@ def _soft_target_share(criteria: list[Criterion], labels: torch.Tensor, partner_
 
 def mix_draw(model: nn.Module, batch: Any, call_loss: Any) -> MixDraw | None:
     """One loss call under a ``MixWatch``: the input's and the label's share of sample i."""
-    fields = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.dim() >= 1]
+    fields = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.dim() >= 1
+              and leaf.layout == torch.strided]
     if len(fields) < 2:
         return None
     inputs: list[torch.Tensor] = []

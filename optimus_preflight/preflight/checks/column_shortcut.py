@@ -28,7 +28,7 @@ BUDGET_S = 2.0
 
 def _table(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     pair = _labels_of(batch)
-    if pair is None or pair[0].dim() != 2:
+    if pair is None or pair[0].dim() != 2 or pair[0].layout != torch.strided or pair[1].layout != torch.strided:
         return None
     return pair[0].detach().cpu(), pair[1].detach().cpu()
 

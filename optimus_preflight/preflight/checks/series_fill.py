@@ -28,7 +28,8 @@ MAX_FEATURES = 64
 
 def _series_of(tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
     """(label, (B, T) windows) of a float batch field shaped like windows of series."""
-    if not tensor.is_floating_point() or tensor.dim() not in (2, 3) or tensor.shape[1] < 8:
+    if tensor.layout != torch.strided or not tensor.is_floating_point() or tensor.dim() not in (2, 3) \
+            or tensor.shape[1] < 8:
         return []
     if tensor.dim() == 2:
         return [("", tensor)]

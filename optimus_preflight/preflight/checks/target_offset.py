@@ -31,7 +31,8 @@ def _pair(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     if not isinstance(batch, (list, tuple)) or len(batch) != 2:
         return None
     x, y = batch
-    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)) or not x.is_floating_point() \
+    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)) or x.layout != torch.strided \
+            or y.layout != torch.strided or not x.is_floating_point() \
             or not y.is_floating_point() or x.shape[0] != y.shape[0]:
         return None
     if x.dim() not in (2, 3) or x.shape[1] < 4 or (x.dim() == 3 and x.shape[2] > MAX_FEATURES):
