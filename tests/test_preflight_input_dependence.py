@@ -474,3 +474,33 @@ def test_a_receptive_field_shorter_than_the_window_is_a_forecasters_choice_only(
     ignored = [i for i in result.issues if i.code == "MODEL_IGNORES_POSITIONS"]
     assert ignored and ("first half" in ignored[0].message or "recent part" in ignored[0].message)
     assert (result.status.value == "warning") == fires, [i.message[:80] for i in result.issues]
+
+
+class FrozenBandFrontEnd(nn.Module):
+    """A loaded, frozen filter bank over the first 16 of 32 bands (zero weights elsewhere) and a
+    trained head: the model ignores bands 16-31 by the front end's design, not a read-out bug."""
+
+    def __init__(self, frozen: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.frontend, self.head = nn.Linear(32, 4), nn.Linear(4, 3)
+        with torch.no_grad():
+            self.frontend.weight[:, 16:] = 0.0
+        self.frontend.requires_grad_(not frozen)
+
+    def forward(self, mels):  # (B, bands, frames)
+        return self.head(torch.relu(self.frontend(mels.transpose(1, 2))).mean(1))
+
+
+@pytest.mark.parametrize("frozen", [True, False], ids=["frozen_front_end", "trainable_front_end"])
+def test_a_span_dropped_inside_a_frozen_front_end_is_its_design(frozen):
+    g = torch.Generator().manual_seed(4)
+    mels, y = torch.randn(256, 32, 16, generator=g), torch.randint(0, 3, (256,), generator=g)
+    model = FrozenBandFrontEnd(frozen)
+    report = run_preflight(model, torch.optim.Adam([p for p in model.parameters() if p.requires_grad], 1e-3),
+                           DataLoader(TensorDataset(mels, y), batch_size=16, shuffle=True),
+                           loss_fn=nn.CrossEntropyLoss(),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), InputDependenceCheck()])
+    check = report.check("step.input_dependence")
+    if frozen:
+        assert check.issues == [] and check.data.get("ignored_in_frozen_layer") == "second half"

@@ -803,3 +803,33 @@ def test_accumulation_under_a_loss_that_couples_the_batch_names_the_negatives(co
     assert bool(issues) == contrastive
     if issues:
         assert "couples the samples of its batch" in issues[0].message and "GradCache" in issues[0].fix
+
+
+@pytest.mark.parametrize("summed", [False, True], ids=["mean_over_sampled_negatives", "summed"])
+def test_accumulation_with_a_loss_that_draws_its_negatives(summed):
+    """Sampled negatives differ between the full batch and its micro-batches: the comparison is
+    judged against how much the loss differs from itself; a sum still fires."""
+    from optimus_preflight.preflight import run_preflight
+    from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
+    from optimus_preflight.preflight.checks.step_checks import FirstStepCheck
+
+    torch.manual_seed(0)
+    items = torch.nn.Embedding(100, 8)
+    g = torch.Generator().manual_seed(1)
+    data = torch.utils.data.TensorDataset(torch.randn(512, 8, generator=g), torch.randint(0, 100, (512,), generator=g))
+
+    def sampled_softmax(model, batch):
+        user, positive = batch
+        negatives = torch.randint(0, 100, (len(user), 16))
+        ids = torch.cat([positive[:, None], negatives], 1)
+        logits = (model(ids) * user[:, None]).sum(-1)
+        loss = torch.nn.functional.cross_entropy(logits, torch.zeros(len(user), dtype=torch.long),
+                                                 reduction="sum" if summed else "mean")
+        return loss
+
+    report = run_preflight(items, torch.optim.Adam(items.parameters(), 1e-3),
+                           torch.utils.data.DataLoader(data, batch_size=64), loss_fn=sampled_softmax,
+                           accumulation_steps=2, checks=[FirstBatchCheck(), FirstStepCheck(), AccumulationCheck()])
+    check = report.check("step.accumulation")
+    errors = [i for i in check.issues if i.code == "O9" and i.severity.value == "error"]
+    assert check.data.get("stochastic_loss") and bool(errors) == summed

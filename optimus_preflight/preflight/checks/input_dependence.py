@@ -79,6 +79,43 @@ def _any_varies(value: Any, size: int) -> bool | None:
     return any(verdicts) if verdicts else None
 
 
+
+def _lost_in_frozen_layer(ctx: PreflightContext, batch: Any, leaf: torch.Tensor, changed: torch.Tensor | None) -> bool:
+    """Whether the first layer whose input the change reaches and whose output it does not move
+    has only frozen parameters: the span is dropped by a front end that does not train."""
+    if changed is None:
+        return False
+    layers = [(name, module) for name, module in ctx.model.named_modules()
+              if name and next(module.parameters(recurse=False), None) is not None]
+    if not layers:
+        return False
+
+    def record(calls: list) -> list:
+        return [module.register_forward_hook(
+            lambda m, args, out, name=name: calls.append((name, [a.detach().clone() for a in args
+                                                                 if isinstance(a, torch.Tensor)],
+                                                          out.detach().clone() if isinstance(out, torch.Tensor) else None)))
+            for name, module in layers]
+
+    runs: list[list] = []
+    for value in (leaf, changed):
+        calls: list = []
+        handles = record(calls)
+        try:
+            model_outputs(ctx, map_batch(lambda v, target=leaf, new=value: new if v is target else v, batch))
+        finally:
+            for handle in handles:
+                handle.remove()
+        runs.append(calls)
+    modules = dict(layers)
+    for (name, inputs, output), (other, inputs2, output2) in zip(runs[0], runs[1], strict=False):
+        if name != other or output is None or output2 is None or output.shape != output2.shape:
+            return False
+        moved_in = any(a.shape != b.shape or not torch.equal(a, b) for a, b in zip(inputs, inputs2, strict=False))
+        if moved_in and torch.equal(output, output2):
+            return not any(p.requires_grad for p in modules[name].parameters())
+    return False
+
 class InputDependenceCheck(Check):
     """MODEL_IGNORES_INPUT: every sample of a batch gets the same output."""
 
@@ -224,6 +261,11 @@ class InputDependenceCheck(Check):
                     # start of a long sequence by its last state, which training changes. No path (out[:, 0]
                     # of a forward RNN, a slice, a pooling window) is what the read-out structurally cannot see.
                     continue
+                if _lost_in_frozen_layer(ctx, batch, leaf, _swap_span(leaf, axis, begin, stop)):
+                    # A frozen, loaded front end whose weights do not read that span (a pretrained
+                    # filter bank over some bands only): its design, which training cannot change.
+                    findings.data["ignored_in_frozen_layer"] = name
+                    return
                 if begin == 0 and leaf.is_floating_point() and recent_window_forecaster(ctx):
                     findings.info(
                         "MODEL_IGNORES_POSITIONS",
