@@ -296,3 +296,25 @@ def test_unnormalised_dot_products_are_not_read_as_a_temperature():
     rows = TensorDataset(torch.randn(256, 16, generator=torch.Generator().manual_seed(0)))
     issues = issues_of(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)), rows, loss_fn)
     assert not [i for i in issues if i.code == "CONTRASTIVE_TEMPERATURE_TOO_HIGH"]
+
+
+class CosineRecommender(nn.Module):
+    """Next-item scores as cosines between a session vector and every item's embedding."""
+
+    def __init__(self, scale: float):
+        super().__init__()
+        self.session, self.items, self.scale = nn.Linear(16, 8), nn.Parameter(torch.randn(300, 8)), scale
+
+    def forward(self, x):
+        return self.scale * F.normalize(self.session(x), dim=1) @ F.normalize(self.items, dim=1).T
+
+
+@pytest.mark.parametrize("scale", [1.0, 20.0], ids=["plain_cosines", "temperature_0.05"])
+def test_class_logits_that_are_plain_cosines_over_a_catalogue(scale):
+    g = torch.Generator().manual_seed(5)
+    rows = TensorDataset(torch.randn(256, 16, generator=g), torch.randint(0, 300, (256,), generator=g))
+    torch.manual_seed(0)
+    issues = issues_of(CosineRecommender(scale), rows, lambda m, b: F.cross_entropy(m(b[0]), b[1]))
+    assert [i.code for i in issues] == (["CONTRASTIVE_TEMPERATURE_TOO_HIGH"] if scale == 1.0 else [])
+    if issues:
+        assert "300 classes" in issues[0].message and "2.4%" in issues[0].message and "/ 0.05" in issues[0].fix

@@ -59,6 +59,7 @@ SEED = 20240611
 
 
 PRODUCTS = {"matmul", "mm", "__matmul__", "__rmatmul__"}
+MIN_CLASSES_SCORED = 10  # class logits from cosines: a catalogue, where the bound on the softmax bites
 
 
 class SimilarityWatch(TorchFunctionMode):
@@ -74,10 +75,20 @@ class SimilarityWatch(TorchFunctionMode):
         self.self_product = False
         self.cosines: torch.Tensor | None = None
         self.cosine_scale: float | None = None
+        # Class logits (B, C) that are a multiple of cosines: an item catalogue scored by
+        # normalised embeddings. (scale, classes) of the first such cross-entropy.
+        self.product_cosines: torch.Tensor | None = None
+        self.class_cosines: tuple[float, int] | None = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         result = func(*args, **kwargs)
+        if getattr(func, "__name__", "") in PRODUCTS and len(args) >= 2 and self.class_cosines is None:
+            left, right = args[0], args[1]
+            if isinstance(left, torch.Tensor) and isinstance(right, torch.Tensor) and left.dim() == right.dim() == 2 \
+                    and left.shape[0] >= MIN_ROWS and right.shape[1] >= MIN_CLASSES_SCORED:
+                self.product_cosines = (result.detach().float().clone() if unit_rows(left) and unit_rows(right.T)
+                                        else None)
         if getattr(func, "__name__", "") in PRODUCTS and self.scores is None and len(args) >= 2:
             left, right = args[0], args[1]
             if isinstance(left, torch.Tensor) and isinstance(right, torch.Tensor) and left.dim() == right.dim() == 2 \
@@ -85,6 +96,12 @@ class SimilarityWatch(TorchFunctionMode):
                 self.self_product = left.untyped_storage().data_ptr() == right.untyped_storage().data_ptr() \
                     and left.data_ptr() == right.data_ptr()
                 self.cosines = result.detach().float().clone() if unit_rows(left) and unit_rows(right.T) else None
+        if func is F.cross_entropy and self.class_cosines is None and len(args) >= 2 \
+                and isinstance(args[0], torch.Tensor) and args[0].dim() == 2 and args[0].shape[0] != args[0].shape[1] \
+                and self.product_cosines is not None and self.product_cosines.shape == args[0].shape:
+            scale = multiple_of(args[0].detach().float(), self.product_cosines)
+            if scale is not None:
+                self.class_cosines = (scale, int(args[0].shape[1]))
         if func is F.cross_entropy and self.scores is None and len(args) >= 2:
             scores, target = args[0], args[1]
             if (isinstance(scores, torch.Tensor) and isinstance(target, torch.Tensor) and scores.dim() == 2
@@ -259,6 +276,8 @@ class ContrastiveTargetsCheck(Check):
         # duplicates out of the negatives, and a sample alone in its class still has a positive.
         if base is None or base[1].unique().numel() < base[1].numel():
             self._positives(mask, findings)
+        if watch.class_cosines is not None and self._class_cosines_unscaled(*watch.class_cosines, findings):
+            return
         if base is None:
             findings.data["summary"] = "no cross-entropy over (N, N) scores"
             return
@@ -347,6 +366,26 @@ class ContrastiveTargetsCheck(Check):
                 "Build the embeddings and the targets from one layout: z = torch.cat([z1, z2]) with targets "
                 "(torch.arange(2 * B) + B) % (2 * B), or for interleaved rows targets torch.arange(2 * B) ^ 1.",
             )
+
+    @staticmethod
+    def _class_cosines_unscaled(scale: float, classes: int, findings: Findings) -> bool:
+        """Class logits that are cosines times ``scale``: even a perfect model (cosine 1 with its
+        class, -1 with every other) gives its class less than half the softmax."""
+        best = math.exp(scale) / (math.exp(scale) + (classes - 1) * math.exp(-scale))
+        if best >= 0.5:
+            return False
+        floor = -math.log(best)
+        findings.data["summary"] = f"class logits are {scale:.3g} x cosines over {classes} classes"
+        findings.warning(
+            "CONTRASTIVE_TEMPERATURE_TOO_HIGH",
+            f"cross_entropy scores {classes} classes with logits that are cosines of normalised embeddings times "
+            f"{scale:.3g} (no temperature, or one near 1): logits stay within [-{scale:.3g}, {scale:.3g}], so even a "
+            f"perfect model, cosine 1 with its class and -1 with all others, gives the true class only {best:.1%} of "
+            f"the softmax; the loss cannot fall below {floor:.2f} and its gradients stay small",
+            "Divide the cosines by a temperature (logits = F.normalize(u) @ F.normalize(items).T / 0.05, or a learned "
+            "logit scale initialised near 1 / 0.07), so the true class can take most of the softmax.",
+        )
+        return True
 
     @staticmethod
     def _temperature_inverted(scale: float | None, scores: torch.Tensor, findings: Findings) -> bool:
