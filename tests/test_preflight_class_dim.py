@@ -83,3 +83,34 @@ def test_a_linear_output_viewed_into_other_sizes_has_other_features_last():
     logits = out(gru(torch.randn(4, 7, 5))[0])  # (4, 7, 6): the bias is added after the matmul
     assert features_on_last_dim(logits)
     assert not features_on_last_dim(logits.view(4, 6, 7))  # a view to (B, C, T): the positions are last
+
+
+class FrameTagger(nn.Module):
+    """Sound event detection: per-frame class logits (B, T, C) from a linear head, T == C."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.rnn, self.head = nn.GRU(12, 16, batch_first=True), nn.Linear(16, C)
+
+    def forward(self, frames):
+        return self.head(self.rnn(frames)[0])
+
+
+@pytest.mark.parametrize("pool_dim", [-1, 1], ids=["over_classes", "over_time"])
+def test_clip_logits_pooled_over_the_class_axis(pool_dim):
+    g = torch.Generator().manual_seed(2)
+    frames, clip_tags = torch.randn(256, T, 12, generator=g), (torch.rand(256, C, generator=g) < 0.3).float()
+
+    def clip_loss(model, batch):
+        clip_logits = model(batch[0]).amax(dim=pool_dim)
+        return nn.functional.binary_cross_entropy_with_logits(clip_logits, batch[1])
+
+    model = FrameTagger()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(frames, clip_tags), batch_size=32, shuffle=True), loss_fn=clip_loss,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), LossFunctionCheck()])
+    issues = [i for i in report.check("step.loss_function").issues if i.code == "LOSS_POOLED_OVER_CLASSES"]
+    assert bool(issues) == (pool_dim == -1)
+    if issues:
+        assert "amax(dim=-1)" in issues[0].message and "frame_logits.amax(dim=1)" in issues[0].fix

@@ -70,7 +70,7 @@ class EmaWatch:
                     continue
                 seen.add(id(tensor))
                 watched.append((f"{prefix}{name}", tensor, index))
-        samples = [(p, _sample_index(p.numel())) for p in params if p.is_floating_point()]
+        samples = [(p, _sample_index(p.numel())) for p in params if _plain(p)]
         return cls(watched, [(p, i) for p, i in samples if i is not None])
 
     def _read_all(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -101,14 +101,20 @@ class EmaWatch:
         return float(torch.tensor(rates).median()), names
 
 
+def _plain(tensor: torch.Tensor) -> bool:
+    """A local, materialised floating tensor: a sharded DTensor or a meta tensor is not read."""
+    return tensor.is_floating_point() and not tensor.is_meta and type(tensor).__name__ not in ("DTensor",) \
+        and type(tensor.data).__name__ != "DTensor"
+
+
 def _outside(module: nn.Module, in_optimizer: set[int]) -> Iterator[tuple[str, torch.Tensor]]:
     for name, param in module.named_parameters():
-        if id(param) not in in_optimizer and param.is_floating_point():
+        if id(param) not in in_optimizer and _plain(param):
             yield name, param
     for name, buffer in module.named_buffers():
         # Normalisation statistics average the activations, not the weights; left out, a
         # CNN without an EMA copy costs no trial step.
-        if buffer.is_floating_point() and not name.endswith(("running_mean", "running_var")):
+        if _plain(buffer) and not name.endswith(("running_mean", "running_var")):
             yield name, buffer
 
 

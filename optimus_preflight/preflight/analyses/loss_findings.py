@@ -422,6 +422,26 @@ def bounded_logit_findings(calls: list[CriterionCall]) -> list[Finding]:
     return []
 
 
+def pooled_class_findings(calls: list[CriterionCall]) -> list[Finding]:
+    """LOSS_POOLED_OVER_CLASSES: a class criterion whose input is a (B, T, C) head's output reduced
+    over its last dim, the head's C outputs: the classes are pooled away and what is left, one
+    value per frame, is scored against per-class targets. Silent only where T == C."""
+    for call in calls:
+        if call.pooled_features is None:
+            continue
+        reduction = call.pooled_features
+        return [Finding(
+            "LOSS_POOLED_OVER_CLASSES", "warning",
+            f"{call.function} receives the model's per-frame output reduced with {reduction}(dim=-1): the last dim "
+            "holds the output layer's features, the classes, so the classes are pooled away and each of the "
+            "remaining values is a time step (a frame), not a class. With as many frames as classes the shapes "
+            "still match the (B, C) clip targets, and every 'class' column is trained on another frame",
+            f"Pool over time, the frames' axis: clip_logits = frame_logits.{reduction}(dim=1) for (B, T, C) frame "
+            "logits (or attention pooling over dim 1), so the clip keeps one value per class.",
+        )]
+    return []
+
+
 def class_dim_findings(calls: list[CriterionCall]) -> list[Finding]:
     """LOSS_CLASS_DIM: a (B, T, C) input straight from a linear layer, whose outputs are on the
     last dim, given to a criterion that reads the classes from dim 1. With T == C nothing

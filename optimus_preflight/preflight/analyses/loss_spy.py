@@ -64,6 +64,7 @@ from optimus_preflight.preflight.analyses.output_range import (
     bounded_output,
     features_on_last_dim,
     output_activation,
+    pooled_over_features,
 )
 from optimus_preflight.preflight.analyses.padding import (
     PaddingProfile,
@@ -273,6 +274,7 @@ class CriterionCall:
     # (B, K-1) cumulative 0/1 level targets (each row 1...1 0...0): (rows, levels, first level always 1)
     cumulative_levels: tuple[int, int, bool] | None = None
     classes_last: bool = False  # a (B, T, C) input straight from a linear layer: classes on the last dim, not dim 1
+    pooled_features: str | None = None  # the reduction over a (B, T, C) linear output's last dim that made the input
     input_op: str | None = None  # the autograd op that made the input, through views (SumBackward0: a .sum() with no dim)
     similarity_product: bool = False  # square (B, B) scores of a @ b.T: in-batch similarities, positives on the diagonal
     class_target: torch.Tensor | None = None  # (B,) class ids of a class criterion (held for the step only)
@@ -561,6 +563,9 @@ class LossSpy(TorchFunctionMode):
         if name in CLASS_CRITERIA and isinstance(inputs, torch.Tensor) and inputs.requires_grad:
             record.logit_activation = output_activation(inputs)
             record.classes_last = inputs.dim() >= 3 and features_on_last_dim(inputs)
+        if (name in CLASS_CRITERIA or name in BINARY_CRITERIA) and isinstance(inputs, torch.Tensor) \
+                and inputs.requires_grad:
+            record.pooled_features = pooled_over_features(inputs)
         weight = argument(args, kwargs, 2, "weight")
         if name in CLASS_CRITERIA and isinstance(weight, torch.Tensor) and isinstance(target, torch.Tensor) \
                 and not target.is_floating_point():

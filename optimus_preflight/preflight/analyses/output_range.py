@@ -142,7 +142,38 @@ def features_on_last_dim(tensor: torch.Tensor) -> bool:
     """``tensor`` comes straight out of a linear layer (``Addmm``/``Mm`` behind the view that
     restores a 3-D shape) with no permute or transpose since: its features are on the last
     dim."""
-    node, hops = tensor.grad_fn, 0
+    return _node_features_on_last_dim(tensor.grad_fn, tensor.shape[-1])
+
+
+_REDUCTIONS = ("Amax", "Max", "Mean", "Sum", "Logsumexp")
+
+
+def pooled_over_features(tensor: torch.Tensor) -> str | None:
+    """The reduction (``amax``, ``mean``...) that made ``tensor`` from a 3-D or larger output of a
+    linear layer over that output's last dim, its features (a head's classes); None otherwise."""
+    node = tensor.grad_fn
+    name = type(node).__name__.removesuffix("Backward0").removesuffix("Backward1") if node is not None else ""
+    if name not in _REDUCTIONS:
+        return None
+    sizes = getattr(node, "_saved_self_sym_sizes", None)
+    if sizes is None:
+        saved = getattr(node, "_saved_self", None)
+        sizes = tuple(saved.shape) if isinstance(saved, torch.Tensor) else None
+    dims = getattr(node, "_saved_dim", None)
+    if sizes is None or dims is None or len(sizes) < 3:
+        return None
+    dims = dims if isinstance(dims, tuple) else (dims,)
+    resolved = {(d - 2**64 if d >= 2**63 else d) % len(sizes) for d in dims}
+    if resolved != {len(sizes) - 1}:
+        return None
+    parents = _parents(node)
+    if len(parents) != 1 or not _node_features_on_last_dim(parents[0], int(sizes[-1]), start=1):
+        return None
+    return name.lower()
+
+
+def _node_features_on_last_dim(node: object, last: int, start: int = 0) -> bool:
+    hops = start
     while node is not None and hops < 8:
         name = type(node).__name__.removesuffix("Backward0").removesuffix("Backward1")
         if name.startswith(_SWAPS):
@@ -150,9 +181,9 @@ def features_on_last_dim(tensor: torch.Tensor) -> bool:
         if name in _MATMULS:
             # A 2-D matmul's output needs a view to be 3-D (the linear's reshape); a view that
             # reorders the sizes (B, T, C) -> (B, C, T) has other features on the last dim.
-            return hops > 0 and _matmul_width(node) in (None, tensor.shape[-1])
+            return hops > 0 and _matmul_width(node) in (None, last)
         parents = _parents(node)
-        if name == "Add" and hops == 0:
+        if name == "Add" and hops == start:
             # A linear layer on a non-contiguous input (an RNN's batch-first output) adds its bias
             # after the matmul: follow the branch that is not the bias parameter.
             computed = [parent for parent in parents if type(parent).__name__ != "AccumulateGrad"]

@@ -24,8 +24,7 @@ from optimus_preflight.preflight.analyses.ema_watch import EmaWatch
 from optimus_preflight.preflight.analyses.trial_steps import make_runner
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.framework.preserve import preserved_training_state
-from optimus_preflight.training.learnable import loss_modules
+from optimus_preflight.preflight.framework.preserve import held_modules, preserved_training_state
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -45,7 +44,7 @@ class EmaHorizonCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         findings.data["summary"] = "no tensor outside the optimizer follows the weights"
-        held = loss_modules(ctx.compute_loss, ctx.model)
+        held = held_modules(ctx)  # the ones the snapshot restores after the trial steps
         watch = EmaWatch.of([("", ctx.model), *((f"{name}.", module) for name, module in held)], ctx.optimizer)
         if not watch.watched:
             return

@@ -23,6 +23,7 @@ from optimus_preflight.preflight.analyses.loss_findings import (
     loss_input_findings,
     output_precision_findings,
     output_range_findings,
+    pooled_class_findings,
     regression_scale_findings,
     target_findings,
     truncated_target_findings,
@@ -586,7 +587,7 @@ class LossFunctionCheck(Check):
     name = "step.loss_function"
     stage = Stage.STEP
     codes = ("O12", "O13", "O16", "LOSS_NORM_DIM", "LOSS_BROADCAST", "LOSS_ONE_PREDICTION", "LOSS_SOFTMAX_BCE", "LOSS_OUTPUT_RANGE",
-             "LOSS_PAIR_SLICES", "LOSS_CLASS_WEIGHTS", "LOSS_BOUNDED_LOGITS", "LOSS_CLASS_DIM", "CTC_BLANK_IN_TARGETS", "CTC_NOT_LOG_PROBS", "CTC_LENGTHS_TOO_SHORT", "MULTILABEL_MARGIN_MULTI_HOT",
+             "LOSS_PAIR_SLICES", "LOSS_CLASS_WEIGHTS", "LOSS_BOUNDED_LOGITS", "LOSS_POOLED_OVER_CLASSES", "LOSS_CLASS_DIM", "CTC_BLANK_IN_TARGETS", "CTC_NOT_LOG_PROBS", "CTC_LENGTHS_TOO_SHORT", "MULTILABEL_MARGIN_MULTI_HOT",
              "POISSON_LOG_INPUT", "LOSS_INDEXED_BY_BATCH", "TRANSPOSE_1D", "MESHGRID_INDEXING", "BOX_CORNERS_UNORDERED", "KL_DIV_INPUT_NOT_LOG", "KL_TERM_CONSTANT", "COSINE_OVER_BROADCAST_DIM", "OVERLAP_ON_LOGITS", "EMBEDDING_DIM_POOLED", "LABEL_SMOOTHING_TOO_HIGH", "KL_DIV_MEAN_REDUCTION", "PREDICTION_DETACHED", "TEACHER_TRAINED", "GATHER_ALONG_BATCH", "EINSUM_NOT_CONTRACTED", "SORT_ALONG_LAST_DIM", "TARGET_MAPS_VANISH", "NOISE_NOT_GAUSSIAN",
              "LOSS_WEIGHTS_AFTER_MEAN", "SOFTMAX_OFF_AXIS", "LOSS_LOG_OF_PROBABILITY",
              "MASK_FILLED_WITH_ZERO", "LOSS_REDUCTIONS_MIXED", "SCATTER_OVERWRITES", "GENERATED_RANGE_MISMATCH",
@@ -601,7 +602,7 @@ class LossFunctionCheck(Check):
         for found in [*loss_input_findings(calls, probe.activations), *norm_dim_findings(calls),
                       *kl_norm_dim_findings(calls), *output_range_findings(calls),
                       *broadcast_findings(calls), *column_broadcast_findings(probe.column_broadcasts, calls),
-                      *bounded_logit_findings(calls), *class_dim_findings(calls),
+                      *bounded_logit_findings(calls), *pooled_class_findings(calls), *class_dim_findings(calls),
                       *criterion_arg_findings(probe.criterion_args), *pitfall_findings(probe.pitfalls)]:
             findings.add(found.severity, found.code, found.message, found.fix)
         if probe.per_sample_broadcast is not None:

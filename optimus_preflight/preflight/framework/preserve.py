@@ -24,20 +24,21 @@ def snapshot_of(ctx: PreflightContext) -> TrainingStateSnapshot:
         loaders=(ctx.train_loader, ctx.val_loader),
         # A trial step's backward also reaches the loss's own learnable tensors.
         extra_tensors=[tensor for _, tensor in loss_tensors(ctx.compute_loss, ctx.model)],
-        held_modules=held_modules(ctx),
+        held_modules=[module for _, module in held_modules(ctx)],
     )
 
 
-def held_modules(ctx: PreflightContext) -> list[torch.nn.Module]:
-    """The modules the loss function holds outside the model, while together no larger
-    than the model: a momentum encoder or an EMA copy, whose values a trial step changes.
-    A larger frozen teacher is left uncopied (its weights do not change)."""
+def held_modules(ctx: PreflightContext) -> list[tuple[str, torch.nn.Module]]:
+    """(name, module) for the modules the loss function holds outside the model, while together
+    no larger than the model: a momentum encoder or an EMA copy, whose values a trial step
+    changes and the snapshot restores. A larger frozen teacher is left uncopied (its weights
+    do not change)."""
     budget = sum(tensor.numel() for tensor in ctx.model.state_dict().values())
     held = []
-    for _, module in loss_modules(ctx.compute_loss, ctx.model):
+    for name, module in loss_modules(ctx.compute_loss, ctx.model):
         size = sum(tensor.numel() for tensor in module.state_dict().values())
         if size <= budget:
-            held.append(module)
+            held.append((name, module))
             budget -= size
     return held
 
