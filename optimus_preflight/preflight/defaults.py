@@ -91,6 +91,7 @@ from optimus_preflight.preflight.checks.row_scaling import RowScalingCheck
 from optimus_preflight.preflight.checks.row_shift import RowShiftCheck
 from optimus_preflight.preflight.checks.sample_mixing import SampleMixingCheck
 from optimus_preflight.preflight.checks.sample_standardised import SampleStandardisedCheck
+from optimus_preflight.preflight.checks.sampled_positive import SampledPositiveCheck
 from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageCheck
 from optimus_preflight.preflight.checks.selection_alignment import SelectionAlignmentCheck
 from optimus_preflight.preflight.checks.series_fill import SeriesFillCheck
@@ -247,6 +248,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     CollapseCheck,
     EmaHorizonCheck,
     MixLabelsCheck,
+    SampledPositiveCheck,
     PassthroughCheck,
     LossBoundsCheck,
     LossDirectionCheck,
