@@ -60,6 +60,7 @@ from optimus_preflight.preflight.checks.input_content import InputContentCheck
 from optimus_preflight.preflight.checks.input_dependence import InputDependenceCheck
 from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
 from optimus_preflight.preflight.checks.integer_mask import IntegerMaskCheck
+from optimus_preflight.preflight.checks.label_crop import LabelCropCheck
 from optimus_preflight.preflight.checks.label_masking import LabelMaskingCheck
 from optimus_preflight.preflight.checks.loss_batch_mean import LossBatchMeanCheck
 from optimus_preflight.preflight.checks.loss_bounds import LossBoundsCheck
@@ -249,6 +250,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     EmaHorizonCheck,
     MixLabelsCheck,
     SampledPositiveCheck,
+    LabelCropCheck,
     PassthroughCheck,
     LossBoundsCheck,
     LossDirectionCheck,
