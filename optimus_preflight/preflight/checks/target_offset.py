@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 ROWS = 1024
 BUDGET_S = 2.0
 MAX_FEATURES = 16
+MAX_WINDOW = 512  # steps per window: the value index stays small (1024 windows x 512 values)
 
 
 def _pair(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -35,7 +36,7 @@ def _pair(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
             or y.layout != torch.strided or not x.is_floating_point() \
             or not y.is_floating_point() or x.shape[0] != y.shape[0]:
         return None
-    if x.dim() not in (2, 3) or x.shape[1] < 4 or (x.dim() == 3 and x.shape[2] > MAX_FEATURES):
+    if x.dim() not in (2, 3) or not 4 <= x.shape[1] <= MAX_WINDOW or (x.dim() == 3 and x.shape[2] > MAX_FEATURES):
         return None
     if y.dim() == 3 and y.shape[2] == 1:
         y = y[..., 0]
