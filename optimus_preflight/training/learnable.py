@@ -95,26 +95,36 @@ def _referenced_objects(fn: Any) -> Iterator[tuple[str, Any]]:
             yield name, scope[name]
 
 
-def loss_modules(compute_loss: Callable[..., Any], model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """``(name, module)`` for the modules outside ``model`` that ``compute_loss`` holds or
-    reaches as ``loss_tensors`` does (a teacher, a momentum encoder, a loss with weights)."""
+def _reached_objects(compute_loss: Callable[..., Any], model: nn.Module) -> Iterator[tuple[str, Any]]:
+    """``(name, object)`` for each object outside ``model`` that ``compute_loss`` can reach when
+    it runs (``_referenced_objects``), once each, through the functions it calls by those
+    names to a small depth; the functions themselves are walked, not yielded."""
     model_ids = {id(module) for module in model.modules()}
-    found: dict[int, tuple[str, nn.Module]] = {}
     seen: set[int] = set()
-    if isinstance(compute_loss, nn.Module) and id(compute_loss) not in model_ids:
-        found[id(compute_loss)] = ("loss_fn", compute_loss)
 
-    def visit(fn: Any, depth: int) -> None:
+    def visit(fn: Any, depth: int) -> Iterator[tuple[str, Any]]:
         for name, value in _referenced_objects(fn):
             if id(value) in seen or id(value) in model_ids:
                 continue
             seen.add(id(value))
-            if isinstance(value, nn.Module):
-                found.setdefault(id(value), (name, value))
-            elif depth > 0 and (inspect.isfunction(value) or inspect.ismethod(value) or hasattr(value, "func")):
-                visit(value, depth - 1)
+            if isinstance(value, nn.Module) or not (inspect.isfunction(value) or inspect.ismethod(value)
+                                                    or hasattr(value, "func")):
+                yield name, value
+            elif depth > 0:
+                yield from visit(value, depth - 1)
 
-    visit(compute_loss, _CALLABLE_DEPTH)
+    yield from visit(compute_loss, _CALLABLE_DEPTH)
+
+
+def loss_modules(compute_loss: Callable[..., Any], model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``(name, module)`` for the modules outside ``model`` that ``compute_loss`` holds or
+    reaches as ``loss_tensors`` does (a teacher, a momentum encoder, a loss with weights)."""
+    found: dict[int, tuple[str, nn.Module]] = {}
+    if isinstance(compute_loss, nn.Module) and not any(compute_loss is module for module in model.modules()):
+        found[id(compute_loss)] = ("loss_fn", compute_loss)
+    for name, value in _reached_objects(compute_loss, model):
+        if isinstance(value, nn.Module):
+            found.setdefault(id(value), (name, value))
     return list(found.values())
 
 
@@ -125,32 +135,22 @@ def loss_tensors(compute_loss: Callable[..., Any], model: nn.Module) -> list[tup
     defaults, the globals it names or (a bound method) its instance's attributes;
     through the functions it calls by those names, to a small depth."""
     excluded = {id(tensor) for tensor in model.parameters()}
-    model_ids = {id(module) for module in model.modules()}
     found: dict[int, tuple[str, torch.Tensor]] = {}
-    seen: set[int] = set()
 
     def add(name: str, tensor: torch.Tensor) -> None:
         if id(tensor) not in excluded:
             found.setdefault(id(tensor), (name, tensor))
 
-    def visit(fn: Any, depth: int) -> None:
-        for name, value in _referenced_objects(fn):
-            if id(value) in seen or id(value) in model_ids:
-                continue
-            seen.add(id(value))
-            if isinstance(value, nn.Module):
-                for param_name, param in value.named_parameters():
-                    if param.requires_grad:
-                        add(f"{name}.{param_name}", param)
-                for tensor_name, tensor in unregistered_tensors(value):
-                    add(f"{name}.{tensor_name}", tensor)
-            elif isinstance(value, (torch.Tensor, list, tuple, dict)):
-                for tensor_name, tensor in _tensors_in(value, name):
-                    add(tensor_name, tensor)
-            elif depth > 0 and (inspect.isfunction(value) or inspect.ismethod(value) or hasattr(value, "func")):
-                visit(value, depth - 1)
-
-    visit(compute_loss, _CALLABLE_DEPTH)
+    for name, value in _reached_objects(compute_loss, model):
+        if isinstance(value, nn.Module):
+            for param_name, param in value.named_parameters():
+                if param.requires_grad:
+                    add(f"{name}.{param_name}", param)
+            for tensor_name, tensor in unregistered_tensors(value):
+                add(f"{name}.{tensor_name}", tensor)
+        elif isinstance(value, (torch.Tensor, list, tuple, dict)):
+            for tensor_name, tensor in _tensors_in(value, name):
+                add(tensor_name, tensor)
     return list(found.values())
 
 

@@ -119,6 +119,12 @@ def shard_model(
     return model
 
 
+def held_whole(tensor: torch.Tensor) -> bool:
+    """A tensor this process holds whole and can read: not an FSDP shard (a DTensor, also as a
+    parameter's data) and not a meta tensor kept for the memory verdict."""
+    return not tensor.is_meta and "DTensor" not in (type(tensor).__name__, type(tensor.data).__name__)
+
+
 def is_sharded(model: nn.Module) -> bool:
     """Whether ``model`` (or a module inside it) was wrapped by ``fully_shard``."""
     from torch.distributed.fsdp import FSDPModule

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from optimus_preflight.preflight.analyses.series import column_correlations
 from optimus_preflight.preflight.analyses.train_shortcut import rank_auc
 
 TRAIN_AUC = 0.85  # oriented AUC of the column in training
@@ -52,10 +53,7 @@ def _ranks(values: torch.Tensor) -> torch.Tensor:
 
 
 def _spearman(x: torch.Tensor, y: torch.Tensor) -> float:
-    rx, ry = _ranks(x), _ranks(y)
-    rx, ry = rx - rx.mean(), ry - ry.mean()
-    denominator = float(rx.norm() * ry.norm())
-    return float(rx.dot(ry)) / denominator if denominator > 0 else 0.0
+    return float(column_correlations(_ranks(x)[:, None], _ranks(y))[0])
 
 
 def _others_hold(tx: torch.Tensor, vx: torch.Tensor, in_train: torch.Tensor, in_val: torch.Tensor,

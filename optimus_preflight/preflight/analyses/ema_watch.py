@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from optimus_preflight.training.sharding import held_whole
+
 SAMPLE = 4096  # values read per tensor: the fit needs few, a 10B model's tensors stay unread
 MAX_RESIDUAL = 0.05  # the change is this close (relative norm) to a share of the way to a parameter
 MIN_TENSORS = 1
@@ -102,9 +104,8 @@ class EmaWatch:
 
 
 def _plain(tensor: torch.Tensor) -> bool:
-    """A local, materialised floating tensor: a sharded DTensor or a meta tensor is not read."""
-    return tensor.is_floating_point() and not tensor.is_meta and type(tensor).__name__ not in ("DTensor",) \
-        and type(tensor.data).__name__ != "DTensor"
+    """A floating tensor held whole: a sharded DTensor or a meta tensor is not read."""
+    return tensor.is_floating_point() and held_whole(tensor)
 
 
 def _outside(module: nn.Module, in_optimizer: set[int]) -> Iterator[tuple[str, torch.Tensor]]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from optimus_preflight.training.sharding import held_whole
+
 MIN_INIT_VALUES = 256  # a smaller weight says too little about its histogram
 UNIFORM_STD = 3 ** -0.5  # std of U(-b, b) / b
 
@@ -33,7 +35,7 @@ def untrained(model: nn.Module) -> bool:
     judged = [module.weight for module in model.modules()
               if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d))
               and module.weight.numel() >= MIN_INIT_VALUES][:JUDGED_LAYERS]
-    if not judged or any(type(weight).__name__ == "DTensor" or weight.is_meta for weight in judged):
+    if not judged or not all(held_whole(weight) for weight in judged):
         return False
     with torch.no_grad():
         return all(at_default_init(weight) for weight in judged)

@@ -28,10 +28,11 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from optimus_preflight.preflight.analyses.loss_spy import BINARY_CRITERIA, CLASS_CRITERIA
 from optimus_preflight.training.batches import leaves
 
 # Criteria whose target names a class (or a soft distribution over classes).
-CLASS_CRITERIA = {"cross_entropy", "nll_loss", "binary_cross_entropy_with_logits", "binary_cross_entropy", "kl_div"}
+LABEL_CRITERIA = {*CLASS_CRITERIA, *BINARY_CRITERIA, "kl_div"}
 BETWEEN_SHARE = 0.95  # of the differing values, this share lies between x and x[perm]
 DIFFERS = 1e-3  # |x - x[perm]| above this share of the field's scale counts as differing
 MAX_TRACKED = 64  # permuted copies and criterion calls kept per loss call
@@ -77,7 +78,7 @@ class MixWatch(TorchFunctionMode):
         if not args or not isinstance(out, torch.Tensor):
             return
         source = args[0]
-        if name in CLASS_CRITERIA and len(args) >= 2 and isinstance(args[1], torch.Tensor):
+        if name in LABEL_CRITERIA and len(args) >= 2 and isinstance(args[1], torch.Tensor):
             if len(self.criteria) < MAX_TRACKED:
                 self.criteria.append(Criterion(name, args[1].detach(), out))
             return

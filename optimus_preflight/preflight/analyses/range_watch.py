@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from optimus_preflight.training.sharding import held_whole
+
 BOUNDS = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0)}
 LAYERS = ("linear", "conv1d", "conv2d", "conv3d")
 OUTSIDE = 0.5  # share of the batch's values outside the bounded output's range
@@ -48,7 +50,7 @@ class RangeWatch:
         given, weight = args[0], args[1]
         if not (isinstance(given, torch.Tensor) and isinstance(weight, torch.Tensor)) or not given.is_floating_point() \
                 or given.layout != torch.strided or weight.layout != torch.strided \
-                or "DTensor" in (type(given).__name__, type(weight).__name__):  # sharded: no storage of its own
+                or not (held_whole(given) and held_whole(weight)):  # sharded: no storage of its own
             return
         layer, storage = weight.untyped_storage().data_ptr(), given.untyped_storage().data_ptr()
         if storage in self.bounded:

@@ -19,6 +19,7 @@ never drops anything in training); the forward shows where their dropout does ru
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -155,43 +156,33 @@ class DropoutCalls(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def watched_forward(ctx: PreflightContext, training: bool, watches: list[Any]) -> bool:
+    """One no-grad forward on the first batch in the given mode under every watch (torch
+    function modes with a ``close()``), weights, RNGs and modes restored; False where it fails."""
+    batch = ctx.artifacts.first_batch
+    try:
+        if batch is None or not ctx.weights_materialized:
+            return False
+        with preserved_training_state(ctx), contextlib.ExitStack() as stack:
+            ctx.model.train(training)
+            stack.enter_context(torch.no_grad())
+            stack.enter_context(ctx.training.plan.autocast())
+            for watch in watches:
+                stack.enter_context(watch)
+            ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
+    except Exception:  # the step checks report a forward that fails
+        return False
+    finally:
+        for watch in watches:
+            watch.close()
+    return True
+
+
 def forward_rates(ctx: PreflightContext, *, training: bool = True, at_least: float = KEEP_LIKE) -> dict[str, float]:
     """Rates of ``at_least`` and more applied in one no-grad forward on the first batch, in
-    training mode (or eval mode: what still drops there), weights, RNGs and modes restored;
-    empty where that forward fails."""
-    batch = ctx.artifacts.first_batch
-    if batch is None or not ctx.weights_materialized:
-        return {}
+    training mode (or eval mode: what still drops there); empty where that forward fails."""
     recorder = DropoutCalls(ctx.model, at_least)
-    try:
-        with preserved_training_state(ctx):
-            ctx.model.train(training)
-            with torch.no_grad(), ctx.training.plan.autocast(), recorder:
-                ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
-    except Exception:  # the step checks report a forward that fails
-        return {}
-    finally:
-        recorder.close()
-    return recorder.rates
-
-
-def random_masks_in_eval(ctx: PreflightContext) -> list[str]:
-    """The user's lines where the model's eval-mode forward compares a uniform random draw
-    (``analyses/random_masks.py``); empty where that forward fails."""
-    batch = ctx.artifacts.first_batch
-    if batch is None or not ctx.weights_materialized:
-        return []
-    watch = RandomMaskWatch(ctx.model)
-    try:
-        with preserved_training_state(ctx):
-            ctx.model.eval()
-            with torch.no_grad(), ctx.training.plan.autocast(), watch:
-                ctx.compute_loss(ctx.model, move_to_device(batch, ctx.device))
-    except Exception:
-        return []
-    finally:
-        watch.close()
-    return watch.found
+    return recorder.rates if watched_forward(ctx, training, [recorder]) else {}
 
 
 def _listing(rates: dict[str, float], limit: int = 5) -> str:
@@ -257,8 +248,11 @@ class DropoutInEvalCheck(Check):
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
-        rates = forward_rates(ctx, training=False, at_least=1e-12)
-        masks = random_masks_in_eval(ctx)
+        # One eval forward: the dropout calls that still drop, and hand-written random masks
+        # (analyses/random_masks.py) that a uniform draw compared with a rate makes.
+        recorder, watch = DropoutCalls(ctx.model, 1e-12), RandomMaskWatch(ctx.model)
+        ran = watched_forward(ctx, False, [recorder, watch])
+        rates, masks = (recorder.rates, watch.found) if ran else ({}, [])
         by_name = dict(ctx.model.named_modules())
         where = {("compute_loss" if name == LOSS else _label(name, by_name[name]) if name in by_name else name): rate
                  for name, rate in rates.items()}

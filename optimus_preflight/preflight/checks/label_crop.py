@@ -19,6 +19,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from optimus_preflight.preflight.analyses.eval_forward import eval_forward
+from optimus_preflight.preflight.analyses.loss_spy import BINARY_CRITERIA, CLASS_CRITERIA, REGRESSION_CRITERIA
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import leaves, move_to_device
@@ -26,8 +27,7 @@ from optimus_preflight.training.batches import leaves, move_to_device
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
 
-CRITERIA = {"binary_cross_entropy_with_logits", "binary_cross_entropy", "cross_entropy", "mse_loss", "l1_loss",
-            "smooth_l1_loss", "nll_loss"}
+CRITERIA = {*CLASS_CRITERIA, *BINARY_CRITERIA, *REGRESSION_CRITERIA}
 RATES = range(2, 9)
 MIN_FRAMES = 8  # of the cropped target
 

@@ -23,6 +23,7 @@ from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_training_state
 from optimus_preflight.training.batches import move_to_device
+from optimus_preflight.training.step import split_loss_output
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -76,7 +77,5 @@ class MixLabelsCheck(Check):
         )
 
 
-def _loss(ctx: PreflightContext, batch: object) -> torch.Tensor | None:
-    output = ctx.compute_loss(ctx.model, batch)
-    loss = output[0] if isinstance(output, (tuple, list)) else output
-    return loss if isinstance(loss, torch.Tensor) else None
+def _loss(ctx: PreflightContext, batch: object) -> torch.Tensor:
+    return split_loss_output(ctx.compute_loss(ctx.model, batch), batch)[0]
