@@ -55,7 +55,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "ax": "benchmarks.blind_preflight_ax.registry",
               "ay": "benchmarks.blind_preflight_ay.registry",
               "az": "benchmarks.blind_preflight_az.registry", "ba": "benchmarks.blind_preflight_ba.registry",
-              "bb": "benchmarks.blind_preflight_bb.registry"}
+              "bb": "benchmarks.blind_preflight_bb.registry",
+              "bc": "benchmarks.blind_preflight_bc.registry", "bd": "benchmarks.blind_preflight_bd.registry"}
 
 
 def load_cases(which: str = "a"):
