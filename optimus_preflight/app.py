@@ -33,6 +33,7 @@ from omegaconf import DictConfig
 from optimus_preflight.checkpoint.resume import check_resume_value
 from optimus_preflight.checkpoint.signals import signal_number
 from optimus_preflight.config.compose import DEFAULT_SOURCE, ConfigSource, compose, declared_overrides
+from optimus_preflight.config.invocation import speaker
 from optimus_preflight.config.reads import UnreadOverride
 from optimus_preflight.config.registration import register_configs
 from optimus_preflight.config.validate import validate_config
@@ -253,7 +254,7 @@ def _prepare_distributed(argv: list[str]) -> DistEnv:
     try:
         stamp = broadcast_object(datetime.now().strftime("%Y-%m-%d/%H-%M-%S"))
     except UserError as error:  # a rank that never came: one message, not a traceback
-        print(f"optimus-train: error: {error}", file=sys.stderr)
+        print(f"{speaker()}: error: {error}", file=sys.stderr)
         sys.exit(error.exit_code)
     _with_default(argv, "hydra.run.dir", f"outputs/{stamp}")
     _with_default(argv, "hydra.sweep.dir", f"multirun/{stamp}")
@@ -312,7 +313,7 @@ def _print_version_and_exit() -> None:
 def _quit_at_once(signum: int, frame: Any) -> None:
     """Ctrl+C once the jobs are over: the process is on its way out (torch and
     multiprocessing join the data workers at exit), so it ends now, without a traceback."""
-    os.write(2, b"optimus-train: interrupted while exiting: stopped at once; checkpoints already on disk are intact.\n")
+    os.write(2, f"{speaker()}: interrupted while exiting: stopped at once; checkpoints already on disk are intact.\n".encode())
     os._exit(128 + signal.SIGINT)
 
 
@@ -380,7 +381,7 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
             check_overrides(args.overrides, args.multirun, resolve, _source(args))
             _check_output_dir(args.overrides, args.multirun)
     except UserError as error:
-        print(f"optimus-train: error: {error}", file=sys.stderr)
+        print(f"{speaker()}: error: {error}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     _prepare_distributed(sys.argv)
     # submitit sends its pre-timeout signal (USR2 unless told) and reads this at import:
@@ -428,7 +429,7 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
             sys.exit(EXIT_INTERNAL)
         finally:
             for line in bug_lines:  # after the traceback Hydra printed
-                print(f"optimus-train: {line}", file=sys.stderr, flush=True)
+                print(f"{speaker()}: {line}", file=sys.stderr, flush=True)
     except SweepInterrupted as stop:
         write_sweep_summary(sweep_dirs[-1])
         if stop.rerun:
@@ -438,7 +439,7 @@ def run_app(recipe_class: type | None = None, resolve: RecipeResolver | None = N
         sys.exit(stop.exit_code)
     except KeyboardInterrupt:
         # Ctrl+C outside a run's handlers (starting up, or after its summary): no run to save.
-        print("optimus-train: interrupted: stopped at once; checkpoints already on disk are intact.", file=sys.stderr)
+        print(f"{speaker()}: interrupted: stopped at once; checkpoints already on disk are intact.", file=sys.stderr)
         sys.exit(130)
     finally:
         with contextlib.suppress(ValueError):  # off the main thread Python sets no handler

@@ -35,6 +35,20 @@ def test_messages_name_the_program_the_user_ran(monkeypatch, argv0, expected):
     assert program() == expected
 
 
+@pytest.mark.parametrize(("argv0", "expected"), [
+    ("/abs/.venv/bin/optimus-train", "optimus-train"),
+    ("/abs/optimus_preflight/cli.py", "optimus-train"),
+    ("/abs/project/my_recipes.py", "my_recipes.py"),
+])
+def test_stderr_lines_start_with_the_program_the_user_ran(monkeypatch, argv0, expected):
+    from optimus_preflight.checkpoint.forced_exit import second_ctrl_c_message
+    from optimus_preflight.config.invocation import speaker
+
+    monkeypatch.setattr(sys, "argv", [argv0])
+    assert speaker() == expected
+    assert second_ctrl_c_message(None, "resume").startswith(f"{expected}: interrupted twice")
+
+
 def test_an_output_dir_that_cannot_be_created_is_a_user_error_naming_the_key(tmp_path):
     from optimus_preflight.app import _check_output_dir
     from optimus_preflight.errors import UserError

@@ -100,6 +100,14 @@ def test_subclass_overriding_one_builder_runs_by_target_and_by_main(tmp_path):
     assert by_main.returncode == 0, by_main.stderr
     assert '"lr": 0.025' in (tmp_path / "b" / "metrics.jsonl").read_text()
 
+    # A bad value through the user's own script: the one error line names their script, not optimus-train.
+    bad = subprocess.run([sys.executable, "my_recipes.py", "trainer.max_steps=many", f"hydra.run.dir={tmp_path / 'c'}"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+    errors = [line for line in bad.stderr.splitlines() if line.startswith("my_recipes.py: error: ") and "trainer.max_steps" in line]
+    assert len(errors) == 1 and "optimus-train" not in bad.stderr, bad.stderr
+    assert not (tmp_path / "c").exists()
+
 
 @pytest.mark.parametrize(
     "override, key, fix",

@@ -17,6 +17,8 @@ import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
+from optimus_preflight.config.invocation import speaker
+
 Step = tuple[str, Callable[[], object]]
 
 
@@ -27,8 +29,8 @@ def say(line: str) -> None:
 def second_ctrl_c_message(last_checkpoint: Path | None, resume: str) -> str:
     """One line: what is on disk and the command that continues from it."""
     if last_checkpoint is None:
-        return f"optimus-train: interrupted twice: stopped at once; no checkpoint on disk yet. Start again with: {resume}"
-    return f"optimus-train: interrupted twice: stopped at once; the last checkpoint on disk is {last_checkpoint} (intact). Resume with: {resume}"
+        return f"{speaker()}: interrupted twice: stopped at once; no checkpoint on disk yet. Start again with: {resume}"
+    return f"{speaker()}: interrupted twice: stopped at once; the last checkpoint on disk is {last_checkpoint} (intact). Resume with: {resume}"
 
 
 class ForcedExit:
@@ -64,7 +66,7 @@ class ForcedExit:
             try:
                 step()
             except BaseException as error:  # noqa: BLE001 - nothing may stop the exit
-                _try(say, f"optimus-train: while exiting: {name} failed: {error!r}")
+                _try(say, f"{speaker()}: while exiting: {name} failed: {error!r}")
         _try(sys.stdout.flush)
         _try(sys.stderr.flush)
         self._exit_process(code)

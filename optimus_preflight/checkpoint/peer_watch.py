@@ -15,6 +15,7 @@ from typing import Callable
 
 from optimus_preflight.checkpoint.forced_exit import say
 from optimus_preflight.checkpoint.stop_control import StopControl
+from optimus_preflight.config.invocation import speaker
 from optimus_preflight.errors import EXIT_USER_ERROR
 from optimus_preflight.training.peers import STALLED, Bound, Peers, PeersUnresponsive, StuckWatchdog
 
@@ -102,7 +103,7 @@ class PeerWatch:
             saved[0] = self.save_last_step(False)
 
         forced_exit = self.stop.forced_exit
-        steps = [("checkpoint", save), ("message", lambda: say(f"optimus-train: error: {error.with_outcome(self.outcome(saved[0]))}"))]
+        steps = [("checkpoint", save), ("message", lambda: say(f"{speaker()}: error: {error.with_outcome(self.outcome(saved[0]))}"))]
         # A checkpoint of a big model may take a while; a hung disk still may not hold the exit.
         forced_exit.run(EXIT_USER_ERROR, "failed", steps, grace_s=max(forced_exit.grace_s, limit))
 
@@ -141,7 +142,7 @@ class PeerWatch:
         self.stop.peer_stall = f"data stalled on rank {rank}: {headline}"
         key = self.fetch_timeout_key
         message = lambda: say(  # noqa: E731
-            f"optimus-train: error: {key}: rank {rank}: {headline}; this rank waited for it in a collective. "
+            f"{speaker()}: error: {key}: rank {rank}: {headline}; this rank waited for it in a collective. "
             f"Fix the data code there, or raise {key} if batches are legitimately that slow. {self.outcome(saved[0])}")
         forced_exit = self.stop.forced_exit
         forced_exit.run(EXIT_USER_ERROR, "interrupted",

@@ -20,6 +20,7 @@ from typing import Any, Callable, ContextManager
 from optimus_preflight.checkpoint.fetch_watchdog import Describe, FetchWatchdog, Stall
 from optimus_preflight.checkpoint.forced_exit import ForcedExit, say, second_ctrl_c_message
 from optimus_preflight.checkpoint.signals import StopRequested, StopSignals
+from optimus_preflight.config.invocation import speaker
 from optimus_preflight.errors import EXIT_USER_ERROR
 from optimus_preflight.training.distributed import DistEnv
 
@@ -74,7 +75,7 @@ class StopControl:
         without a new checkpoint; the last one on disk is intact."""
         last = self.last_checkpoint()
         where = f"the last checkpoint on disk is {last} (intact)" if last else "no checkpoint on disk yet"
-        message = lambda: say(f"optimus-train: error: {stall.headline()}; the wait did not end when interrupted: "  # noqa: E731
+        message = lambda: say(f"{speaker()}: error: {stall.headline()}; the wait did not end when interrupted: "  # noqa: E731
                               f"stopped at once; {where}. Resume with: {self.resume_hint()}")
         self.forced_exit.run(EXIT_USER_ERROR, "failed", [("message", message)])
 

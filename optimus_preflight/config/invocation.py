@@ -19,3 +19,11 @@ def program() -> str:
     if not name or name in OWN_ENTRY_POINTS or not name.endswith(".py"):
         return "optimus-train"
     return f"python {name}"
+
+
+def speaker() -> str:
+    """The name a message to stderr starts with: ``optimus-train``, or ``my_recipes.py`` for a
+    recipe's own script (as argparse names a script), so a ``python my_recipes.py`` user does not
+    read an error from a program they never ran."""
+    command = program()
+    return command.removeprefix("python ")

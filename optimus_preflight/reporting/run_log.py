@@ -16,6 +16,8 @@ import sys
 from collections import deque
 from typing import TextIO
 
+from optimus_preflight.config.invocation import speaker
+
 # A console that is gone: a pipe whose reader exited (`| head`), a terminal closed (EIO).
 _GONE_ERRNOS = (errno.EPIPE, errno.EIO)
 
@@ -75,7 +77,7 @@ class _QuietFileHandler(logging.FileHandler):
         if not self._reported:
             self._reported = True
             error = sys.exc_info()[1]
-            sys.stderr.write(f"optimus-train: {self.baseFilename} stopped taking log lines ({error}); "
+            sys.stderr.write(f"{speaker()}: {self.baseFilename} stopped taking log lines ({error}); "
                              "the console still has them\n")
 
 
