@@ -188,3 +188,22 @@ def test_a_model_that_cannot_be_built_raises_with_both_reasons():
     _, batch, loss_fn = CASES["mlp"]
     with pytest.raises(EstimateError, match="no such layer size.*meta device failed too"):
         estimate_step_memory(broken, batch, loss_fn, OPTIMIZERS["adamw"])
+
+
+def test_a_constructor_that_deep_copies_layers_estimates_without_torch_warnings():
+    # nn.Transformer clones its layers with copy.deepcopy; inside the fake trace torch warns about
+    # the fake tensors' data pointers, which a user would read as a bug in their own model.
+    import warnings
+
+    def model_fn():
+        return nn.Transformer(16, 2, 1, 1, 32, dropout=0.0, batch_first=True)
+
+    batch = (torch.randn(4, 6, 16), torch.randn(4, 5, 16))
+
+    def loss_fn(model, batch):
+        return model(*batch).square().mean()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        estimate = estimate_step_memory(model_fn, batch, loss_fn, OPTIMIZERS["adamw"])
+    assert estimate.method == "fake" and estimate.peak_bytes > 0

@@ -333,14 +333,20 @@ def _restore_dict(mapping: dict, before: dict, every_key: bool) -> None:
 def quiet_fake_tensor_log() -> Any:
     """Keep torch's fake-tensor logger from printing a traceback at ERROR level for an op the
     trace cannot run on fake tensors (a user's tensor stored on ``self`` and fed back in): the
-    estimate catches that failure and says so in its own words."""
+    estimate catches that failure and says so in its own words. Nor let torch warn about the
+    data pointer of a fake tensor when a model's constructor deep-copies a layer built inside
+    the trace (``nn.Transformer`` clones its layers): a warning about the estimate's own fake
+    tensors, which a user reads as a bug in their code."""
     import logging
+    import warnings
 
     logger = logging.getLogger("torch._subclasses.fake_tensor")
     level = logger.level
     logger.setLevel(logging.CRITICAL)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor", category=UserWarning)
+            yield
     finally:
         logger.setLevel(level)
 
