@@ -388,3 +388,62 @@ def test_states_paired_with_the_next_steps_actions_are_named_off_by_one(next_act
     assert bool(issues) == next_action
     if issues:
         assert "off by one row" in issues[0].message and "labels[i - 1]" in issues[0].message
+
+
+def untrained_verdict(fold_into: int | None, val_classes: list[int] = (0, 1, 2, 3)) -> tuple[list, dict]:
+    """2000 training tickets; with ``fold_into`` the 'feature_request' folder is missing from
+    the label map and ``label_to_index.get(name, fold_into)`` files it under another class."""
+    train_x, train_names = tickets(2000, 1, [0, 1, 2, 3])
+    val_x, val_names = tickets(400, 2, list(val_classes))
+    label_to_index = {name: i for i, name in enumerate(NAMES)}
+    if fold_into is not None:
+        del label_to_index["feature_request"]
+    train_y = torch.tensor([label_to_index.get(name, fold_into) for name in train_names])
+    val_y = encode(val_names, NAMES)
+    model = nn.Linear(16, 4)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(train_x, train_y), batch_size=64, shuffle=True),
+                           val_loader=DataLoader(TensorDataset(val_x, val_y), batch_size=128),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    result = report.check("data.split_labels")
+    return [i for i in result.issues if i.severity.value == "warning"], result.data
+
+
+def test_a_class_folded_into_another_by_a_default_in_the_label_map_is_named():
+    issues, _ = untrained_verdict(fold_into=0)
+    assert [i.code for i in issues] == ["VAL_CLASS_UNTRAINED"], issues
+    assert "class 3" in issues[0].message and "label_to_index[name]" in issues[0].fix
+
+
+def test_every_class_in_training_or_none_shared_with_validation_is_no_untrained_class():
+    issues, _ = untrained_verdict(fold_into=None)
+    assert not issues
+    # Metric learning's protocol: validation holds classes training never sees, on purpose.
+    train_x, _ = tickets(2000, 1, [0, 1])
+    g = torch.Generator().manual_seed(3)
+    train_y, val_y = torch.randint(0, 2, (2000,), generator=g), torch.randint(2, 4, (400,), generator=g)
+    from optimus_preflight.preflight.checks.split_labels import label_shift
+    shift = label_shift(train_y, val_y, with_untrained=True)
+    assert shift is not None and shift.untrained == ()
+
+
+def test_a_rare_class_that_training_lacks_by_chance_is_no_untrained_class():
+    from optimus_preflight.preflight.checks.split_labels import label_shift
+    g = torch.Generator().manual_seed(0)
+    train_y = torch.randint(0, 4, (600,), generator=g)
+    val_y = torch.cat([torch.randint(0, 4, (395,), generator=g), torch.full((5,), 4)])  # 1%: 6 expected in training
+    assert label_shift(train_y, val_y, with_untrained=True) is None
+
+
+def test_an_unshuffled_class_sorted_loader_read_in_part_is_no_untrained_class():
+    # The first 2048 rows of a class-sorted table lack its last class; the table does not.
+    train_x, train_names = tickets(4000, 1, [0, 1, 2, 3])
+    train_y = encode(train_names, NAMES)
+    order = train_y.argsort(stable=True)
+    val_x, val_names = tickets(400, 2, [0, 1, 2, 3])
+    model = nn.Linear(16, 4)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(train_x[order], train_y[order]), batch_size=64),
+                           val_loader=DataLoader(TensorDataset(val_x, encode(val_names, NAMES)), batch_size=128),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    assert not [i for i in report.check("data.split_labels").issues if i.code == "VAL_CLASS_UNTRAINED"]

@@ -67,6 +67,8 @@ FEW_IDS = 2  # integer values per sample's inputs: ids (a user, a user and an it
 CONFLICT_SHARE = 0.1  # of the training samples read: identical inputs with another label
 MIN_CONFLICTS = 8
 SHIFT_DISTANCE = 0.5  # total variation between the training and validation label histograms
+UNTRAINED_EXPECTED = 20  # training labels a validation class's share predicts before its absence is news
+UNTRAINED_SHARED = 0.5  # of the validation labels in classes training names too
 ONE_CLASS_TRAIN_MAX = 0.9  # a one-class validation set is news when training's largest class is below this
 
 
@@ -370,11 +372,34 @@ class LabelShift:
     train: dict[int, float]  # class -> share
     val: dict[int, float]
     val_count: int
+    train_count: int = 0
+    # Validation classes no training label names although, at their validation share, the
+    # training labels read would hold UNTRAINED_EXPECTED of them: a class whose samples were
+    # given another label in training (a folder missing from the label map, a .get() default).
+    untrained: tuple[int, ...] = ()
 
 
-def label_shift(train_y: torch.Tensor, val_y: torch.Tensor) -> LabelShift | None:
+def _dataset_length(loader: Any) -> float:
+    try:
+        return len(loader.dataset)
+    except (TypeError, AttributeError, NotImplementedError):
+        return math.inf
+
+
+def untrained_classes(p: dict[int, float], q: dict[int, float], train_count: int, val_count: int) -> tuple[int, ...]:
+    """Validation classes absent from the training labels where chance cannot explain it, while
+    the classes both splits share still hold most of the validation labels: a protocol that
+    validates on classes held out on purpose (metric learning's disjoint classes) shares none."""
+    absent = tuple(c for c, share in q.items() if c >= 0 and share > 0 and p.get(c, 0.0) == 0.0
+                   and share * val_count >= MIN_CLASS_SAMPLES and share * train_count >= UNTRAINED_EXPECTED)
+    shared = sum(share for c, share in q.items() if p.get(c, 0.0) > 0)
+    return absent if absent and shared >= UNTRAINED_SHARED else ()
+
+
+def label_shift(train_y: torch.Tensor, val_y: torch.Tensor, with_untrained: bool = False) -> LabelShift | None:
     """The validation labels distributed unlike the training labels (pure): total variation
-    of SHIFT_DISTANCE or more, or one class only where training has several."""
+    of SHIFT_DISTANCE or more, one class only where training has several, or (``with_untrained``)
+    a validation class training never names."""
     if len(train_y) < MIN_TRAIN or len(val_y) < MIN_VAL:
         return None
     classes = sorted(set(train_y.tolist()) | set(val_y.tolist()))
@@ -384,9 +409,11 @@ def label_shift(train_y: torch.Tensor, val_y: torch.Tensor) -> LabelShift | None
     q = {c: float((val_y == c).float().mean()) for c in classes}
     distance = 0.5 * sum(abs(p[c] - q[c]) for c in classes)
     one_class = sum(1 for c in classes if q[c] > 0) == 1 and max(p.values()) < ONE_CLASS_TRAIN_MAX
-    if distance < SHIFT_DISTANCE and not one_class:
+    untrained = untrained_classes(p, q, len(train_y), len(val_y))
+    if distance < SHIFT_DISTANCE and not one_class and not (untrained and with_untrained):
         return None
-    return LabelShift(distance, {c: v for c, v in p.items() if v}, {c: v for c, v in q.items() if v}, len(val_y))
+    return LabelShift(distance, {c: v for c, v in p.items() if v}, {c: v for c, v in q.items() if v}, len(val_y),
+                      len(train_y), untrained)
 
 
 @dataclass
@@ -495,7 +522,7 @@ class SplitLabelsCheck(Check):
     name = "data.split_labels"
     stage = Stage.DATA
     codes = ("VAL_LABEL_MAPPING", "VAL_LABEL_SHIFT", "LABEL_CONFLICT", "LABELS_UNRELATED", "VAL_CHANNEL_ORDER",
-             "TRAIN_ONLY_SHORTCUT", "VAL_COLUMNS_RECODED", "CLASS_TO_IDX_MISMATCH")
+             "TRAIN_ONLY_SHORTCUT", "VAL_COLUMNS_RECODED", "CLASS_TO_IDX_MISMATCH", "VAL_CLASS_UNTRAINED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -557,8 +584,10 @@ class SplitLabelsCheck(Check):
             self._scrambled(found, findings, self._neighbour_offset(ctx, findings, found))
             return
         if not found.relabelled:
-            self._recoded(relation_change(train[0], train[1], val[0], val[1]), findings,
-                          names=feature_names(ctx.artifacts.first_batch))
+            if not any(issue.code == "VAL_CLASS_UNTRAINED" for issue in findings.issues):
+                # (a class folded into another in training changes that class's columns: already named)
+                self._recoded(relation_change(train[0], train[1], val[0], val[1]), findings,
+                              names=feature_names(ctx.artifacts.first_batch))
             return
         moved = ", ".join(f"{v} -> {t}" for v, t in sorted(found.mapping.items()) if v != t)
         classes = int(max(int(train[1].max()), int(val[1].max()))) + 1
@@ -941,12 +970,31 @@ class SplitLabelsCheck(Check):
         sampler = getattr(ctx.train_loader, "sampler", None)
         if sampler is not None and not isinstance(sampler, (RandomSampler, SequentialSampler)):
             return  # a weighted or custom sampler reshapes the training labels on purpose
-        shift = label_shift(train_y, val_y)
-        if shift is None:
-            return
         def shares(hist: dict[int, float]) -> str:
             top = sorted(hist.items(), key=lambda item: -item[1])[:5]
             return ", ".join(f"{c}: {v:.0%}" for c, v in top) + (", ..." if len(hist) > 5 else "")
+        # A class folded into another one in training also inflates that class: read the
+        # missing class first, or its fold into class 0 would read as unlabelled rows filled with 0.
+        shift = label_shift(train_y[train_y >= 0], val_y[val_y >= 0], with_untrained=True)
+        # An unshuffled loader's first labels are no sample of the rest (a class-sorted table).
+        sampled = isinstance(sampler, RandomSampler) or len(train_y) >= _dataset_length(ctx.train_loader)
+        if shift is not None and shift.untrained and shift.distance < SHIFT_DISTANCE and sampled:
+            named = ", ".join(f"class {c} ({shift.val[c]:.0%})" for c in shift.untrained[:5])
+            findings.warning(
+                "VAL_CLASS_UNTRAINED",
+                f"validation labels name {named} of {shift.val_count}, but none of the {shift.train_count} training "
+                f"labels read does (training {shares(shift.train)}): that class's training samples carry another "
+                "label (a folder or category name missing from the label map and caught by a default, "
+                "label_to_index.get(name, unknown)), so the model is never shown the class it is scored on",
+                "Give every class its own id in the training labels: build the label map from every folder / category "
+                "name and look names up with label_to_index[name] (a KeyError beats a silent default); if the class "
+                "really has no training samples, drop it from validation or split stratified by label.",
+                "data.train",
+            )
+            return
+        shift = label_shift(train_y, val_y)
+        if shift is None:
+            return
         ignored = sum(share for label, share in shift.val.items() if label < 0)
         zero_excess = shift.train.get(0, 0.0) - shift.val.get(0, 0.0) / max(1.0 - ignored, 1e-9)
         zero_filled = (ignored >= 0.2 and zero_excess >= 0.5 * ignored) or (
