@@ -447,3 +447,21 @@ def test_an_unshuffled_class_sorted_loader_read_in_part_is_no_untrained_class():
                            val_loader=DataLoader(TensorDataset(val_x, encode(val_names, NAMES)), batch_size=128),
                            loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitLabelsCheck()])
     assert not [i for i in report.check("data.split_labels").issues if i.code == "VAL_CLASS_UNTRAINED"]
+
+
+def test_a_training_batch_with_a_domain_column_is_not_compared_with_validation_labels():
+    # DANN: training batches (x, y, domain), validation (x, y); the domain ids are no class labels.
+    train_x, train_names = tickets(2000, 1, [0, 1, 2, 3])
+    domain = torch.randint(0, 2, (2000,), generator=torch.Generator().manual_seed(5))
+    train_x = train_x + 2.0 * domain[:, None]  # the second domain's sensor reads higher
+    val_x, val_names = tickets(400, 2, [0, 1, 2, 3])
+    model = nn.Linear(16, 4)
+
+    def loss_fn(model, batch):
+        return F.cross_entropy(model(batch[0]), batch[1])
+
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(train_x, encode(train_names, NAMES), domain), batch_size=64, shuffle=True),
+                           val_loader=DataLoader(TensorDataset(val_x, encode(val_names, NAMES)), batch_size=128),
+                           loss_fn=loss_fn, checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    assert not [i for i in report.check("data.split_labels").issues if i.severity.value == "warning"]

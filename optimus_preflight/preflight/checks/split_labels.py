@@ -379,6 +379,14 @@ class LabelShift:
     untrained: tuple[int, ...] = ()
 
 
+def _same_layout(train_batch: Any, val_batch: Any) -> bool:
+    """Whether the last tensor of a validation batch can be the training batch's labels: a
+    training batch ``(x, y, domain)`` beside a validation batch ``(x, y)`` ends in other things."""
+    if isinstance(train_batch, (list, tuple)) and isinstance(val_batch, (list, tuple)):
+        return len(train_batch) == len(val_batch)
+    return True
+
+
 def _dataset_length(loader: Any) -> float:
     try:
         return len(loader.dataset)
@@ -1046,7 +1054,7 @@ class SplitLabelsCheck(Check):
         with preserved_data_state(ctx), guard.batches(loader, f"{which} labels for {self.name}") as stream:
             for batch in stream:
                 found = labels_only(batch)
-                if found is None:
+                if found is None or (which == "validation" and not _same_layout(ctx.artifacts.first_batch, batch)):
                     return None
                 labels.append(found)
                 if digests is not None:
