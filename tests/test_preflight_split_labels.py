@@ -465,3 +465,40 @@ def test_a_training_batch_with_a_domain_column_is_not_compared_with_validation_l
                            val_loader=DataLoader(TensorDataset(val_x, encode(val_names, NAMES)), batch_size=128),
                            loss_fn=loss_fn, checks=[FirstBatchCheck(), SplitLabelsCheck()])
     assert not [i for i in report.check("data.split_labels").issues if i.severity.value == "warning"]
+
+
+def unlike_verdict(val_pipeline: str) -> list:
+    """Tone keywords as 32 log-band energies of an STFT at 8 kHz; training clips recorded at
+    16 kHz and read without resampling hold each tone at half its frequency."""
+    g = torch.Generator().manual_seed(0)
+
+    def clips(n: int, rate: int) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.randint(0, 6, (n,), generator=g)
+        t = torch.arange(2048) / rate
+        freq = (500.0 + 450.0 * y)[:, None] * (1 + 0.03 * torch.randn(n, 1, generator=g))
+        wave = torch.sin(2 * torch.pi * freq * t) + 0.3 * torch.randn(n, 2048, generator=g)
+        power = torch.stft(wave, 256, window=torch.hann_window(256), return_complex=True).abs().square().mean(-1)
+        return torch.log1p(power[:, 1:129].reshape(n, 32, 4).sum(-1)), y
+
+    train_x, train_y = clips(1500, 16000 if val_pipeline == "not_resampled" else 8000)
+    val_x, val_y = clips(400, 8000)
+    if val_pipeline == "drifted":
+        val_x = val_x + 0.3  # another microphone's gain: every band a little louder
+    mean, std = train_x.mean(), train_x.std()
+    model = nn.Linear(32, 6)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset((train_x - mean) / std, train_y), batch_size=64, shuffle=True),
+                           val_loader=DataLoader(TensorDataset((val_x - mean) / std, val_y), batch_size=128),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    return [i for i in report.check("data.split_labels").issues if i.severity.value == "warning"]
+
+
+def test_validation_inputs_prepared_by_another_pipeline_are_named():
+    issues = unlike_verdict("not_resampled")
+    assert [i.code for i in issues] == ["VAL_UNLIKE_TRAINING"], issues
+    assert "resampl" in issues[0].message and "one pipeline" in issues[0].fix
+
+
+@pytest.mark.parametrize("val_pipeline", ["same", "drifted"])
+def test_validation_from_the_same_pipeline_or_a_bridgeable_drift_is_quiet(val_pipeline):
+    assert not unlike_verdict(val_pipeline)
