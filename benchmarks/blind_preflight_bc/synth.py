@@ -32,14 +32,14 @@ def apply_op(op: str, word: str) -> str:
 
 
 def make_pairs(n: int, seed: int, ops=("rev", "cpy", "rot"), lmin: int = 3, lmax: int = 5,
-               sys_max: int = 0) -> list[tuple[str, str, str, int]]:
+               sys_max: int = 0, sys_min: int = 0) -> list[tuple[str, str, str, int]]:
     """(op, word, answer, n_sys) rows."""
     r = random.Random(seed)
     out = []
     for _ in range(n):
         op = r.choice(ops)
         word = "".join(r.choice(LETTERS) for _ in range(r.randint(lmin, lmax)))
-        out.append((op, word, apply_op(op, word), r.randint(0, sys_max)))
+        out.append((op, word, apply_op(op, word), r.randint(sys_min, max(sys_min, sys_max))))
     return out
 
 
