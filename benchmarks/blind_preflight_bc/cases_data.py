@@ -7,7 +7,7 @@ from collections import Counter
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
-from torch.utils.data import Dataset
+from torch.utils.data import ConcatDataset, Dataset
 
 from benchmarks.blind_preflight_bc.registry import case, fix, fixed_of, loader, seed
 from benchmarks.blind_preflight_bc.synth import (EOS, PAD, InstructionSet, TinyGPT, apply_op, causal_answer_acc,
@@ -110,17 +110,6 @@ def _texts(n, s):
     return [(f"{op}:{w}=", a) for op, w, a, _ in make_pairs(n, s)]
 
 
-class TextSFT(Dataset):
-    def __init__(self, pairs, tok):
-        self.rows = [(tok.encode(p), tok.encode(a) + [1]) for p, a in pairs]
-
-    def __len__(self):
-        return len(self.rows)
-
-    def __getitem__(self, i):
-        return self.rows[i]
-
-
 def _own_val_acc(model, kw):
     right = n = 0
     model.eval()
@@ -135,25 +124,41 @@ def _own_val_acc(model, kw):
     return right / n
 
 
-@case("dt_separate_vocab_val", "data",
-      "The character tokenizer is fitted separately on the training and on the validation texts (ids ranked by "
-      "frequency), so the same character gets different ids in the two splits and validation is scored in "
-      "another vocabulary.",
-      r"tokeni[sz]er|vocab(ulary)?|fit(ted)? (separately|twice|on (the )?val)|different (token )?ids|"
-      r"(id|token) mapping|stoi|same (tokenizer|vocab)|fit_transform|reuse the (training )?(tokenizer|vocab)")
-def separate_vocab_val(fixed=False):
+class TextSFT(Dataset):
+    """One shard of "prompt=answer" texts; fits its own tokenizer unless one is given."""
+
+    def __init__(self, pairs, tok=None):
+        self.tok = tok or CharTokenizer().fit([p + a for p, a in pairs])
+        self.rows = [(self.tok.encode(p), self.tok.encode(a) + [1]) for p, a in pairs]
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i]
+
+
+@case("dt_tokenizer_per_shard", "data",
+      "The training data is read as four shards and each shard's Dataset fits its own character tokenizer "
+      "(ids ranked by frequency in that shard): the same character gets different ids in different shards, so "
+      "the concatenated training set teaches four conflicting vocabularies.",
+      r"tokeni[sz]er|vocab(ulary)?|fit(ted)? (separately|per shard|per (data ?set|file)|on each)|different "
+      r"(token )?ids|(id|token) mapping|stoi|same (tokenizer|vocab)|one (shared )?(tokenizer|vocab)|shard")
+def tokenizer_per_shard(fixed=False):
     seed(0)
     tr, va = _texts(2000, 0), _texts(256, 999)
-    tok = CharTokenizer().fit([p + a for p, a in tr])
-    val_tok = tok if fixed else CharTokenizer().fit([p + a for p, a in va])
-    train, val = TextSFT(tr, tok), TextSFT(va, val_tok)
+    shared = CharTokenizer().fit([p + a for p, a in tr[:500]]) if fixed else None
+    shards = [TextSFT(tr[k:k + 500], shared) for k in range(0, 2000, 500)]
+    train = ConcatDataset(shards)
+    val = TextSFT(va, shards[0].tok)           # the tokenizer saved with the model: the first shard's
     model = TinyGPT(vocab=24)
     return dict(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=3e-3), loss_fn=_gpt_loss,
                 train_loader=loader(train, 32, collate_fn=causal_collate),
                 val_loader=loader(val, 64, shuffle=False, collate_fn=causal_collate), max_steps=300)
 
 
-fix("dt_separate_vocab_val", fixed_of(separate_vocab_val), _own_val_acc, "val answer next-token acc (own val set)")
+fix("dt_tokenizer_per_shard", fixed_of(tokenizer_per_shard), _own_val_acc,
+    "val answer next-token acc (first shard's tokenizer)")
 
 
 # ---------------------------------------------------------------- 4
