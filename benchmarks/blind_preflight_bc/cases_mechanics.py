@@ -172,9 +172,9 @@ fix("mc_no_teacher_forcing", fixed_of(no_teacher_forcing), lambda m, kw: gru_gre
       "get_linear_schedule_with_warmup is given num_training_steps = epochs * len(train_dataset) (samples, not "
       "optimizer steps) and 10% of it as warm-up: 3000 warm-up steps, so the 300 steps run at <= 10% of the "
       "peak learning rate.",
-      r"warm[- ]?up|num_training_steps|num_warmup_steps|get_linear_schedule_with_warmup|len\(.{0,20}dataset\)|"
-      r"samples? (instead of|not|rather than) (optimi[sz]er )?steps|learning rate .{0,40}(tiny|small|low|never "
-      r"reach)|lr .{0,30}(tiny|small|low|never reach)|steps per epoch|len\(.{0,20}loader\)")
+      r"num_training_steps|num_warmup_steps|get_linear_schedule_with_warmup|len\(.{0,20}dataset\)|"
+      r"samples? (instead of|not|rather than) (optimi[sz]er )?steps|(counts?|counted|measured) (in )?samples|"
+      r"warm[- ]?up (lasts|of|is) \d{3,}|3000 (warm[- ]?up )?steps|steps per epoch|len\(.{0,20}loader\)")
 def schedule_in_samples(fixed=False):
     seed(0)
     train, val = _sets()

@@ -138,7 +138,7 @@ def _bart_collate(items):
 @case("tg_bart_labels_are_source", "targets",
       "The Dataset returns labels built from the source's input_ids instead of the target's: BART is trained to "
       "reproduce its input (an autoencoder) rather than the reversed / rotated answer.",
-      r"labels? .{0,40}(source|input_ids|encoder input|the input)|(source|input) .{0,30}as (the )?labels?|"
+      r"labels? .{0,40}(source|input_ids|encoder input)|(source|input) .{0,30}as (the )?labels?|"
       r"autoencod|copy (the|its) (source|input)|reconstruct|target (text|ids|side|sequence)|"
       r"labels\s*=\s*.{0,20}input_ids")
 def bart_labels_are_source(fixed=False):

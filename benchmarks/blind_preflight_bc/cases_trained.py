@@ -98,7 +98,8 @@ def _trainable(model):
       "Both LoRA matrices are initialised to zeros (lora_A and lora_B) 'so the adapter starts as a no-op': the "
       "gradient of each factor is proportional to the other, so both stay exactly zero and nothing is learned.",
       r"lora_a|lora_b|both (factors|matrices|low[- ]rank)|zero[- ]?init|init(ialis|ializ)ed? (to|with|as) zeros?|"
-      r"kaiming|(gradient|grad)s? .{0,40}(zero|vanish)|symmetric|(never|not) (updated|learn)|all[- ]zeros?")
+      r"kaiming|(gradient|grad)s? .{0,30}(are|stay|remain|is) (exactly )?zero|\bnever (updated|learns?)|"
+      r"all[- ]zeros?")
 def lora_both_zero(fixed=False):
     seed(0)
     model = inject(pretrained_llama(), lambda lin: LoRALinear(lin, 8, 16, zero_both=not fixed))
@@ -112,7 +113,7 @@ fix("tr_lora_both_zero", fixed_of(lora_both_zero), lambda m, kw: causal_answer_a
 @case("tr_lora_alpha_over_r", "what_is_trained",
       "The adapter uses r=64 with lora_alpha=1, so the update is scaled by alpha / r = 1/64: the low-rank update "
       "is ~64x too small for the learning rate and the adapters barely move the model in 300 steps.",
-      r"alpha|scal(e|ing)|1\s*/\s*64|0\.0156|/ ?r\b|rank|too small|(update|delta|adapter output)s? .{0,30}"
+      r"lora_alpha|\balpha\b|\bscaling\b|1\s*/\s*64|0\.0156|\brank\b|(update|delta|adapter output)s? .{0,30}"
       r"(tiny|small|negligible|shrunk)|effective (learning rate|lr)")
 def lora_alpha_over_r(fixed=False):
     seed(0)
@@ -128,9 +129,9 @@ fix("tr_lora_alpha_over_r", fixed_of(lora_alpha_over_r), lambda m, kw: causal_an
 @case("tr_optimizer_before_lora", "what_is_trained",
       "The AdamW optimizer is built on model.parameters() before the LoRA adapters are injected (and the base "
       "frozen): the optimizer holds only the frozen base weights and the adapter parameters are never stepped.",
-      r"optimizer .{0,60}(before|earlier)|(not|never) (in|part of|registered with|passed to) the optimizer|"
-      r"optimizer (does not|doesn't|never) (contain|hold|include|see|update)|param(eter)?s? .{0,30}"
-      r"(missing|absent) from (the )?optimi[sz]er|(re)?build the optimi[sz]er (after|once)|frozen|requires_grad")
+      r"(lora|adapter)\w* .{0,60}(not|never|missing|absent) .{0,30}optimi[sz]er|optimi[sz]er .{0,60}(before|"
+      r"earlier) .{0,40}(lora|adapter|inject)|(re)?build the optimi[sz]er (after|once)|optimi[sz]er (only )?"
+      r"holds? (only )?the frozen")
 def optimizer_before_lora(fixed=False):
     seed(0)
     model = pretrained_llama()
@@ -150,8 +151,9 @@ fix("tr_optimizer_before_lora", fixed_of(optimizer_before_lora), lambda m, kw: c
 @case("tr_lora_name_filter", "what_is_trained",
       "The parameters to train are picked by name ('lora' or 'norm' in the name), but the adapters are named "
       "down/up: no adapter weight matches, so only the RMSNorm gains are trained.",
-      r"name|requires_grad|(adapter|lora) .{0,40}(frozen|not trainable|never trained|excluded)|only (the )?"
-      r"(rms)?norm|down|up\b|filter|match(es|ed)? no")
+      r"(adapter|lora)\w* .{0,40}(frozen|not trainable|never trained|excluded|don't match|do not match)|"
+      r"name (filter|match)|filter .{0,40}(name|match)|match(es|ed)? no (adapter|lora)|only (the )?(rms)?norm|"
+      r"down/up|'lora'")
 def lora_name_filter(fixed=False):
     seed(0)
     model = inject(pretrained_llama(), lambda lin: Adapter(lin, 8, 16))
@@ -169,8 +171,9 @@ fix("tr_lora_name_filter", fixed_of(lora_name_filter), lambda m, kw: causal_answ
 @case("tr_freeze_after_inject", "what_is_trained",
       "model.requires_grad_(False) is called after the LoRA adapters were injected (to freeze the base), which "
       "freezes the adapters too; only the re-enabled lm_head (tied to the input embeddings) is trained.",
-      r"requires_grad|freez(e|es|ing) .{0,40}(after|adapters|lora)|(adapter|lora)s? .{0,30}(frozen|not trainable|"
-      r"never (trained|updated))|order|only (the )?(lm_head|head|embedding)|no (lora|adapter) param")
+      r"requires_grad_?\(False\) .{0,40}after|freez(e|es|ing|ed) .{0,40}(after|adapters|lora)|froze .{0,20}"
+      r"(the )?(adapters|lora)|(adapter|lora)s? .{0,30}(frozen|not trainable|never (trained|updated))|\border\b|"
+      r"only (the )?(lm_head|head|embedding)|no (lora|adapter) param")
 def freeze_after_inject(fixed=False):
     seed(0)
     model = pretrained_llama()
