@@ -10,9 +10,21 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import ConcatDataset, Dataset
 
 from benchmarks.blind_preflight_bc.registry import case, fix, fixed_of, loader, seed
-from benchmarks.blind_preflight_bc.synth import (EOS, PAD, InstructionSet, TinyGPT, apply_op, causal_answer_acc,
-                                                 causal_collate, hf_gpt2, make_pairs, prompt_ids, ids,
-                                                 shifted_ce, val_rows)
+from benchmarks.blind_preflight_bc.synth import (
+    EOS,
+    PAD,
+    InstructionSet,
+    TinyGPT,
+    apply_op,
+    causal_answer_acc,
+    causal_collate,
+    hf_gpt2,
+    ids,
+    make_pairs,
+    prompt_ids,
+    shifted_ce,
+    val_rows,
+)
 
 GPT = lambda mm, x, a: mm(x, a)  # noqa: E731
 

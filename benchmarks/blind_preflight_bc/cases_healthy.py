@@ -11,9 +11,22 @@ from benchmarks.blind_preflight_bc.cases_shapes import gpt_unshifted_labels
 from benchmarks.blind_preflight_bc.cases_targets import pad_eq_eos_masked
 from benchmarks.blind_preflight_bc.cases_trained import lora_both_zero
 from benchmarks.blind_preflight_bc.registry import healthy, loader, seed, twin
-from benchmarks.blind_preflight_bc.synth import (BOS, EOS, PAD, V, InstructionSet, TinyGPT, causal_collate,
-                                                 hf_bart, hf_gpt2, hf_llama, hf_t5, lr_lambda_cosine, make_pairs,
-                                                 s2s_collate)
+from benchmarks.blind_preflight_bc.synth import (
+    BOS,
+    EOS,
+    PAD,
+    InstructionSet,
+    TinyGPT,
+    V,
+    causal_collate,
+    hf_bart,
+    hf_gpt2,
+    hf_llama,
+    hf_t5,
+    lr_lambda_cosine,
+    make_pairs,
+    s2s_collate,
+)
 
 healthy("hc_gpt_shifted_labels", "twin of sh_gpt_unshifted_labels: logits[:, :-1] against labels[:, 1:]")(
     twin(gpt_unshifted_labels))

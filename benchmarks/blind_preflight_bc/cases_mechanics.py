@@ -7,9 +7,21 @@ from transformers import get_linear_schedule_with_warmup
 
 from benchmarks.blind_preflight_bc.common import GRUSeq2Seq, ce, fixed_len_collate
 from benchmarks.blind_preflight_bc.registry import case, fix, fixed_of, loader, seed
-from benchmarks.blind_preflight_bc.synth import (BOS, InstructionSet, TinyGPT, TinySeq2Seq, causal_answer_acc,
-                                                 causal_collate, causal_greedy_acc, hf_gpt2, make_pairs,
-                                                 s2s_collate, s2s_greedy_acc, shifted_ce, val_rows)
+from benchmarks.blind_preflight_bc.synth import (
+    BOS,
+    InstructionSet,
+    TinyGPT,
+    TinySeq2Seq,
+    causal_answer_acc,
+    causal_collate,
+    causal_greedy_acc,
+    hf_gpt2,
+    make_pairs,
+    s2s_collate,
+    s2s_greedy_acc,
+    shifted_ce,
+    val_rows,
+)
 
 GPT = lambda mm, x, a: mm(x, a)  # noqa: E731
 

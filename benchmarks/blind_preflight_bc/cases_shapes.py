@@ -8,9 +8,21 @@ from torch.nn.utils.rnn import pad_sequence
 
 from benchmarks.blind_preflight_bc.common import GRUSeq2Seq, ce, fixed_len_collate
 from benchmarks.blind_preflight_bc.registry import case, fix, fixed_of, loader, seed
-from benchmarks.blind_preflight_bc.synth import (PAD, V, InstructionSet, TinyGPT, causal_answer_acc, causal_collate,
-                                                 hf_gpt2, hf_t5, make_pairs, s2s_acc, s2s_collate, shifted_ce,
-                                                 val_rows)
+from benchmarks.blind_preflight_bc.synth import (
+    PAD,
+    InstructionSet,
+    TinyGPT,
+    V,
+    causal_answer_acc,
+    causal_collate,
+    hf_gpt2,
+    hf_t5,
+    make_pairs,
+    s2s_acc,
+    s2s_collate,
+    shifted_ce,
+    val_rows,
+)
 
 
 def _sets(seed_=0, n=2000, **kw):

@@ -7,9 +7,22 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 
 from benchmarks.blind_preflight_bc.registry import case, fix, fixed_of, loader, seed
-from benchmarks.blind_preflight_bc.synth import (EOS, PAD, InstructionSet, TinyGPT, causal_answer_acc,
-                                                 causal_collate, causal_eos_acc, hf_bart, hf_gpt2, hf_llama,
-                                                 make_pairs, nll_causal, s2s_acc, s2s_collate, shifted_ce)
+from benchmarks.blind_preflight_bc.synth import (
+    EOS,
+    PAD,
+    InstructionSet,
+    TinyGPT,
+    causal_answer_acc,
+    causal_collate,
+    causal_eos_acc,
+    hf_bart,
+    hf_gpt2,
+    hf_llama,
+    make_pairs,
+    nll_causal,
+    s2s_acc,
+    shifted_ce,
+)
 
 GPT = lambda mm, x, a: mm(x, a)  # noqa: E731
 

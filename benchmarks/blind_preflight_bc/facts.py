@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from benchmarks.blind_preflight_bc import (cases_data, cases_mechanics, cases_shapes, cases_targets,  # noqa: F401
-                                           cases_trained)
+from benchmarks.blind_preflight_bc import cases_data, cases_mechanics, cases_shapes, cases_targets, cases_trained  # noqa: F401
 from benchmarks.blind_preflight_bc.registry import CASES, FIXES, load_all
 from benchmarks.blind_preflight_bc.synth import EOS, ITOS
 

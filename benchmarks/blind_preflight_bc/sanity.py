@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks.blind_preflight_e.sanity import main
 from benchmarks.blind_preflight_bc.registry import load_all
+from benchmarks.blind_preflight_e.sanity import main
 
 if __name__ == "__main__":
     main(sys.argv[1:], load=load_all, steps=200, healthy_only=True, bf16_autocast=True)

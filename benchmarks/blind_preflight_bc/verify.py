@@ -14,9 +14,9 @@ import sys
 from functools import partial
 
 from benchmarks.blind_preflight.fixes import verify
-from benchmarks.blind_preflight_e.sanity import run_case
 from benchmarks.blind_preflight_bc import facts  # noqa: F401  (attaches each case's fact to FIXES)
 from benchmarks.blind_preflight_bc.registry import FIXES, load_all
+from benchmarks.blind_preflight_e.sanity import run_case
 
 
 def main(names: list[str]) -> None:
