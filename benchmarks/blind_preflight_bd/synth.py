@@ -103,14 +103,14 @@ def gaussian_heatmap(centers, out_size, stride, sigma=1.0, exact_peak=True):
     return hm
 
 
-def survival_table(n, d=8, s=0, censor_rate=0.5, censor_feature=None):
+def survival_table(n, d=8, s=0, censor_rate=0.5, censor_feature=None, shape=1.5):
     """Weibull proportional-hazards times: features (n, d) float32, observed time (n,), event (n,) 1 = died,
     and the true event time (n,) (for a C-index on uncensored truth). Censoring is independent exponential."""
     r = _rng(s)
     x = r.normal(size=(n, d)).astype(np.float32)
     beta = np.array([1.0, -0.8, 0.6, 0.0, 0.5, 0.0, -0.4, 0.0][:d] + [0.0] * max(0, d - 8), np.float32)
     risk = x @ beta + 0.5 * np.tanh(x[:, 0] * x[:, 1])
-    k, lam = 1.5, 10.0
+    k, lam = shape, 10.0
     u = r.uniform(size=n)
     t_true = lam * (-np.log(u) / np.exp(risk)) ** (1 / k)
     c = r.exponential(np.median(t_true) / censor_rate * 0.6, size=n)
