@@ -1,0 +1,19 @@
+"""Sanity run (no preflight): N plain optimizer steps per case of set bd, first vs last loss.
+
+    .venv/bin/python -m benchmarks.blind_preflight_bd.sanity [--steps N] [NAME ...]
+
+Set e's loop (benchmarks/blind_preflight_e/sanity.py, which imports nothing from optimus_preflight: clip_grad_norm,
+the scheduler stepped after the optimizer, accumulation_steps with loss / k per micro-batch, README's loss adapter)
+with its bf16 autocast on, as sets h-k run it. 200 steps by default; without names, the healthy cases only, which
+must show DEC (the mean of the last 3 losses below the first 3).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from benchmarks.blind_preflight_bd.registry import load_all
+from benchmarks.blind_preflight_e.sanity import main
+
+if __name__ == "__main__":
+    main(sys.argv[1:], load=load_all, steps=200, healthy_only=True, bf16_autocast=True)
