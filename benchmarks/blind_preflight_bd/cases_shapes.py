@@ -82,7 +82,7 @@ class PixelMLPSeg(nn.Module):
       "The per-pixel classifier's (N, H, W, C) logits are turned back into NCHW with reshape(n, C, h, w) instead of "
       "permute(0, 3, 1, 2): the shape is right but the memory is reinterpreted, so each 'pixel' of the C-channel map "
       "mixes class scores of different pixels and CrossEntropyLoss compares scrambled logits with the mask.",
-      r"reshape\(|\.view\(|permute\(0,\s*3,\s*1,\s*2\)|channels?[- ]last.{0,80}(channels?[- ]first|NCHW)|"
+      r"(reshape|view)\(n|(reshape|view)(\(\w*\))? (from|to|back to|into) (NCHW|\(N, ?C|channels)|permute\(0,\s*3,\s*1,\s*2\)|channels?[- ]last.{0,80}(channels?[- ]first|NCHW)|"
       r"\(N,\s*H,\s*W,\s*C\)|reinterpret|scrambl|(class|channel) (scores|logits).{0,60}(mixed|interleaved|shuffled|"
       r"different pixels)|instead of (a )?(permute|transpose|movedim)|use (permute|movedim)|"
       r"(reshape|view) (does not|doesn't|cannot) (move|reorder|transpose)")
@@ -219,9 +219,10 @@ def deepsurv_loss(fixed):
       "The DeepSurv risk head returns (N, 1) while the event indicator is (N,): (risk - logcumsumexp(risk)) * event "
       "broadcasts to (N, N), and summed over it every subject's partial-likelihood term is counted once per event in "
       "the batch, censored ones included, so the censoring indicator is effectively ignored.",
-      r"broadcast|\(N,\s*1\).{0,60}\(N,\)|\(N,\s*N\)|squeeze\(|censor.{0,60}(ignored|treated as|counted as) "
-      r"(events?|deaths?)|event (indicator|mask).{0,60}(ignored|no effect|has no effect|not applied)|every "
-      r"(subject|sample|patient).{0,60}(counted|treated) as (an )?event")
+      r"censor.{0,60}(ignored|no effect|treated as|counted as)|event (indicator|mask|status).{0,80}(ignored|no "
+      r"effect|not applied|broadcast|\(N,\))|every (subject|sample|patient).{0,60}(counted|treated) as (an )?event|"
+      r"(partial|cox|survival).{0,60}(likelihood|loss).{0,80}broadcast|broadcast.{0,80}(partial|cox|risk score|"
+      r"event|survival)")
 def cox_risk_column_times_event_row(fixed=False):
     seed(0)
     train, val = survival_loaders(s=40, censor_rate=1.2, censor_feature=3)

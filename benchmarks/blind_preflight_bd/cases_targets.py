@@ -243,7 +243,8 @@ def _l1_fn(model, batch):
       "the regressor learns are scaled and shifted away from the objects.",
       r"(resiz|rescal|downscal|downsampl|interpolat).{0,80}(box|coordinates|targets?)|(box|coordinates|targets?)"
       r".{0,80}(not (re)?scaled|original (image )?(size|resolution|pixel)|64)|scale (factor|the boxes)|"
-      r"(twice|2x|two times) too (large|big)|above 1|out of (\[0, ?1\]|range)|normali[sz]ed by the wrong")
+      r"(twice|2x|two times) too (large|big)|above 1|out of (the )?\[0, ?1\]|outside (the )?(\[0, ?1\]|range (a|the) "
+      r"sigmoid)|normali[sz]ed by the wrong")
 def box_image_resized_boxes_not(fixed=False):
     seed(0)
     model = BoxRegressor()

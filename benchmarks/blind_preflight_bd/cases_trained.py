@@ -204,7 +204,7 @@ def _landmarks(n, s):
       "copy, whose .grad stays None, so neither model ever changes.",
       r"deepcopy|\bema\b|exponential moving average|optimi[sz]er.{0,60}(other|another|different|copy|second) "
       r"(model|module|copy)|(parameters|params).{0,40}(not|never) (the ones|those).{0,40}(loss|forward|trained)|"
-      r"grad(ient)?s? (is |are |stays? )?None|never (updated|stepped)|not (the )?(model|parameters) (being )?"
+      r"never (updated|stepped)|not (the )?(model|parameters) (being )?"
       r"(trained|passed)")
 def kp_optimizer_over_ema_copy(fixed=False):
     seed(0)
