@@ -12,10 +12,9 @@ from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 from benchmarks.blind_preflight_bd import synth
-from benchmarks.blind_preflight_bd.common import BoxRegressor, TinyUNet, cox_fwd, cox_ph_loss, risk_mlp
-from benchmarks.blind_preflight_bd.registry import (case, cindex_of, fix, fixed_of, iou_of, loader, miou_of,
-                                                    pck_of, seed)
 from benchmarks.blind_preflight_bd.cases_trained import LandmarkNet
+from benchmarks.blind_preflight_bd.common import BoxRegressor, TinyUNet, cox_fwd, cox_ph_loss, risk_mlp
+from benchmarks.blind_preflight_bd.registry import case, cindex_of, fix, fixed_of, iou_of, loader, miou_of, pck_of, seed
 
 
 # --- 1. random pad-and-crop drawn separately for the image and the mask -------------------------------------------

@@ -9,8 +9,7 @@ from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 from benchmarks.blind_preflight_bd import synth
-from benchmarks.blind_preflight_bd.cases_data import kp_hflip_without_left_right_swap
-from benchmarks.blind_preflight_bd.cases_data import box_hflip_image_only
+from benchmarks.blind_preflight_bd.cases_data import box_hflip_image_only, kp_hflip_without_left_right_swap
 from benchmarks.blind_preflight_bd.cases_mechanics import cox_cumsum_risk_set_on_shuffled_batches
 from benchmarks.blind_preflight_bd.cases_shapes import seg_hwc_to_chw_transpose_swaps_hw
 from benchmarks.blind_preflight_bd.cases_targets import centernet_peak_not_divided_by_stride

@@ -11,8 +11,18 @@ from torch.utils.data import Dataset, TensorDataset
 
 from benchmarks.blind_preflight_bd import synth
 from benchmarks.blind_preflight_bd.common import BoxRegressor, HeatmapNet, TinyUNet, cox_fwd, risk_mlp
-from benchmarks.blind_preflight_bd.registry import (case, cindex_of, fix, fixed_of, iou_of, loader, mean_over,
-                                                    miou_of, pck_of, seed)
+from benchmarks.blind_preflight_bd.registry import (
+    case,
+    cindex_of,
+    fix,
+    fixed_of,
+    iou_of,
+    loader,
+    mean_over,
+    miou_of,
+    pck_of,
+    seed,
+)
 
 
 # --- 1. multi-class soft Dice with the softmax over the batch axis -------------------------------------------------

@@ -10,10 +10,16 @@ from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 from benchmarks.blind_preflight_bd import synth
-from benchmarks.blind_preflight_bd.common import (BoxRegressor, HeatmapNet, TinyUNet, block, cox_fwd, risk_mlp,
-                                                  survival_loaders)
-from benchmarks.blind_preflight_bd.registry import (case, cindex_of, fix, fixed_of, iou_of, loader, miou_of, pck_of,
-                                                    seed)
+from benchmarks.blind_preflight_bd.common import (
+    BoxRegressor,
+    HeatmapNet,
+    TinyUNet,
+    block,
+    cox_fwd,
+    risk_mlp,
+    survival_loaders,
+)
+from benchmarks.blind_preflight_bd.registry import case, cindex_of, fix, fixed_of, iou_of, loader, miou_of, pck_of, seed
 
 
 # --- 1. HWC -> CHW with the wrong transpose: the image is spatially transposed, the mask is not -------------------

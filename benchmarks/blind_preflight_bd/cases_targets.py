@@ -10,10 +10,8 @@ from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 from benchmarks.blind_preflight_bd import synth
-from benchmarks.blind_preflight_bd.common import (BoxRegressor, HeatmapNet, TinyUNet, cox_fwd, cox_ph_loss,
-                                                  risk_mlp)
-from benchmarks.blind_preflight_bd.registry import (case, cindex_of, fix, fixed_of, iou_of, loader, miou_of,
-                                                    pck_of, seed)
+from benchmarks.blind_preflight_bd.common import BoxRegressor, HeatmapNet, TinyUNet, cox_fwd, cox_ph_loss, risk_mlp
+from benchmarks.blind_preflight_bd.registry import case, cindex_of, fix, fixed_of, iou_of, loader, miou_of, pck_of, seed
 
 
 # --- 1. background class 0 passed as ignore_index -----------------------------------------------------------------

@@ -12,8 +12,7 @@ from torch.utils.data import Dataset, TensorDataset
 
 from benchmarks.blind_preflight_bd import synth
 from benchmarks.blind_preflight_bd.common import Backbone, BoxRegressor, block
-from benchmarks.blind_preflight_bd.registry import (case, fix, fixed_of, iou_of, loader, mean_over, miou_of,
-                                                    pck_of, seed)
+from benchmarks.blind_preflight_bd.registry import case, fix, fixed_of, iou_of, loader, mean_over, miou_of, pck_of, seed
 
 
 # --- 1. centre / size heads: the size head left out of the optimizer's parameter list ----------------------------
