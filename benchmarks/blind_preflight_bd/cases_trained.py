@@ -84,7 +84,7 @@ class DiscreteHazard(nn.Module):
 
 
 def _hazard_table(n, s, edges=None):
-    x, t, e, _ = synth.survival_table(n, s=s, censor_rate=0.3, shape=3.0)
+    x, t, e, _ = synth.survival_table(n, s=s, censor_rate=0.3, shape=4.0)
     if edges is None:  # equal-width follow-up intervals (e.g. yearly visits) up to the 95th percentile
         edges = np.linspace(0, np.quantile(t, 0.95), N_BINS + 1)[1:-1]
     k = synth.discretize(t, edges)
