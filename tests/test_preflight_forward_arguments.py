@@ -271,3 +271,49 @@ def test_an_id_table_of_equal_rows_is_used_while_trainable(frozen):
     codes = [i.code for i in report.check(NAME).issues]
     # Zero rows that train part from the first step; frozen, the ids never reach the output.
     assert codes == (["FORWARD_INPUT_IGNORED"] if frozen else [])
+
+
+class TinyCausalLM(nn.Module):
+    """A hand-written decoder-only LM whose forward accepts ``attention_mask`` and drops it:
+    causal attention alone keeps right padding away from the real positions."""
+
+    def __init__(self, causal: bool):
+        super().__init__()
+        self.causal = causal
+        self.embed, self.pos = nn.Embedding(40, 32), nn.Embedding(16, 32)
+        self.block = nn.TransformerEncoderLayer(32, 2, 64, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(32, 40)
+
+    def forward(self, input_ids, attention_mask=None):
+        steps = input_ids.shape[1]
+        mask = nn.Transformer.generate_square_subsequent_mask(steps) if self.causal else None
+        h = self.embed(input_ids) + self.pos(torch.arange(steps))
+        return self.head(self.block(h, src_mask=mask, is_causal=self.causal))
+
+
+def _lm_rows():
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for length in torch.randint(5, 17, (96,), generator=g).tolist():
+        ids, mask = torch.zeros(16, dtype=torch.long), torch.zeros(16, dtype=torch.long)
+        ids[:length], mask[:length] = torch.randint(3, 40, (length,), generator=g), 1
+        rows.append({"input_ids": ids, "attention_mask": mask})
+    return DataLoader(rows, batch_size=32, shuffle=True)
+
+
+def _lm_loss(model, batch):
+    logits = model(batch["input_ids"], attention_mask=batch["attention_mask"])
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    return F.cross_entropy(logits[:, :-1].reshape(-1, 40), labels[:, 1:].reshape(-1))
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal_right_padding", "bidirectional"])
+def test_an_ignored_attention_mask_is_named_only_where_padding_reaches_real_positions(causal):
+    torch.manual_seed(0)
+    result = _run(TinyCausalLM(causal), _lm_rows(), _lm_loss)
+    found = [i for i in result.issues if i.code == "FORWARD_INPUT_IGNORED"]
+    if causal:
+        assert not found, found  # right padding after every real token: nothing for the mask to hide
+    else:
+        assert found and "'attention_mask', a padding mask" in found[0].message
+        assert "src_key_padding_mask=attention_mask == 0" in found[0].fix

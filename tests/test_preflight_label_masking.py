@@ -1,6 +1,6 @@
 """LABELS_MASK_REAL_TOKEN: labels masked by input_ids == pad_token_id when the pad id is the
-EOS (every real end token loses its target); masking by the attention mask, and a masked
-prompt, stay quiet."""
+EOS (every real end token loses its target), also beside a masked prompt; masking by the
+attention mask, and a masked prompt, stay quiet."""
 
 from __future__ import annotations
 
@@ -28,6 +28,9 @@ def rows(how: str) -> list[dict]:
             labels = ids.masked_fill(ids == EOS, -100)
         elif how == "by_attention":
             labels = ids.masked_fill(mask == 0, -100)
+        elif how == "prompt_masked_by_pad_id":  # SFT: the prompt masked, then the padding by the pad id
+            labels = ids.masked_fill(ids == EOS, -100)
+            labels[:3] = -100
         else:  # a masked prompt of 3 tokens, padding by attention
             labels = ids.masked_fill(mask == 0, -100)
             labels[:3] = -100
@@ -49,10 +52,54 @@ def lm_loss(model, batch):
     return nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 50), batch["labels"][:, 1:].reshape(-1))
 
 
-@pytest.mark.parametrize("how, fires", [("by_pad_id", True), ("by_attention", False), ("prompt_masked", False)])
+@pytest.mark.parametrize("how, fires", [("by_pad_id", True), ("by_attention", False), ("prompt_masked", False),
+                                       ("prompt_masked_by_pad_id", True)])
 def test_labels_masked_by_a_pad_id_that_is_the_eos(how, fires):
     model = Lm()
     report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
                            DataLoader(rows(how), batch_size=32, shuffle=True), loss_fn=lm_loss,
                            checks=[FirstBatchCheck(), LabelMaskingCheck()])
     assert bool(report.check("data.label_masking").issues) == fires
+
+
+def sft_pairs(inverted: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(ids, labels) rows of an instruction set: a prompt of 4-7 tokens, an answer of 3-6."""
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for _ in range(96):
+        prompt, answer = int(torch.randint(4, 8, (1,), generator=g)), int(torch.randint(3, 7, (1,), generator=g))
+        ids = torch.randint(3, 50, (prompt + answer,), generator=g)
+        labels = ids.clone()
+        if inverted:
+            labels[prompt:] = -100  # meant: labels[:prompt] = -100
+        else:
+            labels[:prompt] = -100
+        out.append((ids, labels))
+    return out
+
+
+def pad_pairs(rows):
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100)
+    for i, (x, y) in enumerate(rows):
+        ids[i, :len(x)], labels[i, :len(y)] = x, y
+    return ids, labels
+
+
+def pair_loss(model, batch):
+    ids, labels = batch
+    logits = model(ids)
+    return nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 50), labels[:, 1:].reshape(-1))
+
+
+@pytest.mark.parametrize("inverted", [True, False], ids=["prompt_kept_answer_masked", "prompt_masked"])
+def test_labels_that_keep_the_prompt_and_mask_the_answer(inverted):
+    model = Lm()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(sft_pairs(inverted), batch_size=32, shuffle=True, collate_fn=pad_pairs),
+                           loss_fn=pair_loss, checks=[FirstBatchCheck(), LabelMaskingCheck()])
+    found = [i for i in report.check("data.label_masking").issues if i.code == "LABELS_ONLY_ON_PROMPT"]
+    assert bool(found) == inverted
+    if inverted:
+        assert "labels[:len(prompt)] = -100 was meant" in found[0].message

@@ -235,6 +235,61 @@ def graph_assignment(value: torch.Tensor, nodes: int) -> bool:
     return bool(((steps == 0) | (steps == 1)).all()) and int(value[-1]) >= 1
 
 
+def _mask_like(value: torch.Tensor) -> bool:
+    """A 0/1 (or boolean) tensor of at least two dimensions with both values: a padding or
+    attention mask."""
+    if value.dim() < 2 or value.is_floating_point() and not bool(((value == 0) | (value == 1)).all()):
+        return False
+    kept = value != 0
+    return bool(kept.any()) and not bool(kept.all()) and (value.dtype == torch.bool or bool(((value == 0) | (value == 1)).all()))
+
+
+def _padding_swapped(other: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """``other`` with new content where ``masked`` (a (B, T) selection) is True: ids drawn from
+    the ids the batch holds, values moved by their spread."""
+    generator = torch.Generator().manual_seed(0)
+    where = masked.reshape(*masked.shape, *([1] * (other.dim() - masked.dim()))).expand_as(other).to(other.device)
+    if other.is_floating_point():
+        noise = torch.randn(other.shape, generator=generator).to(other.device, other.dtype)
+        return torch.where(where, other + noise * other.float().std().clamp_min(1.0).to(other.dtype), other)
+    pool = other.reshape(-1)
+    picks = pool[torch.randint(0, pool.numel(), other.shape, generator=generator).to(pool.device)]
+    return torch.where(where, picks, other)
+
+
+def mask_redundant(ctx: PreflightContext, args: tuple, kwargs: dict, arguments: list[tuple[str, Any, Any]],
+                   mask: torch.Tensor) -> bool:
+    """Whether an ignored padding mask has nothing to hide: new content under its zeros, in every
+    argument laid out like it, leaves the output at its kept positions (or the whole output, when
+    it has no position axis) unchanged. A causal model fed right-padded rows never lets the
+    padding reach a real position, so a forward that drops ``attention_mask`` loses nothing."""
+    masked = (mask == 0).cpu()
+    moved_args, moved_kwargs, swapped = args, kwargs, False
+    for _, where, value in arguments:
+        if value is mask or value.dim() < mask.dim() or tuple(value.shape[:mask.dim()]) != tuple(mask.shape):
+            continue
+        moved_args, moved_kwargs = _with(moved_args, moved_kwargs, where, _padding_swapped(value, masked))
+        swapped = True
+    if not swapped:
+        return False
+    try:
+        before = _forward(ctx, args, kwargs, False, False, lambda name, out: None)
+        after = _forward(ctx, moved_args, moved_kwargs, False, False, lambda name, out: None)
+    except Exception:
+        return False
+    kept = (mask != 0)
+
+    def at_kept(output: Any) -> list[torch.Tensor]:
+        out = []
+        for leaf in leaves(output):
+            if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
+                aligned = leaf.dim() >= kept.dim() and tuple(leaf.shape[:kept.dim()]) == tuple(kept.shape)
+                out.append(leaf.detach()[kept.to(leaf.device)].float().cpu() if aligned else leaf.detach().float().cpu())
+        return out
+
+    return not _differs(at_kept(before), at_kept(after))
+
+
 class ForwardArgumentsCheck(Check):
     """FORWARD_INPUT_IGNORED: a tensor argument of the model's forward changes nothing."""
 
@@ -289,6 +344,22 @@ class ForwardArgumentsCheck(Check):
             moved = _call(ctx, *_with(args, kwargs, where, rolled), train=True)
             if moved is None or _differs(train_baseline[0], moved[0]) \
                     or train_connected.intersection(_changed_calls(train_baseline[1], moved[1])):
+                continue
+            if _mask_like(value):
+                if mask_redundant(ctx, args, kwargs, arguments, value):
+                    continue  # right padding under a causal model: the mask would hide nothing
+                findings.warning(
+                    "FORWARD_INPUT_IGNORED",
+                    f"the model's forward never uses its argument '{name}', a padding mask ({_describe(value)}, "
+                    f"0 on {float((value == 0).float().mean()):.0%} of its positions): other content under its zeros "
+                    "changes the outputs at the real positions, so the padding is attended to and each sample's "
+                    "result depends on how much padding its batch gave it (a mask accepted and never passed on to "
+                    "the attention layers)",
+                    f"Pass '{name}' to the attention: nn.TransformerEncoder(..., src_key_padding_mask={name} == 0), "
+                    f"nn.MultiheadAttention(..., key_padding_mask={name} == 0), or scores.masked_fill({name}[:, None, "
+                    "None, :] == 0, float('-inf')) before the softmax; pool over the real positions only.",
+                    "model",
+                )
                 continue
             findings.data["summary"] = f"'{name}' never reaches the output"
             touched = list(dict.fromkeys(layer for layer, _ in reached))

@@ -26,16 +26,69 @@ IGNORE = -100
 MIN_ROWS_HIT = 0.5  # of the rows that have padding: each loses its real end token
 
 
+MIN_MASKED_ROWS = 8  # rows with both supervised and ignored real tokens before the layout is read
+PROMPT_ONLY_SHARE = 0.8  # of those rows: the labels keep the start and drop the end
+
+
+def ids_and_labels(batch: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(input ids, labels, real positions) of a token batch: a mapping's input_ids / labels /
+    attention_mask, or an ``(ids, labels)`` pair of one (B, T) integer shape whose padding is
+    the trailing run of the id that ends the shorter rows."""
+    if isinstance(batch, Mapping):
+        ids, labels, mask = batch.get("input_ids"), batch.get("labels"), batch.get("attention_mask")
+    elif isinstance(batch, (list, tuple)) and len(batch) == 2:
+        (ids, labels), mask = batch, None
+    else:
+        return None
+    if not (isinstance(ids, torch.Tensor) and isinstance(labels, torch.Tensor)) or ids.dim() != 2 \
+            or ids.shape != labels.shape or ids.is_floating_point() or labels.is_floating_point():
+        return None
+    if isinstance(mask, torch.Tensor) and mask.shape == ids.shape:
+        return ids, labels, mask != 0
+    pad_id = int(torch.mode(ids[:, -1]).values)
+    trailing = (ids == pad_id).flip(1).long().cumprod(dim=1).flip(1).bool()
+    return ids, labels, ~trailing
+
+
+def copies_the_ids(ids: torch.Tensor, labels: torch.Tensor) -> bool:
+    """Whether the kept labels are the input ids themselves, or the ids one position on (a
+    causal LM's targets): 95% of them (pure)."""
+    kept = labels != IGNORE
+    if not bool(kept.any()):
+        return False
+    same = float((labels[kept] == ids[kept]).float().mean())
+    ahead = kept[:, :-1]
+    next_ids = float((labels[:, :-1][ahead] == ids[:, 1:][ahead]).float().mean()) if bool(ahead.any()) else 0.0
+    return max(same, next_ids) >= 0.95
+
+
+def prompt_only_rows(labels: torch.Tensor, real: torch.Tensor) -> tuple[int, int]:
+    """(rows whose labels keep a start of the real tokens and ignore the rest, two tokens or
+    more; rows with both kept and ignored real tokens) (pure)."""
+    kept = (labels != IGNORE) & real
+    dropped = (labels == IGNORE) & real
+    mixed = kept.any(dim=1) & dropped.any(dim=1)
+    positions = torch.arange(labels.shape[1]).expand_as(labels)
+    last_kept = torch.where(kept, positions, -1).amax(dim=1)
+    first_dropped = torch.where(dropped, positions, labels.shape[1]).amin(dim=1)
+    last_real = torch.where(real, positions, -1).amax(dim=1)
+    head_only = mixed & (last_kept < first_dropped) & (dropped.sum(dim=1) >= 2) \
+        & (dropped.sum(dim=1) == last_real - first_dropped + 1)
+    return int(head_only.sum()), int(mixed.sum())
+
+
 class LabelMaskingCheck(Check):
-    """LABELS_MASK_REAL_TOKEN: the pad id is a real token the label mask removes."""
+    """LABELS_MASK_REAL_TOKEN: the pad id is a real token the label mask removes.
+    LABELS_ONLY_ON_PROMPT: the labels keep each sequence's start and ignore its end."""
 
     name = "data.label_masking"
     stage = Stage.DATA
-    codes = ("LABELS_MASK_REAL_TOKEN",)
+    codes = ("LABELS_MASK_REAL_TOKEN", "LABELS_ONLY_ON_PROMPT")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         batch = ctx.artifacts.first_batch
+        self._prompt_only(batch, findings)
         if not isinstance(batch, Mapping):
             findings.data["summary"] = "not a mapping batch"
             return
@@ -48,12 +101,25 @@ class LabelMaskingCheck(Check):
             findings.data["summary"] = "no padding"
             return
         pad_id = int(torch.mode(ids[padding]).values)
-        masked_real = (mask == 1) & (labels == IGNORE)
-        if not bool(masked_real.any()) or not bool((ids[masked_real] == pad_id).all()):
+        real_pad = (mask == 1) & (ids == pad_id)
+        masked_real = real_pad & (labels == IGNORE)
+        supervised = labels != IGNORE
+        # The convention this reads: labels are the input ids themselves where they count (the
+        # model shifts), so the token before a real end token is the answer's last one.
+        unshifted = bool(supervised.any()) and float((labels[supervised] == ids[supervised]).float().mean()) >= 0.95
+        before = torch.zeros_like(supervised)
+        before[:, 1:] = supervised[:, :-1]
+        # A pad-id token the labels drop right after a supervised token: an end token cut from the
+        # answer it ends (a prompt masked to -100 ahead of it is no evidence either way).
+        cut = masked_real & before if unshifted else masked_real
+        if not bool(cut.any()) or (not unshifted and not bool((ids[(mask == 1) & (labels == IGNORE)] == pad_id).all())):
             findings.data["summary"] = "the label mask follows the padding"
             return
+        if bool((real_pad & supervised).any()):
+            findings.data["summary"] = "some attended tokens of the padding id keep their labels"
+            return
         padded_rows = padding.any(dim=1)
-        hit = (masked_real.any(dim=1) & padded_rows).sum()
+        hit = (cut.any(dim=1) & padded_rows).sum()
         findings.data["summary"] = f"{int(masked_real.sum())} attended token(s) of id {pad_id} have no label"
         if int(hit) < MIN_ROWS_HIT * int(padded_rows.sum()):
             return
@@ -65,5 +131,31 @@ class LabelMaskingCheck(Check):
             "every real end-of-sequence from the targets: the model never learns to stop",
             "Mask the labels by the attention mask: labels[attention_mask == 0] = -100 (the DataCollator for "
             "language modelling does this), or give the tokenizer its own pad token.",
+            "data.train",
+        )
+
+    @staticmethod
+    def _prompt_only(batch: object, findings: Findings) -> None:
+        """Completion-only fine-tuning masks each row's prompt (its start) and trains on the
+        answer that ends it; the mask written the other way round (``labels[len(prompt):] =
+        -100``) trains on the prompts and never shows the model an answer."""
+        found = ids_and_labels(batch)
+        if found is None:
+            return
+        ids, labels, real = found
+        if not copies_the_ids(ids, labels):
+            return  # tags (token classification) or a decoder's targets (seq2seq): no prompt in them
+        head_only, mixed = prompt_only_rows(labels, real)
+        findings.data["rows_labelled_at_their_start_only"] = head_only
+        if mixed < MIN_MASKED_ROWS or head_only < PROMPT_ONLY_SHARE * mixed:
+            return
+        findings.warning(
+            "LABELS_ONLY_ON_PROMPT",
+            f"in {head_only} of the {mixed} rows whose labels ignore part of the real tokens, the labels keep the "
+            "start of the row and ignore its end (two tokens or more, up to the last real token): the loss trains "
+            "only on the prompt (instruction) tokens and never on the answer that ends each row. Completion-only "
+            "fine-tuning masks the other side: labels[:len(prompt)] = -100 was meant, not labels[len(prompt):] = -100",
+            "Mask the prompt, keep the answer: labels = input_ids.clone(); labels[:len(prompt_ids)] = -100 (and -100 "
+            "on the padding); check one row: the ids where labels != -100 should decode to the answer.",
             "data.train",
         )
