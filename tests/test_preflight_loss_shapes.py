@@ -967,6 +967,20 @@ def test_a_bounded_output_activation_that_cannot_reach_the_targets_is_an_error(h
     assert ("standardised (z-scored, zero-mean) targets are negative" in issue.message) == isinstance(head[0], nn.ReLU)
 
 
+
+def test_box_targets_above_one_under_a_sigmoid_name_an_image_resized_without_its_boxes():
+    # 64 px images resized to 32 in the Dataset, boxes kept in 64 px and divided by 32: up to 2.0
+    x = features()
+    g = torch.Generator().manual_seed(4)
+    corner = torch.rand(len(x), 2, generator=g) * 40
+    boxes = torch.cat([corner, corner + 8 + torch.rand(len(x), 2, generator=g) * 16], 1) / 32
+    torch.manual_seed(0)
+    head = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, 4), nn.Sigmoid())
+    issue = issues(preflight(head, loader(x, boxes), nn.SmoothL1Loss()))["LOSS_OUTPUT_RANGE"]
+    assert "coordinates (4 per row)" in issue.message and "resized" in issue.message
+    assert "Resize the boxes with the image" in issue.fix
+
+
 class BoundedPolicy(nn.Module):
     """A behaviour-cloning policy head: bound * tanh(mlp(state))."""
 
@@ -1188,3 +1202,21 @@ def test_a_dice_softmax_over_a_spatial_axis_of_a_conv_output(softmax_dim, fires)
     assert ("LOSS_NORM_DIM" in found) == fires, found
     if fires:
         assert "dim 4 (size 6)" in found["LOSS_NORM_DIM"].message and "dim=1" in found["LOSS_NORM_DIM"].fix
+
+
+def cox_partial_likelihood(model, batch):
+    inputs, time, event = batch
+    order = time.argsort(descending=True)
+    risk = model(inputs)[order]  # (B, 1): never squeezed
+    return -((risk - torch.logcumsumexp(risk, dim=0)) * event[order]).sum() / event.sum()  # * (B,): (B, B)
+
+
+def test_a_risk_column_times_an_event_indicator_names_the_flag_it_ignores():
+    x = features()
+    time = torch.rand(len(x), generator=torch.Generator().manual_seed(1))
+    event = (torch.rand(len(x), generator=torch.Generator().manual_seed(2)) < 0.6).float()
+    found = issues(preflight(mlp(1), loader(x, time, event), cox_partial_likelihood))["LOSS_BROADCAST"]
+    assert "0/1 vector of shape (32,)" in found.message and "event indicator" in found.message
+    assert "prediction.squeeze(-1)" in found.fix
+    # a residual against continuous targets keeps the every-prediction-against-every-target reading
+    assert "0/1" not in issues(preflight(mlp(1), loader(x, x.sum(1)), hand_written_mse))["LOSS_BROADCAST"].message

@@ -300,17 +300,28 @@ def output_range_findings(calls: list[CriterionCall]) -> list[Finding]:
         negative = (" They are negative targets below a non-negative output: its outputs can never go below 0, while "
                     "standardised (z-scored, zero-mean) targets are negative about half the time"
                     if bounded.low == 0 and target is not None and target.min is not None and target.min < 0 else "")
+        # (x, y) points or 4-number boxes above 1 under a sigmoid: coordinates normalised by the size
+        # of an image that was resized while its boxes kept the original resolution
+        coordinates = (bounded.activation == "sigmoid" and target is not None and target.min is not None
+                       and target.min >= 0 and 1 < target.max <= 8 and call.target_shape is not None
+                       and len(call.target_shape) >= 2 and call.target_shape[-1] in (2, 4))
+        resized = (f" The targets are coordinates ({call.target_shape[-1]} per row) up to {target.max:.2g} times the "
+                   "image size: boxes or keypoints kept in the original image's pixels while the image was resized "
+                   "(or divided by the resized size), so every target sits scaled away from its object"
+                   if coordinates else "")
         found.append(Finding(
             "LOSS_OUTPUT_RANGE", "error",
             f"{call.function}'s predictions come out of a {bounded.activation}, so they stay in [{bounded.low:g}, {high}], "
             f"but {bounded.outside:.0%} of the targets lie outside that range{spread}: the model can never reach them, "
-            f"and the loss has a floor no training goes below.{negative}",
+            f"and the loss has a floor no training goes below.{negative}{resized}",
             "Map the targets into [-1, 1] before the loss (STS gold scores of 0 to 5: scores / 5, as "
             "sentence-transformers' CosineSimilarityLoss expects; or 2 * (s - min) / (max - min) - 1), or predict "
             "the score with a linear head on the pair's embeddings." if bounded.activation == "cosine similarity" else
             f"Scale the tanh to the targets' range ({_bound(target)} * torch.tanh(h) for targets within "
             f"+-{_bound(target)}: an action bound), or map the targets into [-1, 1] (targets / bound) and back at "
             "inference." if bounded.activation == "tanh" and target is not None and target.min is not None else
+            "Resize the boxes with the image: multiply the coordinates by new_size / old_size in the same transform "
+            "(or normalise them by the size of the image they were measured on)." if coordinates else
             f"Remove the {bounded.activation} after the last layer (a regression head is linear), or map the targets "
             f"into [{bounded.low:g}, {high}] (and back at inference): e.g. min-max scale them for a sigmoid.",
         ))

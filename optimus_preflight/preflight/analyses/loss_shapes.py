@@ -244,6 +244,19 @@ def column_broadcast_findings(broadcasts: list[ColumnBroadcast], calls: list[Cri
                "max(q * e, (q - 1) * e), the (y - mu)**2 / var of a Gaussian NLL: only torch's own criteria check "
                "shapes) combines"
                if residual else "compute_loss combines")
+    if found.flag and not found.kept_reduction:
+        return [Finding(
+            "LOSS_BROADCAST", "error",
+            f"compute_loss multiplies a tensor of shape {found.learnable_shape} computed by the model by a 0/1 "
+            f"vector of shape {found.constant_shape} (binary labels, an event indicator or a row mask) (`{found.op}`): "
+            f"they broadcast to {joint}, so each sample's term is weighted by every other sample's 0/1 value instead "
+            "of its own: summed over the table, every term counts once per 1 in the batch, those whose own value is "
+            "0 (a censored subject, a negative, a masked row) included, and the 0/1 selects nothing. In a Cox partial "
+            "likelihood, (risk - log_cumsum_exp(risk)) * event with risk of shape (B, 1) counts every subject as an "
+            "event" + _at(found.where),
+            f"Give both one shape before the multiplication: {squeeze} (risk = model(x).squeeze(-1)), so each "
+            "sample's term is multiplied by its own flag.",
+        )]
     return [Finding(
         "LOSS_BROADCAST", "error",
         f"{opening} a tensor of shape {found.learnable_shape} computed by the model with a tensor of "

@@ -151,6 +151,7 @@ class ColumnBroadcast:
     joint_shape: tuple[int, ...] | None = None  # where it is not (B, B)
     kept_reduction: str | None = None  # the (B, 1) is a reduction kept as a column (keepdim=True)
     where: str | None = None  # the user's line that made the arithmetic
+    flag: bool = False  # the constant is a 0/1 vector with both values: an event indicator or a row mask
 
 
 @dataclass
@@ -231,7 +232,11 @@ def column_broadcast(name: str, args: tuple) -> ColumnBroadcast | None:
     rows = learnable.shape[0] if learnable.dim() else 0
     if rows >= 2 and shapes == {(rows, 1), (rows,)}:
         reduced = kept_reduction(learnable) if tuple(learnable.shape) == (rows, 1) else None
-        return ColumnBroadcast(name.strip("_"), tuple(learnable.shape), tuple(constant.shape), kept_reduction=reduced)
+        flag = (name.strip("_") in ("mul", "rmul") and not constant.is_complex()
+                and bool(((constant == 0) | (constant == 1)).all()) and bool((constant == 0).any())
+                and bool((constant == 1).any()))
+        return ColumnBroadcast(name.strip("_"), tuple(learnable.shape), tuple(constant.shape), kept_reduction=reduced,
+                               flag=flag)
     # Any per-sample prediction against per-sample targets whose batch axes land on different
     # dims: (N, 4) - (N, 1, 4) is (N, N, 4), every prediction against every target.
     if rows >= 2 and constant.dim() >= 1 and constant.shape[0] == rows and learnable.dim() != constant.dim():
