@@ -125,3 +125,39 @@ def test_level_bands_of_a_smooth_field_are_quiet_and_the_same_bands_resized_bili
     bands = torch.bucketize(field[:, 0], torch.tensor([-0.45, 0.45]))
     assert interpolation_rims(bands) is None
     assert interpolation_rims(resized(scenes(), "bilinear")) is not None
+
+
+def squares_and_discs(n: int, seed: int) -> torch.Tensor:
+    """64x64 masks: a large square of class 1 and small discs of class 2 on background 0."""
+    g = torch.Generator().manual_seed(seed)
+    rows, cols = torch.meshgrid(torch.arange(64), torch.arange(64), indexing="ij")
+    masks = torch.zeros(n, 64, 64, dtype=torch.long)
+    for mask in masks:
+        side = int(torch.randint(14, 21, (1,), generator=g))
+        top, left = torch.randint(0, 64 - side, (2,), generator=g).tolist()
+        mask[top:top + side, left:left + side] = 1
+        for _ in range(4):
+            r, c = torch.randint(6, 58, (2,), generator=g).tolist()
+            radius = int(torch.randint(3, 6, (1,), generator=g))
+            mask[(rows - r) ** 2 + (cols - c) ** 2 <= radius ** 2] = 2
+    return masks
+
+
+@pytest.mark.parametrize("train_mode", ["bilinear", "nearest"])
+def test_rims_around_small_discs_beside_large_objects_of_the_rim_class(train_mode):
+    # Rounded bilinear downscaling rings every disc (2) with class 1 where it meets background (0):
+    # too few rim pixels beside the large squares of class 1 for the one-batch rule, plain beside validation's.
+    def down(masks, mode):
+        kwargs = {"align_corners": False} if mode == "bilinear" else {}
+        return F.interpolate(masks[:, None].float(), size=(32, 32), mode=mode, **kwargs)[:, 0].round().long()
+
+    train_masks, val_masks = down(squares_and_discs(96, 0), train_mode), down(squares_and_discs(64, 1), "nearest")
+    g = torch.Generator().manual_seed(2)
+    model = nn.Conv2d(3, 3, 3, padding=1)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(torch.randn(96, 3, 32, 32, generator=g), train_masks), batch_size=16),
+                           val_loader=DataLoader(TensorDataset(torch.randn(64, 3, 32, 32, generator=g), val_masks),
+                                                 batch_size=32),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), MaskInterpolationCheck()])
+    found = [i for i in report.check("data.mask_interpolation").issues if i.code == "MASK_INTERPOLATED"]
+    assert bool(found) == (train_mode == "bilinear"), found

@@ -101,7 +101,7 @@ def rim_shares(masks: torch.Tensor) -> dict[int, tuple[int, float]]:
     return shares
 
 
-SPLIT_RIM_SHARE = 0.3  # of a class's training pixels lying between a lower and a higher id ...
+SPLIT_RIM_SHARE = 0.12  # of a class's training pixels lying between a lower and a higher id ...
 SPLIT_RIM_RATIO = 3.0  # ... this many times validation's share: training's masks were interpolated
 
 
