@@ -269,3 +269,30 @@ def test_a_flip_on_the_channel_axis_of_hwc_images(axis):
         return
     assert codes(found) == {"FLIP_REVERSES_CHANNELS"}
     assert "RGB <-> BGR" in found.issues[0].message and "np.flip(img, axis=1)" in found.issues[0].fix
+
+
+def flipping_collate(swap: bool):
+    """Batch-level augmentation in the collate_fn: flip half the batch, mirror the x of the (K, 2)
+    landmarks, and (``swap``) exchange the left and right landmark."""
+    def collate(items):
+        images = torch.stack([image for image, _ in items])
+        points = torch.stack([target for _, target in items]).view(len(items), 2, 2)
+        flip = torch.rand(len(items)) < 0.5
+        images[flip] = images[flip].flip(-1)
+        points[flip, :, 0] = (SIDE - 1) / SIDE - points[flip, :, 0]
+        if swap:
+            points[flip] = points[flip][:, [1, 0]]
+        return images, points
+    return collate
+
+
+@pytest.mark.parametrize("swap", [False, True], ids=["mirrored_not_swapped", "swapped"])
+def test_a_flip_in_the_collate_fn_is_read_through_it(swap):
+    model = nn.Sequential(nn.Flatten(), nn.Linear(SIDE * SIDE, 4), nn.Unflatten(1, (2, 2)))
+    unflipped = lambda items: (torch.stack([i for i, _ in items]), torch.stack([t for _, t in items]).view(-1, 2, 2))  # noqa: E731
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(Hands(None), batch_size=32, shuffle=True, collate_fn=flipping_collate(swap)),
+                           val_loader=DataLoader(Hands(None, augment=False), batch_size=100, collate_fn=unflipped),
+                           loss_fn=nn.MSELoss(), checks=[FirstBatchCheck(), FlipLabelsCheck()])
+    issues = [i for i in report.check("data.flip_labels").issues if i.code == "FLIP_SIDES_NOT_SWAPPED"]
+    assert bool(issues) == (not swap), report.check("data.flip_labels").data

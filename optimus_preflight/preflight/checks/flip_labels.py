@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.utils.data import default_collate
 
 from optimus_preflight.preflight.analyses.series import column_correlations
 from optimus_preflight.preflight.checks.batch_checks import is_map_style
@@ -40,6 +41,7 @@ from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.data_access.guard import DataGuard
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.preflight.framework.preserve import preserved_data_state
+from optimus_preflight.training.batches import map_batch
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -323,6 +325,31 @@ def unswapped_pair(pairs: list[tuple[torch.Tensor, torch.Tensor]], served: torch
     return None
 
 
+class CollatedView:
+    """``dataset[i]`` as the training loader's own ``collate_fn`` serves it, batch axis dropped:
+    an augmentation written in the collate_fn (flip half of each batch) acts on every draw."""
+
+    def __init__(self, dataset: Any, collate: Any) -> None:
+        self.dataset, self.collate = dataset, collate
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        batch = self.collate([self.dataset[index]])
+        return map_batch(lambda leaf: leaf[0] if isinstance(leaf, torch.Tensor) and leaf.dim() else leaf, batch)
+
+
+def served_dataset(loader: Any) -> Any:
+    """The training dataset, read through the loader's collate_fn when it is one of the user's."""
+    dataset = getattr(loader, "dataset", None)
+    collate = getattr(loader, "collate_fn", None)
+    if dataset is None or collate is None or collate is default_collate \
+            or getattr(collate, "__module__", "").startswith("torch.utils.data"):
+        return dataset
+    return CollatedView(dataset, collate)
+
+
 class FlipLabelsCheck(Check):
     """FLIP_CHANGES_CLASS: a random horizontal flip, kept label, two classes that are mirrors;
     FLIP_KEEPS_COORDINATES: a random horizontal flip that leaves a horizontal coordinate;
@@ -339,6 +366,7 @@ class FlipLabelsCheck(Check):
         if dataset is None or not is_map_style(dataset):
             findings.data["summary"] = "no map-style training dataset"
             return
+        dataset = served_dataset(ctx.train_loader)
         guard = DataGuard(ctx, self.name, findings)
         with preserved_data_state(ctx):
             size = guard.call(len, dataset, what="len(dataset)")
@@ -409,8 +437,8 @@ class FlipLabelsCheck(Check):
         with guard.batches(ctx.val_loader, "the validation targets") as batches:
             batch = next(batches, None)
         if isinstance(batch, (list, tuple)) and len(batch) == 2 and isinstance(batch[1], torch.Tensor) \
-                and batch[1].dim() == 2 and batch[1].is_floating_point():
-            validation = batch[1].detach().float().cpu()
+                and batch[1].dim() >= 2 and batch[1].is_floating_point():
+            validation = batch[1].detach().float().cpu().flatten(1)  # (B, K, 2) keypoints: one column each
         if not served or validation is None:
             return
         found = unswapped_pair(pairs, torch.stack([target for _, target in served]), validation)
