@@ -126,3 +126,28 @@ def test_a_softmax_focal_loss_whose_p_t_is_the_top_class(from_top_class, fires):
     assert [issue.code for issue in result.issues] == (["LOSS_IGNORES_MISTAKES"] if fires else [])
     if fires:
         assert "top class" in result.issues[0].message and ".gather(1, y[:, None])" in result.issues[0].fix
+
+
+@pytest.mark.parametrize("at_risk_only", [True, False])
+def test_per_interval_hazard_logits_beside_an_event_flag_are_not_class_scores(at_risk_only):
+    # A discrete-time survival model: (B, K) hazard logits under BCE against one-hot event
+    # intervals; the batch's last tensor is the 0/1 event flag, no class id of the K columns.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 8, generator=g)
+    # most subjects leave in the first two intervals, most of them by the event
+    interval, event = torch.randint(0, 2, (256,), generator=g), (torch.rand(256, generator=g) < 0.8).float()
+
+    def hazard_loss(model, batch):
+        features, k, e = batch
+        logits = model(features)
+        steps = torch.arange(logits.shape[1])
+        target = ((steps[None, :] == k[:, None]) & (e[:, None] > 0)).float()
+        at_risk = (steps[None, :] <= k[:, None]).float() if at_risk_only else torch.ones_like(target)
+        return (F.binary_cross_entropy_with_logits(logits, target, reduction="none") * at_risk).sum() / at_risk.sum()
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 6))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, interval, event), batch_size=64, shuffle=True),
+                           loss_fn=hazard_loss, checks=[FirstBatchCheck(), FirstStepCheck(), LossDirectionCheck()])
+    result = report.check("step.loss_direction")
+    assert not result.issues and "right" not in result.data, result.data  # never read as class scores

@@ -105,7 +105,9 @@ class LossDirectionCheck(Check):
         if bool(((logits >= 0) & (logits <= 1)).all()):
             return  # probabilities, not logits: confident answers would leave their range
         probe = get_probe(ctx)
-        scored = any(call.function in CLASS_LOSSES and call.input is not None
+        # (B, C) logits under a binary criterion are C labels per sample (multi-label, a hazard per
+        # interval), not one class id: the batch's (B,) integers are then something else.
+        scored = any(call.function in (CLASS_LOSSES[2:] if binary else CLASS_LOSSES[:2]) and call.input is not None
                      and math.prod(call.input.shape) == logits.numel() for call in probe.criterion_calls)
         # A class loss written by hand (a focal loss from log_softmax and gather) normalises the logits itself.
         scored = scored or (not binary and tuple(logits.shape) in probe.normalised_shapes)
