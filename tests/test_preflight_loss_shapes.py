@@ -1220,3 +1220,38 @@ def test_a_risk_column_times_an_event_indicator_names_the_flag_it_ignores():
     assert "prediction.squeeze(-1)" in found.fix
     # a residual against continuous targets keeps the every-prediction-against-every-target reading
     assert "0/1" not in issues(preflight(mlp(1), loader(x, x.sum(1)), hand_written_mse))["LOSS_BROADCAST"].message
+
+
+def soft_dice(dim: int):
+    def loss(model, batch):
+        images, masks = batch
+        logits = model(images)
+        probs = torch.softmax(logits, dim=dim)
+        onehot = F.one_hot(masks, logits.shape[1]).permute(0, 3, 1, 2).float()
+        inter, denom = (probs * onehot).sum(dim=(0, 2, 3)), probs.sum(dim=(0, 2, 3)) + onehot.sum(dim=(0, 2, 3))
+        return 1 - ((2 * inter + 1) / (denom + 1)).mean()
+    return loss
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_a_softmax_over_the_batch_axis_of_segmentation_logits(dim):
+    g = torch.Generator().manual_seed(0)
+    images, masks = torch.randn(64, 3, 12, 12, generator=g), torch.randint(0, 3, (64, 12, 12), generator=g)
+    torch.manual_seed(0)
+    model = nn.Conv2d(3, 3, 3, padding=1)
+    found = issues(preflight(model, loader(images, masks, batch_size=16), soft_dice(dim))).get("LOSS_NORM_DIM")
+    assert (found is not None) == (dim == 0)
+    if found is not None:
+        assert "softmax over dim 0, the batch, of a (16, 3, 12, 12) tensor" in found.message and "dim=1" in found.fix
+
+
+def clip_symmetric(model, batch):
+    a, b = batch
+    za, zb = F.normalize(model(a), dim=-1), F.normalize(model(b), dim=-1)
+    logits = za @ zb.T / 0.07  # (B, B): dim 0 is the other direction's classes
+    return -(torch.log_softmax(logits, dim=1).diag().mean() + torch.log_softmax(logits, dim=0).diag().mean()) / 2
+
+
+def test_a_softmax_over_dim_0_of_a_similarity_table_is_no_batch_softmax():
+    x = features()
+    assert "LOSS_NORM_DIM" not in issues(preflight(mlp(8), loader(x, x + 0.1 * torch.randn_like(x)), clip_symmetric))

@@ -406,6 +406,8 @@ class LossSpy(TorchFunctionMode):
         # F.normalize over dim 0 of a (batch, features) tensor: each feature scaled across
         # the batch, not each sample's vector to unit length. (shape, dim) of the first one.
         self.batch_normalize: tuple[tuple[int, ...], int] | None = None
+        # softmax / log_softmax over dim 0 of a per-sample output: (function, shape) of the first one
+        self.batch_softmax: tuple[str, tuple[int, ...]] | None = None
         self.sliced_pair: SlicedPair | None = None
         self.zero_one_sign_target: str | None = None  # a +1/-1 criterion given 0/1 targets: its name
         self.attention_queries: list[tuple[int, ...]] = []  # shapes of scaled_dot_product_attention's queries
@@ -472,6 +474,8 @@ class LossSpy(TorchFunctionMode):
             self.normalized = True
             if self.batch_normalize is None:
                 self._check_normalize(args, kwargs)
+        elif name in ("softmax", "log_softmax") and self.batch_softmax is None:
+            self._check_softmax(name, args, kwargs)
         elif name in ARITHMETIC and not self.column_broadcasts:
             found = column_broadcast(name, args)
             if found is not None and found.learnable_shape[0] == self.batch_rows:
@@ -505,6 +509,18 @@ class LossSpy(TorchFunctionMode):
             if pad_mask is not None and record.reduction == "none" and out.numel() == pad_mask.numel():
                 record.sums = _elementwise_sums(out, argument(args, kwargs, 1, "target"), pad_mask, record.ignore_index)
         return out
+
+    def _check_softmax(self, name: str, args: tuple, kwargs: dict) -> None:
+        """A softmax across the samples of a model output: dim 0 of (B, C, ...) maps or sequences,
+        or of (B, C) scores over three classes or more that are not a (B, B) similarity table (a
+        (N, 1) attention over a bag's instances is one column)."""
+        tensor, dim = argument(args, kwargs, 0, "input"), argument(args, kwargs, 1, "dim", None)
+        if not (isinstance(tensor, torch.Tensor) and isinstance(dim, int) and tensor.requires_grad
+                and tensor.dim() >= 2 and dim in (0, -tensor.dim()) and self.batch_rows
+                and tensor.shape[0] == self.batch_rows):
+            return
+        if tensor.dim() >= 3 or (tensor.shape[1] >= 3 and tensor.shape[1] != tensor.shape[0]):
+            self.batch_softmax = (name, tuple(tensor.shape))
 
     def _check_normalize(self, args: tuple, kwargs: dict) -> None:
         tensor, dim = argument(args, kwargs, 0, "input"), argument(args, kwargs, 2, "dim", 1)
