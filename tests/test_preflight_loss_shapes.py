@@ -1222,7 +1222,7 @@ def test_a_risk_column_times_an_event_indicator_names_the_flag_it_ignores():
     assert "0/1" not in issues(preflight(mlp(1), loader(x, x.sum(1)), hand_written_mse))["LOSS_BROADCAST"].message
 
 
-def soft_dice(dim: int):
+def batch_axis_dice(dim: int):
     def loss(model, batch):
         images, masks = batch
         logits = model(images)
@@ -1239,7 +1239,7 @@ def test_a_softmax_over_the_batch_axis_of_segmentation_logits(dim):
     images, masks = torch.randn(64, 3, 12, 12, generator=g), torch.randint(0, 3, (64, 12, 12), generator=g)
     torch.manual_seed(0)
     model = nn.Conv2d(3, 3, 3, padding=1)
-    found = issues(preflight(model, loader(images, masks, batch_size=16), soft_dice(dim))).get("LOSS_NORM_DIM")
+    found = issues(preflight(model, loader(images, masks, batch_size=16), batch_axis_dice(dim))).get("LOSS_NORM_DIM")
     assert (found is not None) == (dim == 0)
     if found is not None:
         assert "softmax over dim 0, the batch, of a (16, 3, 12, 12) tensor" in found.message and "dim=1" in found.fix
