@@ -586,7 +586,7 @@ class LossFunctionCheck(Check):
 
     name = "step.loss_function"
     stage = Stage.STEP
-    codes = ("O12", "O13", "O16", "LOSS_NORM_DIM", "LOSS_BROADCAST", "LOSS_ONE_PREDICTION", "LOSS_SOFTMAX_BCE", "LOSS_OUTPUT_RANGE",
+    codes = ("O12", "O13", "O16", "TARGET_PEAK_BELOW_ONE", "LOSS_NORM_DIM", "LOSS_BROADCAST", "LOSS_ONE_PREDICTION", "LOSS_SOFTMAX_BCE", "LOSS_OUTPUT_RANGE",
              "LOSS_PAIR_SLICES", "LOSS_CLASS_WEIGHTS", "LOSS_BOUNDED_LOGITS", "LOSS_POOLED_OVER_CLASSES", "LOSS_CLASS_DIM", "CTC_BLANK_IN_TARGETS", "CTC_NOT_LOG_PROBS", "CTC_LENGTHS_TOO_SHORT", "MULTILABEL_MARGIN_MULTI_HOT",
              "POISSON_LOG_INPUT", "LOSS_INDEXED_BY_BATCH", "TRANSPOSE_1D", "MESHGRID_INDEXING", "BOX_CORNERS_UNORDERED", "KL_DIV_INPUT_NOT_LOG", "KL_TERM_CONSTANT", "COSINE_OVER_BROADCAST_DIM", "OVERLAP_ON_LOGITS", "EMBEDDING_DIM_POOLED", "LABEL_SMOOTHING_TOO_HIGH", "KL_DIV_MEAN_REDUCTION", "PREDICTION_DETACHED", "TEACHER_TRAINED", "GATHER_ALONG_BATCH", "EINSUM_NOT_CONTRACTED", "SORT_ALONG_LAST_DIM", "TARGET_MAPS_VANISH", "NOISE_NOT_GAUSSIAN",
              "LOSS_WEIGHTS_AFTER_MEAN", "SOFTMAX_OFF_AXIS", "LOSS_LOG_OF_PROBABILITY",
@@ -652,6 +652,18 @@ class LossFunctionCheck(Check):
                 "every prediction depends on its batch-mates",
                 f"Normalise over the sample's own axis: torch.{function}(logits, dim=1) for (N, C, ...) class logits, "
                 "dim=1 for (N, T, 1) attention scores over positions (dim=-1 for (N, ..., C)).",
+            )
+        if probe.peak_below_one is not None:
+            shape, high = probe.peak_below_one
+            findings.warning(
+                "TARGET_PEAK_BELOW_ONE",
+                f"the loss picks its positives with target == 1 (gt.eq(1)), but no value of the {shape} soft targets "
+                f"equals 1: they reach {high:.3g} at most, so the positive mask is empty and the positive term of the "
+                "loss (the focal loss's log(p) at object centres) is never computed; the model is only taught to "
+                "predict 0 everywhere. Gaussian heatmaps drawn around a sub-pixel (float) centre peak below 1",
+                "Make each object's peak exactly 1: draw the Gaussian around the integer centre cell (cx, cy = "
+                "int(x / stride), int(y / stride)) or set heatmap[cy, cx] = 1 after drawing; or pick positives with a "
+                "tolerance (gt >= 0.99) or at the map's local maxima.",
             )
         weighted = next((call.frequent_class_weights for call in calls if call.frequent_class_weights), None)
         if weighted is not None and weighted.permuted:
