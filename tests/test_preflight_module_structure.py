@@ -391,3 +391,29 @@ def test_a_random_head_frozen_by_a_name_filter_is_named(keep):
         assert "model.classifier.requires_grad_(True)" in found[0].fix
     else:
         assert not found
+
+
+class LoRALinear(nn.Module):
+    """A frozen base Linear plus a low-rank update named down / up (up starts at zero)."""
+
+    def __init__(self, features: int, rank: int = 4):
+        super().__init__()
+        self.base = nn.Linear(features, features)
+        self.down, self.up = nn.Linear(features, rank, bias=False), nn.Linear(rank, features, bias=False)
+        nn.init.zeros_(self.up.weight)
+
+    def forward(self, x):
+        return self.base(x) + self.up(self.down(x))
+
+
+@pytest.mark.parametrize("keyword", ["lora", "down"], ids=["filter_matches_no_adapter", "filter_matches_adapters"])
+def test_adapters_a_name_filter_missed_are_named_as_frozen_adapters(keyword):
+    torch.manual_seed(0)
+    model = nn.Sequential(LoRALinear(16), nn.LayerNorm(16), nn.ReLU(), LoRALinear(16), nn.LayerNorm(16))
+    for name, p in model.named_parameters():
+        p.requires_grad = keyword in name or "1." in name or "4." in name  # adapters and the norms train
+    found = [i for i in structure_issues(model) if i.code == "ONLY_BIASES_TRAIN"]
+    if keyword == "lora":
+        assert found and "adapters stay frozen" in found[0].message and "'0.up.weight' holds only zeros" in found[0].message
+    else:
+        assert not found

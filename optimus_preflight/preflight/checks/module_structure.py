@@ -39,6 +39,7 @@ from optimus_preflight.preflight.analyses.meshgrid_source import (
     user_code,
 )
 from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.training.sharding import held_whole
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -189,6 +190,24 @@ def requires_grad_attributes(model: nn.Module) -> list[tuple[str, bool, int]]:
     return found
 
 
+
+def frozen_adapter_pair(model: nn.Module) -> tuple[str, str] | None:
+    """(random-init weight, all-zero weight) of two frozen matrices under one parent module whose
+    shapes chain (down: (r, d_in), up: (d_out, r)): a LoRA pair whose B starts at zero, frozen."""
+    by_parent: dict[str, list[tuple[str, torch.Tensor]]] = {}
+    for name, p in model.named_parameters():
+        if p.dim() == 2 and not p.requires_grad and held_whole(p):
+            parent = name.rsplit(".", 2)[0] if name.count(".") >= 2 else ""
+            by_parent.setdefault(parent, []).append((name, p))
+    for members in by_parent.values():
+        zeros = [(n, p) for n, p in members if not bool(p.detach().any())]
+        random = [(n, p) for n, p in members if bool(p.detach().any())]
+        for zero_name, zero in zeros:
+            for random_name, other in random:
+                if zero.shape[1] == other.shape[0] and zero.shape[1] < min(zero.shape[0], other.shape[1]):
+                    return random_name, zero_name
+    return None
+
 class ModuleStructureCheck(Check):
     """MODULE_REPEATED: one module object listed several times; BN_MOMENTUM: Keras-style or zero
     momentum; FROZEN_AT_INIT: frozen layers nothing was loaded into."""
@@ -217,6 +236,14 @@ class ModuleStructureCheck(Check):
                          "weight, since parameters() ends with the head's weight and then its bias")
                 fix = ("Freeze by module, not by a slice of the parameter list: for p in model.backbone.parameters(): "
                        "p.requires_grad_(False), leaving the head's weight and bias trainable.")
+            elif (pair := frozen_adapter_pair(ctx.model)) is not None:
+                cause = (f"Frozen low-rank adapters are among them: '{pair[1]}' holds only zeros beside '{pair[0]}' at "
+                         "its random init under one parent, LoRA's up and down projections (B starts at zero), so the "
+                         "adapters stay frozen and only the norm and bias parameters train: the filter that picks the "
+                         "trainable parameters by name ('lora' in n) matched none of these adapters")
+                fix = ("Select the adapters by their own names or type (for n, p in model.named_parameters(): "
+                       "p.requires_grad = any(k in n for k in ('down', 'up')), or isinstance(module, LoRALinear)), and "
+                       "print [n for n, p in model.named_parameters() if p.requires_grad] after freezing.")
             else:
                 head = next((n for n, m in reversed(list(ctx.model.named_modules())) if isinstance(m, nn.Linear)), None)
                 named_head = (f" The output layer '{head}' is frozen too: a freeze that keeps parameters by name "
