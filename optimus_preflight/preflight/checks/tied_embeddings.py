@@ -120,6 +120,10 @@ def frozen_ties(model: nn.Module) -> list[tuple[str, str]]:
     trained = sum(p.numel() for p in others if p.requires_grad)
     if not total or trained < TRAINED_SHARE * total:
         return []
+    # Other weight matrices frozen too: a deliberate partial freeze (a frozen base under adapters of
+    # any rank, a frozen backbone), where the tied pair is frozen with the rest on purpose.
+    if any(p.dim() >= 2 and not p.requires_grad for p in others):
+        return []
     return [(embedding, output) for embedding, output, _ in pairs]
 
 
