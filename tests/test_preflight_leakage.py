@@ -669,3 +669,16 @@ def test_a_seq2seq_whose_encoder_is_given_the_decoder_input_is_named():
     issues = [i for i in report.check(TARGETS).issues if i.code == "LEAK_FUTURE"]
     assert issues and "the encoder is given the decoder's input" in issues[0].message
     assert "tgt_mask was left out" not in issues[0].message and "model(src, tgt_in)" in issues[0].fix
+
+
+def test_a_decoder_input_padded_with_the_pad_id_is_still_the_shifted_targets():
+    # labels: answer + EOS, then -100; decoder input: BOS + labels[:-1], padded with the pad id 0
+    # (not with the EOS it would be shifted from): the row's last target meets padding next.
+    g = torch.Generator().manual_seed(0)
+    labels = torch.full((4, 8), -100)
+    decoder_input = torch.zeros(4, 8, dtype=torch.long)
+    for row, length in enumerate([3, 5, 6, 7]):
+        answer = torch.cat([torch.randint(3, 50, (length,), generator=g), torch.tensor([2])])
+        labels[row, :length + 1] = answer
+        decoder_input[row, 0], decoder_input[row, 1:length + 1] = 1, answer[:-1]
+    assert objective_of(decoder_input, labels.flatten(), -100).kind == "next_token"

@@ -99,16 +99,22 @@ def objective_of(ids: torch.Tensor, target: torch.Tensor, ignore_index: int | No
     aligned = (grid == ids[:, :width]) & valid
     # Target at position t against the input at t + 1 (the last target of a full-width grid has none).
     reach = min(width, ids.shape[1] - 1)
-    shifted = (grid[:, :reach] == ids[:, 1 : reach + 1]) & valid[:, :reach]
+    # A row's last target before its ignored padding (the EOS) meets a padded input next: a
+    # decoder input padded with the pad id, not with the target it would be shifted from.
+    after = valid.flip(1).long().cumsum(1).flip(1)  # valid targets at or after each position
+    last = (valid & (after == 1))[:, :reach]
+    last &= ~valid[:, -1:]  # only where ignored padding follows: a full row's end has no next input anyway
+    counted = valid[:, :reach] & ~last
+    shifted = (grid[:, :reach] == ids[:, 1 : reach + 1]) & counted
     compared = int(valid.sum())
-    if compared == 0 or int(valid[:, :reach].sum()) == 0:
+    if compared == 0 or int(counted.sum()) == 0:
         return Objective(0.0, 0.0, 0)
     skip_reach = min(width, ids.shape[1] - 2)
     skipped = 0.0
     if skip_reach > 0 and int(valid[:, :skip_reach].sum()) > 0:
         hits = (grid[:, :skip_reach] == ids[:, 2 : skip_reach + 2]) & valid[:, :skip_reach]
         skipped = float(hits.sum()) / int(valid[:, :skip_reach].sum())
-    return Objective(float(aligned.sum()) / compared, float(shifted.sum()) / int(valid[:, :reach].sum()), compared,
+    return Objective(float(aligned.sum()) / compared, float(shifted.sum()) / int(counted.sum()), compared,
                      skipped)
 
 
