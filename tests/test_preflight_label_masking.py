@@ -103,3 +103,36 @@ def test_labels_that_keep_the_prompt_and_mask_the_answer(inverted):
     assert bool(found) == inverted
     if inverted:
         assert "labels[:len(prompt)] = -100 was meant" in found[0].message
+
+
+def mixed_padding(labels_left: bool):
+    """input_ids right-padded (pad_sequence), labels (-100 on the prompt) padded on the left."""
+    def collate(rows):
+        width = max(len(ids) for ids, _ in rows)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        labels = torch.full((len(rows), width), -100)
+        for i, (x, y) in enumerate(rows):
+            ids[i, :len(x)] = x
+            if labels_left:
+                labels[i, width - len(y):] = y
+            else:
+                labels[i, :len(y)] = y
+        return {"input_ids": ids, "attention_mask": (ids != 0).long(), "labels": labels}
+    return collate
+
+
+def dict_loss(model, batch):
+    logits = model(batch["input_ids"])
+    return nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 50), batch["labels"][:, 1:].reshape(-1))
+
+
+@pytest.mark.parametrize("labels_left", [True, False], ids=["labels_left_padded", "both_right_padded"])
+def test_labels_padded_on_the_other_side_than_the_inputs(labels_left):
+    model = Lm()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(sft_pairs(False), batch_size=32, shuffle=True, collate_fn=mixed_padding(labels_left)),
+                           loss_fn=dict_loss, checks=[FirstBatchCheck(), LabelMaskingCheck()])
+    found = [i for i in report.check("data.label_masking").issues if i.code == "LABELS_PADDED_APART"]
+    assert bool(found) == labels_left
+    if found:
+        assert "padding_side='left'" in found[0].message and "same side as the inputs" in found[0].fix

@@ -62,6 +62,30 @@ def copies_the_ids(ids: torch.Tensor, labels: torch.Tensor) -> bool:
     return max(same, next_ids) >= 0.95
 
 
+MAX_OFFSET_WIDTH = 256  # positions per row searched for the labels' offset
+MIN_OFFSET_ROWS = 8
+
+
+def row_offsets(ids: torch.Tensor, labels: torch.Tensor) -> list[int | None]:
+    """Per row, the shift o with labels[t] == ids[t - o] at every kept position (pure): 0 for
+    labels that are the ids, -1 for labels that are the next ids; None where no shift fits."""
+    offsets: list[int | None] = []
+    width = ids.shape[1]
+    for row_ids, row_labels in zip(ids, labels, strict=True):
+        kept = torch.nonzero(row_labels != IGNORE).flatten()
+        if len(kept) < 2:
+            offsets.append(None)
+            continue
+        found = None
+        for shift in sorted(range(-width + 1, width), key=abs):
+            source = kept - shift
+            if bool(((source >= 0) & (source < width)).all()) and torch.equal(row_ids[source], row_labels[kept]):
+                found = shift
+                break
+        offsets.append(found)
+    return offsets
+
+
 def prompt_only_rows(labels: torch.Tensor, real: torch.Tensor) -> tuple[int, int]:
     """(rows whose labels keep a start of the real tokens and ignore the rest, two tokens or
     more; rows with both kept and ignored real tokens) (pure)."""
@@ -83,7 +107,7 @@ class LabelMaskingCheck(Check):
 
     name = "data.label_masking"
     stage = Stage.DATA
-    codes = ("LABELS_MASK_REAL_TOKEN", "LABELS_ONLY_ON_PROMPT")
+    codes = ("LABELS_MASK_REAL_TOKEN", "LABELS_ONLY_ON_PROMPT", "LABELS_PADDED_APART")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -144,6 +168,8 @@ class LabelMaskingCheck(Check):
             return
         ids, labels, real = found
         if not copies_the_ids(ids, labels):
+            if ids.shape[1] <= MAX_OFFSET_WIDTH:
+                LabelMaskingCheck._padded_apart(ids[:32], labels[:32], real[:32], findings)
             return  # tags (token classification) or a decoder's targets (seq2seq): no prompt in them
         head_only, mixed = prompt_only_rows(labels, real)
         findings.data["rows_labelled_at_their_start_only"] = head_only
@@ -157,5 +183,29 @@ class LabelMaskingCheck(Check):
             "fine-tuning masks the other side: labels[:len(prompt)] = -100 was meant, not labels[len(prompt):] = -100",
             "Mask the prompt, keep the answer: labels = input_ids.clone(); labels[:len(prompt_ids)] = -100 (and -100 "
             "on the padding); check one row: the ids where labels != -100 should decode to the answer.",
+            "data.train",
+        )
+
+    @staticmethod
+    def _padded_apart(ids: torch.Tensor, labels: torch.Tensor, real: torch.Tensor, findings: Findings) -> None:
+        """Labels that are the row's own tokens, moved by as many positions as the row has
+        padding: the inputs padded on one side (pad_sequence: right) and the labels on the other."""
+        offsets = row_offsets(ids, labels)
+        aligned = [o for o in offsets if o in (0, -1)]
+        padding = (~real).sum(dim=1).tolist()
+        moved = [(o, pad) for o, pad in zip(offsets, padding, strict=True) if o is not None and o not in (0, -1)]
+        by_padding = [o for o, pad in moved if o in (pad, pad - 1, -pad, -pad - 1)]
+        findings.data["rows_labelled_out_of_place"] = len(moved)
+        if len(moved) < MIN_OFFSET_ROWS or len(by_padding) < 0.8 * len(moved) or len(moved) < 2 * len(aligned):
+            return
+        findings.warning(
+            "LABELS_PADDED_APART",
+            f"in {len(moved)} of {len(offsets)} rows the labels are the row's own tokens moved by as many positions "
+            f"as the row has padding ({len(aligned)} rows line up, the full-length ones): the inputs are padded on "
+            "one side and the labels on the other (pad_sequence right-pads input_ids; labels left-padded with "
+            "torch.cat([fill, labels]) or a tokenizer with padding_side='left'), so every shorter row is trained "
+            "to predict tokens at the wrong positions",
+            "Pad the labels on the same side as the inputs: labels = torch.cat([labels, torch.full((T - len(labels),), "
+            "-100)]) for right-padded input_ids (or pad both with one collator / one tokenizer padding_side).",
             "data.train",
         )
