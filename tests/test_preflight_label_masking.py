@@ -136,3 +136,53 @@ def test_labels_padded_on_the_other_side_than_the_inputs(labels_left):
     assert bool(found) == labels_left
     if found:
         assert "padding_side='left'" in found[0].message and "same side as the inputs" in found[0].fix
+
+
+def reversal_pairs(off_by_one: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(ids, labels) rows of 'reverse this word' instructions: the answer holds the prompt's
+    letters; ``off_by_one`` zips the prompts with the answers list shifted by one (a skipped header)."""
+    g = torch.Generator().manual_seed(3)
+    words = [torch.randint(10, 50, (int(torch.randint(3, 7, (1,), generator=g)),), generator=g) for _ in range(97)]
+    answers = [w.flip(0) for w in words]
+    if off_by_one:
+        answers = answers[1:] + answers[:1]
+    rows = []
+    for word, answer in zip(words, answers, strict=True):
+        ids = torch.cat([torch.tensor([3, 4]), word, torch.tensor([5]), answer])  # "reverse:" word "=>" answer
+        labels = ids.clone()
+        labels[: 3 + len(word)] = -100
+        rows.append((ids, labels))
+    return rows
+
+
+@pytest.mark.parametrize("off_by_one", [True, False], ids=["answers_one_row_off", "paired"])
+def test_answers_zipped_one_row_off_their_prompts(off_by_one):
+    model = Lm()
+    rows = reversal_pairs(off_by_one)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(rows, batch_size=32, shuffle=True, collate_fn=pad_pairs),
+                           val_loader=DataLoader(rows[:40], batch_size=40, collate_fn=pad_pairs),
+                           loss_fn=pair_loss, checks=[FirstBatchCheck(), LabelMaskingCheck()])
+    found = [i for i in report.check("data.label_masking").issues if i.code == "ANSWERS_ONE_ROW_OFF"]
+    assert bool(found) == off_by_one
+    if found:
+        assert "next row's prompt" in found[0].message and "one record" in found[0].fix
+
+
+def test_a_masked_lm_over_overlapping_windows_has_no_answers_to_pair():
+    # Windows of one text sliding by two tokens: the next row holds most of this row's tokens,
+    # and the labels are the masked tokens scattered over the row, not an answer after a prompt.
+    g = torch.Generator().manual_seed(4)
+    text = torch.randint(10, 50, (400,), generator=g)
+    rows = []
+    for start in range(0, 380, 2):
+        ids = text[start:start + 16].clone()
+        labels = torch.full_like(ids, -100)
+        masked = torch.rand(16, generator=g) < 0.3
+        labels[masked], ids[masked] = ids[masked], 6  # [MASK]
+        rows.append((ids, labels))
+    model = Lm()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(rows, batch_size=32, shuffle=True, collate_fn=pad_pairs),
+                           loss_fn=pair_loss, checks=[FirstBatchCheck(), LabelMaskingCheck()])
+    assert not report.check("data.label_masking").issues

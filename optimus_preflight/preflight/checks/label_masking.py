@@ -16,8 +16,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from optimus_preflight.preflight.checks.batch_checks import is_map_style
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
+from optimus_preflight.preflight.data_access.guard import DataGuard
+from optimus_preflight.preflight.data_access.samples import ordered_loader
 from optimus_preflight.preflight.framework import Check, Findings, Stage
+from optimus_preflight.preflight.framework.preserve import preserved_data_state
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -26,6 +30,9 @@ IGNORE = -100
 MIN_ROWS_HIT = 0.5  # of the rows that have padding: each loses its real end token
 
 
+MIN_PAIRED_ROWS = 16  # rows with a prompt and an answer before their pairing is read
+NEXT_ROW_GAP = 0.2  # answers share this much more of the next row's prompt than of their own: pairs one row off
+ORDERED_ROWS = 64  # training rows read in dataset order
 MIN_MASKED_ROWS = 8  # rows with both supervised and ignored real tokens before the layout is read
 PROMPT_ONLY_SHARE = 0.8  # of those rows: the labels keep the start and drop the end
 
@@ -86,6 +93,35 @@ def row_offsets(ids: torch.Tensor, labels: torch.Tensor) -> list[int | None]:
     return offsets
 
 
+def pairing_overlap(ids: torch.Tensor, labels: torch.Tensor, real: torch.Tensor) -> tuple[float, float] | None:
+    """(share of each row's answer tokens found in its own prompt, the same against the next row's
+    prompt) of a token batch (pure). The prompt is what the labels ignore of a row that copies its
+    ids (an instruction masked to -100), or the whole input of an encoder-decoder row; the answer is
+    what the labels keep. None with fewer than MIN_PAIRED_ROWS rows holding both."""
+    copies = copies_the_ids(ids, labels)
+    prompts, answers = [], []
+    for row_ids, row_labels, row_real in zip(ids, labels, real, strict=True):
+        kept = row_labels != IGNORE
+        where = torch.nonzero(kept).flatten()
+        if len(where) and int(where[-1] - where[0]) + 1 != len(where):
+            return None  # labels scattered over the row (a masked LM's masked tokens): no answer to pair
+        prompt = row_ids[row_real & ~kept] if copies else row_ids[row_real]
+        answer = row_labels[kept]
+        if len(prompt) and len(answer):
+            prompts.append(set(prompt.tolist()))
+            answers.append(set(answer.tolist()))
+    if len(prompts) < MIN_PAIRED_ROWS:
+        return None
+
+    def share(prompt: set, answer: set) -> float:
+        return len(prompt & answer) / len(answer)
+
+    rows = len(prompts)
+    own = sum(share(prompts[i], answers[i]) for i in range(rows)) / rows
+    other = sum(share(prompts[(i + 1) % rows], answers[i]) for i in range(rows)) / rows
+    return own, other
+
+
 def prompt_only_rows(labels: torch.Tensor, real: torch.Tensor) -> tuple[int, int]:
     """(rows whose labels keep a start of the real tokens and ignore the rest, two tokens or
     more; rows with both kept and ignored real tokens) (pure)."""
@@ -107,12 +143,14 @@ class LabelMaskingCheck(Check):
 
     name = "data.label_masking"
     stage = Stage.DATA
-    codes = ("LABELS_MASK_REAL_TOKEN", "LABELS_ONLY_ON_PROMPT", "LABELS_PADDED_APART")
+    codes = ("LABELS_MASK_REAL_TOKEN", "LABELS_ONLY_ON_PROMPT", "LABELS_PADDED_APART", "ANSWERS_ONE_ROW_OFF")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         batch = ctx.artifacts.first_batch
         self._prompt_only(batch, findings)
+        if ids_and_labels(batch) is not None:
+            self._pairs_one_row_off(ctx, findings)
         if not isinstance(batch, Mapping):
             findings.data["summary"] = "not a mapping batch"
             return
@@ -209,3 +247,38 @@ class LabelMaskingCheck(Check):
             "-100)]) for right-padded input_ids (or pad both with one collator / one tokenizer padding_side).",
             "data.train",
         )
+
+    @staticmethod
+    def _pairs_one_row_off(ctx: PreflightContext, findings: Findings) -> None:
+        """Prompts and answers read from two lists zipped one row apart (a header skipped in one
+        export): read in dataset order, each answer shares far more tokens with the next row's
+        prompt than with its own. Read from the training set in order and from the validation
+        loader's first batch (built by the same code, usually in order)."""
+        guard = DataGuard(ctx, "data.label_masking", findings)
+        sources = []
+        if is_map_style(getattr(ctx.train_loader, "dataset", None)):
+            sources.append(("training", ordered_loader(ctx.train_loader, ORDERED_ROWS)))
+        if ctx.val_loader is not None:
+            sources.append(("validation", ctx.val_loader))
+        for which, loader in sources:
+            with preserved_data_state(ctx), guard.batches(loader, f"{which} prompts and answers in order") as batches:
+                batch = next(batches, None)
+            found = ids_and_labels(batch) if batch is not None else None
+            overlap = pairing_overlap(*found) if found is not None else None
+            if overlap is None:
+                continue
+            own, following = overlap
+            findings.data[f"{which}_answer_overlap"] = {"own_prompt": round(own, 3), "next_prompt": round(following, 3)}
+            if following - own < NEXT_ROW_GAP:
+                continue
+            findings.warning(
+                "ANSWERS_ONE_ROW_OFF",
+                f"read in dataset order, the {which} answers share {following:.0%} of their tokens with the NEXT row's "
+                f"prompt and only {own:.0%} with their own: each row holds the answer to the next row's prompt. "
+                "Prompts and answers read from two files or columns and zipped one row apart (a header line "
+                "skipped in a file that has none, answers[1:]), so the model is trained on answers to other questions",
+                "Pair each prompt with its own answer: read both from one record (one JSONL line, one table row), or "
+                "check len(prompts) == len(answers) and print the first pairs before zipping them.",
+                "data.train",
+            )
+            return
