@@ -186,3 +186,32 @@ def test_a_masked_lm_over_overlapping_windows_has_no_answers_to_pair():
                            DataLoader(rows, batch_size=32, shuffle=True, collate_fn=pad_pairs),
                            loss_fn=pair_loss, checks=[FirstBatchCheck(), LabelMaskingCheck()])
     assert not report.check("data.label_masking").issues
+
+
+def truncating(max_length: int):
+    """Right-padded rows cut to max_length, as tokenizer(..., truncation=True) does from the right."""
+    def collate(rows):
+        ids, labels = pad_pairs(rows)
+        return ids[:, :max_length], labels[:, :max_length]
+    return collate
+
+
+def system_prompted(samples: int = 96) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each row: an 8-token system prompt, a 4-7 token instruction (both masked), a 3-6 token answer."""
+    system = torch.arange(10, 18)
+    rows = []
+    for ids, labels in sft_pairs(False)[:samples]:
+        rows.append((torch.cat([system, ids]), torch.cat([torch.full((8,), -100), labels])))
+    return rows
+
+
+@pytest.mark.parametrize("max_length", [14, 32], ids=["cut_before_the_answers", "fits"])
+def test_sequences_truncated_before_their_answers(max_length):
+    model = Lm()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(system_prompted(), batch_size=32, shuffle=True, collate_fn=truncating(max_length)),
+                           loss_fn=pair_loss, checks=[FirstBatchCheck(), LabelMaskingCheck()])
+    found = [i for i in report.check("data.label_masking").issues if i.code == "ANSWERS_TRUNCATED"]
+    assert bool(found) == (max_length == 14), report.check("data.label_masking").data
+    if found:
+        assert "truncated to max_length" in found[0].message and "truncation_side='left'" in found[0].fix

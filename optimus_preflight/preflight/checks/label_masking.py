@@ -33,6 +33,8 @@ MIN_ROWS_HIT = 0.5  # of the rows that have padding: each loses its real end tok
 MIN_PAIRED_ROWS = 16  # rows with a prompt and an answer before their pairing is read
 NEXT_ROW_GAP = 0.2  # answers share this much more of the next row's prompt than of their own: pairs one row off
 ORDERED_ROWS = 64  # training rows read in dataset order
+FULL_ROWS = 0.9  # of the rows: no padding, every row as wide as the batch, each starting with a masked prompt
+EMPTY_ROWS = 0.1  # of the rows keep no label at all
 MIN_MASKED_ROWS = 8  # rows with both supervised and ignored real tokens before the layout is read
 PROMPT_ONLY_SHARE = 0.8  # of those rows: the labels keep the start and drop the end
 
@@ -143,7 +145,8 @@ class LabelMaskingCheck(Check):
 
     name = "data.label_masking"
     stage = Stage.DATA
-    codes = ("LABELS_MASK_REAL_TOKEN", "LABELS_ONLY_ON_PROMPT", "LABELS_PADDED_APART", "ANSWERS_ONE_ROW_OFF")
+    codes = ("LABELS_MASK_REAL_TOKEN", "LABELS_ONLY_ON_PROMPT", "LABELS_PADDED_APART", "ANSWERS_ONE_ROW_OFF",
+             "ANSWERS_TRUNCATED")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -209,6 +212,7 @@ class LabelMaskingCheck(Check):
             if ids.shape[1] <= MAX_OFFSET_WIDTH:
                 LabelMaskingCheck._padded_apart(ids[:32], labels[:32], real[:32], findings)
             return  # tags (token classification) or a decoder's targets (seq2seq): no prompt in them
+        LabelMaskingCheck._answers_cut(labels, real, findings)
         head_only, mixed = prompt_only_rows(labels, real)
         findings.data["rows_labelled_at_their_start_only"] = head_only
         if mixed < MIN_MASKED_ROWS or head_only < PROMPT_ONLY_SHARE * mixed:
@@ -282,3 +286,30 @@ class LabelMaskingCheck(Check):
                 "data.train",
             )
             return
+
+    @staticmethod
+    def _answers_cut(labels: torch.Tensor, real: torch.Tensor, findings: Findings) -> None:
+        """Rows cut to one fixed width: every row fills the batch (no padding anywhere) and some
+        keep no label at all, their prompt (masked to -100) filling the width before the answer
+        begins. Truncation at max_length from the right cut the answers away."""
+        rows = len(labels)
+        full = int(real[:, -1].sum())
+        empty = int(((labels != IGNORE) & real).sum(dim=1).eq(0).sum())
+        prompted = int((real & (labels == IGNORE))[:, 0].sum())
+        findings.data["rows_without_labels"] = empty
+        if rows < MIN_MASKED_ROWS or full < FULL_ROWS * rows or empty < max(2, EMPTY_ROWS * rows) \
+                or prompted < FULL_ROWS * rows:
+            return
+        kept = (labels != IGNORE) & real
+        findings.warning(
+            "ANSWERS_TRUNCATED",
+            f"every row of the batch fills its {labels.shape[1]} positions (no padding in {full} of {rows} rows) and "
+            f"{empty} rows keep no label at all (on average {float(kept.sum(dim=1).float().mean()):.1f} label tokens "
+            "a row): the sequences were truncated to max_length from the right, and the prompt (masked to -100) "
+            "fills the width before the answer begins, so the answers and their end tokens are cut off and the "
+            "model sees few of them",
+            "Raise max_length to fit prompt and answer (check the longest tokenised example), shorten the system "
+            "prompt, or truncate the prompt instead of the answer (truncation_side='left', or cut the prompt's "
+            "tokens before appending the answer).",
+            "data.train",
+        )
