@@ -65,6 +65,7 @@ from optimus_preflight.preflight.checks.label_masking import LabelMaskingCheck
 from optimus_preflight.preflight.checks.loss_batch_mean import LossBatchMeanCheck
 from optimus_preflight.preflight.checks.loss_bounds import LossBoundsCheck
 from optimus_preflight.preflight.checks.loss_direction import LossDirectionCheck
+from optimus_preflight.preflight.checks.loss_positions import LossPositionsCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
 from optimus_preflight.preflight.checks.mask_alignment import MaskAlignmentCheck
 from optimus_preflight.preflight.checks.mask_interpolation import MaskInterpolationCheck
@@ -258,6 +259,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     AttentionMaskCheck,
     RecurrenceCheck,
     PaddingReadoutCheck,
+    LossPositionsCheck,
     PaddingInvarianceCheck,
     StatefulForwardCheck,
     ForwardArgumentsCheck,
