@@ -317,3 +317,47 @@ def test_an_ignored_attention_mask_is_named_only_where_padding_reaches_real_posi
     else:
         assert found and "'attention_mask', a padding mask" in found[0].message
         assert "src_key_padding_mask=attention_mask == 0" in found[0].fix
+
+
+class FreeRunningSeq2Seq(nn.Module):
+    """A GRU encoder-decoder teacher-forced in eval; in training it feeds back its own argmax
+    with probability 1 - ratio (scheduled sampling)."""
+
+    def __init__(self, ratio: float):
+        super().__init__()
+        self.ratio = ratio
+        self.embed = nn.Embedding(30, 16)
+        self.encoder, self.decoder = nn.GRU(16, 32, batch_first=True), nn.GRU(16, 32, batch_first=True)
+        self.out = nn.Linear(32, 30)
+
+    def forward(self, src, decoder_input):
+        _, state = self.encoder(self.embed(src))
+        if self.ratio >= 1.0 or not self.training:
+            out, _ = self.decoder(self.embed(decoder_input), state)
+            return self.out(out)
+        steps, token = [], decoder_input[:, :1]
+        for t in range(decoder_input.shape[1]):
+            out, state = self.decoder(self.embed(token), state)
+            steps.append(self.out(out))
+            gold = torch.rand(()) < self.ratio
+            token = decoder_input[:, t + 1:t + 2] if gold and t + 1 < decoder_input.shape[1] else steps[-1].argmax(-1)
+        return torch.cat(steps, 1)
+
+
+@pytest.mark.parametrize("ratio", [0.0, 1.0], ids=["free_running_in_training", "teacher_forced"])
+def test_a_decoder_teacher_forced_in_eval_only_is_named(ratio):
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(3, 30, (96, 7), generator=g)
+    target = src.flip(1)
+    decoder_input = torch.cat([torch.ones(96, 1, dtype=torch.long), target[:, :-1]], 1)  # BOS, then gold tokens
+    torch.manual_seed(0)
+
+    def loss(model, batch):
+        x, d, y = batch
+        return F.cross_entropy(model(x, d).reshape(-1, 30), y.reshape(-1))
+
+    result = _run(FreeRunningSeq2Seq(ratio), DataLoader(TensorDataset(src, decoder_input, target), batch_size=32), loss)
+    found = [i for i in result.issues if i.code == "INPUT_IGNORED_IN_TRAINING"]
+    assert bool(found) == (ratio == 0.0), result.data
+    if found:
+        assert "'decoder_input'" in found[0].message and "teacher_forcing_ratio=1.0" in found[0].fix

@@ -295,7 +295,7 @@ class ForwardArgumentsCheck(Check):
 
     name = "step.forward_arguments"
     stage = Stage.STEP
-    codes = ("FORWARD_INPUT_IGNORED",)
+    codes = ("FORWARD_INPUT_IGNORED", "INPUT_IGNORED_IN_TRAINING")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -334,6 +334,8 @@ class ForwardArgumentsCheck(Check):
         findings.data.update(arguments=[name for name, _, _ in arguments], used=used,
                              ignored_in_eval={name: sorted({layer for layer, _ in reached})
                                               for name, *_, reached in ignored})
+        if len(used) >= 2 and not ignored:
+            self._ignored_in_training(ctx, args, kwargs, arguments, used, samples, findings)
         if not used or not ignored:
             return
         train_baseline = _call(ctx, args, kwargs, train=True)
@@ -398,3 +400,36 @@ class ForwardArgumentsCheck(Check):
                 "the decoder's memory, and check that each branch reads its own input variable.",
                 "model",
             )
+
+    @staticmethod
+    def _ignored_in_training(ctx: PreflightContext, args: tuple, kwargs: dict,
+                             arguments: list[tuple[str, Any, Any]], used: list[str], samples: int,
+                             findings: Findings) -> None:
+        """INPUT_IGNORED_IN_TRAINING: an argument evaluation reads that the training forward does
+        not: a decoder run free in training (fed its own argmax, teacher_forcing_ratio=0 where 1
+        was meant) while evaluation teacher-forces it, or an ``if self.training`` branch that drops
+        the input. Training then never conditions on what the score is measured with."""
+        baseline, again = _call(ctx, args, kwargs, train=True), _call(ctx, args, kwargs, train=True)
+        if baseline is None or again is None or _differs(baseline[0], again[0]):
+            return
+        for name, where, value in arguments:
+            if name not in used:
+                continue
+            rolled = _rolled(value, samples)
+            moved = _call(ctx, *_with(args, kwargs, where, rolled), train=True) if rolled is not None else None
+            if moved is None or _differs(baseline[0], moved[0]):
+                continue
+            findings.data["summary"] = f"'{name}' is read in eval mode only"
+            findings.warning(
+                "INPUT_IGNORED_IN_TRAINING",
+                f"the model reads its argument '{name}' ({_describe(value)}) in eval mode, but in training mode "
+                f"giving each sample another sample's '{name}' leaves the output unchanged: the training forward "
+                "runs without it, a decoder fed its own argmax predictions (teacher_forcing_ratio = 0 where 1.0 was "
+                "meant, a free-running loop) while evaluation teacher-forces it, or an `if self.training` branch "
+                "that drops the input. Training then never conditions on what evaluation is scored with, and early "
+                "steps train on the model's own garbage",
+                f"Use '{name}' in training too: teacher-force the decoder (decoder(embed({name})) with the gold "
+                "previous tokens); for scheduled sampling start at teacher_forcing_ratio=1.0 and lower it slowly.",
+                "model",
+            )
+            return
