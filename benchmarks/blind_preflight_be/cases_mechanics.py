@@ -198,42 +198,46 @@ case("lwf_old_model_not_copied", "mechanics",
 fix("lwf_old_model_not_copied", fixed_of(lwf_old_model_not_copied), task_a_acc, "task-A val acc")
 
 
-# --- 5. teacher with dropout left in train mode during distillation -----------------------------------------------------
-def _dropout_teacher(x, y):
-    torch.manual_seed(17)
-    t = nn.Sequential(nn.Linear(16, 256), nn.ReLU(), nn.Dropout(0.5), nn.Linear(256, 256), nn.ReLU(), nn.Dropout(0.5),
-                      nn.Linear(256, 5))
-    opt = torch.optim.Adam(t.parameters(), lr=2e-3)
-    g = torch.Generator().manual_seed(3)
-    for _ in range(500):
-        i = torch.randint(0, len(x), (128,), generator=g)
-        loss = F.cross_entropy(t(x[i]), y[i])
-        opt.zero_grad(), loss.backward(), opt.step()
-    return t.requires_grad_(False)
+# --- 5. pruning masks computed before the pretrained weights are loaded -------------------------------------------------
+class MaskedMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = mlp(16, 128, 5)
+        for i in (0, 2):
+            self.register_buffer(f"mask{i}", torch.ones_like(self.net[i].weight))
+
+    def compute_masks(self, sparsity=0.95):
+        for i in (0, 2):
+            w = self.net[i].weight.detach().abs()
+            getattr(self, f"mask{i}").copy_((w > w.flatten().kthvalue(int(sparsity * w.numel())).values).float())
+
+    def forward(self, x):
+        h = F.relu(F.linear(x, self.net[0].weight * self.mask0, self.net[0].bias))
+        h = F.relu(F.linear(h, self.net[2].weight * self.mask2, self.net[2].bias))
+        return self.net[4](h)
 
 
-def kd_teacher_dropout_active(fixed: bool = False):
+def prune_mask_before_load(fixed: bool = False):
     seed(0)
-    x, y = blobs(3000, 16, 5, 18)
-    (xt, yt), (xv, yv) = split(x, y, 2400)
-    t = _dropout_teacher(xt, yt)
-    t.train(not fixed)                        # the teacher's dropout: on in the broken run
-    student = mlp(16, 32, 5)
-    T = 4.0
-
-    def kd_loss(model, batch):
-        xb, _ = batch
-        with torch.no_grad():
-            p_t = F.softmax(t(xb) / T, -1)
-        return F.kl_div(F.log_softmax(model(xb) / T, -1), p_t, reduction="batchmean") * T * T
-    return dict(model=student, optimizer=torch.optim.Adam(student.parameters(), lr=3e-3),
-                train_loader=loader(TensorDataset(xt, yt), 64), val_loader=loader(TensorDataset(xv, yv), 256, False),
-                loss_fn=kd_loss, max_steps=300)
+    tl, vl = _data(28)
+    from benchmarks.blind_preflight_be.synth import teacher
+    state = {f"net.{k}": v for k, v in teacher(3000, 16, 5, 28).state_dict().items()}
+    model = MaskedMLP()
+    if fixed:
+        model.load_state_dict(state, strict=False)
+        model.compute_masks()
+    else:
+        model.compute_masks()                                   # 90% magnitude pruning ...
+        model.load_state_dict(state, strict=False)              # ... of the pretrained checkpoint (no mask keys)
+    return dict(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=3e-4), train_loader=tl,
+                val_loader=vl, loss_fn=nn.CrossEntropyLoss(), max_steps=300)
 
 
-case("kd_teacher_dropout_active", "mechanics",
-     "The teacher is frozen with requires_grad_(False) but left in train mode, so its Dropout(0.5) layers stay active "
-     "and every soft target is a noisy, randomly thinned prediction; call teacher.eval() before distilling.",
-     r"teacher\.eval|eval\(\)|train(ing)? mode|dropout|stochastic|noisy (soft )?targets",
-     )(kd_teacher_dropout_active)
-fix("kd_teacher_dropout_active", fixed_of(kd_teacher_dropout_active), plain_acc, "val acc")
+case("prune_mask_before_load", "mechanics",
+     "The magnitude masks are computed from the random initial weights before load_state_dict brings in the "
+     "pretrained checkpoint, so the 95% mask is random with respect to the trained weights and removes most of the "
+     "important ones; load the checkpoint first, then compute the masks.",
+     r"before (load|loading)|load_state_dict|random (init|initial|weights)|(mask|masks).{0,80}(init|random|before)|"
+     r"(compute|recompute) the masks? after|order",
+     )(prune_mask_before_load)
+fix("prune_mask_before_load", fixed_of(prune_mask_before_load), plain_acc, "val acc")

@@ -22,7 +22,7 @@ def kd_softmax_over_batch(fixed: bool = False):
     seed(0)
     t, tl, vl = _kd_data(1)
     student = mlp(16, 32, 5)
-    T, dim = 4.0, (1 if fixed else 0)
+    T, dim = 1.0, (1 if fixed else 0)
 
     def kd_loss(model, batch):
         x, y = batch
@@ -32,14 +32,14 @@ def kd_softmax_over_batch(fixed: bool = False):
         soft = F.kl_div(F.log_softmax(s_logits / T, dim=dim), F.softmax(t_logits / T, dim=dim),
                         reduction="batchmean") * T * T
         return soft                       # unlabeled transfer set: soft loss only
-    return dict(model=student, optimizer=torch.optim.Adam(student.parameters(), lr=3e-3), train_loader=tl,
-                val_loader=vl, loss_fn=kd_loss, max_steps=300)
+    return dict(model=student, optimizer=torch.optim.Adam(student.parameters(), lr=3e-3),
+                train_loader=loader(tl.dataset, 16), val_loader=vl, loss_fn=kd_loss, max_steps=300)
 
 
 case("kd_softmax_over_batch", "shapes",
-     "The distillation loss takes log_softmax and softmax with dim=0, over the batch axis of the (64, 5) logits "
+     "The distillation loss takes log_softmax and softmax with dim=0, over the batch axis of the (16, 5) logits "
      "instead of over the classes, so each class column is normalised across samples and the soft targets say "
-     "nothing about which class a sample is; use dim=1 (dim=-1).",
+     "little about which class a sample is; use dim=1 (dim=-1).",
      r"dim\s*=\s*0|over the batch|batch (axis|dim)|across (the )?(samples|batch)|normali[sz]\w* (over|across) "
      r"(the )?(wrong|batch)|dim\s*=\s*-?1|class (axis|dim)",
      )(kd_softmax_over_batch)
@@ -119,44 +119,98 @@ case("structured_prune_wrong_axis", "shapes",
 fix("structured_prune_wrong_axis", fixed_of(structured_prune_wrong_axis), plain_acc, "val acc")
 
 
-# --- 4. GRU student fed channels-first windows meant for the conv teacher --------------------------------------------
-def _seq_data(s):
-    g = torch.Generator().manual_seed(s)
-    n, C, L = 2400, 8, 8
-    x = torch.randn(n, C, L, generator=g).cumsum(2) * 0.3          # (N, channels, time): conv1d layout
-    w = torch.randn(C, generator=g)
-    score = (x[:, :, -3:].mean(2) @ w)                              # class from the last time steps
-    y = torch.bucketize(score, score.quantile(torch.tensor([0.33, 0.66])))
-    return x, y
-
-
-class GRUStudent(nn.Module):
-    def __init__(self, transpose):
+# --- 4. SVD compression of a trained layer applied as x @ W instead of x @ W.T ----------------------------------------
+class SVDLinear(nn.Module):
+    def __init__(self, layer: nn.Linear, rank: int, right: bool):
         super().__init__()
-        self.gru, self.head, self.transpose = nn.GRU(8, 32, batch_first=True), nn.Linear(32, 3), transpose
+        U, S, Vh = torch.linalg.svd(layer.weight.detach(), full_matrices=False)
+        self.a = nn.Parameter(U[:, :rank] * S[:rank])          # (out, r)
+        self.b = nn.Parameter(Vh[:rank].clone())               # (r, in)
+        self.bias = nn.Parameter(layer.bias.detach().clone())
+        self.right = right
 
-    def forward(self, x):                      # x: (B, C, L) from the loader
-        if self.transpose:
-            x = x.transpose(1, 2)              # (B, L, C)
-        out, _ = self.gru(x)
-        return self.head(out[:, -1])
+    def forward(self, x):
+        if self.right:
+            return x @ self.b.T @ self.a.T + self.bias           # x W^T with W = a b
+        return x @ (self.a @ self.b) + self.bias                # "y = x W", the textbook way round
 
 
-def gru_student_channels_first(fixed: bool = False):
+def svd_compressed_transposed(fixed: bool = False):
     seed(0)
-    x, y = _seq_data(4)
-    (xt, yt), (xv, yv) = split(x, y, 1900)
-    model = GRUStudent(transpose=fixed)
-    return dict(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=5e-3),
-                train_loader=loader(TensorDataset(xt, yt), 64), val_loader=loader(TensorDataset(xv, yv), 250, False),
+    x, y = blobs(3000, 16, 5, 24)
+    (xt, yt), (xv, yv) = split(x, y, 2400)
+    model = teacher(3000, 16, 5, 24)                          # the trained 16-128-128-5 net to compress
+    model.train().requires_grad_(True)
+    model[2] = SVDLinear(model[2], 24, right=fixed)           # the square 128x128 layer, rank 24
+    return dict(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-4),   # a short, gentle fine-tune
+                train_loader=loader(TensorDataset(xt, yt), 64), val_loader=loader(TensorDataset(xv, yv), 256, False),
                 loss_fn=nn.CrossEntropyLoss(), max_steps=300)
 
 
-case("gru_student_channels_first", "shapes",
-     "The windows are stored (batch, channels, time) for the Conv1d teacher and the batch_first GRU student gets "
-     "them untransposed, so it reads the 8 channels as time steps and the time steps as features and its 'last step' "
-     "is the last channel; transpose(1, 2) to (batch, time, channels).",
-     r"transpose|permute|channels?[- ]first|\(batch, channels, time\)|(channels|time) (as|for) (the )?(time|feature)|"
-     r"swapp?ed (axes|dims)|batch_first",
-     )(gru_student_channels_first)
-fix("gru_student_channels_first", fixed_of(gru_student_channels_first), plain_acc, "val acc")
+case("svd_compressed_transposed", "shapes",
+     "The SVD-compressed square 128x128 layer computes x @ (U S V^T), i.e. x @ W, while nn.Linear computes x @ W.T, "
+     "so the low-rank layer applies the transpose of the trained weight and the short fine-tune starts from a "
+     "scrambled network; use x @ W.T (x @ V.T @ (U S).T).",
+     r"transpos\w*|\.T\b|W\^?T|x\s*@\s*W|wrong (orientation|side)|(in|out)_features|out, in",
+     )(svd_compressed_transposed)
+fix("svd_compressed_transposed", fixed_of(svd_compressed_transposed), plain_acc, "val acc")
+
+
+# --- 5. per-time-step distillation from a seq-first GRU teacher, flattened without transposing back --------------------
+def _tag_data(s):
+    g = torch.Generator().manual_seed(s)
+    x = torch.randn(2000, 12, 4, generator=g)                              # (batch, time, features)
+    y = ((x[..., 0] + 0.5 * x[..., 1]).cumsum(1) > 0).long() + (x[..., 2] > 1).long()   # 3 tags per step
+    return x, y
+
+
+class Tagger(nn.Module):
+    def __init__(self, hidden, batch_first=True):
+        super().__init__()
+        self.gru, self.head = nn.GRU(4, hidden, batch_first=batch_first), nn.Linear(hidden, 3)
+
+    def forward(self, x):
+        return self.head(self.gru(x)[0])
+
+
+def _seq_teacher(x, y):
+    torch.manual_seed(31)
+    t = Tagger(64, batch_first=False)                                      # the teacher's own training code was seq-first
+    opt = torch.optim.Adam(t.parameters(), lr=5e-3)
+    g = torch.Generator().manual_seed(4)
+    for _ in range(250):
+        i = torch.randint(0, len(x), (64,), generator=g)
+        loss = F.cross_entropy(t(x[i].transpose(0, 1)).reshape(-1, 3), y[i].transpose(0, 1).reshape(-1))
+        opt.zero_grad(), loss.backward(), opt.step()
+    return t.eval().requires_grad_(False)
+
+
+def seq_kd_teacher_time_major(fixed: bool = False):
+    seed(0)
+    x, y = _tag_data(30)
+    (xt, yt), (xv, yv) = split(x, y, 1600)
+    t = _seq_teacher(xt, yt)
+    student = Tagger(24)
+    T = 2.0
+
+    def kd_loss(model, batch):
+        xb, _ = batch
+        s = model(xb).reshape(-1, 3)                                       # (B*T, 3), batch-major
+        with torch.no_grad():
+            tl = t(xb.transpose(0, 1))                                     # (T, B, 3)
+            tl = (tl.transpose(0, 1) if fixed else tl).reshape(-1, 3)
+        return F.kl_div(F.log_softmax(s / T, -1), F.softmax(tl / T, -1), reduction="batchmean") * T * T
+    return dict(model=student, optimizer=torch.optim.Adam(student.parameters(), lr=5e-3),
+                train_loader=loader(TensorDataset(xt, yt), 12), val_loader=loader(TensorDataset(xv, yv), 200, False),
+                loss_fn=kd_loss, max_steps=300)
+
+
+case("seq_kd_teacher_time_major", "shapes",
+     "The seq-first GRU teacher returns (time, batch, 3) logits that are reshaped to (-1, 3) without transposing back, "
+     "while the batch_first student's (batch, time, 3) logits are reshaped the same way, so row k of the student is "
+     "matched with another sample and time step of the teacher; transpose(0, 1) the teacher logits before flattening.",
+     r"transpos\w*|permute|time[- ]major|seq[- ]first|batch_first|\(time, batch|misalign\w*|"
+     r"(another|different|wrong) (sample|time step|position)",
+     )(seq_kd_teacher_time_major)
+fix("seq_kd_teacher_time_major", fixed_of(seq_kd_teacher_time_major),
+    acc_of(lambda m, b: (m(b[0]).argmax(-1), b[1])), "val per-step acc")

@@ -117,3 +117,84 @@ fix("multilabel_teacher_softmax", fixed_of(multilabel_teacher_softmax),
     lambda m, kw: __import__("benchmarks.blind_preflight_be.registry", fromlist=["mean_over"]).mean_over(
         m, kw["val_loader"], lambda mm, b: (((mm(b[0]) > 0).float() == b[1]).all(1).float().sum().item(), len(b[1]))),
     "val exact-match")
+
+
+# --- 4. regression distillation from a teacher that predicts z-scored targets -----------------------------------------
+def kd_regression_teacher_zscored(fixed: bool = False):
+    seed(0)
+    g = torch.Generator().manual_seed(25)
+    x = torch.randn(3000, 12, generator=g)
+    y = 40 + 12 * torch.tanh(x @ torch.randn(12, generator=g) / 3) + 3 * torch.sin(x[:, 0]) + torch.randn(3000, generator=g)
+    mu, sd = y[:2400].mean(), y[:2400].std()
+    torch.manual_seed(3)
+    t = nn.Sequential(nn.Linear(12, 64), nn.ReLU(), nn.Linear(64, 1))     # the teacher was fit on (y - mu) / sd
+    opt = torch.optim.Adam(t.parameters(), lr=3e-3)
+    for _ in range(400):
+        loss = F.mse_loss(t(x[:2400]).squeeze(1), (y[:2400] - mu) / sd)
+        opt.zero_grad(), loss.backward(), opt.step()
+    t.eval().requires_grad_(False)
+    student = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 1))
+    with torch.no_grad():
+        student[2].bias.fill_(float(mu))
+
+    def kd_loss(m, batch):
+        xb, yb = batch
+        pred = m(xb).squeeze(1)
+        with torch.no_grad():
+            tp = t(xb).squeeze(1)
+            if fixed:
+                tp = tp * sd + mu
+        return 0.5 * F.mse_loss(pred, yb) + 0.5 * F.mse_loss(pred, tp)
+    return dict(model=student, optimizer=torch.optim.Adam(student.parameters(), lr=1e-2),
+                train_loader=loader(TensorDataset(x[:2400], y[:2400]), 64),
+                val_loader=loader(TensorDataset(x[2400:], y[2400:]), 200, False), loss_fn=kd_loss, max_steps=300)
+
+
+case("kd_regression_teacher_zscored", "targets",
+     "The regression teacher was trained on z-scored targets, so its predictions are in standard-deviation units "
+     "around 0 while the hard targets are raw values around 40; the distillation MSE pulls the student halfway "
+     "between the two scales. Un-standardise the teacher output (t * std + mean) before the MSE.",
+     r"z-?scor\w*|standardi[sz]\w*|normali[sz]\w*|(different|wrong) (units|scales?)|std(dev)? units|"
+     r"\* ?std|un-?(standardi|normali|scal)\w*|inverse transform|mean and std",
+     )(kd_regression_teacher_zscored)
+fix("kd_regression_teacher_zscored", fixed_of(kd_regression_teacher_zscored),
+    __import__("benchmarks.blind_preflight_be.registry", fromlist=["rmse_of"]).rmse_of(lambda m, b: (m(b[0]), b[1])),
+    "val RMSE", higher=False)
+
+
+# --- 5. binary distillation: softmax over the teacher's single logit ---------------------------------------------------
+def kd_binary_softmax_single_logit(fixed: bool = False):
+    seed(0)
+    g = torch.Generator().manual_seed(32)
+    x = torch.randn(3000, 16, generator=g)
+    y = (torch.tanh(x @ torch.randn(16, 8, generator=g) / 2).sum(1) > 0.8).float()      # ~35% positives
+    torch.manual_seed(5)
+    t = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
+    opt = torch.optim.Adam(t.parameters(), lr=3e-3)
+    for _ in range(400):
+        loss = F.binary_cross_entropy_with_logits(t(x[:2400]).squeeze(1), y[:2400])
+        opt.zero_grad(), loss.backward(), opt.step()
+    t.eval().requires_grad_(False)
+    student = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 1))
+    T = 2.0
+
+    def kd_loss(m, batch):
+        xb, _ = batch
+        with torch.no_grad():
+            tl = t(xb) / T                                                # (B, 1)
+            soft = torch.sigmoid(tl) if fixed else F.softmax(tl, dim=-1)   # same line as the multi-class KD
+        return F.binary_cross_entropy_with_logits(m(xb) / T, soft)
+    return dict(model=student, optimizer=torch.optim.Adam(student.parameters(), lr=3e-3),
+                train_loader=loader(TensorDataset(x[:2400], y[:2400]), 64),
+                val_loader=loader(TensorDataset(x[2400:], y[2400:]), 200, False), loss_fn=kd_loss, max_steps=300)
+
+
+case("kd_binary_softmax_single_logit", "targets",
+     "The binary teacher has a single output logit and its soft target is F.softmax over that size-1 axis, which is "
+     "1.0 for every sample, so the student is distilled to call everything positive; use torch.sigmoid for a "
+     "single-logit teacher (or give both a 2-class head).",
+     r"softmax|single (logit|output)|size[- ]1|all (ones|1(\.0)?)|always (1|one|positive)|sigmoid|constant target",
+     )(kd_binary_softmax_single_logit)
+fix("kd_binary_softmax_single_logit", fixed_of(kd_binary_softmax_single_logit),
+    __import__("benchmarks.blind_preflight_be.registry", fromlist=["acc_of"]).acc_of(
+        lambda m, b: ((m(b[0]).squeeze(1) > 0).float(), b[1])), "val acc")

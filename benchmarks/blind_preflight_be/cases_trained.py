@@ -8,7 +8,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from benchmarks.blind_preflight_be.registry import case, fix, fixed_of, loader, plain_acc, seed
-from benchmarks.blind_preflight_be.synth import blobs, split
+from benchmarks.blind_preflight_be.synth import blobs, mlp, split, teacher
 
 
 def _data(s, c=5):
@@ -125,3 +125,75 @@ case("weight_sharing_through_data", "what_is_trained",
      r"(shared|tied) (weight|matrix|parameter)",
      )(weight_sharing_through_data)
 fix("weight_sharing_through_data", fixed_of(weight_sharing_through_data), plain_acc, "val acc")
+
+
+# --- 4. distillation wrapper whose optimizer also updates the teacher -------------------------------------------------
+class Distiller(nn.Module):
+    def __init__(self, student, teacher):
+        super().__init__()
+        self.student, self.teacher = student, teacher
+
+    def forward(self, x):
+        return self.student(x)
+
+
+def kd_teacher_in_optimizer(fixed: bool = False):
+    seed(0)
+    tl, vl = _data(26)
+    t = teacher(3000, 16, 5, 26).requires_grad_(True)           # loaded from the checkpoint
+    model = Distiller(mlp(16, 32, 5), t)
+    params = model.student.parameters() if fixed else model.parameters()
+    T = 3.0
+
+    def kd_loss(m, batch):
+        xb, _ = batch
+        p_t = F.softmax(m.teacher(xb) / T, -1)
+        return F.kl_div(F.log_softmax(m(xb) / T, -1), p_t, reduction="batchmean") * T * T
+    return dict(model=model, optimizer=torch.optim.Adam(params, lr=3e-3), train_loader=tl, val_loader=vl,
+                loss_fn=kd_loss, max_steps=300)
+
+
+case("kd_teacher_in_optimizer", "what_is_trained",
+     "The optimizer is built on the Distiller wrapper's parameters(), which include the teacher, and the teacher's "
+     "logits are not detached, so the KL loss also trains the teacher toward the untrained student and the soft "
+     "targets collapse; freeze the teacher (requires_grad_(False), no_grad) and optimize student.parameters() only.",
+     r"teacher.{0,80}(optimi[sz]er|trained|updated|gradients?|frozen|detach)|(freeze|frozen|detach\w*|no_grad).{0,60}"
+     r"teacher|student\.parameters|requires_grad",
+     )(kd_teacher_in_optimizer)
+fix("kd_teacher_in_optimizer", fixed_of(kd_teacher_in_optimizer),
+    __import__("benchmarks.blind_preflight_be.registry", fromlist=["plain_acc"]).plain_acc, "val acc")
+
+
+# --- 5. low-rank factors both initialised to zero ------------------------------------------------------------------------
+class Factorised(nn.Module):
+    """W ~ U V with rank r: 64*64 -> 2*64*8 weights."""
+
+    def __init__(self, n, r, zero_both):
+        super().__init__()
+        init = torch.zeros if zero_both else (lambda *shape: torch.randn(*shape) / shape[-1] ** 0.5)
+        self.U = nn.Parameter(init(n, r))                        # start the factorised layer "empty"
+        self.V = nn.Parameter(init(r, n))
+        self.bias = nn.Parameter(torch.zeros(n))
+
+    def forward(self, x):
+        return x @ self.V.T @ self.U.T + self.bias
+
+
+def lowrank_factors_zero_init(fixed: bool = False):
+    seed(0)
+    tl, vl = _data(27)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), Factorised(64, 8, zero_both=not fixed), nn.ReLU(),
+                          nn.Linear(64, 5))
+    return dict(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=3e-3), train_loader=tl,
+                val_loader=vl, loss_fn=nn.CrossEntropyLoss(), max_steps=300)
+
+
+case("lowrank_factors_zero_init", "what_is_trained",
+     "Both low-rank factors U and V are initialised to zeros, so the gradient of U is (grad) x V = 0 and of V is "
+     "U^T x (grad) = 0: neither factor ever moves, the factorised layer outputs only its bias and the input layer "
+     "behind it gets no gradient either; initialise the factors randomly (as nn.Linear does).",
+     r"zero[s-]? ?init\w*|init\w* (both )?(to )?zeros?|both (factors )?(are )?zero|zeros\(|(never|no) (move|grad\w*|"
+     r"update)|symmetr\w*|random(ly)? init\w*|dead (layer|gradient)",
+     )(lowrank_factors_zero_init)
+fix("lowrank_factors_zero_init", fixed_of(lowrank_factors_zero_init),
+    __import__("benchmarks.blind_preflight_be.registry", fromlist=["plain_acc"]).plain_acc, "val acc")
