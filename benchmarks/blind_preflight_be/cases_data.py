@@ -48,8 +48,9 @@ case("kd_cached_logits_shuffled", "data",
      "The teacher logits were cached by iterating a DataLoader with shuffle=True, so logits[i] belongs to another "
      "sample than x[i] and the student is distilled onto targets of random other inputs; cache with shuffle=False "
      "(or store the indices) so the logits stay aligned with the samples.",
-     r"shuffle|misalign\w*|not aligned|align\w*|another sample|wrong (sample|row|input)|order of the cache|"
-     r"(cached|stored) (teacher )?logits?.{0,80}(order|index)",
+     r"(cach|comput|produc)\w*.{0,40}shuffl|shuffled (loader|order)|misalign\w*|not aligned|another sample|"
+     r"wrong (sample|row|input)|(cached|stored) (teacher )?logits?.{0,80}(order|belong|sample)|dataset orde"
+     r"r",
      )(kd_cached_logits_shuffled)
 fix("kd_cached_logits_shuffled", fixed_of(kd_cached_logits_shuffled), plain_acc, "val acc")
 
@@ -80,8 +81,8 @@ def replay_collate_label_order(fixed: bool = False):
 case("replay_collate_label_order", "data",
      "The replay collate_fn concatenates the inputs as [replay, new] but the labels as [new, replay], so every input "
      "in the mixed batch is paired with another sample's label; concatenate labels in the same order as inputs.",
-     r"collate|same order|order of (the )?(concat|cat)|misalign\w*|mismatch\w*|paired with|wrong labels?|"
-     r"(inputs|features) and labels.{0,40}(order|aligned)",
+     r"collate|same order|order of (the )?(concat|cat)|misalign\w*|paired with|wrong labels?|(inputs|featur"
+     r"es) and labels.{0,40}(order|aligned)",
      )(replay_collate_label_order)
 fix("replay_collate_label_order", fixed_of(replay_collate_label_order), plain_acc, "val acc (all 8 classes)")
 
@@ -146,8 +147,8 @@ case("kd_standardised_inputs_raw_teacher", "data",
      "The student's Dataset standardises the features in __getitem__ and the teacher, trained on raw sensor units, is "
      "fed the same standardised batch, so its soft targets are predictions on out-of-range inputs; give the teacher "
      "the raw features (or undo the standardisation) before computing its logits.",
-     r"standardi[sz]\w*|normali[sz]\w*|raw (features|inputs|units)|preprocess\w*|(different|wrong) (input )?scale|"
-     r"distribution (shift|mismatch)|out[- ]of[- ](range|distribution)",
+     r"teacher.{0,80}(standardi|normali|raw)|(standardi|normali)\w*.{0,80}teacher|raw (features|inputs|unit"
+     r"s)|preprocessing mismatch|distribution (shift|mismatch)",
      )(kd_standardised_inputs_raw_teacher)
 fix("kd_standardised_inputs_raw_teacher", fixed_of(kd_standardised_inputs_raw_teacher), plain_acc, "val acc")
 
@@ -173,8 +174,7 @@ case("kd_transfer_set_uniform", "data",
      "The synthetic transfer set is drawn with torch.rand, uniform on [0, 1) in every feature, while the real "
      "features are standardised (mean 0, std 1, half of them negative), so the student only sees the teacher on a "
      "small corner of the input space; sample the transfer set with torch.randn (the data's distribution).",
-     r"torch\.rand\b|randn|uniform|\[0, ?1\)|distribution|corner|(no|never) negative|mean 0|covers? only|"
-     r"transfer set",
+     r"torch\.rand\b|randn|uniform|\[0, ?1\)|data distribution|corner|(no|never) negative|transfer set",
      )(kd_transfer_set_uniform)
 fix("kd_transfer_set_uniform", fixed_of(kd_transfer_set_uniform), plain_acc, "val acc")
 

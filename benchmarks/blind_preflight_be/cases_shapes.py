@@ -77,8 +77,9 @@ case("kd_student_extra_axis_broadcast", "shapes",
      "The student returns (64, 1, 5) logits while the teacher probabilities are (64, 5): F.kl_div broadcasts them "
      "to (64, 64, 5), every student row against every teacher row, so the student learns the average teacher "
      "distribution; squeeze the extra axis so both are (B, C).",
-     r"broadcast|[(\[]\s*64\s*,\s*1\s*,\s*5\s*[)\]]|[(\[]\s*64\s*,\s*64\s*,\s*5\s*[)\]]|every (student )?row against|"
-     r"all pairs|extra (axis|dim)|squeeze|shape mismatch",
+     r"kl_div.{0,80}broadcast|broadcast\w*.{0,80}(teacher|KL|kl_div|distill)|[(\[]\s*64\s*,\s*1\s*,\s*5\s*["
+     r")\]]|[(\[]\s*64\s*,\s*64\s*,\s*5\s*[)\]]|\(B, 1, C\)|every (student )?row against|(extra|singleton) "
+     r"(axis|dim)|squeeze the (extra|student)",
      )(kd_student_extra_axis_broadcast)
 fix("kd_student_extra_axis_broadcast", fixed_of(kd_student_extra_axis_broadcast),
     acc_of(lambda m, b: (m(b[0]).reshape(b[0].shape[0], -1).argmax(-1), b[1])), "val acc")
@@ -113,8 +114,8 @@ case("structured_prune_wrong_axis", "shapes",
      "The structured-pruning mask takes weight.norm(dim=0) of the (64, 16) fc1 weight, one norm per input feature "
      "instead of one per output neuron, so the mask zeroes 75% of the input columns and the network never sees most "
      "features; take the norm over dim=1 to prune neurons (rows).",
-     r"norm\s*\(\s*dim\s*=\s*[01]|dim\s*=\s*0|input (features|columns)|columns instead of rows|wrong (axis|dim)|"
-     r"prun\w* (the )?inputs?|per input",
+     r"prun\w* (the )?input|input (features|columns) (instead|rather)|columns instead of rows|wrong (axis|d"
+     r"im)|norm\w*.{0,40}dim\s*=\s*0|dim\s*=\s*0 of the weight|per input (feature|column)",
      )(structured_prune_wrong_axis)
 fix("structured_prune_wrong_axis", fixed_of(structured_prune_wrong_axis), plain_acc, "val acc")
 

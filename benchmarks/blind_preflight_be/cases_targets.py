@@ -38,8 +38,8 @@ case("kd_teacher_class_order", "targets",
      "The teacher's logit columns are in a different class order than the student's labels (a permutation of the 5 "
      "classes), so the soft targets put the teacher's confidence on the wrong classes and the KL term fights the hard "
      "cross-entropy; map the teacher's classes to the dataset's order before the softmax.",
-     r"class (order|index|mapping|indices)|permut|wrong class|label (order|mapping)|column order|mismatch\w* (between )?"
-     r"(the )?teacher|teacher.{0,60}(order|mapping|permut)",
+     r"class order|order of (the )?classes|permut\w*|wrong class(es)?|label (order|mapping)|column order|te"
+     r"acher.{0,60}(order|mapping)",
      )(kd_teacher_class_order)
 fix("kd_teacher_class_order", fixed_of(kd_teacher_class_order), plain_acc, "val acc")
 
@@ -154,8 +154,9 @@ case("kd_regression_teacher_zscored", "targets",
      "The regression teacher was trained on z-scored targets, so its predictions are in standard-deviation units "
      "around 0 while the hard targets are raw values around 40; the distillation MSE pulls the student halfway "
      "between the two scales. Un-standardise the teacher output (t * std + mean) before the MSE.",
-     r"z-?scor\w*|standardi[sz]\w*|normali[sz]\w*|(different|wrong) (units|scales?)|std(dev)? units|"
-     r"\* ?std|un-?(standardi|normali|scal)\w*|inverse transform|mean and std",
+     r"z-?scor\w*|teacher.{0,80}(standardi|normali|units)|(different|wrong) (units|scales?)|std(dev)? units"
+     r"|raw (units|values)|\* ?std|un-?(standardi|normali|scal)\w*|invert\w* the teacher|inverse transform|"
+     r"multiply by (the )?std",
      )(kd_regression_teacher_zscored)
 fix("kd_regression_teacher_zscored", fixed_of(kd_regression_teacher_zscored),
     __import__("benchmarks.blind_preflight_be.registry", fromlist=["rmse_of"]).rmse_of(lambda m, b: (m(b[0]), b[1])),

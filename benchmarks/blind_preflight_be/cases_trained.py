@@ -84,8 +84,9 @@ case("lowrank_after_optimizer", "what_is_trained",
      "The two big Linear layers are replaced by their low-rank U/V factorisation after the Adam optimizer was built, "
      "so the optimizer holds the old, now unused weights and the new factor parameters are never updated; only the "
      "last layer trains. Build the optimizer after the factorisation.",
-     r"(not|never) (in|updated|passed to) (the )?optimi[sz]er|optimi[sz]er.{0,80}(before|old|stale|replaced|unused)|"
-     r"after the optimi[sz]er|rebuild the optimi[sz]er|params? (missing|absent) from the optimi[sz]er",
+     r"(built|created|constructed) before|before the (layers|factori|replace)|rebuild the optimi[sz]er|buil"
+     r"d the optimi[sz]er after|(not|never) in the optimi[sz]er|optimi[sz]er holds (the )?(old|stale)|stale"
+     r" param|(not|never) (passed to|registered with) the optimi[sz]er",
      )(lowrank_after_optimizer)
 fix("lowrank_after_optimizer", fixed_of(lowrank_after_optimizer), plain_acc, "val acc")
 
@@ -121,8 +122,8 @@ def weight_sharing_through_data(fixed: bool = False):
 case("weight_sharing_through_data", "what_is_trained",
      "The shared block matrix is used as self.shared.data in forward, which detaches it from autograd, so the one "
      "weight all blocks share never gets a gradient and stays at its random init; use the Parameter itself.",
-     r"\.data|detach\w*|no grad\w*|never (gets|receives) (a )?grad|outside (of )?autograd|stays? at (its )?(random )?init|"
-     r"(shared|tied) (weight|matrix|parameter)",
+     r"\.data\b|detach\w*|outside (of )?autograd|stays? at (its )?(random )?init|(shared|tied) (weight|matr"
+     r"ix|parameter).{0,80}(never|not)",
      )(weight_sharing_through_data)
 fix("weight_sharing_through_data", fixed_of(weight_sharing_through_data), plain_acc, "val acc")
 
@@ -157,8 +158,8 @@ case("kd_teacher_in_optimizer", "what_is_trained",
      "The optimizer is built on the Distiller wrapper's parameters(), which include the teacher, and the teacher's "
      "logits are not detached, so the KL loss also trains the teacher toward the untrained student and the soft "
      "targets collapse; freeze the teacher (requires_grad_(False), no_grad) and optimize student.parameters() only.",
-     r"teacher.{0,80}(optimi[sz]er|trained|updated|gradients?|frozen|detach)|(freeze|frozen|detach\w*|no_grad).{0,60}"
-     r"teacher|student\.parameters|requires_grad",
+     r"teacher.{0,80}(optimi[sz]er|trained|updated|detach)|(freeze|frozen|detach\w*|no_grad).{0,60}teacher|"
+     r"student\.parameters",
      )(kd_teacher_in_optimizer)
 fix("kd_teacher_in_optimizer", fixed_of(kd_teacher_in_optimizer),
     __import__("benchmarks.blind_preflight_be.registry", fromlist=["plain_acc"]).plain_acc, "val acc")
@@ -192,8 +193,8 @@ case("lowrank_factors_zero_init", "what_is_trained",
      "Both low-rank factors U and V are initialised to zeros, so the gradient of U is (grad) x V = 0 and of V is "
      "U^T x (grad) = 0: neither factor ever moves, the factorised layer outputs only its bias and the input layer "
      "behind it gets no gradient either; initialise the factors randomly (as nn.Linear does).",
-     r"zero[s-]? ?init\w*|init\w* (both )?(to )?zeros?|both (factors )?(are )?zero|zeros\(|(never|no) (move|grad\w*|"
-     r"update)|symmetr\w*|random(ly)? init\w*|dead (layer|gradient)",
+     r"zero[s-]? ?init\w*|init\w* (both )?(to )?zeros?|both (low-rank )?(factors )?(are )?(initiali[sz]ed t"
+     r"o )?zeros?|zeros\(|U and V|dead (layer|factori)",
      )(lowrank_factors_zero_init)
 fix("lowrank_factors_zero_init", fixed_of(lowrank_factors_zero_init),
     __import__("benchmarks.blind_preflight_be.registry", fromlist=["plain_acc"]).plain_acc, "val acc")
