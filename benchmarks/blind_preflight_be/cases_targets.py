@@ -7,7 +7,17 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from benchmarks.blind_preflight_be.registry import case, fix, fixed_of, loader, plain_acc, seed
+from benchmarks.blind_preflight_be.registry import (
+    acc_of,
+    case,
+    fix,
+    fixed_of,
+    loader,
+    mean_over,
+    plain_acc,
+    rmse_of,
+    seed,
+)
 from benchmarks.blind_preflight_be.synth import blobs, mlp, split, teacher
 
 
@@ -114,7 +124,7 @@ case("multilabel_teacher_softmax", "targets",
      r"softmax|sum to (1|one)|multi-?label|sigmoid|mutually exclusive|independent",
      )(multilabel_teacher_softmax)
 fix("multilabel_teacher_softmax", fixed_of(multilabel_teacher_softmax),
-    lambda m, kw: __import__("benchmarks.blind_preflight_be.registry", fromlist=["mean_over"]).mean_over(
+    lambda m, kw: mean_over(
         m, kw["val_loader"], lambda mm, b: (((mm(b[0]) > 0).float() == b[1]).all(1).float().sum().item(), len(b[1]))),
     "val exact-match")
 
@@ -159,7 +169,7 @@ case("kd_regression_teacher_zscored", "targets",
      r"multiply by (the )?std",
      )(kd_regression_teacher_zscored)
 fix("kd_regression_teacher_zscored", fixed_of(kd_regression_teacher_zscored),
-    __import__("benchmarks.blind_preflight_be.registry", fromlist=["rmse_of"]).rmse_of(lambda m, b: (m(b[0]), b[1])),
+    rmse_of(lambda m, b: (m(b[0]), b[1])),
     "val RMSE", higher=False)
 
 
@@ -197,5 +207,4 @@ case("kd_binary_softmax_single_logit", "targets",
      r"softmax|single (logit|output)|size[- ]1|all (ones|1(\.0)?)|always (1|one|positive)|sigmoid|constant target",
      )(kd_binary_softmax_single_logit)
 fix("kd_binary_softmax_single_logit", fixed_of(kd_binary_softmax_single_logit),
-    __import__("benchmarks.blind_preflight_be.registry", fromlist=["acc_of"]).acc_of(
-        lambda m, b: ((m(b[0]).squeeze(1) > 0).float(), b[1])), "val acc")
+    acc_of(lambda m, b: ((m(b[0]).squeeze(1) > 0).float(), b[1])), "val acc")

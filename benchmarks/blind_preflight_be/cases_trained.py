@@ -162,7 +162,7 @@ case("kd_teacher_in_optimizer", "what_is_trained",
      r"student\.parameters",
      )(kd_teacher_in_optimizer)
 fix("kd_teacher_in_optimizer", fixed_of(kd_teacher_in_optimizer),
-    __import__("benchmarks.blind_preflight_be.registry", fromlist=["plain_acc"]).plain_acc, "val acc")
+    plain_acc, "val acc")
 
 
 # --- 5. low-rank factors both initialised to zero ------------------------------------------------------------------------
@@ -197,4 +197,4 @@ case("lowrank_factors_zero_init", "what_is_trained",
      r"o )?zeros?|zeros\(|U and V|dead (layer|factori)",
      )(lowrank_factors_zero_init)
 fix("lowrank_factors_zero_init", fixed_of(lowrank_factors_zero_init),
-    __import__("benchmarks.blind_preflight_be.registry", fromlist=["plain_acc"]).plain_acc, "val acc")
+    plain_acc, "val acc")

@@ -55,7 +55,6 @@ def svd_t():
 
 
 def time_major():
-    t = torch.arange(2 * 3).reshape(3, 2)    # (T=3, B=2) ids b*10+t would be batch-major
     print(f"  (T, B) flattened row order: {[(i // 2, i % 2) for i in range(6)]} as (t, b); student rows are (b, t)")
 
 
@@ -128,7 +127,6 @@ def ewc_ref():
 
 
 def lwf_alias():
-    kw = _kw("lwf_old_model_not_copied")
     print("  old model is the trained model: the LwF KL is 0 with zero gradient at every step")
 
 

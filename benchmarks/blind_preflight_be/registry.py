@@ -7,7 +7,16 @@ import math
 
 from benchmarks.blind_preflight.fixes import FixTable, accuracy, val_acc  # noqa: F401
 from benchmarks.blind_preflight.registry import (  # noqa: F401
-    Case, CaseTable, gen, loader, mean_over, model_device, seed, teacher_classes, teacher_regression, twin,
+    Case,
+    CaseTable,
+    gen,
+    loader,
+    mean_over,
+    model_device,
+    seed,
+    teacher_classes,
+    teacher_regression,
+    twin,
 )
 
 TABLE = CaseTable.by_family("benchmarks.blind_preflight_be")

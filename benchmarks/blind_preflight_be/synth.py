@@ -23,7 +23,7 @@ def mlp(d, h, c):
     return nn.Sequential(nn.Linear(d, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, c))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _teacher_state(n, d, c, s, h, steps):
     torch.manual_seed(s + 99)
     x, y = blobs(n, d, c, s)

@@ -10,9 +10,9 @@ import sys
 from functools import partial
 
 from benchmarks.blind_preflight.fixes import verify
-from benchmarks.blind_preflight_e.sanity import run_case
 from benchmarks.blind_preflight_be import facts  # noqa: F401
 from benchmarks.blind_preflight_be.registry import FIXES, load_all
+from benchmarks.blind_preflight_e.sanity import run_case
 
 
 def main(names: list[str]) -> None:
