@@ -502,3 +502,26 @@ def test_validation_inputs_prepared_by_another_pipeline_are_named():
 @pytest.mark.parametrize("val_pipeline", ["same", "drifted"])
 def test_validation_from_the_same_pipeline_or_a_bridgeable_drift_is_quiet(val_pipeline):
     assert not unlike_verdict(val_pipeline)
+
+
+def test_validation_on_an_earlier_task_the_model_learned_is_no_recoding_and_no_other_pipeline():
+    # Continual learning: a model trained on task A trains on task B and validates on task A, one
+    # feature space whose columns relate to the classes otherwise per task: a shift on purpose.
+    g = torch.Generator().manual_seed(0)
+    task_a, task_b = torch.randn(4, 16, generator=g) * 1.5, torch.randn(4, 16, generator=g) * 1.5
+    train_y, val_y = torch.randint(0, 4, (1500,), generator=g), torch.randint(0, 4, (400,), generator=g)
+    train_x = task_b[train_y] + torch.randn(1500, 16, generator=g)
+    val_x = task_a[val_y] + torch.randn(400, 16, generator=g)
+    torch.manual_seed(0)
+    model = nn.Linear(16, 4)
+    first_x, first_y = task_a[train_y] + torch.randn(1500, 16, generator=g), train_y  # task A, learned first
+    optimizer = torch.optim.Adam(model.parameters(), 0.05)
+    for _ in range(100):
+        optimizer.zero_grad()
+        F.cross_entropy(model(first_x), first_y).backward()
+        optimizer.step()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(train_x, train_y), batch_size=64, shuffle=True),
+                           val_loader=DataLoader(TensorDataset(val_x, val_y), batch_size=128),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), SplitLabelsCheck()])
+    assert not report.check("data.split_labels").issues, report.check("data.split_labels").data

@@ -41,7 +41,7 @@ from optimus_preflight.preflight.checks.split_scale import inputs_beside_labels,
 from optimus_preflight.preflight.data_access.guard import DataGuard, read_samples
 from optimus_preflight.preflight.data_access.samples import ordered_loader, sample_hashes
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.preflight.framework.preserve import preserved_data_state
+from optimus_preflight.preflight.framework.preserve import preserved_data_state, preserved_training_state
 from optimus_preflight.training.batches import move_to_device
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ FEW_IDS = 2  # integer values per sample's inputs: ids (a user, a user and an it
 CONFLICT_SHARE = 0.1  # of the training samples read: identical inputs with another label
 MIN_CONFLICTS = 8
 SHIFT_DISTANCE = 0.5  # total variation between the training and validation label histograms
+KNOWN_MARGIN = 0.3  # above the largest class: the model as given already answers validation
 UNLIKE_DROP = 0.5  # neighbour label agreement lost from training to validation with no relabelling restoring it
 UNTRAINED_EXPECTED = 20  # training labels a validation class's share predicts before its absence is news
 UNTRAINED_SHARED = 0.5  # of the validation labels in classes training names too
@@ -601,10 +602,14 @@ class SplitLabelsCheck(Check):
             coded = bool((train[0][:, columns] == train[0][:, columns].round()).all())
             unlike = (found.val_agreement <= found.train_agreement - UNLIKE_DROP and bool((train[1] >= 0).all())
                       and not coded)
-            if unlike and not any(issue.severity.value == "warning" for issue in findings.issues):
+            if unlike and not any(issue.severity.value == "warning" for issue in findings.issues) \
+                    and not self._model_knows_validation(ctx, found, findings):
                 self._unlike_training(found, findings)
-            elif not any(issue.code == "VAL_CLASS_UNTRAINED" for issue in findings.issues):
-                # (a class folded into another in training changes that class's columns: already named)
+            elif coded and not any(issue.code == "VAL_CLASS_UNTRAINED" for issue in findings.issues):
+                # (a class folded into another in training changes that class's columns: already named).
+                # Only code and one-hot columns are recoded per split: continuous columns that relate to
+                # the labels otherwise in validation are another task or a drift (continual learning
+                # validates on the old task on purpose).
                 self._recoded(changed, findings, names=feature_names(ctx.artifacts.first_batch))
             return
         moved = ", ".join(f"{v} -> {t}" for v, t in sorted(found.mapping.items()) if v != t)
@@ -687,6 +692,30 @@ class SplitLabelsCheck(Check):
             "together. Print a few training samples with their labels and check them by hand.",
             "data.train",
         )
+
+    @staticmethod
+    def _model_knows_validation(ctx: PreflightContext, found: Relabelling, findings: Findings) -> bool:
+        """Whether the model as given already answers the validation batch well above its largest
+        class: validation is a task it was trained on before (continual learning scores the old
+        task while training a new one), not inputs prepared another way. For ``(x, y)`` batches
+        whose model maps ``x`` to class scores; False when that cannot be read."""
+        guard = DataGuard(ctx, "data.split_labels", findings)
+        try:
+            with preserved_data_state(ctx), guard.batches(ctx.val_loader, "validation for the model's answers") as batches:
+                batch = next(batches, None)
+            if not isinstance(batch, (list, tuple)) or len(batch) != 2:
+                return False
+            x, y = move_to_device(batch, ctx.device)
+            with preserved_training_state(ctx), torch.no_grad():
+                ctx.model.eval()
+                scores = ctx.model(x)
+        except Exception:  # noqa: BLE001 - a model this probe cannot call says nothing either way
+            return False
+        if not isinstance(scores, torch.Tensor) or scores.dim() != 2 or len(scores) != len(y) \
+                or scores.shape[1] <= int(y.max()):
+            return False
+        accuracy = float((scores.argmax(-1).cpu() == y.cpu()).float().mean())
+        return accuracy >= found.majority + KNOWN_MARGIN
 
     @staticmethod
     def _unlike_training(found: Relabelling, findings: Findings) -> None:
