@@ -61,3 +61,15 @@ def test_a_small_epoch_that_lacks_half_the_classes_fires_once_read_whole():
     result = report_for(labels, x, classes=10)
     issues = [i for i in result.issues if i.code == "TARGET_FEW_CLASSES"]
     assert issues and "the whole training epoch use only 3 of them" in issues[0].message
+
+
+@pytest.mark.parametrize("offset_missing", [True, False], ids=["task_local_ids", "every_other_id"])
+def test_the_lowest_ids_of_a_grown_head_name_a_missing_class_offset(offset_missing):
+    # A class-incremental step: 8 outputs after the second task; its 4 classes came as 0..3 (no offset).
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(400, 10, generator=g)
+    labels = torch.randint(0, 4, (400,), generator=g)
+    result = report_for(labels if offset_missing else labels * 2, x, classes=8)
+    issues = [i for i in result.issues if i.code == "TARGET_FEW_CLASSES"]
+    assert len(issues) == 1
+    assert ("task-local ids 0..3" in issues[0].message and "n_old_classes" in issues[0].fix) == offset_missing

@@ -1255,3 +1255,25 @@ def clip_symmetric(model, batch):
 def test_a_softmax_over_dim_0_of_a_similarity_table_is_no_batch_softmax():
     x = features()
     assert "LOSS_NORM_DIM" not in issues(preflight(mlp(8), loader(x, x + 0.1 * torch.randn_like(x)), clip_symmetric))
+
+
+def binary_distillation(teacher_activation: str):
+    torch.manual_seed(1)
+    teacher = nn.Linear(FEATURES, 1).requires_grad_(False)
+
+    def loss(model, batch):
+        x, y = batch
+        logit = model(x)
+        soft = torch.softmax(teacher(x), dim=1) if teacher_activation == "softmax" else torch.sigmoid(teacher(x))
+        return F.binary_cross_entropy_with_logits(logit, y[:, None]) + F.binary_cross_entropy_with_logits(logit, soft)
+    return loss
+
+
+@pytest.mark.parametrize("teacher_activation", ["softmax", "sigmoid"])
+def test_a_softmax_over_a_single_logit_is_a_constant(teacher_activation):
+    x = features()
+    found = issues(preflight(mlp(1), loader(x, (x.sum(1) > 0).float()), binary_distillation(teacher_activation)))
+    norm = found.get("LOSS_NORM_DIM")
+    assert (norm is not None) == (teacher_activation == "softmax")
+    if norm is not None:
+        assert "a dim of size 1" in norm.message and "torch.sigmoid(logit)" in norm.fix

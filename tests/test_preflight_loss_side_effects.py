@@ -150,3 +150,35 @@ def test_a_target_networks_soft_update_with_its_arguments_swapped(swapped):
     assert bool(found) == swapped
     if found:
         assert "part of the way towards a frozen copy" in found[0].message and "arguments swapped" in found[0].message
+
+
+class FakeQuantLinear(nn.Linear):
+    """Quantisation-aware training with 3-bit weights: written back into weight.data (the bug) or
+    applied to a copy with a straight-through estimator."""
+
+    def __init__(self, in_place: bool):
+        super().__init__(16, 3)
+        self.in_place = in_place
+
+    def forward(self, x):
+        scale = self.weight.detach().abs().max() / 3
+        quantised = (self.weight / scale).round().clamp(-4, 3) * scale
+        if self.in_place:
+            self.weight.data.copy_(quantised)  # every update smaller than half a step is rounded away
+            return super().forward(x)
+        return nn.functional.linear(x, self.weight + (quantised - self.weight).detach(), self.bias)
+
+
+@pytest.mark.parametrize("in_place", [True, False], ids=["weight_data_overwritten", "straight_through"])
+def test_fake_quantisation_written_into_the_weights_is_named(in_place):
+    g = torch.Generator().manual_seed(2)
+    torch.manual_seed(0)
+    model = FakeQuantLinear(in_place)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(torch.randn(256, 16, generator=g),
+                                                    torch.randint(0, 3, (256,), generator=g)), batch_size=32),
+                           loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), FirstStepCheck()])
+    found = [i for i in report.check("step.first_step").issues if i.code == "LOSS_FN_SIDE_EFFECT"]
+    assert bool(found) == in_place
+    if found:
+        assert "quantised values" in found[0].message and "straight-through" in found[0].fix

@@ -100,6 +100,7 @@ class StepProbe:
     batch_normalize: tuple[tuple[int, ...], int] | None = None  # F.normalize over the batch: (shape, dim)
     batch_softmax: tuple[str, tuple[int, ...]] | None = None  # softmax over the samples: (function, shape)
     peak_below_one: tuple[tuple[int, ...], float] | None = None  # soft targets == 1 matching nothing
+    softmax_of_one: tuple[str, tuple[int, ...], int] | None = None  # a softmax over a dim of size 1
     sliced_pair: SlicedPair | None = None  # a paired criterion's inputs cut from the same rows
     loss_side_effects: list[str] = field(default_factory=list)  # "lr", "weights": changed inside compute_loss
     zero_one_sign_target: str | None = None  # a +1/-1 criterion (cosine_embedding_loss, ...) given 0/1 targets
@@ -273,8 +274,25 @@ def _side_effects(before: tuple[list[float], list[torch.Tensor]],
     if changed:
         # Every changed value now exactly 0: a mask written into the weight itself, not an update.
         zeroed = all(bool((b[a != b] == 0).all()) for a, b in changed)
-        found.append("weights_zeroed" if zeroed else "weights")
+        quantised = not zeroed and all(on_a_grid(b) and not on_a_grid(a) for a, b in changed)
+        found.append("weights_zeroed" if zeroed else "weights_quantised" if quantised else "weights")
     return found
+
+
+GRID_VALUES = 256  # distinct values of a tensor of many more: an 8-bit grid at most
+
+
+def on_a_grid(values: torch.Tensor) -> bool:
+    """Whether a float tensor of 32 values or more holds at most GRID_VALUES distinct values,
+    evenly spaced (integer multiples of the smallest gap): a fake-quantised weight (pure)."""
+    if not values.is_floating_point() or values.numel() < 32:
+        return False
+    levels = torch.unique(values.detach().float().flatten())
+    if len(levels) < 2 or len(levels) > min(GRID_VALUES, values.numel() // 4):
+        return False
+    gaps = levels[1:] - levels[:-1]
+    step = float(gaps.min())
+    return step > 0 and bool(((gaps / step - (gaps / step).round()).abs() < 1e-3).all())
 
 
 def _user_frame(error: BaseException) -> str | None:
@@ -538,6 +556,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.batch_normalize = spy.batch_normalize
     probe.batch_softmax = spy.batch_softmax
     probe.peak_below_one = spy.peak_below_one
+    probe.softmax_of_one = spy.softmax_of_one
     probe.sliced_pair = spy.sliced_pair
     probe.zero_one_sign_target = spy.zero_one_sign_target
     probe.attention_over_heads = attention_over_heads(spy.attention_queries, model_inputs)

@@ -182,6 +182,17 @@ class FirstStepCheck(Check):
                 "through the mask), or torch.nn.utils.prune to keep a mask beside the weight; never write into "
                 "weight.data in forward.",
             )
+        elif "weights_quantised" in probe.loss_side_effects:
+            findings.error(
+                "LOSS_FN_SIDE_EFFECT",
+                "the forward overwrites the model's weights with quantised values: parameters that held continuous "
+                "values before compute_loss hold a few evenly spaced levels after it, with no optimizer step in "
+                "between (weight.data = fake_quant(weight) in a quantisation-aware layer). Every optimizer update "
+                "smaller than half a quantisation step is rounded away at the next forward, so the weights never "
+                "leave their grid and training barely moves",
+                "Keep float (shadow) weights and quantise a copy in the forward with a straight-through estimator: "
+                "w_q = w + (fake_quant(w) - w).detach(); out = F.linear(x, w_q, bias); never write into weight.data.",
+            )
         elif "weights_toward_frozen" in probe.loss_side_effects or "weights_beside_frozen_copy" in probe.loss_side_effects:
             seen = ("moves the trained weights part of the way towards a frozen copy of the same shape (new = m * "
                     "trained + (1 - m) * frozen)" if "weights_toward_frozen" in probe.loss_side_effects else
@@ -652,6 +663,19 @@ class LossFunctionCheck(Check):
                 "every prediction depends on its batch-mates",
                 f"Normalise over the sample's own axis: torch.{function}(logits, dim=1) for (N, C, ...) class logits, "
                 "dim=1 for (N, T, 1) attention scores over positions (dim=-1 for (N, ..., C)).",
+            )
+        if probe.softmax_of_one is not None:
+            function, shape, dim = probe.softmax_of_one
+            findings.error(
+                "LOSS_NORM_DIM",
+                f"the step takes a {function} over dim {dim} of a {shape} tensor, a dim of size 1: every value it "
+                f"returns is exactly {'1' if function == 'softmax' else '0'}, whatever the input, so whatever it "
+                "feeds (a teacher's soft targets, a gate, a class probability) is a constant. A single-logit binary "
+                "head turned into a probability with softmax instead of sigmoid does this: every sample is 'positive' "
+                "with certainty",
+                "For one logit per sample use torch.sigmoid(logit) (and F.binary_cross_entropy_with_logits, or "
+                "torch.stack([1 - p, p], -1) for two-class targets); or give the head two outputs and softmax over "
+                "them.",
             )
         if probe.peak_below_one is not None:
             shape, high = probe.peak_below_one

@@ -146,14 +146,22 @@ def few_classes_message(call: CriterionCall, used: list[int], seen: int, whole_e
     missing = [c for c in range(classes) if c not in used]
     shown = ", ".join(str(c) for c in missing[:8]) + (", ..." if len(missing) > 8 else "")
     where = "the whole training epoch" if whole_epoch else f"the first {seen} training targets"
+    # The lowest ids used, every id above them unused: also a head grown for new classes whose labels
+    # kept their own task's ids (class-incremental learning without an offset).
+    grown = used == list(range(len(used))) and missing == list(range(len(used), classes))
+    incremental = (f". A head extended for new classes whose labels kept their task-local ids 0..{len(used) - 1} "
+                   "(not offset by the number of old classes) does this too: the new classes are trained onto the old "
+                   "classes' outputs and the new outputs never get a positive target" if grown else "")
+    offset = (f" In class-incremental training, offset the new task's labels by the number of classes seen before "
+              f"(y = y + n_old_classes, onto outputs {len(used)}..{classes - 1})." if grown else "")
     return (
         f"the model has {classes} class outputs, but {where} use only {len(used)} of them "
         f"({', '.join(str(c) for c in used[:8])}): classes {shown} are never a target, so the head only learns never "
         "to predict them. Labels squeezed into fewer ids on the way do this: a label column scaled with the features "
         "(min-max or standardisation of the whole table) and cast back with .long(), which truncates grades 0, 1, 2, 3 "
         "(0, 0.33, 0.67, 1.0) to 0, 0, 0, 1; a threshold, binning or integer division that merges classes; or "
-        "labels taken from another column",
+        "labels taken from another column" + incremental,
         "Keep the label column out of the feature scaling (scale X only; take y as the original integer ids) and "
         f"check that torch.unique of the training labels is 0..{classes - 1}; if the data truly has {len(used)} "
-        f"classes, build the head with {len(used)} outputs.",
+        f"classes, build the head with {len(used)} outputs." + offset,
     )
