@@ -1277,3 +1277,26 @@ def test_a_softmax_over_a_single_logit_is_a_constant(teacher_activation):
     assert (norm is not None) == (teacher_activation == "softmax")
     if norm is not None:
         assert "a dim of size 1" in norm.message and "torch.sigmoid(logit)" in norm.fix
+
+
+def multilabel_distillation(teacher_activation: str):
+    torch.manual_seed(2)
+    teacher = nn.Linear(FEATURES, 6).requires_grad_(False)
+
+    def loss(model, batch):
+        x, tags = batch
+        logits = teacher(x) / 2.0
+        soft = torch.softmax(logits, dim=1) if teacher_activation == "softmax" else torch.sigmoid(logits)
+        out = model(x)
+        return F.binary_cross_entropy_with_logits(out, tags) + F.binary_cross_entropy_with_logits(out, soft)
+    return loss
+
+
+@pytest.mark.parametrize("teacher_activation", ["softmax", "sigmoid"])
+def test_soft_multi_label_targets_that_sum_to_one(teacher_activation):
+    x = features()
+    tags = (torch.rand(len(x), 6, generator=torch.Generator().manual_seed(5)) < 0.4).float()
+    found = issues(preflight(mlp(6), loader(x, tags), multilabel_distillation(teacher_activation))).get("TARGET_MULTI_HOT")
+    assert (found is not None) == (teacher_activation == "softmax")
+    if found is not None:
+        assert "sum to 1 over their labels" in found.message and "torch.sigmoid(teacher_logits / T)" in found.fix

@@ -35,6 +35,7 @@ IN_BATCH_MIN_TARGETS = 8  # rows of (B, B) a @ b.T scores all given target 0
 # A constant target beside batch labels of several values needs no long scan to be news.
 COLLAPSED_MIN_TARGETS = 8
 MIN_MULTI_ROWS = 8
+SOFTMAXED_SHARE = 0.9  # of soft (B, C) rows of a binary criterion summing to 1: softmax over the labels
 NORMALISED_MULTI_HOT_SHARE = 0.25  # of the rows: one-label rows are one-hot, the rest 1/k
 _ROW_SUM_TOL = 1e-3
 
@@ -63,6 +64,9 @@ class TargetProfile:
     # multi-hot row divided by its label count (mixup and label smoothing give unequal ones).
     rows_total: int = 0
     uniform_multi_rows: int = 0
+    # Soft (B, C) targets of a binary criterion, C of 3 or more: rows that are one distribution (sum 1)
+    soft_rows: int = 0
+    distribution_rows: int = 0
 
 
 def profile_target(function: str, target: torch.Tensor, ignore_index: int | None,
@@ -109,6 +113,11 @@ def profile_target(function: str, target: torch.Tensor, ignore_index: int | None
                 smallest = torch.where(positive, floats, torch.full_like(floats, float("inf"))).min(dim=1).values
                 uniform = (count >= 2) & ((largest - smallest).abs() <= 1e-6 * largest.clamp_min(1e-12))
                 profile.rows_total, profile.uniform_multi_rows = int(floats.shape[0]), int(uniform.sum())
+        if not hard and function.startswith("binary") and values.dim() == 2 and values.shape[1] >= 3 and values.numel():
+            floats = values.float()
+            soft = ~((floats == 0) | (floats == 1)).all(dim=1) & (floats >= 0).all(dim=1) & (floats <= 1).all(dim=1)
+            profile.soft_rows = int(soft.sum())
+            profile.distribution_rows = int((soft & ((floats.sum(dim=1) - 1).abs() <= _ROW_SUM_TOL)).sum())
     return profile
 
 
@@ -160,6 +169,17 @@ def profile_findings(calls: list[CriterionCall]) -> list[Finding]:
         ignored_class = _ignored_class_finding(call)
         if ignored_class is not None:
             found.append(ignored_class)
+        if call.function.startswith("binary") and profile.soft_rows >= MIN_MULTI_ROWS and \
+                profile.distribution_rows >= SOFTMAXED_SHARE * profile.soft_rows:
+            found.append(Finding(
+                "TARGET_MULTI_HOT", "warning",
+                f"{call.function} gets soft multi-label targets that are one distribution per sample: "
+                f"{profile.distribution_rows} of {profile.soft_rows} rows sum to 1 over their labels. A softmax made "
+                "independent yes/no labels compete (a teacher's soft targets built with softmax over the tags): two "
+                "true labels can get at most 1/2 each, so the student is taught to say no to every label",
+                "Make each label's soft target its own probability: torch.sigmoid(teacher_logits / T) for multi-label "
+                "distillation (softmax only for one label per sample, with cross_entropy / kl_div).",
+            ))
         if call.function == "cross_entropy" and profile.binary and profile.row_sum_max is not None and \
                 profile.row_sum_max > 1 + _ROW_SUM_TOL:
             found.append(Finding(
