@@ -1300,3 +1300,37 @@ def test_soft_multi_label_targets_that_sum_to_one(teacher_activation):
     assert (found is not None) == (teacher_activation == "softmax")
     if found is not None:
         assert "sum to 1 over their labels" in found.message and "torch.sigmoid(teacher_logits / T)" in found.fix
+
+
+class SeqTagger(nn.Module):
+    def __init__(self, batch_first: bool):
+        super().__init__()
+        torch.manual_seed(3)
+        self.rnn, self.head = nn.GRU(FEATURES, 16, batch_first=batch_first), nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0])
+
+
+def sequence_distillation(transpose_back: bool):
+    teacher = SeqTagger(batch_first=False).requires_grad_(False)  # seq-first: (T, B, 3)
+
+    def loss(model, batch):
+        x, _ = batch
+        student = model(x).reshape(-1, 3)  # (B * T, 3), batch-major
+        with torch.no_grad():
+            logits = teacher(x.transpose(0, 1))
+            logits = (logits.transpose(0, 1) if transpose_back else logits).reshape(-1, 3)
+        return F.kl_div(F.log_softmax(student / 2, -1), F.softmax(logits / 2, -1), reduction="batchmean")
+    return loss
+
+
+@pytest.mark.parametrize("transpose_back", [False, True])
+def test_a_seq_first_teachers_soft_targets_flattened_against_a_batch_first_student(transpose_back):
+    g = torch.Generator().manual_seed(6)
+    x, tags = torch.randn(64, 12, FEATURES, generator=g), torch.randint(0, 3, (64, 12), generator=g)
+    found = issues(preflight(SeqTagger(batch_first=True), loader(x, tags, batch_size=8),
+                             sequence_distillation(transpose_back))).get("FLATTEN_ORDER_MISMATCH")
+    assert (found is not None) == (not transpose_back)
+    if found is not None:
+        assert "kl_div" in found.message

@@ -44,8 +44,16 @@ class FlattenWatch:
         self._made: list[tuple[torch.Tensor, tuple[int, ...]]] = []  # held for the step only
 
     def observe(self, name: str, args: tuple, out: object) -> None:
-        if name not in FLATTENING_CALLS or not args or not isinstance(args[0], torch.Tensor) \
-                or not isinstance(out, torch.Tensor) or out.dim() >= args[0].dim():
+        if not args or not isinstance(args[0], torch.Tensor) or not isinstance(out, torch.Tensor):
+            return
+        if name not in FLATTENING_CALLS:
+            # A shape-keeping op on a flattened tensor (softmax / T, log_softmax): its rows are
+            # still the rows of what was flattened (a teacher's soft targets in a distillation).
+            if out.shape == args[0].shape and out is not args[0] and (source := self.source(args[0])) is not None:
+                self._made.append((out, source))
+                del self._made[:-_KEPT]
+            return
+        if out.dim() >= args[0].dim():
             return
         self._made.append((out, tuple(args[0].shape)))
         del self._made[:-_KEPT]

@@ -1054,10 +1054,13 @@ class SplitLabelsCheck(Check):
                 f"validation labels name {named} of {shift.val_count}, but none of the {shift.train_count} training "
                 f"labels read does (training {shares(shift.train)}): that class's training samples carry another "
                 "label (a folder or category name missing from the label map and caught by a default, "
-                "label_to_index.get(name, unknown)), so the model is never shown the class it is scored on",
+                "label_to_index.get(name, unknown)), or never made it into the training set (a subset or replay "
+                "buffer cut from the first rows of a class-sorted table), so the model is never shown the class it is "
+                "scored on",
                 "Give every class its own id in the training labels: build the label map from every folder / category "
-                "name and look names up with label_to_index[name] (a KeyError beats a silent default); if the class "
-                "really has no training samples, drop it from validation or split stratified by label.",
+                "name and look names up with label_to_index[name] (a KeyError beats a silent default); draw subsets "
+                "and replay buffers at random or per class (reservoir sampling), not the table's first rows; if the "
+                "class really has no training samples, drop it from validation or split stratified by label.",
                 "data.train",
             )
             return
