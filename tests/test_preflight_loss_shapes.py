@@ -6,6 +6,7 @@ mistaken for."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
@@ -1334,3 +1335,38 @@ def test_a_seq_first_teachers_soft_targets_flattened_against_a_batch_first_stude
     assert (found is not None) == (not transpose_back)
     if found is not None:
         assert "kl_div" in found.message
+
+
+def forgetting_penalty(kind: str, copied: bool):
+    """Continual learning on task B: LwF distils the old model's outputs, EWC anchors the old weights."""
+    torch.manual_seed(4)
+    model = mlp(CLASSES)
+    old_model = copy.deepcopy(model) if copied else model  # the bug: the old model is the model itself
+    anchor = {n: (p.detach().clone() if copied else p) for n, p in model.named_parameters()}
+    if copied:  # the old task's weights are not the current ones once task B has taken a step
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01 * torch.randn_like(p))
+
+    def loss(m, batch):
+        x, y = batch
+        logits = m(x)
+        if kind == "lwf":
+            with torch.no_grad():
+                old = old_model(x)
+            term = F.kl_div(F.log_softmax(logits / 2, -1), F.softmax(old / 2, -1), reduction="batchmean")
+        else:
+            term = sum(((p - anchor[n]) ** 2).sum() for n, p in m.named_parameters())
+        return F.cross_entropy(logits, y) + term
+    return model, loss
+
+
+@pytest.mark.parametrize("kind", ["lwf", "ewc"])
+@pytest.mark.parametrize("copied", [False, True], ids=["the_live_model", "a_snapshot"])
+def test_a_forgetting_penalty_against_the_live_model_is_constant(kind, copied):
+    x = features()
+    model, loss = forgetting_penalty(kind, copied)
+    found = issues(preflight(model, loader(x, (x[:, 0] > 0).long() + (x[:, 1] > 0).long()), loss)).get("KL_TERM_CONSTANT")
+    assert (found is not None) == (not copied)
+    if found is not None:
+        assert ("copy.deepcopy(model)" if kind == "lwf" else "p.detach().clone()") in found.fix

@@ -90,6 +90,10 @@ class Pitfalls:
     embedding_dim_pooled: tuple[str, tuple[int, ...]] | None = None  # (reduction, shape) over an embedding's vectors
     # (shape, whether both sides are one distribution) of a kl_div with no gradient on either side
     kl_div_constant: tuple[tuple[int, ...], bool] | None = None
+    # a trained Parameter minus itself (an anchor dict holding the live parameters): a penalty of 0
+    parameter_minus_itself: tuple[int, ...] | None = None
+    # kl_div whose detached target is the input's own distribution: the 'teacher' is the trained model
+    kl_div_self: tuple[int, ...] | None = None
     # (x1 shape, x2 shape, dim) of a cosine_similarity reducing an axis along which one input is broadcast
     cosine_over_broadcast: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
     # (function, shape of the index, share of targets written twice or more) of a scatter / index_copy
@@ -109,6 +113,10 @@ class PitfallWatch:
         self._filled_mildly: list[Any] = []
         self._uniform_draws: list[tuple[str, torch.Tensor]] = []  # held for the step only
         self._masked_scores: list[torch.Tensor] = []  # raw scores multiplied with a 0/1 mask, held for the step
+        # Ids of the parameters the step's ops read with and without grad: one module run both ways is
+        # the trained model also serving as its own 'old model' or teacher (an alias, not a copy).
+        self._params_with_grad: set[int] = set()
+        self._params_without_grad: set[int] = set()
 
     def after(self, name: str, out: Any) -> None:
         """Keep the tensors drawn uniform on [0, 1) in the step (torch.rand, rand_like)."""
@@ -121,8 +129,15 @@ class PitfallWatch:
         self._masked_scores.clear()
 
     def observe(self, func: Any, args: tuple, kwargs: dict) -> None:
+        for arg in args[:3]:
+            if isinstance(arg, torch.nn.Parameter):
+                (self._params_with_grad if torch.is_grad_enabled() else self._params_without_grad).add(id(arg))
         if self.found.inverted_corners is None and getattr(func, "__name__", "") in ("sub", "__sub__"):
             self.found.inverted_corners = inverted_corners(func.__name__, args)
+        if self.found.parameter_minus_itself is None and getattr(func, "__name__", "") in ("sub", "__sub__") \
+                and len(args) >= 2 and args[0] is args[1] and isinstance(args[0], torch.nn.Parameter) \
+                and args[0].requires_grad:
+            self.found.parameter_minus_itself = tuple(args[0].shape)
         if self.found.overlap_on_raw_scores is None:
             self._overlap_terms(getattr(func, "__name__", ""), args)
         if getattr(func, "__self__", None) is TRANSPOSE:
@@ -325,6 +340,14 @@ class PitfallWatch:
                 probabilities = target.float() if not log_target else target.float().exp()
                 same = bool(torch.allclose(inputs.float().exp(), probabilities, atol=1e-4, rtol=1e-3))
                 found.kl_div_constant = (tuple(inputs.shape), same)
+            elif found.kl_div_self is None and torch.is_grad_enabled() and isinstance(target, torch.Tensor) \
+                    and inputs.requires_grad and not target.requires_grad and inputs.shape == target.shape \
+                    and inputs.numel() >= 8:
+                log_target = bool(argument(args, kwargs, 5, "log_target", False))
+                probabilities = target.float() if not log_target else target.float().exp()
+                if self._params_with_grad & self._params_without_grad and \
+                        bool(torch.allclose(inputs.detach().float().exp(), probabilities, atol=1e-6, rtol=1e-5)):
+                    found.kl_div_self = tuple(inputs.shape)
         if name in REGRESSION and found.detached_prediction is None and torch.is_grad_enabled():
             target = argument(args, kwargs, 1, "target")
             if isinstance(target, torch.Tensor) and target.requires_grad and not inputs.requires_grad:

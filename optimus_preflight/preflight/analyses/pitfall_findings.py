@@ -246,6 +246,27 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "-1), F.softmax(teacher_logits / T, -1), reduction='batchmean') * T * T, with the teacher's side "
             "detached.",
         ))
+    if found.parameter_minus_itself is not None:
+        findings.append(Finding(
+            "KL_TERM_CONSTANT", "warning",
+            f"the loss subtracts a trained parameter ({found.parameter_minus_itself}) from itself: a penalty written "
+            "as (p - anchor[name]) whose anchor is the live parameter object, not a copy, is 0 with zero gradient at "
+            "every step, so the regulariser (EWC, L2-SP, an anchor to the pretrained weights) never holds the weights "
+            "anywhere and the old task is forgotten",
+            "Store a detached copy as the anchor when the old task ends: anchor = {n: p.detach().clone() for n, p in "
+            "model.named_parameters()}.",
+        ))
+    if found.kl_div_self is not None:
+        findings.append(Finding(
+            "KL_TERM_CONSTANT", "warning",
+            f"a kl_div term of the loss ({found.kl_div_self}) compares the model's distribution with a detached copy of "
+            "that same distribution: its target equals its input exactly, so the term sits at its minimum (0) with "
+            "zero gradient at every step. The 'old' or 'teacher' model is the trained model itself (old_model = model "
+            "without copy.deepcopy, an EWC / LwF anchor that is the live network), and nothing keeps the old "
+            "behaviour",
+            "Distil from a frozen snapshot taken before the new training starts: old_model = copy.deepcopy(model)."
+            "eval().requires_grad_(False) (and anchors as p.detach().clone()).",
+        ))
     if found.kl_div_probabilities is not None:
         findings.append(Finding(
             "KL_DIV_INPUT_NOT_LOG", "error",
