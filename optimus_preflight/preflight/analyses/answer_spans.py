@@ -34,9 +34,14 @@ def ids_and_labels(batch: object) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
         return None
     if isinstance(mask, torch.Tensor) and mask.shape == ids.shape:
         return ids, labels, mask != 0
+    return ids, labels, before_trailing_padding(ids)
+
+
+def before_trailing_padding(ids: torch.Tensor) -> torch.Tensor:
+    """(B, T) bool: the positions of right-padded ids before each row's trailing run of the pad id,
+    the id that ends most rows (pure)."""
     pad_id = int(torch.mode(ids[:, -1]).values)
-    trailing = (ids == pad_id).flip(1).long().cumprod(dim=1).flip(1).bool()
-    return ids, labels, ~trailing
+    return ~(ids == pad_id).flip(1).long().cumprod(dim=1).flip(1).bool()
 
 
 def copies_the_ids(ids: torch.Tensor, labels: torch.Tensor) -> bool:

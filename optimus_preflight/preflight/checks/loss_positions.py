@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from optimus_preflight.preflight.analyses.answer_spans import before_trailing_padding
 from optimus_preflight.preflight.analyses.eval_forward import loss_value
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
@@ -50,9 +51,7 @@ def token_positions(batch: Any) -> torch.Tensor | None:
                     and not leaf.is_floating_point() and leaf.dtype != torch.bool), None)
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
         return None
-    pad_id = int(torch.mode(ids[:, -1]).values)
-    trailing = (ids == pad_id).flip(1).long().cumprod(dim=1).flip(1).bool()
-    return ~trailing
+    return before_trailing_padding(ids)
 
 
 def read_columns(ctx: PreflightContext, batch: Any, steps: int) -> torch.Tensor | None:
