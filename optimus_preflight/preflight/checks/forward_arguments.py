@@ -238,10 +238,10 @@ def graph_assignment(value: torch.Tensor, nodes: int) -> bool:
 def _mask_like(value: torch.Tensor) -> bool:
     """A 0/1 (or boolean) tensor of at least two dimensions with both values: a padding or
     attention mask."""
-    if value.dim() < 2 or value.is_floating_point() and not bool(((value == 0) | (value == 1)).all()):
+    if value.dim() < 2 or not (value.dtype == torch.bool or bool(((value == 0) | (value == 1)).all())):
         return False
     kept = value != 0
-    return bool(kept.any()) and not bool(kept.all()) and (value.dtype == torch.bool or bool(((value == 0) | (value == 1)).all()))
+    return bool(kept.any()) and not bool(kept.all())
 
 
 def _padding_swapped(other: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
