@@ -1370,3 +1370,34 @@ def test_a_forgetting_penalty_against_the_live_model_is_constant(kind, copied):
     assert (found is not None) == (not copied)
     if found is not None:
         assert ("copy.deepcopy(model)" if kind == "lwf" else "p.detach().clone()") in found.fix
+
+
+def trained_teacher(x: torch.Tensor, labels: torch.Tensor) -> nn.Module:
+    torch.manual_seed(7)
+    teacher = nn.Linear(FEATURES, CLASSES)
+    optimizer = torch.optim.Adam(teacher.parameters(), 0.05)
+    for _ in range(150):
+        optimizer.zero_grad()
+        F.cross_entropy(teacher(x), labels).backward()
+        optimizer.step()
+    return teacher.requires_grad_(False)
+
+
+@pytest.mark.parametrize("permuted", [True, False], ids=["teacher_in_another_class_order", "same_order"])
+def test_soft_targets_whose_classes_are_in_another_order(permuted):
+    x = features()
+    labels = x[:, :CLASSES].argmax(1)
+    teacher = trained_teacher(x, labels)
+    order = torch.tensor([2, 0, 1, 4, 3]) if permuted else torch.arange(CLASSES)
+
+    def loss(model, batch):
+        inputs, y = batch
+        logits = model(inputs)
+        with torch.no_grad():
+            soft = F.softmax(teacher(inputs)[:, order] / 2, dim=-1)
+        return F.cross_entropy(logits, y) + F.kl_div(F.log_softmax(logits / 2, -1), soft, reduction="batchmean")
+
+    found = issues(preflight(mlp(CLASSES), loader(x, labels), loss)).get("SOFT_TARGET_CLASS_ORDER")
+    assert (found is not None) == permuted
+    if found is not None:
+        assert "renumbered" in found.message and "teacher_logits[:, order]" in found.fix

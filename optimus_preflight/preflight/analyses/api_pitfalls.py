@@ -94,6 +94,9 @@ class Pitfalls:
     parameter_minus_itself: tuple[int, ...] | None = None
     # kl_div whose detached target is the input's own distribution: the 'teacher' is the trained model
     kl_div_self: tuple[int, ...] | None = None
+    # (agreement of the soft targets' top class with the hard labels, after the best renumbering,
+    # the renumbering) where a distillation's soft targets name the classes in another order
+    soft_class_order: tuple[float, float, dict[int, int]] | None = None
     # (x1 shape, x2 shape, dim) of a cosine_similarity reducing an axis along which one input is broadcast
     cosine_over_broadcast: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
     # (function, shape of the index, share of targets written twice or more) of a scatter / index_copy
@@ -101,6 +104,29 @@ class Pitfalls:
     scatter_overwrites: tuple[str, tuple[int, ...], float] | None = None
     # (function, shape, dim) of a softmax over one spatial axis of a (B, C, ...) convolution output
     softmax_spatial_axis: tuple[str, tuple[int, ...], int] | None = None
+
+
+ORDER_MIN_ROWS = 16
+ORDER_AGREES = 0.8  # of the rows: the teacher's top class, renumbered, is the label
+ORDER_GAIN = 0.3  # ... this much more often than as given
+
+
+def class_order(soft_top: torch.Tensor, labels: torch.Tensor) -> tuple[float, float, dict[int, int]] | None:
+    """(agreement as given, agreement renumbered, the renumbering teacher class -> label) when
+    renumbering the soft targets' top classes one to one makes them agree with the labels (pure)."""
+    classes = int(max(int(soft_top.max()), int(labels.max()))) + 1
+    if int(labels.min()) < 0 or classes > 256:
+        return None
+    counts = torch.zeros(classes, classes)
+    counts.index_put_((soft_top.long(), labels.long()), torch.ones(len(labels)), accumulate=True)
+    mapping = {int(t): int(counts[t].argmax()) for t in torch.unique(soft_top).tolist()}
+    if len(set(mapping.values())) != len(mapping) or all(t == c for t, c in mapping.items()):
+        return None
+    as_given = float((soft_top == labels).float().mean())
+    renumbered = float(sum(float(counts[t, c]) for t, c in mapping.items())) / len(labels)
+    if renumbered < ORDER_AGREES or renumbered < as_given + ORDER_GAIN:
+        return None
+    return as_given, renumbered, {t: c for t, c in mapping.items() if t != c}
 
 
 class PitfallWatch:
@@ -117,6 +143,8 @@ class PitfallWatch:
         # the trained model also serving as its own 'old model' or teacher (an alias, not a copy).
         self._params_with_grad: set[int] = set()
         self._params_without_grad: set[int] = set()
+        self._soft_top: torch.Tensor | None = None  # the top class of a kl_div's target rows, (B,)
+        self._hard_labels: torch.Tensor | None = None  # a cross_entropy's class ids, (B,)
 
     def after(self, name: str, out: Any) -> None:
         """Keep the tensors drawn uniform on [0, 1) in the step (torch.rand, rand_like)."""
@@ -318,11 +346,33 @@ class PitfallWatch:
                 and int(index.max()) < columns and int(index.min()) >= 0:
             self.found.gather_rows = (tuple(inputs.shape), tuple(index.shape))
 
+    def _class_order(self) -> None:
+        """A teacher's soft targets whose top class agrees with the batch's hard labels far less
+        than after one renumbering of the classes: the teacher's outputs are in another class order."""
+        if self.found.soft_class_order is not None or self._soft_top is None or self._hard_labels is None \
+                or len(self._soft_top) != len(self._hard_labels) or len(self._hard_labels) < ORDER_MIN_ROWS:
+            return
+        found = class_order(self._soft_top, self._hard_labels)
+        if found is not None:
+            self.found.soft_class_order = found
+
     def _criterion(self, name: str, args: tuple, kwargs: dict) -> None:
         found = self.found
         inputs = argument(args, kwargs, 0, "input")
         if not isinstance(inputs, torch.Tensor):
             return
+        if name == "cross_entropy" and self._hard_labels is None:
+            labels = argument(args, kwargs, 1, "target")
+            if isinstance(labels, torch.Tensor) and labels.dim() == 1 and not labels.is_floating_point() \
+                    and inputs.dim() == 2 and len(labels) == len(inputs):
+                self._hard_labels = labels.detach().cpu()
+                self._class_order()
+        elif name == "kl_div" and self._soft_top is None:
+            target = argument(args, kwargs, 1, "target")
+            if isinstance(target, torch.Tensor) and target.dim() == 2 and target.is_floating_point() \
+                    and target.shape[1] >= 3:
+                self._soft_top = target.detach().float().argmax(dim=1).cpu()
+                self._class_order()
         if name == "cross_entropy" and found.label_smoothing is None:
             smoothing = argument(args, kwargs, 7, "label_smoothing", 0.0)
             if isinstance(smoothing, (int, float)) and smoothing > SMOOTHING_LIMIT and inputs.dim() >= 2:

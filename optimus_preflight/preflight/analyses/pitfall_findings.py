@@ -246,6 +246,19 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "-1), F.softmax(teacher_logits / T, -1), reduction='batchmean') * T * T, with the teacher's side "
             "detached.",
         ))
+    if found.soft_class_order is not None:
+        as_given, renumbered, mapping = found.soft_class_order
+        moved = ", ".join(f"{t} -> {c}" for t, c in sorted(mapping.items())[:6])
+        findings.append(Finding(
+            "SOFT_TARGET_CLASS_ORDER", "warning",
+            f"the kl_div term's soft targets (a teacher's probabilities) put their top class on the batch's label in "
+            f"{as_given:.0%} of the rows, but in {renumbered:.0%} once their classes are renumbered ({moved}): the "
+            "teacher's output columns are in another class order than the student's labels (a teacher trained with "
+            "its own label encoding, class_to_idx of another folder tree), so the distillation term pulls the "
+            "student towards the wrong classes and fights the hard loss",
+            "Reorder the teacher's logit columns into the student's class order before the softmax: "
+            "teacher_logits[:, order] with order[i] = the teacher's column of the student's class i.",
+        ))
     if found.parameter_minus_itself is not None:
         findings.append(Finding(
             "KL_TERM_CONSTANT", "warning",
