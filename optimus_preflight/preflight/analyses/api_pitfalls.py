@@ -94,6 +94,10 @@ class Pitfalls:
     parameter_minus_itself: tuple[int, ...] | None = None
     # kl_div whose detached target is the input's own distribution: the 'teacher' is the trained model
     kl_div_self: tuple[int, ...] | None = None
+    # (function, shape, dim) of a softmax / log_softmax over a dim of size 1: constant 1 (or 0)
+    softmax_of_one: tuple[str, tuple[int, ...], int] | None = None
+    # (shape, largest value) of soft targets in [0, 1] compared == 1 where none is: an empty positive mask
+    peak_below_one: tuple[tuple[int, ...], float] | None = None
     # (agreement of the soft targets' top class with the hard labels, after the best renumbering,
     # the renumbering) where a distillation's soft targets name the classes in another order
     soft_class_order: tuple[float, float, dict[int, int]] | None = None
@@ -129,6 +133,39 @@ def class_order(soft_top: torch.Tensor, labels: torch.Tensor) -> tuple[float, fl
     return as_given, renumbered, {t: c for t, c in mapping.items() if t != c}
 
 
+def softmax_of_one(name: str, args: tuple, kwargs: dict) -> tuple[str, tuple[int, ...], int] | None:
+    """(function, shape, dim) when a softmax / log_softmax runs over a dim of size 1 of a tensor of
+    several values: every output is exactly 1 (0 for log_softmax), whatever the input (pure): a
+    single-logit binary head's 'probabilities' taken with softmax instead of sigmoid."""
+    tensor, dim = argument(args, kwargs, 0, "input"), argument(args, kwargs, 1, "dim", None)
+    if not isinstance(tensor, torch.Tensor) or not isinstance(dim, int) or tensor.dim() == 0 or tensor.numel() < 2:
+        return None
+    if not -tensor.dim() <= dim < tensor.dim() or tensor.shape[dim] != 1:
+        return None
+    return name, tuple(tensor.shape), dim
+
+
+PEAK_MIN_VALUES = 64  # of a soft target map before its comparison with 1 is read
+
+
+def peak_below_one(args: tuple) -> tuple[tuple[int, ...], float] | None:
+    """(shape, largest value) when ``target == 1`` (``target.eq(1)``) runs on soft targets in [0, 1]
+    that come close to 1 but never reach it, so it matches nothing: Gaussian heatmaps drawn at
+    sub-pixel centres peak below 1, and positives picked by ``gt.eq(1)`` are none (pure)."""
+    if len(args) < 2:
+        return None
+    target, other = args[0], args[1]
+    one = other == 1 if isinstance(other, (int, float)) else (
+        isinstance(other, torch.Tensor) and other.numel() == 1 and float(other) == 1.0)
+    if not one or not isinstance(target, torch.Tensor) or not target.is_floating_point() or target.requires_grad \
+            or target.numel() < PEAK_MIN_VALUES:
+        return None
+    low, high = float(target.min()), float(target.max())
+    if low < 0 or not 0.5 <= high < 1.0:
+        return None
+    return tuple(target.shape), high
+
+
 class PitfallWatch:
     """Fed every torch function call the loss spy sees (``LossSpy.__torch_function__``)."""
 
@@ -160,14 +197,19 @@ class PitfallWatch:
         for arg in args[:3]:
             if isinstance(arg, torch.nn.Parameter):
                 (self._params_with_grad if torch.is_grad_enabled() else self._params_without_grad).add(id(arg))
-        if self.found.inverted_corners is None and getattr(func, "__name__", "") in ("sub", "__sub__"):
-            self.found.inverted_corners = inverted_corners(func.__name__, args)
-        if self.found.parameter_minus_itself is None and getattr(func, "__name__", "") in ("sub", "__sub__") \
-                and len(args) >= 2 and args[0] is args[1] and isinstance(args[0], torch.nn.Parameter) \
-                and args[0].requires_grad:
-            self.found.parameter_minus_itself = tuple(args[0].shape)
+        name = getattr(func, "__name__", "")
+        if name in ("sub", "__sub__"):
+            if self.found.inverted_corners is None:
+                self.found.inverted_corners = inverted_corners(name, args)
+            if self.found.parameter_minus_itself is None and len(args) >= 2 and args[0] is args[1] \
+                    and isinstance(args[0], torch.nn.Parameter) and args[0].requires_grad:
+                self.found.parameter_minus_itself = tuple(args[0].shape)
+        elif self.found.softmax_of_one is None and name in ("softmax", "log_softmax"):
+            self.found.softmax_of_one = softmax_of_one(name, args, kwargs)
+        elif self.found.peak_below_one is None and name in ("eq", "__eq__"):
+            self.found.peak_below_one = peak_below_one(args)
         if self.found.overlap_on_raw_scores is None:
-            self._overlap_terms(getattr(func, "__name__", ""), args)
+            self._overlap_terms(name, args)
         if getattr(func, "__self__", None) is TRANSPOSE:
             tensor = args[0] if args else None
             if isinstance(tensor, torch.Tensor) and tensor.dim() == 1 and len(self.found.transposed_1d) < 4:

@@ -219,39 +219,6 @@ def row_blocks_of_one_tensor(inputs: list[torch.Tensor]) -> tuple[int, int] | No
     return (len(inputs), rows) if offsets == [i * rows * step for i in range(len(inputs))] else None
 
 
-def softmax_of_one(name: str, args: tuple, kwargs: dict) -> tuple[str, tuple[int, ...], int] | None:
-    """(function, shape, dim) when a softmax / log_softmax runs over a dim of size 1 of a tensor of
-    several values: every output is exactly 1 (0 for log_softmax), whatever the input (pure): a
-    single-logit binary head's 'probabilities' taken with softmax instead of sigmoid."""
-    tensor, dim = argument(args, kwargs, 0, "input"), argument(args, kwargs, 1, "dim", None)
-    if not isinstance(tensor, torch.Tensor) or not isinstance(dim, int) or tensor.dim() == 0 or tensor.numel() < 2:
-        return None
-    if not -tensor.dim() <= dim < tensor.dim() or tensor.shape[dim] != 1:
-        return None
-    return name, tuple(tensor.shape), dim
-
-
-PEAK_MIN_VALUES = 64  # of a soft target map before its comparison with 1 is read
-
-
-def peak_below_one(args: tuple, out: Any) -> tuple[tuple[int, ...], float] | None:
-    """(shape, largest value) when ``target == 1`` (``target.eq(1)``) on soft targets in [0, 1]
-    that come close to 1 but never reach it matched nothing: Gaussian heatmaps drawn at sub-pixel
-    centres peak below 1, and positives picked by ``gt.eq(1)`` are none (pure)."""
-    if len(args) < 2 or not isinstance(out, torch.Tensor) or out.dtype != torch.bool or bool(out.any()):
-        return None
-    target, other = args[0], args[1]
-    one = other == 1 if isinstance(other, (int, float)) else (
-        isinstance(other, torch.Tensor) and other.numel() == 1 and float(other) == 1.0)
-    if not one or not isinstance(target, torch.Tensor) or not target.is_floating_point() or target.requires_grad \
-            or target.numel() < PEAK_MIN_VALUES:
-        return None
-    low, high = float(target.min()), float(target.max())
-    if low < 0 or not 0.5 <= high < 1.0:
-        return None
-    return tuple(target.shape), high
-
-
 def column_broadcast(name: str, args: tuple) -> ColumnBroadcast | None:
     if name not in ARITHMETIC or len(args) < 2:
         return None
@@ -440,10 +407,6 @@ class LossSpy(TorchFunctionMode):
         # the batch, not each sample's vector to unit length. (shape, dim) of the first one.
         self.batch_normalize: tuple[tuple[int, ...], int] | None = None
         # softmax / log_softmax over dim 0 of a per-sample output: (function, shape) of the first one
-        # (function, shape, dim) of a softmax / log_softmax over a dim of size 1: constant 1 (or 0)
-        self.softmax_of_one: tuple[str, tuple[int, ...], int] | None = None
-        # (shape, largest value) of soft targets in [0, 1] compared == 1 where none is: an empty positive mask
-        self.peak_below_one: tuple[tuple[int, ...], float] | None = None
         self.batch_softmax: tuple[str, tuple[int, ...]] | None = None
         self.sliced_pair: SlicedPair | None = None
         self.zero_one_sign_target: str | None = None  # a +1/-1 criterion given 0/1 targets: its name
@@ -511,11 +474,8 @@ class LossSpy(TorchFunctionMode):
             self.normalized = True
             if self.batch_normalize is None:
                 self._check_normalize(args, kwargs)
-        elif name in ("softmax", "log_softmax"):
-            if self.batch_softmax is None:
-                self._check_softmax(name, args, kwargs)
-            if self.softmax_of_one is None:
-                self.softmax_of_one = softmax_of_one(name, args, kwargs)
+        elif name in ("softmax", "log_softmax") and self.batch_softmax is None:
+            self._check_softmax(name, args, kwargs)
         elif name in ARITHMETIC and not self.column_broadcasts:
             found = column_broadcast(name, args)
             if found is not None and found.learnable_shape[0] == self.batch_rows:
@@ -535,8 +495,6 @@ class LossSpy(TorchFunctionMode):
             self.graph_cuts.criterion(name, out, argument(args, kwargs, 1, "target"))
         self.pitfalls.after(name, out)
         self.ranges.after(name, out)
-        if self.peak_below_one is None and name in ("eq", "__eq__"):
-            self.peak_below_one = peak_below_one(args, out)
         self.propagation.after(out)
         self.per_sample.after(out)
         self.channel_axis.observe(name, args, kwargs, out)

@@ -246,6 +246,31 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "-1), F.softmax(teacher_logits / T, -1), reduction='batchmean') * T * T, with the teacher's side "
             "detached.",
         ))
+    if found.softmax_of_one is not None:
+        function, shape, dim = found.softmax_of_one
+        findings.append(Finding(
+            "LOSS_NORM_DIM", "error",
+            f"the step takes a {function} over dim {dim} of a {shape} tensor, a dim of size 1: every value it "
+            f"returns is exactly {'1' if function == 'softmax' else '0'}, whatever the input, so whatever it "
+            "feeds (a teacher's soft targets, a gate, a class probability) is a constant. A single-logit binary "
+            "head turned into a probability with softmax instead of sigmoid does this: every sample is 'positive' "
+            "with certainty",
+            "For one logit per sample use torch.sigmoid(logit) (and F.binary_cross_entropy_with_logits, or "
+            "torch.stack([1 - p, p], -1) for two-class targets); or give the head two outputs and softmax over "
+            "them.",
+        ))
+    if found.peak_below_one is not None:
+        shape, high = found.peak_below_one
+        findings.append(Finding(
+            "TARGET_PEAK_BELOW_ONE", "warning",
+            f"the loss picks its positives with target == 1 (gt.eq(1)), but no value of the {shape} soft targets "
+            f"equals 1: they reach {high:.3g} at most, so the positive mask is empty and the positive term of the "
+            "loss (the focal loss's log(p) at object centres) is never computed; the model is only taught to "
+            "predict 0 everywhere. Gaussian heatmaps drawn around a sub-pixel (float) centre peak below 1",
+            "Make each object's peak exactly 1: draw the Gaussian around the integer centre cell (cx, cy = "
+            "int(x / stride), int(y / stride)) or set heatmap[cy, cx] = 1 after drawing; or pick positives with a "
+            "tolerance (gt >= 0.99) or at the map's local maxima.",
+        ))
     if found.soft_class_order is not None:
         as_given, renumbered, mapping = found.soft_class_order
         moved = ", ".join(f"{t} -> {c}" for t, c in sorted(mapping.items())[:6])

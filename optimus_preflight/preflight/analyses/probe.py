@@ -99,8 +99,6 @@ class StepProbe:
     column_broadcasts: list[ColumnBroadcast] = field(default_factory=list)
     batch_normalize: tuple[tuple[int, ...], int] | None = None  # F.normalize over the batch: (shape, dim)
     batch_softmax: tuple[str, tuple[int, ...]] | None = None  # softmax over the samples: (function, shape)
-    peak_below_one: tuple[tuple[int, ...], float] | None = None  # soft targets == 1 matching nothing
-    softmax_of_one: tuple[str, tuple[int, ...], int] | None = None  # a softmax over a dim of size 1
     sliced_pair: SlicedPair | None = None  # a paired criterion's inputs cut from the same rows
     loss_side_effects: list[str] = field(default_factory=list)  # "lr", "weights": changed inside compute_loss
     zero_one_sign_target: str | None = None  # a +1/-1 criterion (cosine_embedding_loss, ...) given 0/1 targets
@@ -555,8 +553,6 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.column_broadcasts = spy.column_broadcasts
     probe.batch_normalize = spy.batch_normalize
     probe.batch_softmax = spy.batch_softmax
-    probe.peak_below_one = spy.peak_below_one
-    probe.softmax_of_one = spy.softmax_of_one
     probe.sliced_pair = spy.sliced_pair
     probe.zero_one_sign_target = spy.zero_one_sign_target
     probe.attention_over_heads = attention_over_heads(spy.attention_queries, model_inputs)

@@ -24,7 +24,6 @@ import torch
 from torch import nn
 
 from optimus_preflight.preflight.analyses.answer_spans import before_trailing_padding
-from optimus_preflight.preflight.analyses.eval_forward import loss_value
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -91,10 +90,9 @@ def read_columns(ctx: PreflightContext, batch: Any, steps: int) -> torch.Tensor 
 
 
 def loss_value_tensor(output: Any) -> torch.Tensor | None:
+    """The scalar loss ``compute_loss`` returned (the first element of a tuple), if it has a graph."""
     loss = output[0] if isinstance(output, tuple) else output
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
-        return None
-    return loss if loss_value(loss) is not None else None
+    return loss if isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.requires_grad else None
 
 
 class LossPositionsCheck(Check):
