@@ -57,7 +57,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "az": "benchmarks.blind_preflight_az.registry", "ba": "benchmarks.blind_preflight_ba.registry",
               "bb": "benchmarks.blind_preflight_bb.registry",
               "bc": "benchmarks.blind_preflight_bc.registry", "bd": "benchmarks.blind_preflight_bd.registry",
-              "be": "benchmarks.blind_preflight_be.registry"}
+              "be": "benchmarks.blind_preflight_be.registry",
+              "bf": "benchmarks.blind_preflight_bf.registry", "bg": "benchmarks.blind_preflight_bg.registry"}
 
 
 def load_cases(which: str = "a"):
