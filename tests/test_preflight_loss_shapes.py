@@ -1401,3 +1401,38 @@ def test_soft_targets_whose_classes_are_in_another_order(permuted):
     assert (found is not None) == permuted
     if found is not None:
         assert "renumbered" in found.message and "teacher_logits[:, order]" in found.fix
+
+
+def regression_teacher(x: torch.Tensor, y: torch.Tensor) -> nn.Module:
+    torch.manual_seed(8)
+    teacher = nn.Linear(FEATURES, 1)
+    optimizer = torch.optim.Adam(teacher.parameters(), 0.05)
+    for _ in range(200):
+        optimizer.zero_grad()
+        F.mse_loss(teacher(x).squeeze(1), y).backward()
+        optimizer.step()
+    return teacher.requires_grad_(False)
+
+
+@pytest.mark.parametrize("teacher_units", ["z_scored", "raw", "log_of_the_labels"])
+def test_one_prediction_regressed_onto_targets_in_two_units(teacher_units):
+    """A student distilled from a regression teacher fit on z-scored (or log) targets, next to the
+    raw labels: the two targets rank the rows alike, in other units; a teacher in the labels' units
+    is quiet."""
+    x = features()
+    y = 40 + 8 * x[:, 0] + 3 * x[:, 1]
+    mean, std = y.mean(), y.std()
+    fit_on = {"z_scored": (y - mean) / std, "raw": y, "log_of_the_labels": y.log()}[teacher_units]
+    teacher = regression_teacher(x, fit_on)
+
+    def loss(model, batch):
+        inputs, target = batch
+        prediction = model(inputs).squeeze(1)
+        with torch.no_grad():
+            taught = teacher(inputs).squeeze(1)
+        return 0.5 * F.mse_loss(prediction, target) + 0.5 * F.mse_loss(prediction, taught)
+
+    found = issues(preflight(mlp(1), loader(x, y), loss)).get("TARGETS_ON_TWO_SCALES")
+    assert (found is not None) == (teacher_units != "raw")
+    if found is not None:
+        assert "t * std + mean" in found.fix and "correlation" in found.message

@@ -108,9 +108,42 @@ class Pitfalls:
     scatter_overwrites: tuple[str, tuple[int, ...], float] | None = None
     # (function, shape, dim) of a softmax over one spatial axis of a (B, C, ...) convolution output
     softmax_spatial_axis: tuple[str, tuple[int, ...], int] | None = None
+    # one prediction regressed onto two targets that agree in order but not in units (see two_scales)
+    two_scales: TwoScales | None = None
 
 
 ORDER_MIN_ROWS = 16
+# Two regression targets of one prediction: ranked alike (Pearson r at least this) ...
+SCALES_AGREE = 0.8
+# ... while their means lie this many of the larger std apart, or one's std is this many times the other's.
+SCALES_APART, SCALES_RATIO = 3.0, 3.0
+
+
+@dataclass(frozen=True)
+class TwoScales:
+    criterion: str
+    shape: tuple[int, ...]
+    correlation: float
+    first: tuple[float, float]  # (mean, std) of the first target
+    second: tuple[float, float]  # ... of the second
+
+
+def two_scales(criterion: str, first: torch.Tensor, second: torch.Tensor) -> TwoScales | None:
+    """Two targets of one prediction that rank the samples alike but sit on different scales: one is
+    an affine image of the other (a teacher fit on z-scored targets next to raw labels), so the
+    prediction is pulled halfway between two unit systems (pure)."""
+    a, b = first.detach().reshape(-1).double(), second.detach().reshape(-1).double()
+    if a.numel() != b.numel() or a.numel() < ORDER_MIN_ROWS or not (a.isfinite().all() and b.isfinite().all()):
+        return None
+    sa, sb = float(a.std()), float(b.std())
+    if min(sa, sb) <= 1e-8:
+        return None
+    r = float(((a - a.mean()) * (b - b.mean())).mean() / (a.std(unbiased=False) * b.std(unbiased=False)))
+    ma, mb = float(a.mean()), float(b.mean())
+    apart = abs(ma - mb) >= SCALES_APART * max(sa, sb)
+    if r < SCALES_AGREE or not (apart or max(sa, sb) >= SCALES_RATIO * min(sa, sb)):
+        return None
+    return TwoScales(criterion, tuple(first.shape), r, (ma, sa), (mb, sb))
 ORDER_AGREES = 0.8  # of the rows: the teacher's top class, renumbered, is the label
 ORDER_GAIN = 0.3  # ... this much more often than as given
 
@@ -182,6 +215,8 @@ class PitfallWatch:
         self._params_without_grad: set[int] = set()
         self._soft_top: torch.Tensor | None = None  # the top class of a kl_div's target rows, (B,)
         self._hard_labels: torch.Tensor | None = None  # a cross_entropy's class ids, (B,)
+        # (prediction, target) of the step's first regression criterion whose prediction is trained
+        self._regressed: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def after(self, name: str, out: Any) -> None:
         """Keep the tensors drawn uniform on [0, 1) in the step (torch.rand, rand_like)."""
@@ -191,6 +226,7 @@ class PitfallWatch:
 
     def release(self) -> None:
         self._uniform_draws.clear()
+        self._regressed = None
         self._masked_scores.clear()
 
     def observe(self, func: Any, args: tuple, kwargs: dict) -> None:
@@ -451,6 +487,8 @@ class PitfallWatch:
             elif name == "kl_div" and isinstance(target, torch.Tensor) and target.requires_grad \
                     and inputs.requires_grad and found.teacher_trained is None and target.dim() >= 2:
                 found.teacher_trained = tuple(target.shape)
+        if name in REGRESSION and found.two_scales is None and inputs.requires_grad:
+            self._second_target(name, inputs, argument(args, kwargs, 1, "target"))
         if name in REGRESSION and found.uniform_noise_target is None:
             target = argument(args, kwargs, 1, "target")
             drawn = next((draw for draw, tensor in self._uniform_draws if tensor is target), None)
@@ -459,6 +497,17 @@ class PitfallWatch:
         if name in (*REGRESSION, "binary_cross_entropy", "binary_cross_entropy_with_logits") \
                 and found.vanishing_targets is None and found.off_map_targets is None:
             self._dense_targets(argument(args, kwargs, 1, "target"))
+
+    def _second_target(self, name: str, prediction: torch.Tensor, target: Any) -> None:
+        if not isinstance(target, torch.Tensor) or not target.is_floating_point() or target.requires_grad \
+                or target.shape != prediction.shape:
+            return
+        if self._regressed is None:
+            self._regressed = (prediction.detach().clone(), target.detach().clone())
+            return
+        first_prediction, first_target = self._regressed
+        if first_prediction.shape == prediction.shape and torch.equal(first_prediction, prediction.detach()):
+            self.found.two_scales = two_scales(name, first_target, target)
 
     def _dense_targets(self, target: Any) -> None:
         """Dense target maps (B, ..., H, W) nearly all of which are tiny but not zero: values drawn

@@ -284,6 +284,19 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "Reorder the teacher's logit columns into the student's class order before the softmax: "
             "teacher_logits[:, order] with order[i] = the teacher's column of the student's class i.",
         ))
+    if found.two_scales is not None:
+        scales = found.two_scales
+        (m1, s1), (m2, s2) = scales.first, scales.second
+        findings.append(Finding(
+            "TARGETS_ON_TWO_SCALES", "warning",
+            f"the loss regresses one prediction {scales.shape} ({scales.criterion}) onto two targets that rank the "
+            f"samples alike (correlation {scales.correlation:.2f}) but sit in different units: one around {m1:.3g} "
+            f"(std {s1:.3g}), the other around {m2:.3g} (std {s2:.3g}). One of them is standardised (z-scored) or "
+            "otherwise rescaled (a teacher or auxiliary model fit on normalised targets next to the raw labels), "
+            "so the prediction is pulled between two scales and fits neither",
+            "Put both targets in the same units before the loss: un-standardise the rescaled one "
+            "(t * std + mean with the statistics it was fit on), or standardise the raw labels the same way.",
+        ))
     if found.parameter_minus_itself is not None:
         findings.append(Finding(
             "KL_TERM_CONSTANT", "warning",
