@@ -1436,3 +1436,58 @@ def test_one_prediction_regressed_onto_targets_in_two_units(teacher_units):
     assert (found is not None) == (teacher_units != "raw")
     if found is not None:
         assert "t * std + mean" in found.fix and "correlation" in found.message
+
+
+class MagnitudePruned(nn.Module):
+    def __init__(self, mask_rule: str):
+        super().__init__()
+        self.hidden, self.head = nn.Linear(FEATURES, 64), nn.Linear(64, CLASSES)
+        self.mask_rule = mask_rule
+
+    def forward(self, x):
+        w = self.hidden.weight
+        threshold = w.detach().abs().flatten().kthvalue(int(0.7 * w.numel())).values
+        mask = {"abs_below": w.detach().abs() < threshold, "abs_above": w.detach().abs() > threshold,
+                "random": torch.rand(w.shape, generator=torch.Generator().manual_seed(0)) > 0.7}[self.mask_rule]
+        return self.head(F.relu(F.linear(x, w * mask, self.hidden.bias)))
+
+
+@pytest.mark.parametrize("mask_rule", ["abs_below", "abs_above", "random"])
+def test_a_magnitude_mask_that_keeps_the_smallest_weights(mask_rule):
+    x = features()
+    found = issues(preflight(MagnitudePruned(mask_rule), loader(x, x[:, :CLASSES].argmax(1)),
+                             nn.CrossEntropyLoss())).get("PRUNING_KEEPS_SMALLEST")
+    assert (found is not None) == (mask_rule == "abs_below")
+    if found is not None:
+        assert "w.abs() > threshold" in found.fix and "zeroes 30%" in found.message
+
+
+def test_a_zero_weight_under_any_mask_is_quiet():
+    model = MagnitudePruned("abs_below")
+    nn.init.zeros_(model.hidden.weight)
+    model.mask_rule = "random"
+    x = features()
+    assert "PRUNING_KEEPS_SMALLEST" not in issues(preflight(model, loader(x, x[:, :CLASSES].argmax(1)), nn.CrossEntropyLoss()))
+
+
+class StructurallyPruned(nn.Module):
+    def __init__(self, norm_dim: int):
+        super().__init__()
+        self.hidden, self.head = nn.Linear(FEATURES, 64), nn.Linear(64, CLASSES)
+        self.norm_dim = norm_dim
+
+    def forward(self, x):
+        w = self.hidden.weight
+        norms = w.norm(dim=self.norm_dim, keepdim=True)  # dim=1: one per neuron; dim=0: one per input column
+        keep = (norms >= norms.flatten().kthvalue(int(0.5 * norms.numel())).values).float()
+        return self.head(F.relu(F.linear(x, w * keep, self.hidden.bias)))
+
+
+@pytest.mark.parametrize("norm_dim", [0, 1], ids=["norms_per_input_column", "norms_per_neuron"])
+def test_structured_pruning_over_the_input_columns(norm_dim):
+    x = features()
+    found = issues(preflight(StructurallyPruned(norm_dim), loader(x, x[:, :CLASSES].argmax(1)),
+                             nn.CrossEntropyLoss())).get("PRUNING_MASK_OVER_INPUTS")
+    assert (found is not None) == (norm_dim == 0)
+    if found is not None:
+        assert "weight.norm(dim=1, keepdim=True)" in found.fix

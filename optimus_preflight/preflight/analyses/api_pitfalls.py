@@ -108,6 +108,10 @@ class Pitfalls:
     scatter_overwrites: tuple[str, tuple[int, ...], float] | None = None
     # (function, shape, dim) of a softmax over one spatial axis of a (B, C, ...) convolution output
     softmax_spatial_axis: tuple[str, tuple[int, ...], int] | None = None
+    # (weight shape, share pruned) of a trained weight times a 0/1 mask that zeroes its largest magnitudes
+    mask_keeps_smallest: tuple[tuple[int, ...], float] | None = None
+    # (weight shape, columns zeroed) of an (out, in) weight times a 0/1 mask over its input columns
+    mask_over_inputs: tuple[tuple[int, ...], int] | None = None
     # one prediction regressed onto two targets that agree in order but not in units (see two_scales)
     two_scales: TwoScales | None = None
 
@@ -126,6 +130,50 @@ class TwoScales:
     correlation: float
     first: tuple[float, float]  # (mean, std) of the first target
     second: tuple[float, float]  # ... of the second
+
+
+MASK_MIN_VALUES = 64
+
+
+def mask_keeps_smallest(weight: Any, mask: Any) -> tuple[tuple[int, ...], float] | None:
+    """(shape, share pruned) where a trained weight of 2+ dims is multiplied by a 0/1 mask of its
+    shape that keeps exactly its smallest magnitudes: a magnitude-pruning comparison the wrong way
+    round (``abs(w) < threshold``), which prunes whatever the optimizer grows (pure)."""
+    if not (isinstance(weight, torch.nn.Parameter) and weight.requires_grad and isinstance(mask, torch.Tensor)) \
+            or weight.dim() < 2 or mask.shape != weight.shape or weight.numel() < MASK_MIN_VALUES:
+        return None
+    kept = mask.detach()
+    if kept.dtype != torch.bool:
+        if not bool(((kept == 0) | (kept == 1)).all()):
+            return None
+        kept = kept != 0
+    pruned_share = 1.0 - float(kept.float().mean())
+    if not 0.05 <= pruned_share <= 0.95:
+        return None
+    magnitude = weight.detach().abs()
+    # Strictly below: a weight of ties (zeros) masked any way says nothing.
+    if float(magnitude[kept].max()) < float(magnitude[~kept].min()):
+        return tuple(weight.shape), pruned_share
+    return None
+
+
+def mask_over_inputs(weight: Any, mask: Any) -> tuple[tuple[int, ...], int] | None:
+    """(shape, columns zeroed) where a trained (out, in) weight is multiplied by a 0/1 mask of shape
+    (1, in) or (in,): structured pruning whose norms were taken over dim 0, one per input feature,
+    so it removes inputs instead of neurons (rows, a mask of shape (out, 1)) (pure)."""
+    if not (isinstance(weight, torch.nn.Parameter) and weight.requires_grad and isinstance(mask, torch.Tensor)) \
+            or weight.dim() != 2 or weight.shape[0] < 2 or weight.shape[1] < 4 \
+            or tuple(mask.shape) not in ((1, weight.shape[1]), (weight.shape[1],)):
+        return None
+    kept = mask.detach().reshape(-1)
+    if kept.dtype != torch.bool:
+        if not bool(((kept == 0) | (kept == 1)).all()):
+            return None
+        kept = kept != 0
+    zeroed = int((~kept).sum())
+    if not 0.05 * len(kept) <= zeroed < len(kept):
+        return None
+    return tuple(weight.shape), zeroed
 
 
 def two_scales(criterion: str, first: torch.Tensor, second: torch.Tensor) -> TwoScales | None:
@@ -244,6 +292,11 @@ class PitfallWatch:
             self.found.softmax_of_one = softmax_of_one(name, args, kwargs)
         elif self.found.peak_below_one is None and name in ("eq", "__eq__"):
             self.found.peak_below_one = peak_below_one(args)
+        elif self.found.mask_keeps_smallest is None and name in ("mul", "__mul__", "__rmul__") and len(args) >= 2:
+            self.found.mask_keeps_smallest = mask_keeps_smallest(args[0], args[1]) \
+                or mask_keeps_smallest(args[1], args[0])
+            if self.found.mask_over_inputs is None:
+                self.found.mask_over_inputs = mask_over_inputs(args[0], args[1]) or mask_over_inputs(args[1], args[0])
         if self.found.overlap_on_raw_scores is None:
             self._overlap_terms(name, args)
         if getattr(func, "__self__", None) is TRANSPOSE:

@@ -284,6 +284,28 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "Reorder the teacher's logit columns into the student's class order before the softmax: "
             "teacher_logits[:, order] with order[i] = the teacher's column of the student's class i.",
         ))
+    if found.mask_keeps_smallest is not None:
+        shape, pruned = found.mask_keeps_smallest
+        findings.append(Finding(
+            "PRUNING_KEEPS_SMALLEST", "warning",
+            f"the forward multiplies a trained weight {shape} by a 0/1 mask that zeroes {pruned:.0%} of it, and the "
+            "values it keeps are exactly the smallest magnitudes: the magnitude-pruning comparison is the wrong way "
+            "round (abs(w) < threshold keeps the small weights and prunes the large ones). Recomputed each step, it "
+            "also prunes every weight the optimizer grows, so the layer can only hold near-zero weights",
+            "Keep the largest magnitudes: mask = w.abs() > threshold (or torch.nn.utils.prune.l1_unstructured, "
+            "which zeroes the smallest).",
+        ))
+    if found.mask_over_inputs is not None:
+        shape, zeroed = found.mask_over_inputs
+        findings.append(Finding(
+            "PRUNING_MASK_OVER_INPUTS", "warning",
+            f"the forward multiplies a trained ({shape[0]}, {shape[1]}) weight (out, in) by a 0/1 mask over its "
+            f"{shape[1]} input columns that zeroes {zeroed} of them: structured pruning that took one norm per input "
+            "column (weight.norm(dim=0)) instead of one per output neuron, so it removes whole input features from "
+            "every neuron (on a first layer the network never sees them) rather than pruning neurons",
+            "Prune rows, one per output neuron: norms = weight.norm(dim=1, keepdim=True), a mask of shape (out, 1) "
+            "(torch.nn.utils.prune.ln_structured(module, 'weight', amount, n=2, dim=0) does this).",
+        ))
     if found.two_scales is not None:
         scales = found.two_scales
         (m1, s1), (m2, s2) = scales.first, scales.second
