@@ -86,6 +86,10 @@ def child(name: str, out_path: str, which: str = "a", device: str = "cpu") -> No
         from optimus_preflight.preflight import run_preflight
 
         kwargs.setdefault("first_batch_timeout_s", 60.0)
+        # A set's metric may keep its own data among the kwargs (set bg's val_views): not the user's call.
+        import inspect
+        accepted = inspect.signature(run_preflight).parameters
+        kwargs = {key: value for key, value in kwargs.items() if key in accepted}
         start = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
