@@ -1,0 +1,1 @@
+"""Blind preflight set bf: graph learning and recommender systems (see README.md)."""
