@@ -52,6 +52,12 @@ def masks_at_random(rows):
     return masked, torch.where(masked == 99, ids, -100)
 
 
+def draws_a_patch_mask(rows):
+    """MAE: a 75% mask over 4 patches drawn per batch, whose rows repeat by chance (4 masks possible)."""
+    ids = pad_sequence([r[0] for r in rows], batch_first=True)
+    return ids, torch.rand(len(rows), 4).argsort(1) < 3
+
+
 class Classifier(nn.Module):
     def __init__(self):
         super().__init__()
@@ -70,8 +76,10 @@ def loss(model, batch):
 
 
 @pytest.mark.parametrize("collate, fires", [(sorts_inputs_only, True), (sorts_everything, False),
-                                            (keeps_order, False), (masks_at_random, False)],
-                         ids=["sorts_inputs_only", "sorts_everything", "keeps_order", "masks_at_random"])
+                                            (keeps_order, False), (masks_at_random, False),
+                                            (draws_a_patch_mask, False)],
+                         ids=["sorts_inputs_only", "sorts_everything", "keeps_order", "masks_at_random",
+                              "draws_a_patch_mask"])
 def test_only_a_collate_that_reorders_tensors_differently_fires(collate, fires):
     model = Classifier()
     report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),

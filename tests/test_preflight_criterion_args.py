@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from optimus_preflight.preflight import run_preflight
-from optimus_preflight.preflight.analyses.criterion_args import ctc_blank_in_targets
+from optimus_preflight.preflight.analyses.criterion_args import blank_only_ends_rows, ctc_blank_in_targets
 from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
 from optimus_preflight.preflight.checks.step_checks import FirstStepCheck, LossFunctionCheck
 
@@ -88,6 +88,29 @@ def test_ctc_blank_counts_only_symbols_inside_the_target_lengths():
     assert ctc_blank_in_targets((log_probs, padded, [10, 10], [2, 1]), {}) is None
     found = ctc_blank_in_targets((log_probs, torch.tensor([1, 0, 3]), [10, 10], [2, 1]), {"blank": 0})
     assert found is not None and (found.count, found.total, found.classes) == (1, 3, 5)
+
+
+@pytest.mark.parametrize("lengths", ["padded_width", "true_lengths"])
+def test_ctc_target_lengths_that_count_the_padding_are_named_as_such(lengths):
+    """Labels 1..8 padded with 0, the blank: target_lengths = the padded width for every row makes
+    CTC train on the padding; each row's true length is quiet."""
+    torch.manual_seed(0)
+
+    def loss_fn(model, batch):
+        x, labels, label_lengths = batch
+        log_probs = model(x).log_softmax(-1).transpose(0, 1)
+        frames = torch.full((x.size(0),), log_probs.size(0), dtype=torch.long)
+        if lengths == "padded_width":
+            label_lengths = torch.full((x.size(0),), labels.shape[1], dtype=torch.long)
+        return F.ctc_loss(log_probs, labels, frames, label_lengths)
+
+    issues = _issues(Recogniser(), DataLoader(_speech(first_label=1), batch_size=16), loss_fn, "CTC_BLANK_IN_TARGETS")
+    assert len(issues) == (lengths == "padded_width")
+    if issues:
+        assert "padding is counted as labels" in issues[0].message and "true length" in issues[0].fix
+    padded_labels = torch.tensor([[1, 2, 0, 0], [3, 0, 0, 0], [2, 2, 1, 3]])
+    assert blank_only_ends_rows(list(padded_labels), 0)
+    assert not blank_only_ends_rows([torch.tensor([1, 0, 2, 0]), torch.tensor([3, 0, 0, 0])], 0)
 
 
 # ------------------------------------------------------------------ CTC_LENGTHS_TOO_SHORT

@@ -75,6 +75,17 @@ def test_a_decay_sized_for_the_run_stays_quiet():
     assert "EMA_DECAY_TOO_SLOW" not in issues(MeanTeacher(0.9999), consistency, max_steps=200_000)
 
 
+@pytest.mark.parametrize("decay", [0.99, 0.9999])
+def test_without_max_steps_the_run_is_judged_as_many_epochs(decay):
+    """A plain loop that gives no max_steps trains for an unknown number of epochs: one epoch
+    (8 batches here) is no measure of it. 0.99 is right for 20 epochs; 0.9999 is not."""
+    found = issues(MeanTeacher(decay), consistency, max_steps=None)
+    assert ("EMA_DECAY_TOO_SLOW" in found) == (decay == 0.9999)
+    if found:
+        assert "no max_steps given: 20 epochs assumed" in found["EMA_DECAY_TOO_SLOW"].message
+        assert "trainer.max_steps" not in found["EMA_DECAY_TOO_SLOW"].fix
+
+
 def test_a_momentum_encoder_held_by_the_loss_is_measured_and_restored():
     torch.manual_seed(0)
     student = mlp()

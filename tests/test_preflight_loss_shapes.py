@@ -1491,3 +1491,61 @@ def test_structured_pruning_over_the_input_columns(norm_dim):
     assert (found is not None) == (norm_dim == 0)
     if found is not None:
         assert "weight.norm(dim=1, keepdim=True)" in found.fix
+
+
+def two_views(x: torch.Tensor) -> DataLoader:
+    g = torch.Generator().manual_seed(3)
+    return loader(x + 0.05 * torch.randn(x.shape, generator=g), x + 0.05 * torch.randn(x.shape, generator=g))
+
+
+@pytest.mark.parametrize("logits", ["distances", "negated_distances", "cosines"])
+def test_infonce_logits_that_are_distances(logits):
+    x = features()
+
+    def info_nce(model, batch):
+        z1, z2 = F.normalize(model(batch[0]), dim=1), F.normalize(model(batch[1]), dim=1)
+        scores = {"distances": torch.cdist(z1, z2), "negated_distances": -torch.cdist(z1, z2),
+                  "cosines": z1 @ z2.T}[logits] / 0.2
+        return F.cross_entropy(scores, torch.arange(len(z1)))
+
+    found = issues(preflight(mlp(8), two_views(x), info_nce)).get("CONTRASTIVE_LOGITS_ARE_DISTANCES")
+    assert (found is not None) == (logits == "distances")
+    if found is not None:
+        assert "-torch.cdist(z1, z2) / t" in found.fix
+
+
+@pytest.mark.parametrize("masked", [False, True], ids=["hardest_negative_unmasked", "same_class_masked"])
+def test_batch_hard_mining_that_picks_the_anchor_itself(masked):
+    x = features()
+    labels = x[:, :CLASSES].argmax(1)
+
+    def batch_hard(model, batch):
+        inputs, y = batch
+        e = F.normalize(model(inputs), dim=1)
+        d = torch.cdist(e, e)
+        same = y[:, None] == y[None, :]
+        hardest_positive = d.masked_fill(~same, -1).max(1).values
+        negatives = d.masked_fill(same, 1e3) if masked else d
+        return F.relu(hardest_positive - negatives.min(1).values + 0.5).mean()
+
+    found = issues(preflight(mlp(8), loader(x, labels), batch_hard)).get("NEGATIVE_IS_ANCHOR")
+    assert (found is not None) == (not masked)
+    if found is not None:
+        assert "masked_fill(same_class" in found.fix
+
+
+@pytest.mark.parametrize("labels", ["arange", "zeros"])
+def test_moco_logits_with_the_positive_first_and_in_batch_labels(labels):
+    x = features()
+    queue = F.normalize(torch.randn(64, 8, generator=torch.Generator().manual_seed(5)), dim=1)
+
+    def moco(model, batch):
+        q, k = F.normalize(model(batch[0]), dim=1), F.normalize(model(batch[1]), dim=1).detach()
+        logits = torch.cat([(q * k).sum(1, keepdim=True), q @ queue.T], dim=1) / 0.2
+        target = torch.arange(len(q)) if labels == "arange" else torch.zeros(len(q), dtype=torch.long)
+        return F.cross_entropy(logits, target)
+
+    found = issues(preflight(mlp(8), two_views(x), moco)).get("CONTRASTIVE_TARGET_NOT_POSITIVE")
+    assert (found is not None) == (labels == "arange")
+    if found is not None:
+        assert "torch.zeros(32, dtype=torch.long)" in found.fix

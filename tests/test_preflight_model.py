@@ -154,6 +154,30 @@ def test_frozen_batchnorm_in_train_mode(tmp_path, fixed):
         assert codes(result) == {"O18"} and "backbone.1" in result.issues[0].message
 
 
+class MomentumEncoder(nn.Module):
+    """MoCo / BYOL: a frozen key network that copies the query network and follows it by EMA;
+    its BatchNorm normalises with batch statistics in train mode by design."""
+
+    def __init__(self, twin: bool):
+        super().__init__()
+        self.query = nn.Sequential(nn.Linear(FEATURES, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, CLASSES))
+        width = 8 if twin else 12  # not a twin: a frozen network of its own, whose statistics do drift
+        self.key = nn.Sequential(nn.Linear(FEATURES, width), nn.BatchNorm1d(width), nn.ReLU(), nn.Linear(width, CLASSES))
+        self.key.requires_grad_(False)
+
+    def forward(self, x):
+        return self.query(x) + self.key(x).detach()
+
+
+@pytest.mark.parametrize("twin", [True, False], ids=["momentum_copy_of_the_query", "frozen_network_of_its_own"])
+def test_a_momentum_copy_normalising_with_batch_statistics_is_quiet(tmp_path, twin):
+    result = run(plain_context(tmp_path, model=lambda: MomentumEncoder(twin)), ModesCheck)["model.modes"]
+    if twin:
+        assert_quiet(result)
+    else:
+        assert codes(result) == {"O18"} and "key.1" in result.issues[0].message
+
+
 def test_adam_with_weight_decay_suggests_adamw(tmp_path):
     ctx = plain_context(tmp_path, optimizer=lambda m: torch.optim.Adam(m.parameters(), weight_decay=0.01))
     result = run(ctx, WeightDecayCheck)["model.weight_decay"]

@@ -69,7 +69,7 @@ def test_a_per_row_weight_on_a_table_of_pairs_written_as_a_column_is_not_followe
     assert watch.found is not None and watch.found.other == (8, 8)
 
 
-@pytest.mark.parametrize("score", ["matmul", "rowwise"])
+@pytest.mark.parametrize("score", ["matmul", "rowwise", "bias_column", "bias_squeezed"])
 def test_a_pair_matrix_of_scores_against_per_sample_ratings(score):
     """A matrix-factorisation recommender scoring with u @ v.T: (B, B) predictions against (B,) ratings."""
     from optimus_preflight.preflight.checks.data_checks import FirstBatchCheck
@@ -79,10 +79,16 @@ def test_a_pair_matrix_of_scores_against_per_sample_ratings(score):
         def __init__(self):
             super().__init__()
             self.users, self.items = nn.Embedding(50, 8), nn.Embedding(60, 8)
+            self.user_bias = nn.Embedding(50, 1)
 
         def forward(self, pairs):
             u, v = self.users(pairs[:, 0]), self.items(pairs[:, 1])
-            return u @ v.T if score == "matmul" else (u * v).sum(-1)
+            if score == "matmul":
+                return u @ v.T
+            bias = self.user_bias(pairs[:, 0])  # (B, 1)
+            if score == "bias_column":
+                return (u * v).sum(-1) + bias
+            return (u * v).sum(-1) + (bias.squeeze(-1) if score == "bias_squeezed" else 0)
 
     g = torch.Generator().manual_seed(0)
     pairs = torch.stack([torch.randint(0, 50, (256,), generator=g), torch.randint(0, 60, (256,), generator=g)], 1)
@@ -94,5 +100,8 @@ def test_a_pair_matrix_of_scores_against_per_sample_ratings(score):
     found = [i for i in report.check("step.loss_function").issues if i.code == "LOSS_BROADCAST"]
     if score == "matmul":
         assert len(found) == 1 and "(32, 32)" in found[0].message and "(u * v).sum(-1)" in found[0].fix
+    elif score == "bias_column":
+        assert len(found) == 1 and "a (32,) term and a (32, 1) column" in found[0].message
+        assert "squeeze(-1)" in found[0].fix
     else:
         assert not found

@@ -833,3 +833,30 @@ def test_accumulation_with_a_loss_that_draws_its_negatives(summed):
     check = report.check("step.accumulation")
     errors = [i for i in check.issues if i.code == "O9" and i.severity.value == "error"]
     assert check.data.get("stochastic_loss") and bool(errors) == summed
+
+
+class TwoTower(nn.Module):
+    def __init__(self, score_against_items: bool):
+        super().__init__()
+        self.against_items = score_against_items
+        self.user_tower = nn.Sequential(nn.Embedding(20, 16), nn.Linear(16, 16))
+        self.item_tower = nn.Sequential(nn.Embedding(30, 16), nn.Linear(16, 16))
+
+    def forward(self, pairs):
+        q, k = self.user_tower(pairs[:, 0]), self.item_tower(pairs[:, 1])
+        return q @ (k if self.against_items else q).T  # in-batch logits, positives on the diagonal
+
+
+def test_a_tower_whose_whole_output_is_dropped_names_the_variable_read_in_its_place():
+    g = torch.Generator().manual_seed(0)
+    pairs = torch.stack([torch.randint(0, 20, (64,), generator=g), torch.randint(0, 30, (64,), generator=g)], 1)
+
+    def in_batch(model, batch):
+        logits = model(batch[0])
+        return nn.functional.cross_entropy(logits, torch.arange(len(logits)))
+
+    issues = first_step_issues(TwoTower(False), pairs, pairs[:, 0], lambda m, b: in_batch(m, b), GradientsCheck(),
+                               "GRAD_NONE")
+    assert len(issues) == 1 and "all of item_tower" in issues[0].message and "q @ q.T" in issues[0].message
+    assert not first_step_issues(TwoTower(True), pairs, pairs[:, 0], lambda m, b: in_batch(m, b), GradientsCheck(),
+                                 "GRAD_NONE")

@@ -268,6 +268,36 @@ def test_an_all_zero_initialisation_is_named_as_zeros():
     assert "initialised to zero (nn.init.zeros_)" in issue.message and "constant_" not in issue.message
 
 
+class BprWithUserBias(nn.Module):
+    """Matrix factorisation with zero-initialised user and item bias tables, trained by BPR: the
+    user's bias cancels in s(u, i+) - s(u, i-), so its table keeps a zero gradient by design."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.user, self.item = nn.Embedding(50, 8), nn.Embedding(80, 8)
+        self.user_bias, self.item_bias = nn.Embedding(50, 1), nn.Embedding(80, 1)
+        nn.init.zeros_(self.user_bias.weight)
+        nn.init.zeros_(self.item_bias.weight)
+
+    def forward(self, users, items):
+        return (self.user(users) * self.item(items)).sum(-1) + self.user_bias(users)[:, 0] + self.item_bias(items)[:, 0]
+
+
+def test_a_zero_bias_table_the_loss_cancels_is_not_symmetric():
+    g = torch.Generator().manual_seed(0)
+    triples = torch.stack([torch.randint(0, 50, (256,), generator=g), torch.randint(0, 80, (256,), generator=g),
+                           torch.randint(0, 80, (256,), generator=g)], 1)
+
+    def bpr(model, batch):
+        (t,) = batch
+        return -F.logsigmoid(model(t[:, 0], t[:, 1]) - model(t[:, 0], t[:, 2])).mean()
+
+    model = BprWithUserBias()
+    assert "INIT_SYMMETRIC" not in found(audit(model, torch.optim.Adam(model.parameters(), lr=1e-2),
+                                               DataLoader(TensorDataset(triples), batch_size=32, shuffle=True), bpr))
+
+
 class LoraLinear(nn.Module):
     """A frozen base weight plus a low-rank update whose B starts at zero."""
 

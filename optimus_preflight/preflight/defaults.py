@@ -76,6 +76,7 @@ from optimus_preflight.preflight.checks.norm_layout import NormLayoutCheck
 from optimus_preflight.preflight.checks.ordinal_codes import OrdinalCodesCheck
 from optimus_preflight.preflight.checks.padding_invariance import PaddingInvarianceCheck
 from optimus_preflight.preflight.checks.padding_readout import PaddingReadoutCheck
+from optimus_preflight.preflight.checks.padding_side import PaddingSideCheck
 from optimus_preflight.preflight.checks.pair_labels import PairLabelsCheck
 from optimus_preflight.preflight.checks.pair_lengths import PairLengthsCheck
 from optimus_preflight.preflight.checks.pair_partners import PairPartnersCheck
@@ -187,6 +188,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     SampleStandardisedCheck,
     RowShiftCheck,
     PairLengthsCheck,
+    PaddingSideCheck,
     PairTruncationCheck,
     TripletPositivesCheck,
     PairPartnersCheck,

@@ -284,6 +284,7 @@ def run_preflight(
     device = _model_device(model)
     resolved = _validate(precision, accumulation_steps, max_steps, fail_on, device)
     _refuse_lazy(model)
+    run_length_known = max_steps is not None
     if max_steps is None:
         max_steps = _optimizer_steps_per_epoch(train_loader, accumulation_steps) or 1
     cfg = foreign_loop_config(
@@ -321,6 +322,7 @@ def run_preflight(
                                               run_dir=directory, scheduler=scheduler, val_loader=val_loader,
                                               training=training)
         ctx.loop_sets_train_mode = loop_calls_train
+        ctx.run_length_known = run_length_known
         ctx.failure_outcome = failure_outcome(raise_on_failure)
         chosen = list(checks) if checks is not None else default_checks(cfg)
         report = run_preflight_checks(chosen, ctx, report_path=directory / REPORT_FILE if run_dir is not None else None)

@@ -112,6 +112,12 @@ class Pitfalls:
     mask_keeps_smallest: tuple[tuple[int, ...], float] | None = None
     # (weight shape, columns zeroed) of an (out, in) weight times a 0/1 mask over its input columns
     mask_over_inputs: tuple[tuple[int, ...], int] | None = None
+    # (shape, distance op) of cross_entropy logits that are distances, not negated: the positive is pushed away
+    distance_logits: tuple[tuple[int, ...], str] | None = None
+    # (shape, share of rows) of a min over a (B, B) distance table's rows that picks each row's own 0 diagonal
+    self_as_negative: tuple[tuple[int, ...], float] | None = None
+    # (logits shape) of cross_entropy labels arange(B) on cat([l_pos (B, 1), l_neg (B, K)]) logits
+    positive_first_arange: tuple[int, ...] | None = None
     # one prediction regressed onto two targets that agree in order but not in units (see two_scales)
     two_scales: TwoScales | None = None
 
@@ -174,6 +180,56 @@ def mask_over_inputs(weight: Any, mask: Any) -> tuple[tuple[int, ...], int] | No
     if not 0.05 * len(kept) <= zeroed < len(kept):
         return None
     return tuple(weight.shape), zeroed
+
+
+# Autograd nodes a score passes through unchanged in order: scaling by a temperature, copies, views.
+ORDER_KEEPING = {"DivBackward0", "MulBackward0", "CloneBackward0", "ToCopyBackward0", "AliasBackward0",
+                 "ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0", "ExpandBackward0"}
+# torch.cdist computes through a matrix product past 25 rows (EuclideanDist), directly below.
+DISTANCE_NODES = {"CdistBackward0": "torch.cdist", "EuclideanDistBackward0": "torch.cdist",
+                  "PairwiseDistanceBackward0": "F.pairwise_distance"}
+
+
+def distance_source(tensor: Any) -> str | None:
+    """The distance op ``tensor`` is a scaled copy of (torch.cdist, the norm of a difference), or
+    None; a negation (or any other op) on the way stops the walk (pure on the graph)."""
+    node = getattr(tensor, "grad_fn", None)
+    for _ in range(8):
+        if node is None:
+            return None
+        name = type(node).__name__
+        if name in DISTANCE_NODES:
+            return DISTANCE_NODES[name]
+        if name in ("LinalgVectorNormBackward0", "NormBackward1"):
+            inner = [type(n).__name__ for n, _ in node.next_functions if n is not None]
+            return "the norm of a difference" if inner and inner[0] == "SubBackward0" else None
+        if name not in ORDER_KEEPING:
+            return None
+        node = next((n for n, _ in node.next_functions if n is not None), None)
+    return None
+
+
+SELF_NEGATIVE_ROWS = 0.9
+
+
+def self_as_negative(table: Any, values: Any) -> tuple[tuple[int, ...], float] | None:
+    """(shape, share of rows) where a row-wise min over a (B, B) table whose diagonal is 0 and whose
+    other entries are positive returns the diagonal: batch-hard mining whose 'hardest negative'
+    is the anchor itself, distance 0, because the diagonal (and same-class entries) were not
+    masked (pure)."""
+    if not (isinstance(table, torch.Tensor) and isinstance(values, torch.Tensor)) or table.dim() != 2 \
+            or table.shape[0] != table.shape[1] or table.shape[0] < ORDER_MIN_ROWS or values.shape != table.shape[:1]:
+        return None
+    t = table.detach().float()
+    diagonal = t.diagonal()
+    off = t[~torch.eye(t.shape[0], dtype=torch.bool, device=t.device)]
+    scale = float(off.abs().median()) if off.numel() else 0.0
+    # cdist through a matrix product leaves ~1e-3 on a diagonal that is 0 in exact arithmetic
+    tolerance = 1e-2 * scale
+    if scale <= 0 or float(diagonal.abs().max()) > tolerance or float((off > tolerance).float().mean()) < 0.9:
+        return None
+    picked = float((values.detach().float().abs() <= tolerance).float().mean())
+    return (tuple(table.shape), picked) if picked >= SELF_NEGATIVE_ROWS else None
 
 
 def two_scales(criterion: str, first: torch.Tensor, second: torch.Tensor) -> TwoScales | None:
@@ -265,15 +321,30 @@ class PitfallWatch:
         self._hard_labels: torch.Tensor | None = None  # a cross_entropy's class ids, (B,)
         # (prediction, target) of the step's first regression criterion whose prediction is trained
         self._regressed: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._row_minimum: Any = None  # the table a row-wise min is being taken of, until after()
+        # cat([l_pos (B, 1), l_neg (B, K)], dim=1) results and their scalings by a temperature
+        self._positive_first_logits: list[torch.Tensor] = []
+        self._pending_cat = self._scaling_positive_first = False
 
     def after(self, name: str, out: Any) -> None:
-        """Keep the tensors drawn uniform on [0, 1) in the step (torch.rand, rand_like)."""
+        """Keep the tensors drawn uniform on [0, 1) in the step (torch.rand, rand_like), and follow the
+        calls whose result the readings above need (a row minimum, positive-first logits scaled)."""
+        if self._row_minimum is not None:
+            values = out[0] if isinstance(out, tuple) else out
+            self.found.self_as_negative = self_as_negative(self._row_minimum, values)
+            self._row_minimum = None
+        if self._pending_cat and isinstance(out, torch.Tensor):
+            self._positive_first_logits.append(out)
+        if self._scaling_positive_first and isinstance(out, torch.Tensor):
+            self._positive_first_logits.append(out)
+        self._pending_cat = self._scaling_positive_first = False
         if name in UNIFORM_DRAWS and isinstance(out, torch.Tensor) and out.is_floating_point() \
                 and out.numel() >= UNIFORM_MIN and len(self._uniform_draws) < 8:
             self._uniform_draws.append((name, out))
 
     def release(self) -> None:
         self._uniform_draws.clear()
+        self._positive_first_logits.clear()
         self._regressed = None
         self._masked_scores.clear()
 
@@ -292,7 +363,15 @@ class PitfallWatch:
             self.found.softmax_of_one = softmax_of_one(name, args, kwargs)
         elif self.found.peak_below_one is None and name in ("eq", "__eq__"):
             self.found.peak_below_one = peak_below_one(args)
-        elif self.found.mask_keeps_smallest is None and name in ("mul", "__mul__", "__rmul__") and len(args) >= 2:
+        elif name == "cat":
+            self._positive_first(args, kwargs)
+        elif name in ("min", "amin") and self.found.self_as_negative is None and args \
+                and argument(args, kwargs, 1, "dim") in (1, -1):
+            self._row_minimum = args[0]
+        if self._positive_first_logits and name in ("div", "__truediv__", "mul", "__mul__", "__rmul__") and args \
+                and any(a is t for a in args[:2] for t in self._positive_first_logits):
+            self._scaling_positive_first = True
+        if self.found.mask_keeps_smallest is None and name in ("mul", "__mul__", "__rmul__") and len(args) >= 2:
             self.found.mask_keeps_smallest = mask_keeps_smallest(args[0], args[1]) \
                 or mask_keeps_smallest(args[1], args[0])
             if self.found.mask_over_inputs is None:
@@ -504,6 +583,15 @@ class PitfallWatch:
                     and target.shape[1] >= 3:
                 self._soft_top = target.detach().float().argmax(dim=1).cpu()
                 self._class_order()
+        if name == "cross_entropy" and inputs.dim() == 2 and inputs.requires_grad:
+            target = argument(args, kwargs, 1, "target")
+            if found.distance_logits is None and (source := distance_source(inputs)) is not None:
+                found.distance_logits = (tuple(inputs.shape), source)
+            if found.positive_first_arange is None and isinstance(target, torch.Tensor) and target.dim() == 1 \
+                    and not target.is_floating_point() and len(target) == inputs.shape[0] \
+                    and any(inputs is t for t in self._positive_first_logits) \
+                    and torch.equal(target.cpu(), torch.arange(len(target))):
+                found.positive_first_arange = tuple(inputs.shape)
         if name == "cross_entropy" and found.label_smoothing is None:
             smoothing = argument(args, kwargs, 7, "label_smoothing", 0.0)
             if isinstance(smoothing, (int, float)) and smoothing > SMOOTHING_LIMIT and inputs.dim() >= 2:
@@ -550,6 +638,16 @@ class PitfallWatch:
         if name in (*REGRESSION, "binary_cross_entropy", "binary_cross_entropy_with_logits") \
                 and found.vanishing_targets is None and found.off_map_targets is None:
             self._dense_targets(argument(args, kwargs, 1, "target"))
+
+    def _positive_first(self, args: tuple, kwargs: dict) -> None:
+        """A MoCo-style cat([l_pos (B, 1), l_neg (B, K)], dim=1), K >= B: the positive in column 0."""
+        tensors, dim = argument(args, kwargs, 0, "tensors"), argument(args, kwargs, 1, "dim", 0)
+        if dim not in (1, -1) or not isinstance(tensors, (list, tuple)) or len(tensors) != 2 \
+                or not all(isinstance(t, torch.Tensor) and t.dim() == 2 and t.requires_grad for t in tensors):
+            return
+        first, rest = tensors
+        if first.shape[1] == 1 and first.shape[0] == rest.shape[0] >= ORDER_MIN_ROWS and rest.shape[1] >= rest.shape[0]:
+            self._pending_cat = True
 
     def _second_target(self, name: str, prediction: torch.Tensor, target: Any) -> None:
         if not isinstance(target, torch.Tensor) or not target.is_floating_point() or target.requires_grad \

@@ -73,6 +73,8 @@ class CtcBlank:
     total: int  # target symbols within target_lengths
     target_max: int  # the largest label
     target_min: int
+    # target_lengths all the padded width while the blanks only end rows: the padding counted as labels
+    padding_counted: bool = False
 
 
 @dataclass
@@ -164,7 +166,23 @@ def ctc_blank_in_targets(args: tuple, kwargs: dict) -> CtcBlank | None:
         if count == 0:
             return None
         classes = int(log_probs.shape[-1]) if isinstance(log_probs, torch.Tensor) and log_probs.dim() else None
-        return CtcBlank(blank, classes, count, int(symbols.numel()), int(symbols.max()), int(symbols.min()))
+        padded = targets.dim() == 2 and all(n == targets.shape[1] for n in lengths) and blank_only_ends_rows(rows, blank)
+        return CtcBlank(blank, classes, count, int(symbols.numel()), int(symbols.max()), int(symbols.min()),
+                        padding_counted=padded)
+
+
+def blank_only_ends_rows(rows: list[torch.Tensor], blank: int) -> bool:
+    """Whether the blank, in two rows or more, only ever forms a run that ends its row: the
+    padding of a padded target batch, not a label numbered like the blank (pure)."""
+    ended = 0
+    for row in rows:
+        is_blank = row == blank
+        if bool(is_blank.any()):
+            first = int(is_blank.nonzero()[0])
+            if not bool(is_blank[first:].all()):
+                return False
+            ended += 1
+    return ended >= 2
 
 
 @dataclass
@@ -324,9 +342,20 @@ def criterion_arg_findings(found: CriterionArgs | None) -> list[Finding]:
     if found is None:
         return []
     out: list[Finding] = []
-    if (ctc := found.ctc_blank) is not None:
+    if (ctc := found.ctc_blank) is not None and ctc.padding_counted:
+        out.append(Finding(
+            "CTC_BLANK_IN_TARGETS", "error",
+            f"ctc_loss gets target_lengths equal to the padded width of the target tensor for every sample, and "
+            f"the {ctc.count} target symbols equal to the blank ({ctc.blank}) only ever end a row: the padding is "
+            "counted as labels. The target lengths include the padding, so CTC is trained to emit the padding id "
+            "as extra symbols after every transcript (the blank, which CTC reads as 'no symbol', or the padding "
+            "token), and samples whose padded target no longer fits their frames train nothing",
+            "Pass each sequence's true length: target_lengths = torch.tensor([len(t) for t in transcripts]) (or "
+            f"(targets != {ctc.blank}).sum(1) when no label uses the padding id), not targets.shape[1] for every row.",
+        ))
+    elif ctc is not None:
         out.append(Finding("CTC_BLANK_IN_TARGETS", "error", _ctc_message(ctc), _ctc_fix(ctc)))
-    if (short := found.ctc_infeasible) is not None:
+    if (short := found.ctc_infeasible) is not None and not (ctc is not None and ctc.padding_counted):
         out.append(_ctc_infeasible_finding(short))
     if (scores := found.ctc_not_log_probs) is not None:
         out.append(Finding(

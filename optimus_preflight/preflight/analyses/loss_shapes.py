@@ -158,6 +158,20 @@ def _pair_matrix(function: str, prediction: tuple[int, ...], target: tuple[int, 
     from optimus_preflight.preflight.analyses.loss_findings import Finding  # noqa: F811  (a cycle at import time)
 
     made = f" (made by {op})" if op else ""
+    if op in ELEMENTWISE_OPS:
+        # A square out of an elementwise op is a (B,) term meeting a (B, 1) one, not a pair table.
+        return Finding(
+            "LOSS_BROADCAST", "error",
+            f"{function} gets a square {prediction} prediction{made} against {target} targets: the model's score "
+            f"{ELEMENTWISE_OPS[op]} a ({target[0]},) term and a ({target[0]}, 1) column, which broadcast to every "
+            "pair of the batch's rows: a per-sample term kept as a column, such as a user or item bias looked up "
+            "from nn.Embedding(n, 1) (self.user_bias(u) is (B, 1)) added to a (B,) dot product, or a reduction "
+            "with keepdim=True. Row k then carries sample k's term against every other sample's score and target, "
+            "so that term cannot be learned and the model learns the batch mean. torch only warns 'Using a target "
+            "size ... different to the input size'",
+            "Give every term the shape (B,) before combining them: squeeze(-1) the column (self.user_bias(u)"
+            ".squeeze(-1), or drop keepdim=True), so the score has the target's shape.",
+        )
     return Finding(
         "LOSS_BROADCAST", "error",
         f"{function} gets a square {prediction} prediction{made} against {target} targets: a score for every pair "
@@ -170,6 +184,8 @@ def _pair_matrix(function: str, prediction: tuple[int, ...], target: tuple[int, 
     )
 
 
+# autograd nodes of elementwise ops: a square prediction they made came from broadcasting
+ELEMENTWISE_OPS = {"AddBackward0": "adds", "SubBackward0": "subtracts", "MulBackward0": "multiplies"}
 # A single prediction broadcast against this many targets is the whole batch pooled into one.
 MIN_TARGET_ROWS = 4
 

@@ -37,7 +37,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from optimus_preflight.preflight.analyses.api_pitfalls import PitfallWatch
-from optimus_preflight.preflight.analyses.call_args import argument
+from optimus_preflight.preflight.analyses.call_args import argument, touches_sparse
 from optimus_preflight.preflight.analyses.channel_axis import ChannelAxisWatch
 from optimus_preflight.preflight.analyses.class_weights import (
     FrequentClassWeights,
@@ -431,6 +431,8 @@ class LossSpy(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if touches_sparse(args, kwargs):
+            return func(*args, **kwargs)
         name = getattr(func, "__name__", "")
         self.pitfalls.observe(func, args, kwargs)
         cut = self.graph_cuts.before(name, func, args)
@@ -490,6 +492,8 @@ class LossSpy(TorchFunctionMode):
             if record is not None:
                 record.error = f"{type(error).__name__}: {error}"
             raise
+        if touches_sparse((), {}, out):  # made sparse here (to_sparse): nothing the watches can read
+            return out
         self.graph_cuts.after(cut, out)
         if record is not None:
             self.graph_cuts.criterion(name, out, argument(args, kwargs, 1, "target"))

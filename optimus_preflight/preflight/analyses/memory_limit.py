@@ -10,7 +10,7 @@ import torch
 
 from optimus_preflight.memory import cuda_rules
 from optimus_preflight.memory.result import GIB, gib
-from optimus_preflight.preflight.analyses.sizes import local_storage
+from optimus_preflight.preflight.analyses.sizes import dense_parts, local_storage
 from optimus_preflight.training.distributed import unwrap
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ def host_memory_held(ctx: PreflightContext) -> int:
     model = unwrap(ctx.model)
     tensors = list(model.parameters()) + list(model.buffers())
     tensors += [v for state in ctx.optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
-    for tensor in tensors:
+    for tensor in dense_parts(tensors):
         if tensor.device.type != "cpu":
             continue
         storage = local_storage(tensor)

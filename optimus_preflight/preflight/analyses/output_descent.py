@@ -107,8 +107,8 @@ def descend_on_outputs(ctx: PreflightContext, batch: Any) -> Descent | None:
                     value = scalar_loss(ctx.compute_loss(stand_in, batch))
                 if value is None or stand_in.calls != 1 or not torch.isfinite(value):
                     break
-                start = float(value) if start is None else start
-                after_loss = float(value)
+                start = float(value.detach()) if start is None else start
+                after_loss = float(value.detach())
                 (gradient,) = torch.autograd.grad(value, [free], allow_unused=True)
                 if gradient is None:
                     return None

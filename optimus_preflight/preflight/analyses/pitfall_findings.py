@@ -284,6 +284,39 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "Reorder the teacher's logit columns into the student's class order before the softmax: "
             "teacher_logits[:, order] with order[i] = the teacher's column of the student's class i.",
         ))
+    if found.distance_logits is not None:
+        shape, source = found.distance_logits
+        findings.append(Finding(
+            "CONTRASTIVE_LOGITS_ARE_DISTANCES", "warning",
+            f"cross_entropy gets {shape} logits that are distances ({source}, scaled but not negated): the softmax "
+            "gives the largest probability to the farthest candidate, so the loss rewards a large distance to the "
+            "positive (the target column) and a small one to every negative, the opposite of what an InfoNCE / "
+            "prototype loss wants: matching pairs are pushed apart",
+            "Negate the distances to make them logits: logits = -torch.cdist(z1, z2) / t (or -dist ** 2, as "
+            "prototypical networks do), or use similarities: F.normalize(z1) @ F.normalize(z2).T / t.",
+        ))
+    if found.self_as_negative is not None:
+        shape, share = found.self_as_negative
+        findings.append(Finding(
+            "NEGATIVE_IS_ANCHOR", "warning",
+            f"a row-wise min over a {shape} distance table picks the table's zero diagonal in {share:.0%} of the rows: "
+            "batch-hard mining takes each anchor's 'hardest negative' as the closest row of the batch without "
+            "masking the anchor itself (distance 0) or its own class, so the negative is the anchor or a positive "
+            "and the margin loss only pulls, never pushes another class away",
+            "Mask before mining: dist.masked_fill(same_class, float('inf')) with same_class = labels[:, None] == "
+            "labels[None, :] (the diagonal included), then take dist.min(dim=1) for the hardest negative.",
+        ))
+    if found.positive_first_arange is not None:
+        shape = found.positive_first_arange
+        findings.append(Finding(
+            "CONTRASTIVE_TARGET_NOT_POSITIVE", "warning",
+            f"cross_entropy gets logits {shape} built as cat([l_pos, l_neg], dim=1), the positive key's score in "
+            f"column 0 before the {shape[1] - 1} queue negatives, but its labels are torch.arange({shape[0]}), the "
+            "in-batch convention: each query is pushed towards queue entry i - 1 (a random negative) instead of "
+            "its own key, and away from the key",
+            f"With the positive first, every label is 0: labels = torch.zeros({shape[0]}, dtype=torch.long) (MoCo); "
+            "keep arange(B) only for a (B, B) in-batch similarity matrix.",
+        ))
     if found.mask_keeps_smallest is not None:
         shape, pruned = found.mask_keeps_smallest
         findings.append(Finding(

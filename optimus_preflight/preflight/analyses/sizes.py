@@ -16,11 +16,28 @@ def local_storage(tensor: torch.Tensor) -> torch.UntypedStorage:
     return (tensor.to_local() if hasattr(tensor, "to_local") else tensor).untyped_storage()
 
 
+SPARSE_PARTS = {
+    torch.sparse_coo: lambda t: (t._indices(), t._values()),
+    torch.sparse_csr: lambda t: (t.crow_indices(), t.col_indices(), t.values()),
+    torch.sparse_bsr: lambda t: (t.crow_indices(), t.col_indices(), t.values()),
+    torch.sparse_csc: lambda t: (t.ccol_indices(), t.row_indices(), t.values()),
+    torch.sparse_bsc: lambda t: (t.ccol_indices(), t.row_indices(), t.values()),
+}
+
+
+def dense_parts(value: Any):
+    """The tensors of a nested structure, a sparse one as the dense tensors that hold it (its
+    indices and values): a sparse tensor has no storage of its own to measure."""
+    for item in tensors(value):
+        parts = SPARSE_PARTS.get(item.layout)
+        yield from (parts(item) if parts is not None else (item,))
+
+
 def tensor_bytes(value: Any) -> int:
     """Bytes of every tensor in a nested structure (each storage counted once)."""
     seen: set[tuple[int, int]] = set()
     total = 0
-    for item in tensors(value):
+    for item in dense_parts(value):
         if item.device.type == "meta":
             key, size = (id(item), 0), item.numel() * item.element_size()
         else:

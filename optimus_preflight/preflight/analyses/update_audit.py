@@ -207,6 +207,10 @@ def symmetric_units(param: Any) -> bool:
         weight, grad = param.detach(), param.grad.detach()
         if not torch.equal(weight[0], weight[1]):  # two rows tell most weights apart without a full pass
             return False
+        if weight[0].numel() == 1 and not bool(grad.any()):
+            # A table of one value per row (a user-bias nn.Embedding(n, 1)) that the loss cancels (a
+            # pairwise BPR difference): no units to be alike, nothing learned there by design.
+            return False
         return bool((weight == weight[:1]).all()) and bool(torch.allclose(grad, grad[:1].expand_as(grad)))
 
 

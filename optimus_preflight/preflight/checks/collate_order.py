@@ -17,6 +17,7 @@ value) is a column coded per batch: ids in order of first appearance (DATA_COLLA
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -62,10 +63,10 @@ def is_offsets(tensor: Any, batch: Any) -> bool:
                for leaf in leaves(batch) if leaf is not tensor)
 
 
-def _comparable(first: Any, second: Any, size: int, skip: int | None) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
-    """(leaf index, tensor, tensor) of the two batches' per-sample tensors, leaving out leaf ``skip``."""
+def _comparable(first: Any, second: Any, size: int, skip: Collection[int]) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
+    """(leaf index, tensor, tensor) of the two batches' per-sample tensors, leaving out the leaves ``skip``."""
     return [(index, a, b) for index, (a, b) in enumerate(zip(leaves(first), leaves(second), strict=False))
-            if index != skip and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() >= 1
+            if index not in skip and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() >= 1
             and a.shape == b.shape and a.shape[0] == size and not is_offsets(a, first)]
 
 
@@ -73,7 +74,7 @@ def _is_permutation(matches: torch.Tensor) -> bool:
     return bool((matches.sum(dim=1) == 1).all()) and bool((matches.sum(dim=0) == 1).all())
 
 
-def _order_with_source(first: Any, second: Any, size: int, skip: int | None) -> tuple[int, torch.Tensor] | None:
+def _order_with_source(first: Any, second: Any, size: int, skip: Collection[int]) -> tuple[int, torch.Tensor] | None:
     # An order is known from a tensor whose rows are all different: a permutation.
     for index, a, b in _comparable(first, second, size, skip):
         m = row_matches(a, b)
@@ -82,9 +83,9 @@ def _order_with_source(first: Any, second: Any, size: int, skip: int | None) -> 
     return None
 
 
-def disagreeing(first: Any, second: Any, size: int, skip: int | None = None) -> tuple[int, int] | None:
+def disagreeing(first: Any, second: Any, size: int, skip: Collection[int] = ()) -> tuple[int, int] | None:
     """Indices (in ``leaves`` order) of two tensors of the two collated batches that no
-    single reordering of the samples explains, leaving out leaf ``skip`` (pure)."""
+    single reordering of the samples explains, leaving out the leaves ``skip`` (pure)."""
     known = _order_with_source(first, second, size, skip)
     if known is None:
         return None
@@ -96,11 +97,19 @@ def disagreeing(first: Any, second: Any, size: int, skip: int | None = None) -> 
     return None
 
 
-def sample_order(first: Any, second: Any, size: int, skip: int | None = None) -> torch.Tensor | None:
+def sample_order(first: Any, second: Any, size: int, skip: Collection[int] = ()) -> torch.Tensor | None:
     """Where each row of the second batch sits in the first, read from a tensor whose rows are
     all different and come back reordered (pure); None when no tensor shows it."""
     known = _order_with_source(first, second, size, skip)
     return None if known is None else known[1]
+
+
+def random_leaves(first: Any, redrawn: Any) -> set[int]:
+    """Indices of the tensors that the same samples collated under another seed change: drawn
+    at random by the collate_fn, they follow no sample order (pure)."""
+    return {index for index, (a, b) in enumerate(zip(leaves(first), leaves(redrawn), strict=False))
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            and (a.shape != b.shape or not torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)))}
 
 
 MIN_CODES = 3  # distinct values before a relabelling says more than a coin flip
@@ -219,16 +228,20 @@ class CollateOrderCheck(Check):
             try:
                 first = guard.call(collate_seeded, loader.collate_fn, samples, what="collate_fn(samples)")
                 second = guard.call(collate_seeded, loader.collate_fn, samples[::-1], what="collate_fn(samples)")
+                # Drawn anew by each call (a random mask made in the collate_fn): same samples, other seed.
+                redrawn = guard.call(collate_seeded, loader.collate_fn, samples, 1, what="collate_fn(samples)")
             except Exception as error:  # the loader's own first batch worked: a collate of these samples may not
                 findings.data["summary"] = f"collate_fn raised on {size} samples: {type(error).__name__}"
                 return
         names = leaf_names(first)
         relabelled = recoded(first, second, size)
-        skipped: int | None = None
+        skipped = random_leaves(first, redrawn)
+        if relabelled is not None and relabelled[0] in skipped:
+            relabelled = None
         if relabelled is not None and not embedded(ctx, first, list(leaves(first))[relabelled[0]]):
             # relabelled per batch but no embedding's ids (a few-shot episode's labels, numbered per
             # episode on purpose): not a reordering either, so it is left out of the order test
-            skipped, relabelled = relabelled[0], None
+            skipped, relabelled = skipped | {relabelled[0]}, None
         if relabelled is not None:
             index, mapping = relabelled
             name = names[index] if index < len(names) else f"tensor {index}"

@@ -476,11 +476,11 @@ class ContrastiveTargetsCheck(Check):
             f"the in-batch contrastive loss's positive pairs are identical: in a train-mode forward every row's "
             f"positive score in the ({scores.shape[0]}, {scores.shape[1]}) similarities is {positive:.4g}, the "
             "largest score in the matrix (cosine 1 / temperature), so each sample is paired with its own embedding. "
-            "The two views are one tensor (an augmentation drawn once and used twice, view2 = view1, or a transform "
-            "with nothing random in it): the loss is solved by any embedding that tells the samples apart, and "
+            "The two views are identical (an augmentation drawn once and used twice, view2 = view1, a random "
+            "generator re-seeded with the same seed before each view, or a transform with nothing random in it): the loss is solved by any embedding that tells the samples apart, and "
             "nothing invariant to augmentation is learned",
             "Draw two independent random views per sample: view1, view2 = augment(x), augment(x), with an augment "
-            "that is random on each call (crops, noise, masking, dropout); SimCSE-style training feeds one input "
+            "that is random on each call (crops, noise, masking, dropout) and a generator seeded once, not per view; SimCSE-style training feeds one input "
             "twice and relies on dropout being active in train mode.",
         )
         return True

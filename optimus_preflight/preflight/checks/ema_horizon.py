@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 TRIAL_STEPS = 2  # an update written before optimizer.step() first moves the copy at the second
 KEPT_AT_END = 0.5  # the copy still holds this share of its initialisation when the run ends
 SHOWN = 3
+ASSUMED_EPOCHS = 20  # where run_preflight got no max_steps: the run is judged as this many epochs
 
 
 class EmaHorizonCheck(Check):
@@ -59,6 +60,9 @@ class EmaHorizonCheck(Check):
             return
         rate, names = measured
         updates = ctx.cfg.trainer.max_steps * max(1, ctx.cfg.trainer.accumulation_steps)
+        if not ctx.run_length_known:
+            # One epoch stands in for a length the loop never said: judge a run of many epochs.
+            updates *= ASSUMED_EPOCHS
         kept = math.exp(updates * math.log1p(-rate)) if rate < 1 else 0.0
         decay = 1 - rate
         findings.data.update(decay=round(decay, 6), updates=updates, kept_at_end=round(kept, 4), tensors=names[:10])
@@ -71,10 +75,11 @@ class EmaHorizonCheck(Check):
         findings.warning(
             "EMA_DECAY_TOO_SLOW",
             f"{shown} follow the trained weights by an exponential moving average with decay {decay:.4g} (each update "
-            f"moves them {rate:.2g} of the way), and the run has at most {updates:,} updates: the average still holds "
+            f"moves them {rate:.2g} of the way), and the run has at most {updates:,} updates"
+            f"{'' if ctx.run_length_known else f' (no max_steps given: {ASSUMED_EPOCHS} epochs assumed)'}: the average still holds "
             f"{kept:.0%} of its initialisation when training ends (decay ** steps = {kept:.2f}). An EMA teacher / "
             "momentum encoder / averaged model with a decay taken from a much longer run stays close to its random "
             "start, so the targets or the evaluated model it provides are mostly noise",
-            f"Size the decay for trainer.max_steps: about 1 - 10 / steps (decay {1 - 1 / horizon:.4g} here) lets the "
+            f"Size the decay for {'trainer.max_steps' if ctx.recipe is not None else 'the run'}: about 1 - 10 / steps (decay {1 - 1 / horizon:.4g} here) lets the "
             "average forget its start within the run; or warm the decay up, d_t = min(decay, (1 + t) / (10 + t)).",
         )

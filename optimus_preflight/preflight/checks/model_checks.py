@@ -471,6 +471,29 @@ def in_frozen_part(model: nn.Module, name: str) -> bool:
     return False
 
 
+def _signature(module: nn.Module) -> tuple:
+    return tuple((name, tuple(param.shape)) for name, param in module.named_parameters())
+
+
+def trained_twin(model: nn.Module, name: str) -> str | None:
+    """The trained module that a frozen module enclosing ``name`` copies, shape for shape (its
+    momentum / EMA twin), or None (pure on the model)."""
+    modules = dict(model.named_modules())
+    parts = name.split(".")
+    for depth in range(len(parts) - 1, 0, -1):
+        prefix = ".".join(parts[:depth])
+        signature = _signature(modules[prefix])
+        if not signature:
+            continue
+        for other, module in modules.items():
+            if not other or other == prefix or other.startswith(prefix + ".") or prefix.startswith(other + "."):
+                continue
+            params = list(module.parameters())
+            if params and all(p.requires_grad for p in params) and _signature(module) == signature:
+                return other
+    return None
+
+
 class ModesCheck(Check):
     """O5 modules that stay in eval mode while training; O18 frozen BatchNorm in train mode.
 
@@ -511,6 +534,9 @@ class ModesCheck(Check):
                 and module.affine
                 and not any(p.requires_grad for p in module.parameters(recurse=False))
             ]
+            # A frozen copy of a trained part (a momentum encoder, BYOL's target network) follows it
+            # by EMA and normalises with batch statistics on purpose (MoCo, BYOL): not drift.
+            drifting = [name for name in drifting if not trained_twin(model, name)]
             top_in_eval = not model.training
         finally:
             for module, training in saved:

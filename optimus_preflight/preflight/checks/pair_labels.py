@@ -162,9 +162,9 @@ class PairLabelsCheck(Check):
             f" of the rows are closer to the anchor than batch[{negative}] in standardised input space), but the loss "
             f"treats it as the negative: making batch[{positive}] equal to the anchor raises the loss ({base:.4g} -> "
             f"{positive_same:.4g}) and making batch[{negative}] equal to it lowers the loss ({negative_same:.4g}). "
-            "The positive and the negative reach the triplet loss in each other's place (triplet_margin_loss(anchor, "
-            "positive, negative) takes the positive second), so training pushes matching items apart and pulls "
-            "different ones together",
+            "The positive and the negative are swapped: each reaches the triplet loss in the other's place "
+            "(triplet_margin_loss(anchor, positive, negative) takes the positive second), so training pushes each "
+            "anchor's positive away and pulls its negative closer",
             "Pass the triplet in the loss's order: F.triplet_margin_loss(f(anchor), f(positive), f(negative)) (and "
             "check which field of the dataset's tuple holds the positive).",
         )

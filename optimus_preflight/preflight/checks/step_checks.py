@@ -78,7 +78,8 @@ DETACHED_VALUE = 0.5  # ... while the returned value is at least this share of t
 
 def _why_no_gradient(missing: list[str], modules_run: set[str], hooks_detaching: list[str] | None = None,
                      without_grad: set[str] | None = None, cuts: list[GraphCut] | None = None,
-                     recurrent: set[str] | None = None) -> tuple[str, str]:
+                     recurrent: set[str] | None = None, trained: set[str] | None = None,
+                     hugging_face: bool = True) -> tuple[str, str]:
     """What the modules owning gradient-less parameters did in the step's forward: ran (their
     output was dropped before the loss, or a forward hook replaced it with a detached copy) or
     never ran (defined, not called)."""
@@ -128,6 +129,20 @@ def _why_no_gradient(missing: list[str], modules_run: set[str], hooks_detaching:
     layers = sorted({".".join(parts[:index + 1]) for parts in (owner.split(".") for owner in ran)
                      for index in [next((i for i, part in enumerate(parts) if part.isdigit()), None)]
                      if index is not None})
+    stacks = sorted({layer.rpartition(".")[0] for layer in layers})
+    if layers and trained is not None and not hugging_face and all(
+            stack and not any(name.startswith(stack + ".") for name in trained) for stack in stacks):
+        # Every layer of the stack is cut off, not the last few: the stack's own output is dropped.
+        return (f"Their layers ran in the forward ({_names(layers, 4)}: all of {_names(stacks, 3)}), but none of "
+                "their output reaches the loss: what follows reads another tensor where the stack's output was "
+                "meant. A head reading an earlier state (states[0], the stack's input, for states[-1]), the wrong "
+                "variable (a two-tower score q @ q.T, the query tower against itself, where q @ k.T with the item "
+                "tower's output was meant; a result assigned to a name nothing reads), or an out-of-place op whose "
+                "result is dropped (pooled.index_add(0, batch, h) or h.add(pos) on a line of its own, where "
+                "index_add_ / h = h + pos was meant) does this",
+                "Use the stack's output: read its last state (states[-1], hidden_states[-1]), check that each line "
+                "reads the variable just computed, and assign or use the in-place form of out-of-place ops "
+                "(x = x.index_add(...), or x.index_add_(...)).")
     if layers:
         return (f"Their layers ran in the forward ({_names(layers, 4)}), but their output never reaches the loss, so "
                 "these encoder layers never contribute: the head reads an earlier layer's output. In a Hugging Face "
@@ -441,8 +456,10 @@ class GradientsCheck(Check):
             )
         elif missing:
             recurrent = {name for name, module in ctx.model.named_modules() if isinstance(module, torch.nn.RNNBase)}
+            trained = {name for name, param in ctx.model.named_parameters() if param.requires_grad} - set(missing)
+            hugging_face = any(type(module).__module__.startswith("transformers.") for module in ctx.model.modules())
             why, fix = _why_no_gradient(missing, probe.modules_run, probe.hooks_detaching, probe.modules_run_without_grad,
-                                        probe.graph_cuts, recurrent)
+                                        probe.graph_cuts, recurrent, trained, hugging_face)
             silent = next((call for call in probe.custom_functions if none_gradients(call)), None)
             if silent is not None:
                 # A Function's forward runs with grad off, which reads as a cut; its backward's None is the cause.
@@ -599,7 +616,7 @@ class LossFunctionCheck(Check):
     stage = Stage.STEP
     codes = ("O12", "O13", "O16", "TARGET_PEAK_BELOW_ONE", "LOSS_NORM_DIM", "LOSS_BROADCAST", "LOSS_ONE_PREDICTION", "LOSS_SOFTMAX_BCE", "LOSS_OUTPUT_RANGE",
              "LOSS_PAIR_SLICES", "LOSS_CLASS_WEIGHTS", "LOSS_BOUNDED_LOGITS", "LOSS_POOLED_OVER_CLASSES", "LOSS_CLASS_DIM", "CTC_BLANK_IN_TARGETS", "CTC_NOT_LOG_PROBS", "CTC_LENGTHS_TOO_SHORT", "MULTILABEL_MARGIN_MULTI_HOT",
-             "POISSON_LOG_INPUT", "LOSS_INDEXED_BY_BATCH", "TRANSPOSE_1D", "MESHGRID_INDEXING", "BOX_CORNERS_UNORDERED", "KL_DIV_INPUT_NOT_LOG", "KL_TERM_CONSTANT", "SOFT_TARGET_CLASS_ORDER", "TARGETS_ON_TWO_SCALES", "PRUNING_KEEPS_SMALLEST", "PRUNING_MASK_OVER_INPUTS", "COSINE_OVER_BROADCAST_DIM", "OVERLAP_ON_LOGITS", "EMBEDDING_DIM_POOLED", "LABEL_SMOOTHING_TOO_HIGH", "KL_DIV_MEAN_REDUCTION", "PREDICTION_DETACHED", "TEACHER_TRAINED", "GATHER_ALONG_BATCH", "EINSUM_NOT_CONTRACTED", "SORT_ALONG_LAST_DIM", "TARGET_MAPS_VANISH", "NOISE_NOT_GAUSSIAN",
+             "POISSON_LOG_INPUT", "LOSS_INDEXED_BY_BATCH", "TRANSPOSE_1D", "MESHGRID_INDEXING", "BOX_CORNERS_UNORDERED", "KL_DIV_INPUT_NOT_LOG", "KL_TERM_CONSTANT", "SOFT_TARGET_CLASS_ORDER", "TARGETS_ON_TWO_SCALES", "PRUNING_KEEPS_SMALLEST", "PRUNING_MASK_OVER_INPUTS", "CONTRASTIVE_LOGITS_ARE_DISTANCES", "NEGATIVE_IS_ANCHOR", "CONTRASTIVE_TARGET_NOT_POSITIVE", "COSINE_OVER_BROADCAST_DIM", "OVERLAP_ON_LOGITS", "EMBEDDING_DIM_POOLED", "LABEL_SMOOTHING_TOO_HIGH", "KL_DIV_MEAN_REDUCTION", "PREDICTION_DETACHED", "TEACHER_TRAINED", "GATHER_ALONG_BATCH", "EINSUM_NOT_CONTRACTED", "SORT_ALONG_LAST_DIM", "TARGET_MAPS_VANISH", "NOISE_NOT_GAUSSIAN",
              "LOSS_WEIGHTS_AFTER_MEAN", "SOFTMAX_OFF_AXIS", "LOSS_LOG_OF_PROBABILITY",
              "MASK_FILLED_WITH_ZERO", "LOSS_REDUCTIONS_MIXED", "SCATTER_OVERWRITES", "GENERATED_RANGE_MISMATCH",
              "LOSS_PAIR_ROWS_INTERLEAVED", "TARGET_TILED")

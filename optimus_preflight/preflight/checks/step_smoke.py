@@ -16,6 +16,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from optimus_preflight.checkpoint.files import load_state, write_state
+from optimus_preflight.preflight.analyses.sizes import dense_parts
 from optimus_preflight.preflight.analyses.trial_steps import make_runner
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -28,6 +29,14 @@ OVERFIT_TARGET = 0.5  # the loss must fall to half its first value
 
 
 def _tensors_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) and a.layout != torch.strided:
+        # torch.equal has no sparse kernel: compare the dense tensors that hold each (a COO
+        # tensor coalesced first, so the same matrix compares equal however it was built)
+        if not isinstance(b, torch.Tensor) or a.layout != b.layout or a.shape != b.shape:
+            return False
+        if a.layout == torch.sparse_coo:
+            a, b = a.detach().coalesce(), b.detach().coalesce()
+        return all(_tensors_equal(x, y) for x, y in zip(dense_parts(a), dense_parts(b), strict=True))
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and torch.equal(a.detach().cpu(), b.detach().cpu())
     if isinstance(a, dict):

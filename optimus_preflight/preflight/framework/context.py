@@ -64,6 +64,10 @@ class PreflightContext:
     # recipe does not start training; run_preflight raises PreflightFailed or only
     # returns the report (standalone.failure_outcome).
     failure_outcome: str = "training will not start"
+    # Whether trainer.max_steps is the run's real length; False where run_preflight was given no
+    # max_steps and assumed one epoch (a plain loop usually trains many): checks that judge
+    # something against the run's length then assume a longer run (``assumed_epochs_at_least``).
+    run_length_known: bool = True
 
     @property
     def weights_materialized(self) -> bool:
