@@ -18,11 +18,12 @@ def graded_table(rows: int, generator: torch.Generator) -> tuple[torch.Tensor, t
     return x, grades
 
 
-def report_for(labels: torch.Tensor, x: torch.Tensor, classes: int = 4, shuffle: bool = True):
+def report_for(labels: torch.Tensor, x: torch.Tensor, classes: int = 4, shuffle: bool = True, val=None):
     model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, classes))
     loader = DataLoader(TensorDataset(x, labels), batch_size=32, shuffle=shuffle,
                         generator=torch.Generator().manual_seed(0))
-    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader,
+    val_loader = DataLoader(TensorDataset(*val), batch_size=64) if val is not None else None
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3), loader, val_loader=val_loader,
                            loss_fn=nn.CrossEntropyLoss(), checks=[FirstBatchCheck(), TargetsCheck()])
     return report.check("step.targets")
 
@@ -73,3 +74,18 @@ def test_the_lowest_ids_of_a_grown_head_name_a_missing_class_offset(offset_missi
     issues = [i for i in result.issues if i.code == "TARGET_FEW_CLASSES"]
     assert len(issues) == 1
     assert ("task-local ids 0..3" in issues[0].message and "n_old_classes" in issues[0].fix) == offset_missing
+
+
+@pytest.mark.parametrize("split", ["by_position_over_sorted_rows", "random_permutation"])
+def test_classes_that_only_validation_has_name_a_split_by_position(split):
+    g = torch.Generator().manual_seed(4)
+    x, grades = graded_table(400, g)
+    order = grades.argsort(stable=True)  # the table as exported: grouped by grade
+    x, grades = x[order], grades[order]
+    rows = torch.arange(400) if split == "by_position_over_sorted_rows" else torch.randperm(400, generator=g)
+    train, val = rows[:200], rows[200:]
+    result = report_for(grades[train], x[train], val=(x[val], grades[val]))
+    issues = [i for i in result.issues if i.code == "TARGET_FEW_CLASSES"]
+    assert len(issues) == (split == "by_position_over_sorted_rows")
+    if issues:
+        assert "the validation labels hold classes 2, 3" in issues[0].message and "torch.randperm" in issues[0].fix

@@ -1549,3 +1549,32 @@ def test_moco_logits_with_the_positive_first_and_in_batch_labels(labels):
     assert (found is not None) == (labels == "arange")
     if found is not None:
         assert "torch.zeros(32, dtype=torch.long)" in found.fix
+
+
+@pytest.mark.parametrize("negatives", ["ones_like", "zeros_like"])
+def test_sampled_negatives_given_the_positives_label(negatives):
+    """Link prediction: scores of real pairs and of sampled pairs, concatenated, against labels
+    concatenated alike; the negatives labelled 1 (ones_like copied) fire."""
+    g = torch.Generator().manual_seed(6)
+    pairs = torch.randint(0, 256, (256, 2), generator=g)
+
+    class Embedder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Embedding(256, 8)
+
+        def forward(self, ids):
+            return self.table(ids)
+
+    def link_loss(model, batch):
+        (p,) = batch
+        sampled = torch.randint(0, 256, (len(p),))
+        pos = (model(p[:, 0]) * model(p[:, 1])).sum(-1)
+        neg = (model(p[:, 0]) * model(sampled)).sum(-1)
+        labels = torch.cat([torch.ones_like(pos), getattr(torch, negatives)(neg)])
+        return F.binary_cross_entropy_with_logits(torch.cat([pos, neg]), labels)
+
+    found = issues(preflight(Embedder(), loader(pairs), link_loss)).get("TARGET_PARTS_ONE_LABEL")
+    assert (found is not None) == (negatives == "ones_like")
+    if found is not None:
+        assert "32 + 32 rows" in found.message and "torch.zeros_like(neg_scores)" in found.fix

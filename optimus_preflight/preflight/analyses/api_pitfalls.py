@@ -118,6 +118,9 @@ class Pitfalls:
     self_as_negative: tuple[tuple[int, ...], float] | None = None
     # (logits shape) of cross_entropy labels arange(B) on cat([l_pos (B, 1), l_neg (B, K)]) logits
     positive_first_arange: tuple[int, ...] | None = None
+    # (criterion, part sizes, label) of binary targets cat from parts that all hold one label, beside scores cat
+    # from parts of the same sizes: positives and sampled negatives labelled alike
+    one_label_parts: tuple[str, tuple[int, ...], float] | None = None
     # one prediction regressed onto two targets that agree in order but not in units (see two_scales)
     two_scales: TwoScales | None = None
 
@@ -325,6 +328,9 @@ class PitfallWatch:
         # cat([l_pos (B, 1), l_neg (B, K)], dim=1) results and their scalings by a temperature
         self._positive_first_logits: list[torch.Tensor] = []
         self._pending_cat = self._scaling_positive_first = False
+        # (tensor, part sizes, the one label of every part or None) of the step's cat(dim=0) results
+        self._cat_parts: list[tuple[torch.Tensor, tuple[int, ...], float | None]] = []
+        self._pending_parts: tuple[tuple[int, ...], float | None] | None = None
 
     def after(self, name: str, out: Any) -> None:
         """Keep the tensors drawn uniform on [0, 1) in the step (torch.rand, rand_like), and follow the
@@ -333,6 +339,9 @@ class PitfallWatch:
             values = out[0] if isinstance(out, tuple) else out
             self.found.self_as_negative = self_as_negative(self._row_minimum, values)
             self._row_minimum = None
+        if self._pending_parts is not None and isinstance(out, torch.Tensor):
+            self._cat_parts.append((out, *self._pending_parts))
+            self._pending_parts = None
         if self._pending_cat and isinstance(out, torch.Tensor):
             self._positive_first_logits.append(out)
         if self._scaling_positive_first and isinstance(out, torch.Tensor):
@@ -345,6 +354,7 @@ class PitfallWatch:
     def release(self) -> None:
         self._uniform_draws.clear()
         self._positive_first_logits.clear()
+        self._cat_parts.clear()
         self._regressed = None
         self._masked_scores.clear()
 
@@ -365,8 +375,9 @@ class PitfallWatch:
             self.found.peak_below_one = peak_below_one(args)
         elif name == "cat":
             self._positive_first(args, kwargs)
+            self._parts(args, kwargs)
         elif name in ("min", "amin") and self.found.self_as_negative is None and args \
-                and argument(args, kwargs, 1, "dim") in (1, -1):
+                and isinstance(dim := argument(args, kwargs, 1, "dim"), int) and dim in (1, -1):
             self._row_minimum = args[0]
         if self._positive_first_logits and name in ("div", "__truediv__", "mul", "__mul__", "__rmul__") and args \
                 and any(a is t for a in args[:2] for t in self._positive_first_logits):
@@ -628,6 +639,13 @@ class PitfallWatch:
             elif name == "kl_div" and isinstance(target, torch.Tensor) and target.requires_grad \
                     and inputs.requires_grad and found.teacher_trained is None and target.dim() >= 2:
                 found.teacher_trained = tuple(target.shape)
+        if name in ("binary_cross_entropy", "binary_cross_entropy_with_logits") and found.one_label_parts is None \
+                and inputs.requires_grad:
+            target = argument(args, kwargs, 1, "target")
+            labels = next((part for part in self._cat_parts if part[0] is target and part[2] is not None), None)
+            scores = next((part for part in self._cat_parts if part[0] is inputs), None)
+            if labels is not None and scores is not None and labels[1] == scores[1]:
+                found.one_label_parts = (name, labels[1], labels[2])
         if name in REGRESSION and found.two_scales is None and inputs.requires_grad:
             self._second_target(name, inputs, argument(args, kwargs, 1, "target"))
         if name in REGRESSION and found.uniform_noise_target is None:
@@ -639,10 +657,23 @@ class PitfallWatch:
                 and found.vanishing_targets is None and found.off_map_targets is None:
             self._dense_targets(argument(args, kwargs, 1, "target"))
 
+    def _parts(self, args: tuple, kwargs: dict) -> None:
+        """A cat along dim 0 of 1-D parts: scores of positives and negatives, or their labels."""
+        tensors, dim = argument(args, kwargs, 0, "tensors"), argument(args, kwargs, 1, "dim", 0)
+        if not isinstance(dim, int) or dim != 0 or not isinstance(tensors, (list, tuple)) or len(tensors) < 2 or len(self._cat_parts) >= 16 \
+                or not all(isinstance(t, torch.Tensor) and t.dim() == 1 and t.numel() for t in tensors):
+            return
+        sizes = tuple(int(t.numel()) for t in tensors)
+        label = None
+        if not any(t.requires_grad for t in tensors):
+            values = {float(v) for t in tensors for v in t.detach().unique().tolist()[:2]}
+            label = values.pop() if len(values) == 1 else None
+        self._pending_parts = (sizes, label)
+
     def _positive_first(self, args: tuple, kwargs: dict) -> None:
         """A MoCo-style cat([l_pos (B, 1), l_neg (B, K)], dim=1), K >= B: the positive in column 0."""
         tensors, dim = argument(args, kwargs, 0, "tensors"), argument(args, kwargs, 1, "dim", 0)
-        if dim not in (1, -1) or not isinstance(tensors, (list, tuple)) or len(tensors) != 2 \
+        if not isinstance(dim, int) or dim not in (1, -1) or not isinstance(tensors, (list, tuple)) or len(tensors) != 2 \
                 or not all(isinstance(t, torch.Tensor) and t.dim() == 2 and t.requires_grad for t in tensors):
             return
         first, rest = tensors

@@ -284,6 +284,17 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "Reorder the teacher's logit columns into the student's class order before the softmax: "
             "teacher_logits[:, order] with order[i] = the teacher's column of the student's class i.",
         ))
+    if found.one_label_parts is not None:
+        criterion, sizes, label = found.one_label_parts
+        findings.append(Finding(
+            "TARGET_PARTS_ONE_LABEL", "warning",
+            f"{criterion} scores {len(sizes)} groups of pairs concatenated ({' + '.join(str(n) for n in sizes)} rows: "
+            f"positives and sampled negatives) against targets concatenated from parts of the same sizes that all "
+            f"hold {label:g}: the negatives get the positives' label (ones_like where zeros_like was meant), so the "
+            "loss only pushes every score the same way and never separates real pairs (edges, interactions) from "
+            "the sampled non-pairs",
+            "Label each group for what it is: torch.cat([torch.ones_like(pos_scores), torch.zeros_like(neg_scores)]).",
+        ))
     if found.distance_logits is not None:
         shape, source = found.distance_logits
         findings.append(Finding(

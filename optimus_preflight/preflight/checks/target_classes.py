@@ -118,15 +118,17 @@ def per_sample_label_leaf(batch: Any, call: CriterionCall) -> int | None:
 
 
 def scan_classes(ctx: PreflightContext, findings: Findings, check: str, call: CriterionCall,
-                 index: int) -> tuple[list[int], int, bool]:
-    """(the classes seen, targets seen, whole epoch read), reading labels until more than half
-    of the head's classes show up, enough targets are seen, the epoch ends or the budget runs out."""
+                 index: int, loader: Any = None) -> tuple[list[int], int, bool]:
+    """(the classes seen, targets seen, whole epoch read), reading labels (of the training loader
+    unless ``loader`` is given) until more than half of the head's classes show up, enough
+    targets are seen, the epoch ends or the budget runs out."""
     classes = call.n_classes or 0
     enough = few_classes_enough(classes)
     seen_classes: set[int] = set()
     seen, started = 0, time.perf_counter()
     guard = DataGuard(ctx, check, findings)
-    with preserved_data_state(ctx), guard.batches(ctx.train_loader, "labels for step.targets") as stream:
+    with preserved_data_state(ctx), guard.batches(loader if loader is not None else ctx.train_loader,
+                                                  "labels for step.targets") as stream:
         for batches, batch in enumerate(stream, start=1):
             found = list(leaves(batch))
             if index >= len(found) or not isinstance(found[index], torch.Tensor):
@@ -141,7 +143,8 @@ def scan_classes(ctx: PreflightContext, findings: Findings, check: str, call: Cr
     return sorted(seen_classes), seen, True
 
 
-def few_classes_message(call: CriterionCall, used: list[int], seen: int, whole_epoch: bool) -> tuple[str, str]:
+def few_classes_message(call: CriterionCall, used: list[int], seen: int, whole_epoch: bool,
+                        validated: list[int] | None = None) -> tuple[str, str]:
     classes = call.n_classes or 0
     missing = [c for c in range(classes) if c not in used]
     shown = ", ".join(str(c) for c in missing[:8]) + (", ..." if len(missing) > 8 else "")
@@ -154,6 +157,22 @@ def few_classes_message(call: CriterionCall, used: list[int], seen: int, whole_e
                    "classes' outputs and the new outputs never get a positive target" if grown else "")
     offset = (f" In class-incremental training, offset the new task's labels by the number of classes seen before "
               f"(y = y + n_old_classes, onto outputs {len(used)}..{classes - 1})." if grown else "")
+    in_validation = [c for c in missing if c in (validated or ())]
+    if in_validation and len(in_validation) * 2 >= len(missing):
+        # The classes training lacks are there in validation: whole classes went to one side.
+        named = ", ".join(str(c) for c in in_validation[:8])
+        return (
+            f"the model has {classes} class outputs, but {where} use only {len(used)} of them "
+            f"({', '.join(str(c) for c in used[:8])}), while the validation labels hold classes {named} that "
+            "training never has: the training labels are a class-sorted part of the data. Rows (or graph nodes) "
+            "stored grouped by class and split by position (the first half of the ids for training, the rest for "
+            "validation) do this, as do training labels taken as a slice of the label array (y[:n_train]) instead "
+            "of indexed with the training indices (y[train_idx]); the head never learns the missing classes and "
+            "validation scores them all wrong" + incremental,
+            "Split a random permutation: perm = torch.randperm(n); train_idx, val_idx = perm[:k], perm[k:] (or "
+            "stratify by class), and take each split's labels with its own indices: y[train_idx], y[val_idx]."
+            + offset,
+        )
     return (
         f"the model has {classes} class outputs, but {where} use only {len(used)} of them "
         f"({', '.join(str(c) for c in used[:8])}): classes {shown} are never a target, so the head only learns never "
