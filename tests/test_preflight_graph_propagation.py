@@ -275,3 +275,55 @@ def test_unlabelled_nodes_trained_as_class_0(masked):
     assert [issue.code for issue in issues] == ([] if masked else ["VAL_LABEL_SHIFT"])
     if issues:
         assert "filled with 0" in issues[0].message and "train_mask" in issues[0].fix
+
+
+class ScatteringGcn(nn.Module):
+    """Mean aggregation over an edge list, scattered into dst (right) or back into src."""
+
+    def __init__(self, into: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.into = into
+        self.first, self.root, self.second = nn.Linear(FEATURES, 16), nn.Linear(FEATURES, 16), nn.Linear(16, CLASSES)
+
+    def forward(self, x, edge_index):
+        src, dst = edge_index
+        target = dst if self.into == "dst" else src
+        h = self.first(x)
+        summed = torch.zeros_like(h).index_add_(0, target, h[src])
+        degree = torch.zeros(len(x)).index_add_(0, target, torch.ones(len(src))).clamp(min=1)
+        return self.second(torch.relu(summed / degree[:, None] + self.root(x)))
+
+
+@pytest.mark.parametrize("into", ["src", "dst"])
+def test_messages_scattered_back_onto_their_own_source_are_named(into):
+    features, adjacency, labels = graph()
+    edge_index = adjacency.nonzero().t().contiguous()
+
+    def loss_fn(model, batch):
+        x, edges, y = batch
+        return F.cross_entropy(model(x, edges), y)
+
+    model = ScatteringGcn(into)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-2),
+                           DataLoader(WholeGraph(features, edge_index, labels), batch_size=None), loss_fn=loss_fn,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), GraphPropagationCheck()])
+    issues = [i for i in report.check("step.graph_propagation").issues if i.code == "GRAPH_MESSAGES_TO_SOURCE"]
+    assert bool(issues) == (into == "src")
+    if issues:
+        assert "index_add_(0, dst, h[src])" in issues[0].fix
+
+
+@pytest.mark.parametrize("self_loops", ["ones_vector", "eye"])
+def test_self_loops_added_as_a_vector_make_the_graph_complete(self_loops):
+    adjacency = graph()[1]
+    looped = adjacency + (torch.ones(NODES) if self_loops == "ones_vector" else torch.eye(NODES))
+    degree = looped.sum(1).pow(-0.5)
+    result = run("gcn", degree[:, None] * looped * degree[None, :])
+    issues = [i for i in result.issues if i.code == "GRAPH_COMPLETE"]
+    assert bool(issues) == (self_loops == "ones_vector")
+    if issues:
+        assert f"({NODES}, {NODES}) adjacency with no zero entry" in issues[0].message
+        assert "adj + torch.eye(n)" in issues[0].fix
+    else:
+        assert_quiet(result)

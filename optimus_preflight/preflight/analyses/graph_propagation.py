@@ -68,6 +68,51 @@ def edge_list_without_self_loops(target: Any, dim: Any, index: Any, source: Any,
     return Propagation(nodes, edges / nodes, edges=edges)
 
 
+def messages_to_source(target: Any, dim: Any, index: Any, source: Any,
+                       gathered: dict[int, list[torch.Tensor]]) -> tuple[int, int] | None:
+    """(nodes, edges) where ``target.index_add_(0, index, messages)`` scatters an edge list's messages
+    back onto the end they were gathered from: ``index`` is a row of a (2, E) edge_index and every
+    node gather of E rows in the step used that same row (``h[src]`` summed into ``src``), so each
+    node aggregates copies of itself and never hears from its neighbours (pure)."""
+    if not isinstance(dim, int) or dim != 0 or not all(isinstance(t, torch.Tensor) for t in (target, index, source)):
+        return None
+    base = index._base  # edge_index (2, E), or the (E, 2) tensor it was transposed from
+    if index.dim() != 1 or index.is_floating_point() or not isinstance(base, torch.Tensor) or base.dim() != 2 \
+            or sorted(base.shape) != sorted((2, index.shape[0])) or base.is_floating_point():
+        return None
+    edges, nodes = index.shape[0], target.shape[0]
+    if nodes < MIN_NODES or source.shape[0] != edges or edges < nodes:
+        return None
+    picked = [kept for kept in gathered.get(edges, []) if kept.device == index.device]
+    with torch.no_grad():
+        if not picked or not all(kept is index or torch.equal(kept, index) for kept in picked):
+            return None
+        ends = base if base.shape[0] == 2 else base.t()
+        if torch.equal(ends[0], ends[1]):  # only self-loops: both ends are the node itself
+            return None
+    return nodes, edges
+
+
+DENSE_NODES = 32  # a complete graph this large is a built-in mistake, not a graph
+
+
+def complete_adjacency(matrix: Any, features: Any) -> int | None:
+    """The nodes of a fixed, non-negative, symmetric (N, N) propagation matrix with no zero entry
+    at all, multiplied with node features: every node linked to every node, a graph averaged
+    whole (``adj + torch.ones(n)`` broadcast over the rows where ``torch.eye(n)`` was meant) (pure)."""
+    if not isinstance(matrix, torch.Tensor) or not isinstance(features, torch.Tensor) or matrix.requires_grad \
+            or matrix.layout != torch.strided or not matrix.is_floating_point() or matrix.dim() != 2 \
+            or features.dim() < 2:
+        return None
+    nodes = matrix.shape[0]
+    if matrix.shape[1] != nodes or nodes < DENSE_NODES or features.shape[-2] != nodes:
+        return None
+    with torch.no_grad():
+        if not bool((matrix > 0).all()) or not torch.allclose(matrix, matrix.T, rtol=1e-4, atol=1e-6):
+            return None
+    return nodes
+
+
 def _dense_zero_diagonal(matrix: torch.Tensor) -> bool:
     return bool((matrix.diagonal(dim1=-2, dim2=-1) == 0).all())
 
@@ -82,6 +127,10 @@ def adjacency_without_self_loops(matrix: Any, features: Any) -> Propagation | No
     nodes = matrix.shape[-1]
     if matrix.shape[-2] != nodes or nodes < MIN_NODES or features.shape[-2] != nodes:
         return None
+    if matrix.layout not in (torch.strided, torch.sparse_coo):
+        if matrix.dim() != 2:
+            return None
+        matrix = matrix.to_sparse_coo()  # CSR / CSC: read as COO
     with torch.no_grad():
         if matrix.is_sparse:
             if matrix.dim() != 2:
@@ -107,6 +156,8 @@ class PropagationWatch:
 
     def __init__(self) -> None:
         self.found: Propagation | None = None
+        self.to_source: tuple[int, int] | None = None  # (nodes, edges) of messages scattered to their own end
+        self.complete: int | None = None  # nodes of a propagation matrix without a single zero
         self.root_term = False  # a propagated tensor summed or concatenated with an unpropagated one
         self._propagated: list[torch.Tensor] = []
         self._pending = False
@@ -128,8 +179,12 @@ class PropagationWatch:
         if name in PRODUCTS and len(args) >= 2:
             first, second = (args[1], args[0]) if name == "__rmatmul__" else (args[0], args[1])
             found = adjacency_without_self_loops(first, second)
+            if self.complete is None:
+                self.complete = complete_adjacency(first, second)
         elif name in SCATTERS and len(args) >= 4:
             found = edge_list_without_self_loops(args[0], args[1], args[2], args[3], self._gathered)
+            if self.to_source is None:
+                self.to_source = messages_to_source(args[0], args[1], args[2], args[3], self._gathered)
         if found is not None:
             if self.found is None:
                 self.found = found

@@ -432,7 +432,11 @@ class LossSpy(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if touches_sparse(args, kwargs):
-            return func(*args, **kwargs)
+            # The watches read dense values; only the propagation watch reads a sparse adjacency.
+            self.propagation.before(getattr(func, "__name__", ""), args)
+            out = func(*args, **kwargs)
+            self.propagation.after(out)
+            return out
         name = getattr(func, "__name__", "")
         self.pitfalls.observe(func, args, kwargs)
         cut = self.graph_cuts.before(name, func, args)

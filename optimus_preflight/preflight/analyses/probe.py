@@ -130,6 +130,8 @@ class StepProbe:
     # (criterion, ".detach()", parameters, the criterion that trains them): the task's branch detached
     task_cut_by_detach: tuple[str, str, list[str], str] | None = None
     propagation_without_self: Propagation | None = None  # A @ H over an adjacency with a zero diagonal, no root term
+    messages_to_source: tuple[int, int] | None = None  # (nodes, edges): h[src] scattered back into src
+    complete_adjacency: int | None = None  # nodes of a fixed propagation matrix without a zero entry
     zero_factors: int = 0  # multiplications by a constant 0 in the loss's graph (a loss weight of 0.0)
     clamp_ops: list[str] = field(default_factory=list)  # torch.clamp and kin in the loss's graph
     # (shape, dim) of softmaxes over a dimension of size 1 in the loss's graph: constants, gradient 0
@@ -607,6 +609,8 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     probe.pair_mask = spy.pair_mask
     spy.per_sample.release()
     probe.propagation_without_self = spy.propagation.found if not spy.propagation.root_term else None
+    probe.messages_to_source = spy.propagation.to_source
+    probe.complete_adjacency = spy.propagation.complete
     spy.propagation.release()
     probe.criterion_args = spy.criterion_args.found
     probe.fft_over_channels = spy.spectral.found

@@ -127,11 +127,35 @@ class GraphPropagationCheck(Check):
 
     name = "step.graph_propagation"
     stage = Stage.STEP
-    codes = ("GRAPH_NO_SELF_LOOPS",)
+    codes = ("GRAPH_NO_SELF_LOOPS", "GRAPH_MESSAGES_TO_SOURCE", "GRAPH_COMPLETE")
     requires = (FIRST_STEP,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         probe = get_probe(ctx)
+        if probe.messages_to_source is not None:
+            nodes, edges = probe.messages_to_source
+            findings.warning(
+                "GRAPH_MESSAGES_TO_SOURCE",
+                f"the model gathers messages from one end of its {edges} edges (h[src], edge_index[0]) and scatters "
+                f"them back onto that same end (index_add_(0, src, ...) / scatter_add into the {nodes} nodes): every "
+                "node aggregates copies of itself, degree times over, and never sees its neighbours' features, so "
+                "the layer is a per-node transform and the graph adds nothing",
+                "Scatter the messages to the other end of each edge: agg.index_add_(0, dst, h[src]) (messages flow "
+                "src -> dst; PyG's MessagePassing aggregates at edge_index[1]), and count the degrees over dst too.",
+                "model",
+            )
+        if probe.complete_adjacency is not None:
+            nodes = probe.complete_adjacency
+            findings.warning(
+                "GRAPH_COMPLETE",
+                f"the model propagates node features through a fixed ({nodes}, {nodes}) adjacency with no zero entry: "
+                "every node is linked to every other, so each layer averages the whole graph and every node ends up "
+                "with nearly the same representation. A vector added where a matrix was meant does this: self-loops "
+                "written adj + torch.ones(n) (a length-n vector, broadcast over every row) for adj + torch.eye(n)",
+                "Add self-loops as a diagonal: adj + torch.eye(n) (then normalise, D^-1/2 (A + I) D^-1/2), and check "
+                "that the adjacency keeps its zeros: (adj == 0).float().mean() is the share of missing edges.",
+                "model",
+            )
         found = probe.propagation_without_self
         if found is None:
             findings.data["summary"] = "no propagation over an adjacency without self-loops"
