@@ -67,3 +67,33 @@ def test_edge_lists_concatenated_without_offsets_fire(offset):
     if not offset:
         assert "batch of 32 graphs" in issues["GRAPH_EDGES_NOT_OFFSET"].message
         assert "edge_index + (number of nodes" in issues["GRAPH_EDGES_NOT_OFFSET"].fix
+
+
+def collate_with_owner(owner_of):
+    def join(batch):
+        xs, edges, ys, start = [], [], [], 0
+        for x, edge_index, y in batch:
+            xs.append(x), edges.append(edge_index + start), ys.append(y)
+            start += len(x)
+        sizes = torch.tensor([len(x) for x, _, _ in batch])
+        return torch.cat(xs), torch.cat(edges, 1), owner_of(sizes), torch.stack(ys)
+    return join
+
+
+@pytest.mark.parametrize("owner", ["repeat", "repeat_interleave"])
+def test_a_batch_vector_that_splits_the_edges_between_graphs_fires(owner):
+    def owner_of(sizes):
+        graphs = torch.arange(len(sizes))
+        if owner == "repeat_interleave":
+            return torch.repeat_interleave(graphs, sizes)
+        return graphs.repeat(int(sizes.sum()) // len(sizes) + 1)[: int(sizes.sum())]  # 0, 1, ..., G - 1, 0, 1, ...
+
+    model = Gin()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(graphs(), batch_size=32, shuffle=True, collate_fn=collate_with_owner(owner_of)),
+                           loss_fn=graph_loss, checks=[FirstBatchCheck(), GraphBatchCheck()])
+    issues = {issue.code: issue for _, issue in report.issues()}
+    assert ("GRAPH_BATCH_VECTOR_WRONG" in issues) == (owner == "repeat")
+    if owner == "repeat":
+        assert "torch.arange(G).repeat(n)" in issues["GRAPH_BATCH_VECTOR_WRONG"].message
+        assert "repeat_interleave" in issues["GRAPH_BATCH_VECTOR_WRONG"].fix

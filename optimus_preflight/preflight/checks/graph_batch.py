@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 MIN_EDGES = 8
 MIN_GRAPHS = 4
 REACHED_SHARE = 0.25  # of the node rows the edge ids reach
+CROSSING = 0.5  # share of edges whose ends the batch vector puts in two graphs
 
 
 SORTED = 0.98  # share of non-decreasing steps in a source column sorted as exported
@@ -69,8 +70,37 @@ class GraphBatchCheck(Check):
 
     name = "data.graph_batch"
     stage = Stage.DATA
-    codes = ("GRAPH_EDGES_NOT_OFFSET", "GRAPH_EDGES_SCRAMBLED")
+    codes = ("GRAPH_EDGES_NOT_OFFSET", "GRAPH_EDGES_SCRAMBLED", "GRAPH_BATCH_VECTOR_WRONG")
     requires = (FIRST_BATCH,)
+
+    @staticmethod
+    def _batch_vector(tensors: list[torch.Tensor], edge_index: torch.Tensor, rows: int, findings: Findings) -> None:
+        """GRAPH_BATCH_VECTOR_WRONG: the (N,) graph assignment of the nodes puts the two ends of most
+        edges in different graphs, where every edge of a batch of whole graphs stays inside one."""
+        for vector in tensors:
+            if vector.dim() != 1 or vector.shape[0] != rows or vector.is_floating_point() or vector.dtype == torch.bool \
+                    or int(vector.min()) < 0 or int(vector.max()) + 1 < MIN_GRAPHS or int(vector.max()) >= rows // 2:
+                continue
+            vector = vector.cpu()
+            crossing = float((vector[edge_index[0]] != vector[edge_index[1]]).float().mean())
+            if crossing < CROSSING:
+                continue
+            graphs = int(vector.max()) + 1
+            periodic = bool((vector == torch.arange(rows) % graphs).all())
+            findings.warning(
+                "GRAPH_BATCH_VECTOR_WRONG",
+                f"the batch's node-to-graph vector ({rows} nodes, {graphs} graphs) puts the two ends of {crossing:.0%} "
+                "of the edges in different graphs, where every edge of a batch of whole graphs joins two nodes of "
+                "one graph: the vector does not follow the order the graphs' nodes were concatenated in"
+                + (" (it counts 0, 1, ..., G - 1 over and over: torch.arange(G).repeat(n), where "
+                   "repeat_interleave was meant)" if periodic else "")
+                + ", so the readout pools nodes of different graphs together and each graph's embedding is a mix of "
+                "the whole batch",
+                "Build the vector graph by graph, in the order the nodes were concatenated: batch = "
+                "torch.repeat_interleave(torch.arange(G), nodes_per_graph) (or torch.cat([torch.full((n_i,), i) "
+                "for i, n_i in enumerate(sizes)])).",
+            )
+            return
 
     @staticmethod
     def _scrambled(edge_index: torch.Tensor, findings: Findings) -> bool:
@@ -109,6 +139,8 @@ class GraphBatchCheck(Check):
         findings.data.update(node_rows=rows, edge_ids_reach=reached)
         findings.data["summary"] = f"edge ids reach {reached} of {rows} node rows"
         if not graphs or reached > REACHED_SHARE * rows:
+            if reached <= rows:
+                self._batch_vector([t for t in tensors if t is not edge_index], edge_index.cpu(), rows, findings)
             return
         findings.warning(
             "GRAPH_EDGES_NOT_OFFSET",
