@@ -63,6 +63,23 @@ def test_negatives_drawn_from_the_users_range(negatives_from):
         assert "'item' (480 rows)" in found[0].message and "randint(0, 480" in found[0].fix
 
 
+class ReseededNegatives(Triplets):
+    """The negative drawn in __getitem__ from a generator seeded on every call: the same item always."""
+
+    def __getitem__(self, i):
+        negative = torch.randint(0, ITEMS, (), generator=torch.Generator().manual_seed(0))
+        return self.users[i], self.items[i], negative
+
+
+def test_a_negative_sampler_reseeded_on_every_call_names_the_one_row():
+    model = MF()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-2),
+                           DataLoader(ReseededNegatives(ITEMS), batch_size=128, shuffle=True), loss_fn=bpr,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), EmbeddingInputsCheck()])
+    found = [i for i in report.check("model.embedding_inputs").issues if i.code == "EMBEDDING_LOOKUP_RANGE"]
+    assert len(found) == 1 and "every time" in found[0].message and "Seed the sampler once" in found[0].fix
+
+
 def test_fields_with_their_own_ranges_of_one_table_are_no_short_lookup():
     # field 0 in rows 0-9, field 1 in rows 10-999: the second starts where the first ends
     assert short_lookup([(128, 0, 9), (128, 10, 998)], 1000) is None
@@ -129,3 +146,27 @@ def test_hashed_ids_folded_onto_the_embedding_width(modulo, fires):
     assert bool(found) == fires
     if fires:
         assert "width 16" in found[0].message and "% 4096" in found[0].fix
+
+
+class JointTable(nn.Module):
+    """Users and items in one table of USERS + ITEMS rows; the item ids offset by USERS, or not."""
+
+    def __init__(self, offset: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.table, self.offset = nn.Embedding(USERS + ITEMS, 16), offset
+
+    def forward(self, users, items):
+        return (self.table(users) * self.table(items + (USERS if self.offset else 0))).sum(-1)
+
+
+@pytest.mark.parametrize("offset", [False, True], ids=["items_from_0", "items_offset_by_users"])
+def test_one_table_for_users_and_items_needs_the_items_offset(offset):
+    model = JointTable(offset)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-2),
+                           DataLoader(Triplets(ITEMS), batch_size=128, shuffle=True), loss_fn=bpr,
+                           checks=[FirstBatchCheck(), FirstStepCheck(), EmbeddingInputsCheck()])
+    found = [i for i in report.check("model.embedding_inputs").issues if i.code == "EMBEDDING_FIELDS_SHARE_IDS"]
+    assert bool(found) == (not offset)
+    if found:
+        assert f"'table' has {USERS + ITEMS} rows" in found[0].message and "item_ids + n_users" in found[0].fix

@@ -91,6 +91,23 @@ def shared_field_ids(ids: torch.Tensor, rows: int) -> tuple[int, int, int] | Non
     return ids.shape[1], used, rows
 
 
+def lookups_share_ids(calls: list[tuple[int, int, int]], rows: int) -> tuple[list[int], int] | None:
+    """(each lookup's largest id, table rows) when one table is read by two or more lookups of 64+
+    ids that all start near 0 while the table is sized as the sum of their ranges (users and
+    items in one table of n_users + n_items rows, the items' ids not offset by n_users) and its
+    last rows are never read (pure)."""
+    big = [(low, top) for count, low, top in calls if count >= MIN_LOOKUP_IDS]
+    if len(big) < 2 or any(low > 0.05 * rows for low, _ in big):
+        return None
+    tops = sorted({top for _, top in big})
+    if len(tops) < 2:
+        return None
+    total = sum(top + 1 for top in tops)
+    if not 0.75 * total <= rows <= 1.35 * total or max(tops) + 1 > 0.9 * rows:
+        return None
+    return tops, rows
+
+
 def dominant_token(ids: torch.Tensor) -> tuple[int, float, int] | None:
     """(id, its share of the non-padding tokens, tokens counted) of the commonest id of a
     (rows, positions) id tensor, the padding runs at the rows' ends left out."""
@@ -312,8 +329,35 @@ class EmbeddingInputsCheck(Check):
                 "lookup (ids.squeeze(-1)), so both lookups give (B, D) and the score is (B,).",
             )
         for module, calls in lookups.items():
+            joint = lookups_share_ids(calls, module.num_embeddings)
+            if joint is not None and fields.get(module) is None:
+                tops, rows = joint
+                findings.warning(
+                    "EMBEDDING_FIELDS_SHARE_IDS",
+                    f"'{embeddings[module]}' has {rows} rows, about the sum of the ranges of the {len(tops)} id sets "
+                    f"it is looked up with in one step ({', '.join(f'0..{top}' for top in tops)}), and every set starts "
+                    f"at 0: one table for two kinds of ids (users and items in nn.Embedding(n_users + n_items, d)) "
+                    f"whose second kind was not offset, so item i trains user i's row and rows {max(tops) + 1}.."
+                    f"{rows - 1} are never read",
+                    "Offset the second kind of id by the first one's count before the lookup: table(item_ids + "
+                    "n_users) (or give each kind its own nn.Embedding).",
+                )
+                continue
             short = short_lookup(calls, module.num_embeddings)
-            if short is not None:
+            constant = next((top for count, low, top in calls if count >= MIN_LOOKUP_IDS and low == top), None)
+            spread = max((top for count, low, top in calls if count >= MIN_LOOKUP_IDS and low != top), default=None)
+            if constant is not None and spread is not None and spread >= FULL_REACH * module.num_embeddings:
+                findings.warning(
+                    "EMBEDDING_LOOKUP_RANGE",
+                    f"the embedding '{embeddings[module]}' ({module.num_embeddings} rows) is looked up twice in one step: "
+                    f"one set of ids reaches row {spread}, the other is row {constant} every time. A sampler that "
+                    "returns the same value on every call does this: a generator re-seeded inside __getitem__ "
+                    "(torch.Generator().manual_seed(0) or random.seed(s) per sample) draws the same 'random' negative "
+                    "for every triple, so one row is pushed down and the rest of the catalogue is never a negative",
+                    "Seed the sampler once, not per call: keep one torch.Generator (or the global RNG, which the "
+                    "DataLoader seeds per worker) across calls and draw from it in __getitem__ or the collate_fn.",
+                )
+            elif short is not None:
                 reach, full = short
                 findings.warning(
                     "EMBEDDING_LOOKUP_RANGE",
