@@ -58,7 +58,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "bb": "benchmarks.blind_preflight_bb.registry",
               "bc": "benchmarks.blind_preflight_bc.registry", "bd": "benchmarks.blind_preflight_bd.registry",
               "be": "benchmarks.blind_preflight_be.registry",
-              "bf": "benchmarks.blind_preflight_bf.registry", "bg": "benchmarks.blind_preflight_bg.registry"}
+              "bf": "benchmarks.blind_preflight_bf.registry", "bg": "benchmarks.blind_preflight_bg.registry",
+              "bh": "benchmarks.blind_preflight_bh.registry", "bi": "benchmarks.blind_preflight_bi.registry"}
 
 
 def load_cases(which: str = "a"):
