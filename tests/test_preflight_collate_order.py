@@ -168,3 +168,55 @@ def test_episode_labels_numbered_per_batch_are_neither_recoded_ids_nor_a_reorder
                            loss_fn=lambda m, b: nn.functional.cross_entropy(m(b[0]), b[1]),
                            checks=[FirstBatchCheck(), CollateOrderCheck()])
     assert report.check("data.collate_order").issues == []
+
+
+def graph_samples(n: int = 64) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for _ in range(n):
+        size = int(torch.randint(5, 10, (1,), generator=g))
+        kinds = torch.nn.functional.one_hot(torch.randint(0, 3, (size,), generator=g), 3).float()
+        src = torch.randint(0, size, (2 * size,), generator=g)
+        dst = torch.randint(0, size, (2 * size,), generator=g)
+        out.append((kinds, torch.stack([src, dst]), int(kinds[:, 0].sum() > size / 3)))
+    return out
+
+
+def graph_collate(labels_sorted_by_edges: bool):
+    def join(rows):
+        xs, edges, owner, start = [], [], [], 0
+        for k, (x, edge_index, _) in enumerate(rows):
+            xs.append(x), edges.append(edge_index + start), owner.append(torch.full((len(x),), k))
+            start += len(x)
+        ordered = sorted(rows, key=lambda r: r[1].shape[1] + len(r[0])) if labels_sorted_by_edges else rows
+        return torch.cat(xs), torch.cat(edges, 1), torch.cat(owner), torch.tensor([r[2] for r in ordered])
+    return join
+
+
+class GraphReader(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.node, self.head = nn.Linear(3, 8), nn.Linear(8, 2)
+
+    def forward(self, x, edge_index, owner, graphs):
+        h = torch.relu(self.node(x))
+        h = h + torch.zeros_like(h).index_add_(0, edge_index[1], h[edge_index[0]])
+        return self.head(torch.zeros(graphs, h.shape[1]).index_add_(0, owner, h))
+
+
+@pytest.mark.parametrize("labels_sorted", [True, False], ids=["labels_sorted_apart", "labels_in_graph_order"])
+def test_graph_labels_ordered_apart_from_the_graphs_fire(labels_sorted):
+    model = GraphReader()
+
+    def graph_loss(m, batch):
+        x, edge_index, owner, y = batch
+        return nn.functional.cross_entropy(m(x, edge_index, owner, len(y)), y)
+
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(graph_samples(), batch_size=16, shuffle=True,
+                                      collate_fn=graph_collate(labels_sorted)),
+                           loss_fn=graph_loss, checks=[FirstBatchCheck(), CollateOrderCheck()])
+    issues = [i for i in report.check("data.collate_order").issues if i.code == "DATA_COLLATE_ORDER"]
+    assert bool(issues) == labels_sorted
+    if issues:
+        assert "node blocks" in issues[0].message and "batch[3]" in issues[0].message

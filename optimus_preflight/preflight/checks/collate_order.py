@@ -178,6 +178,42 @@ def collate_seeded(collate: Any, samples: list[Any], seed: int = 0) -> Any:
             np.random.set_state(np_state)
 
 
+def graph_rows(batch: Any) -> torch.Tensor | None:
+    """(G, 3F + 2) per-graph rows of a collated graph batch: each graph's node features summed
+    plain and weighted by the node's place in its graph, its node count and a sum over its
+    edges of their ends' places, read through its node-to-graph vector (an (N,) non-decreasing
+    integer tensor from 0 beside (N, F) node features); None for another batch. A graph batch
+    has no per-sample tensor but its labels: these rows say which graph came where (pure)."""
+    tensors = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided]
+    features = [t for t in tensors if t.dim() == 2 and t.is_floating_point()]
+    if not features:
+        return None
+    x = max(features, key=lambda t: t.shape[0])
+    for vector in tensors:
+        if vector.dim() != 1 or vector.shape[0] != x.shape[0] or vector.is_floating_point() \
+                or vector.dtype == torch.bool or int(vector.min()) != 0 or bool((vector.diff() < 0).any()):
+            continue
+        graphs = int(vector.max()) + 1
+        if graphs < MIN_SAMPLES or graphs * 2 > x.shape[0]:
+            continue
+        owner = vector.cpu()
+        starts = torch.zeros(graphs, dtype=torch.long).index_add_(0, owner, torch.ones_like(owner)).cumsum(0)
+        local = (torch.arange(x.shape[0]) - (starts - starts.diff(prepend=torch.zeros(1, dtype=torch.long)))[owner] + 1)
+        values = x.detach().cpu().double()
+        weight = local.double()[:, None]
+        rows = torch.zeros(graphs, 3 * x.shape[1] + 2, dtype=torch.float64)
+        # node features summed plain and by their place in the graph, so graphs of one composition differ
+        rows[:, :3 * x.shape[1]].index_add_(0, owner, torch.cat([values, values * weight, values * weight ** 2], 1))
+        rows[:, -2].index_add_(0, owner, torch.ones(x.shape[0], dtype=torch.float64))
+        edges = next((t for t in tensors if t.dim() == 2 and t.shape[0] == 2 and not t.is_floating_point()
+                      and t.dtype != torch.bool and t.numel() and int(t.max()) < x.shape[0]), None)
+        if edges is not None:
+            src, dst = edges[0].cpu(), edges[1].cpu()
+            rows[:, -1].index_add_(0, owner[src], (local[src] * (local[dst] + 1)).double())
+        return rows
+    return None
+
+
 def leaf_names(batch: Any) -> list[str]:
     names: list[str] = []
 
@@ -261,6 +297,14 @@ class CollateOrderCheck(Check):
             )
             return
         found = disagreeing(first, second, size, skip=skipped)
+        pooled = graph_rows(first), graph_rows(second)
+        if found is None and pooled[0] is not None and pooled[1] is not None:
+            # Graphs concatenated into one batch: their pooled rows stand in for a per-sample tensor.
+            extra = len(names)
+            found = disagreeing([*leaves(first), pooled[0]], [*leaves(second), pooled[1]], size, skip=skipped)
+            names = [*names, "the graphs' node blocks (read through the batch vector)"]
+            if found is not None and extra not in found:
+                found = None
         findings.data["summary"] = "one order for every tensor" if found is None else "tensors in different orders"
         if found is None:
             return
