@@ -51,3 +51,15 @@ def test_triplet_positives_drawn_from_any_class(own_class):
     assert [i.code for i in result.issues] == ([] if own_class else ["TRIPLET_POSITIVES_RANDOM"]), result.data
     if result.issues:
         assert "random class" in result.issues[0].message and "anchor's class" in result.issues[0].fix
+
+
+@pytest.mark.parametrize("own_class", [False, True], ids=["positives_from_any_class", "positives_from_anchor_class"])
+def test_a_validation_split_of_triplets_gives_the_separation_too(own_class):
+    model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 8))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(Triplets(own_class), batch_size=64, shuffle=True),
+                           val_loader=DataLoader(Triplets(True), batch_size=200),
+                           loss_fn=lambda m, b: F.triplet_margin_loss(m(b[0]), m(b[1]), m(b[2])),
+                           checks=[FirstBatchCheck(), TripletPositivesCheck()])
+    result = report.check("data.triplet_positives")
+    assert [i.code for i in result.issues] == ([] if own_class else ["TRIPLET_POSITIVES_RANDOM"]), result.data

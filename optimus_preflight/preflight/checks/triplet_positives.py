@@ -55,6 +55,13 @@ def class_separation(x: torch.Tensor, y: torch.Tensor) -> float | None:
     return float(between.mean() / within.mean())
 
 
+def triplet_separation(parts: list[tuple[torch.Tensor, ...]]) -> float | None:
+    """Mean anchor-negative distance over mean anchor-positive distance of (a, p, n) triplets."""
+    anchors, positives, negatives = (torch.cat([part[k] for part in parts]) for k in range(3))
+    near = float((anchors - positives).norm(dim=1).mean())
+    return float((anchors - negatives).norm(dim=1).mean()) / near if near > 0 else None
+
+
 class TripletPositivesCheck(Check):
     """TRIPLET_POSITIVES_RANDOM: positives no nearer their anchors than the negatives."""
 
@@ -67,16 +74,12 @@ class TripletPositivesCheck(Check):
         if triplet(ctx.artifacts.first_batch) is None or ctx.val_loader is None:
             findings.data["summary"] = "no (anchor, positive, negative) batch beside a labelled validation split"
             return
-        val = read_samples(ctx, self.name, findings, ctx.val_loader, "labelled validation samples", features_and_labels,
-                           SAMPLES, BUDGET_S)
-        if not val:
-            findings.data["summary"] = "the validation batches are not (inputs, labels)"
+        separation, width = self._validation_separation(ctx, findings)
+        if separation is None:
             return
-        x, y = torch.cat([part[0] for part in val]), torch.cat([part[1] for part in val])
-        separation = class_separation(x[:SAMPLES], y[:SAMPLES])
         parts = read_samples(ctx, self.name, findings, ctx.train_loader, "training triplets", triplet, SAMPLES,
                              BUDGET_S)
-        if separation is None or not parts or x.shape[1] != parts[0][0].shape[1]:
+        if not parts or width != parts[0][0].shape[1]:
             findings.data["summary"] = "too few samples or classes to compare"
             return
         anchors, positives, negatives = (torch.cat([part[k] for part in parts]) for k in range(3))
@@ -92,7 +95,7 @@ class TripletPositivesCheck(Check):
         findings.warning(
             "TRIPLET_POSITIVES_RANDOM",
             f"the training positives are no nearer their anchors than the negatives: over {len(anchors)} triplets "
-            f"the negatives lie {kept:.3f} times as far from their anchors as the positives, while in the labelled "
+            f"the negatives lie {kept:.3f} times as far from their anchors as the positives, while in the "
             f"validation split samples of different classes lie {separation:.3f} times as far apart as samples of "
             "one class. The triplet Dataset draws the positive from a random class (random.choice over every class, "
             "or an index into the wrong class's list) instead of the anchor's own class, so most 'positives' are "
@@ -101,3 +104,24 @@ class TripletPositivesCheck(Check):
             "(excluding i itself), and the negative from any other class.",
             "data.train",
         )
+
+    def _validation_separation(self, ctx: PreflightContext, findings: Findings) -> tuple[float | None, int]:
+        """(how much farther apart classes are than one class's samples, input width) in the validation
+        split: from (inputs, labels) batches, or from triplets built right, (anchor, positive, negative)."""
+        val = read_samples(ctx, self.name, findings, ctx.val_loader, "labelled validation samples", features_and_labels,
+                           SAMPLES, BUDGET_S)
+        if val:
+            x, y = torch.cat([part[0] for part in val]), torch.cat([part[1] for part in val])
+            found = class_separation(x[:SAMPLES], y[:SAMPLES])
+            if found is None:
+                findings.data["summary"] = "too few samples or classes to compare"
+            return found, x.shape[1]
+        triplets = read_samples(ctx, self.name, findings, ctx.val_loader, "validation triplets", triplet, SAMPLES,
+                                BUDGET_S)
+        if not triplets:
+            findings.data["summary"] = "the validation batches are neither (inputs, labels) nor triplets"
+            return None, 0
+        found = triplet_separation(triplets)
+        if found is None:
+            findings.data["summary"] = "too few samples or classes to compare"
+        return found, triplets[0][0].shape[1]
