@@ -77,6 +77,7 @@ from optimus_preflight.preflight.checks.ordinal_codes import OrdinalCodesCheck
 from optimus_preflight.preflight.checks.padding_invariance import PaddingInvarianceCheck
 from optimus_preflight.preflight.checks.padding_readout import PaddingReadoutCheck
 from optimus_preflight.preflight.checks.padding_side import PaddingSideCheck
+from optimus_preflight.preflight.checks.pair_association import PairAssociationCheck
 from optimus_preflight.preflight.checks.pair_labels import PairLabelsCheck
 from optimus_preflight.preflight.checks.pair_lengths import PairLengthsCheck
 from optimus_preflight.preflight.checks.pair_partners import PairPartnersCheck
@@ -189,6 +190,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     RowShiftCheck,
     PairLengthsCheck,
     PaddingSideCheck,
+    PairAssociationCheck,
     PairTruncationCheck,
     TripletPositivesCheck,
     PairPartnersCheck,
