@@ -1578,3 +1578,20 @@ def test_sampled_negatives_given_the_positives_label(negatives):
     assert (found is not None) == (negatives == "ones_like")
     if found is not None:
         assert "32 + 32 rows" in found.message and "torch.zeros_like(neg_scores)" in found.fix
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_a_triplet_distance_reduced_over_the_batch(dim):
+    x = features()
+    g = torch.Generator().manual_seed(7)
+    positives, negatives = x + 0.1 * torch.randn(x.shape, generator=g), torch.randn(x.shape, generator=g)
+
+    def triplet(model, batch):
+        a, p, n = (model(t) for t in batch)
+        near, far = (a - p).pow(2).sum(dim), (a - n).pow(2).sum(dim)
+        return F.relu(near - far + 1.0).mean()
+
+    found = issues(preflight(mlp(8), loader(x, positives, negatives), triplet)).get("DISTANCE_OVER_BATCH")
+    assert (found is not None) == (dim == 0)
+    if found is not None:
+        assert "(a - p).pow(2).sum(dim=1)" in found.fix and "(32, 8)" in found.message

@@ -121,6 +121,8 @@ class Pitfalls:
     # (criterion, part sizes, label) of binary targets cat from parts that all hold one label, beside scores cat
     # from parts of the same sizes: positives and sampled negatives labelled alike
     one_label_parts: tuple[str, tuple[int, ...], float] | None = None
+    # (reduction, shape) of a squared / absolute difference of two (B, D) tensors reduced over dim 0, the batch
+    distance_over_batch: tuple[str, tuple[int, ...]] | None = None
     # one prediction regressed onto two targets that agree in order but not in units (see two_scales)
     two_scales: TwoScales | None = None
 
@@ -403,8 +405,10 @@ class PitfallWatch:
         elif func in (torch.sum, torch.Tensor.sum) and self.found.weighted_sum_off_axis is None:
             self._weighted_sum(args, kwargs)
             self._embedding_pooled("sum", args, kwargs)
+            self._distance_over_batch("sum", args, kwargs)
         elif func in (torch.mean, torch.Tensor.mean, torch.amax, torch.Tensor.amax):
             self._embedding_pooled(getattr(func, "__name__", "mean"), args, kwargs)
+            self._distance_over_batch(getattr(func, "__name__", "mean"), args, kwargs)
         elif func in MATMULS and self.found.softmax_off_axis is None:
             self._matmul(args)
         elif func in MASKED_FILLS:
@@ -456,6 +460,23 @@ class PitfallWatch:
         elif name == "sum" and args and any(args[0] is held for held in self._masked_scores):
             scores = args[0].detach()
             self.found.overlap_on_raw_scores = (tuple(scores.shape), float(scores.min()), float(scores.max()))
+
+    def _distance_over_batch(self, name: str, args: tuple, kwargs: dict) -> None:
+        """(a - p).pow(2).sum(0): a distance between two (B, D) embeddings reduced over dim 0, the
+        batch, which gives one value per embedding dimension instead of one per sample."""
+        inputs, dim = argument(args, kwargs, 0, "input"), argument(args, kwargs, 1, "dim")
+        if isinstance(dim, (list, tuple)) and len(dim) == 1:
+            dim = dim[0]
+        if self.found.distance_over_batch is not None or not isinstance(inputs, torch.Tensor) \
+                or not isinstance(dim, int) or dim not in (0, -2) or inputs.dim() != 2 or not inputs.requires_grad \
+                or inputs.shape[0] < ORDER_MIN_ROWS or inputs.shape[1] < 2 or inputs.shape[0] == inputs.shape[1]:
+            return
+        node = inputs.grad_fn
+        if type(node).__name__ not in ("PowBackward0", "AbsBackward0", "MulBackward0"):
+            return
+        inner = [type(n).__name__ for n, _ in node.next_functions if n is not None]
+        if inner and inner[0] == "SubBackward0":
+            self.found.distance_over_batch = (name, tuple(inputs.shape))
 
     def _embedding_pooled(self, name: str, args: tuple, kwargs: dict) -> None:
         """A (B, T, E) embedding lookup reduced over its last axis: each token's vector collapsed

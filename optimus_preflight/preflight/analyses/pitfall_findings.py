@@ -284,6 +284,17 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "Reorder the teacher's logit columns into the student's class order before the softmax: "
             "teacher_logits[:, order] with order[i] = the teacher's column of the student's class i.",
         ))
+    if found.distance_over_batch is not None:
+        reduction, shape = found.distance_over_batch
+        findings.append(Finding(
+            "DISTANCE_OVER_BATCH", "warning",
+            f"the loss {reduction}s a squared (or absolute) difference of two {shape} tensors over dim 0, the batch: "
+            f"(a - p).pow(2).{reduction}(0) gives one number per embedding dimension ({shape[1]} of them), not one "
+            f"distance per sample ({shape[0]}), so a triplet or contrastive margin compares per-dimension batch totals "
+            "and never asks any anchor to be nearer its own positive than its own negative",
+            "Reduce over the embedding dimension: (a - p).pow(2).sum(dim=1) (or F.pairwise_distance(a, p)), one "
+            "distance per sample, then average the per-sample losses over the batch.",
+        ))
     if found.one_label_parts is not None:
         criterion, sizes, label = found.one_label_parts
         findings.append(Finding(
