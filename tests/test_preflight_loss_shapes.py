@@ -1595,3 +1595,16 @@ def test_a_triplet_distance_reduced_over_the_batch(dim):
     assert (found is not None) == (dim == 0)
     if found is not None:
         assert "(a - p).pow(2).sum(dim=1)" in found.fix and "(32, 8)" in found.message
+
+
+def test_a_per_dimension_kl_averaged_over_the_batch_is_no_distance():
+    """Free bits: the KL of each latent dimension averaged over the batch (mean(0)), then clamped."""
+    x = features()
+
+    def free_bits(model, batch):
+        out = model(batch[0])
+        mu, logvar = out[:, :4], out[:, 4:]
+        kl_per_dim = (0.5 * (mu.pow(2) + logvar.exp() - logvar - 1)).mean(0)
+        return F.mse_loss(mu, batch[0][:, :4]) + kl_per_dim.clamp(min=0.1).sum()
+
+    assert "DISTANCE_OVER_BATCH" not in issues(preflight(mlp(8), loader(x), free_bits))

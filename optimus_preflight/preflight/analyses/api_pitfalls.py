@@ -472,10 +472,15 @@ class PitfallWatch:
                 or inputs.shape[0] < ORDER_MIN_ROWS or inputs.shape[1] < 2 or inputs.shape[0] == inputs.shape[1]:
             return
         node = inputs.grad_fn
-        if type(node).__name__ not in ("PowBackward0", "AbsBackward0", "MulBackward0"):
+        kind = type(node).__name__
+        inner = [n for n, _ in node.next_functions] if node is not None else []
+        if kind == "MulBackward0" and not (len(inner) == 2 and inner[0] is inner[1]):
+            return  # (a - p) * (a - p) squares a difference; a scaled term (0.5 * (...)) does not
+        if kind not in ("PowBackward0", "AbsBackward0", "MulBackward0") or not inner \
+                or type(inner[0]).__name__ != "SubBackward0":
             return
-        inner = [type(n).__name__ for n, _ in node.next_functions if n is not None]
-        if inner and inner[0] == "SubBackward0":
+        # Two tensors that carry gradients on both sides of the difference: embeddings, not x - 1
+        if all(n is not None for n, _ in inner[0].next_functions[:2]):
             self.found.distance_over_batch = (name, tuple(inputs.shape))
 
     def _embedding_pooled(self, name: str, args: tuple, kwargs: dict) -> None:
