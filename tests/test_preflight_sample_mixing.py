@@ -569,3 +569,28 @@ def test_clouds_centred_with_a_mean_over_the_batch_name_the_mean(centre_dim):
     assert bool(found) == (centre_dim == 0)
     if found:
         assert "`mean(dim=0)`" in found[0].message and "runs over the samples of the batch" in found[0].message
+
+
+class Quantised(nn.Module):
+    """A VQ autoencoder of 16 features: samples that share a code decode alike, whatever their position."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.encoder, self.decoder = nn.Linear(16, 4), nn.Linear(4, 16)
+        self.codebook = nn.Parameter(torch.randn(2, 4))
+
+    def forward(self, x):
+        ze = self.encoder(x)
+        zq = self.codebook[torch.cdist(ze, self.codebook).argmin(1)]
+        return self.decoder(ze + (zq - ze).detach())
+
+
+def test_outputs_as_wide_as_the_probe_are_not_read_as_positions():
+    x = torch.randn(256, 16, generator=torch.Generator().manual_seed(0))
+    model = Quantised()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x), batch_size=32, shuffle=True),
+                           loss_fn=lambda m, b: F.mse_loss(m(b[0]), b[0]),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), SampleMixingCheck()])
+    assert "BATCH_INDEX_DEPENDENT" not in [i.code for i in report.check("step.sample_mixing").issues]

@@ -148,20 +148,22 @@ def other_samples_moved(first: list[torch.Tensor], second: list[torch.Tensor], k
     return sorted(moved) if seen_axis else None
 
 
-def index_dependent(first: list[torch.Tensor], second: list[torch.Tensor], keep: int) -> bool:
-    """Whether sample 1's content gives another output at batch index 0 (``second``, where
-    sample 0 was replaced by sample 1) than at index 1 (``first``): the output depends on
-    where in the batch a sample sits."""
+def index_dependent(first: list[torch.Tensor], second: list[torch.Tensor], keep: int, index: int = 0) -> bool:
+    """Whether sample ``index + 1``'s content gives another output at batch position ``index``
+    (``second``, where sample ``index`` was replaced by it) than at its own (``first``): the
+    output depends on where in the batch a sample sits."""
     for a, b in zip(first, second):
         if a.shape != b.shape or a.dim() == 0 or not a.is_floating_point():
             continue
         a, b = a.float(), b.float()
         tolerance = OTHER_SAMPLE_TOL * float(a.abs().max().clamp_min(1e-12))
-        for axis in [dim for dim, length in enumerate(a.shape) if length == keep]:
+        # The first axis as long as the probe is the samples'; a later one of that length (16 features
+        # of 16 samples) is not, and comparing its entries would read features as positions.
+        for axis in [dim for dim, length in enumerate(a.shape) if length == keep][:1]:
             changed = ((a - b).abs() > tolerance).movedim(axis, 0).reshape(keep, -1).any(dim=1)
-            if bool(changed[1:].any()):
+            if bool(changed[:index].any()) or bool(changed[index + 1:].any()):
                 continue  # not this tensor's sample axis (or samples mix: reported elsewhere)
-            if bool(((b.select(axis, 0) - a.select(axis, 1)).abs() > tolerance).any()):
+            if bool(((b.select(axis, index) - a.select(axis, index + 1)).abs() > tolerance).any()):
                 return True
     return False
 
@@ -256,7 +258,8 @@ class SampleMixingCheck(Check):
             self._some_mixed(keep, others, findings, self._where(ctx, probes, keep, findings))
         elif others is not None and len(others) == 1 and (moved := self._one_other(ctx, batch, size, keep, others)):
             self._one_mixed(keep, moved, findings, self._where(ctx, probes, keep, findings))
-        elif index_dependent(*outputs, keep) and not self._stochastic(ctx, probes[0], outputs[0]):
+        elif index_dependent(*outputs, keep) and not self._stochastic(ctx, probes[0], outputs[0]) \
+                and self._position_confirmed(ctx, batch, size, keep):
             findings.warning(
                 "BATCH_INDEX_DEPENDENT",
                 "the same sample gives a different output at batch position 0 than at position 1 (eval mode, "
@@ -422,6 +425,19 @@ class SampleMixingCheck(Check):
         if again is None:
             return True
         return any(a.shape != b.shape or not torch.equal(a, b) for a, b in zip(first, again))
+
+    @classmethod
+    def _position_confirmed(cls, ctx: PreflightContext, batch: Any, size: int, keep: int) -> bool:
+        """The same dependence for another sample at another position (sample 3 at position 2): a
+        near tie that one position's rounding flips (an argmin over distances a matrix product
+        computed) moves one sample, a positional term indexed by the batch moves every one."""
+        if keep < 4:
+            return True
+        probes = probe_batches(batch, size, keep, index=2)
+        outputs = [cls._outputs(ctx, probe) for probe in probes]
+        if outputs[0] is None or outputs[1] is None:
+            return True
+        return index_dependent(*per_sample_pairs(outputs[0], outputs[1], keep, index=2), keep, index=2)
 
     @staticmethod
     def _outputs(ctx: PreflightContext, batch: Any) -> list[torch.Tensor] | None:
