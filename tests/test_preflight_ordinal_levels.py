@@ -59,3 +59,26 @@ def test_multi_label_targets_whose_rows_are_not_levels_stay_quiet():
     tags[:, 0] = 1.0  # one tag on every row, but the rows are no runs of ones
     found = issues(nn.BCEWithLogitsLoss(), tags)
     assert "TARGET_LEVEL_ALWAYS_ON" not in found
+
+
+def skewed_grades() -> torch.Tensor:
+    """Grades whose first level y > 0 holds for about 90% of the rows, the others for 5-20%."""
+    x, _ = grades()
+    g = torch.Generator().manual_seed(0)
+    score = x @ torch.randn(10, generator=g) / 10 ** 0.5
+    return torch.bucketize(score, torch.tensor([-1.5, 0.8, 1.1, 1.5]))
+
+
+def test_a_frequent_first_level_of_ordinal_targets_is_no_always_on_label():
+    found = issues(coral_loss(inclusive=False), skewed_grades())
+    assert "TARGET_ALWAYS_ON" not in found and "TARGET_LEVEL_ALWAYS_ON" not in found, found
+
+
+def test_ordinal_levels_given_to_cross_entropy_are_named_as_levels():
+    def levels_into_cross_entropy(model, batch):
+        x, y = batch
+        levels = (y.unsqueeze(1) > torch.arange(GRADES - 1)).float()
+        return F.cross_entropy(model(x), levels)
+
+    issue = issues(levels_into_cross_entropy)["TARGET_MULTI_HOT"]
+    assert "cumulative ordinal levels" in issue.message and "binary_cross_entropy_with_logits" in issue.fix

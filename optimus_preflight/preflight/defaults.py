@@ -34,6 +34,7 @@ from optimus_preflight.preflight.checks.collate_context import CollateContextChe
 from optimus_preflight.preflight.checks.collate_order import CollateOrderCheck
 from optimus_preflight.preflight.checks.collate_truncation import CollateTruncationCheck
 from optimus_preflight.preflight.checks.column_shortcut import TrainOnlyColumnCheck
+from optimus_preflight.preflight.checks.constant_buffers import ConstantBuffersCheck
 from optimus_preflight.preflight.checks.contrastive_targets import ContrastiveTargetsCheck
 from optimus_preflight.preflight.checks.conv_layout import ConvLayoutCheck
 from optimus_preflight.preflight.checks.ctc_layout import CtcLayoutCheck
@@ -196,6 +197,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     PairPartnersCheck,
     model_checks.OptimizerParamsCheck,
     UnregisteredTensorsCheck,
+    ConstantBuffersCheck,
     model_checks.ModesCheck,
     model_checks.WeightDecayCheck,
     model_checks.OptimizerEpsCheck,

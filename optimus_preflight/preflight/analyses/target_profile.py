@@ -67,6 +67,7 @@ class TargetProfile:
     # Soft (B, C) targets of a binary criterion, C of 3 or more: rows that are one distribution (sum 1)
     soft_rows: int = 0
     distribution_rows: int = 0
+    cumulative: bool = False  # 0/1 rows of ones then zeros over three grades or more: ordinal levels y > k
 
 
 def profile_target(function: str, target: torch.Tensor, ignore_index: int | None,
@@ -106,6 +107,10 @@ def profile_target(function: str, target: torch.Tensor, ignore_index: int | None
             floats = values.float()
             profile.row_sum_max = float(floats.sum(dim=class_dim).max())
             profile.binary = bool(((floats == 0) | (floats == 1)).all())
+            if profile.binary and floats.dim() == 2 and class_dim == 1 and floats.shape[1] >= 2:
+                # every row ones then zeros, three grades or more: ordinal levels y > k (CORAL)
+                profile.cumulative = bool((floats[:, 1:] <= floats[:, :-1]).all()) and \
+                    int(floats.sum(dim=1).unique().numel()) >= 3
             if floats.dim() == 2 and class_dim == 1 and not profile.binary and bool((floats >= 0).all()):
                 positive = floats > 0
                 count = positive.sum(dim=1)
@@ -181,6 +186,18 @@ def profile_findings(calls: list[CriterionCall]) -> list[Finding]:
                 "distillation (softmax only for one label per sample, with cross_entropy / kl_div).",
             ))
         if call.function == "cross_entropy" and profile.binary and profile.row_sum_max is not None and \
+                profile.row_sum_max > 1 + _ROW_SUM_TOL and profile.cumulative:
+            found.append(Finding(
+                "TARGET_MULTI_HOT", "error",
+                f"cross_entropy gets cumulative ordinal levels as targets (each row ones then zeros, up to "
+                f"{profile.row_sum_max:g} ones: an ordinal grade encoded as 'grade > k', CORAL / cumulative link): "
+                "it reads them as one probability distribution per sample, so the levels compete in one softmax "
+                "although each is its own yes/no, a row's mass grows with its grade, and per-level sigmoids decoded "
+                "at prediction time were never trained",
+                "Train each level as its own binary task: F.binary_cross_entropy_with_logits(level_logits, levels) "
+                "instead of cross_entropy (decode the grade as (torch.sigmoid(level_logits) > 0.5).sum(1)).",
+            ))
+        elif call.function == "cross_entropy" and profile.binary and profile.row_sum_max is not None and \
                 profile.row_sum_max > 1 + _ROW_SUM_TOL:
             found.append(Finding(
                 "TARGET_MULTI_HOT", "error",

@@ -776,7 +776,8 @@ class TargetsCheck(Check):
         levels = [call.cumulative_levels for call in calls if call.cumulative_levels is not None]
         first_level_always_on = bool(levels) and all(first_always_on for _, _, first_always_on in levels)
         on = next((call.always_on_label for call in calls if call.always_on_label), None)
-        if on is not None and not first_level_always_on:
+        # Cumulative (ordinal) levels y > k are set most often at k = 0 by construction: no padding label.
+        if on is not None and not levels:
             column, rate, median = on
             findings.warning(
                 "TARGET_ALWAYS_ON",
