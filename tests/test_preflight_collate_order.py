@@ -153,6 +153,27 @@ def test_category_codes_assigned_per_batch_fire(fitted_once):
         assert "once, on the training split" in issues[0].fix
 
 
+class OneHotCityModel(nn.Module):
+    """The city read through F.one_hot, a conditional model's category input."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.head = nn.Linear(14, 2)
+
+    def forward(self, codes, numbers):
+        return self.head(torch.cat([nn.functional.one_hot(codes, 12).float(), numbers], 1))
+
+
+def test_codes_assigned_per_batch_and_read_through_one_hot_fire():
+    model = OneHotCityModel()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(Listings(), batch_size=32, shuffle=True, collate_fn=encode_cities(None)),
+                           loss_fn=lambda m, b: nn.functional.cross_entropy(m(b[0], b[1]), b[2]),
+                           checks=[FirstBatchCheck(), CollateOrderCheck()])
+    assert [i.code for i in report.check("data.collate_order").issues] == ["DATA_COLLATE_RECODES"]
+
+
 def test_episode_labels_numbered_per_batch_are_neither_recoded_ids_nor_a_reordering():
     # few-shot episodes: the labels are renumbered 0..N-1 in each episode on purpose and are no embedding's ids
     data = Listings()

@@ -171,8 +171,9 @@ class CollateContextCheck(Check):
             "COLLATE_DEPENDS_ON_BATCH",
             f"the collate_fn gives the same sample different values depending on the other samples in its batch: "
             f"{count} samples collated as two batches of {half} and as one batch of {count} disagree in {where} "
-            f"for {share:.0%} of the samples, beyond padding and order. Typical causes: categories label-encoded "
-            "(vocab / ids) from the values present in each batch, or features or targets standardised with the "
+            f"for {share:.0%} of the samples, beyond padding and order. Typical causes: categories or class ids "
+            "re-indexed from the values present in each batch (torch.unique(..., return_inverse=True), "
+            "pd.factorize, a vocab built in the collate_fn), or features or targets standardised with the "
             "batch's own mean and std; the model then sees an encoding that changes from batch to batch, and "
             "validation is encoded differently again",
             "Make collate_fn a function of each sample alone: build vocabularies, label encoders and normalisation "

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_collate
 
@@ -138,12 +139,25 @@ def recoded(first: Any, second: Any, size: int) -> tuple[int, dict[int, int]] | 
     return None
 
 
+class OneHotReads(TorchFunctionMode):
+    """Whether F.one_hot encodes ``wanted`` in the forward: codes read as categories, like an embedding's ids."""
+
+    def __init__(self, wanted: torch.Tensor, seen: list[bool]) -> None:
+        super().__init__()
+        self.wanted, self.seen = wanted, seen
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") == "one_hot" and args and isinstance(args[0], torch.Tensor) \
+                and args[0].numel() == self.wanted.numel() and torch.equal(args[0].reshape(-1).cpu(), self.wanted):
+            self.seen.append(True)
+        return func(*args, **kwargs)
+
+
 def embedded(ctx: PreflightContext, batch: Any, codes: torch.Tensor) -> bool:
-    """Whether ``codes`` reach an nn.Embedding or nn.EmbeddingBag of the model as its ids in
-    one eval-mode forward of ``batch``."""
+    """Whether ``codes`` reach an nn.Embedding or nn.EmbeddingBag of the model as its ids, or
+    F.one_hot as categories (a conditional model's class input), in one eval-mode forward."""
     modules = [m for m in ctx.model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag))]
-    if not modules:
-        return False
     wanted = codes.reshape(-1).cpu()
     seen: list[bool] = []
 
@@ -155,7 +169,8 @@ def embedded(ctx: PreflightContext, batch: Any, codes: torch.Tensor) -> bool:
 
     handles = [m.register_forward_pre_hook(before) for m in modules]
     try:
-        eval_forward(ctx, batch)
+        with OneHotReads(wanted, seen):
+            eval_forward(ctx, batch)
     except Exception:
         return False
     finally:
