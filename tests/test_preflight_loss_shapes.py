@@ -1608,3 +1608,28 @@ def test_a_per_dimension_kl_averaged_over_the_batch_is_no_distance():
         return F.mse_loss(mu, batch[0][:, :4]) + kl_per_dim.clamp(min=0.1).sum()
 
     assert "DISTANCE_OVER_BATCH" not in issues(preflight(mlp(8), loader(x), free_bits))
+
+
+class MaskedLayerNet(nn.Module):
+    def __init__(self, mask_as: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer, self.head = nn.Linear(FEATURES, 32), nn.Linear(32, CLASSES)
+        mask = (torch.arange(32)[:, None] % FEATURES >= torch.arange(FEATURES)[None, :]).float()
+        if mask_as == "parameter":
+            self.mask = nn.Parameter(mask)
+        else:
+            self.register_buffer("mask", mask)
+
+    def forward(self, x):
+        return self.head(torch.relu(F.linear(x, self.layer.weight * self.mask, self.layer.bias)))
+
+
+@pytest.mark.parametrize("mask_as", ["parameter", "buffer"])
+def test_a_connectivity_mask_registered_as_a_parameter(mask_as):
+    x = features()
+    found = issues(preflight(MaskedLayerNet(mask_as), loader(x, x[:, :CLASSES].argmax(1)),
+                             nn.CrossEntropyLoss())).get("MASK_IS_PARAMETER")
+    assert (found is not None) == (mask_as == "parameter")
+    if found is not None:
+        assert "register_buffer('mask'" in found.fix

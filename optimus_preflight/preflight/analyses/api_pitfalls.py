@@ -110,6 +110,8 @@ class Pitfalls:
     softmax_spatial_axis: tuple[str, tuple[int, ...], int] | None = None
     # (weight shape, share pruned) of a trained weight times a 0/1 mask that zeroes its largest magnitudes
     mask_keeps_smallest: tuple[tuple[int, ...], float] | None = None
+    # (shape, share of zeros) of a trained 0/1 Parameter multiplied into another trained weight: a mask trained
+    mask_is_parameter: tuple[tuple[int, ...], float] | None = None
     # (weight shape, columns zeroed) of an (out, in) weight times a 0/1 mask over its input columns
     mask_over_inputs: tuple[tuple[int, ...], int] | None = None
     # (shape, distance op) of cross_entropy logits that are distances, not negated: the positive is pushed away
@@ -166,6 +168,20 @@ def mask_keeps_smallest(weight: Any, mask: Any) -> tuple[tuple[int, ...], float]
     if float(magnitude[kept].max()) < float(magnitude[~kept].min()):
         return tuple(weight.shape), pruned_share
     return None
+
+
+def trained_mask(weight: Any, mask: Any) -> tuple[tuple[int, ...], float] | None:
+    """(shape, share of zeros) where a trained weight is multiplied by a Parameter of its shape that
+    requires grad and holds only 0 and 1: a connectivity mask (MADE's autoregressive masks, a
+    pruning mask) registered as nn.Parameter, which the optimizer moves off 0 and 1 (pure)."""
+    if not all(isinstance(t, torch.nn.Parameter) and t.requires_grad for t in (weight, mask)) \
+            or mask.shape != weight.shape or mask.dim() < 2 or mask.numel() < MASK_MIN_VALUES:
+        return None
+    values = mask.detach()
+    if not bool(((values == 0) | (values == 1)).all()):
+        return None
+    zeros = float((values == 0).float().mean())
+    return (tuple(mask.shape), zeros) if 0.05 <= zeros <= 0.95 else None
 
 
 def mask_over_inputs(weight: Any, mask: Any) -> tuple[tuple[int, ...], int] | None:
@@ -389,6 +405,8 @@ class PitfallWatch:
                 or mask_keeps_smallest(args[1], args[0])
             if self.found.mask_over_inputs is None:
                 self.found.mask_over_inputs = mask_over_inputs(args[0], args[1]) or mask_over_inputs(args[1], args[0])
+            if self.found.mask_is_parameter is None:
+                self.found.mask_is_parameter = trained_mask(args[0], args[1]) or trained_mask(args[1], args[0])
         if self.found.overlap_on_raw_scores is None:
             self._overlap_terms(name, args)
         if getattr(func, "__self__", None) is TRANSPOSE:

@@ -350,6 +350,17 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             "Keep the largest magnitudes: mask = w.abs() > threshold (or torch.nn.utils.prune.l1_unstructured, "
             "which zeroes the smallest).",
         ))
+    if found.mask_is_parameter is not None:
+        shape, zeros = found.mask_is_parameter
+        findings.append(Finding(
+            "MASK_IS_PARAMETER", "warning",
+            f"the forward multiplies a trained weight by a {shape} tensor of 0s and 1s ({zeros:.0%} zeros) that is "
+            "itself an nn.Parameter the optimizer holds: a connectivity mask registered as a parameter. The first "
+            "step moves its zeros off 0, so the connections it was meant to cut (MADE's autoregressive order, a "
+            "pruning pattern) open up and the masked structure is lost",
+            "Register the mask as a buffer: self.register_buffer('mask', mask.float()) (it follows .to(device) "
+            "and the state_dict, and is never trained), or keep it out of the optimizer with requires_grad=False.",
+        ))
     if found.mask_over_inputs is not None:
         shape, zeroed = found.mask_over_inputs
         findings.append(Finding(
