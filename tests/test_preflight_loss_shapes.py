@@ -1633,3 +1633,22 @@ def test_a_connectivity_mask_registered_as_a_parameter(mask_as):
     assert (found is not None) == (mask_as == "parameter")
     if found is not None:
         assert "register_buffer('mask'" in found.fix
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_a_mixture_likelihood_marginalised_over_the_batch(dim):
+    """A mixture density network whose logsumexp runs over dim 0, the batch, instead of the components."""
+    x = features()
+    y = x[:, :1] * 2 + 0.1 * torch.randn(len(x), 1, generator=torch.Generator().manual_seed(3))
+
+    def mdn_nll(model, batch):
+        inputs, target = batch
+        out = model(inputs)
+        log_pi, mu, log_sigma = F.log_softmax(out[:, :4], 1), out[:, 4:8], out[:, 8:12]
+        component = -0.5 * ((target - mu) / log_sigma.exp()) ** 2 - log_sigma
+        return -torch.logsumexp(log_pi + component, dim=dim).mean()
+
+    found = issues(preflight(mlp(12), loader(x, y), mdn_nll)).get("LOSS_NORM_DIM")
+    assert (found is not None) == (dim == 0)
+    if found is not None:
+        assert "logsumexp over dim 0" in found.message and "dim=1" in found.fix

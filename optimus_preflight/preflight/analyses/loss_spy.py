@@ -480,7 +480,7 @@ class LossSpy(TorchFunctionMode):
             self.normalized = True
             if self.batch_normalize is None:
                 self._check_normalize(args, kwargs)
-        elif name in ("softmax", "log_softmax") and self.batch_softmax is None:
+        elif name in ("softmax", "log_softmax", "logsumexp") and self.batch_softmax is None:
             self._check_softmax(name, args, kwargs)
         elif name in ARITHMETIC and not self.column_broadcasts:
             found = column_broadcast(name, args)

@@ -671,16 +671,27 @@ class LossFunctionCheck(Check):
             )
         if probe.batch_softmax is not None and not any(issue.code == "LOSS_NORM_DIM" for issue in findings.issues):
             function, shape = probe.batch_softmax
-            findings.error(
-                "LOSS_NORM_DIM",
-                f"the step (model forward or loss) takes a {function} over dim 0, the batch, of a {shape} tensor "
-                "computed from the model: each sample's values are normalised against the other samples of its batch "
-                "(each pixel's or position's class probabilities do not sum to 1; attention weights spread over the "
-                "batch instead of each sample's positions), so the loss rewards one sample outscoring the rest and "
-                "every prediction depends on its batch-mates",
-                f"Normalise over the sample's own axis: torch.{function}(logits, dim=1) for (N, C, ...) class logits, "
-                "dim=1 for (N, T, 1) attention scores over positions (dim=-1 for (N, ..., C)).",
-            )
+            if function == "logsumexp":
+                findings.error(
+                    "LOSS_NORM_DIM",
+                    f"the step takes a logsumexp over dim 0, the batch, of a {shape} tensor computed from the model: "
+                    "a mixture's log-likelihood log sum_k pi_k N(y | mu_k, sigma_k) (or any log-sum over "
+                    "alternatives) is summed across the samples of the batch instead of across each sample's "
+                    "components, so the likelihood mixes different samples and never marginalises the components",
+                    "Reduce over the components of each sample: torch.logsumexp(log_pi + component_log_prob, dim=1) "
+                    "(dim=-1 for (N, ..., K)), then average over the batch.",
+                )
+            else:
+                findings.error(
+                    "LOSS_NORM_DIM",
+                    f"the step (model forward or loss) takes a {function} over dim 0, the batch, of a {shape} tensor "
+                    "computed from the model: each sample's values are normalised against the other samples of its "
+                    "batch (each pixel's or position's class probabilities do not sum to 1; attention weights spread "
+                    "over the batch instead of each sample's positions), so the loss rewards one sample outscoring the "
+                    "rest and every prediction depends on its batch-mates",
+                    f"Normalise over the sample's own axis: torch.{function}(logits, dim=1) for (N, C, ...) class "
+                    "logits, dim=1 for (N, T, 1) attention scores over positions (dim=-1 for (N, ..., C)).",
+                )
         weighted = next((call.frequent_class_weights for call in calls if call.frequent_class_weights), None)
         if weighted is not None and weighted.permuted:
             findings.warning(
