@@ -49,3 +49,22 @@ def test_thresholds_kept_as_a_buffer_of_zeros_never_train(thresholds):
     assert [i.code for i in issues] == (["BUFFER_NEVER_TRAINED"] if thresholds == "buffer" else [])
     if issues:
         assert "'thresholds' (added to the activations)" in issues[0].message and "nn.Parameter" in issues[0].fix
+
+
+def test_a_library_models_zero_buffer_is_its_design():
+    """Hugging Face BART keeps final_logits_bias, a zero buffer added to the logits, on purpose."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BartConfig(vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1,
+                                     encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                     decoder_ffn_dim=32, max_position_embeddings=32)
+    torch.manual_seed(0)
+    model = transformers.BartForConditionalGeneration(config)
+    ids = torch.randint(3, 40, (64, 10), generator=torch.Generator().manual_seed(0))
+
+    def loss(m, batch):
+        return m(input_ids=batch[0], labels=batch[0]).loss
+
+    report = run_preflight(model, torch.optim.AdamW(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(ids), batch_size=16, shuffle=True), loss_fn=loss,
+                           checks=[FirstBatchCheck(), ConstantBuffersCheck()])
+    assert report.check("model.constant_buffers").issues == []

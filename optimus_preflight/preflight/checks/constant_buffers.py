@@ -8,7 +8,8 @@ term does nothing all run (CORAL's rank thresholds all at 0 make the levels indi
 
 Read from one eval-mode forward on the first batch: float buffers holding one value (0, or 1)
 that the forward adds to, subtracts from, multiplies or divides a tensor of the batch's
-samples by. Normalisation layers' running statistics are left out.
+samples by. Normalisation layers' running statistics, and buffers of torch's own layers and of
+library models (Hugging Face BART keeps a zero ``final_logits_bias`` on purpose), are left out.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 ADDING = {"add", "__add__", "__radd__", "sub", "__sub__", "__rsub__", "rsub"}
 SCALING = {"mul", "__mul__", "__rmul__", "div", "__truediv__", "__rtruediv__"}
 NORMS = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
+LIBRARIES = ("torch", "transformers", "torchvision", "torchaudio", "timm")
 
 
 def constant_buffers(model: nn.Module) -> dict[int, tuple[str, float]]:
@@ -37,7 +39,8 @@ def constant_buffers(model: nn.Module) -> dict[int, tuple[str, float]]:
     0 or 1, outside normalisation layers (pure on the model)."""
     found = {}
     for module_name, module in model.named_modules():
-        if isinstance(module, NORMS):
+        # torch's own layers and library models keep such buffers by design (BART's final_logits_bias)
+        if isinstance(module, NORMS) or type(module).__module__.split(".")[0] in LIBRARIES:
             continue
         for name, buffer in module.named_buffers(recurse=False):
             if buffer is None or not buffer.is_floating_point() or buffer.numel() < 2 or buffer.layout != torch.strided:
