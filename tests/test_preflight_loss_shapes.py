@@ -1652,3 +1652,42 @@ def test_a_mixture_likelihood_marginalised_over_the_batch(dim):
     assert (found is not None) == (dim == 0)
     if found is not None:
         assert "logsumexp over dim 0" in found.message and "dim=1" in found.fix
+
+
+@pytest.mark.parametrize("decoder", ["mse_on_logits", "bce_with_logits", "mse_on_sigmoid"])
+def test_binary_pixels_regressed_by_mse_on_logits(decoder):
+    g = torch.Generator().manual_seed(4)
+    pixels = (torch.rand(256, 32, generator=g) < 0.3).float()
+
+    def reconstruction(model, batch):
+        (x,) = batch
+        logits = model(x)
+        if decoder == "bce_with_logits":
+            return F.binary_cross_entropy_with_logits(logits, x)
+        return F.mse_loss(torch.sigmoid(logits) if decoder == "mse_on_sigmoid" else logits, x)
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 8), nn.ReLU(), nn.Linear(8, 32))
+    found = issues(preflight(model, loader(pixels), reconstruction)).get("BINARY_TARGETS_REGRESSED")
+    assert (found is not None) == (decoder == "mse_on_logits")
+    if found is not None:
+        assert "binary_cross_entropy_with_logits" in found.fix
+
+
+@pytest.mark.parametrize("given", ["weight", "pos_weight", "per_sample_weight"])
+def test_an_imbalance_ratio_passed_as_weight_instead_of_pos_weight(given):
+    x = features()
+    y = (x[:, 0] > 1.0).float()[:, None]  # about 16% positives
+    ratio = ((1 - y).sum() / y.sum()).reshape(1)
+    criterion = {"weight": nn.BCEWithLogitsLoss(weight=ratio), "pos_weight": nn.BCEWithLogitsLoss(pos_weight=ratio),
+                 "per_sample_weight": None}[given]
+
+    def per_sample(model, batch):
+        inputs, target = batch
+        weights = 1 + target * (ratio - 1)  # positives weighted by the ratio: a rebalancing of its own
+        return F.binary_cross_entropy_with_logits(model(inputs), target, weight=weights)
+
+    found = issues(preflight(mlp(1), loader(x, y), criterion or per_sample)).get("BCE_WEIGHT_NOT_POS_WEIGHT")
+    assert (found is not None) == (given == "weight")
+    if found is not None:
+        assert "pos_weight=torch.tensor(" in found.fix

@@ -125,6 +125,10 @@ class Pitfalls:
     one_label_parts: tuple[str, tuple[int, ...], float] | None = None
     # (reduction, shape) of a squared / absolute difference of two (B, D) tensors reduced over dim 0, the batch
     distance_over_batch: tuple[str, tuple[int, ...]] | None = None
+    # (weight value, share of positives) of a BCE given one constant weight= and no pos_weight on imbalanced targets
+    weight_not_pos_weight: tuple[float, float] | None = None
+    # (criterion, shape, share of ones) of raw, unbounded outputs regressed onto 0/1 targets: Bernoulli logits given MSE
+    binary_regressed: tuple[str, tuple[int, ...], float] | None = None
     # one prediction regressed onto two targets that agree in order but not in units (see two_scales)
     two_scales: TwoScales | None = None
 
@@ -251,6 +255,50 @@ def self_as_negative(table: Any, values: Any) -> tuple[tuple[int, ...], float] |
         return None
     picked = float((values.detach().float().abs() <= tolerance).float().mean())
     return (tuple(table.shape), picked) if picked >= SELF_NEGATIVE_ROWS else None
+
+
+BOUNDED_NODES = {"SigmoidBackward0", "SoftmaxBackward0", "TanhBackward0", "ClampBackward1", "HardsigmoidBackward0",
+                 "ClampMinBackward0", "ClampMaxBackward0", "LogSoftmaxBackward0", "ReluBackward0"}
+BINARY_MIN_VALUES = 256
+
+
+def binary_regressed(criterion: str, prediction: torch.Tensor, target: Any) -> tuple[str, tuple[int, ...], float] | None:
+    """(criterion, shape, share of ones) where a regression criterion compares raw, unbounded model
+    outputs (no sigmoid or other bounded activation last, values outside [0, 1]) with targets that
+    are all 0 or 1, both common: a Bernoulli decoder's or classifier's logits trained by squared
+    error (pure)."""
+    if not isinstance(target, torch.Tensor) or target.shape != prediction.shape or target.numel() < BINARY_MIN_VALUES \
+            or type(prediction.grad_fn).__name__ in BOUNDED_NODES:
+        return None
+    values = target.detach()
+    if not bool(((values == 0) | (values == 1)).all()):
+        return None
+    ones = float((values == 1).float().mean())
+    outputs = prediction.detach().float()
+    if not 0.05 <= ones <= 0.95 or (float(outputs.min()) >= 0 and float(outputs.max()) <= 1):
+        return None
+    return criterion, tuple(prediction.shape), ones
+
+
+RARE_POSITIVES = 0.35  # of the 0/1 targets: an imbalance a user reweights
+
+
+def weight_not_pos_weight(target: Any, weight: Any, pos_weight: Any) -> tuple[float, float] | None:
+    """(weight, share of positives) where binary_cross_entropy_with_logits gets one constant
+    ``weight`` other than 1 and no ``pos_weight`` on 0/1 targets with rare positives: the weight
+    scales every term, so the imbalance it was meant to correct stays (pure)."""
+    if pos_weight is not None or not isinstance(weight, torch.Tensor) or not isinstance(target, torch.Tensor) \
+            or not weight.numel() or not target.numel():
+        return None
+    values = weight.detach().float().reshape(-1)
+    value = float(values[0])
+    if not bool((values == value).all()) or abs(value - 1) < 0.5:
+        return None
+    labels = target.detach()
+    if not bool(((labels == 0) | (labels == 1)).all()):
+        return None
+    positives = float(labels.float().mean())
+    return (value, positives) if 0 < positives <= RARE_POSITIVES else None
 
 
 def two_scales(criterion: str, first: torch.Tensor, second: torch.Tensor) -> TwoScales | None:
@@ -690,6 +738,12 @@ class PitfallWatch:
             scores = next((part for part in self._cat_parts if part[0] is inputs), None)
             if labels is not None and scores is not None and labels[1] == scores[1]:
                 found.one_label_parts = (name, labels[1], labels[2])
+        if name == "binary_cross_entropy_with_logits" and found.weight_not_pos_weight is None:
+            found.weight_not_pos_weight = weight_not_pos_weight(argument(args, kwargs, 1, "target"),
+                                                                argument(args, kwargs, 2, "weight"),
+                                                                argument(args, kwargs, 6, "pos_weight"))
+        if name in REGRESSION and found.binary_regressed is None and inputs.requires_grad:
+            found.binary_regressed = binary_regressed(name, inputs, argument(args, kwargs, 1, "target"))
         if name in REGRESSION and found.two_scales is None and inputs.requires_grad:
             self._second_target(name, inputs, argument(args, kwargs, 1, "target"))
         if name in REGRESSION and found.uniform_noise_target is None:
