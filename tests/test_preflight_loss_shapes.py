@@ -1691,3 +1691,23 @@ def test_an_imbalance_ratio_passed_as_weight_instead_of_pos_weight(given):
     assert (found is not None) == (given == "weight")
     if found is not None:
         assert "pos_weight=torch.tensor(" in found.fix
+
+
+@pytest.mark.parametrize("expand", ["repeat", "repeat_interleave"])
+def test_quantile_targets_tiled_against_outputs_flattened_by_sample(expand):
+    x = features()
+    y = x[:, 0] * 2 + 1
+    quantiles = torch.tensor([0.1, 0.5, 0.9])
+
+    def pinball(model, batch):
+        inputs, target = batch
+        predictions = model(inputs).reshape(-1)  # (B, 3) row by row
+        targets = getattr(target, expand)(3)
+        error = targets - predictions
+        q = quantiles.repeat(len(target))
+        return torch.maximum(q * error, (q - 1) * error).mean()
+
+    found = issues(preflight(mlp(3), loader(x, y), pinball)).get("TARGET_TILED")
+    assert (found is not None) == (expand == "repeat")
+    if found is not None:
+        assert "y.repeat_interleave(3)" in found.fix and "(32, 3)" in found.message

@@ -256,10 +256,10 @@ def column_broadcast_findings(broadcasts: list[ColumnBroadcast], calls: list[Cri
                "target.squeeze(-1)" if found.constant_shape == (rows, 1) else "prediction.view_as(target)")
     joint = found.joint_shape or (rows, rows)
     residual = found.op in ("sub", "__sub__", "__rsub__", "rsub")
-    opening = ("a residual in a hand-written loss (squared or absolute error, Huber, a pinball/quantile loss "
-               "max(q * e, (q - 1) * e), the (y - mu)**2 / var of a Gaussian NLL: only torch's own criteria check "
-               "shapes) combines"
-               if residual else "compute_loss combines")
+    opening = "a residual in a hand-written loss combines" if residual else "compute_loss combines"
+    # the losses written by hand around such a residual, named next to the broadcast they suffer
+    kinds = (" (in a squared or absolute error, Huber, a pinball/quantile loss max(q * e, (q - 1) * e) or a "
+             "Gaussian NLL's (y - mu)**2 / var alike: only torch's own criteria check shapes)" if residual else "")
     if found.flag and not found.kept_reduction:
         return [Finding(
             "LOSS_BROADCAST", "error",
@@ -277,7 +277,7 @@ def column_broadcast_findings(broadcasts: list[ColumnBroadcast], calls: list[Cri
         "LOSS_BROADCAST", "error",
         f"{opening} a tensor of shape {found.learnable_shape} computed by the model with a tensor of "
         f"shape {found.constant_shape} that is not (the batch's targets or labels read as a column, or a constant) "
-        f"(`{found.op}`): they broadcast to {joint}, a table over (B, B) for B = {rows}, so every prediction is "
+        f"(`{found.op}`): they broadcast to {joint}{kinds}, a table over (B, B) for B = {rows}, so every prediction is "
         f"compared with every target of the batch ({rows} times the terms) and the model learns to predict the "
         "batch mean"
         + (f". The {found.learnable_shape} column is {found.kept_reduction} taken with keepdim=True (F.pairwise_distance"

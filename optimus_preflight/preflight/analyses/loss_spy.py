@@ -47,7 +47,12 @@ from optimus_preflight.preflight.analyses.class_weights import (
     weights_on_balanced_batch,
 )
 from optimus_preflight.preflight.analyses.criterion_args import CriterionArgsWatch
-from optimus_preflight.preflight.analyses.flatten_order import FlattenMismatch, FlattenWatch, flatten_mismatch
+from optimus_preflight.preflight.analyses.flatten_order import (
+    FlattenMismatch,
+    FlattenWatch,
+    flatten_mismatch,
+    flattened_from,
+)
 from optimus_preflight.preflight.analyses.graph_cuts import GraphCutWatch
 from optimus_preflight.preflight.analyses.graph_propagation import PropagationWatch
 from optimus_preflight.preflight.analyses.loss_shapes import (
@@ -428,6 +433,10 @@ class LossSpy(TorchFunctionMode):
         # (criterion, blocks, rows) where a paired criterion's inputs are consecutive row blocks of one
         # tensor (emb.chunk(3) of a stacked forward): the probe asks how the model's input was stacked
         self.row_blocks: tuple[str, int, int] | None = None
+        # (B,) tensors without grad tiled with .repeat(k): (tensor, k), held for the step
+        self._tiled: list[tuple[torch.Tensor, int]] = []
+        # (op, rows, k) where a tiled (B,) target meets a model output flattened from (B, k) sample by sample
+        self.tiled_against_rows: tuple[str, int, int] | None = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -482,7 +491,9 @@ class LossSpy(TorchFunctionMode):
                 self._check_normalize(args, kwargs)
         elif name in ("softmax", "log_softmax", "logsumexp") and self.batch_softmax is None:
             self._check_softmax(name, args, kwargs)
-        elif name in ARITHMETIC and not self.column_broadcasts:
+        if self._tiled and self.tiled_against_rows is None and (name in ARITHMETIC or name in REGRESSION_CRITERIA):
+            self._tiled_target(name, args)
+        if name in ARITHMETIC and not self.column_broadcasts:
             found = column_broadcast(name, args)
             if found is not None and found.learnable_shape[0] == self.batch_rows:
                 found.where = user_frame_text(sys._getframe(1), through_package=False)
@@ -508,6 +519,10 @@ class LossSpy(TorchFunctionMode):
         self.channel_axis.observe(name, args, kwargs, out)
         self.views.observe(name, args, out)
         self.flattened.observe(name, args, out)
+        if name == "repeat" and len(args) == 2 and isinstance(args[0], torch.Tensor) and isinstance(args[1], int) \
+                and args[1] >= 2 and args[0].dim() == 1 and not args[0].requires_grad and self.batch_rows \
+                and len(args[0]) == self.batch_rows and len(self._tiled) < 8 and isinstance(out, torch.Tensor):
+            self._tiled.append((out, args[1]))
         self.criterion_args.after(name, args, out, kwargs)
         if record is not None and isinstance(out, torch.Tensor) and out.dim() == 0 and out.requires_grad:
             self.scalar_outputs.append(out)
@@ -517,6 +532,21 @@ class LossSpy(TorchFunctionMode):
             if pad_mask is not None and record.reduction == "none" and out.numel() == pad_mask.numel():
                 record.sums = _elementwise_sums(out, argument(args, kwargs, 1, "target"), pad_mask, record.ignore_index)
         return out
+
+    def _tiled_target(self, name: str, args: tuple) -> None:
+        """y.repeat(k) of the batch's (B,) targets meeting a model output flattened from (B, k): the
+        output's rows run sample by sample (i * k .. i * k + k - 1), the tiled targets batch by batch."""
+        tensors = [a for a in args[:2] if isinstance(a, torch.Tensor)]
+        if len(tensors) != 2:
+            return
+        for tiled, other in (tensors, tensors[::-1]):
+            views = next((k for made, k in self._tiled if made is tiled), None)
+            if views is None or not other.requires_grad or other.shape != tiled.shape:
+                continue
+            source = flattened_from(other, self.flattened)
+            if source is not None and len(source) == 2 and source == (self.batch_rows, views):
+                self.tiled_against_rows = (name.strip("_"), int(source[0]), views)
+                return
 
     def _check_softmax(self, name: str, args: tuple, kwargs: dict) -> None:
         """A softmax across the samples of a model output: dim 0 of (B, C, ...) maps or sequences,

@@ -158,6 +158,8 @@ class StepProbe:
     # (criterion, views per sample, the shape the model's input was flattened from): class targets tiled
     # with .repeat(k) beside a forward over each sample's k views kept together
     labels_tiled: tuple[str, int, tuple[int, ...]] | None = None
+    # (op, rows, k): batch targets tiled with .repeat(k) against a model output flattened from (rows, k)
+    targets_tiled_against_rows: tuple[str, int, int] | None = None
     sampling_ops: list[str] = field(default_factory=list)  # torch.normal(mu, std) in the loss's graph: no gradient
     # a class criterion whose batch targets are the untrained model's own argmax (pseudo-labels made at init)
     labels_from_initial_guesses: CriterionCall | None = None
@@ -568,6 +570,7 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
     # the shape the model's first input was flattened from: (B, k, ...) views kept together per sample
     input_source = flattened_from(model_input_tensors[0], spy.flattened) if model_input_tensors else None
     probe.labels_tiled = labels_tiled(spy.calls, step_batches[0] if step_batches else batch, input_source)
+    probe.targets_tiled_against_rows = spy.tiled_against_rows
     if model_untrained:
         probe.labels_from_initial_guesses = next(
             (call for call in spy.calls if call.target_storage in held

@@ -726,6 +726,18 @@ class LossFunctionCheck(Check):
                 f"{views}).reshape(-1)); y.repeat({views}) only matches views stacked view by view, "
                 "crops.transpose(0, 1).flatten(0, 1).",
             )
+        if probe.targets_tiled_against_rows is not None and probe.labels_tiled is None:
+            op, rows, views = probe.targets_tiled_against_rows
+            findings.error(
+                "TARGET_TILED",
+                f"the loss compares ({op}) a model output flattened from ({rows}, {views}), sample by sample (sample "
+                f"i's {views} values at rows i * {views} .. i * {views} + {views - 1}: several quantiles, horizons or "
+                f"heads), with the batch's ({rows},) targets tiled by .repeat({views}) (target i at rows i, i + {rows}, "
+                "...): almost every output is scored against another sample's target, so the model learns targets "
+                "unrelated to its inputs",
+                f"Expand the targets in the outputs' order: y.repeat_interleave({views}) (or y[:, None].expand(-1, "
+                f"{views}).reshape(-1)); or keep the (B, {views}) shape and compare with y[:, None].",
+            )
         if probe.pairs_interleaved is not None:
             name, count, rows, source = probe.pairs_interleaved
             findings.error(
