@@ -1654,26 +1654,6 @@ def test_a_mixture_likelihood_marginalised_over_the_batch(dim):
         assert "logsumexp over dim 0" in found.message and "dim=1" in found.fix
 
 
-@pytest.mark.parametrize("decoder", ["mse_on_logits", "bce_with_logits", "mse_on_sigmoid"])
-def test_binary_pixels_regressed_by_mse_on_logits(decoder):
-    g = torch.Generator().manual_seed(4)
-    pixels = (torch.rand(256, 32, generator=g) < 0.3).float()
-
-    def reconstruction(model, batch):
-        (x,) = batch
-        logits = model(x)
-        if decoder == "bce_with_logits":
-            return F.binary_cross_entropy_with_logits(logits, x)
-        return F.mse_loss(torch.sigmoid(logits) if decoder == "mse_on_sigmoid" else logits, x)
-
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(32, 8), nn.ReLU(), nn.Linear(8, 32))
-    found = issues(preflight(model, loader(pixels), reconstruction)).get("BINARY_TARGETS_REGRESSED")
-    assert (found is not None) == (decoder == "mse_on_logits")
-    if found is not None:
-        assert "binary_cross_entropy_with_logits" in found.fix
-
-
 @pytest.mark.parametrize("given", ["weight", "pos_weight", "per_sample_weight"])
 def test_an_imbalance_ratio_passed_as_weight_instead_of_pos_weight(given):
     x = features()

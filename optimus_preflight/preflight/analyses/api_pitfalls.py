@@ -127,8 +127,6 @@ class Pitfalls:
     distance_over_batch: tuple[str, tuple[int, ...]] | None = None
     # (weight value, share of positives) of a BCE given one constant weight= and no pos_weight on imbalanced targets
     weight_not_pos_weight: tuple[float, float] | None = None
-    # (criterion, shape, share of ones) of raw, unbounded outputs regressed onto 0/1 targets: Bernoulli logits given MSE
-    binary_regressed: tuple[str, tuple[int, ...], float] | None = None
     # one prediction regressed onto two targets that agree in order but not in units (see two_scales)
     two_scales: TwoScales | None = None
 
@@ -255,29 +253,6 @@ def self_as_negative(table: Any, values: Any) -> tuple[tuple[int, ...], float] |
         return None
     picked = float((values.detach().float().abs() <= tolerance).float().mean())
     return (tuple(table.shape), picked) if picked >= SELF_NEGATIVE_ROWS else None
-
-
-BOUNDED_NODES = {"SigmoidBackward0", "SoftmaxBackward0", "TanhBackward0", "ClampBackward1", "HardsigmoidBackward0",
-                 "ClampMinBackward0", "ClampMaxBackward0", "LogSoftmaxBackward0", "ReluBackward0"}
-BINARY_MIN_VALUES = 256
-
-
-def binary_regressed(criterion: str, prediction: torch.Tensor, target: Any) -> tuple[str, tuple[int, ...], float] | None:
-    """(criterion, shape, share of ones) where a regression criterion compares raw, unbounded model
-    outputs (no sigmoid or other bounded activation last, values outside [0, 1]) with targets that
-    are all 0 or 1, both common: a Bernoulli decoder's or classifier's logits trained by squared
-    error (pure)."""
-    if not isinstance(target, torch.Tensor) or target.shape != prediction.shape or target.numel() < BINARY_MIN_VALUES \
-            or type(prediction.grad_fn).__name__ in BOUNDED_NODES:
-        return None
-    values = target.detach()
-    if not bool(((values == 0) | (values == 1)).all()):
-        return None
-    ones = float((values == 1).float().mean())
-    outputs = prediction.detach().float()
-    if not 0.05 <= ones <= 0.95 or (float(outputs.min()) >= 0 and float(outputs.max()) <= 1):
-        return None
-    return criterion, tuple(prediction.shape), ones
 
 
 RARE_POSITIVES = 0.35  # of the 0/1 targets: an imbalance a user reweights
@@ -742,8 +717,6 @@ class PitfallWatch:
             found.weight_not_pos_weight = weight_not_pos_weight(argument(args, kwargs, 1, "target"),
                                                                 argument(args, kwargs, 2, "weight"),
                                                                 argument(args, kwargs, 6, "pos_weight"))
-        if name in REGRESSION and found.binary_regressed is None and inputs.requires_grad:
-            found.binary_regressed = binary_regressed(name, inputs, argument(args, kwargs, 1, "target"))
         if name in REGRESSION and found.two_scales is None and inputs.requires_grad:
             self._second_target(name, inputs, argument(args, kwargs, 1, "target"))
         if name in REGRESSION and found.uniform_noise_target is None:

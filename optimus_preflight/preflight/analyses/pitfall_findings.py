@@ -361,18 +361,6 @@ def pitfall_findings(found: Pitfalls) -> list[Finding]:
             f"Pass the ratio as pos_weight instead of weight: nn.BCEWithLogitsLoss(pos_weight=torch.tensor("
             f"[{value:.3g}])) (weight= is for per-element or per-sample weights).",
         ))
-    if found.binary_regressed is not None:
-        criterion, shape, ones = found.binary_regressed
-        findings.append(Finding(
-            "BINARY_TARGETS_REGRESSED", "warning",
-            f"{criterion} compares raw, unbounded model outputs {shape} (no sigmoid before it) with targets that are "
-            f"all 0 or 1 ({ones:.0%} ones): binary data (pixels of a Bernoulli decoder, labels) scored by a squared "
-            "error on logits. The outputs are pulled to the numbers 0 and 1 instead of being read as probabilities "
-            "(a logit of 0 is p = 0.5, not 'no'), so the model learns another quantity than the likelihood of the "
-            "data, and sampling or thresholding its sigmoid gives the wrong answer",
-            "Score binary targets with their likelihood: F.binary_cross_entropy_with_logits(logits, target) (a "
-            "Bernoulli decoder's reconstruction term); if a squared error is meant, apply torch.sigmoid first.",
-        ))
     if found.mask_is_parameter is not None:
         shape, zeros = found.mask_is_parameter
         findings.append(Finding(
