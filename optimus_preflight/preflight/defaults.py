@@ -101,6 +101,7 @@ from optimus_preflight.preflight.checks.sampler_coverage import SamplerCoverageC
 from optimus_preflight.preflight.checks.selection_alignment import SelectionAlignmentCheck
 from optimus_preflight.preflight.checks.series_fill import SeriesFillCheck
 from optimus_preflight.preflight.checks.shard_checks import RankBatchesCheck
+from optimus_preflight.preflight.checks.shift_direction import ShiftDirectionCheck
 from optimus_preflight.preflight.checks.split_codes import SplitCodesCheck
 from optimus_preflight.preflight.checks.split_labels import SplitLabelsCheck
 from optimus_preflight.preflight.checks.split_missing import SplitMissingCheck
@@ -191,6 +192,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     RowShiftCheck,
     PairLengthsCheck,
     PaddingSideCheck,
+    ShiftDirectionCheck,
     PairAssociationCheck,
     PairTruncationCheck,
     TripletPositivesCheck,
