@@ -24,6 +24,7 @@ from optimus_preflight.preflight.checks import (
 )
 from optimus_preflight.preflight.checks.adapter_checks import AdapterCheck
 from optimus_preflight.preflight.checks.attention_mask import AttentionMaskCheck
+from optimus_preflight.preflight.checks.autoregressive_order import AutoregressiveOrderCheck
 from optimus_preflight.preflight.checks.batch_layout import BatchLayoutCheck
 from optimus_preflight.preflight.checks.batch_order import BatchOrderCheck
 from optimus_preflight.preflight.checks.buffer_lookups import BufferLookupsCheck
@@ -257,6 +258,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     ContrastiveTargetsCheck,
     CollapseCheck,
     EmaHorizonCheck,
+    AutoregressiveOrderCheck,
     MixLabelsCheck,
     SampledPositiveCheck,
     LabelCropCheck,
