@@ -311,7 +311,7 @@ class PitfallWatch:
         self._row_minimum: Any = None  # the table a row-wise min is being taken of, until after()
         # cat([l_pos (B, 1), l_neg (B, K)], dim=1) results and their scalings by a temperature
         self._positive_first_logits: list[torch.Tensor] = []
-        self._pending_cat = self._scaling_positive_first = False
+        self._follow_positive_first = False  # the call running makes (or scales) positive-first logits
         # (tensor, part sizes, the one label of every part or None) of the step's cat(dim=0) results
         self._cat_parts: list[tuple[torch.Tensor, tuple[int, ...], float | None]] = []
         self._pending_parts: tuple[tuple[int, ...], float | None] | None = None
@@ -326,11 +326,9 @@ class PitfallWatch:
         if self._pending_parts is not None and isinstance(out, torch.Tensor):
             self._cat_parts.append((out, *self._pending_parts))
             self._pending_parts = None
-        if self._pending_cat and isinstance(out, torch.Tensor):
+        if self._follow_positive_first and isinstance(out, torch.Tensor):
             self._positive_first_logits.append(out)
-        if self._scaling_positive_first and isinstance(out, torch.Tensor):
-            self._positive_first_logits.append(out)
-        self._pending_cat = self._scaling_positive_first = False
+        self._follow_positive_first = False
         if name in UNIFORM_DRAWS and isinstance(out, torch.Tensor) and out.is_floating_point() \
                 and out.numel() >= UNIFORM_MIN and len(self._uniform_draws) < 8:
             self._uniform_draws.append((name, out))
@@ -365,14 +363,9 @@ class PitfallWatch:
             self._row_minimum = args[0]
         if self._positive_first_logits and name in ("div", "__truediv__", "mul", "__mul__", "__rmul__") and args \
                 and any(a is t for a in args[:2] for t in self._positive_first_logits):
-            self._scaling_positive_first = True
-        if self.found.mask_keeps_smallest is None and name in ("mul", "__mul__", "__rmul__") and len(args) >= 2:
-            self.found.mask_keeps_smallest = mask_keeps_smallest(args[0], args[1]) \
-                or mask_keeps_smallest(args[1], args[0])
-            if self.found.mask_over_inputs is None:
-                self.found.mask_over_inputs = mask_over_inputs(args[0], args[1]) or mask_over_inputs(args[1], args[0])
-            if self.found.mask_is_parameter is None:
-                self.found.mask_is_parameter = trained_mask(args[0], args[1]) or trained_mask(args[1], args[0])
+            self._follow_positive_first = True
+        if name in ("mul", "__mul__", "__rmul__") and len(args) >= 2:
+            self._weight_masks(args[0], args[1])
         if self.found.overlap_on_raw_scores is None:
             self._overlap_terms(name, args)
         if getattr(func, "__self__", None) is TRANSPOSE:
@@ -671,6 +664,14 @@ class PitfallWatch:
                 and found.vanishing_targets is None and found.off_map_targets is None:
             self._dense_targets(argument(args, kwargs, 1, "target"))
 
+    def _weight_masks(self, first: Any, second: Any) -> None:
+        """A product of a trained weight and a 0/1 mask, either way round (analyses/weight_masks.py)."""
+        found = self.found
+        for attribute, reading in (("mask_keeps_smallest", mask_keeps_smallest), ("mask_over_inputs", mask_over_inputs),
+                                   ("mask_is_parameter", trained_mask)):
+            if getattr(found, attribute) is None:
+                setattr(found, attribute, reading(first, second) or reading(second, first))
+
     def _parts(self, args: tuple, kwargs: dict) -> None:
         """A cat along dim 0 of 1-D parts: scores of positives and negatives, or their labels."""
         tensors, dim = argument(args, kwargs, 0, "tensors"), argument(args, kwargs, 1, "dim", 0)
@@ -692,7 +693,7 @@ class PitfallWatch:
             return
         first, rest = tensors
         if first.shape[1] == 1 and first.shape[0] == rest.shape[0] >= ORDER_MIN_ROWS and rest.shape[1] >= rest.shape[0]:
-            self._pending_cat = True
+            self._follow_positive_first = True
 
     def _second_target(self, name: str, prediction: torch.Tensor, target: Any) -> None:
         if not isinstance(target, torch.Tensor) or not target.is_floating_point() or target.requires_grad \

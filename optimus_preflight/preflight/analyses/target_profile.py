@@ -186,29 +186,8 @@ def profile_findings(calls: list[CriterionCall]) -> list[Finding]:
                 "distillation (softmax only for one label per sample, with cross_entropy / kl_div).",
             ))
         if call.function == "cross_entropy" and profile.binary and profile.row_sum_max is not None and \
-                profile.row_sum_max > 1 + _ROW_SUM_TOL and profile.cumulative:
-            found.append(Finding(
-                "TARGET_MULTI_HOT", "error",
-                f"cross_entropy gets cumulative ordinal levels as targets (each row ones then zeros, up to "
-                f"{profile.row_sum_max:g} ones: an ordinal grade encoded as 'grade > k', CORAL / cumulative link): "
-                "it reads them as one probability distribution per sample, so the levels compete in one softmax "
-                "although each is its own yes/no, a row's mass grows with its grade, and per-level sigmoids decoded "
-                "at prediction time were never trained",
-                "Train each level as its own binary task: F.binary_cross_entropy_with_logits(level_logits, levels) "
-                "instead of cross_entropy (decode the grade as (torch.sigmoid(level_logits) > 0.5).sum(1)).",
-            ))
-        elif call.function == "cross_entropy" and profile.binary and profile.row_sum_max is not None and \
                 profile.row_sum_max > 1 + _ROW_SUM_TOL:
-            found.append(Finding(
-                "TARGET_MULTI_HOT", "error",
-                f"cross_entropy gets multi-hot float targets (0/1 values, rows summing up to "
-                f"{profile.row_sum_max:g}): it reads float targets as one probability distribution per sample, "
-                "so a row with several labels is a 'distribution' of mass > 1, the loss grows with the label "
-                "count, and the softmax can only split one unit of probability between the labels",
-                "For multi-label data use BCEWithLogitsLoss on the logits and these float targets (one "
-                "independent yes/no per class); for one label per sample pass class indices "
-                "(targets.argmax(dim=1), dtype long).",
-            ))
+            found.append(_levels_in_cross_entropy(profile) if profile.cumulative else _multi_hot_in_cross_entropy(profile))
         elif call.function == "cross_entropy" and profile.rows_total >= MIN_MULTI_ROWS and \
                 profile.uniform_multi_rows >= NORMALISED_MULTI_HOT_SHARE * profile.rows_total:
             found.append(Finding(
@@ -221,6 +200,38 @@ def profile_findings(calls: list[CriterionCall]) -> list[Finding]:
                 "independent yes/no per class), with a sigmoid and a threshold at prediction time.",
             ))
     return found
+
+
+def _levels_in_cross_entropy(profile: TargetProfile) -> Finding:
+    """TARGET_MULTI_HOT for cumulative ordinal levels (CORAL) given to cross_entropy."""
+    from optimus_preflight.preflight.analyses.loss_findings import Finding  # noqa: F811  (a cycle at import time)
+
+    return Finding(
+        "TARGET_MULTI_HOT", "error",
+        f"cross_entropy gets cumulative ordinal levels as targets (each row ones then zeros, up to "
+        f"{profile.row_sum_max:g} ones: an ordinal grade encoded as 'grade > k', CORAL / cumulative link): "
+        "it reads them as one probability distribution per sample, so the levels compete in one softmax "
+        "although each is its own yes/no, a row's mass grows with its grade, and per-level sigmoids decoded "
+        "at prediction time were never trained",
+        "Train each level as its own binary task: F.binary_cross_entropy_with_logits(level_logits, levels) "
+        "instead of cross_entropy (decode the grade as (torch.sigmoid(level_logits) > 0.5).sum(1)).",
+    )
+
+
+def _multi_hot_in_cross_entropy(profile: TargetProfile) -> Finding:
+    """TARGET_MULTI_HOT for 0/1 multi-hot rows given to cross_entropy."""
+    from optimus_preflight.preflight.analyses.loss_findings import Finding  # noqa: F811  (a cycle at import time)
+
+    return Finding(
+        "TARGET_MULTI_HOT", "error",
+        f"cross_entropy gets multi-hot float targets (0/1 values, rows summing up to "
+        f"{profile.row_sum_max:g}): it reads float targets as one probability distribution per sample, "
+        "so a row with several labels is a 'distribution' of mass > 1, the loss grows with the label "
+        "count, and the softmax can only split one unit of probability between the labels",
+        "For multi-label data use BCEWithLogitsLoss on the logits and these float targets (one "
+        "independent yes/no per class); for one label per sample pass class indices "
+        "(targets.argmax(dim=1), dtype long).",
+    )
 
 
 IGNORED_INSIDE_SHARE = 0.1  # of all positions: more than stray separators

@@ -212,8 +212,9 @@ def graph_rows(batch: Any) -> torch.Tensor | None:
         if graphs < MIN_SAMPLES or graphs * 2 > x.shape[0]:
             continue
         owner = vector.cpu()
-        starts = torch.zeros(graphs, dtype=torch.long).index_add_(0, owner, torch.ones_like(owner)).cumsum(0)
-        local = (torch.arange(x.shape[0]) - (starts - starts.diff(prepend=torch.zeros(1, dtype=torch.long)))[owner] + 1)
+        counts = torch.bincount(owner, minlength=graphs)
+        first_node = counts.cumsum(0) - counts
+        local = torch.arange(x.shape[0]) - first_node[owner] + 1  # a node's place in its graph, from 1
         values = x.detach().cpu().double()
         weight = local.double()[:, None]
         rows = torch.zeros(graphs, 3 * x.shape[1] + 2, dtype=torch.float64)
