@@ -59,7 +59,8 @@ REGISTRIES = {"a": "benchmarks.blind_preflight.registry", "b": "benchmarks.blind
               "bc": "benchmarks.blind_preflight_bc.registry", "bd": "benchmarks.blind_preflight_bd.registry",
               "be": "benchmarks.blind_preflight_be.registry",
               "bf": "benchmarks.blind_preflight_bf.registry", "bg": "benchmarks.blind_preflight_bg.registry",
-              "bh": "benchmarks.blind_preflight_bh.registry", "bi": "benchmarks.blind_preflight_bi.registry"}
+              "bh": "benchmarks.blind_preflight_bh.registry", "bi": "benchmarks.blind_preflight_bi.registry",
+              "bj": "benchmarks.blind_preflight_bj.registry", "bk": "benchmarks.blind_preflight_bk.registry"}
 
 
 def load_cases(which: str = "a"):
