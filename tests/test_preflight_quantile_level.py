@@ -72,3 +72,46 @@ def test_a_pinball_loss_with_q_and_1_minus_q_swapped_fires(loss_fn):
 def test_the_right_pinball_loss_and_a_median_loss_are_quiet(loss_fn):
     result = run(loss_fn)
     assert result.issues == [], result.data
+
+
+class QuantileHead(nn.Module):
+    """Three quantiles per sample, the levels kept on the model."""
+
+    def __init__(self):
+        super().__init__()
+        self.quantiles = (0.1, 0.5, 0.9)
+        self.net = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def head_pinball(swapped: bool):
+    def loss_fn(model, batch):
+        x, y = batch
+        levels = torch.tensor(model.quantiles)
+        pred = model(x)
+        err = pred - y[:, None] if swapped else y[:, None] - pred
+        return torch.maximum(levels * err, (levels - 1) * err).mean()
+    return loss_fn
+
+
+@pytest.mark.parametrize("swapped", [True, False])
+def test_a_head_of_quantiles_is_judged_column_by_column(swapped):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(512, 4, generator=g)
+    y = x[:, 0] + torch.exp(x[:, 1]) * torch.randn(512, generator=g)
+    torch.manual_seed(0)
+    model = QuantileHead()
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y), batch_size=128, shuffle=True), loss_fn=head_pinball(swapped),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), QuantileLevelCheck()])
+    result = report.check("step.quantile_level")
+    assert "quantiles=[0.1, 0.5, 0.9] declared" in result.data["summary"]
+    if not swapped:
+        assert result.issues == [], result.data
+        return
+    (issue,) = result.issues
+    assert issue.code == "QUANTILE_LEVEL_SWAPPED"
+    assert "column 0 (quantiles[0]=0.1) at the 0.9" in issue.message and "column 2 (quantiles[2]=0.9)" in issue.message
+    assert "y[:, None] - pred" in issue.fix

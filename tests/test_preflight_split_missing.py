@@ -43,3 +43,37 @@ def test_missing_training_labels_filled_with_zero(train_labels, missing, fires):
     assert len(found) == int(fires)
     if fires:
         assert "filled with 0" in found[0].message and "~torch.isnan(y)" in found[0].fix
+
+
+def masked_mse(model, batch):
+    x, y, observed = batch
+    return ((model(x) - y) ** 2 * observed).sum() / observed.sum()
+
+
+def two_tasks(n: int, seed: int):
+    """Two regression targets; the second is missing (NaN) on 60% of the rows."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 8, generator=g)
+    y = torch.stack([torch.tanh(x[:, 0]), 3 + torch.sin(x[:, 1])], 1) + 0.1 * torch.randn(n, 2, generator=g)
+    y[torch.rand(n, generator=g) < 0.6, 1] = float("nan")
+    return x, y
+
+
+@pytest.mark.parametrize("mask_after_fill", [True, False])
+def test_a_mask_of_observed_targets_taken_after_the_fill(mask_after_fill):
+    x, y_raw = two_tasks(1024, 0)
+    vx, vy_raw = two_tasks(512, 1)
+    y = torch.nan_to_num(y_raw, nan=0.0)
+    observed = (~torch.isnan(y if mask_after_fill else y_raw)).float()
+    val_observed = (~torch.isnan(vy_raw)).float()
+    model = nn.Linear(8, 2)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y, observed), batch_size=64, shuffle=True),
+                           val_loader=DataLoader(TensorDataset(vx, torch.nan_to_num(vy_raw), val_observed),
+                                                 batch_size=128),
+                           loss_fn=masked_mse, checks=[FirstBatchCheck(), SplitMissingCheck()])
+    found = report.check("data.split_missing").issues
+    assert [i.code for i in found] == (["LABELS_MISSING_FILLED"] if mask_after_fill else [])
+    if mask_after_fill:
+        assert "computed after the missing labels were filled" in found[0].message
+        assert "observed = ~torch.isnan(y_raw)" in found[0].fix

@@ -53,6 +53,7 @@ from optimus_preflight.preflight.checks.embedding_inputs import EmbeddingInputsC
 from optimus_preflight.preflight.checks.feature_leak import FeatureLabelCheck
 from optimus_preflight.preflight.checks.finetune_checks import FinetuneLRCheck, LoadedWeightsCheck
 from optimus_preflight.preflight.checks.flip_labels import FlipLabelsCheck
+from optimus_preflight.preflight.checks.flow_likelihood import FlowLikelihoodCheck
 from optimus_preflight.preflight.checks.forecast_leak import ForecastLeakCheck
 from optimus_preflight.preflight.checks.forward_arguments import ForwardArgumentsCheck
 from optimus_preflight.preflight.checks.frame_labels import FrameLabelsCheck
@@ -259,6 +260,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     CollapseCheck,
     EmaHorizonCheck,
     AutoregressiveOrderCheck,
+    FlowLikelihoodCheck,
     MixLabelsCheck,
     SampledPositiveCheck,
     LabelCropCheck,

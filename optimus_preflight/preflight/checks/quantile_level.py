@@ -10,6 +10,9 @@ Measured on the first batch, eval mode: the model's one output per sample replac
 constant, set to each quantile of the batch's targets in turn; the loss's minimum over them
 is the quantile the loss really fits. Compared with the level the loss function declares
 (a closure variable or attribute named ``q``, ``tau``, ``quantile`` or ``alpha``, in (0, 1)).
+A head of Q quantiles ((B, Q) outputs against one target per sample) is measured one column
+at a time (the others held at the median) against the Q levels the loss or the model carries
+(a tensor, list or tuple named like ``taus``, ``quantiles`` or ``levels``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
 
 LEVEL_NAME = re.compile(r"^(q|tau|quantile|quantile_level|alpha|level)$", re.IGNORECASE)
+LEVELS_NAME = re.compile(r"^_?(qs|taus?|quantiles?|quantile_levels|levels|alphas|q_levels)$", re.IGNORECASE)
 GRID = [round(0.05 * k, 2) for k in range(1, 20)]
 OFF_CENTRE = 0.15  # a declared level this far from the median: swapping it moves the fit visibly
 TOLERANCE = 0.1  # of the fitted level around 1 - q
@@ -45,6 +49,28 @@ def declared_level(loss_fn: Any) -> tuple[str, float] | None:
     return None
 
 
+def level_values(value: Any, count: int | None) -> list[float] | None:
+    """Two or more quantile levels in (0, 1) (``count`` of them when given)."""
+    if isinstance(value, torch.Tensor) and value.dim() == 1 and value.is_floating_point():
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)) or len(value) < 2 or count is not None and len(value) != count or \
+            not all(isinstance(v, float) and 0 < v < 1 for v in value):
+        return None
+    return [round(v, 4) for v in value]
+
+
+def declared_levels(loss_fn: Any, model: Any, count: int | None = None) -> tuple[str, list[float]] | None:
+    """(name, levels) of the quantile levels (``count`` of them when given) the loss function
+    (one wrapper deep) or the model carries."""
+    owners = [loss_fn] + [value for value in declared_fields(loss_fn).values() if callable(value)] + [model]
+    for owner in owners:
+        for name, value in declared_fields(owner).items():
+            levels = level_values(value, count) if LEVELS_NAME.match(name) else None
+            if levels is not None:
+                return name, levels
+    return None
+
+
 def _targets(batch: Any, rows: int) -> torch.Tensor | None:
     if not isinstance(batch, (list, tuple)) or len(batch) < 2 or not isinstance(batch[-1], torch.Tensor):
         return None
@@ -54,13 +80,24 @@ def _targets(batch: Any, rows: int) -> torch.Tensor | None:
     return y.detach().float().reshape(-1)
 
 
-def fitted_level(ctx: PreflightContext, batch: Any, y: torch.Tensor) -> float | None:
-    """The level p whose target quantile, as the constant prediction for every sample, gives
-    the lowest loss; None when the loss does not single one out."""
+def constant_column(output: torch.Tensor, column: int | None, value: float, rest: float) -> torch.Tensor:
+    """The output filled with ``rest``, its ``column`` (every value when None) with ``value``."""
+    if column is None:
+        return torch.full_like(output, value)
+    filled = torch.full_like(output, rest)
+    filled[:, column] = value
+    return filled
+
+
+def fitted_level(ctx: PreflightContext, batch: Any, y: torch.Tensor, column: int | None = None) -> float | None:
+    """The level p whose target quantile, as the constant prediction for every sample (in one
+    column of a (B, Q) head, the others at the median), gives the lowest loss; None when the
+    loss does not single one out."""
     losses = []
+    median = float(torch.quantile(y, 0.5))
     for p in GRID:
         value = float(torch.quantile(y, p))
-        loss = loss_with_output(ctx, batch, lambda output, value=value: torch.full_like(output, value))
+        loss = loss_with_output(ctx, batch, lambda output, value=value: constant_column(output, column, value, median))
         if loss is None:
             return None
         losses.append(loss)
@@ -80,16 +117,24 @@ class QuantileLevelCheck(Check):
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         findings.data["summary"] = "no quantile level declared by the loss function"
+        batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
         declared = declared_level(ctx.compute_loss)
-        if declared is None or abs(declared[1] - 0.5) < OFF_CENTRE:
+        if declared is not None and abs(declared[1] - 0.5) < OFF_CENTRE:
+            return
+        if declared is None and declared_levels(ctx.compute_loss, ctx.model) is None:
+            return
+        outputs = model_outputs(ctx, batch)
+        head = outputs[0] if outputs and len(outputs) == 1 and outputs[0].is_floating_point() else None
+        if head is not None and head.dim() == 2 and head.shape[1] > 1:
+            self.judge_head(ctx, findings, batch, head)
+            return
+        if declared is None:
             return
         name, q = declared
-        batch = move_to_device(ctx.artifacts.first_batch, ctx.device)
-        outputs = model_outputs(ctx, batch)
-        if not outputs or len(outputs) != 1 or not outputs[0].is_floating_point():
+        if head is None:
             findings.data["summary"] = "not one output per sample"
             return
-        y = _targets(batch, outputs[0].numel())
+        y = _targets(batch, head.numel())
         if y is None or len(y) < 8:
             findings.data["summary"] = "no per-sample float target beside the model's output"
             return
@@ -111,4 +156,39 @@ class QuantileLevelCheck(Check):
             f"trained towards P{round(100 * (1 - q))}",
             "Write the pinball loss with e = y - prediction: torch.maximum(q * e, (q - 1) * e).mean(); check it "
             "with a constant prediction (the loss must be lowest at torch.quantile(y, q)).",
+        )
+
+    def judge_head(self, ctx: PreflightContext, findings: Findings, batch: Any, head: torch.Tensor) -> None:
+        """A (B, Q) head of quantiles: each off-centre column's fitted level against its declared one."""
+        declared = declared_levels(ctx.compute_loss, ctx.model, head.shape[1])
+        y = _targets(batch, head.shape[0])
+        if declared is None or y is None or len(y) < 8:
+            findings.data["summary"] = "no quantile levels declared for the model's output columns"
+            return
+        name, levels = declared
+        swapped = []
+        try:
+            for column, q in enumerate(levels):
+                if abs(q - 0.5) < OFF_CENTRE:
+                    continue
+                fitted = fitted_level(ctx, batch, y, column)
+                if fitted is not None and abs(fitted - (1 - q)) <= TOLERANCE < abs(fitted - q):
+                    swapped.append((column, q, fitted))
+        except Exception:
+            findings.data["summary"] = "the loss could not be computed on constant predictions"
+            return
+        findings.data["summary"] = f"{name}={levels} declared; {len(swapped)} column(s) fit the swapped level"
+        if not swapped:
+            return
+        shown = ", ".join(f"column {column} ({name}[{column}]={q:g}) at the {fitted:.2f} quantile" for column, q, fitted in swapped)
+        findings.warning(
+            "QUANTILE_LEVEL_SWAPPED",
+            f"the model's {head.shape[1]} output columns are the quantile levels {name}={levels}, but the loss is "
+            f"lowest with each column set to the (1 - q)-th quantile of the targets, not the q-th: {shown} (the "
+            "first batch's, one column at a time as a constant prediction, the others at the median). The pinball "
+            "loss is written with q and 1 - q swapped (the error taken as prediction - y, or max((1 - q) * e, -q * "
+            "e)), so the high quantile heads learn the low quantiles and the interval comes out inverted",
+            "Write the pinball loss with e = y - prediction: torch.maximum(q * e, (q - 1) * e).mean() with q the "
+            "(Q,) levels broadcast over the (B, Q) predictions and e = y[:, None] - pred; check it with a constant "
+            "prediction (column j's loss must be lowest at torch.quantile(y, q[j])).",
         )
