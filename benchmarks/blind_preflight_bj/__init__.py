@@ -1,0 +1,1 @@
+"""Blind preflight set bj: time-series forecasting and anomaly detection."""

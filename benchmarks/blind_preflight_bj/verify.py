@@ -1,0 +1,27 @@
+"""Facts behind set bj's broken cases, checked without the preflight: per case, the fact the bug rests on, then the
+case trained next to its one-line fix (same data, same steps, same loop: set e's sanity loop) and both scored on the
+case's own metric (validation MAE on the horizon, pinball loss, anomaly AUROC).
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.blind_preflight_bj.verify [NAME ...]
+
+A case passes when the broken run ends clearly worse than the fixed one (by at least 0.05 on a [0, 1] metric, or by
+10% of the fixed value otherwise).
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+
+from benchmarks.blind_preflight.fixes import verify
+from benchmarks.blind_preflight_bj import facts  # noqa: F401  (attaches each case's fact to FIXES)
+from benchmarks.blind_preflight_bj.registry import FIXES, load_all
+from benchmarks.blind_preflight_e.sanity import run_case
+
+
+def main(names: list[str]) -> None:
+    verify(names, load_all(), FIXES, partial(run_case, bf16_autocast=True))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
