@@ -1,0 +1,1 @@
+"""Blind preflight set bk: scientific machine learning and physics-informed regression."""
