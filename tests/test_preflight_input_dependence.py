@@ -504,3 +504,42 @@ def test_a_span_dropped_inside_a_frozen_front_end_is_its_design(frozen):
     check = report.check("step.input_dependence")
     if frozen:
         assert check.issues == [] and check.data.get("ignored_in_frozen_layer") == "second half"
+
+
+class CausalTCN(nn.Module):
+    """Three causal convolutions (k=3, dilations 1, 2, 4: a field of 15) over a 32-step window,
+    padded on both ends and trimmed at the end (right) or the start (wrong)."""
+
+    def __init__(self, trim_end: bool):
+        super().__init__()
+        self.trim_end = trim_end
+        self.convs = nn.ModuleList(nn.Conv1d(1 if i == 0 else 8, 8, 3, dilation=2 ** i, padding=2 * 2 ** i)
+                                   for i in range(3))
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        z = x.unsqueeze(1)
+        for conv in self.convs:
+            pad = conv.padding[0]
+            z = torch.relu(conv(z)[..., :-pad] if self.trim_end else conv(z)[..., pad:])
+        return self.head(z[..., -1])
+
+
+@pytest.mark.parametrize("trim_end", [True, False])
+def test_a_causal_convolution_trimmed_at_the_start_reads_padding_past_the_window(trim_end):
+    g = torch.Generator().manual_seed(0)
+    series = torch.randn(256, 36, generator=g).cumsum(1)
+    torch.manual_seed(0)
+    model = CausalTCN(trim_end)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(series[:, :32], series[:, 32:]), batch_size=16, shuffle=True),
+                           loss_fn=nn.MSELoss(), checks=[FirstBatchCheck(), FirstStepCheck(), InputDependenceCheck()])
+    result = report.check("step.input_dependence")
+    assert result.data["receptive_field"] == 15
+    warnings = [i for i in result.issues if i.severity.value == "warning"]
+    if trim_end:  # a field of 15 over 32 steps: the recent half, by design (a note)
+        assert warnings == [] and result.data["reach"] == 15
+        return
+    (issue,) = warnings
+    assert issue.code == "MODEL_IGNORES_POSITIONS" and "last 1 position(s)" in issue.message
+    assert "[..., :-pad]" in issue.fix

@@ -331,3 +331,16 @@ def test_adam_coupled_decay_on_an_embedding_table_erases_rare_rows(tmp_path, opt
     if fires:
         assert "stores.weight" in warned[0].message and "full step of about lr = " in warned[0].message
         assert "AdamW" in warned[0].fix and "'weight_decay': 0.0" in warned[0].fix
+
+
+def test_a_head_replaced_after_the_optimizer_was_built_is_named_as_replaced(tmp_path):
+    def replace_head_after_building(model):
+        optimizer = torch.optim.AdamW(model.parameters())
+        model[2] = nn.Linear(model[2].in_features, CLASSES)
+        return optimizer
+
+    ctx = plain_context(tmp_path, optimizer=replace_head_after_building)
+    result = run(ctx, OptimizerParamsCheck)["model.optimizer_params"]
+    (issue,) = result.issues
+    assert issue.code == "O2" and "'2' was replaced after the optimizer was built" in issue.message
+    assert "built from model." not in issue.message and result.data["foreign"] == 2

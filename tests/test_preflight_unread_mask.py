@@ -115,3 +115,29 @@ def test_a_node_loss_over_the_validation_nodes_fires(apply_train_mask):
 def test_an_unread_mask_beside_validation_labels_of_another_graph_is_quiet():
     # Without the same labels in validation nothing says the left-out positions are held out.
     assert not transductive_split(False, val_on_same_graph=False).check("step.unread_mask").issues
+
+
+def masked_or_not(read_mask: bool):
+    def loss_fn(model, batch):
+        x, y, observed = batch
+        err = (model(x) - y) ** 2
+        return (err * observed).sum() / observed.sum() if read_mask else err.mean()
+    return loss_fn
+
+
+@pytest.mark.parametrize("read_mask", [False, True])
+def test_missing_regression_targets_filled_beside_a_mask_the_loss_never_reads(read_mask):
+    g = torch.Generator().manual_seed(0)
+    series = torch.randn(256, 15, generator=g).cumsum(1)
+    x, y = series[:, :12], series[:, 12:]
+    observed = (torch.rand(256, 3, generator=g) > 0.3).float()
+    model = nn.Linear(12, 3)
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y * observed, observed), batch_size=32, shuffle=True),
+                           loss_fn=masked_or_not(read_mask),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), UnreadMaskCheck()])
+    issues = report.check("step.unread_mask").issues
+    assert [i.code for i in issues] == ([] if read_mask else ["TARGET_MASK_UNUSED"])
+    if issues:
+        assert "every target is 0, a fill for missing values" in issues[0].message
+        assert "* mask).sum() / mask.sum()" in issues[0].fix

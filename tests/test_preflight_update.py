@@ -369,6 +369,37 @@ def sequences() -> DataLoader:
     return DataLoader(TensorDataset(x, x[:, 0, :4].argmax(1)), batch_size=32, shuffle=True)
 
 
+class SpectralLayer(nn.Module):
+    """An FNO block: complex spectral weights initialised at 1 / (in * out), as the FNO papers do,
+    beside a 1x1 convolution at torch's default init."""
+
+    def __init__(self, channels: int = 16, modes: int = 12):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lift = nn.Conv1d(1, channels, 1)
+        self.weight = nn.Parameter(torch.randn(channels, channels, modes, dtype=torch.cfloat) / channels ** 2)
+        self.local = nn.Conv1d(channels, channels, 1)
+        self.head = nn.Conv1d(channels, 1, 1)
+        self.modes = modes
+
+    def forward(self, a):
+        h = self.lift(a[:, None])
+        spectrum = torch.fft.rfft(h, dim=-1)
+        mixed = torch.zeros_like(spectrum)
+        mixed[..., :self.modes] = torch.einsum("bim,iom->bom", spectrum[..., :self.modes], self.weight)
+        return self.head(torch.relu(torch.fft.irfft(mixed, n=a.shape[-1]) + self.local(h)))[:, 0]
+
+
+@pytest.mark.parametrize("lr, fires", [(3e-3, False), (1.0, True)])
+def test_weights_initialised_small_on_purpose_are_judged_by_the_other_weights(lr, fires):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(128, 64, generator=g)
+    loader = DataLoader(TensorDataset(a, torch.roll(a, 3, dims=1)), batch_size=32, shuffle=True)
+    model = SpectralLayer()
+    issues = found(audit(model, torch.optim.Adam(model.parameters(), lr=lr), loader, nn.MSELoss()))
+    assert ("UPDATE_TOO_LARGE" in issues) == fires, issues
+
+
 @pytest.mark.parametrize("lr, fires", [(0.05, True), (3e-4, False)])
 def test_an_adam_lr_above_a_transformers_typical_weight_is_a_warning(lr, fires):
     model = TinyTransformer()

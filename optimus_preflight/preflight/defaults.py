@@ -113,6 +113,7 @@ from optimus_preflight.preflight.checks.split_sizes import SplitSizesCheck
 from optimus_preflight.preflight.checks.split_tags import SplitTagsCheck
 from optimus_preflight.preflight.checks.stateful_forward import StatefulForwardCheck
 from optimus_preflight.preflight.checks.survival_order import SurvivalOrderCheck
+from optimus_preflight.preflight.checks.target_alignment import TargetAlignmentCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
 from optimus_preflight.preflight.checks.target_offset import TargetOffsetCheck
 from optimus_preflight.preflight.checks.target_signal import TargetSignalCheck
@@ -261,6 +262,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     EmaHorizonCheck,
     AutoregressiveOrderCheck,
     FlowLikelihoodCheck,
+    TargetAlignmentCheck,
     MixLabelsCheck,
     SampledPositiveCheck,
     LabelCropCheck,

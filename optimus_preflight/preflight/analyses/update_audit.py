@@ -70,6 +70,9 @@ class GroupStep:
     rule: str | None = None  # "sgd" | "adam" | "adamw": a first step from empty state whose update is known
     family: str | None = None  # the same, whatever the optimizer's state: Adam moves a weight ~lr a step anyway
     had_state: bool = False  # the optimizer held state for these parameters before the step (load_state_dict)
+    # Per sampled value: its tensor was initialised far below torch's default for its fan-in (an FNO's
+    # spectral weights at 1 / (in * out)): Adam's lr-sized steps, not the init, set its scale.
+    small_init: torch.Tensor | None = None
     # Parameters whose gradient an optimizer step pre-hook cut to under HOOK_CUT of its norm:
     # (name, kept share, whether the weights are all zero).
     cut_in_hook: list[tuple[str, float, bool]] = field(default_factory=list)
@@ -87,6 +90,20 @@ class GroupStep:
     def delta(self) -> torch.Tensor:
         assert self.after is not None
         return self.after - self.before
+
+
+SMALL_INIT = 1 / 8  # of the median |weight| torch's default init gives a tensor of this fan-in
+
+
+def initialised_small(param: torch.Tensor, sample: torch.Tensor) -> bool:
+    """A matrix whose median |weight| is under SMALL_INIT of what torch's default init
+    (uniform in +-1/sqrt(fan_in), median 1/(2 sqrt(fan_in))) gives: initialised small on
+    purpose, and not zero."""
+    if param.dim() < 2 or not sample.numel():
+        return False
+    fan_in = param[0].numel()
+    median = float(sample.abs().median())
+    return 0 < median < SMALL_INIT / (2 * math.sqrt(fan_in))
 
 
 def _sample(tensor: torch.Tensor) -> torch.Tensor:
@@ -157,7 +174,9 @@ class UpdateRecorder:
             settings = {key: group[key] for key in ("weight_decay", "eps", "betas", "maximize", "momentum",
                                                      "nesterov", "initial_lr") if key in group}
             step = GroupStep(index, [self.names.get(p, "?") for p in params], as_float(group.get("lr")), settings,
-                             torch.cat(weights), torch.cat(grads), values=sum(p.numel() for p in params))
+                             torch.cat(weights), torch.cat(grads), values=sum(p.numel() for p in params),
+                             small_init=torch.cat([torch.full_like(w, float(initialised_small(p, w)), dtype=torch.bool)
+                                                   for p, w in zip(params, weights, strict=True)]))
             if params[0].is_floating_point():
                 step.resolution = float(torch.finfo(params[0].dtype).eps)
             state = getattr(self.optimizer, "state", {})
@@ -480,16 +499,24 @@ def typical_change(step: GroupStep, delta: torch.Tensor) -> tuple[float, float] 
     """(median |update|, median |weight|) over the group's weights that are not zero: the rms
     is carried by a few large weights (LayerNorm's ones beside a transformer's N(0, 0.02)
     matrices), the median by the matrices; zero-initialised biases and LoRA's B have no size."""
-    sized = step.before.abs() > 0
+    sized = (step.before.abs() > 0) & ~small_init_mask(step)
     if int(sized.sum()) < MIN_RECORDABLE:
         return None
     weight = float(step.before.abs()[sized].median())
     return float(delta.abs()[sized].median()), weight
 
 
+def small_init_mask(step: GroupStep) -> torch.Tensor:
+    """The sampled values of tensors initialised small on purpose (``initialised_small``)."""
+    return step.small_init if step.small_init is not None else torch.zeros_like(step.before, dtype=torch.bool)
+
+
 def _too_large(step: GroupStep, delta: torch.Tensor, total: int) -> Finding | None:
-    weight_rms = float(step.before.pow(2).mean().sqrt())
-    update_rms = float(delta.pow(2).mean().sqrt())
+    kept = ~small_init_mask(step)
+    if not bool(kept.any()):
+        return None
+    weight_rms = float(step.before[kept].pow(2).mean().sqrt())
+    update_rms = float(delta[kept].pow(2).mean().sqrt())
     typical = typical_change(step, delta)
     if typical is not None and typical[1] >= MIN_WEIGHT_RMS and typical[0] >= UPDATE_OVER_WEIGHTS * typical[1] \
             and update_rms < UPDATE_OVER_WEIGHTS * weight_rms:

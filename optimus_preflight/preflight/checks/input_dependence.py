@@ -222,7 +222,12 @@ class InputDependenceCheck(Check):
             return
         for leaf in leaves(batch):
             # Only what the model reads: the targets of the batch are the loss's business.
-            axis = _sequence_axis(leaf, size, recurrent=any(isinstance(m, nn.RNNBase) for m in ctx.model.modules()))
+            recurrent = any(isinstance(m, nn.RNNBase) for m in ctx.model.modules())
+            axis = _sequence_axis(leaf, size, sequential=recurrent or any(isinstance(m, nn.Conv1d)
+                                                                         for m in ctx.model.modules()))
+            # (B, T) float windows of a convolution-only model were columns before Conv1d counted:
+            # only the field that runs past the window is judged there.
+            field_only = axis is not None and not recurrent and leaf.dim() == 2 and leaf.is_floating_point()
             if axis is None or leaf.untyped_storage().data_ptr() not in self._model_reads:
                 continue
             length = leaf.shape[axis]
@@ -265,6 +270,16 @@ class InputDependenceCheck(Check):
                     # A frozen, loaded front end whose weights do not read that span (a pretrained
                     # filter bank over some bands only): its design, which training cannot change.
                     findings.data["ignored_in_frozen_layer"] = name
+                    return
+                if begin == 0 and leaf.is_floating_point() and padded_conv_forecaster(ctx):
+                    reached = _positions_reached(ctx, batch, leaf, axis)
+                    field = receptive_field(ctx.model)
+                    reach = trailing_reach(reached) if reached is not None else None
+                    findings.data.update(reach=reach, receptive_field=field)
+                    if reach is not None and reach <= FIELD_SHORT * field:
+                        self._report_field_past_window(leaf, reach, field, findings)
+                        return
+                if field_only:
                     return
                 if begin == 0 and leaf.is_floating_point() and recent_window_forecaster(ctx):
                     findings.info(
@@ -339,6 +354,20 @@ class InputDependenceCheck(Check):
             "convolution's right padding (Chomp1d: out[..., :-padding]).",
         )
 
+    @staticmethod
+    def _report_field_past_window(leaf: torch.Tensor, reach: int, field: int, findings: Findings) -> None:
+        findings.warning(
+            "MODEL_IGNORES_POSITIONS",
+            f"the output depends on the last {reach} position(s) of each {tuple(leaf.shape)} window only (the rest "
+            f"move no output and get no gradient), though the convolutions' receptive field spans {field}: the field "
+            "reaches past the end of the window into zero padding. A causal Conv1d padded on both ends "
+            "(padding=(k - 1) * dilation) and then trimmed at the start (y[..., pad:]) instead of the end "
+            "(y[..., :-pad]), or never trimmed, shifts every output's field forward, so the last output, the one "
+            "read for the forecast, sees the last input and padding instead of the window before it",
+            "Trim the causal padding from the end: y = conv(x)[..., :-pad] (Chomp1d), or pad on the left only: "
+            "F.pad(x, (pad, 0)) before a Conv1d with padding=0.",
+        )
+
     def _trace(self, ctx: PreflightContext, batch: Any, size: int) -> tuple[bool | None, Lost | None] | None:
         """(whether the model's output differs between samples, the first module that loses
         the differences); None when the forward cannot be observed or the model's own inputs
@@ -378,6 +407,13 @@ def _gradient_reaches(ctx: PreflightContext, batch: Any, leaf: torch.Tensor, axi
     ``begin:stop`` (along ``axis``) of ``leaf`` (through the embeddings that read it, for token
     ids); False only when no gradient path exists: a backward that fails says nothing about
     the path, so it counts as one (the warning claims that no gradient reaches the span)."""
+    reached = _positions_reached(ctx, batch, leaf, axis)
+    return reached is None or bool(reached[begin:stop].any())
+
+
+def _positions_reached(ctx: PreflightContext, batch: Any, leaf: torch.Tensor, axis: int) -> torch.Tensor | None:
+    """Per position along ``axis``: whether the model's output has a non-zero gradient with
+    respect to it (for any sample); None when the backward cannot be taken."""
     watched: list[torch.Tensor] = []
     handles = []
     if leaf.is_floating_point():
@@ -407,23 +443,28 @@ def _gradient_reaches(ctx: PreflightContext, batch: Any, leaf: torch.Tensor, axi
             scores = [t.float().sum() for t in leaves(outputs[:1]) if isinstance(t, torch.Tensor) and t.requires_grad
                       and t.is_floating_point()]
             if not scores or not watched:
-                return False
+                return torch.zeros(leaf.shape[axis], dtype=torch.bool)
             grads = torch.autograd.grad(torch.stack(scores).sum(), watched, allow_unused=True)
     except Exception:
-        return True
+        return None
     finally:
         top.remove()
         for handle in handles:
             handle.remove()
-    return any(grad is not None and bool(grad.narrow(axis, begin, stop - begin).any()) for grad in grads)
+    reached = torch.zeros(leaf.shape[axis], dtype=torch.bool)
+    for grad in grads:
+        if grad is not None:
+            other = [dim for dim in range(grad.dim()) if dim != axis]
+            reached |= (grad != 0).any(dim=other).cpu() if other else (grad != 0).cpu()
+    return reached
 
 
-def _sequence_axis(leaf: Any, size: int, recurrent: bool = False) -> int | None:
+def _sequence_axis(leaf: Any, size: int, sequential: bool = False) -> int | None:
     """The positions' axis of a sequence input: dim 1 of (B, T) token ids or (B, T, F) features,
     dim 2 of channels-first (B, C, T) features whose dim 1 is too short to be positions; dim 1 of
-    (B, T) float windows of a univariate series when a recurrent module will read them (in a
-    model without one, (B, D) floats are a table's columns)."""
-    if recurrent and isinstance(leaf, torch.Tensor) and leaf.dim() == 2 and leaf.shape[:1] == (size,) \
+    (B, T) float windows of a univariate series when a recurrent module or a temporal convolution
+    will read them (in a model without one, (B, D) floats are a table's columns)."""
+    if sequential and isinstance(leaf, torch.Tensor) and leaf.dim() == 2 and leaf.shape[:1] == (size,) \
             and leaf.is_floating_point() and leaf.shape[1] >= MIN_POSITIONS:
         return 1
     if not isinstance(leaf, torch.Tensor) or leaf.shape[:1] != (size,) or leaf.dim() not in (2, 3):
@@ -477,6 +518,34 @@ def recent_window_forecaster(ctx: PreflightContext) -> bool:
         return False
     calls = [call for call in get_probe(ctx).criterion_calls if call.error is None]
     return bool(calls) and all(call.function in FORECAST_CRITERIA for call in calls)
+
+
+FIELD_SHORT = 0.5  # of the convolutions' receptive field: a reach this short runs past the window
+
+
+def padded_conv_forecaster(ctx: PreflightContext) -> bool:
+    """A regression model with no recurrence or attention whose Conv1d layers pad both ends: a
+    temporal convolution network, chomped (its field in the past) or not."""
+    if any(isinstance(module, SEQUENCE_MODULES) for module in ctx.model.modules()):
+        return False
+    convs = [module for module in ctx.model.modules() if isinstance(module, nn.Conv1d)]
+    if not convs or all(module.padding in ((0,), "valid") for module in convs):
+        return False
+    calls = [call for call in get_probe(ctx).criterion_calls if call.error is None]
+    return bool(calls) and all(call.function in FORECAST_CRITERIA for call in calls)
+
+
+def receptive_field(model: nn.Module) -> int:
+    """1 + sum of (kernel - 1) * dilation over the model's Conv1d layers: a stack's field."""
+    return 1 + sum((module.kernel_size[0] - 1) * module.dilation[0] for module in model.modules()
+                   if isinstance(module, nn.Conv1d))
+
+
+def trailing_reach(reached: torch.Tensor) -> int:
+    """How many positions at the end of the window the output depends on, counted back from
+    the last one it reads."""
+    positions = reached.nonzero().flatten()
+    return 0 if not positions.numel() else int(positions[-1] - positions[0]) + 1
 
 
 def positional_tables(model: nn.Module) -> list[tuple[str, torch.Tensor]]:

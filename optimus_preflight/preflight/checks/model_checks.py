@@ -173,7 +173,14 @@ class OptimizerParamsCheck(Check):
             groups = len(ctx.optimizer.param_groups)
             held = [name for param, name in names.items() if param in in_optimizer]
             copy = ""
-            if held and len(frozen) == len(held):
+            replaced = bool(modules) and bool(held) and foreign == len(missing)
+            if replaced:
+                shown = ", ".join(repr(m) for m in modules[:3])
+                copy = (f" {shown} was replaced after the optimizer was built (model.{modules[0]} = nn.Linear(...) "
+                        "for a new output size, after torch.optim.Adam(model.parameters())): the optimizer still "
+                        f"holds the {foreign} tensor(s) of the old module, which are no longer in the model, and "
+                        "updates them, while the new one keeps its random initial weights for the whole run.")
+            elif held and len(frozen) == len(held):
                 copies = _whole_modules(frozen, list(names.values()))
                 shown = f"all of {', '.join(repr(m) for m in copies[:3])}" if copies else _names(frozen, 3)
                 example = (f"torch.optim.Adam(model.{copies[0]}.parameters()) where model.{modules[0]}.parameters() "
@@ -203,7 +210,9 @@ class OptimizerParamsCheck(Check):
                 "you build is in the list passed to the optimizer.",
                 "optimizer",
             )
-        if foreign:
+        replaced_module = bool(missing) and bool(_whole_modules(missing, list(names.values()))) \
+            and foreign == len(missing) and len(in_optimizer) > foreign
+        if foreign and not replaced_module:
             trainable = [name for param, name in names.items() if param.requires_grad]
             none_held = bool(trainable) and len(missing) == len(trainable)
             findings.error(

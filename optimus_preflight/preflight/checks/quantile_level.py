@@ -59,12 +59,19 @@ def level_values(value: Any, count: int | None) -> list[float] | None:
     return [round(v, 4) for v in value]
 
 
+def named_globals(owner: Any) -> list[tuple[str, Any]]:
+    """The module-level names a function's code reads (QS = torch.tensor([0.1, 0.5, 0.9]) above
+    the loss), of any type."""
+    code, scope = getattr(owner, "__code__", None), getattr(owner, "__globals__", {})
+    return [(name, scope[name]) for name in (code.co_names if code is not None else ()) if name in scope]
+
+
 def declared_levels(loss_fn: Any, model: Any, count: int | None = None) -> tuple[str, list[float]] | None:
     """(name, levels) of the quantile levels (``count`` of them when given) the loss function
     (one wrapper deep) or the model carries."""
     owners = [loss_fn] + [value for value in declared_fields(loss_fn).values() if callable(value)] + [model]
     for owner in owners:
-        for name, value in declared_fields(owner).items():
+        for name, value in [*declared_fields(owner).items(), *named_globals(owner)]:
             levels = level_values(value, count) if LEVELS_NAME.match(name) else None
             if levels is not None:
                 return name, levels

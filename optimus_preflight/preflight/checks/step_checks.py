@@ -48,6 +48,7 @@ from optimus_preflight.preflight.analyses.target_profile import (
     one_class_finding,
     profile_findings,
 )
+from optimus_preflight.preflight.analyses.unread_outputs import unread_output
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.checks.target_classes import (
     few_classes_candidate,
@@ -166,6 +167,16 @@ def _why_no_gradient(missing: list[str], modules_run: set[str], hooks_detaching:
             "name that is not used after, or a .detach()",
             "Use the result: h = h + self.pos(positions) (or the in-place h.add_(...)); check the variable the "
             "next line reads is the one just computed.")
+
+
+def _unread_output_cause(position: int, count: int, read: list[int]) -> tuple[str, str]:
+    reads = f"it reads element {', '.join(str(i) for i in read)} instead" if read else "it reads none of them"
+    return (f"Their result is returned by the model (element {position} of the {count} tensors its forward returns), "
+            f"but the loss never reads that element: {reads}. Picking the wrong element of a tuple output (out[0] "
+            "for the forecast of an N-BEATS (backcast, forecast) pair, a multi-task model's other head, the hidden "
+            "state for the output) does this: the head meant never trains while another is fitted to its targets",
+            f"Read the output meant: e.g. backcast, forecast = model(x); loss = criterion(forecast, y) (element "
+            f"{position}); unpack the tuple by name rather than by index.")
 
 
 class FirstStepCheck(Check):
@@ -454,12 +465,18 @@ class GradientsCheck(Check):
                 "Call torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) (the non-reentrant variant "
                 "tracks the parameters whatever the inputs), or do not checkpoint the first block.",
             )
+        elif missing and any(probe.derivative_calls) and all(name.endswith("bias") for name in missing):
+            # A loss built from the model's derivatives (a Hamiltonian network's dH/dz, a PINN's u_x)
+            # cannot see an additive constant of the output: the last layer's bias gets no gradient.
+            findings.data["constant_under_derivative"] = missing
         elif missing:
             recurrent = {name for name, module in ctx.model.named_modules() if isinstance(module, torch.nn.RNNBase)}
             trained = {name for name, param in ctx.model.named_parameters() if param.requires_grad} - set(missing)
             hugging_face = any(type(module).__module__.startswith("transformers.") for module in ctx.model.modules())
             why, fix = _why_no_gradient(missing, probe.modules_run, probe.hooks_detaching, probe.modules_run_without_grad,
                                         probe.graph_cuts, recurrent, trained, hugging_face)
+            if (unread := unread_output(ctx, missing)) is not None:
+                why, fix = _unread_output_cause(*unread)
             silent = next((call for call in probe.custom_functions if none_gradients(call)), None)
             if silent is not None:
                 # A Function's forward runs with grad off, which reads as a cut; its backward's None is the cause.

@@ -84,6 +84,35 @@ def placeholder_mask(batch: Any, classes: int, trained: int) -> tuple[int, int, 
     return None
 
 
+def is_observed_mask(tensor: Any) -> bool:
+    """A boolean tensor, or one of only 0s and 1s, with at least UNLABELLED_SHARE zeros."""
+    if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0 or tensor.numel() < 8:
+        return False
+    values = tensor.detach()
+    if values.dtype != torch.bool and not bool(((values == 0) | (values == 1)).all()):
+        return False
+    return float((values == 0).float().mean()) >= UNLABELLED_SHARE
+
+
+def fill_mask(batch: Any) -> tuple[int, float, torch.Tensor, int] | None:
+    """(index of the mask leaf, the fill value, the mask, index of the value leaf) for a 0/1
+    mask shaped like a float leaf of the batch (not its first: the inputs) whose left-out values
+    are one number while the kept ones vary: missing regression targets stored as a fill value."""
+    found = list(leaves(batch))
+    for mask_index, mask in enumerate(found):
+        if not is_observed_mask(mask):
+            continue
+        kept = mask.detach().bool()
+        for value_index, values in enumerate(found):
+            if value_index in (0, mask_index) or not isinstance(values, torch.Tensor) \
+                    or not values.is_floating_point() or values.shape != mask.shape:
+                continue
+            outside = values[~kept.to(values.device)].unique()
+            if outside.numel() == 1 and values[kept.to(values.device)].unique().numel() >= 8:
+                return mask_index, float(outside[0]) + 0.0, mask, value_index  # -0.0 reads as 0
+    return None
+
+
 def split_mask(batch: Any, trained: int) -> tuple[int, torch.Tensor, int] | None:
     """(index of the mask leaf, the mask, index of the label leaf) for a boolean leaf shaped like
     an integer label leaf of ``trained`` positions whose left-out positions hold real labels
@@ -134,6 +163,8 @@ class UnreadMaskCheck(Check):
                       if (hit := placeholder_mask(batch, call.n_classes, call.profile.total)) is not None), None)
         if found is None:
             self._split_mask_unread(ctx, calls, batch, findings)
+            if not findings.issues:
+                self._fill_mask_unread(ctx, batch, findings)
             return
         call, (mask_index, placeholder, mask, _) = found
         if self._reads(ctx, batch, mask_index, findings):
@@ -195,5 +226,26 @@ class UnreadMaskCheck(Check):
             "generalisation (a node classifier whose train_mask is never applied)",
             "Apply the mask in the loss: F.cross_entropy(logits[train_mask], y[train_mask]) (and score validation "
             "on logits[val_mask] only).",
+            "data.train",
+        )
+
+    def _fill_mask_unread(self, ctx: PreflightContext, batch: Any, findings: Findings) -> None:
+        """Missing regression targets stored as a fill value beside a mask of the observed ones,
+        and a step that never reads the mask: the loss fits the fill."""
+        found = fill_mask(batch)
+        if found is None or self._reads(ctx, batch, found[0], findings):
+            return
+        _, fill, mask, _ = found
+        left_out = int((mask == 0).sum())
+        findings.data["summary"] = f"a {tuple(mask.shape)} observed-mask the step never reads"
+        findings.warning(
+            "TARGET_MASK_UNUSED",
+            f"the batch carries a 0/1 {tuple(mask.shape)} mask beside float targets of the same shape, and the step "
+            f"never reads it: where the mask is 0 ({left_out}, {left_out / mask.numel():.0%} of the values) every "
+            f"target is {fill:g}, a fill for missing values, while the observed ones vary. The loss averages over "
+            f"every target, the missing ones included, so the model is trained to predict the fill {fill:g} wherever "
+            "a value was missing (a masked loss whose mask was left out)",
+            "Weight the error by the mask: loss = ((pred - y) ** 2 * mask).sum() / mask.sum() (or pred[mask.bool()], "
+            "y[mask.bool()]).",
             "data.train",
         )
