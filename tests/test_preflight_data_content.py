@@ -238,7 +238,12 @@ def test_every_epoch_the_same_small_subset_is_a_warning_unless_validation_takes_
     report = check(DataLoader(data, batch_size=16, sampler=fifth), [SamplerCoverageCheck])
     assert loud(report) == [("data.sampler_coverage", "SAMPLER_COVERAGE", "warning")]
     issue = next(issue for _, issue in report.issues() if issue.code == "SAMPLER_COVERAGE")
-    assert "same 120 of the dataset's 600 samples (20.0%)" in issue.message
+    assert "same 120 of the dataset's 600 samples (20.0%)" in issue.message and "a prefix" not in issue.message
+    # The first quarter of a dataset stored in an order: named as a prefix.
+    quarter = SubsetRandomSampler(range(len(data) // 4))
+    issue = next(issue for _, issue in check(DataLoader(data, batch_size=16, sampler=quarter),
+                                             [SamplerCoverageCheck]).issues() if issue.code == "SAMPLER_COVERAGE")
+    assert "the first 150 indices (range(150)" in issue.message
     # The same sampler as the training side of a 20/80 split over one dataset: quiet.
     rest = SubsetRandomSampler([i for i in range(len(data)) if i % 5])
     report = check(DataLoader(data, batch_size=16, sampler=fifth), [SamplerCoverageCheck],

@@ -61,3 +61,32 @@ def test_smooth_networks_and_a_single_derivative_are_quiet(activation, loss_fn):
 def test_all_zero_needs_real_points():
     assert all_zero((torch.zeros(16, 1),)) and all_zero((None, torch.zeros(8)))
     assert not all_zero((torch.zeros(4),)) and not all_zero((torch.zeros(15).index_fill(0, torch.tensor([3]), 1.0),))
+
+
+def heat_residual(per_column: bool):
+    def loss_fn(model, batch):
+        xt = batch[0].clone().requires_grad_(True)
+        u = model(xt)
+        (du,) = torch.autograd.grad(u, xt, torch.ones_like(u), create_graph=True)  # (N, 2): [u_x, u_t]
+        u_t = du[:, 1:2]
+        if per_column:
+            u_x = du[:, 0:1]
+            u_xx = torch.autograd.grad(u_x, xt, torch.ones_like(u_x), create_graph=True)[0][:, 0:1]
+        else:  # the whole gradient differentiated again: u_xx + u_tx in the first column
+            u_xx = torch.autograd.grad(du, xt, torch.ones_like(du), create_graph=True)[0][:, 0:1]
+        return (u_t - 0.1 * u_xx).pow(2).mean()
+    return loss_fn
+
+
+@pytest.mark.parametrize("per_column", [False, True])
+def test_a_second_derivative_of_the_whole_gradient_sums_the_columns(per_column):
+    points = torch.rand(256, 2, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(points), batch_size=32, shuffle=True), loss_fn=heat_residual(per_column),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), DerivativeGraphCheck()])
+    issues = report.check("step.derivative_graph").issues
+    assert [i.code for i in issues] == ([] if per_column else ["DERIVATIVE_SUMS_COLUMNS"])
+    if issues:
+        assert "u_xx + u_tx" in issues[0].message and "du[:, 0:1]" in issues[0].fix

@@ -1691,3 +1691,58 @@ def test_quantile_targets_tiled_against_outputs_flattened_by_sample(expand):
     assert (found is not None) == (expand == "repeat")
     if found is not None:
         assert "y.repeat_interleave(3)" in found.fix and "(32, 3)" in found.message
+
+
+def pinn_residual(column_source: bool):
+    def loss_fn(model, batch):
+        x = batch[0].clone().requires_grad_(True)
+        u = model(x)
+        (u_x,) = torch.autograd.grad(u.sum(), x, create_graph=True)
+        (u_xx,) = torch.autograd.grad(u_x.sum(), x, create_graph=True)
+        source = -torch.pi ** 2 * torch.sin(torch.pi * x[:, 0])  # (N,): computed from x, so in the graph too
+        residual = u_xx - (source.unsqueeze(1) if column_source else source)
+        return residual.pow(2).mean()
+    return loss_fn
+
+
+@pytest.mark.parametrize("column_source", [False, True])
+def test_a_pde_residual_against_a_flat_source_term_broadcasts(column_source):
+    x = torch.rand(256, 1, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x), batch_size=32, shuffle=True), loss_fn=pinn_residual(column_source),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), LossFunctionCheck()])
+    issues = [i for i in report.check("step.loss_function").issues if i.code == "LOSS_BROADCAST"]
+    assert len(issues) == (0 if column_source else 1)
+    if issues:
+        assert "source or forcing term f(x)" in issues[0].message and "(32, 32)" in issues[0].message
+        assert "f = f.unsqueeze(1)" in issues[0].fix
+
+
+def ode_residual(order: str):
+    def loss_fn(model, batch):
+        t = batch[0].clone().requires_grad_(True)
+        u = model(t)
+        (u_t,) = torch.autograd.grad(u.sum(), t, create_graph=True)
+        residual = u_t + 2.0 * u
+        if order == "square_of_mean":
+            return residual.mean().pow(2)
+        if order == "variance":  # mean(r^2) - mean(r)^2 squares the mean on purpose
+            return (residual ** 2).mean() - residual.mean() ** 2
+        return residual.pow(2).mean()
+    return loss_fn
+
+
+@pytest.mark.parametrize("order", ["square_of_mean", "mean_of_squares", "variance"])
+def test_a_residual_averaged_before_it_is_squared(order):
+    t = torch.rand(256, 1, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(t), batch_size=32, shuffle=True), loss_fn=ode_residual(order),
+                           checks=[FirstBatchCheck(), FirstStepCheck(), LossFunctionCheck()])
+    issues = [i for i in report.check("step.loss_function").issues if i.code == "LOSS_SQUARES_MEAN"]
+    assert len(issues) == (order == "square_of_mean")
+    if issues:
+        assert "(32, 1)" in issues[0].message and "(residual ** 2).mean()" in issues[0].fix

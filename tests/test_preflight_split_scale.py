@@ -215,3 +215,29 @@ def test_unit_change_reads_rescaling_logs_and_standardisation():
     assert unit_change(8.19, 0.25, 3600.0, 900.0)  # log1p on one side
     assert unit_change(0.02, 1.3, 3600.0, 900.0)  # standardised on one side
     assert not unit_change(-6.78, 5.29, 0.707, 0.541)  # a forcing against a solution
+
+
+def pinn_on(points: torch.Tensor):
+    """A Poisson PINN's collocation points (x,) for training, an analytic solution on [-1, 1] to score."""
+    grid = torch.linspace(-1, 1, 201).unsqueeze(1)
+    model = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
+
+    def residual(m, batch):
+        x = batch[0].clone().requires_grad_(True)
+        (u_x,) = torch.autograd.grad(m(x).sum(), x, create_graph=True)
+        (u_xx,) = torch.autograd.grad(u_x.sum(), x, create_graph=True)
+        return (u_xx + torch.pi ** 2 * torch.sin(torch.pi * x)).pow(2).mean()
+
+    return run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                         DataLoader(TensorDataset(points), batch_size=64, shuffle=True),
+                         val_loader=DataLoader(TensorDataset(grid, torch.sin(torch.pi * grid)), batch_size=201),
+                         loss_fn=residual, checks=[FirstBatchCheck(), SplitScaleCheck()])
+
+
+def test_collocation_points_drawn_over_half_the_domain_leave_validation_uncovered():
+    g = torch.Generator().manual_seed(0)
+    half = pinn_on(torch.rand(1024, 1, generator=g)).check("data.split_scale")
+    assert codes(half) == {"VAL_OUTSIDE_TRAIN_RANGE"}
+    assert "torch.rand(n, 1) * 2 - 1" in half.issues[0].fix and "span [-1, 1]" in half.issues[0].message
+    whole = pinn_on(torch.rand(1024, 1, generator=g) * 2 - 1).check("data.split_scale")
+    assert_quiet(whole)

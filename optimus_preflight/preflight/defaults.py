@@ -87,6 +87,7 @@ from optimus_preflight.preflight.checks.pair_partners import PairPartnersCheck
 from optimus_preflight.preflight.checks.pair_truncation import PairTruncationCheck
 from optimus_preflight.preflight.checks.param_group_keys import ParamGroupKeysCheck
 from optimus_preflight.preflight.checks.passthrough import PassthroughCheck
+from optimus_preflight.preflight.checks.periodic_padding import PeriodicPaddingCheck
 from optimus_preflight.preflight.checks.pin_checks import PinnedBatchCheck
 from optimus_preflight.preflight.checks.pooled_axis import PooledAxisCheck
 from optimus_preflight.preflight.checks.quantile_level import QuantileLevelCheck
@@ -195,6 +196,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     RowShiftCheck,
     PairLengthsCheck,
     PaddingSideCheck,
+    PeriodicPaddingCheck,
     ShiftDirectionCheck,
     PairAssociationCheck,
     PairTruncationCheck,

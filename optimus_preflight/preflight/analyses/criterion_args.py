@@ -46,6 +46,11 @@ from optimus_preflight.preflight.analyses.loss_weights import (
     weights_after_mean_finding,
 )
 from optimus_preflight.preflight.analyses.output_range import output_activation
+from optimus_preflight.preflight.analyses.squared_mean import (
+    SquaredMean,
+    SquaredMeanWatch,
+    squared_mean_finding,
+)
 from optimus_preflight.training.batches import batch_size_of, leaves
 
 if TYPE_CHECKING:
@@ -125,6 +130,7 @@ class CriterionArgs:
     poisson_log_input: PoissonLogInput | None = None
     batch_indexed: BatchIndexed | None = None
     weights_after_mean: WeightsAfterMean | None = None
+    squared_mean: SquaredMean | None = None
 
 
 def _lengths(value: Any) -> list[int] | None:
@@ -282,6 +288,7 @@ class CriterionArgsWatch:
         self._labels: list[torch.Tensor] = []  # the batch's integer (B,) tensors
         self._picks: list[tuple[Any, tuple[int, int], int]] = []  # (grad_fn of a (B, B) pick, (B, C), distinct)
         self._weights = WeightsAfterMeanWatch()  # per-sample weights times a reduced loss
+        self._squares = SquaredMeanWatch()  # a residual averaged before it is squared
 
     def watch_batch(self, batch: Any) -> None:
         self._labels = [leaf for leaf in leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.dim() == 1
@@ -289,6 +296,7 @@ class CriterionArgsWatch:
                         and leaf.dtype != torch.bool]
         self._picks = []
         self._weights.start(batch_size_of(batch) or None)
+        self._squares.start()
 
     def before(self, name: str, args: tuple, kwargs: dict) -> None:
         found = self.found
@@ -307,6 +315,8 @@ class CriterionArgsWatch:
         if self.found.weights_after_mean is None:
             self._weights.observe(name, args, kwargs or {}, out)
             self.found.weights_after_mean = self._weights.found
+        self._squares.observe(name, args, kwargs or {}, out)
+        self.found.squared_mean = self._squares.found
         if name == "__getitem__" and self._labels and self.found.batch_indexed is None and len(args) == 2:
             self._indexed(args[0], args[1], out)
 
@@ -407,6 +417,8 @@ def criterion_arg_findings(found: CriterionArgs | None) -> list[Finding]:
         ))
     if found.weights_after_mean is not None:
         out.append(weights_after_mean_finding(found.weights_after_mean))
+    if found.squared_mean is not None:
+        out.append(squared_mean_finding(found.squared_mean))
     return out
 
 

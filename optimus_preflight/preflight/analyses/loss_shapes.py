@@ -273,6 +273,18 @@ def column_broadcast_findings(broadcasts: list[ColumnBroadcast], calls: list[Cri
             f"Give both one shape before the multiplication: {squeeze} (risk = model(x).squeeze(-1)), so each "
             "sample's term is multiplied by its own flag.",
         )]
+    if found.from_inputs:
+        return [Finding(
+            "LOSS_BROADCAST", "error",
+            f"a residual in a hand-written loss combines a tensor of shape {found.learnable_shape} computed by the "
+            f"model (its output or a derivative of it, as a PDE residual's u_xx) with a tensor of shape "
+            f"{found.constant_shape} computed from the same input points without the model (a source or forcing "
+            f"term f(x), a right-hand side) (`{found.op}`): the residual broadcasts to {joint}, an (N, N) table "
+            f"pairing every point's derivative with every other point's forcing for N = {rows}, so the network "
+            "fits the mean forcing instead of the equation at each point" + _at(found.where),
+            "Give the source term the column shape before the arithmetic: f = f.unsqueeze(1) (or compute it from "
+            "x[:, :1], keeping (N, 1)); assert residual.shape == u.shape.",
+        )]
     return [Finding(
         "LOSS_BROADCAST", "error",
         f"{opening} a tensor of shape {found.learnable_shape} computed by the model with a tensor of "

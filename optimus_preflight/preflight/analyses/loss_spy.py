@@ -157,6 +157,9 @@ class ColumnBroadcast:
     kept_reduction: str | None = None  # the (B, 1) is a reduction kept as a column (keepdim=True)
     where: str | None = None  # the user's line that made the arithmetic
     flag: bool = False  # the constant is a 0/1 vector with both values: an event indicator or a row mask
+    # the constant side is computed from inputs that require grad (a PINN's source term f(x) of the
+    # collocation points), not read from the batch
+    from_inputs: bool = False
 
 
 @dataclass
@@ -224,6 +227,34 @@ def row_blocks_of_one_tensor(inputs: list[torch.Tensor]) -> tuple[int, int] | No
     return (len(inputs), rows) if offsets == [i * rows * step for i in range(len(inputs))] else None
 
 
+GRAPH_NODES = 4096  # nodes walked back from a tensor before giving up on finding a parameter
+
+
+def plausible_pair(first: torch.Tensor, second: torch.Tensor) -> bool:
+    """Shapes column_broadcast would record: a column against a vector, or per-row tensors of
+    different ranks (checked before the graph walk that tells the two sides apart)."""
+    if first.dim() == 0 or second.dim() == 0 or first.shape[0] != second.shape[0] or first.shape[0] < 2:
+        return False
+    return first.dim() != second.dim()
+
+
+def reaches_parameter(tensor: torch.Tensor) -> bool:
+    """Whether the autograd graph behind ``tensor`` reaches an ``nn.Parameter`` (within
+    GRAPH_NODES nodes)."""
+    if isinstance(tensor, torch.nn.Parameter):
+        return True
+    seen, stack = set(), [tensor.grad_fn]
+    while stack and len(seen) < GRAPH_NODES:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if isinstance(getattr(node, "variable", None), torch.nn.Parameter):
+            return True
+        stack.extend(next_node for next_node, _ in getattr(node, "next_functions", ()))
+    return False
+
+
 def column_broadcast(name: str, args: tuple) -> ColumnBroadcast | None:
     if name not in ARITHMETIC or len(args) < 2:
         return None
@@ -231,8 +262,16 @@ def column_broadcast(name: str, args: tuple) -> ColumnBroadcast | None:
     if not (isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor)):
         return None
     if first.requires_grad == second.requires_grad:
-        return None
-    learnable, constant = (first, second) if first.requires_grad else (second, first)
+        # Both in the graph: a PINN's forcing f(x) is computed from coordinates that require grad
+        # for the derivatives, but only the model's side reaches a parameter.
+        if not first.requires_grad or not plausible_pair(first, second):
+            return None
+        first_learns, second_learns = reaches_parameter(first), reaches_parameter(second)
+        if first_learns == second_learns:
+            return None
+        learnable, constant = (first, second) if first_learns else (second, first)
+    else:
+        learnable, constant = (first, second) if first.requires_grad else (second, first)
     shapes = {tuple(learnable.shape), tuple(constant.shape)}
     rows = learnable.shape[0] if learnable.dim() else 0
     if rows >= 2 and shapes == {(rows, 1), (rows,)}:
@@ -241,7 +280,7 @@ def column_broadcast(name: str, args: tuple) -> ColumnBroadcast | None:
                 and bool(((constant == 0) | (constant == 1)).all()) and bool((constant == 0).any())
                 and bool((constant == 1).any()))
         return ColumnBroadcast(name.strip("_"), tuple(learnable.shape), tuple(constant.shape), kept_reduction=reduced,
-                               flag=flag)
+                               flag=flag, from_inputs=constant.requires_grad)
     # Any per-sample prediction against per-sample targets whose batch axes land on different
     # dims: (N, 4) - (N, 1, 4) is (N, N, 4), every prediction against every target.
     if rows >= 2 and constant.dim() >= 1 and constant.shape[0] == rows and learnable.dim() != constant.dim():
@@ -250,7 +289,8 @@ def column_broadcast(name: str, args: tuple) -> ColumnBroadcast | None:
         except RuntimeError:
             return None
         if math.prod(joint) == rows * max(learnable.numel(), constant.numel()):
-            return ColumnBroadcast(name.strip("_"), tuple(learnable.shape), tuple(constant.shape), tuple(joint))
+            return ColumnBroadcast(name.strip("_"), tuple(learnable.shape), tuple(constant.shape), tuple(joint),
+                                   from_inputs=constant.requires_grad)
     return None
 
 

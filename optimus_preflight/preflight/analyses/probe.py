@@ -144,6 +144,7 @@ class StepProbe:
     derivative_calls: list[bool] = field(default_factory=list)  # create_graph of each autograd.grad in compute_loss
     derivative_zero: list[bool] = field(default_factory=list)  # ... whether all it returned was exactly zero
     derivative_fields: list[bool] = field(default_factory=list)  # ... whether it differentiated a per-point field
+    whole_gradients: list[tuple[int, ...]] = field(default_factory=list)  # a multi-column gradient differentiated whole
     loss_gradient_share: tuple[float, float] | None = None  # see _gradient_share
     loss_constant_factor: float | None = None  # see constant_factor: the returned loss = this x what it scales
     pitfalls: Pitfalls = field(default_factory=Pitfalls)  # torch calls whose defaults mislead (api_pitfalls)
@@ -396,7 +397,8 @@ def run_probe(ctx: PreflightContext, batch: Any) -> StepProbe:
         spy.criterion_args.watch_batch(data)
         before = _side_effect_state(ctx.optimizer, watched)
         frozen_before = _frozen_samples([module, *(held for _, held in loss_modules(ctx.compute_loss, module))], watched)
-        with spy, seeding_watched(probe.loss_reseeds), watched_autograd_grad(probe.derivative_calls, False, probe.derivative_zero, probe.derivative_fields), \
+        with spy, seeding_watched(probe.loss_reseeds), watched_autograd_grad(probe.derivative_calls, False, probe.derivative_zero, probe.derivative_fields,
+                                      probe.whole_gradients), \
                 recorded_functions(probe.custom_functions):
             output = ctx.compute_loss(module, data)
         after = _side_effect_state(ctx.optimizer, watched)

@@ -60,12 +60,14 @@ class DerivativeGraphCheck(Check):
 
     name = "step.derivative_graph"
     stage = Stage.STEP
-    codes = ("DERIVATIVE_WITHOUT_GRAPH", "DERIVATIVE_VANISHES")
+    codes = ("DERIVATIVE_WITHOUT_GRAPH", "DERIVATIVE_VANISHES", "DERIVATIVE_SUMS_COLUMNS")
     requires = (FIRST_BATCH, FIRST_STEP)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
         probe = get_probe(ctx)
         self._vanishing(ctx, probe.derivative_zero, findings)
+        if probe.whole_gradients:
+            self._whole_gradient(probe.whole_gradients[0], findings)
         calls = probe.derivative_calls  # recorded in the first step: no extra pass when there are none
         findings.data["summary"] = f"{len(calls)} autograd.grad call(s) in the step, {calls.count(False)} without create_graph"
         if all(calls):
@@ -98,6 +100,20 @@ class DerivativeGraphCheck(Check):
             "Pass create_graph=True to torch.autograd.grad when the derivative is part of the loss (PINN residuals, "
             "WGAN-GP and other gradient penalties, input-gradient regularisers); leave it off only for a derivative "
             "used as data, such as an adversarial perturbation's sign().",
+        )
+
+    @staticmethod
+    def _whole_gradient(shape: tuple[int, ...], findings: Findings) -> None:
+        columns = shape[1]
+        findings.warning(
+            "DERIVATIVE_SUMS_COLUMNS",
+            f"the loss differentiates a whole {shape} gradient again with torch.autograd.grad (grad_outputs of ones, "
+            f"or its sum) with respect to the same inputs: that is the derivative of the sum of its {columns} "
+            "columns, so each 'second derivative' is a row sum of the Hessian, u_xx + u_tx (a mixed partial added "
+            "in), not u_xx. A PINN's heat or wave residual written u_xx = grad(du, x) on du = [u_x, u_t] does this; "
+            "the residual then holds a term of the wrong equation and the network fits it",
+            "Differentiate one column at a time: u_x = du[:, 0:1]; u_xx = torch.autograd.grad(u_x, x, "
+            "torch.ones_like(u_x), create_graph=True)[0][:, 0:1] (and likewise per coordinate for a Laplacian).",
         )
 
     @staticmethod

@@ -304,11 +304,15 @@ class SamplerCoverageCheck(Check):
         findings.data.update(epoch_subset=len(subset), val_indices_same_dataset=len(held_out))
         if covered >= SUBSET_FLOOR * reachable:
             return
+        prefix = subset == set(range(len(subset)))
+        where = (f", the first {len(subset)} indices (range({len(subset)}), a prefix such as range(len(dataset) // 4)): "
+                 "only that part of the dataset is ever trained on, and a dataset stored in an order (by time, class, "
+                 "size or energy) is seen at one end only" if prefix else "")
         findings.warning(
             "SAMPLER_COVERAGE",
             f"every epoch of the training sampler ({sampler}) draws the same {len(subset)} of the dataset's {size} "
-            f"samples ({100 * len(subset) / size:.1f}%), and no validation loader over the same dataset takes the "
-            "rest: the other samples are never trained on (a debugging subset left in?)",
+            f"samples ({100 * len(subset) / size:.1f}%){where}, and no validation loader over the same dataset takes "
+            "the rest: the other samples are never trained on (a debugging subset left in?)",
             "Give the sampler every training index (e.g. SubsetRandomSampler(train_indices) with the whole training "
             "split, or shuffle=True), or make the dataset itself the subset (torch.utils.data.Subset) if a small "
             "run is what you want.",

@@ -118,6 +118,39 @@ def scale_mismatch(train: torch.Tensor, val: torch.Tensor) -> ScaleMismatch | No
                          (float(v[1, first]), float(v_iqr[first])), column_order(t, v, columns))
 
 
+COVERAGE_COLUMNS = 3  # inputs of at most this many columns: coordinates, not features of a table
+OUTSIDE = 0.3  # of the validation points outside the training range of one column
+COVERED_RANGE = 0.6  # the training range at most this share of the validation range
+
+
+@dataclass
+class CoverageGap:
+    column: int
+    train: tuple[float, float]  # (min, max)
+    val: tuple[float, float]
+    outside: float  # share of validation points outside the training range
+
+
+def coverage_gap(train: torch.Tensor, val: torch.Tensor) -> CoverageGap | None:
+    """The first column of (M, D <= 3) training inputs whose range covers at most
+    COVERED_RANGE of the validation inputs' range, with OUTSIDE of them beyond it (pure)."""
+    if train.dim() != 2 or val.dim() != 2 or train.shape[1] != val.shape[1] or not 1 <= train.shape[1] <= \
+            COVERAGE_COLUMNS or len(train) < MIN_TRAIN or len(val) < MIN_VAL \
+            or not (torch.isfinite(train).all() and torch.isfinite(val).all()):
+        return None
+    for column in range(train.shape[1]):
+        t, v = train[:, column].double(), val[:, column].double()
+        t_lo, t_hi, v_lo, v_hi = float(t.min()), float(t.max()), float(v.min()), float(v.max())
+        width = v_hi - v_lo
+        if width <= 0 or t_hi - t_lo > COVERED_RANGE * width:
+            continue
+        margin = 0.02 * width
+        outside = float(((v < t_lo - margin) | (v > t_hi + margin)).double().mean())
+        if outside >= OUTSIDE:
+            return CoverageGap(column, (t_lo, t_hi), (v_lo, v_hi), outside)
+    return None
+
+
 EXACT_R2 = 0.9999  # of the training targets a linear fit of the training inputs explains: no noise left
 VAL_R2_BELOW = 0.9  # what the same fit explains of the validation targets when only training has the leak
 ROWS_PER_COLUMN = 3
@@ -190,6 +223,13 @@ def inputs_beside_labels(batch: Any) -> tuple[Any, Any] | None:
 def inputs_and_targets(batch: Any) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
     """(inputs (B, D) float, regression targets (B, K) float or None) of an ``(x, y)`` batch or a
     mapping with one label key and one floating tensor beside it; None for other batches."""
+    if isinstance(batch, (list, tuple)) and len(batch) == 1 and isinstance(batch[0], torch.Tensor) \
+            and batch[0].layout == torch.strided and batch[0].is_floating_point() and batch[0].dim() >= 2:
+        # (x,) alone: an autoencoder's or a PINN's collocation points, inputs without targets
+        flat = batch[0].detach().reshape(batch[0].shape[0], -1)
+        if flat.shape[1] > MAX_COLUMNS:
+            flat = flat[:, ::-(-flat.shape[1] // MAX_COLUMNS)]
+        return flat.float().cpu(), None
     pair = inputs_beside_labels(batch)
     if pair is None:
         # (features, targets, input lengths, target lengths) and other longer tuples: the
@@ -248,7 +288,7 @@ class SplitScaleCheck(Check):
     name = "data.split_scale"
     stage = Stage.DATA
     codes = ("VAL_INPUTS_OTHER_SCALE", "VAL_TARGETS_OTHER_SCALE", "VAL_COLUMNS_REORDERED", "VAL_COLUMNS_RECODED", "TARGETS_CAST_TO_INT",
-             "VAL_SCALER_REFIT", "TRAIN_TARGET_IN_INPUTS")
+             "VAL_SCALER_REFIT", "TRAIN_TARGET_IN_INPUTS", "VAL_OUTSIDE_TRAIN_RANGE")
     requires = (FIRST_BATCH,)
 
     def run(self, ctx: PreflightContext, findings: Findings) -> None:
@@ -284,10 +324,31 @@ class SplitScaleCheck(Check):
             elif found is not None:
                 rescaled = True
                 self._report(code, what, found, findings)
+        if not rescaled and train[0] is not None and val[0] is not None and len(val[0]) >= MIN_VAL:
+            self._uncovered(coverage_gap(train[0], val[0]), findings)
         if not rescaled and all(part is not None and len(part) >= MIN_VAL for part in (*train, *val)):
             self._recoded(regression_relation_change(train[0], train[1], val[0], val[1]), findings)
             self._target_in_training_inputs(linear_leak(train[0], train[1], val[0], val[1]), findings)
         findings.data["summary"] = "; ".join(summary) or "nothing comparable"
+
+    @staticmethod
+    def _uncovered(found: CoverageGap | None, findings: Findings) -> None:
+        """VAL_OUTSIDE_TRAIN_RANGE: low-dimensional inputs (coordinates) whose training values
+        cover only part of the range validation spans."""
+        if found is None:
+            return
+        findings.warning(
+            "VAL_OUTSIDE_TRAIN_RANGE",
+            f"the training inputs cover only [{found.train[0]:.3g}, {found.train[1]:.3g}] of input column "
+            f"{found.column}, while the validation inputs span [{found.val[0]:.3g}, {found.val[1]:.3g}]: "
+            f"{found.outside:.0%} of the validation points lie outside anything trained on. Points sampled over "
+            "the wrong interval do this: collocation or training coordinates drawn with torch.rand (in [0, 1)) "
+            "for a domain [-1, 1], a grid built over half the domain, a split by coordinate; the model is then "
+            "scored where it can only extrapolate",
+            "Sample the training inputs over the whole domain: x = lo + (hi - lo) * torch.rand(n, 1) (for [-1, 1]: "
+            "torch.rand(n, 1) * 2 - 1), or split the points at random rather than by coordinate.",
+            "data.train",
+        )
 
     @staticmethod
     def _target_in_training_inputs(found: tuple[float, float, int] | None, findings: Findings) -> None:
