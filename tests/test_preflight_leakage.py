@@ -682,3 +682,19 @@ def test_a_decoder_input_padded_with_the_pad_id_is_still_the_shifted_targets():
         labels[row, :length + 1] = answer
         decoder_input[row, 0], decoder_input[row, 1:length + 1] = 1, answer[:-1]
     assert objective_of(decoder_input, labels.flatten(), -100).kind == "next_token"
+
+
+@pytest.mark.parametrize("start", [23, 24], ids=["inside_the_window", "after_the_window"])
+def test_horizon_targets_cut_one_step_early_repeat_the_last_input(start):
+    series = torch.sin(torch.arange(600) / 7.0) + 0.1 * torch.randn(600, generator=torch.Generator().manual_seed(0))
+    starts = range(0, 560)
+    x = torch.stack([series[i:i + 24] for i in starts])
+    y = torch.stack([series[i + start:i + start + 6] for i in starts])
+    model = nn.Sequential(nn.Linear(24, 32), nn.ReLU(), nn.Linear(32, 6))
+    report = run_preflight(model, torch.optim.Adam(model.parameters(), 1e-3),
+                           DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True), loss_fn=nn.MSELoss(),
+                           checks=[FirstBatchCheck(), FeatureLabelCheck()])
+    issues = report.check("data.label_in_features").issues
+    assert [i.code for i in issues] == (["LEAK_FEATURE"] if start == 23 else [])
+    if issues:
+        assert "off by one" in issues[0].message and "y = series[i + W : i + W + H]" in issues[0].fix

@@ -63,3 +63,14 @@ def test_series_whose_real_values_include_the_constant_stay_quiet(kind):
         series = torch.round(torch.sin(torch.arange(3000) * 0.3) * 10) / 10
     x, _ = windows(series)
     assert gap_fill(x[:256]) is None
+
+
+def test_forty_percent_of_a_noisy_series_filled_with_zero_is_named():
+    # So many fills that a window whose fills stand in for the level looks rough: the
+    # smoothness is judged between real readings only.
+    g = torch.Generator().manual_seed(2)
+    t = torch.arange(3000, dtype=torch.float64)
+    series = 4 + torch.sin(2 * math.pi * t / 48) + 0.3 * torch.randn(3000, generator=g, dtype=torch.float64)
+    filled = torch.where(torch.rand(3000, generator=g) < 0.4, torch.zeros_like(series), series).float()
+    issue = issues(filled)["SERIES_GAP_FILLED"]
+    assert "the exact value 0 makes up" in issue.message

@@ -115,6 +115,7 @@ from optimus_preflight.preflight.checks.split_tags import SplitTagsCheck
 from optimus_preflight.preflight.checks.stateful_forward import StatefulForwardCheck
 from optimus_preflight.preflight.checks.survival_order import SurvivalOrderCheck
 from optimus_preflight.preflight.checks.target_alignment import TargetAlignmentCheck
+from optimus_preflight.preflight.checks.target_inputs import TargetInputsCheck
 from optimus_preflight.preflight.checks.target_leak import TargetLeakCheck
 from optimus_preflight.preflight.checks.target_offset import TargetOffsetCheck
 from optimus_preflight.preflight.checks.target_signal import TargetSignalCheck
@@ -265,6 +266,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     AutoregressiveOrderCheck,
     FlowLikelihoodCheck,
     TargetAlignmentCheck,
+    TargetInputsCheck,
     MixLabelsCheck,
     SampledPositiveCheck,
     LabelCropCheck,

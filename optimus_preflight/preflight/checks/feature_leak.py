@@ -65,6 +65,28 @@ def _labels_of(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
 
 
 MIN_ROWS = 8
+
+
+def horizon_overlap(batch: Any) -> tuple[int, int] | None:
+    """(window length, horizon) of an ``(x, y)`` batch of (B, W) float windows and (B, H >= 2)
+    float horizons whose first step equals the window's last value in every row (and the
+    second does not): horizons cut one step early."""
+    if not isinstance(batch, (list, tuple)) or len(batch) != 2:
+        return None
+    x, y = batch
+    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)) or not x.is_floating_point() \
+            or not y.is_floating_point():
+        return None
+    if x.dim() == 3 and x.shape[2] == 1:
+        x = x[..., 0]
+    if y.dim() == 3 and y.shape[2] == 1:
+        y = y[..., 0]
+    if x.dim() != 2 or y.dim() != 2 or len(x) < MIN_ROWS or len(y) != len(x) or x.shape[1] < 2 or y.shape[1] < 2:
+        return None
+    last, first, second = x[:, -1], y[:, 0], y[:, 1]
+    if not torch.equal(last, first) or torch.equal(last, second) or bool((last == last[0]).all()):
+        return None
+    return x.shape[1], y.shape[1]
 CHANCE = 1e-3  # a coincidental match over the batch must be this unlikely
 # |correlation| of a column with a continuous label: a label stored at float16 precision
 # still reaches 1 - 1e-7; no two measured quantities do by chance over 8+ rows.
@@ -189,6 +211,9 @@ class FeatureLabelCheck(Check):
         pair = _labels_of(ctx.artifacts.first_batch)
         if pair is None:
             findings.data["summary"] = "not a (features, labels) batch"
+            overlap = horizon_overlap(ctx.artifacts.first_batch)
+            if overlap is not None:
+                self._horizon_overlap(*overlap, findings)
             return
         features, labels = pair
         window = tuple(features.shape[1:]) if features.dim() == 3 else None
@@ -246,6 +271,20 @@ class FeatureLabelCheck(Check):
             "Where the dataset builds its features, " + how,
             "data.train",
             code_fix="In the dataset of the DataLoader your build_dataloaders() returns, " + how,
+        )
+
+    @staticmethod
+    def _horizon_overlap(window: int, horizon: int, findings: Findings) -> None:
+        findings.warning(
+            "LEAK_FEATURE",
+            f"the first of each sample's {horizon} target steps equals the last value of its {window}-step input "
+            "window, in every row of the first batch, while the later targets do not repeat it: the horizon was cut "
+            f"from series[i + {window} - 1 : ...], inside the window, instead of series[i + {window} : i + {window} + "
+            f"{horizon}] (off by one). Every target is one step too early: the first is the model's own input echoed, "
+            "and the rest are labelled with the wrong lead time",
+            f"Start the horizon right after the window: x = series[i : i + W], y = series[i + W : i + W + H] "
+            f"(here W = {window}, H = {horizon}).",
+            "data.train",
         )
 
     @staticmethod

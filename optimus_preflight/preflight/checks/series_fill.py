@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 import torch
 
 from optimus_preflight.preflight.analyses.gap_fill import gap_fill
-from optimus_preflight.preflight.analyses.series import lag_one
 from optimus_preflight.preflight.checks.data_checks import FIRST_BATCH
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import leaves
@@ -38,6 +37,22 @@ def _series_of(tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
     return [(f" feature {f}", tensor[:, :, f]) for f in range(tensor.shape[2])]
 
 
+def lag_one_between_readings(windows: torch.Tensor, fill: float) -> float:
+    """The lag-1 autocorrelation of (B, T) windows over the pairs of consecutive entries that are
+    both real readings (neither is ``fill``), each window centred on the mean of its readings:
+    a constant written into 40% of the entries would otherwise read as the signal's own steps."""
+    x = windows.detach().double()
+    real = x != fill
+    centred = torch.where(real, x - torch.where(real, x, torch.nan).nanmean(1, keepdim=True), torch.zeros_like(x))
+    centred = torch.nan_to_num(centred)  # a window of fills only
+    pairs = real[:, 1:] & real[:, :-1]
+    if int(pairs.sum()) == 0:
+        return 0.0
+    numerator = (centred[:, 1:] * centred[:, :-1] * pairs).sum() / pairs.sum()
+    denominator = (centred * centred * real).sum() / real.sum().clamp_min(1)
+    return float(numerator / denominator.clamp_min(1e-30))
+
+
 class SeriesFillCheck(Check):
     """SERIES_GAP_FILLED: a constant written into the gaps of a series' windows."""
 
@@ -54,9 +69,7 @@ class SeriesFillCheck(Check):
                 found = gap_fill(windows)
                 if found is None:
                     continue
-                kept = windows.double()
-                kept = torch.where(kept == found.value, torch.full_like(kept, found.typical), kept)
-                if lag_one(kept, 1) < SMOOTH:
+                if lag_one_between_readings(windows, found.value) < SMOOTH:
                     continue
                 targets = [i for i, other in enumerate(fields) if i != index and other.is_floating_point()
                            and bool((other == found.value).any())]

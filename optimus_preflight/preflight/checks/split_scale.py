@@ -342,9 +342,9 @@ class SplitScaleCheck(Check):
             f"the training inputs cover only [{found.train[0]:.3g}, {found.train[1]:.3g}] of input column "
             f"{found.column}, while the validation inputs span [{found.val[0]:.3g}, {found.val[1]:.3g}]: "
             f"{found.outside:.0%} of the validation points lie outside anything trained on. Points sampled over "
-            "the wrong interval do this: collocation or training coordinates drawn with torch.rand (in [0, 1)) "
-            "for a domain [-1, 1], a grid built over half the domain, a split by coordinate; the model is then "
-            "scored where it can only extrapolate",
+            "the wrong interval do this: collocation points (or training coordinates) drawn with torch.rand, in "
+            "[0, 1), for a domain [-1, 1], a grid built over half the domain, a split by coordinate; the model is "
+            "then scored where it can only extrapolate",
             "Sample the training inputs over the whole domain: x = lo + (hi - lo) * torch.rand(n, 1) (for [-1, 1]: "
             "torch.rand(n, 1) * 2 - 1), or split the points at random rather than by coordinate.",
             "data.train",
