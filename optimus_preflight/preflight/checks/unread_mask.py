@@ -86,7 +86,8 @@ def placeholder_mask(batch: Any, classes: int, trained: int) -> tuple[int, int, 
 
 def is_observed_mask(tensor: Any) -> bool:
     """A boolean tensor, or one of only 0s and 1s, with at least UNLABELLED_SHARE zeros."""
-    if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0 or tensor.numel() < 8:
+    if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided or tensor.dim() == 0 \
+            or tensor.numel() < 8:
         return False
     values = tensor.detach()
     if values.dtype != torch.bool and not bool(((values == 0) | (values == 1)).all()):
@@ -105,7 +106,7 @@ def fill_mask(batch: Any) -> tuple[int, float, torch.Tensor, int] | None:
         kept = mask.detach().bool()
         for value_index, values in enumerate(found):
             if value_index in (0, mask_index) or not isinstance(values, torch.Tensor) \
-                    or not values.is_floating_point() or values.shape != mask.shape:
+                    or values.layout != torch.strided or not values.is_floating_point() or values.shape != mask.shape:
                 continue
             outside = values[~kept.to(values.device)].unique()
             if outside.numel() == 1 and values[kept.to(values.device)].unique().numel() >= 8:
