@@ -65,6 +65,7 @@ from optimus_preflight.preflight.checks.input_scale import InputScaleCheck
 from optimus_preflight.preflight.checks.integer_mask import IntegerMaskCheck
 from optimus_preflight.preflight.checks.label_crop import LabelCropCheck
 from optimus_preflight.preflight.checks.label_masking import LabelMaskingCheck
+from optimus_preflight.preflight.checks.level_invariance import LevelInvarianceCheck
 from optimus_preflight.preflight.checks.loss_batch_mean import LossBatchMeanCheck
 from optimus_preflight.preflight.checks.loss_bounds import LossBoundsCheck
 from optimus_preflight.preflight.checks.loss_direction import LossDirectionCheck
@@ -267,6 +268,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     FlowLikelihoodCheck,
     TargetAlignmentCheck,
     TargetInputsCheck,
+    LevelInvarianceCheck,
     MixLabelsCheck,
     SampledPositiveCheck,
     LabelCropCheck,
