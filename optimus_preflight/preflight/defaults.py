@@ -70,6 +70,7 @@ from optimus_preflight.preflight.checks.loss_batch_mean import LossBatchMeanChec
 from optimus_preflight.preflight.checks.loss_bounds import LossBoundsCheck
 from optimus_preflight.preflight.checks.loss_direction import LossDirectionCheck
 from optimus_preflight.preflight.checks.loss_positions import LossPositionsCheck
+from optimus_preflight.preflight.checks.loss_targets import LossTargetsCheck
 from optimus_preflight.preflight.checks.lr_finder_check import LRFinderCheck
 from optimus_preflight.preflight.checks.mask_alignment import MaskAlignmentCheck
 from optimus_preflight.preflight.checks.mask_interpolation import MaskInterpolationCheck
@@ -269,6 +270,7 @@ DEFAULT_CHECKS: list[type[Check]] = [
     TargetAlignmentCheck,
     TargetInputsCheck,
     LevelInvarianceCheck,
+    LossTargetsCheck,
     MixLabelsCheck,
     SampledPositiveCheck,
     LabelCropCheck,
