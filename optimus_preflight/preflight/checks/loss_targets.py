@@ -18,14 +18,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from optimus_preflight.preflight.analyses.eval_forward import eval_forward_with_grad
+from optimus_preflight.preflight.analyses.loss_ops import watched_loss_ops
 from optimus_preflight.preflight.checks.sample_standardised import targets_normalised_per_sample
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
-from optimus_preflight.training.batches import leaves
 
 if TYPE_CHECKING:
     from optimus_preflight.preflight.framework.context import PreflightContext
@@ -34,6 +32,7 @@ if TYPE_CHECKING:
 CENTRED = 1e-4  # a row's mean, of the tensor's largest value: zero up to rounding
 UNIT_STD = 0.05  # a row's std within this of 1 (a std + eps in the denominator shrinks it a little)
 ROWS = 0.9  # share of the rows: a flat row (std near 0) stays far from 1 whatever the eps
+MAX_KEPT = 8  # compared tensors kept
 
 
 def rows_standardised(tensor: torch.Tensor) -> bool:
@@ -47,25 +46,6 @@ def rows_standardised(tensor: torch.Tensor) -> bool:
         return False
     near_one = [float(((rows.std(1, unbiased=unbiased) - 1).abs() <= UNIT_STD).double().mean()) for unbiased in (True, False)]
     return max(near_one) >= ROWS
-
-
-class ComparedConstants(TorchFunctionMode):
-    """The tensors outside the graph that ops outside every module combine with a tensor in it."""
-
-    def __init__(self, rows: int) -> None:
-        super().__init__()
-        self.rows = rows
-        self.depth = 0
-        self.found: list[torch.Tensor] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if self.depth == 0 and len(self.found) < 8:
-            given = [leaf for leaf in leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
-            if any(leaf.requires_grad for leaf in given):
-                self.found.extend(leaf.detach() for leaf in given if not leaf.requires_grad and leaf.dim() == 2
-                                  and leaf.shape[0] == self.rows and leaf.shape[1] >= 3 and leaf.is_floating_point())
-        return func(*args, **kwargs)
 
 
 class LossTargetsCheck(Check):
@@ -83,27 +63,21 @@ class LossTargetsCheck(Check):
                 or targets_normalised_per_sample(y) is not None:
             findings.data["summary"] = "no (B, H) float targets on their own scale"
             return
-        watch = ComparedConstants(len(y))
-        modules = list(ctx.model.modules())
+        found: list[torch.Tensor] = []  # tensors outside the graph the loss combines with one in it
 
-        def enter(module: nn.Module, args: tuple) -> None:
-            watch.depth += 1
+        def compared(given: list[torch.Tensor]) -> None:
+            if len(found) < MAX_KEPT:
+                found.extend(leaf.detach() for leaf in given if not leaf.requires_grad and leaf.dim() == 2
+                             and leaf.shape[0] == len(y) and leaf.shape[1] >= 3 and leaf.is_floating_point())
 
-        def leave(module: nn.Module, args: tuple, output: Any) -> None:
-            watch.depth -= 1
-
-        handles = [m.register_forward_pre_hook(enter) for m in modules] + [m.register_forward_hook(leave) for m in modules]
         try:
-            with watch:
+            with watched_loss_ops(ctx.model, compared):
                 eval_forward_with_grad(ctx)
         except Exception:
             findings.data["summary"] = "the loss could not be observed"
             return
-        finally:
-            for handle in handles:
-                handle.remove()
-        findings.data["summary"] = f"{len(watch.found)} tensor(s) compared with the model's output"
-        if not any(rows_standardised(tensor) for tensor in watch.found) or rows_standardised(y):
+        findings.data["summary"] = f"{len(found)} tensor(s) compared with the model's output"
+        if not any(rows_standardised(tensor) for tensor in found) or rows_standardised(y):
             return
         how = "standardised with its own mean and std"
         findings.warning(

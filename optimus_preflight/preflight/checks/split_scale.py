@@ -226,10 +226,7 @@ def inputs_and_targets(batch: Any) -> tuple[torch.Tensor | None, torch.Tensor | 
     if isinstance(batch, (list, tuple)) and len(batch) == 1 and isinstance(batch[0], torch.Tensor) \
             and batch[0].layout == torch.strided and batch[0].is_floating_point() and batch[0].dim() >= 2:
         # (x,) alone: an autoencoder's or a PINN's collocation points, inputs without targets
-        flat = batch[0].detach().reshape(batch[0].shape[0], -1)
-        if flat.shape[1] > MAX_COLUMNS:
-            flat = flat[:, ::-(-flat.shape[1] // MAX_COLUMNS)]
-        return flat.float().cpu(), None
+        return _columns(batch[0]), None
     pair = inputs_beside_labels(batch)
     if pair is None:
         # (features, targets, input lengths, target lengths) and other longer tuples: the
@@ -242,15 +239,20 @@ def inputs_and_targets(batch: Any) -> tuple[torch.Tensor | None, torch.Tensor | 
     if not isinstance(inputs, torch.Tensor) or not isinstance(targets, torch.Tensor) or inputs.dim() < 2 \
             or targets.dim() == 0 or targets.shape[0] != inputs.shape[0]:
         return None
-    flat = inputs.detach().reshape(inputs.shape[0], -1) if inputs.is_floating_point() else None
-    if flat is not None and flat.shape[1] > MAX_COLUMNS:
-        flat = flat[:, ::-(-flat.shape[1] // MAX_COLUMNS)]
+    flat = _columns(inputs) if inputs.is_floating_point() else None
     regression = targets.detach().reshape(targets.shape[0], -1) if targets.is_floating_point() \
         and targets.dim() <= 2 else None
     if regression is not None and bool(((regression == 0) | (regression == 1)).all()):
         regression = None  # binary labels as floats: classes, not a scale
-    return (flat.float().cpu() if flat is not None else None,
-            regression.float().cpu() if regression is not None else None)
+    return flat, regression.float().cpu() if regression is not None else None
+
+
+def _columns(inputs: torch.Tensor) -> torch.Tensor:
+    """(B, D) float32 CPU columns of a float input, strided down to MAX_COLUMNS."""
+    flat = inputs.detach().reshape(inputs.shape[0], -1)
+    if flat.shape[1] > MAX_COLUMNS:
+        flat = flat[:, ::-(-flat.shape[1] // MAX_COLUMNS)]
+    return flat.float().cpu()
 
 
 WHOLE_VAL = 4096  # validation sets up to this size are read whole for their exact statistics

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from optimus_preflight.preflight.analyses.eval_forward import eval_forward_with_grad
+from optimus_preflight.preflight.analyses.loss_ops import watched_loss_ops
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.framework import Check, Findings, Stage
 from optimus_preflight.training.batches import leaves, move_to_device
@@ -52,25 +52,10 @@ def sequence_targets(batch: Any) -> torch.Tensor | None:
     return y
 
 
-class TargetComparisons(TorchFunctionMode):
-    """Whether a torch function outside every module's forward takes the targets beside a
-    tensor in the graph: the loss scoring a prediction against them."""
-
-    def __init__(self, target: torch.Tensor) -> None:
-        super().__init__()
-        self.target = target
-        self.depth = 0  # module forwards under way
-        self.compared = False
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if self.depth == 0 and not self.compared:
-            given = [leaf for leaf in leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
-            if any(leaf is self.target or (leaf.shape == self.target.shape and not leaf.requires_grad
-                                           and torch.equal(leaf, self.target)) for leaf in given) \
-                    and any(leaf.requires_grad for leaf in given):
-                self.compared = True
-        return func(*args, **kwargs)
+def holds_targets(given: list[torch.Tensor], target: torch.Tensor) -> bool:
+    """The batch's target tensor itself (or an equal copy outside the graph) among ``given``."""
+    return any(leaf is target or (leaf.shape == target.shape and not leaf.requires_grad and torch.equal(leaf, target))
+               for leaf in given)
 
 
 class TargetInputsCheck(Check):
@@ -90,12 +75,10 @@ class TargetInputsCheck(Check):
         target = y.detach()
         readers: list[str] = []
         names = {module: name for name, module in ctx.model.named_modules() if name}
-        comparisons = TargetComparisons(batch[-1])
-
         as_input: list[bool] = []  # the model itself called on the targets: they are an input here
+        compared: list[bool] = []  # the loss scores something the model computed against the targets
 
         def watch(module: nn.Module, args: tuple, kwargs: dict) -> None:
-            comparisons.depth += 1
             if module is ctx.model:
                 first = next((leaf for leaf in leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)), None)
                 as_input.append(first is not None and first.shape[:2] == target.shape[:2]
@@ -108,25 +91,20 @@ class TargetInputsCheck(Check):
                     readers.append(names[module])
                     return
 
-        def leave(module: nn.Module, args: tuple, output: Any) -> None:
-            comparisons.depth -= 1
+        def compare(given: list[torch.Tensor]) -> None:
+            if not compared and holds_targets(given, batch[-1]):
+                compared.append(True)
 
-        modules = list(ctx.model.modules())  # the root too: its calls are watched for the targets as input
-        handles = [module.register_forward_pre_hook(watch, with_kwargs=True) for module in modules] + \
-            [module.register_forward_hook(leave) for module in modules]
         try:
-            with comparisons:
+            with watched_loss_ops(ctx.model, compare, on_module=watch):
                 eval_forward_with_grad(ctx)
         except Exception:
             findings.data["summary"] = "the step could not be observed"
             return
-        finally:
-            for handle in handles:
-                handle.remove()
         if any(as_input):
             findings.data["summary"] = "the model is called on the last batch element: an input, not targets"
             return
-        if not comparisons.compared:
+        if not compared:
             findings.data["summary"] = "the loss never compares the targets with the model's output"
             return
         findings.data["summary"] = f"{len(readers)} submodule(s) read the targets"

@@ -22,6 +22,7 @@ from torch.overrides import TorchFunctionMode
 
 from optimus_preflight.preflight.analyses.eval_forward import eval_forward
 from optimus_preflight.preflight.analyses.probe import get_probe
+from optimus_preflight.preflight.checks.split_missing import is_mask
 from optimus_preflight.preflight.checks.step_checks import FIRST_STEP
 from optimus_preflight.preflight.data_access.guard import read_samples
 from optimus_preflight.preflight.framework import Check, Findings, Stage
@@ -89,10 +90,7 @@ def is_observed_mask(tensor: Any) -> bool:
     if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided or tensor.dim() == 0 \
             or tensor.numel() < 8:
         return False
-    values = tensor.detach()
-    if values.dtype != torch.bool and not bool(((values == 0) | (values == 1)).all()):
-        return False
-    return float((values == 0).float().mean()) >= UNLABELLED_SHARE
+    return is_mask(tensor) and float((tensor.detach() == 0).float().mean()) >= UNLABELLED_SHARE
 
 
 def fill_mask(batch: Any) -> tuple[int, float, torch.Tensor, int] | None:
